@@ -1,0 +1,54 @@
+//! `rowbranch preview FILE.json`: what a webhook body would do, without touching a forge.
+
+use anyhow::{anyhow, Context};
+use serde_json::Value;
+
+use crate::cli::PreviewArgs;
+use crate::config::{process_env, Config};
+use crate::forge::Base;
+use crate::pipeline::{plan, Planned};
+use crate::webhook::payload;
+use crate::Failure;
+
+pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
+    let config = Config::load(&args.config.config, &process_env)?;
+    let body = std::fs::read(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))
+        .map_err(Failure::Usage)?;
+    let refused = |status: u16, why: String| {
+        println!("the webhook would answer {status}: {why}");
+        Failure::Runtime(anyhow!(
+            "{} would be refused ({status})",
+            args.file.display()
+        ))
+    };
+    let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
+    let plan = match plan(&config, event).map_err(|e| refused(422, e.to_string()))? {
+        Planned::Ignored(why) => {
+            println!("the webhook would answer 200 ignored: {why}");
+            return Ok(());
+        }
+        Planned::Run(plan) => plan,
+    };
+    // The base is known only when the branch is claimed; show where it will go.
+    let base = Base {
+        branch: "<default branch>".into(),
+        sha: "<head of the default branch when claimed>".into(),
+    };
+    let payload = plan
+        .client_payload(&base)
+        .map_err(|e| refused(422, e.to_string()))?;
+    let route = &plan.route;
+    println!(
+        "route:       {}.{} -> {}",
+        route.schema, route.table, route.repo
+    );
+    println!("id:          {}", plan.id);
+    println!("branch:      {}", plan.branch);
+    println!("event_type:  {}", route.event_type);
+    println!("payload:");
+    let pretty = serde_json::to_string_pretty(&Value::Object(payload))
+        .context("the payload does not serialize")?;
+    println!("{pretty}");
+    Ok(())
+}

@@ -1,0 +1,360 @@
+//! The local forge: a git repository on this machine stands in for GitHub. Claims are real git
+//! ref updates that fail when the ref exists; a dispatch runs an optional command and is logged
+//! to `dispatches.jsonl` beside the repository. It has no pull requests.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+use tokio::sync::Mutex;
+
+use super::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
+use crate::identity::{BranchName, BranchPrefix, RowId};
+
+/// How long an `on_dispatch` command may run before it counts as a failed dispatch.
+const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a failed local dispatch asks the sender to wait before trying again.
+const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How often a claim that met another writer's lock file looks again.
+const LOCK_RETRIES: u32 = 50;
+
+/// A git repository used as the forge.
+pub struct LocalForge {
+    git_dir: PathBuf,
+    on_dispatch: Option<String>,
+    dispatch_log: PathBuf,
+    /// Serializes appends to the dispatch log within this process.
+    log_lock: Mutex<()>,
+}
+
+impl LocalForge {
+    /// Opens the repository at `path` (bare, or a work tree with `.git`). Fails with a message
+    /// that names the path when it is not a git repository.
+    pub async fn open(path: &Path, on_dispatch: Option<String>) -> anyhow::Result<LocalForge> {
+        let dot_git = path.join(".git");
+        let git_dir = if dot_git.is_dir() {
+            dot_git
+        } else {
+            path.to_path_buf()
+        };
+        let forge = LocalForge {
+            dispatch_log: dispatch_log_path(path),
+            git_dir,
+            on_dispatch,
+            log_lock: Mutex::new(()),
+        };
+        forge
+            .git(&["rev-parse", "--git-dir"])
+            .await
+            .ok()
+            .filter(|out| out.status.success())
+            .ok_or_else(|| {
+                anyhow!(
+                    "{} is not a git repository: create one with `git init --bare {}` and make a first commit",
+                    path.display(),
+                    path.display()
+                )
+            })?;
+        Ok(forge)
+    }
+
+    /// Where this forge logs its dispatches: `dispatches.jsonl` beside the repository.
+    pub fn dispatch_log(&self) -> &Path {
+        &self.dispatch_log
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.arg("--git-dir")
+            .arg(&self.git_dir)
+            .args(args)
+            // Stable messages to match on, and no prompts from a server process.
+            .env("LC_ALL", "C")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    async fn git(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
+        self.command(args)
+            .output()
+            .await
+            .context("could not run git: is it installed and on PATH?")
+    }
+
+    /// Runs git and returns its stdout, or an error carrying its stderr.
+    async fn git_ok(&self, args: &[&str]) -> Result<String, ForgeError> {
+        let out = self.git(args).await?;
+        if !out.status.success() {
+            return Err(ForgeError::Other(anyhow!(
+                "git {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    async fn ref_exists(&self, full_ref: &str) -> Result<bool, ForgeError> {
+        let out = self
+            .git(&["rev-parse", "--verify", "--quiet", full_ref])
+            .await?;
+        Ok(out.status.success())
+    }
+
+    async fn run_on_dispatch(&self, command: &str, line: &str) -> Result<(), ForgeError> {
+        let unavailable = |message: String| ForgeError::Unavailable {
+            message,
+            retry_after: Some(RETRY_AFTER),
+        };
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(self.dispatch_log.parent().unwrap_or(Path::new(".")))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| unavailable(format!("on_dispatch could not start: {e}")))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that ignores its input closes the pipe early; that is its business.
+            let _ = stdin.write_all(line.as_bytes()).await;
+        }
+        let out = tokio::time::timeout(DISPATCH_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| {
+                unavailable(format!(
+                    "on_dispatch did not finish within {}s",
+                    DISPATCH_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(|e| unavailable(format!("on_dispatch failed to run: {e}")))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        // The command's own words go to the log only: the HTTP answer stays ours.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: String = stderr.trim().chars().take(300).collect();
+        tracing::warn!(status = %out.status, stderr = %tail, "on_dispatch failed");
+        Err(unavailable(format!(
+            "on_dispatch exited with {}",
+            out.status
+        )))
+    }
+
+    async fn append_dispatch(&self, line: &str) -> Result<(), ForgeError> {
+        let _guard = self.log_lock.lock().await;
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.dispatch_log)
+            .await
+            .with_context(|| format!("could not open {}", self.dispatch_log.display()))?;
+        // One write per line: appends from other processes do not interleave inside it.
+        file.write_all(format!("{line}\n").as_bytes())
+            .await
+            .with_context(|| format!("could not append to {}", self.dispatch_log.display()))?;
+        Ok(())
+    }
+}
+
+fn dispatch_log_path(repo: &Path) -> PathBuf {
+    let parent = match repo.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    parent.join("dispatches.jsonl")
+}
+
+fn head_ref(branch: &BranchName) -> String {
+    format!("refs/heads/{}", branch.as_str())
+}
+
+#[async_trait]
+impl Forge for LocalForge {
+    async fn row_branches(
+        &self,
+        _repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+    ) -> Result<Vec<String>, ForgeError> {
+        let pattern = format!("refs/heads/{prefix}/{id}*");
+        let out = self
+            .git_ok(&["for-each-ref", "--format=%(refname)", &pattern])
+            .await?;
+        Ok(out
+            .lines()
+            .filter_map(|r| r.strip_prefix("refs/heads/"))
+            .filter(|branch| prefix.owns(id, branch))
+            .map(str::to_owned)
+            .collect())
+    }
+
+    async fn pull_request_for(
+        &self,
+        _repo: &RepoName,
+        _branch: &BranchName,
+    ) -> Result<Option<PullRequest>, ForgeError> {
+        // A bare git repository has no pull requests.
+        Ok(None)
+    }
+
+    async fn base(&self, _repo: &RepoName) -> Result<Base, ForgeError> {
+        let head = self.git_ok(&["symbolic-ref", "HEAD"]).await?;
+        let head = head.trim();
+        let branch = head.strip_prefix("refs/heads/").unwrap_or(head).to_owned();
+        let sha = self
+            .git(&[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{head}^{{commit}}"),
+            ])
+            .await?;
+        if !sha.status.success() {
+            return Err(ForgeError::Refused {
+                message: format!(
+                    "the repository's default branch `{branch}` has no commits yet: make a first commit"
+                ),
+            });
+        }
+        let sha = String::from_utf8_lossy(&sha.stdout).trim().to_owned();
+        Ok(Base { branch, sha })
+    }
+
+    async fn claim(
+        &self,
+        _repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<Claim, ForgeError> {
+        let full_ref = head_ref(branch);
+        for _ in 0..LOCK_RETRIES {
+            // An empty old value makes git refuse the update when the ref exists: the atomic
+            // create-if-absent that GitHub's `POST /git/refs` gives.
+            let out = self.git(&["update-ref", &full_ref, sha, ""]).await?;
+            if out.status.success() {
+                return Ok(Claim::Created);
+            }
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("reference already exists") || self.ref_exists(&full_ref).await? {
+                return Ok(Claim::Exists);
+            }
+            if !stderr.contains("File exists") {
+                return Err(ForgeError::Other(anyhow!(
+                    "git update-ref {full_ref} failed: {}",
+                    stderr.trim()
+                )));
+            }
+            // Another writer holds the ref's lock and its update may yet fail: look again.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Err(ForgeError::Unavailable {
+            message: format!("{full_ref} stayed locked by another git process"),
+            retry_after: Some(RETRY_AFTER),
+        })
+    }
+
+    async fn dispatch(
+        &self,
+        _repo: &RepoName,
+        event_type: &str,
+        payload: &Value,
+    ) -> Result<(), ForgeError> {
+        // The same body GitHub's `POST /repos/{o}/{r}/dispatches` receives.
+        let line = json!({ "event_type": event_type, "client_payload": payload }).to_string();
+        if let Some(command) = &self.on_dispatch {
+            self.run_on_dispatch(command, &line).await?;
+        }
+        self.append_dispatch(&line).await
+    }
+
+    async fn release(
+        &self,
+        _repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<(), ForgeError> {
+        let full_ref = head_ref(branch);
+        let out = self.git(&["update-ref", "-d", &full_ref, sha]).await?;
+        if out.status.success() || !self.ref_exists(&full_ref).await? {
+            return Ok(());
+        }
+        Err(ForgeError::Refused {
+            message: format!(
+                "{full_ref} was not deleted: it no longer points at the claimed commit {sha}"
+            ),
+        })
+    }
+}
+
+/// Makes a new bare repository at `path` whose `main` branch holds one commit, as the demo and
+/// the tests need. Fails if `path` exists.
+pub async fn create_repository(path: &Path) -> anyhow::Result<Base> {
+    if path.exists() {
+        anyhow::bail!("{} exists already", path.display());
+    }
+    let dir = path.to_str().context("the repository path is not UTF-8")?;
+    setup_git(&["init", "--quiet", "--bare", "--initial-branch=main", dir]).await?;
+    let empty_tree = setup_git(&[
+        "--git-dir",
+        dir,
+        "hash-object",
+        "-t",
+        "tree",
+        "-w",
+        "/dev/null",
+    ])
+    .await?;
+    let commit = setup_git(&[
+        "--git-dir",
+        dir,
+        "commit-tree",
+        &empty_tree,
+        "-m",
+        "Initial commit",
+    ])
+    .await?;
+    setup_git(&[
+        "--git-dir",
+        dir,
+        "update-ref",
+        "refs/heads/main",
+        &commit,
+        "",
+    ])
+    .await?;
+    Ok(Base {
+        branch: "main".into(),
+        sha: commit,
+    })
+}
+
+/// Runs git with a fixed identity, so a machine without `user.name` can still commit.
+async fn setup_git(args: &[&str]) -> anyhow::Result<String> {
+    let out = Command::new("git")
+        .args(args)
+        .env("LC_ALL", "C")
+        .env("GIT_AUTHOR_NAME", "rowbranch")
+        .env("GIT_AUTHOR_EMAIL", "rowbranch@localhost")
+        .env("GIT_COMMITTER_NAME", "rowbranch")
+        .env("GIT_COMMITTER_EMAIL", "rowbranch@localhost")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("could not run git: is it installed and on PATH?")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "git {} failed: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}

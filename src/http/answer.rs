@@ -1,0 +1,155 @@
+//! Every answer the webhook gives, and the one mapping from answer to HTTP (SPEC §3's table).
+
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Map, Value};
+
+use crate::pipeline::{DuplicateReason, Outcome, RunError};
+
+/// Which row an answer is about.
+#[derive(Debug, Clone)]
+pub struct RowRef {
+    pub id: String,
+    pub branch: String,
+    pub repo: String,
+}
+
+/// What the webhook answers.
+#[derive(Debug)]
+pub enum Answer {
+    Dispatched(RowRef),
+    Duplicate(RowRef, DuplicateReason),
+    Ignored(String),
+    /// Still working when `respond_within_ms` ran out.
+    Accepted(RowRef, Duration),
+    BadRequest(String),
+    Unauthorized,
+    TooLarge(usize),
+    UnsupportedMediaType,
+    Unprocessable(String),
+    Internal,
+    Unavailable {
+        message: String,
+        retry_after: Duration,
+    },
+}
+
+impl Answer {
+    /// The answer for a finished run of `row`.
+    pub fn from_run(row: RowRef, result: Result<Outcome, RunError>) -> Answer {
+        match result {
+            Ok(Outcome::Dispatched { branch, .. }) => Answer::Dispatched(RowRef { branch, ..row }),
+            Ok(Outcome::Duplicate { reason, branch }) => {
+                Answer::Duplicate(RowRef { branch, ..row }, reason)
+            }
+            Err(RunError::Unavailable {
+                message,
+                retry_after,
+            }) => Answer::Unavailable {
+                message,
+                retry_after,
+            },
+            Err(RunError::Refused(message)) => Answer::Unprocessable(message),
+            // Logged with its chain where the run ended; the caller learns nothing more.
+            Err(RunError::Internal(_)) => Answer::Internal,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Answer::Dispatched(_) | Answer::Duplicate(..) | Answer::Ignored(_) => StatusCode::OK,
+            Answer::Accepted(..) => StatusCode::ACCEPTED,
+            Answer::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Answer::Unauthorized => StatusCode::UNAUTHORIZED,
+            Answer::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Answer::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Answer::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Answer::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Answer::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The body's `outcome`.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Answer::Dispatched(_) => "dispatched",
+            Answer::Duplicate(..) => "duplicate",
+            Answer::Ignored(_) => "ignored",
+            Answer::Accepted(..) => "accepted",
+            _ => "error",
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Answer::Dispatched(row) => format!(
+                "claimed {} in {} and dispatched the work for row {}",
+                row.branch, row.repo, row.id
+            ),
+            Answer::Duplicate(row, reason) => {
+                let why = match reason {
+                    DuplicateReason::BranchExists => format!("its branch {} exists", row.branch),
+                    DuplicateReason::PullRequest => {
+                        format!("a pull request from {} exists", row.branch)
+                    }
+                    DuplicateReason::ClaimTaken => {
+                        format!("another delivery claimed {} first", row.branch)
+                    }
+                    DuplicateReason::InFlight => {
+                        "another delivery of it is being handled right now".to_owned()
+                    }
+                };
+                format!("row {} is already handled: {why}", row.id)
+            }
+            Answer::Ignored(why) => format!("ignored: {why}"),
+            Answer::Accepted(row, waited) => format!(
+                "row {} is still being handled after {} ms; the work goes on in the background",
+                row.id,
+                waited.as_millis()
+            ),
+            Answer::BadRequest(why) | Answer::Unprocessable(why) => why.clone(),
+            Answer::Unauthorized => "missing or wrong credentials".into(),
+            Answer::TooLarge(max) => {
+                format!("the body is larger than max_body_bytes ({max} bytes)")
+            }
+            Answer::UnsupportedMediaType => "Content-Type must be application/json".into(),
+            Answer::Internal => "internal error".into(),
+            Answer::Unavailable {
+                message,
+                retry_after,
+            } => format!(
+                "the forge is unavailable ({message}); nothing is left claimed; retry after {} s",
+                retry_after.as_secs().max(1)
+            ),
+        }
+    }
+}
+
+impl IntoResponse for Answer {
+    fn into_response(self) -> Response {
+        let mut body = Map::new();
+        body.insert("outcome".into(), json!(self.outcome()));
+        body.insert("message".into(), json!(self.message()));
+        if let Answer::Dispatched(row) | Answer::Duplicate(row, _) | Answer::Accepted(row, _) =
+            &self
+        {
+            body.insert("id".into(), json!(row.id));
+            body.insert("branch".into(), json!(row.branch));
+            body.insert("repo".into(), json!(row.repo));
+        }
+        if let Answer::Duplicate(_, reason) = &self {
+            body.insert("reason".into(), json!(reason.as_str()));
+        }
+        let mut response = (self.status(), Json(Value::Object(body))).into_response();
+        if let Answer::Unavailable { retry_after, .. } = &self {
+            let secs = retry_after.as_secs().max(1);
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}

@@ -1,0 +1,170 @@
+//! The one executor: check, claim, dispatch, and roll the claim back on a definite failure.
+//! `serve`, `demo` and (in time) `reconcile` and `redo` all run rows through here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::plan::Plan;
+use crate::forge::{Base, Claim, Forge, ForgeError};
+
+/// How long a caller is asked to wait when the forge gave no hint.
+const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// How a row's run ended, when it ended well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// This run claimed the branch and the dispatch was accepted.
+    Dispatched { branch: String, base: Base },
+    /// The row was handled already, or is being handled.
+    Duplicate {
+        reason: DuplicateReason,
+        branch: String,
+    },
+}
+
+/// Why a row counts as handled (SPEC §3's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DuplicateReason {
+    /// A branch of the row exists.
+    BranchExists,
+    /// A pull request (in any state) has the row's branch as its head.
+    PullRequest,
+    /// Another delivery created the branch between our check and our claim.
+    ClaimTaken,
+    /// This delivery joined a run of the same row already under way in this process.
+    InFlight,
+}
+
+impl DuplicateReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DuplicateReason::BranchExists => "branch_exists",
+            DuplicateReason::PullRequest => "pull_request",
+            DuplicateReason::ClaimTaken => "claim_taken",
+            DuplicateReason::InFlight => "in_flight",
+        }
+    }
+}
+
+/// How a row's run failed. Cloned to every delivery that joined the run.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RunError {
+    /// The forge is unavailable or rate limited; nothing is left claimed; safe to retry.
+    #[error("{message}")]
+    Unavailable {
+        message: String,
+        retry_after: Duration,
+    },
+    /// The payload cannot be sent as it is (our limits or the forge's); retrying will not help.
+    #[error("{0}")]
+    Refused(String),
+    /// A bug, here or in the forge; the chain is logged, the caller learns nothing more.
+    #[error("{0:#}")]
+    Internal(Arc<anyhow::Error>),
+}
+
+impl RunError {
+    fn from_forge(err: ForgeError, during: &str) -> RunError {
+        match err {
+            ForgeError::Unavailable {
+                message,
+                retry_after,
+            } => RunError::Unavailable {
+                message: format!("{during}: {message}"),
+                retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
+            },
+            ForgeError::Refused { message } => {
+                RunError::Internal(Arc::new(anyhow::anyhow!("{during}: refused: {message}")))
+            }
+            ForgeError::Other(e) => RunError::Internal(Arc::new(e.context(during.to_owned()))),
+        }
+    }
+}
+
+/// Runs one row through the pipeline (SPEC §5).
+pub async fn execute(forge: &dyn Forge, plan: &Plan) -> Result<Outcome, RunError> {
+    let route = &plan.route;
+    let repo = &route.repo;
+    // Steps 1 and 2, and the base for step 3: three reads, one round trip.
+    let (branches, pull, base) = tokio::join!(
+        forge.row_branches(repo, &route.branch_prefix, &plan.id),
+        forge.pull_request_for(repo, &plan.branch),
+        forge.base(repo),
+    );
+    let mut branches =
+        branches.map_err(|e| RunError::from_forge(e, "listing the row's branches"))?;
+    branches.sort();
+    if let Some(branch) = branches.into_iter().next() {
+        return Ok(Outcome::Duplicate {
+            reason: DuplicateReason::BranchExists,
+            branch,
+        });
+    }
+    let pull = pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))?;
+    if let Some(pull) = pull {
+        return Ok(Outcome::Duplicate {
+            reason: DuplicateReason::PullRequest,
+            branch: pull.head_ref,
+        });
+    }
+    let base = base.map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
+    claim_and_dispatch(forge, plan, base).await
+}
+
+/// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
+/// failed.
+pub async fn claim_and_dispatch(
+    forge: &dyn Forge,
+    plan: &Plan,
+    base: Base,
+) -> Result<Outcome, RunError> {
+    let route = &plan.route;
+    let repo = &route.repo;
+    // Rendered before the claim: a payload that cannot be sent must not leave a branch behind.
+    let payload = plan
+        .client_payload(&base)
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    let claim = forge
+        .claim(repo, &plan.branch, &base.sha)
+        .await
+        .map_err(|e| RunError::from_forge(e, "claiming the branch"))?;
+    if claim == Claim::Exists {
+        return Ok(Outcome::Duplicate {
+            reason: DuplicateReason::ClaimTaken,
+            branch: plan.branch.to_string(),
+        });
+    }
+    if claim == Claim::Ambiguous {
+        // At least once beats at most once: the workflow's guard makes a second run a no-op.
+        tracing::warn!(id = %plan.id, branch = %plan.branch, "claim answer was ambiguous; dispatching anyway");
+    }
+    let sent = forge
+        .dispatch(repo, &route.event_type, &Value::Object(payload))
+        .await;
+    let failure = match sent {
+        Ok(()) => {
+            tracing::info!(id = %plan.id, branch = %plan.branch, %repo, "dispatched");
+            return Ok(Outcome::Dispatched {
+                branch: plan.branch.to_string(),
+                base,
+            });
+        }
+        Err(ForgeError::Refused { message }) => {
+            RunError::Refused(format!("the forge refused the dispatch: {message}"))
+        }
+        Err(e) => RunError::from_forge(e, "dispatching"),
+    };
+    // Only a claim that is certainly ours is released: an ambiguous one may be another
+    // delivery's, already dispatched. The sweep finds what is left as a dead claim.
+    if claim == Claim::Created {
+        if let Err(e) = forge.release(repo, &plan.branch, &base.sha).await {
+            tracing::error!(id = %plan.id, branch = %plan.branch, error = %e,
+                "the dispatch failed and the claim could not be released; reconcile will find it as a dead claim");
+        }
+    }
+    Err(failure)
+}

@@ -1,0 +1,265 @@
+//! The `client_payload` template: rendered with minijinja from the row and its identity, then
+//! checked against GitHub's limits for `repository_dispatch` before anything is sent.
+
+use std::path::Path;
+
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// The default template, shipped in `templates/`.
+pub const BUILTIN_PAYLOAD: &str = include_str!("../templates/payload.json.j2");
+
+/// GitHub's limit on `client_payload`'s top-level keys.
+pub const MAX_KEYS: usize = 10;
+/// GitHub wants `client_payload` under 64 KiB.
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// How much of the row's text travels, as JSON: room is left for the rest of the payload.
+pub const MAX_TEXT_JSON_BYTES: usize = 48 * 1024;
+
+const NAME: &str = "payload.json";
+
+/// A compiled payload template.
+pub struct PayloadTemplate {
+    env: Environment<'static>,
+    origin: String,
+}
+
+impl std::fmt::Debug for PayloadTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PayloadTemplate({})", self.origin)
+    }
+}
+
+/// What a template can use.
+#[derive(Debug, Serialize)]
+pub struct PayloadContext<'a> {
+    pub id: &'a str,
+    pub branch: &'a str,
+    pub base: &'a str,
+    pub base_sha: &'a str,
+    pub repo: String,
+    pub schema: &'a str,
+    pub table: &'a str,
+    pub event_type: &'a str,
+    pub text: Option<&'a str>,
+    pub text_truncated: bool,
+    pub record: &'a Map<String, Value>,
+}
+
+/// Why a payload cannot be sent; the text is the 422 message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PayloadError {
+    #[error("the payload template failed{}: {detail}", at_line(*line))]
+    Render { line: Option<usize>, detail: String },
+    #[error("the payload template did not render JSON ({0}): values print JSON-escaped, so write {{{{ text }}}}, not \"{{{{ text }}}}\"")]
+    NotJson(String),
+    #[error("the payload template rendered a JSON {0}; client_payload must be an object")]
+    NotAnObject(&'static str),
+    #[error("the payload has {0} top-level keys; GitHub allows at most {MAX_KEYS}")]
+    TooManyKeys(usize),
+    #[error("the payload is {0} bytes; GitHub allows less than {MAX_PAYLOAD_BYTES}")]
+    TooLarge(usize),
+}
+
+fn at_line(line: Option<usize>) -> String {
+    line.map(|l| format!(" at line {l}")).unwrap_or_default()
+}
+
+impl PayloadTemplate {
+    /// The shipped default.
+    pub fn builtin() -> PayloadTemplate {
+        PayloadTemplate::compile(
+            BUILTIN_PAYLOAD.to_owned(),
+            "built-in payload.json.j2".into(),
+        )
+        .expect("the built-in payload template compiles")
+    }
+
+    /// Reads and compiles a user's template; the message names the line of a syntax error.
+    pub fn from_file(path: &Path) -> Result<PayloadTemplate, String> {
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        PayloadTemplate::compile(source, path.display().to_string())
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {
+        let mut env = Environment::new();
+        // Every printed value is JSON-encoded, so row text cannot break out of its string.
+        env.set_auto_escape_callback(|_| AutoEscape::Json);
+        // A misspelt variable is an error, not an empty string.
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env.add_template_owned(NAME, source).map_err(render_error)?;
+        Ok(PayloadTemplate { env, origin })
+    }
+
+    /// Renders and checks the payload.
+    pub fn render(&self, ctx: &PayloadContext<'_>) -> Result<Map<String, Value>, PayloadError> {
+        let text = self
+            .env
+            .get_template(NAME)
+            .and_then(|t| t.render(ctx))
+            .map_err(render_error)?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| PayloadError::NotJson(e.to_string()))?;
+        let object = match value {
+            Value::Object(map) => map,
+            Value::Array(_) => return Err(PayloadError::NotAnObject("array")),
+            Value::String(_) => return Err(PayloadError::NotAnObject("string")),
+            Value::Number(_) => return Err(PayloadError::NotAnObject("number")),
+            Value::Bool(_) => return Err(PayloadError::NotAnObject("boolean")),
+            Value::Null => return Err(PayloadError::NotAnObject("null")),
+        };
+        if object.len() > MAX_KEYS {
+            return Err(PayloadError::TooManyKeys(object.len()));
+        }
+        let size = Value::Object(object.clone()).to_string().len();
+        if size >= MAX_PAYLOAD_BYTES {
+            return Err(PayloadError::TooLarge(size));
+        }
+        Ok(object)
+    }
+}
+
+fn render_error(e: minijinja::Error) -> PayloadError {
+    PayloadError::Render {
+        line: e.line(),
+        detail: e
+            .detail()
+            .map(str::to_owned)
+            .unwrap_or_else(|| e.kind().to_string()),
+    }
+}
+
+/// Cuts `text` on a character boundary so that its JSON encoding fits in `budget` bytes.
+/// Returns the kept part and whether anything was cut.
+pub fn cut_text(text: &str, budget: usize) -> (&str, bool) {
+    let mut used = 2; // the quotes
+    for (at, ch) in text.char_indices() {
+        used += match ch {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{08}' | '\u{0c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used > budget {
+            return (&text[..at], true);
+        }
+    }
+    (text, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn context<'a>(record: &'a Map<String, Value>, text: Option<&'a str>) -> PayloadContext<'a> {
+        PayloadContext {
+            id: "42",
+            branch: "feedback/42-add-dark-mode",
+            base: "main",
+            base_sha: "0123456789abcdef0123456789abcdef01234567",
+            repo: "acme/app".into(),
+            schema: "public",
+            table: "feedbacks",
+            event_type: "feedback",
+            text,
+            text_truncated: false,
+            record,
+        }
+    }
+
+    #[test]
+    fn the_builtin_template_renders_the_documented_keys() {
+        let record = Map::new();
+        let payload = PayloadTemplate::builtin()
+            .render(&context(&record, Some("Add \"dark\" mode\n")))
+            .unwrap();
+        for key in ["id", "branch", "base", "base_sha", "repo", "table", "text"] {
+            assert!(payload.contains_key(key), "{key} missing from {payload:?}");
+        }
+        assert_eq!(payload["text"], "Add \"dark\" mode\n");
+        assert_eq!(payload["branch"], "feedback/42-add-dark-mode");
+        assert!(payload.len() <= MAX_KEYS);
+    }
+
+    #[test]
+    fn missing_text_renders_as_null() {
+        let record = Map::new();
+        let payload = PayloadTemplate::builtin()
+            .render(&context(&record, None))
+            .unwrap();
+        assert_eq!(payload["text"], Value::Null);
+    }
+
+    #[test]
+    fn a_misspelt_variable_names_the_line() {
+        let t = PayloadTemplate::compile("{\n \"a\": {{ idd }}\n}".into(), "t".into()).unwrap();
+        let record = Map::new();
+        let err = t.render(&context(&record, None)).unwrap_err();
+        assert!(
+            matches!(err, PayloadError::Render { line: Some(2), .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn quoting_a_value_by_hand_is_explained() {
+        let t = PayloadTemplate::compile("{\"text\": \"{{ text }}\"}".into(), "t".into()).unwrap();
+        let record = Map::new();
+        let err = t.render(&context(&record, Some("hi"))).unwrap_err();
+        assert!(matches!(err, PayloadError::NotJson(_)), "{err:?}");
+    }
+
+    #[test]
+    fn more_than_ten_keys_are_refused() {
+        let body: Vec<String> = (0..11).map(|i| format!("\"k{i}\": {i}")).collect();
+        let t = PayloadTemplate::compile(format!("{{{}}}", body.join(",")), "t".into()).unwrap();
+        let record = Map::new();
+        assert_eq!(
+            t.render(&context(&record, None)).unwrap_err(),
+            PayloadError::TooManyKeys(11)
+        );
+    }
+
+    #[test]
+    fn an_array_is_not_a_payload() {
+        let t = PayloadTemplate::compile("[1]".into(), "t".into()).unwrap();
+        let record = Map::new();
+        assert_eq!(
+            t.render(&context(&record, None)).unwrap_err(),
+            PayloadError::NotAnObject("array")
+        );
+    }
+
+    #[test]
+    fn a_payload_of_64_kib_is_refused() {
+        let t = PayloadTemplate::compile("{\"r\": {{ record }}}".into(), "t".into()).unwrap();
+        let mut record = Map::new();
+        record.insert("big".into(), Value::String("x".repeat(MAX_PAYLOAD_BYTES)));
+        assert!(matches!(
+            t.render(&context(&record, None)).unwrap_err(),
+            PayloadError::TooLarge(_)
+        ));
+    }
+
+    #[test]
+    fn long_text_is_cut_on_a_character_boundary_within_budget() {
+        let text = "é\"ü\n".repeat(50_000);
+        let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
+        assert!(cut);
+        assert!(serde_json::to_string(kept).unwrap().len() <= MAX_TEXT_JSON_BYTES);
+        assert!(serde_json::to_string(kept).unwrap().len() > MAX_TEXT_JSON_BYTES - 8);
+        assert_eq!(cut_text("short", MAX_TEXT_JSON_BYTES), ("short", false));
+    }
+
+    #[test]
+    fn control_characters_count_as_their_escapes() {
+        let text = "\u{01}".repeat(10);
+        let (kept, cut) = cut_text(&text, 2 + 6 * 4);
+        assert!(cut);
+        assert_eq!(kept.len(), 4);
+        assert_eq!(serde_json::to_string(kept).unwrap().len(), 2 + 6 * 4);
+    }
+}
