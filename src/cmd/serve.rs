@@ -25,6 +25,12 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         );
     }
     let forge = forge::open(&config.forge).await.map_err(Failure::Usage)?;
+    // A repository that cannot take claims yet is worth saying at start, not at the first row.
+    for route in &config.routes {
+        if let Err(e) = forge.base(&route.repo).await {
+            tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
+        }
+    }
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("could not listen on {}", config.listen))?;

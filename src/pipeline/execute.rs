@@ -12,6 +12,8 @@ use crate::forge::{Base, Claim, Forge, ForgeError};
 
 /// How long a caller is asked to wait when the forge gave no hint.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long a caller is asked to wait when the forge's state needs a person to fix it.
+const REFUSED_RETRY_AFTER: Duration = Duration::from_secs(60);
 
 /// How a row's run ended, when it ended well.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,9 +79,12 @@ impl RunError {
                 message: format!("{during}: {message}"),
                 retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
             },
-            ForgeError::Refused { message } => {
-                RunError::Internal(Arc::new(anyhow::anyhow!("{during}: refused: {message}")))
-            }
+            // Outside a dispatch, a refusal is the forge's state (an empty repository, a
+            // conflicting ref), not the payload's: the row can go once that is fixed.
+            ForgeError::Refused { message } => RunError::Unavailable {
+                message: format!("{during}: {message}"),
+                retry_after: REFUSED_RETRY_AFTER,
+            },
             ForgeError::Other(e) => RunError::Internal(Arc::new(e.context(during.to_owned()))),
         }
     }

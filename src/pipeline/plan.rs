@@ -127,3 +127,135 @@ impl Plan {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use serde_json::json;
+
+    use super::*;
+
+    fn config() -> Config {
+        let text = r#"
+            [forge]
+            kind = "local"
+            path = "repo.git"
+            [[routes]]
+            table = "feedbacks"
+            repo = "acme/app"
+            branch_prefix = "feedback"
+            event_type = "feedback"
+        "#;
+        Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap()
+    }
+
+    fn event(kind: &str, table: &str, record: Value) -> RowEvent {
+        RowEvent {
+            kind: kind.into(),
+            schema: "public".into(),
+            table: table.into(),
+            record: record.as_object().unwrap().clone(),
+        }
+    }
+
+    fn planned(e: RowEvent) -> Plan {
+        match plan(&config(), e).unwrap() {
+            Planned::Run(plan) => plan,
+            Planned::Ignored(why) => panic!("ignored: {why}"),
+        }
+    }
+
+    #[test]
+    fn an_insert_plans_its_branch_from_id_and_text() {
+        let plan = planned(event(
+            "INSERT",
+            "feedbacks",
+            json!({"id": 42, "message": "Add dark mode!"}),
+        ));
+        assert_eq!(plan.id.as_str(), "42");
+        assert_eq!(plan.branch.as_str(), "feedback/42-add-dark-mode");
+        assert_eq!(plan.route.repo.to_string(), "acme/app");
+    }
+
+    #[test]
+    fn a_row_without_text_gets_a_branch_without_slug() {
+        for record in [
+            json!({"id": 7}),
+            json!({"id": 7, "message": null}),
+            json!({"id": 7, "message": ""}),
+        ] {
+            assert_eq!(
+                planned(event("INSERT", "feedbacks", record))
+                    .branch
+                    .as_str(),
+                "feedback/7"
+            );
+        }
+    }
+
+    #[test]
+    fn other_tables_and_events_are_ignored_with_the_reason() {
+        let ignored = |e| match plan(&config(), e).unwrap() {
+            Planned::Ignored(why) => why,
+            Planned::Run(p) => panic!("planned {}", p.branch),
+        };
+        assert!(ignored(event("INSERT", "comments", json!({"id": 1}))).contains("no route"));
+        assert!(ignored(event("UPDATE", "feedbacks", json!({"id": 1}))).contains("UPDATE"));
+        assert!(ignored(event("DELETE", "feedbacks", json!({"id": 1}))).contains("DELETE"));
+    }
+
+    #[test]
+    fn a_row_without_a_usable_id_is_refused_with_the_column() {
+        let err = plan(
+            &config(),
+            event("INSERT", "feedbacks", json!({"message": "x"})),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("`id`"), "{err}");
+        let err = plan(
+            &config(),
+            event("INSERT", "feedbacks", json!({"id": "a b"})),
+        )
+        .unwrap_err();
+        assert!(matches!(err, PlanError::BadId { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn the_payload_carries_the_row_and_its_base() {
+        let plan = planned(event(
+            "INSERT",
+            "feedbacks",
+            json!({"id": "9", "message": "Hi"}),
+        ));
+        let base = Base {
+            branch: "main".into(),
+            sha: "abc".into(),
+        };
+        let payload = plan.client_payload(&base).unwrap();
+        assert_eq!(payload["id"], "9");
+        assert_eq!(payload["branch"], "feedback/9-hi");
+        assert_eq!(payload["base"], "main");
+        assert_eq!(payload["base_sha"], "abc");
+        assert_eq!(payload["table"], "feedbacks");
+        assert_eq!(payload["text"], "Hi");
+        assert_eq!(payload["text_truncated"], false);
+    }
+
+    #[test]
+    fn a_long_text_is_cut_and_says_so() {
+        let text = "word ".repeat(30_000);
+        let plan = planned(event(
+            "INSERT",
+            "feedbacks",
+            json!({"id": 1, "message": text}),
+        ));
+        let base = Base {
+            branch: "main".into(),
+            sha: "abc".into(),
+        };
+        let payload = plan.client_payload(&base).unwrap();
+        assert_eq!(payload["text_truncated"], true);
+        assert!(payload["text"].as_str().unwrap().len() < text.len());
+    }
+}
