@@ -27,6 +27,10 @@ pub enum Command {
     ///
     /// Exits 0 when the body would be dispatched or ignored, 1 when the webhook would refuse it.
     Preview(PreviewArgs),
+    /// Check the setup: config, secret, App credentials, installation, permissions, workflow.
+    ///
+    /// One line per check, with the fix for each failure. Exits 1 if any check fails.
+    Doctor(DoctorArgs),
 }
 
 #[derive(Debug, Args)]
@@ -54,6 +58,12 @@ pub struct PreviewArgs {
     /// A webhook body, as Supabase would post it.
     #[arg(value_name = "FILE.json")]
     pub file: PathBuf,
+    #[command(flatten)]
+    pub config: ConfigArg,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArg,
 }

@@ -81,6 +81,8 @@ pub struct GithubConfig {
     pub write_hourly_max: u32,
     pub queue_capacity: usize,
     pub retry_budget: Duration,
+    /// How long the default branch's head is reused for new claims.
+    pub base_cache: Duration,
 }
 
 /// The App's private key: PEM text from the environment, or a file. Never printed.
@@ -173,6 +175,7 @@ struct RawGithub {
     write_hourly_max: Option<u32>,
     queue_capacity: Option<usize>,
     retry_budget_ms: Option<u64>,
+    base_cache_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -386,6 +389,7 @@ fn github_config(raw: RawGithub, dir: &Path, env: Env) -> Result<GithubConfig, S
             raw.queue_capacity.unwrap_or(10_000) as u64,
         )? as usize,
         retry_budget: Duration::from_millis(raw.retry_budget_ms.unwrap_or(30_000)),
+        base_cache: Duration::from_millis(raw.base_cache_ms.unwrap_or(10_000)),
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod cli;
 pub mod cmd;
 pub mod config;
+pub mod doctor;
 pub mod forge;
 pub mod http;
 pub mod identity;
@@ -55,5 +56,6 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Serve(args) => cmd::serve::run(args).await,
         Command::Demo(args) => cmd::demo::run(args).await,
         Command::Preview(args) => cmd::preview::run(args).await,
+        Command::Doctor(args) => cmd::doctor::run(args).await,
     }
 }

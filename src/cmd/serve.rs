@@ -24,7 +24,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             "reconcile_every is set, but scheduled sweeps are not part of this version; it has no effect"
         );
     }
-    let forge = forge::open(&config.forge).await.map_err(Failure::Usage)?;
+    let forge = forge::open(&config).await.map_err(Failure::Usage)?;
     // A repository that cannot take claims yet is worth saying at start, not at the first row.
     for route in &config.routes {
         if let Err(e) = forge.base(&route.repo).await {

@@ -1,6 +1,7 @@
 //! The forge: where branches are claimed and work is dispatched. One trait, two homes:
 //! a local git repository (`local`) and, in time, GitHub.
 
+pub mod github;
 pub mod local;
 
 use std::fmt;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::config::ForgeConfig;
+use crate::config::{Config, ForgeConfig};
 use crate::identity::{BranchName, BranchPrefix, RowId};
 
 /// `owner/name` of a repository, checked once so every call can trust it.
@@ -155,19 +156,24 @@ pub trait Forge: Send + Sync {
         branch: &BranchName,
         sha: &str,
     ) -> Result<(), ForgeError>;
+
+    /// Whether the forge can be reached with valid credentials (`GET /readyz`).
+    async fn ready(&self) -> Result<(), ForgeError> {
+        Ok(())
+    }
 }
 
-/// Opens the forge the config names.
-pub async fn open(config: &ForgeConfig) -> anyhow::Result<Arc<dyn Forge>> {
-    match config {
+/// Opens the forge the config names, for the routed repositories.
+pub async fn open(config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
+    match &config.forge {
         ForgeConfig::Local { path, on_dispatch } => {
             let forge = local::LocalForge::open(path, on_dispatch.clone()).await?;
             Ok(Arc::new(forge))
         }
-        ForgeConfig::Github(_) => anyhow::bail!(
-            "[forge] kind = \"github\" is not available in this version of rowbranch; \
-             use [forge] kind = \"local\" with path = \"…\" (a git repository)"
-        ),
+        ForgeConfig::Github(github) => {
+            let routed = config.routes.iter().map(|r| r.repo.clone()).collect();
+            Ok(Arc::new(github::GithubForge::new(github, routed)?))
+        }
     }
 }
 

@@ -1,0 +1,31 @@
+//! `rowbranch doctor`: checks the setup end to end, one line per check, with the fix for each
+//! failure. Exits 1 if any check fails, 2 if the config itself does not load.
+
+use anyhow::anyhow;
+
+use crate::cli::DoctorArgs;
+use crate::config::{process_env, Config};
+use crate::{doctor, Failure};
+
+pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
+    let config = match Config::load(&args.config.config, &process_env) {
+        Ok(config) => config,
+        Err(e) => {
+            println!("✗ {e}");
+            return Err(Failure::Usage(anyhow!("the config does not load")));
+        }
+    };
+    let checks = doctor::checks(&config).await;
+    let failed = checks.iter().filter(|c| !c.ok).count();
+    for check in &checks {
+        println!("{} {}", if check.ok { "✓" } else { "✗" }, check.what);
+        if let Some(fix) = &check.fix {
+            println!("    fix: {fix}");
+        }
+    }
+    if failed > 0 {
+        return Err(Failure::Runtime(anyhow!("{failed} of {} checks failed", checks.len())));
+    }
+    println!("all {} checks pass", checks.len());
+    Ok(())
+}

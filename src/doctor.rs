@@ -1,0 +1,196 @@
+//! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
+//! installation, its permissions, the default branch and a workflow that takes the dispatch.
+
+use std::collections::BTreeMap;
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::config::{Config, ForgeConfig, Route};
+use crate::forge::github::GithubForge;
+use crate::forge::local::LocalForge;
+use crate::forge::Forge;
+
+/// One line of the report.
+#[derive(Debug)]
+pub struct Check {
+    pub ok: bool,
+    pub what: String,
+    /// How to fix it, for a failed check.
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn pass(what: impl Into<String>) -> Check {
+        Check { ok: true, what: what.into(), fix: None }
+    }
+
+    fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check { ok: false, what: what.into(), fix: Some(fix.into()) }
+    }
+}
+
+/// Runs every check that applies to `config`.
+pub async fn checks(config: &Config) -> Vec<Check> {
+    let mut out = vec![Check::pass(format!("config {} parses", config.source.display()))];
+    out.push(match &config.webhook.secrets {
+        Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
+        None => Check::fail(
+            "webhook secret is not set",
+            "set ROWBRANCH_WEBHOOK_SECRET to a random string of 24+ characters (e.g. `openssl rand -hex 32`) and put the same in the Supabase trigger",
+        ),
+    });
+    match &config.forge {
+        ForgeConfig::Local { path, on_dispatch } => {
+            match LocalForge::open(path, on_dispatch.clone()).await {
+                Ok(forge) => {
+                    out.push(Check::pass(format!("local repository {} opens", path.display())));
+                    for route in &config.routes {
+                        out.push(match forge.base(&route.repo).await {
+                            Ok(base) => Check::pass(format!("{}: default branch {} at {}", route.repo, base.branch, short(&base.sha))),
+                            Err(e) => Check::fail(format!("{}: {e}", route.repo), "make a first commit on the repository's HEAD branch"),
+                        });
+                    }
+                }
+                Err(e) => out.push(Check::fail(format!("{e:#}"), "point [forge] path at a git repository")),
+            }
+        }
+        ForgeConfig::Github(github) => {
+            let routed = config.routes.iter().map(|r| r.repo.clone()).collect();
+            let forge = match GithubForge::new(github, routed) {
+                Ok(forge) => {
+                    out.push(Check::pass("GitHub App private key parses"));
+                    forge
+                }
+                Err(e) => {
+                    out.push(Check::fail(format!("{e:#}"), "download a new private key from the App's settings page"));
+                    return out;
+                }
+            };
+            match forge.app_info().await {
+                Ok(app) => out.push(Check::pass(format!(
+                    "GitHub accepts the App's JWT: {} (id {})",
+                    app.slug.as_deref().unwrap_or(&app.name),
+                    app.id
+                ))),
+                Err(e) => {
+                    out.push(Check::fail(
+                        format!("GitHub refused the App's JWT at {}: {e}", github.api_url),
+                        "check app_id (GITHUB_APP_ID), the private key, api_url, and this machine's clock",
+                    ));
+                    return out;
+                }
+            }
+            for route in &config.routes {
+                route_checks(&forge, route, &mut out).await;
+            }
+        }
+    }
+    out
+}
+
+async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) {
+    let repo = &route.repo;
+    let permissions = match forge.installation_permissions(repo).await {
+        Ok(p) => {
+            out.push(Check::pass(format!("{repo}: the App is installed")));
+            p
+        }
+        Err(e) => {
+            out.push(Check::fail(format!("{repo}: {e}"), format!("install the App on {repo} (the App's page, Install App)")));
+            return;
+        }
+    };
+    out.push(permission(repo, &permissions, "contents", &["write"]));
+    out.push(permission(repo, &permissions, "pull_requests", &["read", "write"]));
+    let base = match forge.base(repo).await {
+        Ok(base) => {
+            out.push(Check::pass(format!("{repo}: default branch {} at {}", base.branch, short(&base.sha))));
+            base
+        }
+        Err(e) => {
+            out.push(Check::fail(format!("{repo}: {e}"), "push a first commit to the default branch"));
+            return;
+        }
+    };
+    out.push(match forge.workflows(repo, &base.branch).await {
+        Ok(files) => {
+            let listening: Vec<&str> = files
+                .iter()
+                .filter(|(_, text)| listens_for(text, &route.event_type))
+                .map(|(path, _)| path.as_str())
+                .collect();
+            match listening.first() {
+                Some(path) => Check::pass(format!("{repo}: {path} runs on repository_dispatch `{}`", route.event_type)),
+                None => Check::fail(
+                    format!("{repo}: no workflow on {} listens to repository_dispatch `{}`", base.branch, route.event_type),
+                    format!("commit a workflow with `on: repository_dispatch: types: [{}]` to {} (`rowbranch init` writes one)", route.event_type, base.branch),
+                ),
+            }
+        }
+        Err(e) => Check::fail(format!("{repo}: cannot read .github/workflows: {e}"), "grant the App contents read on the repository"),
+    });
+}
+
+fn permission(repo: &crate::forge::RepoName, granted: &BTreeMap<String, String>, name: &str, enough: &[&str]) -> Check {
+    match granted.get(name) {
+        Some(level) if enough.contains(&level.as_str()) => Check::pass(format!("{repo}: {name}: {level}")),
+        other => Check::fail(
+            format!("{repo}: {name} is {}, needs {}", other.map_or("not granted", String::as_str), enough[0]),
+            format!("in the App's settings grant {name}: {}, then accept the new permissions on the installation", enough[0]),
+        ),
+    }
+}
+
+fn short(sha: &str) -> &str {
+    &sha[..sha.len().min(12)]
+}
+
+/// Whether a workflow's `on:` takes `repository_dispatch` of `event_type`: a bare
+/// `repository_dispatch` (in a string or a list) takes every type; a mapping takes the listed
+/// `types`, or every type when it lists none.
+pub fn listens_for(workflow: &str, event_type: &str) -> bool {
+    let Ok(docs) = YamlLoader::load_from_str(workflow) else {
+        return false;
+    };
+    let Some(on) = docs.first().map(|doc| &doc["on"]) else {
+        return false;
+    };
+    match on {
+        Yaml::String(s) => s == "repository_dispatch",
+        Yaml::Array(items) => items.iter().any(|i| i.as_str() == Some("repository_dispatch")),
+        Yaml::Hash(events) => match events.get(&Yaml::String("repository_dispatch".into())) {
+            None => false,
+            Some(Yaml::Null) => true,
+            Some(spec) => match &spec["types"] {
+                Yaml::BadValue | Yaml::Null => true,
+                Yaml::String(t) => t == event_type,
+                Yaml::Array(types) => types.iter().any(|t| t.as_str() == Some(event_type)),
+                _ => false,
+            },
+        },
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listens_for;
+
+    #[test]
+    fn a_workflow_listens_by_string_list_or_types() {
+        assert!(listens_for("on: repository_dispatch\njobs: {}", "feedback"));
+        assert!(listens_for("on: [push, repository_dispatch]", "feedback"));
+        assert!(listens_for("on:\n  repository_dispatch:\n", "feedback"));
+        assert!(listens_for("on:\n  repository_dispatch:\n    types: [feedback]\n", "feedback"));
+        assert!(listens_for("\"on\":\n  repository_dispatch:\n    types:\n      - other\n      - feedback\n", "feedback"));
+    }
+
+    #[test]
+    fn a_workflow_for_other_events_or_types_does_not() {
+        assert!(!listens_for("on: push", "feedback"));
+        assert!(!listens_for("on:\n  repository_dispatch:\n    types: [other]\n", "feedback"));
+        assert!(!listens_for("on: {workflow_dispatch: {}}", "feedback"));
+        assert!(!listens_for(": not yaml : [", "feedback"));
+        assert!(!listens_for("jobs: {}", "feedback"));
+    }
+}

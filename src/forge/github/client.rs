@@ -1,0 +1,275 @@
+//! The GitHub App's clients: one JWT client for the App, and one client per installation, held
+//! for the life of the process so its token is minted once and renewed before it expires.
+//! Every request goes through [`send`], which turns octocrab's answers into retry decisions.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context};
+use http::{HeaderMap, StatusCode};
+use octocrab::models::{AppId, InstallationId};
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use super::pace::{Pace, Pacer};
+use super::retry::{classify, Attempt, Stop};
+use crate::forge::{ForgeError, RepoName};
+
+/// How long to wait for a connection; octocrab sets none by default.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take in all; past it the answer counts as lost (ambiguous).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// A token with less life left than this is renewed before use (GitHub's tokens live 1 h).
+const TOKEN_RENEW_BEFORE: i64 = 120;
+/// How long a repository's installation id is trusted.
+const INSTALLATION_TTL: Duration = Duration::from_secs(600);
+
+/// What GitHub answered: status, headers and body.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn json<T: DeserializeOwned>(&self) -> Attempt<T> {
+        serde_json::from_str(&self.body).map_err(|e| {
+            Stop::Fail(ForgeError::Other(anyhow!(
+                "GitHub's {} answer did not parse: {e}",
+                self.status
+            )))
+        })
+    }
+
+    /// GitHub's `message` field, or the start of the body.
+    pub fn message(&self) -> String {
+        serde_json::from_str::<Value>(&self.body)
+            .ok()
+            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or_else(|| self.body.chars().take(200).collect())
+    }
+
+    /// The answer as a retry decision, for statuses the caller does not handle itself.
+    pub fn unexpected<T>(&self) -> Attempt<T> {
+        Err(classify(self.status, &self.headers, &self.message()))
+    }
+
+    /// The `rel="next"` page of a paginated answer.
+    pub fn next_page(&self) -> Option<String> {
+        let link = self.headers.get("link")?.to_str().ok()?;
+        link.split(',').find_map(|part| {
+            let (url, rel) = part.split_once(';')?;
+            rel.contains("rel=\"next\"")
+                .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+        })
+    }
+}
+
+/// One request, and how its answer (or its absence) is to be read.
+pub async fn send<B: Serialize + ?Sized>(
+    client: &Octocrab,
+    method: http::Method,
+    path: &str,
+    body: Option<&B>,
+) -> Attempt<Reply> {
+    let request = async {
+        let response = match method {
+            http::Method::GET => client._get(path).await,
+            http::Method::POST => client._post(path, body).await,
+            http::Method::DELETE => client._delete(path, body).await,
+            other => unreachable!("no {other} requests are made"),
+        }?;
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body = client.body_to_string(response).await?;
+        Ok::<_, octocrab::Error>(Reply {
+            status,
+            headers,
+            body,
+        })
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Ok(Ok(reply)) => Ok(reply),
+        Ok(Err(e)) => Err(from_octocrab(e)),
+        Err(_) => Err(Stop::Retry {
+            message: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
+            after: None,
+            ambiguous: true,
+        }),
+    }
+}
+
+/// octocrab fails a request when minting a token failed (GitHub's answer inside) or when the
+/// connection did; the first is classified like any answer, the second may have been applied.
+fn from_octocrab(e: octocrab::Error) -> Stop {
+    match e {
+        octocrab::Error::GitHub { source, .. } => classify(
+            source.status_code,
+            &source.headers.unwrap_or_default(),
+            &source.message,
+        ),
+        octocrab::Error::JWT { source, .. } => Stop::Fail(ForgeError::Refused {
+            message: format!("the App's JWT could not be made: {source}"),
+        }),
+        other => Stop::Retry {
+            message: format!("request failed: {other}"),
+            after: None,
+            ambiguous: true,
+        },
+    }
+}
+
+/// One installation: its client (with its token cache) and the pacer of its writes.
+pub struct Installation {
+    pub client: Octocrab,
+    pub writes: Pacer,
+    /// Serializes token renewal so that concurrent requests do not each mint one.
+    renewing: Mutex<()>,
+}
+
+impl Installation {
+    /// Makes sure the cached token has life left, minting one (once) when it has not.
+    pub async fn ensure_token(&self) -> Attempt<()> {
+        let _one_at_a_time = self.renewing.lock().await;
+        self.client
+            .installation_token_with_buffer(chrono::Duration::seconds(TOKEN_RENEW_BEFORE))
+            .await
+            .map(drop)
+            .map_err(|e| from_octocrab(e).not_applied())
+    }
+}
+
+/// The App and its installations.
+pub struct Apps {
+    app: Octocrab,
+    /// Every routed repository, to narrow installation tokens to what is needed.
+    routed: Vec<RepoName>,
+    pace: Pace,
+    installations: Mutex<HashMap<InstallationId, Arc<Installation>>>,
+    repo_installations: Mutex<HashMap<RepoName, (InstallationId, Instant)>>,
+}
+
+impl Apps {
+    /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
+    /// and no retries of octocrab's own (they would re-send a dispatch).
+    pub fn new(
+        app_id: u64,
+        pem: &str,
+        api_url: &str,
+        routed: Vec<RepoName>,
+        pace: Pace,
+    ) -> anyhow::Result<Apps> {
+        let key = octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
+            anyhow!(
+                "the GitHub App private key does not parse ({e}): use the .pem file GitHub \
+                 generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
+            )
+        })?;
+        let app = Octocrab::builder()
+            .base_uri(api_url)
+            .with_context(|| format!("api_url `{api_url}` is not a URL"))?
+            .app(AppId(app_id), key)
+            .set_connect_timeout(Some(CONNECT_TIMEOUT))
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .set_write_timeout(Some(REQUEST_TIMEOUT))
+            .build()
+            .context("could not build the GitHub client")?;
+        Ok(Apps {
+            app,
+            routed,
+            pace,
+            installations: Mutex::new(HashMap::new()),
+            repo_installations: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The JWT-authenticated client, for App endpoints.
+    pub fn app(&self) -> &Octocrab {
+        &self.app
+    }
+
+    /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
+    /// stop is ambiguous.
+    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+        let id = self.installation_id(repo).await.map_err(Stop::not_applied)?;
+        let installation = {
+            let mut all = self.installations.lock().await;
+            let entry = all
+                .entry(id)
+                .or_insert_with(|| Arc::new(self.client_for(id, repo)));
+            Arc::clone(entry)
+        };
+        if let Err(stop) = installation.ensure_token().await {
+            // The installation may be gone or changed: look it up afresh next time.
+            if matches!(stop, Stop::Fail(_)) {
+                self.repo_installations.lock().await.remove(repo);
+            }
+            return Err(stop);
+        }
+        Ok(installation)
+    }
+
+    fn client_for(&self, id: InstallationId, repo: &RepoName) -> Installation {
+        // An installation belongs to one account: narrow its token to that account's routed repos.
+        let names: Vec<String> = self
+            .routed
+            .iter()
+            .filter(|r| r.owner().eq_ignore_ascii_case(repo.owner()))
+            .map(|r| r.name().to_owned())
+            .collect();
+        let client = self
+            .app
+            .installation_builder(id)
+            .repositories(names)
+            .build()
+            .expect("an App client makes installation clients");
+        Installation {
+            client,
+            writes: Pacer::new(self.pace),
+            renewing: Mutex::new(()),
+        }
+    }
+
+    /// `GET /repos/{owner}/{repo}/installation`, cached for a while.
+    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
+    async fn installation_id(&self, repo: &RepoName) -> Attempt<InstallationId> {
+        if let Some((id, at)) = self.repo_installations.lock().await.get(repo) {
+            if at.elapsed() < INSTALLATION_TTL {
+                return Ok(*id);
+            }
+        }
+        let path = format!("/repos/{repo}/installation");
+        let reply = send(&self.app, http::Method::GET, &path, None::<&()>).await?;
+        #[derive(serde::Deserialize)]
+        struct Found {
+            id: u64,
+        }
+        match reply.status.as_u16() {
+            200 => {
+                let id = InstallationId(reply.json::<Found>()?.id);
+                self.repo_installations
+                    .lock()
+                    .await
+                    .insert(repo.clone(), (id, Instant::now()));
+                Ok(id)
+            }
+            404 => Err(Stop::Fail(ForgeError::Refused {
+                message: format!(
+                    "the GitHub App is not installed on {repo}: install it on that repository"
+                ),
+            })),
+            401 => Err(Stop::Fail(ForgeError::Refused {
+                message: format!(
+                    "GitHub refused the App's credentials ({}): check app_id and the private key",
+                    reply.message()
+                ),
+            })),
+            _ => reply.unexpected(),
+        }
+    }
+}

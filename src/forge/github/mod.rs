@@ -1,0 +1,387 @@
+//! The GitHub forge: rowbranch as a GitHub App. Reads go straight out (and the reads of one row
+//! run concurrently); writes go through the installation's pacer; every call runs inside the
+//! one retry policy.
+
+mod client;
+mod pace;
+mod retry;
+mod setup;
+
+pub use setup::AppInfo;
+
+pub use pace::Pace;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use http::Method;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use self::client::{send, Apps, Installation, Reply};
+use self::retry::{Attempt, RetryPolicy, Stop};
+use super::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
+use crate::config::{GithubConfig, PrivateKeySource};
+use crate::identity::{BranchName, BranchPrefix, RowId};
+
+/// How long the default branch's name is trusted (it rarely changes).
+const DEFAULT_BRANCH_TTL: Duration = Duration::from_secs(600);
+
+/// rowbranch's GitHub App.
+pub struct GithubForge {
+    apps: Apps,
+    retry: RetryPolicy,
+    /// How long a default branch's head is reused before it is read again.
+    head_ttl: Duration,
+    bases: Mutex<HashMap<RepoName, CachedBase>>,
+}
+
+struct CachedBase {
+    base: Base,
+    branch_read: Instant,
+    head_read: Instant,
+}
+
+impl GithubForge {
+    /// Builds the forge for the routed repositories. Reads the private key; makes no request.
+    pub fn new(config: &GithubConfig, routed: Vec<RepoName>) -> anyhow::Result<GithubForge> {
+        let pem = match &config.private_key {
+            PrivateKeySource::Pem(pem) => pem.clone(),
+            PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot read the GitHub App private key {}: {e} (set [github] \
+                     private_key_path, or GITHUB_APP_PRIVATE_KEY to the PEM text)",
+                    path.display()
+                )
+            })?,
+        };
+        let pace = Pace {
+            interval: config.write_interval,
+            burst: config.write_burst,
+            hourly_max: config.write_hourly_max,
+            queue_capacity: config.queue_capacity,
+        };
+        Ok(GithubForge {
+            apps: Apps::new(config.app_id, &pem, &config.api_url, routed, pace)?,
+            retry: RetryPolicy {
+                budget: config.retry_budget,
+            },
+            head_ttl: config.base_cache,
+            bases: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A read: retried as one unit with the installation lookup it needs.
+    async fn read<T, F, Fut>(&self, what: &str, repo: &RepoName, f: F) -> Result<T, ForgeError>
+    where
+        F: Fn(Arc<Installation>) -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        self.retry
+            .run(what, |_| async {
+                let installation = self.apps.installation(repo).await?;
+                f(installation).await.map_err(Stop::not_applied)
+            })
+            .await
+    }
+
+    /// The default branch's name, read from the repository.
+    /// (https://docs.github.com/rest/repos/repos#get-a-repository)
+    async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
+        let reply = send(&installation.client, Method::GET, &format!("/repos/{repo}"), None::<&()>).await?;
+        #[derive(Deserialize)]
+        struct Repo {
+            default_branch: String,
+        }
+        match reply.status.as_u16() {
+            200 => Ok(reply.json::<Repo>()?.default_branch),
+            404 => Err(not_found(repo, &reply)),
+            _ => reply.unexpected(),
+        }
+    }
+
+    /// The commit a branch points at, or `None`.
+    /// (https://docs.github.com/rest/git/refs#get-a-reference)
+    async fn branch_sha(installation: &Installation, repo: &RepoName, branch: &str) -> Attempt<Option<String>> {
+        let path = format!("/repos/{repo}/git/ref/heads/{branch}");
+        let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+        #[derive(Deserialize)]
+        struct Ref {
+            object: Object,
+        }
+        #[derive(Deserialize)]
+        struct Object {
+            sha: String,
+        }
+        match reply.status.as_u16() {
+            200 => Ok(Some(reply.json::<Ref>()?.object.sha)),
+            404 => Ok(None),
+            409 => Err(empty_repository(repo)),
+            _ => reply.unexpected(),
+        }
+    }
+}
+
+fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
+    Stop::Fail(ForgeError::Refused {
+        message: format!(
+            "GitHub answered 404 for {repo} ({}): does the repository exist, and is the App installed on it?",
+            reply.message()
+        ),
+    })
+}
+
+fn empty_repository(repo: &RepoName) -> Stop {
+    Stop::Fail(ForgeError::Refused {
+        message: format!("{repo} is empty: push a first commit to its default branch"),
+    })
+}
+
+#[async_trait]
+impl Forge for GithubForge {
+    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/{id}`, every page GitHub sends.
+    /// (https://docs.github.com/rest/git/refs#list-matching-references)
+    async fn row_branches(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+    ) -> Result<Vec<String>, ForgeError> {
+        self.read("listing the row's branches", repo, |installation| async move {
+            let mut path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
+            let mut branches = Vec::new();
+            loop {
+                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                match reply.status.as_u16() {
+                    200 => {}
+                    404 => return Err(not_found(repo, &reply)),
+                    409 => return Err(empty_repository(repo)),
+                    _ => return reply.unexpected(),
+                }
+                #[derive(Deserialize)]
+                struct Ref {
+                    #[serde(rename = "ref")]
+                    name: String,
+                }
+                let refs: Vec<Ref> = reply.json()?;
+                branches.extend(
+                    refs.into_iter()
+                        .filter_map(|r| r.name.strip_prefix("refs/heads/").map(str::to_owned))
+                        .filter(|b| prefix.owns(id, b)),
+                );
+                // GitHub is reported to send every match at once; follow a next page if it does not.
+                match reply.next_page() {
+                    Some(next) => path = next,
+                    None => return Ok(branches),
+                }
+            }
+        })
+        .await
+    }
+
+    /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`; without `OWNER:` GitHub ignores
+    /// the filter, so the head is compared here too.
+    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
+    async fn pull_request_for(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+    ) -> Result<Option<PullRequest>, ForgeError> {
+        self.read("looking up pull requests", repo, |installation| async move {
+            let path = format!(
+                "/repos/{repo}/pulls?head={}:{branch}&state=all&per_page=100",
+                repo.owner()
+            );
+            let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+            match reply.status.as_u16() {
+                200 => {}
+                404 => return Err(not_found(repo, &reply)),
+                _ => return reply.unexpected(),
+            }
+            #[derive(Deserialize)]
+            struct Pull {
+                number: u64,
+                state: String,
+                merged_at: Option<String>,
+                head: Head,
+            }
+            #[derive(Deserialize)]
+            struct Head {
+                #[serde(rename = "ref")]
+                name: String,
+                label: Option<String>,
+            }
+            let pulls: Vec<Pull> = reply.json()?;
+            let owner_label = format!("{}:{branch}", repo.owner());
+            Ok(pulls
+                .into_iter()
+                .find(|p| {
+                    p.head.name == branch.as_str()
+                        && p.head.label.as_deref().is_none_or(|l| l.eq_ignore_ascii_case(&owner_label))
+                })
+                .map(|p| PullRequest {
+                    number: p.number,
+                    head_ref: p.head.name,
+                    state: if p.merged_at.is_some() { "merged".into() } else { p.state },
+                }))
+        })
+        .await
+    }
+
+    /// The default branch and its head, cached briefly.
+    async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError> {
+        let cached = self.bases.lock().await.get(repo).map(|c| (c.base.clone(), c.branch_read, c.head_read));
+        if let Some((base, _, head_read)) = &cached {
+            if head_read.elapsed() < self.head_ttl {
+                return Ok(base.clone());
+            }
+        }
+        let known_branch = cached
+            .as_ref()
+            .filter(|(_, branch_read, _)| branch_read.elapsed() < DEFAULT_BRANCH_TTL)
+            .map(|(base, branch_read, _)| (base.branch.clone(), *branch_read));
+        let (base, branch_read) = self
+            .read("reading the default branch", repo, |installation| {
+                let known_branch = known_branch.clone();
+                async move {
+                    let (branch, branch_read) = match known_branch {
+                        Some(known) => known,
+                        None => (Self::default_branch(&installation, repo).await?, Instant::now()),
+                    };
+                    match Self::branch_sha(&installation, repo, &branch).await? {
+                        Some(sha) => Ok((Base { branch, sha }, branch_read)),
+                        None => Err(Stop::Fail(ForgeError::Refused {
+                            message: format!("the default branch `{branch}` of {repo} does not exist: push a first commit"),
+                        })),
+                    }
+                }
+            })
+            .await?;
+        self.bases.lock().await.insert(
+            repo.clone(),
+            CachedBase { base: base.clone(), branch_read, head_read: Instant::now() },
+        );
+        Ok(base)
+    }
+
+    /// `POST /repos/{o}/{r}/git/refs`: 201 is ours; 422 "Reference already exists" is another
+    /// delivery's, unless an earlier attempt's answer was lost; any other 422 is looked up.
+    /// (https://docs.github.com/rest/git/refs#create-a-reference)
+    async fn claim(&self, repo: &RepoName, branch: &BranchName, sha: &str) -> Result<Claim, ForgeError> {
+        let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
+        self.retry
+            .run("claiming the branch", |ambiguous_before| {
+                let body = &body;
+                async move {
+                    let installation = self.apps.installation(repo).await?;
+                    let path = format!("/repos/{repo}/git/refs");
+                    let reply = installation
+                        .writes
+                        .write(|| send(&installation.client, Method::POST, &path, Some(body)))
+                        .await??;
+                    let taken = if ambiguous_before { Claim::Ambiguous } else { Claim::Exists };
+                    match reply.status.as_u16() {
+                        201 => Ok(Claim::Created),
+                        422 if reply.message().contains("already exists") => Ok(taken),
+                        422 => match Self::branch_sha(&installation, repo, branch.as_str()).await? {
+                            Some(_) => Ok(taken),
+                            None => Err(Stop::Retry {
+                                message: format!("GitHub answered 422 ({}) and the ref is not there", reply.message()),
+                                after: None,
+                                ambiguous: false,
+                            }),
+                        },
+                        409 => Err(empty_repository(repo)),
+                        _ => reply.unexpected(),
+                    }
+                }
+            })
+            .await
+    }
+
+    /// `POST /repos/{o}/{r}/dispatches`: 204, no body, no run id. A 422 is the payload's fault;
+    /// any other refusal is the App's setup, fixed by a person and then safe to retry.
+    /// (https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event)
+    async fn dispatch(&self, repo: &RepoName, event_type: &str, payload: &Value) -> Result<(), ForgeError> {
+        let body = json!({ "event_type": event_type, "client_payload": payload });
+        self.retry
+            .run("dispatching", |_| {
+                let body = &body;
+                async move {
+                    let installation = self.apps.installation(repo).await?;
+                    let path = format!("/repos/{repo}/dispatches");
+                    let reply = installation
+                        .writes
+                        .write(|| send(&installation.client, Method::POST, &path, Some(body)))
+                        .await??;
+                    match reply.status.as_u16() {
+                        200..=299 => Ok(()),
+                        422 => Err(Stop::Fail(ForgeError::Refused {
+                            message: format!("GitHub refused the dispatch: {}", reply.message()),
+                        })),
+                        _ => match reply.unexpected::<()>() {
+                            Err(Stop::Fail(ForgeError::Refused { message })) => {
+                                Err(Stop::Fail(ForgeError::Unavailable {
+                                    message: format!("{message}: does the App have contents write on {repo}?"),
+                                    retry_after: Some(Duration::from_secs(60)),
+                                }))
+                            }
+                            other => other,
+                        },
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Deletes the branch if it still points at `sha`: a read, then
+    /// `DELETE /repos/{o}/{r}/git/refs/heads/{branch}`; "Reference does not exist" is done.
+    /// (https://docs.github.com/rest/git/refs#delete-a-reference)
+    async fn release(&self, repo: &RepoName, branch: &BranchName, sha: &str) -> Result<(), ForgeError> {
+        self.retry
+            .run("releasing the claim", |_| async move {
+                let installation = self.apps.installation(repo).await?;
+                match Self::branch_sha(&installation, repo, branch.as_str()).await? {
+                    None => return Ok(()),
+                    Some(now) if now != sha => {
+                        return Err(Stop::Fail(ForgeError::Refused {
+                            message: format!("{branch} moved to {now} since it was claimed at {sha}: left as it is"),
+                        }))
+                    }
+                    Some(_) => {}
+                }
+                let path = format!("/repos/{repo}/git/refs/heads/{branch}");
+                let reply = installation
+                    .writes
+                    .write(|| send(&installation.client, Method::DELETE, &path, None::<&()>))
+                    .await??;
+                match reply.status.as_u16() {
+                    204 | 200 => Ok(()),
+                    422 if reply.message().contains("does not exist") => Ok(()),
+                    _ => reply.unexpected(),
+                }
+            })
+            .await
+    }
+
+    /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable?
+    /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
+    async fn ready(&self) -> Result<(), ForgeError> {
+        let reply = send(self.apps.app(), Method::GET, "/app", None::<&()>)
+            .await
+            .map_err(|stop| match stop {
+                Stop::Fail(e) => e,
+                Stop::Retry { message, after, .. } => ForgeError::Unavailable { message, retry_after: after },
+            })?;
+        match reply.status.as_u16() {
+            200 => Ok(()),
+            status => Err(ForgeError::Refused {
+                message: format!("GET /app answered {status}: {}", reply.message()),
+            }),
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! Paced writes: one installation's writes (create ref, dispatch, delete ref) go out one at a
+//! time through a token bucket and a rolling hourly cap, behind a bounded queue. A single row
+//! goes at once; a burst becomes a queue, not a ban.
+//! (https://docs.github.com/rest/using-the-rest-api/best-practices-for-using-the-rest-api#avoid-concurrent-requests)
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Mutex, Semaphore};
+use tokio::time::Instant;
+
+use crate::forge::ForgeError;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// The pace of one installation's writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Pace {
+    /// Sustained: one write per interval.
+    pub interval: Duration,
+    /// Writes allowed back to back before the interval applies.
+    pub burst: u32,
+    /// Writes in any rolling hour.
+    pub hourly_max: u32,
+    /// Writes that may wait; beyond that, callers are told to come back.
+    pub queue_capacity: usize,
+}
+
+/// Lets one write out at a time, at the pace.
+pub struct Pacer {
+    pace: Pace,
+    queue: Arc<Semaphore>,
+    /// Held from the wait for a turn until the write is answered: one write at a time.
+    bucket: Mutex<Bucket>,
+}
+
+struct Bucket {
+    tokens: f64,
+    refilled: Instant,
+    /// When each write of the last hour went out.
+    sent: VecDeque<Instant>,
+}
+
+impl Pacer {
+    pub fn new(pace: Pace) -> Pacer {
+        Pacer {
+            queue: Arc::new(Semaphore::new(pace.queue_capacity)),
+            bucket: Mutex::new(Bucket {
+                tokens: f64::from(pace.burst),
+                refilled: Instant::now(),
+                sent: VecDeque::new(),
+            }),
+            pace,
+        }
+    }
+
+    /// Runs `send` when it is this write's turn. A full queue is an immediate `Unavailable`
+    /// with a `retry_after` of about how long the queue takes to drain.
+    pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> Result<T, ForgeError>
+    where
+        Fut: Future<Output = T>,
+    {
+        let Ok(_slot) = Arc::clone(&self.queue).try_acquire_owned() else {
+            let drain = self
+                .pace
+                .interval
+                .saturating_mul(self.pace.queue_capacity as u32)
+                .clamp(Duration::from_secs(1), HOUR);
+            return Err(ForgeError::Unavailable {
+                message: format!(
+                    "the write queue is full ({} writes waiting)",
+                    self.pace.queue_capacity
+                ),
+                retry_after: Some(drain),
+            });
+        };
+        let mut bucket = self.bucket.lock().await;
+        bucket.wait_for_turn(&self.pace).await;
+        Ok(send().await)
+    }
+}
+
+impl Bucket {
+    async fn wait_for_turn(&mut self, pace: &Pace) {
+        loop {
+            let now = Instant::now();
+            self.refill(pace, now);
+            while self.sent.front().is_some_and(|t| now.duration_since(*t) >= HOUR) {
+                self.sent.pop_front();
+            }
+            let hourly_wait = if self.sent.len() >= pace.hourly_max as usize {
+                self.sent.front().map(|t| (*t + HOUR).saturating_duration_since(now))
+            } else {
+                None
+            };
+            let token_wait = if self.tokens >= 1.0 {
+                None
+            } else {
+                Some(pace.interval.mul_f64(1.0 - self.tokens))
+            };
+            match hourly_wait.max(token_wait) {
+                Some(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
+                _ => {
+                    self.tokens -= 1.0;
+                    self.sent.push_back(now);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn refill(&mut self, pace: &Pace, now: Instant) {
+        let elapsed = now.duration_since(self.refilled);
+        self.refilled = now;
+        if pace.interval.is_zero() {
+            self.tokens = f64::from(pace.burst);
+            return;
+        }
+        let earned = elapsed.as_secs_f64() / pace.interval.as_secs_f64();
+        self.tokens = (self.tokens + earned).min(f64::from(pace.burst));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pace(burst: u32, hourly_max: u32, queue_capacity: usize) -> Pace {
+        Pace {
+            interval: Duration::from_secs(1),
+            burst,
+            hourly_max,
+            queue_capacity,
+        }
+    }
+
+    async fn times(pacer: Arc<Pacer>, n: usize) -> Vec<Duration> {
+        let start = Instant::now();
+        let handles: Vec<_> = (0..n)
+            .map(|_| {
+                let pacer = Arc::clone(&pacer);
+                tokio::spawn(async move { pacer.write(|| async { start.elapsed() }).await.unwrap() })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.unwrap());
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_goes_at_once_then_one_per_interval() {
+        let sent = times(Arc::new(Pacer::new(pace(3, 450, 100))), 6).await;
+        let secs: Vec<u64> = sent.iter().map(|d| d.as_secs()).collect();
+        assert_eq!(secs, vec![0, 0, 0, 1, 2, 3]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hourly_cap_holds_a_write_until_the_oldest_is_an_hour_old() {
+        let sent = times(Arc::new(Pacer::new(pace(10, 4, 100))), 5).await;
+        assert_eq!(sent[3].as_secs(), 0);
+        assert_eq!(sent[4].as_secs(), 3600);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_answers_unavailable_at_once() {
+        let pacer = Arc::new(Pacer::new(pace(1, 450, 2)));
+        let (release, hold) = tokio::sync::oneshot::channel::<()>();
+        let first = {
+            let pacer = Arc::clone(&pacer);
+            tokio::spawn(async move { pacer.write(|| async { hold.await.ok() }).await })
+        };
+        tokio::task::yield_now().await;
+        let second = {
+            let pacer = Arc::clone(&pacer);
+            tokio::spawn(async move { pacer.write(|| async {}).await })
+        };
+        tokio::task::yield_now().await;
+        let third = pacer.write(|| async {}).await;
+        assert!(matches!(third, Err(ForgeError::Unavailable { retry_after: Some(_), .. })));
+        release.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        second.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn writes_go_out_one_at_a_time() {
+        let pacer = Arc::new(Pacer::new(pace(10, 450, 100)));
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handles: Vec<_> = (0..5)
+            .map(|_| {
+                let (pacer, busy) = (Arc::clone(&pacer), Arc::clone(&busy));
+                tokio::spawn(async move {
+                    pacer
+                        .write(|| async {
+                            assert!(!busy.swap(true, std::sync::atomic::Ordering::SeqCst));
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            busy.store(false, std::sync::atomic::Ordering::SeqCst);
+                        })
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        for h in handles {
+            h.await.unwrap();
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! One retry policy for every GitHub call: connection errors, timeouts, 5xx, 429 and rate-limit
+//! 403s are tried again with exponential backoff and full jitter, honouring `retry-after` and
+//! `x-ratelimit-reset`, within a time budget; every other answer is final.
+//! (https://docs.github.com/rest/using-the-rest-api/best-practices-for-using-the-rest-api#handle-rate-limit-errors-appropriately)
+
+use std::future::Future;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::{HeaderMap, StatusCode};
+use rand::Rng;
+use tokio::time::Instant;
+
+use crate::forge::ForgeError;
+
+/// The first backoff step; each retry doubles it, up to [`MAX_STEP`].
+const FIRST_STEP: Duration = Duration::from_millis(200);
+const MAX_STEP: Duration = Duration::from_secs(8);
+/// GitHub: after a secondary rate limit without `retry-after`, wait at least a minute.
+const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
+/// Why an attempt did not succeed, as far as retrying is concerned.
+#[derive(Debug)]
+pub enum Stop {
+    /// Worth another try. `ambiguous`: the request may have been applied (a timeout, a lost
+    /// connection, a 5xx), so a later "already exists" may be our own doing.
+    Retry {
+        message: String,
+        after: Option<Duration>,
+        ambiguous: bool,
+    },
+    /// Final: retrying cannot help.
+    Fail(ForgeError),
+}
+
+impl From<ForgeError> for Stop {
+    fn from(e: ForgeError) -> Stop {
+        Stop::Fail(e)
+    }
+}
+
+impl Stop {
+    /// The same stop, but known not to have been applied (a read, or a step before the write).
+    pub fn not_applied(self) -> Stop {
+        match self {
+            Stop::Retry { message, after, .. } => Stop::Retry {
+                message,
+                after,
+                ambiguous: false,
+            },
+            fail => fail,
+        }
+    }
+}
+
+/// One attempt's result: `?` passes a stop up to the retry loop.
+pub type Attempt<T> = Result<T, Stop>;
+
+/// The retry loop's budget.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    pub budget: Duration,
+}
+
+impl RetryPolicy {
+    /// Runs `attempt` until it is done, fails for good, or the budget would be exceeded. The
+    /// closure learns whether an earlier attempt was ambiguous.
+    pub async fn run<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ForgeError>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = Attempt<T>>,
+    {
+        let started = Instant::now();
+        let mut ambiguous_before = false;
+        for n in 0u32.. {
+            let (message, after, ambiguous) = match attempt(ambiguous_before).await {
+                Ok(value) => return Ok(value),
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Retry {
+                    message,
+                    after,
+                    ambiguous,
+                }) => (message, after, ambiguous),
+            };
+            ambiguous_before |= ambiguous;
+            let wait = after.unwrap_or_else(|| jittered(n));
+            if started.elapsed() + wait > self.budget {
+                return Err(ForgeError::Unavailable {
+                    message: format!("{what}: {message} (gave up after {} attempts)", n + 1),
+                    retry_after: Some(wait.max(Duration::from_secs(1))),
+                });
+            }
+            tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retrying");
+            tokio::time::sleep(wait).await;
+        }
+        unreachable!("the loop only ends by returning")
+    }
+}
+
+/// Full jitter: a uniform wait between zero and the exponential step.
+fn jittered(n: u32) -> Duration {
+    let step = FIRST_STEP
+        .saturating_mul(2u32.saturating_pow(n.min(16)))
+        .min(MAX_STEP);
+    let millis = rand::rng().random_range(0..=step.as_millis() as u64);
+    Duration::from_millis(millis)
+}
+
+/// Sorts an answer that is not a success into "retry" (with how long GitHub asks us to wait)
+/// or "final". `message` is GitHub's `message` field.
+pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop {
+    let retry_after = header_secs(headers, "retry-after").map(Duration::from_secs);
+    let remaining = header_secs(headers, "x-ratelimit-remaining");
+    let reset_in = header_secs(headers, "x-ratelimit-reset").map(until_epoch);
+    let rate_limited = |after: Option<Duration>| Stop::Retry {
+        message: format!("rate limited ({status}): {message}"),
+        after,
+        ambiguous: false,
+    };
+    match status.as_u16() {
+        429 => rate_limited(Some(retry_after.or(reset_in).unwrap_or(SECONDARY_LIMIT_WAIT))),
+        403 if retry_after.is_some() => rate_limited(retry_after),
+        403 if remaining == Some(0) => rate_limited(Some(reset_in.unwrap_or(SECONDARY_LIMIT_WAIT))),
+        403 if message.to_ascii_lowercase().contains("rate limit") => {
+            rate_limited(Some(SECONDARY_LIMIT_WAIT))
+        }
+        500..=599 => Stop::Retry {
+            message: format!("GitHub answered {status}"),
+            after: retry_after,
+            ambiguous: true,
+        },
+        _ => Stop::Fail(ForgeError::Refused {
+            message: format!("GitHub answered {status}: {message}"),
+        }),
+    }
+}
+
+fn header_secs(headers: &HeaderMap, name: &str) -> Option<u64> {
+    headers.get(name)?.to_str().ok()?.trim().parse().ok()
+}
+
+/// How long until the epoch second `reset` (at least one second: clocks differ).
+fn until_epoch(reset: u64) -> Duration {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    Duration::from_secs(reset.saturating_sub(now).max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn headers(pairs: &[(&'static str, String)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    fn after(a: Stop) -> Option<Duration> {
+        match a {
+            Stop::Retry { after, .. } => after,
+            other => panic!("expected a retry, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_secondary_rate_limit_waits_what_retry_after_says() {
+        let h = headers(&[("retry-after", "2".into())]);
+        assert_eq!(after(classify(StatusCode::FORBIDDEN, &h, "secondary rate limit")), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn an_exhausted_primary_limit_waits_for_the_reset() {
+        let reset = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 30;
+        let h = headers(&[("x-ratelimit-remaining", "0".into()), ("x-ratelimit-reset", reset.to_string())]);
+        let wait = after(classify(StatusCode::FORBIDDEN, &h, "API rate limit exceeded")).unwrap();
+        assert!(wait >= Duration::from_secs(28) && wait <= Duration::from_secs(31), "{wait:?}");
+    }
+
+    #[test]
+    fn a_secondary_limit_without_a_hint_waits_a_minute() {
+        let a = classify(StatusCode::FORBIDDEN, &HeaderMap::new(), "You have exceeded a secondary rate limit");
+        assert_eq!(after(a), Some(SECONDARY_LIMIT_WAIT));
+        assert_eq!(after(classify(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), "")), Some(SECONDARY_LIMIT_WAIT));
+    }
+
+    #[test]
+    fn a_5xx_is_retried_and_may_have_been_applied() {
+        assert!(matches!(
+            classify(StatusCode::BAD_GATEWAY, &HeaderMap::new(), ""),
+            Stop::Retry { ambiguous: true, .. }
+        ));
+    }
+
+    #[test]
+    fn other_4xx_are_final() {
+        for status in [400, 401, 403, 404, 409, 422] {
+            let status = StatusCode::from_u16(status).unwrap();
+            assert!(
+                matches!(classify(status, &HeaderMap::new(), "Resource not accessible by integration"), Stop::Fail(_)),
+                "{status}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_stop_at_the_budget_with_a_retry_after() {
+        let tries = AtomicU32::new(0);
+        let policy = RetryPolicy { budget: Duration::from_secs(5) };
+        let result: Result<(), _> = policy
+            .run("op", |_| async {
+                tries.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Stop::Retry { message: "502".into(), after: Some(Duration::from_secs(2)), ambiguous: true })
+            })
+            .await;
+        assert_eq!(tries.load(Ordering::SeqCst), 3, "at 0 s, 2 s and 4 s; a fourth would end past 5 s");
+        assert!(matches!(result, Err(ForgeError::Unavailable { retry_after: Some(_), .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_learns_that_an_earlier_one_was_ambiguous() {
+        let policy = RetryPolicy { budget: Duration::from_secs(30) };
+        let seen = policy
+            .run("op", |ambiguous_before| async move {
+                if ambiguous_before {
+                    Ok(true)
+                } else {
+                    Err(Stop::Retry { message: "timeout".into(), after: None, ambiguous: true })
+                }
+            })
+            .await
+            .unwrap();
+        assert!(seen);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_of_retry_after_is_honoured() {
+        let policy = RetryPolicy { budget: Duration::from_secs(30) };
+        let start = Instant::now();
+        let n = AtomicU32::new(0);
+        policy
+            .run("op", |_| async {
+                if n.fetch_add(1, Ordering::SeqCst) == 0 {
+                    Err(Stop::Retry { message: "limited".into(), after: Some(Duration::from_secs(2)), ambiguous: false })
+                } else {
+                    Ok(())
+                }
+            })
+            .await
+            .unwrap();
+        assert!(start.elapsed() >= Duration::from_secs(2));
+    }
+}
