@@ -158,8 +158,11 @@ impl LocalForge {
             .await
             .with_context(|| format!("could not open {}", self.dispatch_log.display()))?;
         // One write per line: appends from other processes do not interleave inside it.
-        file.write_all(format!("{line}\n").as_bytes())
-            .await
+        // tokio's File finishes a write in the background: flush, so the line is in the log
+        // before the dispatch counts as done, and a failed write is an error, not a shrug.
+        let appended = file.write_all(format!("{line}\n").as_bytes()).await;
+        appended
+            .and(file.flush().await)
             .with_context(|| format!("could not append to {}", self.dispatch_log.display()))?;
         Ok(())
     }

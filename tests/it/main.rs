@@ -1,1 +1,11 @@
+//! rowbranch's integration tests: the real server on a free port over a fresh local git forge,
+//! and the binary as a user runs it. One binary, so the crate is linked once.
 
+mod auth;
+mod cli;
+mod concurrency;
+mod faulty_forge;
+mod helpers;
+mod identity;
+mod malformed;
+mod webhook;

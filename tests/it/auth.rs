@@ -1,0 +1,244 @@
+//! Authentication (SPEC §3): bearer, Standard Webhooks, X-Hub-Signature-256, rotation, and the
+//! 401 that says nothing about which check failed.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature};
+use serde_json::json;
+
+use crate::helpers::{insert, random_secret, random_whsec, spawn_app, Options, Reply, TestApp};
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// POSTs row `id` signed the Standard Webhooks way with `secret`, dated `timestamp`.
+async fn post_standard_webhooks(app: &TestApp, secret: &str, id: u64, timestamp: i64) -> Reply {
+    let body = insert(json!(id), "Signed row").to_string();
+    let msg_id = format!("msg_{id}");
+    let signature =
+        standard_webhooks_signature(secret, &msg_id, timestamp, body.as_bytes()).unwrap();
+    let timestamp = timestamp.to_string();
+    app.post_raw(
+        body,
+        &[
+            ("content-type", "application/json"),
+            ("webhook-id", &msg_id),
+            ("webhook-timestamp", &timestamp),
+            ("webhook-signature", &signature),
+        ],
+    )
+    .await
+}
+
+async fn post_hub_signed(app: &TestApp, secret: &str, id: u64) -> Reply {
+    let body = insert(json!(id), "Signed row").to_string();
+    let signature = hub_signature_256(secret, body.as_bytes());
+    app.post_raw(
+        body,
+        &[
+            ("content-type", "application/json"),
+            ("x-hub-signature-256", &signature),
+        ],
+    )
+    .await
+}
+
+async fn post_bearer(app: &TestApp, token: &str, id: u64) -> Reply {
+    let auth = format!("Bearer {token}");
+    app.post_raw(
+        insert(json!(id), "Signed row").to_string(),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
+    )
+    .await
+}
+
+#[track_caller]
+fn expect_unauthorized(reply: &Reply, secret: &str) {
+    reply.expect(401, "error");
+    assert_eq!(
+        reply.body,
+        json!({"outcome": "error", "message": "missing or wrong credentials"})
+    );
+    assert!(!reply.text.contains(secret));
+}
+
+#[tokio::test]
+async fn a_bearer_token_is_accepted() {
+    let app = spawn_app(Options::default()).await;
+    let secret = app.secret.clone();
+    post_bearer(&app, &secret, 1)
+        .await
+        .expect(200, "dispatched");
+    // The scheme is case-insensitive, as HTTP auth schemes are.
+    let auth = format!("bearer {secret}");
+    app.post_raw(
+        insert(json!(2), "x").to_string(),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &auth),
+        ],
+    )
+    .await
+    .expect(200, "dispatched");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_standard_webhooks_signature_with_a_fresh_timestamp_is_accepted() {
+    let secret = random_whsec();
+    let app = spawn_app(Options::default().secret_env(&secret)).await;
+    post_standard_webhooks(&app, &secret, 1, now())
+        .await
+        .expect(200, "dispatched");
+    // Within five minutes either way is fresh.
+    post_standard_webhooks(&app, &secret, 2, now() - 240)
+        .await
+        .expect(200, "dispatched");
+    post_standard_webhooks(&app, &secret, 3, now() + 240)
+        .await
+        .expect(200, "dispatched");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_whsec_secret_as_supabase_displays_it_with_v1_in_front_works() {
+    let secret = random_whsec();
+    let app = spawn_app(Options::default().secret_env(&format!("v1,{secret}"))).await;
+    post_standard_webhooks(&app, &secret, 1, now())
+        .await
+        .expect(200, "dispatched");
+    // And the bearer token is the secret without the `v1,`.
+    post_bearer(&app, &secret, 2)
+        .await
+        .expect(200, "dispatched");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_x_hub_signature_256_is_accepted() {
+    let app = spawn_app(Options::default()).await;
+    let secret = app.secret.clone();
+    post_hub_signed(&app, &secret, 1)
+        .await
+        .expect(200, "dispatched");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn either_of_two_rotated_secrets_is_accepted_and_no_other() {
+    let (old, new) = (random_secret(), random_whsec());
+    let app = spawn_app(Options::default().secret_env(&format!("{old}  {new}"))).await;
+    post_bearer(&app, &old, 1).await.expect(200, "dispatched");
+    post_bearer(&app, &new, 2).await.expect(200, "dispatched");
+    post_hub_signed(&app, &old, 3)
+        .await
+        .expect(200, "dispatched");
+    post_hub_signed(&app, &new, 4)
+        .await
+        .expect(200, "dispatched");
+    post_standard_webhooks(&app, &new, 5, now())
+        .await
+        .expect(200, "dispatched");
+
+    let stranger = random_secret();
+    expect_unauthorized(&post_bearer(&app, &stranger, 6).await, &old);
+    expect_unauthorized(&post_hub_signed(&app, &stranger, 7).await, &old);
+    // Both secrets together are not a third one.
+    expect_unauthorized(&post_bearer(&app, &format!("{old}{new}"), 8).await, &old);
+    assert_eq!(app.branches().await.len(), 5);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn missing_or_wrong_credentials_are_a_401_without_detail() {
+    let app = spawn_app(Options::default()).await;
+    let secret = app.secret.clone();
+    let body = insert(json!(42), "Add dark mode!").to_string();
+
+    let none = app
+        .post_raw(body.clone(), &[("content-type", "application/json")])
+        .await;
+    expect_unauthorized(&none, &secret);
+
+    expect_unauthorized(&post_bearer(&app, &random_secret(), 42).await, &secret);
+    // A prefix of the secret, or the secret with another scheme, is not the secret.
+    expect_unauthorized(&post_bearer(&app, &secret[..30], 42).await, &secret);
+    let basic = format!("Basic {secret}");
+    let reply = app
+        .post_raw(
+            body.clone(),
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &basic),
+            ],
+        )
+        .await;
+    expect_unauthorized(&reply, &secret);
+
+    // Signed with the right secret, but over another body.
+    let signature = hub_signature_256(&secret, b"{}");
+    let reply = app
+        .post_raw(
+            body.clone(),
+            &[
+                ("content-type", "application/json"),
+                ("x-hub-signature-256", &signature),
+            ],
+        )
+        .await;
+    expect_unauthorized(&reply, &secret);
+    let reply = app
+        .post_raw(
+            body,
+            &[
+                ("content-type", "application/json"),
+                ("x-hub-signature-256", "sha256=nothex"),
+            ],
+        )
+        .await;
+    expect_unauthorized(&reply, &secret);
+
+    assert!(app.branches().await.is_empty());
+    assert!(app.dispatches().is_empty());
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_standard_webhooks_signature_older_than_five_minutes_is_a_401() {
+    let secret = random_whsec();
+    let app = spawn_app(Options::default().secret_env(&secret)).await;
+    // Correctly signed, but replayed ten minutes later.
+    expect_unauthorized(
+        &post_standard_webhooks(&app, &secret, 1, now() - 600).await,
+        &secret,
+    );
+    // Or dated too far ahead.
+    expect_unauthorized(
+        &post_standard_webhooks(&app, &secret, 2, now() + 600).await,
+        &secret,
+    );
+    // Signed with another whsec_ secret.
+    expect_unauthorized(
+        &post_standard_webhooks(&app, &random_whsec(), 3, now()).await,
+        &secret,
+    );
+    assert!(app.branches().await.is_empty());
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn credentials_are_checked_before_the_body_is_parsed() {
+    let app = spawn_app(Options::default()).await;
+    let reply = app
+        .post_raw("not json", &[("content-type", "application/json")])
+        .await;
+    expect_unauthorized(&reply, &app.secret);
+    app.shutdown().await;
+}

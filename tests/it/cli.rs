@@ -1,0 +1,302 @@
+//! The binary as a user runs it: exit codes, messages, `serve` end to end, `preview`, `demo`.
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use rowbranch::forge::local::create_repository;
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::process::Command;
+
+use crate::helpers::{branches, dispatches, eventually, insert, random_secret, PATIENCE};
+
+const SUPABASE_INSERT: &str = include_str!("../fixtures/supabase-insert.json");
+
+/// A local-forge config for the route `public.feedbacks` with the slug from `text_column`.
+fn local_config(text_column: &str) -> String {
+    format!(
+        r#"listen = "127.0.0.1:8080"
+
+[forge]
+kind = "local"
+path = "repo.git"
+
+[[routes]]
+table = "feedbacks"
+repo = "acme/app"
+text_column = "{text_column}"
+branch_prefix = "feedback"
+event_type = "feedback"
+"#
+    )
+}
+
+/// The binary with an environment that holds none of rowbranch's variables.
+fn rowbranch(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+    cmd.current_dir(dir)
+        .env_remove("ROWBRANCH_WEBHOOK_SECRET")
+        .env_remove("ROWBRANCH_LISTEN")
+        .env_remove("PORT")
+        .env_remove("RUST_LOG")
+        .env("TMPDIR", dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+async fn run(cmd: &mut Command) -> Output {
+    tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("the command did not finish in time")
+        .expect("could not run rowbranch")
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test]
+async fn version_and_help_exit_zero() {
+    let dir = TempDir::new().unwrap();
+    let out = run(rowbranch(dir.path()).arg("--version")).await;
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = run(rowbranch(dir.path()).arg("--help")).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    for command in ["serve", "demo", "preview"] {
+        assert!(help.contains(command), "{help}");
+    }
+    for command in ["serve", "demo", "preview"] {
+        let out = run(rowbranch(dir.path()).args([command, "--help"])).await;
+        assert_eq!(out.status.code(), Some(0), "{command} --help");
+    }
+}
+
+#[tokio::test]
+async fn a_usage_error_exits_two() {
+    let dir = TempDir::new().unwrap();
+    let out = run(rowbranch(dir.path()).arg("frobnicate")).await;
+    assert_eq!(out.status.code(), Some(2));
+    let out = run(rowbranch(dir.path()).args(["serve", "--no-such-flag"])).await;
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn serve_with_a_missing_config_exits_two_naming_the_file() {
+    let dir = TempDir::new().unwrap();
+    let missing = dir.path().join("nowhere.toml");
+    let out = run(rowbranch(dir.path())
+        .args(["serve", "--config"])
+        .arg(&missing)
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&*missing.to_string_lossy()),
+        "{}",
+        stderr(&out)
+    );
+
+    // The default is ./rowbranch.toml.
+    let out = run(rowbranch(dir.path())
+        .arg("serve")
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
+    .await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("rowbranch.toml"), "{}", stderr(&out));
+}
+
+#[tokio::test]
+async fn an_unknown_key_in_the_config_exits_two_naming_the_key_and_the_file() {
+    let dir = TempDir::new().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let text = local_config("message")
+        .replace("[[routes]]\n", "[[routes]]\nbranch_prefx = \"feedback\"\n");
+    std::fs::write(&path, text).unwrap();
+    let out = run(rowbranch(dir.path())
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("branch_prefx"), "{err}");
+    assert!(err.contains(&*path.to_string_lossy()), "{err}");
+}
+
+#[tokio::test]
+async fn serve_without_a_secret_or_insecure_no_auth_exits_two() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(dir.path().join("rowbranch.toml"), local_config("message")).unwrap();
+    create_repository(&dir.path().join("repo.git"))
+        .await
+        .unwrap();
+    let out = run(rowbranch(dir.path()).arg("serve")).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("ROWBRANCH_WEBHOOK_SECRET"), "{err}");
+    assert!(err.contains("--insecure-no-auth"), "{err}");
+
+    // A secret too short to be one is a config error too, and is not echoed.
+    let out = run(rowbranch(dir.path())
+        .arg("serve")
+        .env("ROWBRANCH_WEBHOOK_SECRET", "hunter2-hunter2"))
+    .await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
+}
+
+/// A free port on 127.0.0.1, as far as anyone can tell before using it.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn serve_dispatches_a_row_once_and_stops_cleanly_on_sigterm() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(dir.path().join("rowbranch.toml"), local_config("message")).unwrap();
+    let repo = dir.path().join("repo.git");
+    create_repository(&repo).await.unwrap();
+    let secret = random_secret();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut server = rowbranch(dir.path())
+        .arg("serve")
+        .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
+        .env("ROWBRANCH_LISTEN", &addr)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    let client = reqwest::Client::new();
+    eventually("the server to answer /healthz", || async {
+        let up = client.get(format!("http://{addr}/healthz")).send().await;
+        up.ok().filter(|r| r.status() == 200)
+    })
+    .await;
+    let deliver = || async {
+        let response = client
+            .post(format!("http://{addr}/webhook"))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .body(insert(json!(42), "Add dark mode!").to_string())
+            .send()
+            .await
+            .unwrap();
+        (
+            response.status().as_u16(),
+            serde_json::from_str::<Value>(&response.text().await.unwrap()).unwrap(),
+        )
+    };
+    let (status, body) = deliver().await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "dispatched", "{body}");
+    assert_eq!(body["branch"], "feedback/42-add-dark-mode");
+    assert_eq!(body["id"], "42");
+    assert_eq!(body["repo"], "acme/app");
+    let (status, body) = deliver().await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["outcome"], "duplicate", "{body}");
+    assert_eq!(body["reason"], "branch_exists", "{body}");
+
+    let pid = server.id().expect("the server has a pid").to_string();
+    let killed = std::process::Command::new("kill")
+        .arg(&pid)
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(PATIENCE, server.wait())
+        .await
+        .expect("the server did not stop after SIGTERM")
+        .unwrap();
+    let mut log = String::new();
+    if let Some(mut err) = server.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        err.read_to_string(&mut log).await.unwrap();
+    }
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(!log.contains(&secret), "the log shows the secret:\n{log}");
+    assert_eq!(branches(&repo).await, ["feedback/42-add-dark-mode"]);
+    let log = dir.path().join("dispatches.jsonl");
+    let lines = eventually("the dispatch line", || async {
+        Some(dispatches(&log)).filter(|lines| !lines.is_empty())
+    })
+    .await;
+    assert_eq!(lines.len(), 1);
+}
+
+#[tokio::test]
+async fn preview_prints_route_id_branch_and_payload_for_the_recorded_supabase_body() {
+    let dir = TempDir::new().unwrap();
+    let config = dir.path().join("rowbranch.toml");
+    std::fs::write(&config, local_config("title")).unwrap();
+    let body = dir.path().join("insert.json");
+    std::fs::write(&body, SUPABASE_INSERT).unwrap();
+    let out = run(rowbranch(dir.path())
+        .arg("preview")
+        .arg(&body)
+        .arg("--config")
+        .arg(&config))
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("public.feedbacks -> acme/app"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("id:") && l.trim_end().ends_with(" 1")),
+        "{text}"
+    );
+    assert!(text.contains("feedback/1-button-broken"), "{text}");
+    assert!(text.contains("\"text\": \"Button broken\""), "{text}");
+    // Preview touches no forge: there is not even a repository here.
+    assert!(!dir.path().join("repo.git").exists());
+}
+
+#[tokio::test]
+async fn preview_of_a_bad_id_exits_one_with_the_reason() {
+    let dir = TempDir::new().unwrap();
+    std::fs::write(dir.path().join("rowbranch.toml"), local_config("message")).unwrap();
+    let body = dir.path().join("bad.json");
+    std::fs::write(&body, insert(json!("../etc"), "Sneaky").to_string()).unwrap();
+    let out = run(rowbranch(dir.path()).arg("preview").arg(&body)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("422"), "{text}");
+    assert!(text.contains("'/' (a slash)"), "{text}");
+}
+
+#[tokio::test]
+async fn demo_shows_eight_rows_becoming_eight_branches_and_eight_dispatches() {
+    let dir = TempDir::new().unwrap();
+    let out = run(rowbranch(dir.path()).arg("demo")).await;
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", stderr(&out));
+    assert!(
+        text.contains("8 rows → 8 branches → 8 dispatches"),
+        "{text}"
+    );
+    assert!(!text.contains('✗'), "an unexpected answer: {text}");
+    // The demo's repository is in a new temporary directory, never the current one.
+    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(
+        entries.len(),
+        1,
+        "the demo made exactly one directory in TMPDIR"
+    );
+}

@@ -1,0 +1,272 @@
+//! A stateful forge for tests: the real local git forge underneath, with faults injected per
+//! operation, delays, a record of pull requests (which a bare repository cannot have) and a count
+//! of every call. Whatever the test did not ask for is loud: an injected fault that never fired,
+//! or a failure of the real forge nobody expected, fails the test at [`FaultyForge::verify`].
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use async_trait::async_trait;
+use rowbranch::forge::local::LocalForge;
+use rowbranch::forge::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
+use rowbranch::identity::{BranchName, BranchPrefix, RowId};
+use serde_json::Value;
+
+/// The operations of the [`Forge`] trait, one per method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    RowBranches,
+    PullRequestFor,
+    Base,
+    Claim,
+    Dispatch,
+    Release,
+}
+
+/// A failure to inject, as the pipeline would meet it from GitHub.
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// Unreachable or rate limited: retry later.
+    Unavailable { retry_after: Option<Duration> },
+    /// Understood and refused.
+    Refused,
+    /// Anything else: a bug somewhere.
+    Other,
+}
+
+impl Fault {
+    fn error(&self, op: Op) -> ForgeError {
+        match self {
+            Fault::Unavailable { retry_after } => ForgeError::Unavailable {
+                message: format!("injected: {op:?} unavailable"),
+                retry_after: *retry_after,
+            },
+            Fault::Refused => ForgeError::Refused {
+                message: format!("injected: {op:?} refused"),
+            },
+            Fault::Other => ForgeError::Other(anyhow!(
+                "injected: {op:?} broke; secret detail /srv/rowbranch/state"
+            )),
+        }
+    }
+}
+
+/// The text [`Fault::Other`] carries, which must never reach an HTTP answer.
+pub const OTHER_DETAIL: &str = "secret detail";
+
+#[derive(Default)]
+struct State {
+    faults: HashMap<Op, VecDeque<Fault>>,
+    delays: HashMap<Op, Duration>,
+    calls: HashMap<Op, usize>,
+    pulls: Vec<PullRequest>,
+    /// Claims to lose to a writer that creates the ref just before the real claim.
+    claims_to_lose: usize,
+    /// Failures of the real forge that no test asked for.
+    surprises: Vec<String>,
+    inner_failures_expected: bool,
+}
+
+pub struct FaultyForge {
+    inner: LocalForge,
+    state: Mutex<State>,
+}
+
+impl FaultyForge {
+    pub fn new(inner: LocalForge) -> FaultyForge {
+        FaultyForge {
+            inner,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("faulty forge state poisoned")
+    }
+
+    /// The next `times` calls of `op` fail with `fault` (after any delay).
+    pub fn fail_next(&self, op: Op, times: usize, fault: Fault) {
+        let mut state = self.state();
+        let queue = state.faults.entry(op).or_default();
+        queue.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Every later call of `op` waits `by` before it does anything.
+    pub fn delay(&self, op: Op, by: Duration) {
+        self.state().delays.insert(op, by);
+    }
+
+    /// How often `op` was called since the start or the last [`FaultyForge::reset_counts`].
+    pub fn calls(&self, op: Op) -> usize {
+        self.state().calls.get(&op).copied().unwrap_or(0)
+    }
+
+    /// Calls that write: claims, dispatches and releases.
+    pub fn writes(&self) -> usize {
+        self.calls(Op::Claim) + self.calls(Op::Dispatch) + self.calls(Op::Release)
+    }
+
+    pub fn reset_counts(&self) {
+        self.state().calls.clear();
+    }
+
+    /// Records a pull request whose head was `head_ref` (its branch need not exist any more).
+    pub fn add_pull_request(&self, head_ref: &str, state: &str) -> u64 {
+        let mut s = self.state();
+        let number = s.pulls.len() as u64 + 1;
+        s.pulls.push(PullRequest {
+            number,
+            head_ref: head_ref.to_owned(),
+            state: state.to_owned(),
+        });
+        number
+    }
+
+    /// The next claim finds its ref created by another writer an instant before: the race
+    /// between the check and the claim, made deterministic.
+    pub fn lose_next_claim(&self) {
+        self.state().claims_to_lose += 1;
+    }
+
+    /// The real forge is expected to fail in this test (e.g. a failing `on_dispatch`).
+    pub fn expect_inner_failures(&self) {
+        self.state().inner_failures_expected = true;
+    }
+
+    /// Panics if an injected fault never fired, a lost claim never happened, or the real forge
+    /// failed where nobody expected it.
+    pub fn verify(&self) {
+        let state = self.state();
+        let unfired: Vec<String> = state
+            .faults
+            .iter()
+            .filter(|(_, q)| !q.is_empty())
+            .map(|(op, q)| format!("{} × {op:?}", q.len()))
+            .collect();
+        assert!(
+            unfired.is_empty(),
+            "injected faults that never fired: {unfired:?}"
+        );
+        assert_eq!(
+            state.claims_to_lose, 0,
+            "a claim was to be lost but no claim came"
+        );
+        assert!(
+            state.surprises.is_empty(),
+            "the real forge failed unexpectedly: {:#?}",
+            state.surprises
+        );
+    }
+
+    /// Counts the call, waits its delay, and hands out its injected fault, if any.
+    async fn enter(&self, op: Op) -> Result<(), ForgeError> {
+        let (delay, fault) = {
+            let mut state = self.state();
+            *state.calls.entry(op).or_default() += 1;
+            let fault = state.faults.get_mut(&op).and_then(VecDeque::pop_front);
+            (state.delays.get(&op).copied(), fault)
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
+        }
+        match fault {
+            Some(fault) => Err(fault.error(op)),
+            None => Ok(()),
+        }
+    }
+
+    /// Passes the real forge's result on, noting a failure nobody expected.
+    fn observe<T>(&self, op: Op, result: Result<T, ForgeError>) -> Result<T, ForgeError> {
+        if let Err(e) = &result {
+            let mut state = self.state();
+            if !state.inner_failures_expected {
+                eprintln!("faulty forge: the real forge failed unexpectedly in {op:?}: {e:#}");
+                state.surprises.push(format!("{op:?}: {e:#}"));
+            }
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Forge for FaultyForge {
+    async fn row_branches(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+    ) -> Result<Vec<String>, ForgeError> {
+        self.enter(Op::RowBranches).await?;
+        let result = self.inner.row_branches(repo, prefix, id).await;
+        self.observe(Op::RowBranches, result)
+    }
+
+    async fn pull_request_for(
+        &self,
+        _repo: &RepoName,
+        branch: &BranchName,
+    ) -> Result<Option<PullRequest>, ForgeError> {
+        self.enter(Op::PullRequestFor).await?;
+        // GitHub's `head=OWNER:BRANCH` filter, compared exactly as the pipeline must.
+        Ok(self
+            .state()
+            .pulls
+            .iter()
+            .find(|pr| pr.head_ref == branch.as_str())
+            .cloned())
+    }
+
+    async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError> {
+        self.enter(Op::Base).await?;
+        let result = self.inner.base(repo).await;
+        self.observe(Op::Base, result)
+    }
+
+    async fn claim(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<Claim, ForgeError> {
+        self.enter(Op::Claim).await?;
+        let lose = {
+            let mut state = self.state();
+            let lose = state.claims_to_lose > 0;
+            state.claims_to_lose = state.claims_to_lose.saturating_sub(1);
+            lose
+        };
+        if lose {
+            let other = self.inner.claim(repo, branch, sha).await;
+            assert!(
+                matches!(other, Ok(Claim::Created)),
+                "the other writer's claim of {branch} did not create it: {other:?}"
+            );
+        }
+        let result = self.inner.claim(repo, branch, sha).await;
+        self.observe(Op::Claim, result)
+    }
+
+    async fn dispatch(
+        &self,
+        repo: &RepoName,
+        event_type: &str,
+        payload: &Value,
+    ) -> Result<(), ForgeError> {
+        self.enter(Op::Dispatch).await?;
+        let result = self.inner.dispatch(repo, event_type, payload).await;
+        self.observe(Op::Dispatch, result)
+    }
+
+    async fn release(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<(), ForgeError> {
+        self.enter(Op::Release).await?;
+        let result = self.inner.release(repo, branch, sha).await;
+        self.observe(Op::Release, result)
+    }
+}

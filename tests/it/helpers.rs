@@ -1,0 +1,488 @@
+//! `spawn_app()`: the real server on 127.0.0.1:0 over a fresh bare repository, configured from a
+//! TOML string, with a handle to send deliveries and look at what they left in the repository.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use reqwest::header::HeaderMap;
+use rowbranch::config::{Config, ForgeConfig};
+use rowbranch::forge::local::{create_repository, LocalForge};
+use rowbranch::forge::Forge;
+use rowbranch::http::{self, App};
+use serde_json::{json, Value};
+use tempfile::TempDir;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::faulty_forge::FaultyForge;
+
+/// The route most tests use: `public.feedbacks` → `acme/app`, branches `feedback/…`.
+pub const FEEDBACK_ROUTE: &str = r#"
+[[routes]]
+table = "feedbacks"
+repo = "acme/app"
+text_column = "message"
+branch_prefix = "feedback"
+event_type = "feedback"
+"#;
+
+/// How long a test waits for background work before it gives up.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
+/// How a test app is configured.
+#[derive(Clone)]
+pub struct Options {
+    respond_within_ms: u64,
+    max_body_bytes: Option<usize>,
+    on_dispatch: Option<String>,
+    routes: String,
+    secret_env: Option<String>,
+    faulty: bool,
+    /// Files written beside the config before it is parsed (e.g. a payload template).
+    files: Vec<(String, String)>,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            // Long enough that a test sees the run's own answer, not `accepted`.
+            respond_within_ms: 10_000,
+            max_body_bytes: None,
+            on_dispatch: None,
+            routes: FEEDBACK_ROUTE.to_owned(),
+            secret_env: None,
+            faulty: false,
+            files: Vec::new(),
+        }
+    }
+}
+
+impl Options {
+    pub fn respond_within_ms(mut self, ms: u64) -> Options {
+        self.respond_within_ms = ms;
+        self
+    }
+
+    pub fn max_body_bytes(mut self, bytes: usize) -> Options {
+        self.max_body_bytes = Some(bytes);
+        self
+    }
+
+    pub fn on_dispatch(mut self, command: &str) -> Options {
+        self.on_dispatch = Some(command.to_owned());
+        self
+    }
+
+    /// Replaces the default route with these `[[routes]]` tables.
+    pub fn routes(mut self, toml: &str) -> Options {
+        self.routes = toml.to_owned();
+        self
+    }
+
+    /// The value of ROWBRANCH_WEBHOOK_SECRET; a random secret otherwise.
+    pub fn secret_env(mut self, value: &str) -> Options {
+        self.secret_env = Some(value.to_owned());
+        self
+    }
+
+    /// Writes `content` to `name` beside the config before the config is read.
+    pub fn file(mut self, name: &str, content: &str) -> Options {
+        self.files.push((name.to_owned(), content.to_owned()));
+        self
+    }
+
+    /// Wraps the local forge in a [`FaultyForge`].
+    pub fn faulty(mut self) -> Options {
+        self.faulty = true;
+        self
+    }
+
+    fn toml(&self) -> String {
+        let mut text = String::from(
+            "listen = \"127.0.0.1:0\"\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n",
+        );
+        if let Some(command) = &self.on_dispatch {
+            text += &format!("on_dispatch = {}\n", toml::Value::String(command.clone()));
+        }
+        text += &format!(
+            "\n[webhook]\nrespond_within_ms = {}\n",
+            self.respond_within_ms
+        );
+        if let Some(max) = self.max_body_bytes {
+            text += &format!("max_body_bytes = {max}\n");
+        }
+        text + &self.routes
+    }
+}
+
+/// A running app and what it works on.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub url: String,
+    /// The first secret in ROWBRANCH_WEBHOOK_SECRET, as a sender would use it.
+    pub secret: String,
+    pub repo: PathBuf,
+    pub dir: Arc<TempDir>,
+    forge: Option<Arc<FaultyForge>>,
+    client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+/// An answer from the server.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub text: String,
+    /// The body as JSON, or `Null` when it is not JSON.
+    pub body: Value,
+}
+
+impl Reply {
+    pub fn outcome(&self) -> &str {
+        self.body["outcome"].as_str().unwrap_or("")
+    }
+
+    pub fn reason(&self) -> &str {
+        self.body["reason"].as_str().unwrap_or("")
+    }
+
+    pub fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or("")
+    }
+
+    /// Panics with the whole answer unless it is `status` with `outcome`.
+    #[track_caller]
+    pub fn expect(&self, status: u16, outcome: &str) -> &Reply {
+        assert!(
+            self.status == status && self.outcome() == outcome,
+            "expected {status} {outcome}, got {} {}",
+            self.status,
+            self.text
+        );
+        assert!(
+            !self.message().is_empty(),
+            "every answer has a message: {}",
+            self.text
+        );
+        self
+    }
+
+    /// Panics unless the answer is `200 duplicate` for `reason`.
+    #[track_caller]
+    pub fn expect_duplicate(&self, reason: &str) -> &Reply {
+        self.expect(200, "duplicate");
+        assert_eq!(self.reason(), reason, "{}", self.text);
+        self
+    }
+}
+
+/// A Supabase INSERT into `public.feedbacks`.
+pub fn insert(id: Value, text: &str) -> Value {
+    json!({
+        "type": "INSERT",
+        "table": "feedbacks",
+        "schema": "public",
+        "record": { "id": id, "message": text, "created_at": "2026-12-02T09:30:00.000000+00:00" },
+        "old_record": null
+    })
+}
+
+/// A fresh random secret of 48 hex characters.
+pub fn random_secret() -> String {
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).expect("no randomness");
+    hex::encode(bytes)
+}
+
+/// A fresh random Standard Webhooks secret: `whsec_` and base64 of 24 random bytes.
+pub fn random_whsec() -> String {
+    use base64::Engine as _;
+    let mut bytes = [0u8; 24];
+    getrandom::fill(&mut bytes).expect("no randomness");
+    format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+/// An `on_dispatch` command that holds each dispatch until the test calls
+/// [`TestApp::open_gate`] (or 20 s pass), then succeeds.
+pub const GATED_DISPATCH: &str = "i=0; while [ ! -e gate-open ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; cat >/dev/null";
+
+pub async fn spawn_app(options: Options) -> TestApp {
+    let dir = Arc::new(tempfile::tempdir().expect("no temporary directory"));
+    create_repository(&dir.path().join("repo.git"))
+        .await
+        .expect("could not create the repository");
+    start(&options, dir).await
+}
+
+/// Two apps over one repository: two single-flight maps, as two processes would have.
+pub async fn spawn_two_apps(options: Options) -> (TestApp, TestApp) {
+    let first = spawn_app(options.clone()).await;
+    let second = start(&options, Arc::clone(&first.dir)).await;
+    (first, second)
+}
+
+async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
+    let secret_env = options.secret_env.clone().unwrap_or_else(random_secret);
+    let secret = secret_env
+        .split_whitespace()
+        .next()
+        .expect("an empty secret")
+        .to_owned();
+    let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret_env.clone());
+    for (name, content) in &options.files {
+        std::fs::write(dir.path().join(name), content).expect("could not write a test file");
+    }
+    let config_path = dir.path().join("rowbranch.toml");
+    let config = Config::parse(&options.toml(), &config_path, &env)
+        .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
+    let ForgeConfig::Local { path, on_dispatch } = &config.forge else {
+        panic!("the test config names a local forge");
+    };
+    let local = LocalForge::open(path, on_dispatch.clone())
+        .await
+        .expect("could not open the repository");
+    let (forge, faulty): (Arc<dyn Forge>, _) = if options.faulty {
+        let faulty = Arc::new(FaultyForge::new(local));
+        (faulty.clone(), Some(faulty))
+    } else {
+        (Arc::new(local), None)
+    };
+    let repo = path.clone();
+    let app = App::new(Arc::new(config), forge, false);
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("could not bind");
+    let addr = listener.local_addr().expect("no local address");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(listener, app, async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        addr,
+        url: format!("http://{addr}"),
+        secret,
+        repo,
+        dir,
+        forge: faulty,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("no HTTP client"),
+        stop: Some(stop),
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    /// The faulty forge; panics if the app was not started with [`Options::faulty`].
+    pub fn forge(&self) -> &FaultyForge {
+        self.forge.as_deref().expect("this app has no faulty forge")
+    }
+
+    /// POSTs an INSERT of row `id` with bearer auth.
+    pub async fn post_insert(&self, id: Value, text: &str) -> Reply {
+        self.post_json(&insert(id, text)).await
+    }
+
+    /// POSTs `body` as JSON with bearer auth.
+    pub async fn post_json(&self, body: &Value) -> Reply {
+        self.post_bytes(body.to_string()).await
+    }
+
+    /// POSTs raw bytes as `application/json` with bearer auth.
+    pub async fn post_bytes(&self, body: impl Into<Vec<u8>>) -> Reply {
+        let auth = format!("Bearer {}", self.secret);
+        self.post_raw(
+            body,
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &auth),
+            ],
+        )
+        .await
+    }
+
+    /// POSTs raw bytes with exactly these headers (reqwest adds Content-Length and Host).
+    pub async fn post_raw(&self, body: impl Into<Vec<u8>>, headers: &[(&str, &str)]) -> Reply {
+        let mut request = self
+            .client
+            .post(format!("{}/webhook", self.url))
+            .body(body.into());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        reply(request.send().await.expect("the request failed")).await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("the request failed");
+        reply(response).await
+    }
+
+    /// Short names of the branches in the repository, other than `main`, sorted.
+    pub async fn branches(&self) -> Vec<String> {
+        branches(&self.repo).await
+    }
+
+    /// The lines of `dispatches.jsonl`, parsed.
+    pub fn dispatches(&self) -> Vec<Value> {
+        dispatches(&self.dir.path().join("dispatches.jsonl"))
+    }
+
+    /// Waits until `dispatches.jsonl` holds `n` lines and returns them. (A line can land a
+    /// moment after the answer: see `the_dispatch_line_is_in_the_log_when_the_webhook_answers_dispatched`.)
+    pub async fn wait_for_dispatches(&self, n: usize) -> Vec<Value> {
+        eventually(&format!("{n} dispatch lines"), || async {
+            let lines = self.dispatches();
+            (lines.len() >= n).then_some(lines)
+        })
+        .await
+    }
+
+    /// Waits until `dispatches.jsonl` holds `n` lines, then checks it holds no more.
+    #[track_caller]
+    pub fn expect_dispatches(&self, n: usize) -> impl Future<Output = Vec<Value>> + '_ {
+        let caller = std::panic::Location::caller();
+        async move {
+            let lines = self.wait_for_dispatches(n).await;
+            assert_eq!(lines.len(), n, "dispatch lines (checked at {caller})");
+            lines
+        }
+    }
+
+    /// Waits until the repository has `n` branches besides `main`.
+    pub async fn wait_for_branches(&self, n: usize) -> Vec<String> {
+        eventually(&format!("{n} branches"), || async {
+            let branches = self.branches().await;
+            (branches.len() >= n).then_some(branches)
+        })
+        .await
+    }
+
+    /// Lets every dispatch held by [`GATED_DISPATCH`] go on.
+    pub fn open_gate(&self) {
+        std::fs::write(self.dir.path().join("gate-open"), b"").expect("could not open the gate");
+    }
+
+    /// Stops taking deliveries, waits for every run under way, and checks the faulty forge saw
+    /// nothing unexpected.
+    pub async fn shutdown(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            tokio::time::timeout(PATIENCE, server)
+                .await
+                .expect("the server did not stop in time")
+                .expect("the server task panicked")
+                .expect("the server failed");
+        }
+        if let Some(forge) = &self.forge {
+            forge.verify();
+        }
+    }
+}
+
+async fn reply(response: reqwest::Response) -> Reply {
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("the answer was cut off");
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Reply {
+        status,
+        headers,
+        text,
+        body,
+    }
+}
+
+/// Short names of a repository's branches other than `main`, sorted.
+pub async fn branches(repo: &Path) -> Vec<String> {
+    let out = tokio::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["for-each-ref", "--format=%(refname:strip=2)", "refs/heads/"])
+        .output()
+        .await
+        .expect("could not run git");
+    assert!(out.status.success(), "git for-each-ref failed");
+    let mut names: Vec<String> = String::from_utf8(out.stdout)
+        .expect("branch names are UTF-8")
+        .lines()
+        .filter(|b| *b != "main")
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names
+}
+
+/// The lines of a dispatch log, parsed; none when it does not exist yet.
+pub fn dispatches(log: &Path) -> Vec<Value> {
+    match std::fs::read_to_string(log) {
+        Ok(text) => text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a dispatch line is not JSON"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => panic!("could not read {}: {e}", log.display()),
+    }
+}
+
+/// Polls `check` until it returns `Some`, for at most [`PATIENCE`].
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what} after {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Sends `request` as is over a new connection and returns everything the server answers
+/// until it closes (send `Connection: close`).
+pub async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("could not connect");
+    stream
+        .write_all(request)
+        .await
+        .expect("could not send the request");
+    let mut answer = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
+        .await
+        .expect("no answer in time")
+        .expect("the answer could not be read");
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// The head of a raw POST /webhook with a JSON body, bearer auth and `Connection: close`;
+/// `framing` is the Content-Length or Transfer-Encoding line.
+pub fn raw_head(secret: &str, framing: &str) -> String {
+    format!(
+        "POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Authorization: Bearer {secret}\r\n{framing}\r\nConnection: close\r\n\r\n"
+    )
+}

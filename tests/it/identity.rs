@@ -1,0 +1,123 @@
+//! The row's id is its identity (SPEC §4): redeliveries, edited texts and string ids map to the
+//! branch the row already has, and a row whose id only starts like another's is another row.
+
+use serde_json::json;
+
+use crate::faulty_forge::Op;
+use crate::helpers::{spawn_app, Options};
+
+#[tokio::test]
+async fn a_redelivery_is_answered_from_one_read_without_any_write() {
+    let app = spawn_app(Options::default().faulty()).await;
+    app.post_insert(json!(42), "Add dark mode!")
+        .await
+        .expect(200, "dispatched");
+    assert_eq!(app.forge().calls(Op::Claim), 1);
+    assert_eq!(app.forge().calls(Op::Dispatch), 1);
+
+    app.forge().reset_counts();
+    for _ in 0..3 {
+        app.post_insert(json!(42), "Add dark mode!")
+            .await
+            .expect_duplicate("branch_exists");
+    }
+    assert_eq!(app.forge().calls(Op::RowBranches), 3);
+    assert_eq!(app.forge().writes(), 0, "no claim, dispatch or release");
+    app.expect_dispatches(1).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_edited_text_does_not_make_a_handled_row_new() {
+    let app = spawn_app(Options::default().faulty()).await;
+    app.post_insert(json!(42), "Add dark mode!")
+        .await
+        .expect(200, "dispatched");
+    app.forge().reset_counts();
+    let reply = app.post_insert(json!(42), "Add a dark theme, please").await;
+    reply.expect_duplicate("branch_exists");
+    // The answer names the branch the row has, not the one the new text would give.
+    assert_eq!(reply.body["branch"], "feedback/42-add-dark-mode");
+    assert_eq!(app.forge().writes(), 0);
+    // Without any text at all, the same.
+    app.post_insert(json!(42), "")
+        .await
+        .expect_duplicate("branch_exists");
+    assert_eq!(app.branches().await, ["feedback/42-add-dark-mode"]);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_number_and_the_same_number_as_a_string_are_one_row() {
+    let app = spawn_app(Options::default()).await;
+    app.post_insert(json!(7), "Seven")
+        .await
+        .expect(200, "dispatched");
+    let reply = app.post_insert(json!("7"), "Seven").await;
+    reply.expect_duplicate("branch_exists");
+    assert_eq!(reply.body["id"], "7");
+
+    app.post_insert(json!("8"), "Eight")
+        .await
+        .expect(200, "dispatched");
+    app.post_insert(json!(8), "Eight")
+        .await
+        .expect_duplicate("branch_exists");
+    assert_eq!(
+        app.branches().await,
+        ["feedback/7-seven", "feedback/8-eight"]
+    );
+    app.expect_dispatches(2).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_row_whose_id_starts_like_another_rows_id_is_another_row() {
+    let app = spawn_app(Options::default()).await;
+    app.post_insert(json!(42), "Add dark mode!")
+        .await
+        .expect(200, "dispatched");
+    app.post_insert(json!(420), "Add dark mode!")
+        .await
+        .expect(200, "dispatched");
+    // The other way round: 73's listing also matches `feedback/730…`, which is not its own.
+    app.post_insert(json!(730), "Faster search")
+        .await
+        .expect(200, "dispatched");
+    app.post_insert(json!(73), "Faster search")
+        .await
+        .expect(200, "dispatched");
+    // Without a slug, the bare `{prefix}/{id}` branch too.
+    app.post_insert(json!(9), "")
+        .await
+        .expect(200, "dispatched");
+    app.post_insert(json!(90), "")
+        .await
+        .expect(200, "dispatched");
+    assert_eq!(
+        app.branches().await,
+        [
+            "feedback/42-add-dark-mode",
+            "feedback/420-add-dark-mode",
+            "feedback/73-faster-search",
+            "feedback/730-faster-search",
+            "feedback/9",
+            "feedback/90",
+        ]
+    );
+    app.expect_dispatches(6).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_uuid_row_gets_one_branch() {
+    let app = spawn_app(Options::default()).await;
+    let id = "0b7c9e1a-5f3d-4c2a-9e8b-7d6f5a4b3c21";
+    let reply = app.post_insert(json!(id), "Export to CSV").await;
+    reply.expect(200, "dispatched");
+    assert_eq!(reply.body["branch"], format!("feedback/{id}-export-to-csv"));
+    app.post_insert(json!(id), "Export to CSV (edited)")
+        .await
+        .expect_duplicate("branch_exists");
+    app.shutdown().await;
+}
