@@ -21,17 +21,28 @@ pub struct Check {
 
 impl Check {
     fn pass(what: impl Into<String>) -> Check {
-        Check { ok: true, what: what.into(), fix: None }
+        Check {
+            ok: true,
+            what: what.into(),
+            fix: None,
+        }
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check { ok: false, what: what.into(), fix: Some(fix.into()) }
+        Check {
+            ok: false,
+            what: what.into(),
+            fix: Some(fix.into()),
+        }
     }
 }
 
 /// Runs every check that applies to `config`.
 pub async fn checks(config: &Config) -> Vec<Check> {
-    let mut out = vec![Check::pass(format!("config {} parses", config.source.display()))];
+    let mut out = vec![Check::pass(format!(
+        "config {} parses",
+        config.source.display()
+    ))];
     out.push(match &config.webhook.secrets {
         Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
         None => Check::fail(
@@ -43,15 +54,29 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         ForgeConfig::Local { path, on_dispatch } => {
             match LocalForge::open(path, on_dispatch.clone()).await {
                 Ok(forge) => {
-                    out.push(Check::pass(format!("local repository {} opens", path.display())));
+                    out.push(Check::pass(format!(
+                        "local repository {} opens",
+                        path.display()
+                    )));
                     for route in &config.routes {
                         out.push(match forge.base(&route.repo).await {
-                            Ok(base) => Check::pass(format!("{}: default branch {} at {}", route.repo, base.branch, short(&base.sha))),
-                            Err(e) => Check::fail(format!("{}: {e}", route.repo), "make a first commit on the repository's HEAD branch"),
+                            Ok(base) => Check::pass(format!(
+                                "{}: default branch {} at {}",
+                                route.repo,
+                                base.branch,
+                                short(&base.sha)
+                            )),
+                            Err(e) => Check::fail(
+                                format!("{}: {e}", route.repo),
+                                "make a first commit on the repository's HEAD branch",
+                            ),
                         });
                     }
                 }
-                Err(e) => out.push(Check::fail(format!("{e:#}"), "point [forge] path at a git repository")),
+                Err(e) => out.push(Check::fail(
+                    format!("{e:#}"),
+                    "point [forge] path at a git repository",
+                )),
             }
         }
         ForgeConfig::Github(github) => {
@@ -62,7 +87,10 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     forge
                 }
                 Err(e) => {
-                    out.push(Check::fail(format!("{e:#}"), "download a new private key from the App's settings page"));
+                    out.push(Check::fail(
+                        format!("{e:#}"),
+                        "download a new private key from the App's settings page",
+                    ));
                     return out;
                 }
             };
@@ -96,19 +124,34 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
             p
         }
         Err(e) => {
-            out.push(Check::fail(format!("{repo}: {e}"), format!("install the App on {repo} (the App's page, Install App)")));
+            out.push(Check::fail(
+                format!("{repo}: {e}"),
+                format!("install the App on {repo} (the App's page, Install App)"),
+            ));
             return;
         }
     };
     out.push(permission(repo, &permissions, "contents", &["write"]));
-    out.push(permission(repo, &permissions, "pull_requests", &["read", "write"]));
+    out.push(permission(
+        repo,
+        &permissions,
+        "pull_requests",
+        &["read", "write"],
+    ));
     let base = match forge.base(repo).await {
         Ok(base) => {
-            out.push(Check::pass(format!("{repo}: default branch {} at {}", base.branch, short(&base.sha))));
+            out.push(Check::pass(format!(
+                "{repo}: default branch {} at {}",
+                base.branch,
+                short(&base.sha)
+            )));
             base
         }
         Err(e) => {
-            out.push(Check::fail(format!("{repo}: {e}"), "push a first commit to the default branch"));
+            out.push(Check::fail(
+                format!("{repo}: {e}"),
+                "push a first commit to the default branch",
+            ));
             return;
         }
     };
@@ -131,7 +174,12 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
     });
 }
 
-fn permission(repo: &crate::forge::RepoName, granted: &BTreeMap<String, String>, name: &str, enough: &[&str]) -> Check {
+fn permission(
+    repo: &crate::forge::RepoName,
+    granted: &BTreeMap<String, String>,
+    name: &str,
+    enough: &[&str],
+) -> Check {
     match granted.get(name) {
         Some(level) if enough.contains(&level.as_str()) => Check::pass(format!("{repo}: {name}: {level}")),
         other => Check::fail(
@@ -157,7 +205,9 @@ pub fn listens_for(workflow: &str, event_type: &str) -> bool {
     };
     match on {
         Yaml::String(s) => s == "repository_dispatch",
-        Yaml::Array(items) => items.iter().any(|i| i.as_str() == Some("repository_dispatch")),
+        Yaml::Array(items) => items
+            .iter()
+            .any(|i| i.as_str() == Some("repository_dispatch")),
         Yaml::Hash(events) => match events.get(&Yaml::String("repository_dispatch".into())) {
             None => false,
             Some(Yaml::Null) => true,
@@ -181,14 +231,23 @@ mod tests {
         assert!(listens_for("on: repository_dispatch\njobs: {}", "feedback"));
         assert!(listens_for("on: [push, repository_dispatch]", "feedback"));
         assert!(listens_for("on:\n  repository_dispatch:\n", "feedback"));
-        assert!(listens_for("on:\n  repository_dispatch:\n    types: [feedback]\n", "feedback"));
-        assert!(listens_for("\"on\":\n  repository_dispatch:\n    types:\n      - other\n      - feedback\n", "feedback"));
+        assert!(listens_for(
+            "on:\n  repository_dispatch:\n    types: [feedback]\n",
+            "feedback"
+        ));
+        assert!(listens_for(
+            "\"on\":\n  repository_dispatch:\n    types:\n      - other\n      - feedback\n",
+            "feedback"
+        ));
     }
 
     #[test]
     fn a_workflow_for_other_events_or_types_does_not() {
         assert!(!listens_for("on: push", "feedback"));
-        assert!(!listens_for("on:\n  repository_dispatch:\n    types: [other]\n", "feedback"));
+        assert!(!listens_for(
+            "on:\n  repository_dispatch:\n    types: [other]\n",
+            "feedback"
+        ));
         assert!(!listens_for("on: {workflow_dispatch: {}}", "feedback"));
         assert!(!listens_for(": not yaml : [", "feedback"));
         assert!(!listens_for("jobs: {}", "feedback"));

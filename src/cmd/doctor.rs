@@ -24,7 +24,10 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
         }
     }
     if failed > 0 {
-        return Err(Failure::Runtime(anyhow!("{failed} of {} checks failed", checks.len())));
+        return Err(Failure::Runtime(anyhow!(
+            "{failed} of {} checks failed",
+            checks.len()
+        )));
     }
     println!("all {} checks pass", checks.len());
     Ok(())

@@ -279,6 +279,10 @@ impl Forge for LocalForge {
         self.append_dispatch(&line).await
     }
 
+    async fn ready(&self) -> Result<(), ForgeError> {
+        self.git_ok(&["rev-parse", "--git-dir"]).await.map(drop)
+    }
+
     async fn release(
         &self,
         _repo: &RepoName,

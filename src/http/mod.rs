@@ -32,6 +32,8 @@ pub struct App {
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
     metrics: Metrics,
+    /// The last readiness answer and when it was had: probes come often, GitHub is asked seldom.
+    readiness: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
 }
 
 impl App {
@@ -41,6 +43,7 @@ impl App {
             pipeline: Pipeline::new(forge),
             insecure_no_auth,
             metrics: Metrics::default(),
+            readiness: tokio::sync::Mutex::new(None),
         })
     }
 }
@@ -49,6 +52,7 @@ pub fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/webhook", post(webhook))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(app)
 }
@@ -68,6 +72,36 @@ pub async fn serve(
 
 async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
+}
+
+/// How long a readiness answer is reused.
+const READINESS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Ready when the config is loaded (it is, or there would be no server) and the forge answers
+/// with valid credentials.
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    let mut last = app.readiness.lock().await;
+    let result = match &*last {
+        Some((at, result)) if at.elapsed() < READINESS_TTL => result.clone(),
+        _ => {
+            let result = app
+                .pipeline
+                .forge()
+                .ready()
+                .await
+                .map_err(|e| e.to_string());
+            *last = Some((tokio::time::Instant::now(), result.clone()));
+            result
+        }
+    };
+    match result {
+        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
+        Err(message) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "status": "not ready", "message": message })),
+        )
+            .into_response(),
+    }
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {

@@ -398,7 +398,7 @@ impl TestApp {
     }
 }
 
-async fn reply(response: reqwest::Response) -> Reply {
+pub async fn reply(response: reqwest::Response) -> Reply {
     let status = response.status().as_u16();
     let headers = response.headers().clone();
     let text = response.text().await.expect("the answer was cut off");

@@ -4,7 +4,9 @@
 mod auth;
 mod cli;
 mod concurrency;
+mod fake_github;
 mod faulty_forge;
+mod github;
 mod helpers;
 mod identity;
 mod malformed;

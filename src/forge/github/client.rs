@@ -64,8 +64,12 @@ impl Reply {
         let link = self.headers.get("link")?.to_str().ok()?;
         link.split(',').find_map(|part| {
             let (url, rel) = part.split_once(';')?;
-            rel.contains("rel=\"next\"")
-                .then(|| url.trim().trim_start_matches('<').trim_end_matches('>').to_owned())
+            rel.contains("rel=\"next\"").then(|| {
+                url.trim()
+                    .trim_start_matches('<')
+                    .trim_end_matches('>')
+                    .to_owned()
+            })
         })
     }
 }
@@ -164,12 +168,13 @@ impl Apps {
         routed: Vec<RepoName>,
         pace: Pace,
     ) -> anyhow::Result<Apps> {
-        let key = octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
-            anyhow!(
-                "the GitHub App private key does not parse ({e}): use the .pem file GitHub \
+        let key =
+            octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
+                anyhow!(
+                    "the GitHub App private key does not parse ({e}): use the .pem file GitHub \
                  generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
-            )
-        })?;
+                )
+            })?;
         let app = Octocrab::builder()
             .base_uri(api_url)
             .with_context(|| format!("api_url `{api_url}` is not a URL"))?
@@ -196,7 +201,10 @@ impl Apps {
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
     /// stop is ambiguous.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
-        let id = self.installation_id(repo).await.map_err(Stop::not_applied)?;
+        let id = self
+            .installation_id(repo)
+            .await
+            .map_err(Stop::not_applied)?;
         let installation = {
             let mut all = self.installations.lock().await;
             let entry = all

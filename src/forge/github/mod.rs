@@ -92,7 +92,13 @@ impl GithubForge {
     /// The default branch's name, read from the repository.
     /// (https://docs.github.com/rest/repos/repos#get-a-repository)
     async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
-        let reply = send(&installation.client, Method::GET, &format!("/repos/{repo}"), None::<&()>).await?;
+        let reply = send(
+            &installation.client,
+            Method::GET,
+            &format!("/repos/{repo}"),
+            None::<&()>,
+        )
+        .await?;
         #[derive(Deserialize)]
         struct Repo {
             default_branch: String,
@@ -106,7 +112,11 @@ impl GithubForge {
 
     /// The commit a branch points at, or `None`.
     /// (https://docs.github.com/rest/git/refs#get-a-reference)
-    async fn branch_sha(installation: &Installation, repo: &RepoName, branch: &str) -> Attempt<Option<String>> {
+    async fn branch_sha(
+        installation: &Installation,
+        repo: &RepoName,
+        branch: &str,
+    ) -> Attempt<Option<String>> {
         let path = format!("/repos/{repo}/git/ref/heads/{branch}");
         let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
         #[derive(Deserialize)]
@@ -151,35 +161,39 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<String>, ForgeError> {
-        self.read("listing the row's branches", repo, |installation| async move {
-            let mut path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
-            let mut branches = Vec::new();
-            loop {
-                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-                match reply.status.as_u16() {
-                    200 => {}
-                    404 => return Err(not_found(repo, &reply)),
-                    409 => return Err(empty_repository(repo)),
-                    _ => return reply.unexpected(),
+        self.read(
+            "listing the row's branches",
+            repo,
+            |installation| async move {
+                let mut path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
+                let mut branches = Vec::new();
+                loop {
+                    let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                    match reply.status.as_u16() {
+                        200 => {}
+                        404 => return Err(not_found(repo, &reply)),
+                        409 => return Err(empty_repository(repo)),
+                        _ => return reply.unexpected(),
+                    }
+                    #[derive(Deserialize)]
+                    struct Ref {
+                        #[serde(rename = "ref")]
+                        name: String,
+                    }
+                    let refs: Vec<Ref> = reply.json()?;
+                    branches.extend(
+                        refs.into_iter()
+                            .filter_map(|r| r.name.strip_prefix("refs/heads/").map(str::to_owned))
+                            .filter(|b| prefix.owns(id, b)),
+                    );
+                    // GitHub is reported to send every match at once; follow a next page if it does not.
+                    match reply.next_page() {
+                        Some(next) => path = next,
+                        None => return Ok(branches),
+                    }
                 }
-                #[derive(Deserialize)]
-                struct Ref {
-                    #[serde(rename = "ref")]
-                    name: String,
-                }
-                let refs: Vec<Ref> = reply.json()?;
-                branches.extend(
-                    refs.into_iter()
-                        .filter_map(|r| r.name.strip_prefix("refs/heads/").map(str::to_owned))
-                        .filter(|b| prefix.owns(id, b)),
-                );
-                // GitHub is reported to send every match at once; follow a next page if it does not.
-                match reply.next_page() {
-                    Some(next) => path = next,
-                    None => return Ok(branches),
-                }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -191,50 +205,66 @@ impl Forge for GithubForge {
         repo: &RepoName,
         branch: &BranchName,
     ) -> Result<Option<PullRequest>, ForgeError> {
-        self.read("looking up pull requests", repo, |installation| async move {
-            let path = format!(
-                "/repos/{repo}/pulls?head={}:{branch}&state=all&per_page=100",
-                repo.owner()
-            );
-            let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-            match reply.status.as_u16() {
-                200 => {}
-                404 => return Err(not_found(repo, &reply)),
-                _ => return reply.unexpected(),
-            }
-            #[derive(Deserialize)]
-            struct Pull {
-                number: u64,
-                state: String,
-                merged_at: Option<String>,
-                head: Head,
-            }
-            #[derive(Deserialize)]
-            struct Head {
-                #[serde(rename = "ref")]
-                name: String,
-                label: Option<String>,
-            }
-            let pulls: Vec<Pull> = reply.json()?;
-            let owner_label = format!("{}:{branch}", repo.owner());
-            Ok(pulls
-                .into_iter()
-                .find(|p| {
-                    p.head.name == branch.as_str()
-                        && p.head.label.as_deref().is_none_or(|l| l.eq_ignore_ascii_case(&owner_label))
-                })
-                .map(|p| PullRequest {
-                    number: p.number,
-                    head_ref: p.head.name,
-                    state: if p.merged_at.is_some() { "merged".into() } else { p.state },
-                }))
-        })
+        self.read(
+            "looking up pull requests",
+            repo,
+            |installation| async move {
+                let path = format!(
+                    "/repos/{repo}/pulls?head={}:{branch}&state=all&per_page=100",
+                    repo.owner()
+                );
+                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                match reply.status.as_u16() {
+                    200 => {}
+                    404 => return Err(not_found(repo, &reply)),
+                    _ => return reply.unexpected(),
+                }
+                #[derive(Deserialize)]
+                struct Pull {
+                    number: u64,
+                    state: String,
+                    merged_at: Option<String>,
+                    head: Head,
+                }
+                #[derive(Deserialize)]
+                struct Head {
+                    #[serde(rename = "ref")]
+                    name: String,
+                    label: Option<String>,
+                }
+                let pulls: Vec<Pull> = reply.json()?;
+                let owner_label = format!("{}:{branch}", repo.owner());
+                Ok(pulls
+                    .into_iter()
+                    .find(|p| {
+                        p.head.name == branch.as_str()
+                            && p.head
+                                .label
+                                .as_deref()
+                                .is_none_or(|l| l.eq_ignore_ascii_case(&owner_label))
+                    })
+                    .map(|p| PullRequest {
+                        number: p.number,
+                        head_ref: p.head.name,
+                        state: if p.merged_at.is_some() {
+                            "merged".into()
+                        } else {
+                            p.state
+                        },
+                    }))
+            },
+        )
         .await
     }
 
     /// The default branch and its head, cached briefly.
     async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError> {
-        let cached = self.bases.lock().await.get(repo).map(|c| (c.base.clone(), c.branch_read, c.head_read));
+        let cached = self
+            .bases
+            .lock()
+            .await
+            .get(repo)
+            .map(|c| (c.base.clone(), c.branch_read, c.head_read));
         if let Some((base, _, head_read)) = &cached {
             if head_read.elapsed() < self.head_ttl {
                 return Ok(base.clone());
@@ -263,7 +293,11 @@ impl Forge for GithubForge {
             .await?;
         self.bases.lock().await.insert(
             repo.clone(),
-            CachedBase { base: base.clone(), branch_read, head_read: Instant::now() },
+            CachedBase {
+                base: base.clone(),
+                branch_read,
+                head_read: Instant::now(),
+            },
         );
         Ok(base)
     }
@@ -271,7 +305,12 @@ impl Forge for GithubForge {
     /// `POST /repos/{o}/{r}/git/refs`: 201 is ours; 422 "Reference already exists" is another
     /// delivery's, unless an earlier attempt's answer was lost; any other 422 is looked up.
     /// (https://docs.github.com/rest/git/refs#create-a-reference)
-    async fn claim(&self, repo: &RepoName, branch: &BranchName, sha: &str) -> Result<Claim, ForgeError> {
+    async fn claim(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<Claim, ForgeError> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
         self.retry
             .run("claiming the branch", |ambiguous_before| {
@@ -281,20 +320,29 @@ impl Forge for GithubForge {
                     let path = format!("/repos/{repo}/git/refs");
                     let reply = installation
                         .writes
-                        .write(|| send(&installation.client, Method::POST, &path, Some(body)))
+                        .first_write(|| send(&installation.client, Method::POST, &path, Some(body)))
                         .await??;
-                    let taken = if ambiguous_before { Claim::Ambiguous } else { Claim::Exists };
+                    let taken = if ambiguous_before {
+                        Claim::Ambiguous
+                    } else {
+                        Claim::Exists
+                    };
                     match reply.status.as_u16() {
                         201 => Ok(Claim::Created),
                         422 if reply.message().contains("already exists") => Ok(taken),
-                        422 => match Self::branch_sha(&installation, repo, branch.as_str()).await? {
-                            Some(_) => Ok(taken),
-                            None => Err(Stop::Retry {
-                                message: format!("GitHub answered 422 ({}) and the ref is not there", reply.message()),
-                                after: None,
-                                ambiguous: false,
-                            }),
-                        },
+                        422 => {
+                            match Self::branch_sha(&installation, repo, branch.as_str()).await? {
+                                Some(_) => Ok(taken),
+                                None => Err(Stop::Retry {
+                                    message: format!(
+                                        "GitHub answered 422 ({}) and the ref is not there",
+                                        reply.message()
+                                    ),
+                                    after: None,
+                                    ambiguous: false,
+                                }),
+                            }
+                        }
                         409 => Err(empty_repository(repo)),
                         _ => reply.unexpected(),
                     }
@@ -306,7 +354,12 @@ impl Forge for GithubForge {
     /// `POST /repos/{o}/{r}/dispatches`: 204, no body, no run id. A 422 is the payload's fault;
     /// any other refusal is the App's setup, fixed by a person and then safe to retry.
     /// (https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event)
-    async fn dispatch(&self, repo: &RepoName, event_type: &str, payload: &Value) -> Result<(), ForgeError> {
+    async fn dispatch(
+        &self,
+        repo: &RepoName,
+        event_type: &str,
+        payload: &Value,
+    ) -> Result<(), ForgeError> {
         let body = json!({ "event_type": event_type, "client_payload": payload });
         self.retry
             .run("dispatching", |_| {
@@ -317,7 +370,7 @@ impl Forge for GithubForge {
                     let reply = installation
                         .writes
                         .write(|| send(&installation.client, Method::POST, &path, Some(body)))
-                        .await??;
+                        .await?;
                     match reply.status.as_u16() {
                         200..=299 => Ok(()),
                         422 => Err(Stop::Fail(ForgeError::Refused {
@@ -326,7 +379,9 @@ impl Forge for GithubForge {
                         _ => match reply.unexpected::<()>() {
                             Err(Stop::Fail(ForgeError::Refused { message })) => {
                                 Err(Stop::Fail(ForgeError::Unavailable {
-                                    message: format!("{message}: does the App have contents write on {repo}?"),
+                                    message: format!(
+                                        "{message}: does the App have contents write on {repo}?"
+                                    ),
                                     retry_after: Some(Duration::from_secs(60)),
                                 }))
                             }
@@ -341,7 +396,12 @@ impl Forge for GithubForge {
     /// Deletes the branch if it still points at `sha`: a read, then
     /// `DELETE /repos/{o}/{r}/git/refs/heads/{branch}`; "Reference does not exist" is done.
     /// (https://docs.github.com/rest/git/refs#delete-a-reference)
-    async fn release(&self, repo: &RepoName, branch: &BranchName, sha: &str) -> Result<(), ForgeError> {
+    async fn release(
+        &self,
+        repo: &RepoName,
+        branch: &BranchName,
+        sha: &str,
+    ) -> Result<(), ForgeError> {
         self.retry
             .run("releasing the claim", |_| async move {
                 let installation = self.apps.installation(repo).await?;
@@ -349,7 +409,9 @@ impl Forge for GithubForge {
                     None => return Ok(()),
                     Some(now) if now != sha => {
                         return Err(Stop::Fail(ForgeError::Refused {
-                            message: format!("{branch} moved to {now} since it was claimed at {sha}: left as it is"),
+                            message: format!(
+                            "{branch} moved to {now} since it was claimed at {sha}: left as it is"
+                        ),
                         }))
                     }
                     Some(_) => {}
@@ -358,7 +420,7 @@ impl Forge for GithubForge {
                 let reply = installation
                     .writes
                     .write(|| send(&installation.client, Method::DELETE, &path, None::<&()>))
-                    .await??;
+                    .await?;
                 match reply.status.as_u16() {
                     204 | 200 => Ok(()),
                     422 if reply.message().contains("does not exist") => Ok(()),
@@ -375,7 +437,10 @@ impl Forge for GithubForge {
             .await
             .map_err(|stop| match stop {
                 Stop::Fail(e) => e,
-                Stop::Retry { message, after, .. } => ForgeError::Unavailable { message, retry_after: after },
+                Stop::Retry { message, after, .. } => ForgeError::Unavailable {
+                    message,
+                    retry_after: after,
+                },
             })?;
         match reply.status.as_u16() {
             200 => Ok(()),

@@ -5,10 +5,10 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::forge::ForgeError;
@@ -24,14 +24,15 @@ pub struct Pace {
     pub burst: u32,
     /// Writes in any rolling hour.
     pub hourly_max: u32,
-    /// Writes that may wait; beyond that, callers are told to come back.
+    /// Rows whose claim may wait; beyond that, new rows are told to come back.
     pub queue_capacity: usize,
 }
 
 /// Lets one write out at a time, at the pace.
 pub struct Pacer {
     pace: Pace,
-    queue: Arc<Semaphore>,
+    /// Writes waiting or under way.
+    queued: AtomicUsize,
     /// Held from the wait for a turn until the write is answered: one write at a time.
     bucket: Mutex<Bucket>,
 }
@@ -46,7 +47,7 @@ struct Bucket {
 impl Pacer {
     pub fn new(pace: Pace) -> Pacer {
         Pacer {
-            queue: Arc::new(Semaphore::new(pace.queue_capacity)),
+            queued: AtomicUsize::new(0),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(pace.burst),
                 refilled: Instant::now(),
@@ -56,13 +57,13 @@ impl Pacer {
         }
     }
 
-    /// Runs `send` when it is this write's turn. A full queue is an immediate `Unavailable`
-    /// with a `retry_after` of about how long the queue takes to drain.
-    pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> Result<T, ForgeError>
+    /// Runs a row's first write (its claim) when it is its turn, or refuses at once when the
+    /// queue is full, with a `retry_after` of about how long the queue takes to drain.
+    pub async fn first_write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> Result<T, ForgeError>
     where
         Fut: Future<Output = T>,
     {
-        let Ok(_slot) = Arc::clone(&self.queue).try_acquire_owned() else {
+        if self.queued.load(Ordering::SeqCst) >= self.pace.queue_capacity {
             let drain = self
                 .pace
                 .interval
@@ -75,10 +76,30 @@ impl Pacer {
                 ),
                 retry_after: Some(drain),
             });
-        };
+        }
+        Ok(self.write(send).await)
+    }
+
+    /// Runs a write when it is its turn. Never refused: a row that holds a claim must be able
+    /// to dispatch, or to release it.
+    pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
+    where
+        Fut: Future<Output = T>,
+    {
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let _done = Dequeue(&self.queued);
         let mut bucket = self.bucket.lock().await;
         bucket.wait_for_turn(&self.pace).await;
-        Ok(send().await)
+        send().await
+    }
+}
+
+/// Counts a write out of the queue however its future ends (done, or dropped).
+struct Dequeue<'a>(&'a AtomicUsize);
+
+impl Drop for Dequeue<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -87,11 +108,17 @@ impl Bucket {
         loop {
             let now = Instant::now();
             self.refill(pace, now);
-            while self.sent.front().is_some_and(|t| now.duration_since(*t) >= HOUR) {
+            while self
+                .sent
+                .front()
+                .is_some_and(|t| now.duration_since(*t) >= HOUR)
+            {
                 self.sent.pop_front();
             }
             let hourly_wait = if self.sent.len() >= pace.hourly_max as usize {
-                self.sent.front().map(|t| (*t + HOUR).saturating_duration_since(now))
+                self.sent
+                    .front()
+                    .map(|t| (*t + HOUR).saturating_duration_since(now))
             } else {
                 None
             };
@@ -126,6 +153,7 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn pace(burst: u32, hourly_max: u32, queue_capacity: usize) -> Pace {
         Pace {
@@ -141,7 +169,7 @@ mod tests {
         let handles: Vec<_> = (0..n)
             .map(|_| {
                 let pacer = Arc::clone(&pacer);
-                tokio::spawn(async move { pacer.write(|| async { start.elapsed() }).await.unwrap() })
+                tokio::spawn(async move { pacer.write(|| async { start.elapsed() }).await })
             })
             .collect();
         let mut out = Vec::new();
@@ -167,24 +195,35 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_full_queue_answers_unavailable_at_once() {
+    async fn a_full_queue_refuses_a_new_row_at_once_but_never_a_held_claims_write() {
         let pacer = Arc::new(Pacer::new(pace(1, 450, 2)));
         let (release, hold) = tokio::sync::oneshot::channel::<()>();
         let first = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.write(|| async { hold.await.ok() }).await })
+            tokio::spawn(async move { pacer.first_write(|| async { hold.await.ok() }).await })
         };
         tokio::task::yield_now().await;
         let second = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.write(|| async {}).await })
+            tokio::spawn(async move { pacer.first_write(|| async {}).await })
         };
         tokio::task::yield_now().await;
-        let third = pacer.write(|| async {}).await;
-        assert!(matches!(third, Err(ForgeError::Unavailable { retry_after: Some(_), .. })));
+        let third = pacer.first_write(|| async {}).await;
+        assert!(matches!(
+            third,
+            Err(ForgeError::Unavailable {
+                retry_after: Some(_),
+                ..
+            })
+        ));
+        let held = {
+            let pacer = Arc::clone(&pacer);
+            tokio::spawn(async move { pacer.write(|| async { 7 }).await })
+        };
         release.send(()).unwrap();
         first.await.unwrap().unwrap();
         second.await.unwrap().unwrap();
+        assert_eq!(held.await.unwrap(), 7);
     }
 
     #[tokio::test(start_paused = true)]
@@ -202,7 +241,6 @@ mod tests {
                             busy.store(false, std::sync::atomic::Ordering::SeqCst);
                         })
                         .await
-                        .unwrap()
                 })
             })
             .collect();

@@ -117,7 +117,9 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop 
         ambiguous: false,
     };
     match status.as_u16() {
-        429 => rate_limited(Some(retry_after.or(reset_in).unwrap_or(SECONDARY_LIMIT_WAIT))),
+        429 => rate_limited(Some(
+            retry_after.or(reset_in).unwrap_or(SECONDARY_LIMIT_WAIT),
+        )),
         403 if retry_after.is_some() => rate_limited(retry_after),
         403 if remaining == Some(0) => rate_limited(Some(reset_in.unwrap_or(SECONDARY_LIMIT_WAIT))),
         403 if message.to_ascii_lowercase().contains("rate limit") => {
@@ -170,29 +172,61 @@ mod tests {
     #[test]
     fn a_secondary_rate_limit_waits_what_retry_after_says() {
         let h = headers(&[("retry-after", "2".into())]);
-        assert_eq!(after(classify(StatusCode::FORBIDDEN, &h, "secondary rate limit")), Some(Duration::from_secs(2)));
+        assert_eq!(
+            after(classify(StatusCode::FORBIDDEN, &h, "secondary rate limit")),
+            Some(Duration::from_secs(2))
+        );
     }
 
     #[test]
     fn an_exhausted_primary_limit_waits_for_the_reset() {
-        let reset = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() + 30;
-        let h = headers(&[("x-ratelimit-remaining", "0".into()), ("x-ratelimit-reset", reset.to_string())]);
-        let wait = after(classify(StatusCode::FORBIDDEN, &h, "API rate limit exceeded")).unwrap();
-        assert!(wait >= Duration::from_secs(28) && wait <= Duration::from_secs(31), "{wait:?}");
+        let reset = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 30;
+        let h = headers(&[
+            ("x-ratelimit-remaining", "0".into()),
+            ("x-ratelimit-reset", reset.to_string()),
+        ]);
+        let wait = after(classify(
+            StatusCode::FORBIDDEN,
+            &h,
+            "API rate limit exceeded",
+        ))
+        .unwrap();
+        assert!(
+            wait >= Duration::from_secs(28) && wait <= Duration::from_secs(31),
+            "{wait:?}"
+        );
     }
 
     #[test]
     fn a_secondary_limit_without_a_hint_waits_a_minute() {
-        let a = classify(StatusCode::FORBIDDEN, &HeaderMap::new(), "You have exceeded a secondary rate limit");
+        let a = classify(
+            StatusCode::FORBIDDEN,
+            &HeaderMap::new(),
+            "You have exceeded a secondary rate limit",
+        );
         assert_eq!(after(a), Some(SECONDARY_LIMIT_WAIT));
-        assert_eq!(after(classify(StatusCode::TOO_MANY_REQUESTS, &HeaderMap::new(), "")), Some(SECONDARY_LIMIT_WAIT));
+        assert_eq!(
+            after(classify(
+                StatusCode::TOO_MANY_REQUESTS,
+                &HeaderMap::new(),
+                ""
+            )),
+            Some(SECONDARY_LIMIT_WAIT)
+        );
     }
 
     #[test]
     fn a_5xx_is_retried_and_may_have_been_applied() {
         assert!(matches!(
             classify(StatusCode::BAD_GATEWAY, &HeaderMap::new(), ""),
-            Stop::Retry { ambiguous: true, .. }
+            Stop::Retry {
+                ambiguous: true,
+                ..
+            }
         ));
     }
 
@@ -201,7 +235,14 @@ mod tests {
         for status in [400, 401, 403, 404, 409, 422] {
             let status = StatusCode::from_u16(status).unwrap();
             assert!(
-                matches!(classify(status, &HeaderMap::new(), "Resource not accessible by integration"), Stop::Fail(_)),
+                matches!(
+                    classify(
+                        status,
+                        &HeaderMap::new(),
+                        "Resource not accessible by integration"
+                    ),
+                    Stop::Fail(_)
+                ),
                 "{status}"
             );
         }
@@ -210,26 +251,48 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn retries_stop_at_the_budget_with_a_retry_after() {
         let tries = AtomicU32::new(0);
-        let policy = RetryPolicy { budget: Duration::from_secs(5) };
+        let policy = RetryPolicy {
+            budget: Duration::from_secs(5),
+        };
         let result: Result<(), _> = policy
             .run("op", |_| async {
                 tries.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(Stop::Retry { message: "502".into(), after: Some(Duration::from_secs(2)), ambiguous: true })
+                Err::<(), _>(Stop::Retry {
+                    message: "502".into(),
+                    after: Some(Duration::from_secs(2)),
+                    ambiguous: true,
+                })
             })
             .await;
-        assert_eq!(tries.load(Ordering::SeqCst), 3, "at 0 s, 2 s and 4 s; a fourth would end past 5 s");
-        assert!(matches!(result, Err(ForgeError::Unavailable { retry_after: Some(_), .. })));
+        assert_eq!(
+            tries.load(Ordering::SeqCst),
+            3,
+            "at 0 s, 2 s and 4 s; a fourth would end past 5 s"
+        );
+        assert!(matches!(
+            result,
+            Err(ForgeError::Unavailable {
+                retry_after: Some(_),
+                ..
+            })
+        ));
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_attempt_learns_that_an_earlier_one_was_ambiguous() {
-        let policy = RetryPolicy { budget: Duration::from_secs(30) };
+        let policy = RetryPolicy {
+            budget: Duration::from_secs(30),
+        };
         let seen = policy
             .run("op", |ambiguous_before| async move {
                 if ambiguous_before {
                     Ok(true)
                 } else {
-                    Err(Stop::Retry { message: "timeout".into(), after: None, ambiguous: true })
+                    Err(Stop::Retry {
+                        message: "timeout".into(),
+                        after: None,
+                        ambiguous: true,
+                    })
                 }
             })
             .await
@@ -239,13 +302,19 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_of_retry_after_is_honoured() {
-        let policy = RetryPolicy { budget: Duration::from_secs(30) };
+        let policy = RetryPolicy {
+            budget: Duration::from_secs(30),
+        };
         let start = Instant::now();
         let n = AtomicU32::new(0);
         policy
             .run("op", |_| async {
                 if n.fetch_add(1, Ordering::SeqCst) == 0 {
-                    Err(Stop::Retry { message: "limited".into(), after: Some(Duration::from_secs(2)), ambiguous: false })
+                    Err(Stop::Retry {
+                        message: "limited".into(),
+                        after: Some(Duration::from_secs(2)),
+                        ambiguous: false,
+                    })
                 } else {
                     Ok(())
                 }

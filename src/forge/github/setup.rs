@@ -120,7 +120,9 @@ impl GithubForge {
             let compact: String = file.content.split_whitespace().collect();
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(compact)
-                .map_err(|e| ForgeError::Other(anyhow::anyhow!("{}: bad base64: {e}", entry.path)))?;
+                .map_err(|e| {
+                    ForgeError::Other(anyhow::anyhow!("{}: bad base64: {e}", entry.path))
+                })?;
             files.push((entry.path, String::from_utf8_lossy(&bytes).into_owned()));
         }
         Ok(files)

@@ -1,0 +1,544 @@
+//! A stateful fake of GitHub's REST API for rowbranch's tests and benchmarks.
+//!
+//! `FakeGithub::start().await` runs a real HTTP server on `127.0.0.1:0` in the current tokio
+//! runtime; `url()` is the client's `api_url`. It checks App JWTs with the test-only key,
+//! mints installation tokens, keeps repositories (commit graph, refs, files, pull requests)
+//! and answers as GitHub documents, quirks included. Anything it does not know is answered
+//! 501 and recorded: call `assert_no_unexpected()` at the end of a test. Faults are injected
+//! per operation with `inject`.
+#![allow(dead_code)]
+
+mod auth;
+mod conn;
+mod faults;
+mod reply;
+mod routes;
+mod shapes;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use serde_json::json;
+
+pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
+pub use faults::{Fault, Op};
+pub use shapes::rfc3339;
+// Re-exported for tests that reach into `with_state` or keep records around.
+#[allow(unused_imports)]
+pub use state::{
+    Auth, Commit, DispatchRecord, Installation, Pull, PullState, Repo, RequestRecord, State, Token,
+};
+
+use conn::{ConnKill, KillableListener};
+use faults::FaultEntry;
+use state::{random_sha, random_token, repo_key, Shared, DEFAULT_PERMISSIONS};
+
+/// A running fake GitHub. Dropping it stops accepting connections.
+pub struct FakeGithub {
+    shared: Arc<Shared>,
+    url: String,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeGithub {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FakeGithub {
+    /// Starts the fake on `127.0.0.1:0`, serving at the root (like `https://api.github.com`).
+    pub async fn start() -> FakeGithub {
+        FakeGithub::start_with_path_prefix("").await
+    }
+
+    /// Starts the fake serving under a path prefix, like GitHub Enterprise Server's `/api/v3`;
+    /// a request outside the prefix is unexpected.
+    pub async fn start_with_path_prefix(prefix: &str) -> FakeGithub {
+        let prefix = prefix.trim_end_matches('/').to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("fake GitHub: binding 127.0.0.1:0");
+        let addr = listener.local_addr().expect("fake GitHub: local address");
+        let url = format!("http://{addr}{prefix}");
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(url.clone(), prefix)),
+        });
+        let app = Router::new()
+            .fallback(routes::handle)
+            .with_state(shared.clone());
+        let server = tokio::spawn(async move {
+            let service = app.into_make_service_with_connect_info::<ConnKill>();
+            let _ = axum::serve(KillableListener::new(listener), service).await;
+        });
+        FakeGithub {
+            shared,
+            url,
+            server,
+        }
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:40123` (no trailing slash).
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Runs `f` on the whole state, locked (for what the helpers below do not cover).
+    pub fn with_state<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        self.shared.with(f)
+    }
+
+    // ----- the App -----
+
+    /// The App id JWTs must carry as `iss` (default 4242).
+    pub fn app_id(&self) -> u64 {
+        self.shared.with(|s| s.app_id)
+    }
+
+    pub fn set_app_id(&self, id: u64) {
+        self.shared.with(|s| s.app_id = id);
+    }
+
+    /// The App's client id, which GitHub also accepts as `iss`.
+    pub fn client_id(&self) -> String {
+        self.shared.with(|s| s.client_id.clone())
+    }
+
+    /// A valid App JWT for this fake, signed with the test-only key
+    /// (`iat` 60 s ago, `exp` 9 minutes ahead, like octocrab's).
+    pub fn app_jwt(&self) -> String {
+        let now = auth::epoch_secs(SystemTime::now());
+        sign_test_jwt(&json!({"iat": now - 60, "exp": now + 540, "iss": self.app_id()}))
+    }
+
+    // ----- repositories -----
+
+    /// Adds a private repository `owner/name` with default branch `main` holding one commit
+    /// (a `README.md`); returns that commit's sha. Panics if it exists.
+    pub fn add_repo(&self, full_name: &str) -> String {
+        self.shared
+            .with(|s| s.add_repo(full_name, true))
+            .expect("a first commit")
+    }
+
+    /// Adds a repository with no commits and no refs (GitHub's "empty repository").
+    pub fn add_empty_repo(&self, full_name: &str) {
+        self.shared.with(|s| s.add_repo(full_name, false));
+    }
+
+    pub fn set_default_branch(&self, repo: &str, branch: &str) {
+        self.shared
+            .with(|s| s.repo_or_panic(repo).default_branch = branch.to_owned());
+    }
+
+    /// Repositories are private by default (anonymous requests get 404).
+    pub fn set_private(&self, repo: &str, private: bool) {
+        self.shared
+            .with(|s| s.repo_or_panic(repo).private = private);
+    }
+
+    // ----- installations -----
+
+    /// Installs the App on this repository under `installation_id` (creating the installation
+    /// on the repository's owner with contents:write, metadata:read, pull_requests:read, and
+    /// `repository_selection: "selected"`), or adds the repository to it.
+    pub fn install(&self, repo: &str, installation_id: u64) {
+        self.shared.with(|s| {
+            let owner = s.repo_or_panic(repo).owner.clone();
+            let inst = s
+                .installations
+                .entry(installation_id)
+                .or_insert_with(|| new_installation(installation_id, &owner, false));
+            inst.repositories.insert(repo_key(repo));
+        });
+    }
+
+    /// Installs the App on every repository of `owner`, present and future
+    /// (`repository_selection: "all"`).
+    pub fn install_on_all_repositories(&self, owner: &str, installation_id: u64) {
+        self.shared.with(|s| {
+            s.installations.insert(
+                installation_id,
+                new_installation(installation_id, owner, true),
+            );
+        });
+    }
+
+    /// Removes the installation; its tokens stop working (404 on its repositories).
+    pub fn uninstall(&self, installation_id: u64) {
+        self.shared.with(|s| {
+            s.installations.remove(&installation_id);
+        });
+    }
+
+    /// Replaces an installation's permissions, e.g. `&[("contents", "read")]`; `metadata:
+    /// read` is always added. Tokens minted afterwards carry them (earlier ones keep theirs).
+    pub fn set_installation_permissions(&self, installation_id: u64, permissions: &[(&str, &str)]) {
+        self.shared.with(|s| {
+            let inst = s
+                .installations
+                .get_mut(&installation_id)
+                .unwrap_or_else(|| panic!("fake GitHub: no installation {installation_id}"));
+            inst.permissions = permissions
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            inst.permissions
+                .entry("metadata".to_owned())
+                .or_insert_with(|| "read".to_owned());
+        });
+    }
+
+    // ----- tokens -----
+
+    /// Lifetime of tokens minted from now on (default one hour).
+    pub fn set_token_ttl(&self, ttl: Duration) {
+        self.shared.with(|s| s.token_ttl = ttl);
+    }
+
+    /// Makes every existing token expired: their next use gets 401 Bad credentials.
+    pub fn expire_tokens(&self) {
+        let past = SystemTime::now() - Duration::from_secs(1);
+        self.shared.with(|s| {
+            for t in s.tokens.values_mut() {
+                t.expires_at = past;
+            }
+        });
+    }
+
+    /// How many tokens were minted through `POST /app/installations/{id}/access_tokens`.
+    pub fn token_mints(&self) -> usize {
+        self.shared.with(|s| s.token_mints)
+    }
+
+    /// Every token (minted or issued), oldest first.
+    pub fn tokens(&self) -> Vec<Token> {
+        let mut all: Vec<Token> = self.shared.with(|s| s.tokens.values().cloned().collect());
+        all.sort_by_key(|t| t.minted_at);
+        all
+    }
+
+    /// Makes a token directly, without a request (not counted in `token_mints`);
+    /// `repositories` are names under the installation's account.
+    pub fn issue_token(&self, installation_id: u64, repositories: Option<&[&str]>) -> String {
+        self.shared.with(|s| {
+            let inst = s
+                .installations
+                .get(&installation_id)
+                .unwrap_or_else(|| panic!("fake GitHub: no installation {installation_id}"))
+                .clone();
+            let narrowed = repositories.map(|names| {
+                names
+                    .iter()
+                    .map(|n| repo_key(&format!("{}/{n}", inst.account)))
+                    .collect::<BTreeSet<_>>()
+            });
+            let token = random_token();
+            let now = SystemTime::now();
+            s.tokens.insert(
+                token.clone(),
+                Token {
+                    token: token.clone(),
+                    installation_id,
+                    repositories: narrowed,
+                    permissions: inst.permissions.clone(),
+                    expires_at: now + s.token_ttl,
+                    minted_at: now,
+                },
+            );
+            token
+        })
+    }
+
+    // ----- commits and branches -----
+
+    /// The sha a branch points at.
+    pub fn branch_sha(&self, repo: &str, branch: &str) -> Option<String> {
+        self.shared.with(|s| {
+            s.repo(repo)
+                .and_then(|r| r.branch_sha(branch).map(str::to_owned))
+        })
+    }
+
+    /// Branch names (without `refs/heads/`), sorted.
+    pub fn refs(&self, repo: &str) -> Vec<String> {
+        self.shared.with(|s| {
+            s.repo_or_panic(repo)
+                .refs
+                .keys()
+                .filter_map(|r| r.strip_prefix("refs/heads/"))
+                .map(str::to_owned)
+                .collect()
+        })
+    }
+
+    /// Creates (or moves) a branch to `from` (a branch name or a sha); returns the sha.
+    pub fn create_branch(&self, repo: &str, branch: &str, from: &str) -> String {
+        self.shared.with(|s| {
+            let r = s.repo_or_panic(repo);
+            let sha = r
+                .resolve(from)
+                .unwrap_or_else(|| panic!("fake GitHub: {from} is not a branch or commit"));
+            r.refs.insert(format!("refs/heads/{branch}"), sha.clone());
+            sha
+        })
+    }
+
+    /// Deletes a branch without a request (e.g. someone else deleted it).
+    pub fn delete_branch(&self, repo: &str, branch: &str) {
+        self.shared.with(|s| {
+            s.repo_or_panic(repo)
+                .refs
+                .remove(&format!("refs/heads/{branch}"));
+        });
+    }
+
+    /// Adds a commit on top of `branch` (same files) and moves the branch; returns its sha.
+    pub fn push_commit(&self, repo: &str, branch: &str) -> String {
+        self.shared.with(|s| {
+            let r = s.repo_or_panic(repo);
+            let parent = r
+                .branch_sha(branch)
+                .unwrap_or_else(|| panic!("fake GitHub: no branch {branch} in {repo}"))
+                .to_owned();
+            let files = r.files_at(&parent).cloned().unwrap_or_default();
+            let n = r.commits.len() + 1;
+            let sha = r.new_commit(vec![parent], files, &format!("Commit {n} on {branch}"));
+            r.refs.insert(format!("refs/heads/{branch}"), sha.clone());
+            sha
+        })
+    }
+
+    /// Commits a file on `branch` (created on an empty repository); returns the commit sha.
+    pub fn put_file(
+        &self,
+        repo: &str,
+        branch: &str,
+        path: &str,
+        content: impl AsRef<[u8]>,
+    ) -> String {
+        let path = path.trim_matches('/').to_owned();
+        let content = content.as_ref().to_vec();
+        self.shared.with(|s| {
+            let r = s.repo_or_panic(repo);
+            let parent = r.branch_sha(branch).map(str::to_owned);
+            if parent.is_none() && !r.is_empty() {
+                panic!("fake GitHub: no branch {branch} in {repo}");
+            }
+            let mut files = parent
+                .as_deref()
+                .and_then(|p| r.files_at(p).cloned())
+                .unwrap_or_default();
+            files.insert(path.clone(), content);
+            let sha = r.new_commit(
+                parent.into_iter().collect(),
+                files,
+                &format!("Update {path}"),
+            );
+            r.refs.insert(format!("refs/heads/{branch}"), sha.clone());
+            sha
+        })
+    }
+
+    /// Commits a workflow file on the default branch; a bare file name goes under
+    /// `.github/workflows/`. Returns the commit sha.
+    pub fn add_workflow(&self, repo: &str, path: &str, yaml: &str) -> String {
+        let path = if path.contains('/') {
+            path.to_owned()
+        } else {
+            format!(".github/workflows/{path}")
+        };
+        let branch = self
+            .shared
+            .with(|s| s.repo_or_panic(repo).default_branch.clone());
+        self.put_file(repo, &branch, &path, yaml)
+    }
+
+    /// The file at `path` on `branch`, if any.
+    pub fn file(&self, repo: &str, branch: &str, path: &str) -> Option<Vec<u8>> {
+        self.shared.with(|s| {
+            let r = s.repo(repo)?;
+            let sha = r.branch_sha(branch)?;
+            r.files_at(sha)?.get(path).cloned()
+        })
+    }
+
+    // ----- pull requests -----
+
+    /// Adds a pull request from `head_ref` into the default branch; the head branch need not
+    /// exist (a merged pull request whose branch was deleted). `merged` needs `Closed`.
+    /// Returns its number.
+    pub fn add_pull(&self, repo: &str, head_ref: &str, state: PullState, merged: bool) -> u64 {
+        assert!(
+            !(merged && state == PullState::Open),
+            "fake GitHub: a merged pull request is closed"
+        );
+        self.shared.with(|s| {
+            let id = s.next_pull_id;
+            s.next_pull_id += 1;
+            let r = s.repo_or_panic(repo);
+            let number = r.next_number;
+            r.next_number += 1;
+            // Creation times strictly increase (at least a second apart), so "newest first"
+            // is well defined even for pull requests added in the same instant.
+            let created = r
+                .pulls
+                .iter()
+                .map(|p| p.created_at + Duration::from_secs(1))
+                .max()
+                .map_or_else(SystemTime::now, |next| next.max(SystemTime::now()));
+            let head_sha = r
+                .branch_sha(head_ref)
+                .map(str::to_owned)
+                .unwrap_or_else(random_sha);
+            let base_ref = r.default_branch.clone();
+            let base_sha = r.branch_sha(&base_ref).unwrap_or_default().to_owned();
+            let closed = (state == PullState::Closed).then_some(created);
+            r.pulls.push(Pull {
+                number,
+                id,
+                state,
+                head_ref: head_ref.to_owned(),
+                head_sha,
+                base_ref,
+                base_sha,
+                title: format!("Work on {head_ref}"),
+                created_at: created,
+                updated_at: created,
+                closed_at: closed,
+                merged_at: merged.then_some(created),
+            });
+            number
+        })
+    }
+
+    /// Changes a pull request's state (e.g. merges it).
+    pub fn set_pull_state(&self, repo: &str, number: u64, state: PullState, merged: bool) {
+        assert!(
+            !(merged && state == PullState::Open),
+            "fake GitHub: a merged pull request is closed"
+        );
+        self.shared.with(|s| {
+            let p = s
+                .repo_or_panic(repo)
+                .pulls
+                .iter_mut()
+                .find(|p| p.number == number)
+                .unwrap_or_else(|| panic!("fake GitHub: no pull request #{number}"));
+            let now = SystemTime::now().max(p.created_at);
+            p.state = state;
+            p.updated_at = now;
+            p.closed_at = (state == PullState::Closed).then_some(now);
+            p.merged_at = merged.then_some(now);
+        });
+    }
+
+    pub fn pulls(&self, repo: &str) -> Vec<Pull> {
+        self.shared.with(|s| s.repo_or_panic(repo).pulls.clone())
+    }
+
+    // ----- inspection -----
+
+    /// The dispatches the repository accepted, in order.
+    pub fn dispatches(&self, repo: &str) -> Vec<DispatchRecord> {
+        self.shared
+            .with(|s| s.repo_or_panic(repo).dispatches.clone())
+    }
+
+    /// Every request received, in arrival order (unexpected ones included).
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared.with(|s| s.log.clone())
+    }
+
+    /// The requests of one operation.
+    pub fn requests_for(&self, op: Op) -> Vec<RequestRecord> {
+        self.shared
+            .with(|s| s.log.iter().filter(|r| r.op == Some(op)).cloned().collect())
+    }
+
+    /// POST/PUT/PATCH/DELETE requests to repository endpoints, whatever their answer.
+    pub fn writes(&self) -> Vec<RequestRecord> {
+        self.shared
+            .with(|s| s.log.iter().filter(|r| r.is_write()).cloned().collect())
+    }
+
+    /// Requests that authenticated with a valid App JWT.
+    pub fn jwt_requests(&self) -> Vec<RequestRecord> {
+        self.shared.with(|s| {
+            s.log
+                .iter()
+                .filter(|r| r.auth == Auth::Jwt)
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// `METHOD /path?query` of each unexpected request.
+    pub fn unexpected(&self) -> Vec<String> {
+        self.shared.with(|s| s.unexpected.clone())
+    }
+
+    /// Panics listing the unexpected requests, if there were any.
+    pub fn assert_no_unexpected(&self) {
+        let unexpected = self.unexpected();
+        assert!(
+            unexpected.is_empty(),
+            "fake GitHub received {} unexpected request(s):\n  {}",
+            unexpected.len(),
+            unexpected.join("\n  ")
+        );
+    }
+
+    // ----- faults and limits -----
+
+    /// Makes the next `times` requests of `op` (that pass authentication) suffer `fault`.
+    /// Faults queued for one operation are used in the order they were injected.
+    pub fn inject(&self, op: Op, fault: Fault, times: usize) {
+        if times == 0 {
+            return;
+        }
+        self.shared.with(|s| {
+            s.faults.push(FaultEntry {
+                op,
+                fault,
+                remaining: times,
+            })
+        });
+    }
+
+    pub fn clear_faults(&self) {
+        self.shared.with(|s| s.faults.clear());
+    }
+
+    /// Uses of injected faults not yet consumed.
+    pub fn pending_faults(&self) -> usize {
+        self.shared
+            .with(|s| s.faults.iter().map(|f| f.remaining).sum())
+    }
+
+    /// Requests an hour allowed per installation (and for the App); default 5,000. When a
+    /// bucket runs out, requests get GitHub's 403 primary-rate-limit answer until the reset.
+    pub fn set_rate_limit(&self, per_hour: u64) {
+        self.shared.with(|s| s.rate_limit = per_hour);
+    }
+}
+
+fn new_installation(id: u64, account: &str, all: bool) -> Installation {
+    let permissions: BTreeMap<String, String> = DEFAULT_PERMISSIONS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    Installation {
+        id,
+        account: account.to_owned(),
+        permissions,
+        all_repositories: all,
+        repositories: BTreeSet::new(),
+        created_at: SystemTime::now(),
+    }
+}

@@ -1,0 +1,416 @@
+//! GitHub's JSON shapes, full enough for octocrab's models to deserialize them.
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use base64::Engine;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::auth::epoch_secs;
+use super::state::{Installation, Pull, Repo};
+
+pub(crate) const APP_SLUG: &str = "rowbranch-test";
+pub(crate) const APP_NAME: &str = "rowbranch test";
+pub(crate) const APP_OWNER: &str = "rowbranch-test-owner";
+
+/// `2026-12-02T13:00:00Z`: RFC 3339, UTC, whole seconds, as GitHub writes times.
+pub fn rfc3339(t: SystemTime) -> String {
+    let secs = epoch_secs(t);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// A stable number for a name (user ids and the like).
+pub(crate) fn stable_id(seed: &str) -> u64 {
+    let digest = Sha256::digest(seed.as_bytes());
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&digest[..8]);
+    1_000_000 + u64::from_be_bytes(n) % 90_000_000
+}
+
+/// A sha-like (40 hex) digest of some bytes: the fake's blob and tree ids.
+pub(crate) fn object_id(kind: &str, bytes: &[u8]) -> String {
+    let mut h = Sha256::new();
+    h.update(format!("{kind} {}\0", bytes.len()).as_bytes());
+    h.update(bytes);
+    hex::encode(h.finalize())[..40].to_owned()
+}
+
+pub(crate) fn node_id(prefix: &str, seed: &str) -> String {
+    let b = base64::engine::general_purpose::STANDARD_NO_PAD.encode(seed.as_bytes());
+    format!("{prefix}_{}", b.replace(['+', '/'], "x"))
+}
+
+/// A user or organization as GitHub embeds it (`simple-user`).
+pub(crate) fn user(base: &str, login: &str) -> Value {
+    let api = format!("{base}/users/{login}");
+    json!({
+        "login": login,
+        "id": stable_id(login),
+        "node_id": node_id("O", login),
+        "avatar_url": format!("https://avatars.githubusercontent.com/u/{}?v=4", stable_id(login)),
+        "gravatar_id": "",
+        "url": api,
+        "html_url": format!("https://github.com/{login}"),
+        "followers_url": format!("{api}/followers"),
+        "following_url": format!("{api}/following{{/other_user}}"),
+        "gists_url": format!("{api}/gists{{/gist_id}}"),
+        "starred_url": format!("{api}/starred{{/owner}}{{/repo}}"),
+        "subscriptions_url": format!("{api}/subscriptions"),
+        "organizations_url": format!("{api}/orgs"),
+        "repos_url": format!("{api}/repos"),
+        "events_url": format!("{api}/events{{/privacy}}"),
+        "received_events_url": format!("{api}/received_events"),
+        "type": "Organization",
+        "user_view_type": "public",
+        "site_admin": false,
+    })
+}
+
+pub(crate) fn repo_api(base: &str, repo: &Repo) -> String {
+    format!("{base}/repos/{}/{}", repo.owner, repo.name)
+}
+
+pub(crate) fn repo_html(repo: &Repo) -> String {
+    format!("https://github.com/{}/{}", repo.owner, repo.name)
+}
+
+/// `full-repository`, trimmed to what clients read (no `permissions`: an installation token
+/// does not get them).
+pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let pushed = repo
+        .commits
+        .values()
+        .map(|c| c.time)
+        .max()
+        .unwrap_or(repo.created_at);
+    let first = json!({
+        "id": repo.id,
+        "node_id": node_id("R", &repo.id.to_string()),
+        "name": repo.name,
+        "full_name": repo.full_name(),
+        "private": repo.private,
+        "owner": user(base, &repo.owner),
+        "html_url": html,
+        "description": null,
+        "fork": false,
+        "url": api,
+        "archive_url": format!("{api}/{{archive_format}}{{/ref}}"),
+        "branches_url": format!("{api}/branches{{/branch}}"),
+        "commits_url": format!("{api}/commits{{/sha}}"),
+        "compare_url": format!("{api}/compare/{{base}}...{{head}}"),
+        "contents_url": format!("{api}/contents/{{+path}}"),
+        "git_refs_url": format!("{api}/git/refs{{/sha}}"),
+        "pulls_url": format!("{api}/pulls{{/number}}"),
+        "hooks_url": format!("{api}/hooks"),
+    });
+    let open = repo
+        .pulls
+        .iter()
+        .filter(|p| p.state == super::state::PullState::Open)
+        .count();
+    let more = json!({
+        "git_url": format!("git://github.com/{}.git", repo.full_name()),
+        "ssh_url": format!("git@github.com:{}.git", repo.full_name()),
+        "clone_url": format!("{html}.git"),
+        "homepage": null,
+        "size": 1,
+        "stargazers_count": 0,
+        "watchers_count": 0,
+        "language": null,
+        "has_issues": true,
+        "has_projects": false,
+        "has_downloads": true,
+        "has_wiki": false,
+        "has_pages": false,
+        "has_discussions": false,
+        "forks_count": 0,
+        "mirror_url": null,
+        "archived": false,
+        "disabled": false,
+        "open_issues_count": open,
+        "license": null,
+        "allow_forking": false,
+        "is_template": false,
+        "web_commit_signoff_required": false,
+        "topics": [],
+        "visibility": if repo.private { "private" } else { "public" },
+        "forks": 0,
+        "open_issues": open,
+        "watchers": 0,
+        "default_branch": repo.default_branch,
+        "created_at": rfc3339(repo.created_at),
+        "updated_at": rfc3339(pushed),
+        "pushed_at": rfc3339(pushed),
+        "network_count": 0,
+        "subscribers_count": 0,
+    });
+    merge(first, more)
+}
+
+/// The keys of `b` added to the object `a` (the `json!` macro has a recursion limit).
+fn merge(mut a: Value, b: Value) -> Value {
+    if let (Some(a), Value::Object(b)) = (a.as_object_mut(), b) {
+        a.extend(b);
+    }
+    a
+}
+
+/// A `git-ref` object.
+pub(crate) fn git_ref(base: &str, repo: &Repo, full_ref: &str, sha: &str) -> Value {
+    let api = repo_api(base, repo);
+    json!({
+        "ref": full_ref,
+        "node_id": node_id("REF", &format!("{}:{full_ref}", repo.id)),
+        "url": format!("{api}/git/{full_ref}"),
+        "object": {
+            "sha": sha,
+            "type": "commit",
+            "url": format!("{api}/git/commits/{sha}"),
+        },
+    })
+}
+
+/// A `commit` object as in compare results.
+pub(crate) fn commit(base: &str, repo: &Repo, sha: &str) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let c = repo.commits.get(sha);
+    let time = rfc3339(c.map(|c| c.time).unwrap_or_else(SystemTime::now));
+    let message = c.map(|c| c.message.clone()).unwrap_or_default();
+    let parents: Vec<Value> = c
+        .map(|c| c.parents.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|p| {
+            json!({
+                "sha": p,
+                "url": format!("{api}/commits/{p}"),
+                "html_url": format!("{html}/commit/{p}"),
+            })
+        })
+        .collect();
+    let tree = object_id("tree", sha.as_bytes());
+    let who = json!({"name": "rowbranch test", "email": "test@example.invalid", "date": time});
+    json!({
+        "url": format!("{api}/commits/{sha}"),
+        "sha": sha,
+        "node_id": node_id("C", sha),
+        "html_url": format!("{html}/commit/{sha}"),
+        "comments_url": format!("{api}/commits/{sha}/comments"),
+        "commit": {
+            "url": format!("{api}/git/commits/{sha}"),
+            "author": who,
+            "committer": who,
+            "message": message,
+            "tree": {"sha": tree, "url": format!("{api}/git/trees/{tree}")},
+            "comment_count": 0,
+            "verification": {"verified": false, "reason": "unsigned", "signature": null, "payload": null, "verified_at": null},
+        },
+        "author": null,
+        "committer": null,
+        "parents": parents,
+    })
+}
+
+/// A pull request as in the list (`pull-request-simple`).
+pub(crate) fn pull(base: &str, repo: &Repo, p: &Pull) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let number = p.number;
+    let repo_json = self::repo(base, repo);
+    let owner = user(base, &repo.owner);
+    json!({
+        "url": format!("{api}/pulls/{number}"),
+        "id": p.id,
+        "node_id": node_id("PR", &p.id.to_string()),
+        "html_url": format!("{html}/pull/{number}"),
+        "diff_url": format!("{html}/pull/{number}.diff"),
+        "patch_url": format!("{html}/pull/{number}.patch"),
+        "issue_url": format!("{api}/issues/{number}"),
+        "commits_url": format!("{api}/pulls/{number}/commits"),
+        "review_comments_url": format!("{api}/pulls/{number}/comments"),
+        "review_comment_url": format!("{api}/pulls/comments{{/number}}"),
+        "comments_url": format!("{api}/issues/{number}/comments"),
+        "statuses_url": format!("{api}/statuses/{}", p.head_sha),
+        "number": number,
+        "state": p.state.as_str(),
+        "locked": false,
+        "title": p.title,
+        "user": owner,
+        "body": null,
+        "labels": [],
+        "milestone": null,
+        "active_lock_reason": null,
+        "created_at": rfc3339(p.created_at),
+        "updated_at": rfc3339(p.updated_at),
+        "closed_at": p.closed_at.map(rfc3339),
+        "merged_at": p.merged_at.map(rfc3339),
+        "merge_commit_sha": p.merged_at.map(|_| object_id("merge", p.head_sha.as_bytes())),
+        "assignee": null,
+        "assignees": [],
+        "requested_reviewers": [],
+        "requested_teams": [],
+        "head": {
+            "label": format!("{}:{}", repo.owner, p.head_ref),
+            "ref": p.head_ref,
+            "sha": p.head_sha,
+            "user": owner,
+            "repo": repo_json,
+        },
+        "base": {
+            "label": format!("{}:{}", repo.owner, p.base_ref),
+            "ref": p.base_ref,
+            "sha": p.base_sha,
+            "user": owner,
+            "repo": repo_json,
+        },
+        "author_association": "MEMBER",
+        "auto_merge": null,
+        "draft": false,
+    })
+}
+
+pub(crate) fn permissions_json(perms: &BTreeMap<String, String>) -> Value {
+    Value::Object(
+        perms
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect::<Map<String, Value>>(),
+    )
+}
+
+pub(crate) fn installation(base: &str, app_id: u64, inst: &Installation) -> Value {
+    json!({
+        "id": inst.id,
+        "account": user(base, &inst.account),
+        "repository_selection": inst.selection(),
+        "access_tokens_url": format!("{base}/app/installations/{}/access_tokens", inst.id),
+        "repositories_url": format!("{base}/installation/repositories"),
+        "html_url": format!("https://github.com/organizations/{}/settings/installations/{}", inst.account, inst.id),
+        "app_id": app_id,
+        "app_slug": APP_SLUG,
+        "client_id": null,
+        "target_id": stable_id(&inst.account),
+        "target_type": "Organization",
+        "permissions": permissions_json(&inst.permissions),
+        "events": [],
+        "created_at": rfc3339(inst.created_at),
+        "updated_at": rfc3339(inst.created_at),
+        "single_file_name": null,
+        "has_multiple_single_files": false,
+        "single_file_paths": [],
+        "suspended_by": null,
+        "suspended_at": null,
+    })
+}
+
+pub(crate) fn app(base: &str, app_id: u64, client_id: &str) -> Value {
+    json!({
+        "id": app_id,
+        "slug": APP_SLUG,
+        "client_id": client_id,
+        "node_id": node_id("A", &app_id.to_string()),
+        "owner": user(base, APP_OWNER),
+        "name": APP_NAME,
+        "description": "rowbranch's test App",
+        "external_url": "https://example.invalid/rowbranch",
+        "html_url": format!("https://github.com/apps/{APP_SLUG}"),
+        "created_at": "2025-01-01T00:00:00Z",
+        "updated_at": "2025-01-01T00:00:00Z",
+        "permissions": {"contents": "write", "metadata": "read", "pull_requests": "read"},
+        "events": [],
+        "installations_count": 1,
+    })
+}
+
+/// Base64 with a newline every 60 characters (and one at the end), as GitHub sends it.
+pub(crate) fn wrapped_base64(bytes: &[u8]) -> String {
+    let flat = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let mut out = String::with_capacity(flat.len() + flat.len() / 60 + 1);
+    for chunk in flat.as_bytes().chunks(60) {
+        out.push_str(std::str::from_utf8(chunk).unwrap_or_default());
+        out.push('\n');
+    }
+    out
+}
+
+/// A content entry (`type` is `file` or `dir`); `content` only for a single file.
+pub(crate) fn content(
+    base: &str,
+    repo: &Repo,
+    path: &str,
+    git_ref: &str,
+    kind: &str,
+    file: Option<&[u8]>,
+    with_content: bool,
+) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let (sha, size) = match file {
+        Some(bytes) => (object_id("blob", bytes), bytes.len()),
+        None => (object_id("tree", path.as_bytes()), 0),
+    };
+    let self_url = format!("{api}/contents/{path}?ref={git_ref}");
+    let (git_url, html_url) = if kind == "dir" {
+        (
+            format!("{api}/git/trees/{sha}"),
+            format!("{html}/tree/{git_ref}/{path}"),
+        )
+    } else {
+        (
+            format!("{api}/git/blobs/{sha}"),
+            format!("{html}/blob/{git_ref}/{path}"),
+        )
+    };
+    let download = (kind == "file").then(|| {
+        format!(
+            "https://raw.githubusercontent.com/{}/{}/{git_ref}/{path}",
+            repo.owner, repo.name
+        )
+    });
+    let mut v = json!({
+        "type": kind,
+        "size": size,
+        "name": name,
+        "path": path,
+        "sha": sha,
+        "url": self_url,
+        "git_url": git_url,
+        "html_url": html_url,
+        "download_url": download,
+        "_links": {"self": self_url, "git": git_url, "html": html_url},
+    });
+    if with_content {
+        if let Some(bytes) = file {
+            v["encoding"] = json!("base64");
+            v["content"] = json!(wrapped_base64(bytes));
+        }
+    }
+    v
+}

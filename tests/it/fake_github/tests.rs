@@ -1,0 +1,1193 @@
+//! Tests of the fake itself: it must behave as GitHub documents before other tests lean on it.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+
+use super::auth::epoch_secs;
+use super::*;
+
+/// A second RSA key, generated for this test only and trusted by nothing: JWTs signed with
+/// it must be refused.
+const OTHER_TEST_ONLY_KEY_PEM: &str = "\
+-----BEGIN RSA PRIVATE KEY-----\n\
+MIIEpAIBAAKCAQEA2EsKnxt1kV/F4ljF3yOrm7ZWXOBRh0QzR5uzJ9ZND9eWuXgz\n\
+qRHo8lwLQfONPYfA8qm89//JvDAsE/NO73UGibiJvtMuHlv4gO2JcwW+oJWD2oq+\n\
+PR+Is+/7QUbILdExbES7rIALch4GMA0dqnl81gKISdZeEJ79d3yTRB7JenEHQDGV\n\
+EE1XJslBaPq+5pLM2R2oUTCPzuUHljbA8T6VuGceQo1Ht4xxLI1+r4OQtQXXSYUh\n\
+4zGnqQ7AcP0aU8LEPoAcgloo3Pto+E0tTw/R215k5zLO27U7dfZceNpZZAUtLgLg\n\
+2iHSAUSPX7p+RKCneRI5XAxy7bZGBX+KbwXdjQIDAQABAoIBAAXIX9TS1EkE4VKv\n\
+YpRC17bhNZw5vRmbjQQYRBPHwCYGcrertd81JOAR7j/JpgLj9cMnHu/BzXV0E5bx\n\
+oDB5FanUnrjU3Dygjdt4k6kDxCMhTDX+vp5TZla/5EehqlQbQzHXVpiCkIvGWg5V\n\
+KMVi28pm+pjVcTdgNiZIf4bIjJodjedNpOxlKZpfPl8Ub6LF27qaVn0PXl2woLM7\n\
+QTv1HNDWtp3p+ZegTf9yaqeCKBW4Mokvo+eA/qO89tnzOdBIYQVxImky3Q2iiQuF\n\
+FymWsmdxS40pzvQQmLx2vL84Rjsa9yo668fm3QGXujDGExxRVAhI0/39rC1JGd8d\n\
+a2iLfMsCgYEA9Lv7cHqd3FguUC7O4woG8hDXkZFsJUhyiuWOX0zkMniaDaLoYS7v\n\
+by+gKxI8ZVGF5853Aoy+3ewLHQDvMbPJKhMXdCTHGl/kiuRXlul5qucH6ZrTQAUj\n\
+2ctd4YGrjCQInHkYZHrY9+qzjYl+nVAZAPWFJfU5Nxk4BqyKgygeJbcCgYEA4j/m\n\
+iAcTGV/bGG73t3Nsu+lCZgaf5pV/Ntkipt1bOXItuEKij9q3BUmMFD18N1zut/pV\n\
+3vtXqiVLJMb/8QZRUW9+yioa/qLxHy8XNrJDbvz0CD8yE/VKkvfKovSyKD38SEJC\n\
+gyroxu41FxhOvj8mUV3zELNooC+SwJHresDxNtsCgYEA6Iq2H+pilTw0xXu0mYat\n\
+ktTuACNt3v8310LIRUWKj2qI9uwUYkN2vu9CAasSODN+SQSlkIar1bKz3JtGrLNo\n\
+MdJyNqm7hhQX1OGjWIIAWaOsoQu8Ltizd/8E9YGAv2h9xjBKPS99ehRJB/PdmxzA\n\
+pWilW6vm8bPEyJKqCnXUL4ECgYB6UeHpGSoSRejGRPhYjmbzESF814gLujeVB7/c\n\
+R0DSxhBB1oTdEXpxuVmqd7N4mx3VCdrzOyAiNRdzQsONI8VDKex6kFkX4jBKk8MR\n\
+Jz+d+dRVwRTqBWvUGXPMtk67wwdqaahcEg7XvmGlotavtKSayRhopxahxBarVjjh\n\
+nP7MkQKBgQDJOQGhgr/HNnVzH97clYU2tBQIFGHRPhulitIvEiESmN1jM5OaiYsx\n\
+bg7DP9PkTd5TCfrZWh9314Rbm1nuJOMVBJDkmg+OEbkUq4G8t3Qio9Ww82EwPxKs\n\
+M8G7Nn7q1E7RDjQ29J7kZa98gQHfP+suuKFBsoXDMxYII8DJUe0cTw==\n\
+-----END RSA PRIVATE KEY-----\n";
+
+const REPO: &str = "acme/widgets";
+const OTHER_REPO: &str = "acme/gadgets";
+const INSTALLATION: u64 = 77;
+
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    body: Value,
+}
+
+impl Answer {
+    fn message(&self) -> &str {
+        self.body["message"].as_str().unwrap_or("")
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+async fn try_call(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    auth: Option<&str>,
+    body: Option<Value>,
+) -> Result<Answer, reqwest::Error> {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+    let mut request = client
+        .request(method, url)
+        .header("accept", "application/vnd.github+json");
+    if let Some(auth) = auth {
+        request = request.header("authorization", auth);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).expect("json"));
+    }
+    let response = request.send().await?;
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let bytes = response.bytes().await?;
+    let body = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    Ok(Answer {
+        status,
+        headers,
+        body,
+    })
+}
+
+async fn call(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    auth: Option<&str>,
+    body: Option<Value>,
+) -> Answer {
+    try_call(client, method, url, auth, body)
+        .await
+        .expect("the fake answers")
+}
+
+fn jwt_with(claims: &Value) -> String {
+    format!("Bearer {}", sign_test_jwt(claims))
+}
+
+fn now_secs() -> i64 {
+    epoch_secs(SystemTime::now())
+}
+
+/// A fake with `acme/widgets` and `acme/gadgets`, both under installation 77.
+async fn fake_with_repos() -> (FakeGithub, reqwest::Client) {
+    let fake = FakeGithub::start().await;
+    fake.add_repo(REPO);
+    fake.add_repo(OTHER_REPO);
+    fake.install(REPO, INSTALLATION);
+    fake.install(OTHER_REPO, INSTALLATION);
+    (fake, reqwest::Client::new())
+}
+
+/// Mints a token through the API; returns the `Authorization` value.
+async fn mint(fake: &FakeGithub, client: &reqwest::Client, body: Value) -> String {
+    let url = format!(
+        "{}/app/installations/{INSTALLATION}/access_tokens",
+        fake.url()
+    );
+    let auth = format!("Bearer {}", fake.app_jwt());
+    let answer = call(client, "POST", &url, Some(&auth), Some(body)).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    format!("token {}", answer.body["token"].as_str().expect("a token"))
+}
+
+fn repo_url(fake: &FakeGithub, repo: &str, rest: &str) -> String {
+    format!("{}/repos/{repo}{rest}", fake.url())
+}
+
+#[tokio::test]
+async fn a_jwt_signed_with_another_key_is_refused() {
+    let (fake, client) = fake_with_repos().await;
+    let now = now_secs();
+    let claims = json!({"iat": now - 60, "exp": now + 540, "iss": fake.app_id()});
+    let other = EncodingKey::from_rsa_pem(OTHER_TEST_ONLY_KEY_PEM.as_bytes()).expect("key");
+    let forged = encode(&Header::new(Algorithm::RS256), &claims, &other).expect("sign");
+    let answer = call(
+        &client,
+        "GET",
+        &format!("{}/app", fake.url()),
+        Some(&format!("Bearer {forged}")),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.message(), "A JSON web token could not be decoded");
+
+    // The public key used as an HMAC secret (algorithm confusion) is no better.
+    let hmac = EncodingKey::from_secret(TEST_APP_PUBLIC_KEY_PEM.as_bytes());
+    let confused = encode(&Header::new(Algorithm::HS256), &claims, &hmac).expect("sign");
+    let url = repo_url(&fake, REPO, "/installation");
+    let answer = call(
+        &client,
+        "GET",
+        &url,
+        Some(&format!("Bearer {confused}")),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 401);
+    assert!(fake.jwt_requests().is_empty());
+    assert_eq!(
+        fake.requests()[0].auth,
+        Auth::Rejected(answer.message().to_owned())
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_jwt_whose_exp_is_twenty_minutes_ahead_is_refused() {
+    let (fake, client) = fake_with_repos().await;
+    let now = now_secs();
+    let url = format!("{}/app", fake.url());
+    let too_long = jwt_with(&json!({"iat": now, "exp": now + 20 * 60, "iss": fake.app_id()}));
+    let answer = call(&client, "GET", &url, Some(&too_long), None).await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(
+        answer.message(),
+        "'Expiration time' claim ('exp') is too far in the future"
+    );
+
+    let expired = jwt_with(&json!({"iat": now - 700, "exp": now - 100, "iss": fake.app_id()}));
+    assert_eq!(
+        call(&client, "GET", &url, Some(&expired), None)
+            .await
+            .status,
+        401
+    );
+    let future = jwt_with(&json!({"iat": now + 300, "exp": now + 500, "iss": fake.app_id()}));
+    assert_eq!(
+        call(&client, "GET", &url, Some(&future), None).await.status,
+        401
+    );
+    let stranger = jwt_with(&json!({"iat": now - 60, "exp": now + 540, "iss": 1}));
+    assert_eq!(
+        call(&client, "GET", &url, Some(&stranger), None)
+            .await
+            .status,
+        401
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_valid_jwt_reads_the_app_with_a_numeric_or_string_issuer() {
+    let (fake, client) = fake_with_repos().await;
+    fake.set_app_id(123456);
+    let now = now_secs();
+    let url = format!("{}/app", fake.url());
+    for iss in [json!(123456), json!("123456"), json!(fake.client_id())] {
+        let jwt = jwt_with(&json!({"iat": now - 60, "exp": now + 540, "iss": iss}));
+        let answer = call(&client, "GET", &url, Some(&jwt), None).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert_eq!(answer.body["id"], 123456);
+        assert_eq!(answer.body["slug"], "rowbranch-test");
+    }
+    // An installation token is not a JWT.
+    let token = fake.issue_token(INSTALLATION, None);
+    let answer = call(&client, "GET", &url, Some(&format!("token {token}")), None).await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(fake.jwt_requests().len(), 3);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_installed() {
+    let (fake, client) = fake_with_repos().await;
+    fake.add_repo("acme/elsewhere");
+    let auth = format!("Bearer {}", fake.app_jwt());
+    let answer = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/installation"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.body["id"], INSTALLATION);
+    assert_eq!(answer.body["account"]["login"], "acme");
+    assert_eq!(answer.body["permissions"]["contents"], "write");
+    assert_eq!(answer.body["repository_selection"], "selected");
+    let url = repo_url(&fake, "acme/elsewhere", "/installation");
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        404
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowed() {
+    let (fake, client) = fake_with_repos().await;
+    let url = format!(
+        "{}/app/installations/{INSTALLATION}/access_tokens",
+        fake.url()
+    );
+    let auth = format!("Bearer {}", fake.app_jwt());
+    let answer = call(
+        &client,
+        "POST",
+        &url,
+        Some(&auth),
+        Some(json!({"repositories": ["widgets"]})),
+    )
+    .await;
+    assert_eq!(answer.status, 201);
+    let token = answer.body["token"].as_str().expect("token");
+    assert!(token.starts_with("ghs_"));
+    assert_eq!(answer.body["repository_selection"], "selected");
+    let expires = answer.body["expires_at"].as_str().expect("expires_at");
+    assert_eq!(expires.len(), "2026-12-02T13:00:00Z".len());
+    assert!(expires.ends_with('Z'));
+    assert_eq!(fake.token_mints(), 1);
+    let minted = fake.tokens();
+    assert_eq!(minted[0].installation_id, INSTALLATION);
+    assert_eq!(minted[0].repositories.as_ref().map(|r| r.len()), Some(1));
+
+    for scheme in ["token", "Bearer"] {
+        let auth = format!("{scheme} {token}");
+        let own = call(
+            &client,
+            "GET",
+            &repo_url(&fake, REPO, ""),
+            Some(&auth),
+            None,
+        )
+        .await;
+        assert_eq!(own.status, 200);
+        assert_eq!(own.body["full_name"], REPO);
+        assert_eq!(own.body["default_branch"], "main");
+        assert_eq!(own.body["private"], true);
+        let other = call(
+            &client,
+            "GET",
+            &repo_url(&fake, OTHER_REPO, ""),
+            Some(&auth),
+            None,
+        )
+        .await;
+        assert_eq!(other.status, 404);
+        assert_eq!(other.message(), "Not Found");
+    }
+
+    // Unnarrowed, the same installation reaches both; an unknown installation is 404.
+    let wide = mint(&fake, &client, json!({})).await;
+    let other = call(
+        &client,
+        "GET",
+        &repo_url(&fake, OTHER_REPO, ""),
+        Some(&wide),
+        None,
+    )
+    .await;
+    assert_eq!(other.status, 200);
+    let url = format!("{}/app/installations/999/access_tokens", fake.url());
+    assert_eq!(
+        call(&client, "POST", &url, Some(&auth), None).await.status,
+        404
+    );
+    // Narrowing to a repository outside the installation is refused.
+    fake.add_repo("acme/private-stuff");
+    let url = format!(
+        "{}/app/installations/{INSTALLATION}/access_tokens",
+        fake.url()
+    );
+    let answer = call(
+        &client,
+        "POST",
+        &url,
+        Some(&auth),
+        Some(json!({"repositories": ["private-stuff"]})),
+    )
+    .await;
+    assert_eq!(answer.status, 422);
+    assert_eq!(fake.token_mints(), 2);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn an_expired_token_gets_401_bad_credentials() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        200
+    );
+    fake.expire_tokens();
+    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.message(), "Bad credentials");
+    let unknown = call(&client, "GET", &url, Some("token ghs_nonsense"), None).await;
+    assert_eq!(unknown.status, 401);
+
+    // A short lifetime runs out by itself.
+    fake.set_token_ttl(Duration::from_millis(300));
+    let auth = mint(&fake, &client, json!({})).await;
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        401
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_missing_permission_gets_403_resource_not_accessible() {
+    let (fake, client) = fake_with_repos().await;
+    fake.set_installation_permissions(INSTALLATION, &[("contents", "read")]);
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let body = json!({"ref": "refs/heads/x", "sha": sha});
+    let answer = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    assert_eq!(answer.status, 403);
+    assert_eq!(answer.message(), "Resource not accessible by integration");
+    assert_eq!(
+        answer.header("x-accepted-github-permissions"),
+        Some("contents=write")
+    );
+    let pulls = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/pulls"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(pulls.status, 403);
+    let read = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/git/ref/heads/main"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(read.status, 200);
+    assert_eq!(fake.refs(REPO), vec!["main"]);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn creating_a_ref_twice_gives_201_then_422_reference_already_exists() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let body = json!({"ref": "refs/heads/feedback/42", "sha": sha});
+    let first = call(&client, "POST", &url, Some(&auth), Some(body.clone())).await;
+    assert_eq!(first.status, 201);
+    assert_eq!(first.body["ref"], "refs/heads/feedback/42");
+    assert_eq!(first.body["object"]["sha"], sha.as_str());
+    assert_eq!(first.body["object"]["type"], "commit");
+    let second = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    assert_eq!(second.status, 422);
+    assert_eq!(second.message(), "Reference already exists");
+    assert_eq!(fake.refs(REPO), vec!["feedback/42", "main"]);
+    assert_eq!(fake.writes().len(), 2);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn of_fifty_concurrent_creates_exactly_one_gets_201() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (client, url, auth) = (client.clone(), url.clone(), auth.clone());
+        let body = json!({"ref": "refs/heads/race", "sha": sha});
+        set.spawn(async move {
+            call(&client, "POST", &url, Some(&auth), Some(body))
+                .await
+                .status
+        });
+    }
+    let statuses = set.join_all().await;
+    assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1);
+    assert_eq!(statuses.iter().filter(|s| **s == 422).count(), 49);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn create_ref_refuses_an_unknown_sha_a_bad_name_and_an_empty_repository() {
+    let (fake, client) = fake_with_repos().await;
+    fake.add_empty_repo("acme/empty");
+    fake.install("acme/empty", INSTALLATION);
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let unknown = json!({"ref": "refs/heads/x", "sha": "0123456789012345678901234567890123456789"});
+    let answer = call(&client, "POST", &url, Some(&auth), Some(unknown)).await;
+    assert_eq!(
+        (answer.status, answer.message()),
+        (422, "Object does not exist")
+    );
+    let bad = json!({"ref": "heads/x", "sha": sha});
+    let answer = call(&client, "POST", &url, Some(&auth), Some(bad)).await;
+    assert_eq!(
+        (answer.status, answer.message()),
+        (422, "heads/x is not a valid ref name.")
+    );
+    let empty = repo_url(&fake, "acme/empty", "/git/refs");
+    let answer = call(
+        &client,
+        "POST",
+        &empty,
+        Some(&auth),
+        Some(json!({"ref": "refs/heads/x", "sha": sha})),
+    )
+    .await;
+    assert_eq!(
+        (answer.status, answer.message()),
+        (409, "Git Repository is empty.")
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.create_branch(REPO, "feedback/420-x", "main");
+    let missing = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/git/ref/heads/feedback/42"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.message(), "Not Found");
+    assert!(missing.body["documentation_url"].is_string());
+    let found = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/git/ref/heads/feedback/420-x"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(found.status, 200);
+    assert_eq!(found.body["ref"], "refs/heads/feedback/420-x");
+
+    let url = repo_url(&fake, REPO, "/git/refs/heads/feedback/420-x");
+    let deleted = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(deleted.body, Value::String(String::new()));
+    let again = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(
+        (again.status, again.message()),
+        (422, "Reference does not exist")
+    );
+    assert_eq!(fake.refs(REPO), vec!["main"]);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn matching_refs_for_prefix_42_returns_42_and_420_x() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    for b in ["feedback/42", "feedback/420-x", "feedback/5", "other/42"] {
+        fake.create_branch(REPO, b, "main");
+    }
+    let url = repo_url(
+        &fake,
+        REPO,
+        "/git/matching-refs/heads/feedback/42?per_page=1",
+    );
+    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(answer.status, 200);
+    let names: Vec<&str> = answer
+        .body
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| r["ref"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        names,
+        vec!["refs/heads/feedback/42", "refs/heads/feedback/420-x"]
+    );
+    let none = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/git/matching-refs/heads/nothing"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!((none.status, none.body.clone()), (200, json!([])));
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filters() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.create_branch(REPO, "feedback/1", "main");
+    let one = fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
+    fake.add_pull(REPO, "feedback/2", PullState::Open, false);
+    fake.add_pull(REPO, "feedback/10", PullState::Closed, false);
+
+    let url = repo_url(&fake, REPO, "/pulls?head=feedback/1&state=all");
+    let all = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(all.body.as_array().expect("array").len(), 3);
+
+    let url = repo_url(&fake, REPO, "/pulls?head=acme:feedback/1&state=all");
+    let filtered = call(&client, "GET", &url, Some(&auth), None).await;
+    let list = filtered.body.as_array().expect("array");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["number"], one);
+    assert_eq!(list[0]["state"], "closed");
+    assert!(list[0]["merged_at"].is_string());
+    assert_eq!(list[0]["head"]["label"], "acme:feedback/1");
+    assert_eq!(list[0]["head"]["ref"], "feedback/1");
+    assert_eq!(list[0]["base"]["ref"], "main");
+
+    // `state` defaults to open.
+    let url = repo_url(&fake, REPO, "/pulls");
+    let open = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(open.body.as_array().expect("array").len(), 1);
+    assert_eq!(open.body[0]["merged_at"], Value::Null);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn listing_pulls_paginates_with_an_absolute_link_header() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    for i in 0..5 {
+        fake.add_pull(REPO, &format!("b/{i}"), PullState::Open, false);
+    }
+    let mut url = repo_url(&fake, REPO, "/pulls?state=all&per_page=2");
+    let mut numbers = Vec::new();
+    let mut pages = 0;
+    loop {
+        let answer = call(&client, "GET", &url, Some(&auth), None).await;
+        assert_eq!(answer.status, 200);
+        pages += 1;
+        numbers.extend(
+            answer
+                .body
+                .as_array()
+                .expect("array")
+                .iter()
+                .map(|p| p["number"].as_u64().unwrap_or(0)),
+        );
+        let Some(link) = answer.header("link") else {
+            break;
+        };
+        let next = link.split(", ").find(|l| l.ends_with("rel=\"next\""));
+        let Some(next) = next else { break };
+        let target = next.split(['<', '>']).nth(1).expect("<url>").to_owned();
+        assert!(target.starts_with(&fake.url()), "{target}");
+        url = target;
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(numbers, vec![5, 4, 3, 2, 1], "newest first");
+    let big = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/pulls?state=all&per_page=500"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(big.body.as_array().expect("array").len(), 5);
+    assert!(big.header("link").is_none());
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn compare_after_push_commit_is_ahead_by_one() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.create_branch(REPO, "feedback/7", "main");
+    let url = repo_url(&fake, REPO, "/compare/main...feedback/7");
+    let same = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(same.body["status"], "identical");
+    fake.push_commit(REPO, "feedback/7");
+    let ahead = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(ahead.status, 200);
+    assert_eq!(ahead.body["status"], "ahead");
+    assert_eq!(ahead.body["ahead_by"], 1);
+    assert_eq!(ahead.body["behind_by"], 0);
+    assert_eq!(ahead.body["total_commits"], 1);
+    fake.push_commit(REPO, "main");
+    let diverged = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(diverged.body["status"], "diverged");
+    assert_eq!(diverged.body["behind_by"], 1);
+    let reverse = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/compare/feedback/7...main"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            reverse.body["ahead_by"].clone(),
+            reverse.body["behind_by"].clone()
+        ),
+        (json!(1), json!(1))
+    );
+    let unknown = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/compare/main...nope"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(unknown.status, 404);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_dispatch_with_eleven_payload_keys_is_422_and_a_valid_one_is_recorded() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let url = repo_url(&fake, REPO, "/dispatches");
+    let eleven: serde_json::Map<String, Value> =
+        (0..11).map(|i| (format!("k{i}"), json!(i))).collect();
+    let answer = call(
+        &client,
+        "POST",
+        &url,
+        Some(&auth),
+        Some(json!({"event_type": "go", "client_payload": eleven})),
+    )
+    .await;
+    assert_eq!(answer.status, 422);
+    assert!(
+        answer.message().contains("No more than 10 properties"),
+        "{}",
+        answer.message()
+    );
+    for bad in [
+        json!({"client_payload": {}}),
+        json!({"event_type": ""}),
+        json!({"event_type": "x".repeat(101)}),
+        json!({"event_type": "go", "client_payload": "text"}),
+        json!({"event_type": "go", "client_payload": {"big": "y".repeat(70_000)}}),
+    ] {
+        assert_eq!(
+            call(&client, "POST", &url, Some(&auth), Some(bad))
+                .await
+                .status,
+            422
+        );
+    }
+    assert!(fake.dispatches(REPO).is_empty());
+
+    let good = json!({"event_type": "rowbranch", "client_payload": {"branch": "feedback/1"}});
+    let answer = call(&client, "POST", &url, Some(&auth), Some(good)).await;
+    assert_eq!(answer.status, 204);
+    let dispatches = fake.dispatches(REPO);
+    assert_eq!(dispatches.len(), 1);
+    assert_eq!(dispatches[0].event_type, "rowbranch");
+    assert_eq!(
+        dispatches[0].client_payload,
+        json!({"branch": "feedback/1"})
+    );
+    assert_eq!(dispatches[0].installation_id, Some(INSTALLATION));
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn an_applied_then_502_on_create_ref_leaves_the_ref_created() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.inject(Op::CreateRef, Fault::AppliedThen(502), 1);
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let body = json!({"ref": "refs/heads/feedback/9", "sha": sha});
+    let answer = call(&client, "POST", &url, Some(&auth), Some(body.clone())).await;
+    assert_eq!(answer.status, 502);
+    assert!(answer
+        .header("content-type")
+        .unwrap_or("")
+        .starts_with("text/html"));
+    assert_eq!(fake.branch_sha(REPO, "feedback/9"), Some(sha));
+    let again = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    assert_eq!(
+        (again.status, again.message()),
+        (422, "Reference already exists")
+    );
+    assert_eq!(fake.pending_faults(), 0);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn drop_after_apply_closes_the_connection_without_an_answer_but_applies() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.inject(Op::Dispatch, Fault::DropAfterApply, 1);
+    fake.inject(Op::CreateRef, Fault::DropBeforeApply, 1);
+    let url = repo_url(&fake, REPO, "/dispatches");
+    let result = try_call(
+        &client,
+        "POST",
+        &url,
+        Some(&auth),
+        Some(json!({"event_type": "go"})),
+    )
+    .await;
+    assert!(result.is_err(), "no answer expected");
+    assert_eq!(fake.dispatches(REPO).len(), 1, "applied all the same");
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let result = try_call(
+        &client,
+        "POST",
+        &url,
+        Some(&auth),
+        Some(json!({"ref": "refs/heads/lost", "sha": sha})),
+    )
+    .await;
+    assert!(result.is_err(), "no answer expected");
+    assert_eq!(fake.refs(REPO), vec!["main"], "not applied");
+
+    let writes = fake.writes();
+    assert_eq!(writes.len(), 2, "sent once each, not retried");
+    assert!(writes.iter().all(|w| w.dropped && w.status.is_none()));
+    // The server goes on answering on fresh connections.
+    let answer = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/git/ref/heads/main"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn rate_limit_faults_answer_like_github() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
+    fake.inject(
+        Op::GetRef,
+        Fault::SecondaryRateLimit {
+            retry_after_secs: 7,
+        },
+        1,
+    );
+    fake.inject(Op::GetRef, Fault::PrimaryRateLimit { reset_in_secs: 30 }, 1);
+    fake.inject(
+        Op::GetRef,
+        Fault::TooManyRequests {
+            retry_after_secs: 3,
+        },
+        1,
+    );
+    fake.inject(Op::GetRef, Fault::Status(500), 1);
+    fake.inject(
+        Op::GetRef,
+        Fault::Unprocessable("Reference update failed".into()),
+        1,
+    );
+
+    let secondary = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(secondary.status, 403);
+    assert!(secondary
+        .message()
+        .starts_with("You have exceeded a secondary rate limit"));
+    assert_eq!(secondary.header("retry-after"), Some("7"));
+    let primary = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(primary.status, 403);
+    assert!(primary.message().starts_with(&format!(
+        "API rate limit exceeded for installation ID {INSTALLATION}"
+    )));
+    assert_eq!(primary.header("x-ratelimit-remaining"), Some("0"));
+    let reset: i64 = primary
+        .header("x-ratelimit-reset")
+        .and_then(|v| v.parse().ok())
+        .expect("reset");
+    assert!((reset - now_secs() - 30).abs() <= 2);
+    let too_many = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(
+        (too_many.status, too_many.header("retry-after")),
+        (429, Some("3"))
+    );
+    let server = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!((server.status, server.message()), (500, "Server Error"));
+    let failed = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(
+        (failed.status, failed.message()),
+        (422, "Reference update failed")
+    );
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        200
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn rate_limit_headers_count_down_per_installation_and_run_out() {
+    let (fake, client) = fake_with_repos().await;
+    fake.set_rate_limit(3);
+    let auth = mint(&fake, &client, json!({})).await;
+    let url = repo_url(&fake, REPO, "");
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        let answer = call(&client, "GET", &url, Some(&auth), None).await;
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.header("x-ratelimit-limit"), Some("3"));
+        assert!(answer
+            .header("x-ratelimit-reset")
+            .and_then(|v| v.parse::<i64>().ok())
+            .is_some());
+        remaining.push(
+            answer
+                .header("x-ratelimit-remaining")
+                .unwrap_or("")
+                .to_owned(),
+        );
+    }
+    assert_eq!(remaining, vec!["2", "1", "0"]);
+    let refused = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(refused.status, 403);
+    assert!(refused.message().starts_with("API rate limit exceeded"));
+    // Other answers carry the headers too.
+    let unexpected = call(&client, "GET", &format!("{}/x", fake.url()), None, None).await;
+    assert!(unexpected.header("x-ratelimit-remaining").is_some());
+    fake.with_state(|s| s.unexpected.clear());
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_delayed_request_does_not_hold_up_others() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.inject(Op::GetRef, Fault::Delay(Duration::from_millis(600)), 1);
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let slow = {
+        let (client, auth, order) = (client.clone(), auth.clone(), order.clone());
+        let url = repo_url(&fake, REPO, "/git/ref/heads/main");
+        tokio::spawn(async move {
+            let status = call(&client, "GET", &url, Some(&auth), None).await.status;
+            order.lock().expect("lock").push("slow");
+            status
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = tokio::time::Instant::now();
+    let quick = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&auth),
+        None,
+    )
+    .await;
+    order.lock().expect("lock").push("quick");
+    assert_eq!(quick.status, 200);
+    assert_eq!(slow.await.expect("join"), 200);
+    assert_eq!(*order.lock().expect("lock"), vec!["quick", "slow"]);
+    assert!(started.elapsed() < Duration::from_millis(600));
+    let log = fake.requests_for(Op::GetRef);
+    assert_eq!(log[0].fault, Some(Fault::Delay(Duration::from_millis(600))));
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base64() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let yaml = format!(
+        "name: rowbranch\non:\n  repository_dispatch:\n{}",
+        "# padding\n".repeat(20)
+    );
+    fake.add_workflow(REPO, "rowbranch.yml", &yaml);
+    fake.add_workflow(REPO, ".github/workflows/ci.yml", "name: ci\n");
+    let dir = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/contents/.github/workflows"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(dir.status, 200);
+    let names: Vec<&str> = dir
+        .body
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|e| e["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, vec!["ci.yml", "rowbranch.yml"]);
+    assert_eq!(dir.body[1]["type"], "file");
+    assert_eq!(dir.body[1]["path"], ".github/workflows/rowbranch.yml");
+
+    let url = repo_url(
+        &fake,
+        REPO,
+        "/contents/.github/workflows/rowbranch.yml?ref=main",
+    );
+    let file = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(file.body["encoding"], "base64");
+    let content = file.body["content"].as_str().expect("content");
+    assert!(content.lines().all(|l| l.len() <= 60));
+    assert!(content.lines().count() > 1);
+    let decoded = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        content.replace('\n', ""),
+    )
+    .expect("base64");
+    assert_eq!(decoded, yaml.as_bytes());
+    let missing = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/contents/nope.yml"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(missing.status, 404);
+    let before = fake.create_branch(REPO, "old", "main");
+    assert_eq!(fake.branch_sha(REPO, "old"), Some(before));
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn an_unexpected_request_is_answered_501_and_recorded() {
+    let (fake, client) = fake_with_repos().await;
+    let answer = call(&client, "GET", &format!("{}/x", fake.url()), None, None).await;
+    assert_eq!(answer.status, 501);
+    assert_eq!(answer.message(), "fake GitHub: unexpected request GET /x");
+    assert_eq!(fake.unexpected(), vec!["GET /x"]);
+    let result =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fake.assert_no_unexpected()));
+    assert!(result.is_err());
+}
+
+#[tokio::test]
+#[should_panic(expected = "unexpected request")]
+async fn assert_no_unexpected_panics_after_an_unexpected_request() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    call(
+        &client,
+        "PUT",
+        &repo_url(&fake, REPO, "/git/refs"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_path_prefix_is_served_like_github_enterprise() {
+    let fake = FakeGithub::start_with_path_prefix("/api/v3").await;
+    fake.add_repo(REPO);
+    fake.install(REPO, INSTALLATION);
+    let client = reqwest::Client::new();
+    assert!(fake.url().ends_with("/api/v3"));
+    let auth = mint(&fake, &client, json!({})).await;
+    let answer = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let root = fake.url().trim_end_matches("/api/v3").to_owned();
+    let outside = call(
+        &client,
+        "GET",
+        &format!("{root}/repos/{REPO}"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(outside.status, 501);
+    assert_eq!(fake.unexpected().len(), 1);
+}
+
+#[test]
+fn rfc3339_writes_utc_whole_seconds() {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+    assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
+    let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+    assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
+}
+
+#[tokio::test]
+async fn octocrab_reads_and_writes_through_the_fake() {
+    use octocrab::models::repos::Object;
+    use octocrab::params::repos::Reference;
+
+    let (fake, _) = fake_with_repos().await;
+    fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
+    fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
+    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
+    let app = octocrab::Octocrab::builder()
+        .base_uri(fake.url())
+        .expect("uri")
+        .app(octocrab::models::AppId(fake.app_id()), key)
+        .build()
+        .expect("client");
+    let me = app.current().app().await.expect("GET /app");
+    assert_eq!(me.slug.as_deref(), Some("rowbranch-test"));
+    let installation = app
+        .apps()
+        .get_repository_installation("acme", "widgets")
+        .await
+        .expect("installation");
+    assert_eq!(installation.id.0, INSTALLATION);
+    let gh = app
+        .installation(installation.id)
+        .expect("installation client");
+    let repos = gh.repos("acme", "widgets");
+    let repo = repos.get().await.expect("repo");
+    assert_eq!(repo.default_branch.as_deref(), Some("main"));
+    let main = repos
+        .get_ref(&Reference::Branch("main".into()))
+        .await
+        .expect("ref");
+    let Object::Commit { sha, .. } = main.object else {
+        panic!("a commit")
+    };
+    repos
+        .create_ref(&Reference::Branch("feedback/2".into()), sha.clone())
+        .await
+        .expect("create");
+    let matching = repos
+        .list_matching_refs("heads/feedback/")
+        .await
+        .expect("matching");
+    assert_eq!(matching.len(), 1);
+    repos
+        .create_dispatch("rowbranch")
+        .client_payload(json!({"branch": "feedback/2"}))
+        .send()
+        .await
+        .expect("dispatch");
+    let page = gh
+        .pulls("acme", "widgets")
+        .list()
+        .state(octocrab::params::State::All)
+        .head("acme:feedback/1")
+        .send()
+        .await
+        .expect("pulls");
+    assert_eq!(page.items.len(), 1);
+    assert!(page.items[0].merged_at.is_some());
+    fake.push_commit(REPO, "feedback/2");
+    let comparison = repos
+        .compare_commits("main", "feedback/2")
+        .send()
+        .await
+        .expect("compare");
+    assert_eq!(comparison.ahead_by, 1);
+    let mut dir = repos
+        .get_content()
+        .path(".github/workflows")
+        .r#ref("main")
+        .send()
+        .await
+        .expect("contents");
+    let items = dir.take_items();
+    assert_eq!(items[0].name, "rowbranch.yml");
+    let mut file = repos
+        .get_content()
+        .path(".github/workflows/rowbranch.yml")
+        .send()
+        .await
+        .expect("file");
+    assert_eq!(
+        file.take_items()[0].decoded_content().as_deref(),
+        Some("name: rowbranch\n")
+    );
+    repos
+        .delete_ref(&Reference::Branch("feedback/2".into()))
+        .await
+        .expect("delete");
+    assert_eq!(fake.token_mints(), 1);
+    assert_eq!(fake.dispatches(REPO).len(), 1);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_a_paused_clock_an_injected_delay_passes_in_tokio_time_only() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.inject(Op::GetRef, Fault::Delay(Duration::from_secs(30)), 1);
+    let started = tokio::time::Instant::now();
+    let wall = std::time::Instant::now();
+    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        200
+    );
+    assert!(started.elapsed() >= Duration::from_secs(30));
+    assert!(wall.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        call(&client, "GET", &url, Some(&auth), None).await.status,
+        200
+    );
+    let log = fake.requests_for(Op::GetRef);
+    assert!(log[1].at_tokio - log[0].at_tokio >= Duration::from_secs(30));
+    fake.assert_no_unexpected();
+}

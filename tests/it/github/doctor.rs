@@ -1,0 +1,213 @@
+//! The binary against the fake GitHub: `doctor` line by line, and `serve`'s logs, which never
+//! show a token, a key or a secret.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+
+use super::{fake, GithubOptions, INSTALLATION, REPO};
+use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
+use crate::helpers::{insert, random_secret};
+
+const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";
+
+fn write_config(dir: &Path, fake: &FakeGithub, options: &GithubOptions) -> std::path::PathBuf {
+    let path = dir.join("rowbranch.toml");
+    std::fs::write(&path, options.config_text(fake)).unwrap();
+    path
+}
+
+async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+    command
+        .arg("doctor")
+        .arg("--config")
+        .arg(config)
+        .env_remove("ROWBRANCH_WEBHOOK_SECRET")
+        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+    if let Some(secret) = secret {
+        command.env("ROWBRANCH_WEBHOOK_SECRET", secret);
+    }
+    let out = command.output().await.expect("the binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn doctor_passes_every_check_when_the_setup_is_complete() {
+    let fake = fake().await;
+    fake.add_workflow(REPO, "rowbranch.yml", WORKFLOW);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let (code, out) = doctor(&config, Some(&random_secret())).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains('✗'), "{out}");
+    for expected in [
+        "✓ webhook secret set",
+        "✓ GitHub App private key parses",
+        "✓ GitHub accepts the App's JWT",
+        "✓ acme/app: the App is installed",
+        "✓ acme/app: contents: write",
+        "✓ acme/app: pull_requests: read",
+        "✓ acme/app: default branch main",
+        "✓ acme/app: .github/workflows/rowbranch.yml runs on repository_dispatch `feedback`",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn doctor_names_each_failure_with_its_fix_and_exits_one() {
+    let fake = fake().await;
+    fake.set_installation_permissions(INSTALLATION, &[("contents", "read")]);
+    fake.add_workflow(REPO, "ci.yml", "on: push\njobs: {}\n");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let (code, out) = doctor(&config, None).await;
+    assert_eq!(code, 1, "{out}");
+    for expected in [
+        "✗ webhook secret is not set",
+        "✗ acme/app: contents is read, needs write",
+        "✗ acme/app: pull_requests is not granted, needs read",
+        "✗ acme/app: no workflow on main listens to repository_dispatch `feedback`",
+        "fix: ",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn doctor_says_when_the_app_is_not_installed_or_the_jwt_is_refused() {
+    let fake = fake().await;
+    fake.uninstall(INSTALLATION);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let (code, out) = doctor(&config, Some(&random_secret())).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("✗ acme/app: the App is not installed on acme/app"),
+        "{out}"
+    );
+
+    fake.set_app_id(999);
+    let (code, out) = doctor(&config, Some(&random_secret())).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("✗ GitHub refused the App's JWT"), "{out}");
+}
+
+#[tokio::test]
+async fn a_key_that_does_not_parse_is_named() {
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["doctor", "--config"])
+        .arg(&config)
+        .env(
+            "GITHUB_APP_PRIVATE_KEY",
+            "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n",
+        )
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("✗ the GitHub App private key does not parse"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("not a key"),
+        "the key's text is never echoed: {text}"
+    );
+}
+
+#[tokio::test]
+async fn serve_logs_never_show_tokens_keys_or_secrets() {
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let secret = random_secret();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("ROWBRANCH_LISTEN", format!("127.0.0.1:{port}"))
+        .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
+        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/webhook");
+    let mut answered = None;
+    for _ in 0..100 {
+        let sent = client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .body(insert(serde_json::json!(1), "Log me").to_string())
+            .send()
+            .await;
+        if let Ok(response) = sent {
+            answered = Some(response.status().as_u16());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answered, Some(200));
+    // A refused delivery too: its header must not be echoed either.
+    let wrong = format!("Bearer wrong-{secret}");
+    let _ = client
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("authorization", &wrong)
+        .body("{}")
+        .send()
+        .await;
+    Command::new("kill")
+        .arg(child.id().unwrap().to_string())
+        .status()
+        .await
+        .unwrap();
+    let mut logs = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut logs)
+        .await
+        .unwrap();
+    child.wait().await.unwrap();
+
+    assert!(
+        logs.contains("dispatched"),
+        "the logs say what happened:\n{logs}"
+    );
+    let tokens = fake.tokens();
+    assert!(!tokens.is_empty());
+    for token in tokens {
+        assert!(!logs.contains(&token.token), "a token is in the logs");
+    }
+    assert!(!logs.contains(&secret), "the webhook secret is in the logs");
+    assert!(!logs.contains("PRIVATE KEY"), "the key is in the logs");
+    let key_body = TEST_APP_PRIVATE_KEY_PEM.lines().nth(1).unwrap();
+    assert!(!logs.contains(key_body), "the key is in the logs");
+    assert!(
+        !logs.contains(&fake.app_jwt()[..40]),
+        "a JWT is in the logs"
+    );
+}
