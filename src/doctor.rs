@@ -8,7 +8,7 @@ use yaml_rust2::{Yaml, YamlLoader};
 use crate::config::{Config, ForgeConfig, Route};
 use crate::forge::github::GithubForge;
 use crate::forge::local::LocalForge;
-use crate::forge::Forge;
+use crate::forge::{Forge, ForgeError};
 
 /// One line of the report.
 #[derive(Debug)]
@@ -80,8 +80,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             }
         }
         ForgeConfig::Github(github) => {
-            let routed = config.routes.iter().map(|r| r.repo.clone()).collect();
-            let forge = match GithubForge::new(github, routed) {
+            let forge = match GithubForge::new(github) {
                 Ok(forge) => {
                     out.push(Check::pass("GitHub App private key parses"));
                     forge
@@ -89,7 +88,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                 Err(e) => {
                     out.push(Check::fail(
                         format!("{e:#}"),
-                        "download a new private key from the App's settings page",
+                        "set [github] private_key_path to the App's .pem file (or GITHUB_APP_PRIVATE_KEY to its text); a new key can be generated on the App's settings page",
                     ));
                     return out;
                 }
@@ -100,10 +99,17 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     app.slug.as_deref().unwrap_or(&app.name),
                     app.id
                 ))),
+                Err(ForgeError::Unavailable { message, .. }) => {
+                    out.push(Check::fail(
+                        format!("GitHub at {} did not answer: {message}", github.api_url),
+                        "check api_url (GITHUB_API_URL) and that this machine can reach it",
+                    ));
+                    return out;
+                }
                 Err(e) => {
                     out.push(Check::fail(
                         format!("GitHub refused the App's JWT at {}: {e}", github.api_url),
-                        "check app_id (GITHUB_APP_ID), the private key, api_url, and this machine's clock",
+                        "check app_id (GITHUB_APP_ID), the private key, and this machine's clock",
                     ));
                     return out;
                 }
@@ -149,8 +155,8 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
         }
         Err(e) => {
             out.push(Check::fail(
-                format!("{repo}: {e}"),
-                "push a first commit to the default branch",
+                format!("{repo}: cannot read the default branch: {e}"),
+                "an empty repository needs a first commit; a token GitHub refuses needs the App installed on this repository",
             ));
             return;
         }
@@ -170,7 +176,10 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
                 ),
             }
         }
-        Err(e) => Check::fail(format!("{repo}: cannot read .github/workflows: {e}"), "grant the App contents read on the repository"),
+        Err(e) => Check::fail(
+            format!("{repo}: cannot read .github/workflows: {e}"),
+            "the App needs contents read on the repository; see the message for anything else",
+        ),
     });
 }
 

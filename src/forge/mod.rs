@@ -170,10 +170,7 @@ pub async fn open(config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
             let forge = local::LocalForge::open(path, on_dispatch.clone()).await?;
             Ok(Arc::new(forge))
         }
-        ForgeConfig::Github(github) => {
-            let routed = config.routes.iter().map(|r| r.repo.clone()).collect();
-            Ok(Arc::new(github::GithubForge::new(github, routed)?))
-        }
+        ForgeConfig::Github(github) => Ok(Arc::new(github::GithubForge::new(github)?)),
     }
 }
 

@@ -80,17 +80,21 @@ const READINESS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 /// Ready when the config is loaded (it is, or there would be no server) and the forge answers
 /// with valid credentials.
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let mut last = app.readiness.lock().await;
-    let result = match &*last {
-        Some((at, result)) if at.elapsed() < READINESS_TTL => result.clone(),
-        _ => {
+    let cached = match &*app.readiness.lock().await {
+        Some((at, result)) if at.elapsed() < READINESS_TTL => Some(result.clone()),
+        _ => None,
+    };
+    // Asked without holding the lock: a slow GitHub must not queue every probe behind it.
+    let result = match cached {
+        Some(result) => result,
+        None => {
             let result = app
                 .pipeline
                 .forge()
                 .ready()
                 .await
                 .map_err(|e| e.to_string());
-            *last = Some((tokio::time::Instant::now(), result.clone()));
+            *app.readiness.lock().await = Some((tokio::time::Instant::now(), result.clone()));
             result
         }
     };

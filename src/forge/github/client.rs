@@ -64,14 +64,37 @@ impl Reply {
         let link = self.headers.get("link")?.to_str().ok()?;
         link.split(',').find_map(|part| {
             let (url, rel) = part.split_once(';')?;
-            rel.contains("rel=\"next\"").then(|| {
-                url.trim()
-                    .trim_start_matches('<')
-                    .trim_end_matches('>')
-                    .to_owned()
-            })
+            if !rel.contains("rel=\"next\"") {
+                return None;
+            }
+            // Path and query only: octocrab sends credentials to its base URL's host alone,
+            // and an absolute URL on GitHub Enterprise would go out without them.
+            let url = url.trim().trim_start_matches('<').trim_end_matches('>');
+            let uri: http::Uri = url.parse().ok()?;
+            uri.path_and_query().map(|pq| pq.as_str().to_owned())
         })
     }
+}
+
+/// Characters kept as they are in a path segment or query value; everything else is
+/// percent-encoded (a default branch or a file name may hold anything git allows).
+const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// A git path (`a/b/c`) for a URL: each segment encoded, the slashes kept.
+pub fn encode_path(path: &str) -> String {
+    path.split('/')
+        .map(|segment| percent_encoding::utf8_percent_encode(segment, KEEP).to_string())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A query value for a URL.
+pub fn encode_query(value: &str) -> String {
+    percent_encoding::utf8_percent_encode(value, KEEP).to_string()
 }
 
 /// One request, and how its answer (or its absence) is to be read.
@@ -111,11 +134,17 @@ pub async fn send<B: Serialize + ?Sized>(
 /// octocrab fails a request when minting a token failed (GitHub's answer inside) or when the
 /// connection did; the first is classified like any answer, the second may have been applied.
 fn from_octocrab(e: octocrab::Error) -> Stop {
-    match e {
+    match &e {
+        // Only minting a token maps GitHub's answer into an error here: the request itself was
+        // never sent.
         octocrab::Error::GitHub { source, .. } => classify(
             source.status_code,
-            &source.headers.unwrap_or_default(),
+            &source.headers.clone().unwrap_or_default(),
             &source.message,
+        )
+        .not_applied(),
+        octocrab::Error::Uri { .. } | octocrab::Error::UriParse { .. } => Stop::Fail(
+            ForgeError::Other(anyhow!("a request URL did not parse: {e}")),
         ),
         octocrab::Error::JWT { source, .. } => Stop::Fail(ForgeError::Refused {
             message: format!("the App's JWT could not be made: {source}"),
@@ -130,8 +159,9 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
 
 /// One installation: its client (with its token cache) and the pacer of its writes.
 pub struct Installation {
+    pub id: InstallationId,
     pub client: Octocrab,
-    pub writes: Pacer,
+    pub writes: Arc<Pacer>,
     /// Serializes token renewal so that concurrent requests do not each mint one.
     renewing: Mutex<()>,
 }
@@ -151,23 +181,19 @@ impl Installation {
 /// The App and its installations.
 pub struct Apps {
     app: Octocrab,
-    /// Every routed repository, to narrow installation tokens to what is needed.
-    routed: Vec<RepoName>,
     pace: Pace,
-    installations: Mutex<HashMap<InstallationId, Arc<Installation>>>,
+    /// One client per repository, its token narrowed to that repository: a repository missing
+    /// from an installation then fails alone, not every repository of its account.
+    installations: Mutex<HashMap<RepoName, Arc<Installation>>>,
+    /// One pacer per installation: GitHub's limits are per installation, not per repository.
+    pacers: Mutex<HashMap<InstallationId, Arc<Pacer>>>,
     repo_installations: Mutex<HashMap<RepoName, (InstallationId, Instant)>>,
 }
 
 impl Apps {
     /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
     /// and no retries of octocrab's own (they would re-send a dispatch).
-    pub fn new(
-        app_id: u64,
-        pem: &str,
-        api_url: &str,
-        routed: Vec<RepoName>,
-        pace: Pace,
-    ) -> anyhow::Result<Apps> {
+    pub fn new(app_id: u64, pem: &str, api_url: &str, pace: Pace) -> anyhow::Result<Apps> {
         let key =
             octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
                 anyhow!(
@@ -186,9 +212,9 @@ impl Apps {
             .context("could not build the GitHub client")?;
         Ok(Apps {
             app,
-            routed,
             pace,
             installations: Mutex::new(HashMap::new()),
+            pacers: Mutex::new(HashMap::new()),
             repo_installations: Mutex::new(HashMap::new()),
         })
     }
@@ -207,10 +233,15 @@ impl Apps {
             .map_err(Stop::not_applied)?;
         let installation = {
             let mut all = self.installations.lock().await;
-            let entry = all
-                .entry(id)
-                .or_insert_with(|| Arc::new(self.client_for(id, repo)));
-            Arc::clone(entry)
+            match all.get(repo) {
+                Some(known) if known.id == id => Arc::clone(known),
+                // New, or the repository moved to another installation.
+                _ => {
+                    let made = Arc::new(self.client_for(id, repo).await);
+                    all.insert(repo.clone(), Arc::clone(&made));
+                    made
+                }
+            }
         };
         if let Err(stop) = installation.ensure_token().await {
             // The installation may be gone or changed: look it up afresh next time.
@@ -222,23 +253,24 @@ impl Apps {
         Ok(installation)
     }
 
-    fn client_for(&self, id: InstallationId, repo: &RepoName) -> Installation {
-        // An installation belongs to one account: narrow its token to that account's routed repos.
-        let names: Vec<String> = self
-            .routed
-            .iter()
-            .filter(|r| r.owner().eq_ignore_ascii_case(repo.owner()))
-            .map(|r| r.name().to_owned())
-            .collect();
+    async fn client_for(&self, id: InstallationId, repo: &RepoName) -> Installation {
         let client = self
             .app
             .installation_builder(id)
-            .repositories(names)
+            .repositories(vec![repo.name().to_owned()])
             .build()
             .expect("an App client makes installation clients");
+        let writes = Arc::clone(
+            self.pacers
+                .lock()
+                .await
+                .entry(id)
+                .or_insert_with(|| Arc::new(Pacer::new(self.pace))),
+        );
         Installation {
+            id,
             client,
-            writes: Pacer::new(self.pace),
+            writes,
             renewing: Mutex::new(()),
         }
     }
@@ -279,5 +311,21 @@ impl Apps {
             })),
             _ => reply.unexpected(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_git_path_keeps_its_slashes_and_encodes_the_rest() {
+        assert_eq!(
+            encode_path("feedback/42-add-dark-mode"),
+            "feedback/42-add-dark-mode"
+        );
+        assert_eq!(encode_path("release/v1.0 #2"), "release/v1.0%20%232");
+        assert_eq!(encode_path("größe"), "gr%C3%B6%C3%9Fe");
+        assert_eq!(encode_query("feature/a&b"), "feature%2Fa%26b");
     }
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{send, Apps, Installation, Reply};
+use self::client::{encode_path, send, Apps, Installation, Reply};
 use self::retry::{Attempt, RetryPolicy, Stop};
 use super::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
 use crate::config::{GithubConfig, PrivateKeySource};
@@ -48,7 +48,7 @@ struct CachedBase {
 
 impl GithubForge {
     /// Builds the forge for the routed repositories. Reads the private key; makes no request.
-    pub fn new(config: &GithubConfig, routed: Vec<RepoName>) -> anyhow::Result<GithubForge> {
+    pub fn new(config: &GithubConfig) -> anyhow::Result<GithubForge> {
         let pem = match &config.private_key {
             PrivateKeySource::Pem(pem) => pem.clone(),
             PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
@@ -66,7 +66,7 @@ impl GithubForge {
             queue_capacity: config.queue_capacity,
         };
         Ok(GithubForge {
-            apps: Apps::new(config.app_id, &pem, &config.api_url, routed, pace)?,
+            apps: Apps::new(config.app_id, &pem, &config.api_url, pace)?,
             retry: RetryPolicy {
                 budget: config.retry_budget,
             },
@@ -117,7 +117,7 @@ impl GithubForge {
         repo: &RepoName,
         branch: &str,
     ) -> Attempt<Option<String>> {
-        let path = format!("/repos/{repo}/git/ref/heads/{branch}");
+        let path = format!("/repos/{repo}/git/ref/heads/{}", encode_path(branch));
         let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
         #[derive(Deserialize)]
         struct Ref {
@@ -133,6 +133,16 @@ impl GithubForge {
             409 => Err(empty_repository(repo)),
             _ => reply.unexpected(),
         }
+    }
+
+    /// One look at whether `branch` exists, for deciding after a claim gave up; `None` when
+    /// GitHub does not say.
+    async fn branch_exists(&self, repo: &RepoName, branch: &BranchName) -> Option<bool> {
+        let installation = self.apps.installation(repo).await.ok()?;
+        Self::branch_sha(&installation, repo, branch.as_str())
+            .await
+            .ok()
+            .map(|sha| sha.is_some())
     }
 }
 
@@ -312,16 +322,25 @@ impl Forge for GithubForge {
         sha: &str,
     ) -> Result<Claim, ForgeError> {
         let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
-        self.retry
-            .run("claiming the branch", |ambiguous_before| {
+        let claimed = self
+            .retry
+            .run_noting("claiming the branch", |ambiguous_before| {
                 let body = &body;
                 async move {
                     let installation = self.apps.installation(repo).await?;
                     let path = format!("/repos/{repo}/git/refs");
-                    let reply = installation
-                        .writes
-                        .first_write(|| send(&installation.client, Method::POST, &path, Some(body)))
-                        .await??;
+                    let post = || async {
+                        installation.ensure_token().await?;
+                        send(&installation.client, Method::POST, &path, Some(body)).await
+                    };
+                    // After a lost answer the branch may be ours: that claim is never refused
+                    // for a full queue.
+                    let reply = if ambiguous_before {
+                        installation.writes.write(post).await?
+                    } else {
+                        installation.writes.first_write(post).await??
+                    };
+                    // A lost answer before means a branch found now may be ours.
                     let taken = if ambiguous_before {
                         Claim::Ambiguous
                     } else {
@@ -330,25 +349,38 @@ impl Forge for GithubForge {
                     match reply.status.as_u16() {
                         201 => Ok(Claim::Created),
                         422 if reply.message().contains("already exists") => Ok(taken),
-                        422 => {
-                            match Self::branch_sha(&installation, repo, branch.as_str()).await? {
-                                Some(_) => Ok(taken),
-                                None => Err(Stop::Retry {
-                                    message: format!(
-                                        "GitHub answered 422 ({}) and the ref is not there",
-                                        reply.message()
-                                    ),
-                                    after: None,
-                                    ambiguous: false,
-                                }),
-                            }
-                        }
+                        // Not "exists" (e.g. "Reference update failed"): whether this request
+                        // created the ref cannot be told, so a ref found now counts as ours too.
+                        422 => match Self::branch_sha(&installation, repo, branch.as_str())
+                            .await
+                            .map_err(Stop::not_applied)?
+                        {
+                            Some(_) => Ok(Claim::Ambiguous),
+                            None => Err(Stop::Retry {
+                                message: format!(
+                                    "GitHub answered 422 ({}) and the ref is not there",
+                                    reply.message()
+                                ),
+                                after: None,
+                                ambiguous: false,
+                            }),
+                        },
                         409 => Err(empty_repository(repo)),
                         _ => reply.unexpected(),
                     }
                 }
             })
-            .await
+            .await;
+        match claimed {
+            Ok(claim) => Ok(claim),
+            // Given up after an answer was lost: if the branch is there it may be ours, and at
+            // least once beats at most once.
+            Err((error, true)) => match self.branch_exists(repo, branch).await {
+                Some(true) => Ok(Claim::Ambiguous),
+                _ => Err(error),
+            },
+            Err((error, false)) => Err(error),
+        }
     }
 
     /// `POST /repos/{o}/{r}/dispatches`: 204, no body, no run id. A 422 is the payload's fault;
@@ -369,7 +401,10 @@ impl Forge for GithubForge {
                     let path = format!("/repos/{repo}/dispatches");
                     let reply = installation
                         .writes
-                        .write(|| send(&installation.client, Method::POST, &path, Some(body)))
+                        .write(|| async {
+                            installation.ensure_token().await?;
+                            send(&installation.client, Method::POST, &path, Some(body)).await
+                        })
                         .await?;
                     match reply.status.as_u16() {
                         200..=299 => Ok(()),
@@ -419,7 +454,10 @@ impl Forge for GithubForge {
                 let path = format!("/repos/{repo}/git/refs/heads/{branch}");
                 let reply = installation
                     .writes
-                    .write(|| send(&installation.client, Method::DELETE, &path, None::<&()>))
+                    .write(|| async {
+                        installation.ensure_token().await?;
+                        send(&installation.client, Method::DELETE, &path, None::<&()>).await
+                    })
                     .await?;
                 match reply.status.as_u16() {
                     204 | 200 => Ok(()),

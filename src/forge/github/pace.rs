@@ -33,6 +33,9 @@ pub struct Pacer {
     pace: Pace,
     /// Writes waiting or under way.
     queued: AtomicUsize,
+    /// Taken by a row's first write before it queues for the bucket, so at most one new row
+    /// stands in the bucket's queue: the writes of rows that hold a claim go before the rest.
+    new_rows: Mutex<()>,
     /// Held from the wait for a turn until the write is answered: one write at a time.
     bucket: Mutex<Bucket>,
 }
@@ -48,6 +51,7 @@ impl Pacer {
     pub fn new(pace: Pace) -> Pacer {
         Pacer {
             queued: AtomicUsize::new(0),
+            new_rows: Mutex::new(()),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(pace.burst),
                 refilled: Instant::now(),
@@ -77,17 +81,27 @@ impl Pacer {
                 retry_after: Some(drain),
             });
         }
-        Ok(self.write(send).await)
+        self.queued.fetch_add(1, Ordering::SeqCst);
+        let _done = Dequeue(&self.queued);
+        let _first_in_line = self.new_rows.lock().await;
+        Ok(self.take_turn(send).await)
     }
 
-    /// Runs a write when it is its turn. Never refused: a row that holds a claim must be able
-    /// to dispatch, or to release it.
+    /// Runs a write of a row that holds a claim (its dispatch, or its release) when it is its
+    /// turn, ahead of rows still waiting to claim. Never refused.
     pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
     where
         Fut: Future<Output = T>,
     {
         self.queued.fetch_add(1, Ordering::SeqCst);
         let _done = Dequeue(&self.queued);
+        self.take_turn(send).await
+    }
+
+    async fn take_turn<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
+    where
+        Fut: Future<Output = T>,
+    {
         let mut bucket = self.bucket.lock().await;
         bucket.wait_for_turn(&self.pace).await;
         send().await
@@ -224,6 +238,39 @@ mod tests {
         first.await.unwrap().unwrap();
         second.await.unwrap().unwrap();
         assert_eq!(held.await.unwrap(), 7);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_claimed_rows_write_goes_before_rows_still_waiting_to_claim() {
+        let pacer = Arc::new(Pacer::new(pace(1, 450, 100)));
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut handles = Vec::new();
+        for n in 0..4 {
+            let (pacer, order) = (Arc::clone(&pacer), Arc::clone(&order));
+            handles.push(tokio::spawn(async move {
+                let note = || async move { order.lock().unwrap().push(format!("claim {n}")) };
+                pacer.first_write(note).await.unwrap();
+            }));
+            tokio::task::yield_now().await;
+        }
+        let held = {
+            let (pacer, order) = (Arc::clone(&pacer), Arc::clone(&order));
+            tokio::spawn(async move {
+                pacer
+                    .write(|| async move { order.lock().unwrap().push("dispatch".to_owned()) })
+                    .await
+            })
+        };
+        held.await.unwrap();
+        for h in handles {
+            h.await.unwrap();
+        }
+        let order = order.lock().unwrap().clone();
+        let dispatch = order.iter().position(|w| w == "dispatch").unwrap();
+        assert!(
+            dispatch <= 2,
+            "the dispatch waited behind new rows: {order:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

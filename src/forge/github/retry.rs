@@ -64,17 +64,33 @@ pub struct RetryPolicy {
 impl RetryPolicy {
     /// Runs `attempt` until it is done, fails for good, or the budget would be exceeded. The
     /// closure learns whether an earlier attempt was ambiguous.
-    pub async fn run<T, F, Fut>(&self, what: &str, mut attempt: F) -> Result<T, ForgeError>
+    pub async fn run<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T, ForgeError>
     where
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = Attempt<T>>,
     {
-        let started = Instant::now();
+        self.run_noting(what, attempt).await.map_err(|(e, _)| e)
+    }
+
+    /// [`run`](Self::run), and on failure whether any attempt may have been applied.
+    ///
+    /// The budget starts at the first failure: time spent waiting for a turn to write, before
+    /// anything went wrong, is not retrying.
+    pub async fn run_noting<T, F, Fut>(
+        &self,
+        what: &str,
+        mut attempt: F,
+    ) -> Result<T, (ForgeError, bool)>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: Future<Output = Attempt<T>>,
+    {
+        let mut first_failure: Option<Instant> = None;
         let mut ambiguous_before = false;
         for n in 0u32.. {
             let (message, after, ambiguous) = match attempt(ambiguous_before).await {
                 Ok(value) => return Ok(value),
-                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Fail(e)) => return Err((e, ambiguous_before)),
                 Err(Stop::Retry {
                     message,
                     after,
@@ -82,12 +98,14 @@ impl RetryPolicy {
                 }) => (message, after, ambiguous),
             };
             ambiguous_before |= ambiguous;
+            let since = *first_failure.get_or_insert_with(Instant::now);
             let wait = after.unwrap_or_else(|| jittered(n));
-            if started.elapsed() + wait > self.budget {
-                return Err(ForgeError::Unavailable {
+            if since.elapsed() + wait > self.budget {
+                let error = ForgeError::Unavailable {
                     message: format!("{what}: {message} (gave up after {} attempts)", n + 1),
                     retry_after: Some(wait.max(Duration::from_secs(1))),
-                });
+                };
+                return Err((error, ambiguous_before));
             }
             tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retrying");
             tokio::time::sleep(wait).await;
@@ -117,8 +135,12 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop 
         ambiguous: false,
     };
     match status.as_u16() {
+        // The reset is when the primary limit refills: it says how long to wait only when
+        // that limit is what ran out.
         429 => rate_limited(Some(
-            retry_after.or(reset_in).unwrap_or(SECONDARY_LIMIT_WAIT),
+            retry_after
+                .or(reset_in.filter(|_| remaining == Some(0)))
+                .unwrap_or(SECONDARY_LIMIT_WAIT),
         )),
         403 if retry_after.is_some() => rate_limited(retry_after),
         403 if remaining == Some(0) => rate_limited(Some(reset_in.unwrap_or(SECONDARY_LIMIT_WAIT))),
@@ -215,6 +237,23 @@ mod tests {
                 &HeaderMap::new(),
                 ""
             )),
+            Some(SECONDARY_LIMIT_WAIT)
+        );
+    }
+
+    #[test]
+    fn a_429_waits_for_the_reset_only_when_the_primary_limit_ran_out() {
+        let reset = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 3000;
+        let h = headers(&[
+            ("x-ratelimit-remaining", "4000".into()),
+            ("x-ratelimit-reset", reset.to_string()),
+        ]);
+        assert_eq!(
+            after(classify(StatusCode::TOO_MANY_REQUESTS, &h, "")),
             Some(SECONDARY_LIMIT_WAIT)
         );
     }

@@ -7,7 +7,7 @@ use base64::Engine;
 use http::Method;
 use serde::Deserialize;
 
-use super::client::{send, Reply};
+use super::client::{encode_path, encode_query, send, Reply};
 use super::retry::Stop;
 use super::GithubForge;
 use crate::forge::{ForgeError, RepoName};
@@ -83,7 +83,8 @@ impl GithubForge {
     ) -> Result<Vec<(String, String)>, ForgeError> {
         let installation = self.apps.installation(repo).await.map_err(final_error)?;
         let client = &installation.client;
-        let path = format!("/repos/{repo}/contents/.github/workflows?ref={branch}");
+        let at = encode_query(branch);
+        let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
         let reply = send(client, Method::GET, &path, None::<&()>)
             .await
             .map_err(final_error)?;
@@ -109,7 +110,10 @@ impl GithubForge {
             if entry.kind != "file" || !is_yaml {
                 continue;
             }
-            let path = format!("/repos/{repo}/contents/{}?ref={branch}", entry.path);
+            let path = format!(
+                "/repos/{repo}/contents/{}?ref={at}",
+                encode_path(&entry.path)
+            );
             let reply = send(client, Method::GET, &path, None::<&()>)
                 .await
                 .map_err(final_error)?;

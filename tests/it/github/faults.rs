@@ -192,3 +192,43 @@ async fn an_app_not_installed_on_the_repository_is_a_503_that_says_so() {
     assert!(fake.writes().is_empty());
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_claim_that_gives_up_after_a_lost_answer_dispatches_when_the_branch_is_there() {
+    let fake = fake().await;
+    // The create is applied and its answer lost; the retry is told to wait longer than the
+    // budget allows. The branch may be ours: dispatch rather than leave it undone.
+    fake.inject(Op::CreateRef, Fault::AppliedThen(502), 1);
+    fake.inject(
+        Op::CreateRef,
+        Fault::SecondaryRateLimit {
+            retry_after_secs: 60,
+        },
+        1,
+    );
+    let app = spawn(&fake, GithubOptions::default()).await;
+    app.post_insert(json!(13), "Lost answer")
+        .await
+        .expect(200, "dispatched");
+    assert_eq!(branches(&fake), ["feedback/13-lost-answer"]);
+    assert_eq!(fake.dispatches(REPO).len(), 1);
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_422_that_is_not_exists_looks_the_ref_up_and_tries_again() {
+    let fake = fake().await;
+    fake.inject(
+        Op::CreateRef,
+        Fault::Unprocessable("Reference update failed".into()),
+        1,
+    );
+    let app = spawn(&fake, GithubOptions::default()).await;
+    app.post_insert(json!(14), "Update failed")
+        .await
+        .expect(200, "dispatched");
+    assert_eq!(fake.requests_for(Op::CreateRef).len(), 2);
+    assert_eq!(branches(&fake), ["feedback/14-update-failed"]);
+    assert_eq!(fake.dispatches(REPO).len(), 1);
+    app.shutdown().await;
+}
