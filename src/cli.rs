@@ -17,6 +17,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once per process: the size of the largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the webhook receiver.
@@ -31,6 +33,19 @@ pub enum Command {
     ///
     /// One line per check, with the fix for each failure. Exits 1 if any check fails.
     Doctor(DoctorArgs),
+    /// Write the setup files for one repository and table: rowbranch.toml, the workflow, the
+    /// Supabase SQL, the App manifest and a page that creates the App, and print what is left.
+    ///
+    /// `init --manifest-code CODE` then finishes creating the App: it fetches the App's id and
+    /// private key from GitHub and writes them.
+    Init(InitArgs),
+    /// Sweep the tables: finish the rows whose webhook was lost, re-dispatch dead claims.
+    ///
+    /// Reads rows from DATABASE_URL; exits 1 if any row failed.
+    Reconcile(ReconcileArgs),
+    /// Run a row again on purpose (a closed pull request blocks it otherwise): on its branch if
+    /// free, else on the next free `{branch}-redo-N`.
+    Redo(RedoArgs),
 }
 
 #[derive(Debug, Args)]
@@ -66,4 +81,81 @@ pub struct PreviewArgs {
 pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The folder to write to.
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    pub dir: PathBuf,
+    /// The repository the work happens in.
+    #[arg(
+        long,
+        value_name = "OWNER/NAME",
+        required_unless_present = "manifest_code"
+    )]
+    pub repo: Option<String>,
+    /// Where Supabase reaches rowbranch (the trigger posts to URL/webhook).
+    #[arg(
+        long,
+        value_name = "PUBLIC_URL",
+        required_unless_present = "manifest_code"
+    )]
+    pub url: Option<String>,
+    /// The GitHub App's name (default rowbranch-OWNER; at most 34 characters).
+    #[arg(long, value_name = "NAME")]
+    pub app_name: Option<String>,
+    #[arg(long, default_value = "public")]
+    pub schema: String,
+    #[arg(long, default_value = "feedbacks")]
+    pub table: String,
+    #[arg(long, default_value = "id")]
+    pub id_column: String,
+    /// The column whose text becomes the branch's slug and the work's description.
+    #[arg(long, default_value = "message")]
+    pub text_column: String,
+    #[arg(long, default_value = "feedback")]
+    pub branch_prefix: String,
+    /// The repository_dispatch event type the workflow listens to.
+    #[arg(long, default_value = "feedback")]
+    pub event_type: String,
+    /// Overwrite files that exist.
+    #[arg(long)]
+    pub force: bool,
+    /// Finish creating the GitHub App with the code GitHub handed back.
+    #[arg(long, value_name = "CODE", conflicts_with_all = ["repo", "url"])]
+    pub manifest_code: Option<String>,
+    /// GitHub's API, for --manifest-code (default https://api.github.com, or GITHUB_API_URL).
+    #[arg(long, value_name = "URL", requires = "manifest_code")]
+    pub api_url: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ReconcileArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// How far back to look (default: reconcile_window, 48h).
+    #[arg(long, value_name = "DURATION")]
+    pub since: Option<String>,
+    /// Show what would be done; write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RedoArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The route's table (`table` or `schema.table`).
+    #[arg(long, value_name = "TABLE")]
+    pub table: String,
+    /// The row's id.
+    #[arg(long, value_name = "ID")]
+    pub id: String,
+    /// Do not ask before acting.
+    #[arg(long)]
+    pub yes: bool,
 }

@@ -51,6 +51,24 @@ pub struct Config {
     pub forge: ForgeConfig,
     pub webhook: WebhookConfig,
     pub routes: Vec<Arc<Route>>,
+    /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
+    pub database_url: Option<DatabaseUrl>,
+}
+
+/// A database connection string; it carries a password, so it never prints.
+#[derive(Clone)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatabaseUrl(<redacted>)")
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -274,6 +292,15 @@ impl Config {
             forge,
             webhook,
             routes,
+            database_url: env("DATABASE_URL").map(DatabaseUrl),
+        })
+    }
+
+    /// The route whose table is `table` (`schema.table` or a bare table name), for `redo`.
+    pub fn route_for_table(&self, table: &str) -> Option<&Arc<Route>> {
+        self.routes.iter().find(|r| match table.split_once('.') {
+            Some((schema, name)) => r.schema == schema && r.table == name,
+            None => r.table == table,
         })
     }
 
@@ -479,7 +506,13 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, String> {
 mod tests {
     use super::*;
 
-    const EXAMPLE: &str = include_str!("../templates/rowbranch.toml");
+    fn example() -> String {
+        crate::templates::setup::render(
+            "rowbranch.toml",
+            &crate::templates::setup::SetupContext::example(),
+        )
+        .unwrap()
+    }
     const SECRET: &str = "a-webhook-secret-of-32-characters";
 
     fn no_env(_: &str) -> Option<String> {
@@ -503,7 +536,7 @@ mod tests {
 
     #[test]
     fn the_shipped_example_parses_with_the_documented_defaults() {
-        let config = parse(EXAMPLE).unwrap();
+        let config = parse(&example()).unwrap();
         assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.reconcile.every, None);
         assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
@@ -626,7 +659,7 @@ mod tests {
             "ROWBRANCH_WEBHOOK_SECRET" => Some(SECRET.to_owned()),
             _ => None,
         };
-        let config = Config::parse(EXAMPLE, Path::new("rowbranch.toml"), &env).unwrap();
+        let config = Config::parse(&example(), Path::new("rowbranch.toml"), &env).unwrap();
         assert_eq!(config.listen, "127.0.0.1:9999".parse().unwrap());
         let ForgeConfig::Github(github) = &config.forge else {
             panic!("github forge expected");

@@ -355,6 +355,12 @@ impl BranchName {
         }
     }
 
+    /// A branch that exists on the forge and belongs to row `id` (whatever its slug), or
+    /// `None` when it does not belong to the row.
+    pub fn existing(prefix: &BranchPrefix, id: &RowId, name: &str) -> Option<BranchName> {
+        prefix.owns(id, name).then(|| BranchName(name.to_owned()))
+    }
+
     /// `{this branch}-redo-{n}` (for deliberate re-runs)
     pub fn redo(&self, n: u32) -> BranchName {
         BranchName(format!("{self}-redo-{n}"))

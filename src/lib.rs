@@ -9,6 +9,8 @@ pub mod forge;
 pub mod http;
 pub mod identity;
 pub mod pipeline;
+pub mod reconcile;
+pub mod rows;
 pub mod templates;
 pub mod webhook;
 
@@ -57,5 +59,8 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Demo(args) => cmd::demo::run(args).await,
         Command::Preview(args) => cmd::preview::run(args).await,
         Command::Doctor(args) => cmd::doctor::run(args).await,
+        Command::Init(args) => cmd::init::run(args).await,
+        Command::Reconcile(args) => cmd::reconcile::run(args).await,
+        Command::Redo(args) => cmd::redo::run(args).await,
     }
 }

@@ -2,5 +2,8 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod init;
 pub mod preview;
+pub mod reconcile;
+pub mod redo;
 pub mod serve;

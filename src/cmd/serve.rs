@@ -19,10 +19,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
              without credentials (never on a public address)"
         )));
     }
-    if config.reconcile.every.is_some() {
-        tracing::warn!(
-            "reconcile_every is set, but scheduled sweeps are not part of this version; it has no effect"
-        );
+    if config.reconcile.every.is_some() && config.database_url.is_none() {
+        tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
     let forge = forge::open(&config).await.map_err(Failure::Usage)?;
     // A repository that cannot take claims yet is worth saying at start, not at the first row.
@@ -37,9 +35,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let addr = listener.local_addr().context("no local address")?;
     tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
     let app = App::new(Arc::new(config), forge, args.insecure_no_auth);
-    http::serve(listener, app, shutdown_signal())
-        .await
-        .context("the server stopped")?;
+    let sweeps = tokio::spawn(super::reconcile::scheduled(
+        Arc::clone(&app.config),
+        Arc::clone(&app.pipeline),
+    ));
+    let served = http::serve(listener, app, shutdown_signal()).await;
+    sweeps.abort();
+    served.context("the server stopped")?;
     tracing::info!("stopped; every run under way has finished");
     Ok(())
 }

@@ -279,6 +279,50 @@ impl Forge for LocalForge {
         self.append_dispatch(&line).await
     }
 
+    async fn prefix_branches(
+        &self,
+        _repo: &RepoName,
+        prefix: &BranchPrefix,
+    ) -> Result<Vec<(String, String)>, ForgeError> {
+        let pattern = format!("refs/heads/{prefix}/");
+        let out = self
+            .git_ok(&[
+                "for-each-ref",
+                "--format=%(refname) %(objectname)",
+                &pattern,
+            ])
+            .await?;
+        Ok(out
+            .lines()
+            .filter_map(|line| line.split_once(' '))
+            .filter_map(|(name, sha)| {
+                let branch = name.strip_prefix("refs/heads/")?;
+                Some((branch.to_owned(), sha.to_owned()))
+            })
+            .collect())
+    }
+
+    async fn pull_request_heads(
+        &self,
+        _repo: &RepoName,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ForgeError> {
+        Ok(Vec::new())
+    }
+
+    async fn ahead_by(
+        &self,
+        _repo: &RepoName,
+        base: &str,
+        branch: &str,
+    ) -> Result<u64, ForgeError> {
+        let range = format!("refs/heads/{base}..refs/heads/{branch}");
+        let out = self.git_ok(&["rev-list", "--count", &range]).await?;
+        out.trim()
+            .parse()
+            .map_err(|e| ForgeError::Other(anyhow!("git rev-list --count said {out:?}: {e}")))
+    }
+
     async fn ready(&self) -> Result<(), ForgeError> {
         self.git_ok(&["rev-parse", "--git-dir"]).await.map(drop)
     }

@@ -157,6 +157,23 @@ pub trait Forge: Send + Sync {
         sha: &str,
     ) -> Result<(), ForgeError>;
 
+    /// Every branch under `{prefix}/`, with the commit it points at: the sweep's one listing.
+    async fn prefix_branches(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+    ) -> Result<Vec<(String, String)>, ForgeError>;
+
+    /// The head branches of pull requests (any state) created at or after `since`.
+    async fn pull_request_heads(
+        &self,
+        repo: &RepoName,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ForgeError>;
+
+    /// How many commits `branch` has that `base` has not.
+    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError>;
+
     /// Whether the forge can be reached with valid credentials (`GET /readyz`).
     async fn ready(&self) -> Result<(), ForgeError> {
         Ok(())

@@ -269,4 +269,30 @@ impl Forge for FaultyForge {
         let result = self.inner.release(repo, branch, sha).await;
         self.observe(Op::Release, result)
     }
+
+    // The sweep's reads pass straight through: no test injects faults into them.
+    async fn prefix_branches(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+    ) -> Result<Vec<(String, String)>, ForgeError> {
+        self.inner.prefix_branches(repo, prefix).await
+    }
+
+    async fn pull_request_heads(
+        &self,
+        _repo: &RepoName,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ForgeError> {
+        Ok(self
+            .state()
+            .pulls
+            .iter()
+            .map(|p| p.head_ref.clone())
+            .collect())
+    }
+
+    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError> {
+        self.inner.ahead_by(repo, base, branch).await
+    }
 }

@@ -7,7 +7,7 @@ mod pace;
 mod retry;
 mod setup;
 
-pub use setup::AppInfo;
+pub use setup::{convert_manifest, AppInfo, ManifestApp};
 
 pub use pace::Pace;
 
@@ -144,6 +144,50 @@ impl GithubForge {
             .ok()
             .map(|sha| sha.is_some())
     }
+
+    /// Every page of a matching-refs listing, as (branch, sha).
+    /// (https://docs.github.com/rest/git/refs#list-matching-references)
+    async fn matching_refs(
+        &self,
+        what: &str,
+        repo: &RepoName,
+        first: &str,
+    ) -> Result<Vec<(String, String)>, ForgeError> {
+        self.read(what, repo, |installation| async move {
+            let mut path = first.to_owned();
+            let mut found = Vec::new();
+            loop {
+                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                match reply.status.as_u16() {
+                    200 => {}
+                    404 => return Err(not_found(repo, &reply)),
+                    409 => return Err(empty_repository(repo)),
+                    _ => return reply.unexpected(),
+                }
+                #[derive(Deserialize)]
+                struct Ref {
+                    #[serde(rename = "ref")]
+                    name: String,
+                    object: Object,
+                }
+                #[derive(Deserialize)]
+                struct Object {
+                    sha: String,
+                }
+                let refs: Vec<Ref> = reply.json()?;
+                found.extend(refs.into_iter().filter_map(|r| {
+                    let branch = r.name.strip_prefix("refs/heads/")?.to_owned();
+                    Some((branch, r.object.sha))
+                }));
+                // GitHub is reported to send every match at once; follow a next page if not.
+                match reply.next_page() {
+                    Some(next) => path = next,
+                    None => return Ok(found),
+                }
+            }
+        })
+        .await
+    }
 }
 
 fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
@@ -171,40 +215,15 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<String>, ForgeError> {
-        self.read(
-            "listing the row's branches",
-            repo,
-            |installation| async move {
-                let mut path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
-                let mut branches = Vec::new();
-                loop {
-                    let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-                    match reply.status.as_u16() {
-                        200 => {}
-                        404 => return Err(not_found(repo, &reply)),
-                        409 => return Err(empty_repository(repo)),
-                        _ => return reply.unexpected(),
-                    }
-                    #[derive(Deserialize)]
-                    struct Ref {
-                        #[serde(rename = "ref")]
-                        name: String,
-                    }
-                    let refs: Vec<Ref> = reply.json()?;
-                    branches.extend(
-                        refs.into_iter()
-                            .filter_map(|r| r.name.strip_prefix("refs/heads/").map(str::to_owned))
-                            .filter(|b| prefix.owns(id, b)),
-                    );
-                    // GitHub is reported to send every match at once; follow a next page if it does not.
-                    match reply.next_page() {
-                        Some(next) => path = next,
-                        None => return Ok(branches),
-                    }
-                }
-            },
-        )
-        .await
+        let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
+        let refs = self
+            .matching_refs("listing the row's branches", repo, &path)
+            .await?;
+        Ok(refs
+            .into_iter()
+            .map(|(branch, _)| branch)
+            .filter(|b| prefix.owns(id, b))
+            .collect())
     }
 
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`; without `OWNER:` GitHub ignores
@@ -466,6 +485,95 @@ impl Forge for GithubForge {
                 }
             })
             .await
+    }
+
+    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/`, every page.
+    /// (https://docs.github.com/rest/git/refs#list-matching-references)
+    async fn prefix_branches(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+    ) -> Result<Vec<(String, String)>, ForgeError> {
+        let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/");
+        self.matching_refs("listing the prefix's branches", repo, &path)
+            .await
+    }
+
+    /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
+    /// the pull requests are older than `since`. Only heads in the repository's own account
+    /// count: a fork's branch of the same name is another branch.
+    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
+    async fn pull_request_heads(
+        &self,
+        repo: &RepoName,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<String>, ForgeError> {
+        self.read("listing pull requests", repo, |installation| async move {
+            let mut path =
+                format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
+            let mut heads = Vec::new();
+            loop {
+                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                match reply.status.as_u16() {
+                    200 => {}
+                    404 => return Err(not_found(repo, &reply)),
+                    _ => return reply.unexpected(),
+                }
+                #[derive(Deserialize)]
+                struct Pull {
+                    created_at: chrono::DateTime<chrono::Utc>,
+                    head: Head,
+                }
+                #[derive(Deserialize)]
+                struct Head {
+                    #[serde(rename = "ref")]
+                    name: String,
+                    label: Option<String>,
+                }
+                let pulls: Vec<Pull> = reply.json()?;
+                let older = pulls.last().is_some_and(|p| p.created_at < since);
+                let own = |label: &Option<String>| {
+                    label.as_deref().is_none_or(|l| {
+                        l.split_once(':')
+                            .is_none_or(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
+                    })
+                };
+                heads.extend(
+                    pulls
+                        .into_iter()
+                        .filter(|p| p.created_at >= since && own(&p.head.label))
+                        .map(|p| p.head.name),
+                );
+                match reply.next_page() {
+                    Some(next) if !older => path = next,
+                    _ => return Ok(heads),
+                }
+            }
+        })
+        .await
+    }
+
+    /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
+    /// (https://docs.github.com/rest/commits/commits#compare-two-commits)
+    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError> {
+        self.read("comparing with the base", repo, |installation| async move {
+            let path = format!(
+                "/repos/{repo}/compare/{}...{}",
+                encode_path(base),
+                encode_path(branch)
+            );
+            let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+            #[derive(Deserialize)]
+            struct Comparison {
+                ahead_by: u64,
+            }
+            match reply.status.as_u16() {
+                200 => Ok(reply.json::<Comparison>()?.ahead_by),
+                404 => Err(not_found(repo, &reply)),
+                _ => reply.unexpected(),
+            }
+        })
+        .await
     }
 
     /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable?

@@ -132,3 +132,43 @@ impl GithubForge {
         Ok(files)
     }
 }
+
+/// What GitHub hands back when an App is created from a manifest.
+#[derive(Deserialize)]
+pub struct ManifestApp {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+    pub pem: String,
+}
+
+impl std::fmt::Debug for ManifestApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ManifestApp({}, id {})", self.name, self.id)
+    }
+}
+
+/// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
+/// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
+/// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
+pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
+    let client = octocrab::Octocrab::builder()
+        .base_uri(api_url)
+        .map_err(|e| ForgeError::Other(anyhow::anyhow!("api_url `{api_url}` is not a URL: {e}")))?
+        .build()
+        .map_err(|e| {
+            ForgeError::Other(anyhow::anyhow!("could not build the GitHub client: {e}"))
+        })?;
+    let path = format!("/app-manifests/{}/conversions", encode_path(code));
+    let reply = send(&client, Method::POST, &path, None::<&()>)
+        .await
+        .map_err(final_error)?;
+    if reply.status.as_u16() == 404 {
+        return Err(ForgeError::Refused {
+            message: "GitHub does not know that code: it works once, for an hour; create the App again from create-app.html".into(),
+        });
+    }
+    expect_ok(reply, "POST /app-manifests/{code}/conversions")?
+        .json()
+        .map_err(final_error)
+}

@@ -36,6 +36,7 @@ pub enum Op {
     Compare,
     /// `GET /repos/{o}/{r}/contents/{path}`.
     GetContents,
+    ManifestConversion,
 }
 
 impl Op {
@@ -55,7 +56,7 @@ impl Op {
     /// The installation permission (and level) GitHub asks of a token for this operation.
     pub(crate) fn permission(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Op::GetApp | Op::GetInstallation | Op::MintToken => None,
+            Op::GetApp | Op::GetInstallation | Op::MintToken | Op::ManifestConversion => None,
             Op::GetRepo => Some(("metadata", "read")),
             Op::GetRef | Op::MatchingRefs | Op::Compare | Op::GetContents => {
                 Some(("contents", "read"))
@@ -89,6 +90,9 @@ impl Op {
             Op::ListPulls => "https://docs.github.com/rest/pulls/pulls#list-pull-requests",
             Op::Compare => "https://docs.github.com/rest/commits/commits#compare-two-commits",
             Op::GetContents => "https://docs.github.com/rest/repos/contents#get-repository-content",
+            Op::ManifestConversion => {
+                "https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest"
+            }
         }
     }
 }

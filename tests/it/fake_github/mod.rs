@@ -52,6 +52,13 @@ impl Drop for FakeGithub {
 }
 
 impl FakeGithub {
+    /// A code that `POST /app-manifests/{code}/conversions` accepts once.
+    pub fn add_manifest_code(&self, code: &str) {
+        self.with_state(|s| {
+            s.manifest_codes.insert(code.to_owned());
+        });
+    }
+
     /// Starts the fake on `127.0.0.1:0`, serving at the root (like `https://api.github.com`).
     pub async fn start() -> FakeGithub {
         FakeGithub::start_with_path_prefix("").await

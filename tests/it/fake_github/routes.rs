@@ -48,6 +48,7 @@ pub(crate) enum RepoRoute {
 #[derive(Clone, Debug)]
 pub(crate) enum Route {
     GetApp,
+    ManifestConversion(String),
     MintToken(String),
     Repo(RepoSel, RepoRoute),
 }
@@ -56,6 +57,7 @@ impl Route {
     fn op(&self) -> Op {
         match self {
             Route::GetApp => Op::GetApp,
+            Route::ManifestConversion(_) => Op::ManifestConversion,
             Route::MintToken(_) => Op::MintToken,
             Route::Repo(_, r) => match r {
                 RepoRoute::Get => Op::GetRepo,
@@ -138,6 +140,11 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
     let p = path.strip_prefix('/')?;
     if p == "app" {
         return (method == Method::GET).then_some(Route::GetApp);
+    }
+    if let Some(rest) = p.strip_prefix("app-manifests/") {
+        let code = rest.strip_suffix("/conversions")?;
+        let ok = method == Method::POST && !code.is_empty() && !code.contains('/');
+        return ok.then(|| Route::ManifestConversion(code.to_owned()));
     }
     if let Some(rest) = p.strip_prefix("app/installations/") {
         let id = rest.strip_suffix("/access_tokens")?;
@@ -612,6 +619,19 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             Reply::json(200, shapes::app(&base, s.app_id, &s.client_id))
         }
         Route::MintToken(id) => mint_token(s, id, ctx),
+        Route::ManifestConversion(code) => {
+            // The code works once; the answer carries the App's credentials.
+            if !s.manifest_codes.remove(code) {
+                return not_found(Op::ManifestConversion);
+            }
+            let mut app = shapes::app(&s.base_url, s.app_id, &s.client_id);
+            if let Some(obj) = app.as_object_mut() {
+                obj.insert("pem".into(), json!(super::auth::TEST_APP_PRIVATE_KEY_PEM));
+                obj.insert("webhook_secret".into(), Value::Null);
+                obj.insert("client_secret".into(), json!("test-only-client-secret"));
+            }
+            Reply::json(201, app)
+        }
         Route::Repo(sel, RepoRoute::Installation) => {
             let op = Op::GetInstallation;
             let Some(key) = resolve_sel(s, sel) else {

@@ -352,6 +352,8 @@ pub struct State {
     pub unexpected: Vec<String>,
     pub next_repo_id: u64,
     pub next_pull_id: u64,
+    /// Codes GitHub would hand back after "create an App from a manifest"; each works once.
+    pub manifest_codes: BTreeSet<String>,
 }
 
 impl State {
@@ -370,6 +372,7 @@ impl State {
             buckets: HashMap::new(),
             faults: Vec::new(),
             log: Vec::new(),
+            manifest_codes: BTreeSet::new(),
             unexpected: Vec::new(),
             next_repo_id: 700_001,
             next_pull_id: 2_000_000_001,

@@ -1,5 +1,8 @@
 //! The `client_payload` template: rendered with minijinja from the row and its identity, then
-//! checked against GitHub's limits for `repository_dispatch` before anything is sent.
+//! checked against GitHub's limits for `repository_dispatch` before anything is sent; and the
+//! [`setup`] files `rowbranch init` writes.
+
+pub mod setup;
 
 use std::path::Path;
 
@@ -8,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 /// The default template, shipped in `templates/`.
-pub const BUILTIN_PAYLOAD: &str = include_str!("../templates/payload.json.j2");
+pub const BUILTIN_PAYLOAD: &str = include_str!("../../templates/payload.json.j2");
 
 /// GitHub's limit on `client_payload`'s top-level keys.
 pub const MAX_KEYS: usize = 10;

@@ -1,0 +1,118 @@
+//! `rowbranch redo --table T --id ID`: run a row again on purpose, past "already handled": on
+//! its own branch if that is free, else on the next free `{branch}-redo-N`.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use anyhow::{anyhow, Context};
+
+use crate::cli::RedoArgs;
+use crate::config::{process_env, Config};
+use crate::identity::BranchName;
+use crate::pipeline::{claim_and_dispatch, plan_row, Outcome};
+use crate::rows::Rows;
+use crate::{forge, Failure};
+
+pub async fn run(args: RedoArgs) -> Result<(), Failure> {
+    let config = Config::load(&args.config.config, &process_env)?;
+    let route = config
+        .route_for_table(&args.table)
+        .cloned()
+        .ok_or_else(|| {
+            let tables: Vec<String> = config
+                .routes
+                .iter()
+                .map(|r| format!("{}.{}", r.schema, r.table))
+                .collect();
+            Failure::Usage(anyhow!(
+                "no route for table {}: the routes are {}",
+                args.table,
+                tables.join(", ")
+            ))
+        })?;
+    let url = config.database_url.clone().ok_or_else(|| {
+        Failure::Usage(anyhow!(
+            "DATABASE_URL is not set: redo reads the row from PostgreSQL"
+        ))
+    })?;
+    let rows = Rows::connect(url.expose())
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let row = rows.by_id(&route, &args.id).await?.ok_or_else(|| {
+        anyhow!(
+            "{}.{} has no row with {} = {}",
+            route.schema,
+            route.table,
+            route.id_column,
+            args.id
+        )
+    })?;
+    let plan = plan_row(&route, row.record).map_err(|e| anyhow!("{e}"))?;
+    let forge = forge::open(&config).await.map_err(Failure::Usage)?;
+    let taken = forge
+        .row_branches(&route.repo, &route.branch_prefix, &plan.id)
+        .await
+        .context("listing the row's branches")?;
+    let branch = free_branch(&plan.branch, &taken);
+    println!(
+        "row {} of {}.{} → {} in {}",
+        plan.id, route.schema, route.table, branch, route.repo
+    );
+    if !taken.is_empty() {
+        println!("  taken already: {}", taken.join(", "));
+    }
+    if !args.yes
+        && !confirm(&format!(
+            "claim {branch} and dispatch `{}`?",
+            route.event_type
+        ))?
+    {
+        println!("nothing done");
+        return Ok(());
+    }
+    let base = forge
+        .base(&route.repo)
+        .await
+        .context("reading the default branch")?;
+    let plan = crate::pipeline::Plan { branch, ..plan };
+    match claim_and_dispatch(forge.as_ref(), &plan, base).await {
+        Ok(Outcome::Dispatched { branch, base }) => {
+            println!(
+                "claimed {branch} at {} and dispatched",
+                &base.sha[..base.sha.len().min(12)]
+            );
+            Ok(())
+        }
+        Ok(Outcome::Duplicate { branch, .. }) => Err(Failure::Runtime(anyhow!(
+            "{branch} was claimed by someone else meanwhile: run redo again"
+        ))),
+        Err(e) => Err(Failure::Runtime(anyhow!("{e}"))),
+    }
+}
+
+/// The row's branch if nothing has it, else the first `{branch}-redo-N` that is free.
+pub fn free_branch(branch: &BranchName, taken: &[String]) -> BranchName {
+    if !taken.iter().any(|t| t == branch.as_str()) {
+        return branch.clone();
+    }
+    (1..)
+        .map(|n| branch.redo(n))
+        .find(|b| !taken.iter().any(|t| t == b.as_str()))
+        .expect("some redo number is free")
+}
+
+/// Asks on the terminal; without one, `--yes` is needed.
+fn confirm(question: &str) -> Result<bool, Failure> {
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::Usage(anyhow!(
+            "no terminal to ask on: pass --yes to redo without asking"
+        )));
+    }
+    print!("{question} [y/N] ");
+    std::io::stdout().flush().ok();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .context("reading the answer")?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}

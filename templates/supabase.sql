@@ -1,0 +1,84 @@
+[#- The values below are quoted here, once, and only these quoted forms appear in the SQL:
+    identifiers as "…" with " doubled; string literals as E'…' with \ and ' doubled, which reads
+    the same whatever standard_conforming_strings says; the secret JSON-escaped inside the header
+    JSON first. No raw value is written into a comment (a newline there would end it). -#]
+[%- set secret = webhook_secret if webhook_secret else "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET" -%]
+[%- set target = '"' ~ (schema | replace('"', '""')) ~ '"."' ~ (table | replace('"', '""')) ~ '"' -%]
+[%- set url_literal = "E'" ~ (url ~ "/webhook") | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
+[%- set headers = '{"Content-Type":"application/json","Authorization":' ~ ("Bearer " ~ secret) | tojson ~ '}' -%]
+[%- set headers_literal = "E'" ~ headers | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
+-- rowbranch: the Supabase Database Webhook that posts each new row to rowbranch.
+--
+-- What it does: after every INSERT on the table named below, Supabase's webhook function
+-- supabase_functions.http_request() queues a POST of the new row to rowbranch's /webhook, as
+-- {"type":"INSERT","table":…,"schema":…,"record":{…},"old_record":null}, with the secret in an
+-- `Authorization: Bearer …` header and a 5000 ms timeout (without that argument pg_net waits
+-- only 1000 ms). pg_net sends it after the inserting transaction commits, so a rolled-back INSERT
+-- sends nothing and a slow or failed request never holds up or fails the INSERT. The trigger is
+-- called rowbranch_webhook.
+--
+-- Before running it: turn Database Webhooks on in the Supabase dashboard (Integrations →
+-- Database Webhooks → Enable). That creates the supabase_functions schema and the pg_net
+-- extension this trigger calls; without them this script stops with "schema
+-- supabase_functions does not exist". Then run it in the SQL editor (or with psql) as the
+-- postgres role. Running it again is harmless: it replaces the trigger in one transaction.
+--
+-- Names: the schema and table are written as quoted identifiers (a " in a name doubled), so
+-- they must be spelled exactly as PostgreSQL stores them: lower case, unless the table was
+-- created with a quoted name. That is also the spelling the payload carries and the route's
+-- `schema` and `table` in rowbranch.toml must match.
+--
+-- The secret: the header below is stored in plain text in the trigger's definition, readable
+-- by every role that can read the system catalogs (pg_trigger, pg_get_triggerdef), and copied
+-- into pg_net's request queue, readable by the roles that can use pg_net. So it must be a
+-- secret made for this webhook and used for nothing else (e.g. `openssl rand -hex 32`), the
+-- same one rowbranch has in ROWBRANCH_WEBHOOK_SECRET. Never put a Supabase service_role key,
+-- JWT secret or database password here.
+--
+-- Rotating the secret without losing a delivery:
+--   1. give rowbranch both: ROWBRANCH_WEBHOOK_SECRET="NEW OLD" (space-separated), restart it;
+--   2. put NEW in the header below and run this script again;
+--   3. drop the old one: ROWBRANCH_WEBHOOK_SECRET="NEW", restart rowbranch.
+--
+-- Lost deliveries: pg_net tries each request once and never retries. rowbranch being down or
+-- slower than the timeout, a network error, or a database crash before the queue is sent (it
+-- is an unlogged table) loses that row's webhook; pg_net keeps the answers for six hours in
+-- net._http_response, where failures can be seen. The sweep (`rowbranch reconcile`) reads the
+-- table itself and finishes every row whose webhook never arrived.
+[%- if not webhook_secret %]
+--
+-- !! Replace REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET below with your webhook secret before running
+-- !! this: until then, the check at the end refuses to install the trigger.
+[%- endif %]
+
+begin;
+
+drop trigger if exists rowbranch_webhook on [[ target ]];
+
+create trigger rowbranch_webhook
+  after insert on [[ target ]]
+  for each row
+  execute function supabase_functions.http_request(
+    [[ url_literal ]],
+    'POST',
+    [[ headers_literal ]],
+    '{}',
+    '5000'
+  );
+[%- if not webhook_secret %]
+
+-- Refuses a trigger that still sends the placeholder: every delivery would be refused (401).
+do $check$
+begin
+  if exists (
+    select 1 from pg_trigger
+    where tgname = 'rowbranch_webhook'
+      and position(convert_to('REPLACE_WITH_' || 'ROWBRANCH_WEBHOOK_SECRET', 'UTF8') in tgargs) > 0
+  ) then
+    raise exception 'supabase.sql: the Authorization header still holds the placeholder; put your webhook secret (the one in ROWBRANCH_WEBHOOK_SECRET) in its place and run this again';
+  end if;
+end
+$check$;
+[%- endif %]
+
+commit;

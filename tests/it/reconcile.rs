@@ -1,0 +1,402 @@
+//! The sweep against a real PostgreSQL and the fake GitHub: the table is the ground truth, and
+//! a second run, or two at once, writes nothing more.
+
+use std::time::{Duration, Instant};
+
+use rowbranch::config::Config;
+use rowbranch::pipeline::Pipeline;
+use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
+use rowbranch::rows::Rows;
+
+use crate::fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
+use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
+use crate::helpers::random_secret;
+
+/// `DATABASE_URL`, or `None` after saying why; under `CI=true` a missing database fails.
+fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let hint = "start one with: eval \"$(scripts/test-postgres.sh)\"";
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "DATABASE_URL is not set, and CI=true: the reconcile tests must run; {hint}"
+            );
+            eprintln!("skipping a reconcile test: DATABASE_URL is not set; {hint}");
+            None
+        }
+    }
+}
+
+/// A fresh schema with a `feedbacks` table, dropped when the test ends.
+struct Table {
+    client: tokio_postgres::Client,
+    schema: String,
+}
+
+impl Table {
+    async fn new(url: &str) -> Table {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .expect("the test PostgreSQL accepts connections");
+        tokio::spawn(connection);
+        let schema = format!("reconcile_{}", &random_secret()[..12]);
+        client
+            .batch_execute(&format!(
+                "create schema {schema};
+                 create table {schema}.feedbacks (id bigint primary key, message text,
+                   created_at timestamptz not null default now());"
+            ))
+            .await
+            .unwrap();
+        Table { client, schema }
+    }
+
+    /// Rows `ids`, each created `age` ago.
+    async fn insert(&self, ids: std::ops::RangeInclusive<i64>, text: &str, age: Duration) {
+        let sql = format!(
+            "insert into {}.feedbacks (id, message, created_at)
+             select g, $1, now() - make_interval(secs => $2) from generate_series($3::bigint, $4::bigint) g",
+            self.schema
+        );
+        self.client
+            .execute(&sql, &[&text, &age.as_secs_f64(), ids.start(), ids.end()])
+            .await
+            .unwrap();
+    }
+
+    async fn drop(self) {
+        let _ = self
+            .client
+            .batch_execute(&format!("drop schema {} cascade", self.schema))
+            .await;
+    }
+}
+
+fn config(fake: &FakeGithub, schema: &str, url: &str) -> Config {
+    let text = GithubOptions {
+        write_interval_ms: 5,
+        ..GithubOptions::default()
+    }
+    .config_text(fake)
+    .replace(
+        "[[routes]]\n",
+        &format!("[[routes]]\nschema = \"{schema}\"\n"),
+    );
+    let secret = random_secret();
+    let url = url.to_owned();
+    let env = move |key: &str| match key {
+        "ROWBRANCH_WEBHOOK_SECRET" => Some(secret.clone()),
+        "GITHUB_APP_PRIVATE_KEY" => Some(TEST_APP_PRIVATE_KEY_PEM.to_owned()),
+        "DATABASE_URL" => Some(url.clone()),
+        _ => None,
+    };
+    Config::parse(&text, std::path::Path::new("rowbranch.toml"), &env).unwrap()
+}
+
+fn options() -> SweepOptions {
+    SweepOptions {
+        window: Duration::from_secs(3600),
+        stale_claim_after: Duration::from_secs(3600),
+        dry_run: false,
+        concurrency: 4,
+        page_size: 3,
+    }
+}
+
+async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
+    let rows = Rows::connect(config.database_url.as_ref().unwrap().expose())
+        .await
+        .unwrap();
+    let forge = rowbranch::forge::open(config).await.unwrap();
+    let pipeline = Pipeline::new(forge);
+    let mut summaries = sweep(config, &rows, &pipeline, options, &|_| {})
+        .await
+        .unwrap();
+    pipeline.drain().await;
+    summaries.remove(0)
+}
+
+/// Branches for rows `ids` that the workflow finished (one commit ahead of base).
+fn finished(fake: &FakeGithub, ids: std::ops::RangeInclusive<i64>) {
+    for id in ids {
+        let branch = format!("feedback/{id}-earlier");
+        fake.create_branch(REPO, &branch, "main");
+        fake.push_commit(REPO, &branch);
+    }
+}
+
+fn dispatched_ids(fake: &FakeGithub) -> Vec<String> {
+    let mut ids: Vec<String> = fake
+        .dispatches(REPO)
+        .iter()
+        .map(|d| d.client_payload["id"].as_str().unwrap_or("").to_owned())
+        .collect();
+    ids.sort_by_key(|id| id.parse::<i64>().unwrap_or(0));
+    ids
+}
+
+#[tokio::test]
+async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(1..=10, "Make it faster", Duration::from_secs(60))
+        .await;
+    let fake = fake().await;
+    finished(&fake, 1..=4);
+    fake.add_pull(REPO, "feedback/5-old-text", PullState::Closed, true);
+    let config = config(&fake, &table.schema, &url);
+
+    let summary = run(&config, &options()).await;
+    assert_eq!(summary.rows_seen, 10);
+    assert_eq!(summary.already_handled, 4);
+    assert_eq!(summary.merged_before, 1);
+    assert_eq!(summary.dispatched_now, 5);
+    assert_eq!(summary.failed, 0, "{:?}", summary.failures);
+    assert_eq!(dispatched_ids(&fake), ["6", "7", "8", "9", "10"]);
+
+    let writes = fake.writes().len();
+    let again = run(&config, &options()).await;
+    assert_eq!(again.dispatched_now, 0);
+    assert_eq!(again.already_handled, 9);
+    assert_eq!(fake.writes().len(), writes, "a second run writes nothing");
+    fake.assert_no_unexpected();
+    table.drop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sweeps_at_once_dispatch_no_row_twice() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(1..=12, "Concurrent", Duration::from_secs(60))
+        .await;
+    let fake = fake().await;
+    let config = config(&fake, &table.schema, &url);
+    let opts = options();
+    let (a, b) = tokio::join!(run(&config, &opts), run(&config, &opts));
+    assert_eq!(a.dispatched_now + b.dispatched_now, 12, "{a:?} {b:?}");
+    let mut branches = dispatched_branches(&fake);
+    assert_eq!(branches.len(), 12);
+    branches.dedup();
+    assert_eq!(branches.len(), 12, "no row twice");
+    table.drop().await;
+}
+
+#[tokio::test]
+async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(20..=20, "Lost dispatch", Duration::from_secs(2 * 3600))
+        .await;
+    table
+        .insert(21..=21, "Finished work", Duration::from_secs(2 * 3600))
+        .await;
+    table
+        .insert(22..=22, "Young claim", Duration::from_secs(60))
+        .await;
+    let fake = fake().await;
+    fake.create_branch(REPO, "feedback/20-lost-dispatch", "main");
+    finished(&fake, 21..=21);
+    fake.create_branch(REPO, "feedback/22-young-claim", "main");
+    let config = config(&fake, &table.schema, &url);
+    let options = SweepOptions {
+        window: Duration::from_secs(3 * 3600),
+        ..options()
+    };
+
+    let dry = run(
+        &config,
+        &SweepOptions {
+            dry_run: true,
+            ..options.clone()
+        },
+    )
+    .await;
+    assert_eq!(dry.dead_claims, ["feedback/20-lost-dispatch"]);
+    assert!(fake.dispatches(REPO).is_empty(), "a dry run writes nothing");
+
+    let summary = run(&config, &options).await;
+    assert_eq!(summary.dead_claims_redispatched, 1, "{summary:?}");
+    assert_eq!(summary.dispatched_now, 0);
+    assert_eq!(dispatched_branches(&fake), ["feedback/20-lost-dispatch"]);
+    table.drop().await;
+}
+
+#[tokio::test]
+async fn a_merged_row_whose_text_was_edited_is_not_dispatched() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(7..=7, "A completely new text", Duration::from_secs(60))
+        .await;
+    let fake = fake().await;
+    fake.add_pull(REPO, "feedback/7-the-old-text", PullState::Closed, true);
+    let config = config(&fake, &table.schema, &url);
+    let summary = run(&config, &options()).await;
+    assert_eq!(summary.merged_before, 1);
+    assert!(fake.dispatches(REPO).is_empty());
+    table.drop().await;
+}
+
+#[tokio::test]
+async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table.insert(1..=5, "Dry", Duration::from_secs(60)).await;
+    let fake = fake().await;
+    finished(&fake, 1..=2);
+    let config = config(&fake, &table.schema, &url);
+    let summary = run(
+        &config,
+        &SweepOptions {
+            dry_run: true,
+            ..options()
+        },
+    )
+    .await;
+    assert_eq!(summary.would_dispatch, ["3", "4", "5"]);
+    assert!(fake.writes().is_empty());
+    table.drop().await;
+}
+
+#[tokio::test]
+async fn a_missing_table_is_an_error_that_names_it() {
+    let Some(url) = database_url() else { return };
+    let fake = fake().await;
+    let config = config(&fake, "no_such_schema", &url);
+    let rows = Rows::connect(&url).await.unwrap();
+    let pipeline = Pipeline::new(rowbranch::forge::open(&config).await.unwrap());
+    let err = sweep(&config, &rows, &pipeline, &options(), &|_| {})
+        .await
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("no_such_schema") && text.contains("feedbacks"),
+        "{text}"
+    );
+}
+
+/// The binary's `redo`: a merged row is claimed and dispatched again; a second redo takes
+/// `-redo-1`.
+#[tokio::test]
+async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(5..=5, "Fix login", Duration::from_secs(60))
+        .await;
+    let fake = fake().await;
+    fake.add_pull(REPO, "feedback/5-fix-login", PullState::Closed, true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let text = GithubOptions::default().config_text(&fake).replace(
+        "[[routes]]\n",
+        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+    );
+    std::fs::write(&path, text).unwrap();
+    let redo = |yes: bool| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+        command
+            .args(["redo", "--table", "feedbacks", "--id", "5", "--config"])
+            .arg(&path)
+            .env("DATABASE_URL", &url)
+            .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
+            .stdin(std::process::Stdio::null());
+        if yes {
+            command.arg("--yes");
+        }
+        command.output()
+    };
+    let asked = redo(false).await.unwrap();
+    assert_eq!(
+        asked.status.code(),
+        Some(2),
+        "without a terminal, --yes is needed"
+    );
+    assert!(fake.writes().is_empty());
+
+    let first = redo(true).await.unwrap();
+    let out = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(out.contains("feedback/5-fix-login"), "{out}");
+    let second = redo(true).await.unwrap();
+    let out = String::from_utf8_lossy(&second.stdout);
+    assert!(second.status.success(), "{out}");
+    assert!(out.contains("feedback/5-fix-login-redo-1"), "{out}");
+    assert_eq!(
+        dispatched_branches(&fake),
+        ["feedback/5-fix-login", "feedback/5-fix-login-redo-1"]
+    );
+    table.drop().await;
+}
+
+/// A measurement, not a check of speed: sweeps 200,000 rows with `--dry-run` against a local
+/// forge seeded with branches for half of them, and prints the time and peak memory.
+/// Run: `cargo test --release --test it sweep_of_200k -- --ignored --nocapture`.
+#[tokio::test]
+#[ignore = "a benchmark: run it on purpose"]
+async fn sweep_of_200k_rows_dry_run_measured() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(1..=200_000, "Row", Duration::from_secs(60))
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo.git");
+    let base = rowbranch::forge::local::create_repository(&repo)
+        .await
+        .unwrap();
+    let refs: String = (1..=100_000)
+        .map(|id| format!("create refs/heads/feedback/{id}-row {}\n", base.sha))
+        .collect();
+    let mut child = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(&repo)
+        .args(["update-ref", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(refs.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let text = format!(
+        "[forge]\nkind = \"local\"\npath = \"{}\"\n[[routes]]\nschema = \"{}\"\ntable = \"feedbacks\"\nrepo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
+        repo.display(),
+        table.schema
+    );
+    let env = |key: &str| (key == "DATABASE_URL").then(|| url.clone());
+    let config = Config::parse(&text, &dir.path().join("rowbranch.toml"), &env).unwrap();
+    let started = Instant::now();
+    let summary = run(
+        &config,
+        &SweepOptions {
+            dry_run: true,
+            page_size: 1000,
+            ..options()
+        },
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(summary.rows_seen, 200_000);
+    assert_eq!(summary.already_handled, 100_000);
+    assert_eq!(summary.would_dispatch.len(), 100_000);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM"))
+        .unwrap_or("VmHWM: ?");
+    println!("swept 200000 rows (100000 branches) in {took:?}; peak resident {peak}");
+    table.drop().await;
+}
