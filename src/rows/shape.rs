@@ -1,0 +1,353 @@
+//! The table's shape: the route's table and columns as the catalog has them, the statements
+//! that read its rows and how a result row decodes; identifier quoting and error messages.
+
+use std::fmt::Write as _;
+
+use anyhow::{anyhow, bail};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use serde_json::Value;
+use tokio_postgres::types::{ToSql, Type};
+
+use crate::config::Route;
+
+use super::{Row, Rows};
+
+const TIMESTAMPTZ_OID: u32 = 1184;
+const TIMESTAMP_OID: u32 = 1114;
+const DATE_OID: u32 = 1082;
+
+struct Column {
+    name: String,
+    /// The type as SQL spells it (`bigint`, `uuid`, `character varying(40)`, `public.my_domain`).
+    type_sql: String,
+    /// The type's oid, or for a domain its base type's.
+    base_type: u32,
+}
+
+/// What the queries need to know about a route's table.
+pub(super) struct Shape {
+    /// `schema.table` for messages.
+    pub(super) name: String,
+    /// `"schema"."table"`.
+    pub(super) relation: String,
+    /// The quoted id column and its type.
+    pub(super) id: String,
+    pub(super) id_type: String,
+    /// The quoted created column and which kind of time it holds.
+    pub(super) created: String,
+    pub(super) created_kind: CreatedKind,
+}
+
+/// The created column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum CreatedKind {
+    /// `timestamp with time zone`.
+    Tz,
+    /// `timestamp without time zone`, read as UTC (Supabase's time zone).
+    Naive,
+    /// `date`: the window starts at the start of its first day.
+    Date,
+}
+
+/// A created value in the column's own type, so the cursor compares exactly.
+#[derive(Debug, Clone)]
+pub(super) enum CreatedValue {
+    Tz(DateTime<Utc>),
+    Naive(NaiveDateTime),
+    Date(NaiveDate),
+}
+
+impl CreatedValue {
+    /// A window's start in the column's type.
+    pub(super) fn bound(since: DateTime<Utc>, kind: CreatedKind) -> CreatedValue {
+        match kind {
+            CreatedKind::Tz => CreatedValue::Tz(since),
+            CreatedKind::Naive => CreatedValue::Naive(since.naive_utc()),
+            CreatedKind::Date => CreatedValue::Date(since.date_naive()),
+        }
+    }
+
+    pub(super) fn param(&self) -> (&(dyn ToSql + Sync), Type) {
+        match self {
+            CreatedValue::Tz(v) => (v, Type::TIMESTAMPTZ),
+            CreatedValue::Naive(v) => (v, Type::TIMESTAMP),
+            CreatedValue::Date(v) => (v, Type::DATE),
+        }
+    }
+
+    fn to_utc(&self) -> DateTime<Utc> {
+        match self {
+            CreatedValue::Tz(v) => *v,
+            CreatedValue::Naive(v) => v.and_utc(),
+            CreatedValue::Date(v) => v.and_time(chrono::NaiveTime::MIN).and_utc(),
+        }
+    }
+}
+
+impl Shape {
+    /// A query of the rows that `filter` (a WHERE clause, ORDER BY, LIMIT on the table, alias
+    /// `r`) picks: each as its record, its created value in the column's base type, and its id
+    /// as text (for the cursor). The rows are picked in a subquery so that `to_jsonb` runs on
+    /// the page's rows only, not on every row a scan without an index sorts.
+    pub(super) fn select(&self, filter: &str) -> String {
+        let kind = match self.created_kind {
+            CreatedKind::Tz => "timestamptz",
+            CreatedKind::Naive => "timestamp",
+            CreatedKind::Date => "date",
+        };
+        // `r.*` rather than `r`: a column named like the alias cannot stand in for the row.
+        format!(
+            "select to_jsonb(r.*), (r.{c})::{kind}, (r.{i})::text \
+             from (select * from {rel} as r {filter}) as r",
+            c = self.created,
+            i = self.id,
+            rel = self.relation
+        )
+    }
+
+    /// A result row: the row, its created value (NULL: `None`) and its id as text.
+    pub(super) fn decode(
+        &self,
+        row: &tokio_postgres::Row,
+    ) -> anyhow::Result<(Row, Option<CreatedValue>, String)> {
+        let bad = |e: tokio_postgres::Error| {
+            anyhow!(
+                "could not read a row of table {}: {}",
+                self.name,
+                describe(&e)
+            )
+        };
+        let record = match row.try_get::<_, Value>(0).map_err(bad)? {
+            Value::Object(map) => map,
+            other => bail!("to_jsonb gave {other} for a row of table {}", self.name),
+        };
+        let created = match self.created_kind {
+            CreatedKind::Tz => row
+                .try_get::<_, Option<_>>(1)
+                .map_err(bad)?
+                .map(CreatedValue::Tz),
+            CreatedKind::Naive => row
+                .try_get::<_, Option<_>>(1)
+                .map_err(bad)?
+                .map(CreatedValue::Naive),
+            CreatedKind::Date => row
+                .try_get::<_, Option<_>>(1)
+                .map_err(bad)?
+                .map(CreatedValue::Date),
+        };
+        let id: String = row.try_get(2).map_err(bad)?;
+        let created_at = created
+            .as_ref()
+            .map_or(DateTime::UNIX_EPOCH, |c| c.to_utc());
+        Ok((Row { record, created_at }, created, id))
+    }
+
+    pub(super) fn query_error(&self, e: &tokio_postgres::Error) -> anyhow::Error {
+        anyhow!(
+            "could not read table {} (DATABASE_URL): {}",
+            self.name,
+            describe(e)
+        )
+    }
+}
+
+/// `name` as a PostgreSQL identifier: always quoted, `"` doubled.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A name for a message: bare when it needs no quoting, quoted otherwise.
+fn ident_for_message(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        quote_ident(name)
+    }
+}
+
+fn table_for_message(schema: &str, table: &str) -> String {
+    format!("{}.{}", ident_for_message(schema), ident_for_message(table))
+}
+
+/// A column or schema name in a message: always in double quotes.
+pub(super) fn quoted_for_message(name: &str) -> String {
+    format!("\"{name}\"")
+}
+
+/// A tokio-postgres error with its causes (its `Display` alone says only "db error").
+pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!("{}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            let _ = write!(text, " ({detail})");
+        }
+        if let Some(hint) = db.hint() {
+            let _ = write!(text, "; hint: {hint}");
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            let _ = write!(text, ": {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+impl Rows {
+    /// Looks the route's table and columns up in the catalog.
+    pub(super) async fn shape(&self, route: &Route) -> anyhow::Result<Shape> {
+        let name = table_for_message(&route.schema, &route.table);
+        let lookup_error = |e: tokio_postgres::Error| {
+            anyhow!(
+                "could not look up table {name} in the database (DATABASE_URL): {}",
+                describe(&e)
+            )
+        };
+        // Case-insensitively, so that a near miss can be named.
+        let tables = self
+            .client
+            .query_typed(
+                "select c.oid, c.relname::text \
+                 from pg_catalog.pg_class c \
+                 join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
+                 where n.nspname = $1 and lower(c.relname) = lower($2) \
+                   and c.relkind in ('r', 'p', 'v', 'm', 'f')",
+                &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
+            )
+            .await
+            .map_err(lookup_error)?;
+        let exact = tables
+            .iter()
+            .find(|row| row.get::<_, String>(1) == route.table);
+        let Some(table) = exact else {
+            let schemas = self
+                .client
+                .query_typed(
+                    "select nspname::text from pg_catalog.pg_namespace where lower(nspname) = lower($1)",
+                    &[(&route.schema, Type::TEXT)],
+                )
+                .await
+                .map_err(lookup_error)?;
+            let schemas: Vec<String> = schemas.iter().map(|r| r.get(0)).collect();
+            if !schemas.contains(&route.schema) {
+                let hint = match schemas.first() {
+                    Some(other) => format!(" (did you mean schema = {other:?}?)"),
+                    None => String::new(),
+                };
+                bail!(
+                    "table {name} does not exist: the database has no schema {}{hint}; check the \
+                     route's `schema` in the config, and that DATABASE_URL names the right database",
+                    quoted_for_message(&route.schema)
+                );
+            }
+            let hint = match tables.first() {
+                Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
+                None => String::new(),
+            };
+            bail!(
+                "table {name} does not exist{hint}: check the route's `table` in the config, and \
+                 that DATABASE_URL names the right database"
+            );
+        };
+        let oid: u32 = table.get(0);
+
+        let columns = self
+            .client
+            .query_typed(
+                "select a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), \
+                        case when t.typtype = 'd' then t.typbasetype else a.atttypid end \
+                 from pg_catalog.pg_attribute a \
+                 join pg_catalog.pg_type t on t.oid = a.atttypid \
+                 where a.attrelid = $1 and a.attnum > 0 and not a.attisdropped \
+                 order by a.attnum",
+                &[(&oid, Type::OID)],
+            )
+            .await
+            .map_err(lookup_error)?;
+        let columns: Vec<Column> = columns
+            .iter()
+            .map(|row| Column {
+                name: row.get(0),
+                type_sql: row.get(1),
+                base_type: row.get(2),
+            })
+            .collect();
+        let find = |wanted: &str, key: &str| -> anyhow::Result<&Column> {
+            if let Some(column) = columns.iter().find(|c| c.name == wanted) {
+                return Ok(column);
+            }
+            let near = columns
+                .iter()
+                .find(|c| c.name.to_lowercase() == wanted.to_lowercase())
+                .map(|c| format!(" (did you mean {key} = {:?}?)", c.name))
+                .unwrap_or_default();
+            let mut names: Vec<String> = columns.iter().take(20).map(|c| c.name.clone()).collect();
+            if columns.len() > 20 {
+                names.push("…".into());
+            }
+            bail!(
+                "table {name} has no column {}{near}: check the route's `{key}` in the config \
+                 (the table's columns: {})",
+                quoted_for_message(wanted),
+                names.join(", ")
+            )
+        };
+        let id = find(&route.id_column, "id_column")?;
+        let created = find(&route.created_column, "created_column")?;
+        if let Some(text) = &route.text_column {
+            find(text, "text_column")?;
+        }
+        let created_kind = match created.base_type {
+            TIMESTAMPTZ_OID => CreatedKind::Tz,
+            TIMESTAMP_OID => CreatedKind::Naive,
+            DATE_OID => CreatedKind::Date,
+            _ => bail!(
+                "column {} of table {name} is of type {}: the route's `created_column` must be \
+                 a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
+                 works too)",
+                quoted_for_message(&created.name),
+                created.type_sql
+            ),
+        };
+        Ok(Shape {
+            name,
+            relation: format!(
+                "{}.{}",
+                quote_ident(&route.schema),
+                quote_ident(&route.table)
+            ),
+            id: quote_ident(&id.name),
+            id_type: id.type_sql.clone(),
+            created: quote_ident(&created.name),
+            created_kind,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("feedbacks"), "\"feedbacks\"");
+        assert_eq!(quote_ident("Say \"what\""), "\"Say \"\"what\"\"\"");
+        assert_eq!(table_for_message("public", "feedbacks"), "public.feedbacks");
+        assert_eq!(
+            table_for_message("my-app", "Feedback Items"),
+            "\"my-app\".\"Feedback Items\""
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! DATABASE_URL: a connection string parsed into tokio-postgres's settings and the TLS it asks
+//! for, and connection errors that say what to fix without the password.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use tokio_postgres::config::{Host, SslMode};
+
+use super::shape::describe;
+use super::split::split_ssl_options;
+use super::tls::{tls_settings, Roots, Tls, Verify};
+
+/// A parsed DATABASE_URL.
+pub(super) struct Target {
+    /// tokio-postgres's settings, with `ssl_mode` set from [`Tls`].
+    pub(super) config: tokio_postgres::Config,
+    pub(super) tls: Tls,
+    /// The password as written (and decoded), kept out of every message.
+    pub(super) secrets: Vec<String>,
+}
+
+/// How to spell a connection string, for messages.
+const URL_FORMS: &str = "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or key=value pairs \
+    (Supabase: Project Settings → Database → Connection string)";
+
+impl Target {
+    /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
+    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> Result<Target, String> {
+        let url = database_url.trim();
+        if url.is_empty() {
+            return Err(format!(
+                "DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}"
+            ));
+        }
+        let lower = url.to_ascii_lowercase();
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            return Err(format!(
+                "DATABASE_URL is a web address, not a database connection string (a Supabase \
+                 project's API URL?): use {URL_FORMS}"
+            ));
+        }
+        let split = split_ssl_options(url);
+        let secrets = split.secrets;
+        let redacted = |message: String| redact(&message, &secrets);
+        let mut config: tokio_postgres::Config = split.rest.parse().map_err(|e| {
+            redacted(format!(
+                "DATABASE_URL is not a PostgreSQL connection string ({}): use {URL_FORMS}",
+                describe(&e)
+            ))
+        })?;
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(format!("DATABASE_URL names no host: use {URL_FORMS}"));
+        }
+        let tls = tls_settings(split.sslmode.as_deref(), split.sslrootcert.as_deref(), home)
+            .map_err(redacted)?;
+        config.ssl_mode(match &tls {
+            Tls::Off => SslMode::Disable,
+            Tls::On {
+                required: false, ..
+            } => SslMode::Prefer,
+            Tls::On { required: true, .. } => SslMode::Require,
+        });
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(30));
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("rowbranch");
+        }
+        Ok(Target {
+            config,
+            tls,
+            secrets,
+        })
+    }
+
+    /// A connection failure, with what to do about it, without the password.
+    pub(super) fn connect_error(&self, e: &tokio_postgres::Error) -> String {
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .enumerate()
+            .map(|(n, host)| {
+                let port = self
+                    .config
+                    .get_ports()
+                    .get(n)
+                    .or(self.config.get_ports().first())
+                    .copied()
+                    .unwrap_or(5432);
+                match host {
+                    Host::Tcp(name) => format!("{name}:{port}"),
+                    #[cfg(unix)]
+                    Host::Unix(path) => format!("{}", path.display()),
+                }
+            })
+            .collect();
+        let cause = describe(e);
+        let mut message = format!(
+            "could not connect to PostgreSQL at {} (DATABASE_URL): {cause}",
+            if hosts.is_empty() {
+                "the given address".to_owned()
+            } else {
+                hosts.join(", ")
+            }
+        );
+        let roots = match &self.tls {
+            Tls::On {
+                verify: Verify::Chain(roots) | Verify::ChainAndHost(roots),
+                ..
+            } => Some(roots),
+            _ => None,
+        };
+        let certificate = certificate_error(e);
+        let hint = if matches!(
+            certificate,
+            Some(
+                rustls::CertificateError::NotValidForName
+                    | rustls::CertificateError::NotValidForNameContext { .. }
+            )
+        ) {
+            Some(
+                "the server's certificate is not issued for that host name: connect by the name \
+                 on the certificate, or use sslmode=verify-ca to check the chain only"
+                    .to_owned(),
+            )
+        } else if certificate.is_some() {
+            Some(match roots {
+                Some(Roots::File(path)) => format!(
+                    "the server's certificate was not accepted with the CA in sslrootcert={}: is \
+                     it the right CA file (Supabase: Project Settings → Database → SSL \
+                     configuration → download the certificate)?",
+                    path.display()
+                ),
+                Some(Roots::System) => "the server's certificate is not signed by a public CA: \
+                     give its CA as sslrootcert=/path/to/ca.pem"
+                    .to_owned(),
+                None => "the server's certificate was refused".to_owned(),
+            })
+        } else if cause.contains("server does not support TLS") {
+            Some(
+                "this sslmode needs TLS, which the server does not offer: use sslmode=prefer or \
+                 sslmode=disable for a server without TLS"
+                    .to_owned(),
+            )
+        } else if cause.contains("password authentication failed") {
+            Some(
+                "check the user and password in DATABASE_URL (in a URL, percent-encode special \
+                 characters of the password: @ as %40, : as %3A, / as %2F)"
+                    .to_owned(),
+            )
+        } else {
+            None
+        };
+        if let Some(hint) = hint {
+            let _ = write!(message, "; {hint}");
+        }
+        redact(&message, &self.secrets)
+    }
+}
+
+/// The certificate problem under a failed TLS handshake, if that is what failed.
+fn certificate_error(e: &tokio_postgres::Error) -> Option<&rustls::CertificateError> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(error) = source {
+        // rustls's error reaches tokio-postgres inside an io::Error.
+        let inner = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => Some(error),
+        };
+        if let Some(rustls::Error::InvalidCertificate(certificate)) =
+            inner.and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(certificate);
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// `message` with every occurrence of each secret replaced.
+fn redact(message: &str, secrets: &[String]) -> String {
+    let mut message = message.to_owned();
+    for secret in secrets {
+        if !secret.is_empty() {
+            message = message.replace(secret.as_str(), "[password]");
+        }
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Rows;
+    use super::*;
+
+    const PASSWORD: &str = "Zq8-unusual-Passw0rd";
+
+    fn parse(url: &str) -> Result<Target, String> {
+        Target::parse(url, None)
+    }
+    #[test]
+    fn tokio_postgres_gets_the_rest_and_the_mode() {
+        let target = parse(&format!(
+            "postgres://postgres.abc:{PASSWORD}@db.example.com:6543/postgres?sslmode=verify-full&sslrootcert=/ca.pem&application_name=x"
+        ))
+        .unwrap();
+        assert_eq!(target.config.get_ssl_mode(), SslMode::Require);
+        assert_eq!(target.config.get_user(), Some("postgres.abc"));
+        assert_eq!(target.config.get_password(), Some(PASSWORD.as_bytes()));
+        assert_eq!(target.config.get_dbname(), Some("postgres"));
+        assert_eq!(target.config.get_ports(), &[6543]);
+        assert_eq!(target.config.get_application_name(), Some("x"));
+
+        let target =
+            parse("host=localhost user=me password='it''s \\'quoted\\'' sslmode=disable dbname=d");
+        // A `''` is no escape in libpq: this is `'it'` then `'s …`, which does not read.
+        assert!(target.is_err());
+
+        let target = parse(
+            "host=localhost user=me password='it\\'s spaced' sslmode=prefer dbname=d sslrootcert=/r.pem",
+        )
+        .unwrap();
+        assert_eq!(target.config.get_password(), Some("it's spaced".as_bytes()));
+        assert_eq!(target.config.get_dbname(), Some("d"));
+        assert_eq!(target.config.get_ssl_mode(), SslMode::Prefer);
+        assert_eq!(target.config.get_application_name(), Some("rowbranch"));
+        assert!(target.secrets.contains(&"it's spaced".to_owned()));
+
+        assert_eq!(
+            parse("postgres://h/db?sslmode=disable")
+                .unwrap()
+                .config
+                .get_ssl_mode(),
+            SslMode::Disable
+        );
+    }
+
+    #[test]
+    fn the_password_never_appears_in_an_error() {
+        let urls = [
+            format!("postgres://user:{PASSWORD}@host:notaport/db"),
+            format!("postgres://user:{PASSWORD}@host/db?nosuchoption=1"),
+            format!("postgres://user:{PASSWORD}@host/db?sslmode={PASSWORD}"),
+            format!("postgres://user@host/db?password={PASSWORD}&port=x"),
+            format!("host=h password={PASSWORD} nosuchoption=1"),
+            format!("host=h password='{PASSWORD}' port=x"),
+            format!("host=h password={PASSWORD} sslmode=verify-full"),
+            format!("user=u password={PASSWORD}"),
+        ];
+        for url in urls {
+            let err = parse(&url).err().unwrap_or_else(|| panic!("{url} parsed"));
+            assert!(!err.contains(PASSWORD), "{url}: {err}");
+        }
+        let err = parse("postgres://user:p%40ss%3Aword@h:x/db").err().unwrap();
+        assert!(
+            !err.contains("p@ss:word") && !err.contains("p%40ss"),
+            "{err}"
+        );
+        assert_eq!(
+            redact(&format!("a {PASSWORD} b"), &[PASSWORD.to_owned()]),
+            "a [password] b"
+        );
+    }
+
+    #[test]
+    fn other_mistakes_are_named() {
+        let err = parse("https://abc.supabase.co").err().unwrap();
+        assert!(err.contains("web address"), "{err}");
+        let err = parse("").err().unwrap();
+        assert!(err.contains("empty"), "{err}");
+        let err = parse("postgres://h/db?nosuchoption=1").err().unwrap();
+        assert!(err.contains("nosuchoption"), "{err}");
+        let err = parse("dbname=x").err().unwrap();
+        assert!(err.contains("no host"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_names_the_host_not_the_password() {
+        // Port 1 on the loopback: nothing listens there.
+        let err = Rows::connect(&format!("postgres://u:{PASSWORD}@127.0.0.1:1/db"))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("127.0.0.1:1"), "{err}");
+        assert!(!err.contains(PASSWORD), "{err}");
+    }
+}
