@@ -400,3 +400,71 @@ async fn sweep_of_200k_rows_dry_run_measured() {
     println!("swept 200000 rows (100000 branches) in {took:?}; peak resident {peak}");
     table.drop().await;
 }
+
+/// The binary, as the "done when" says: `reconcile --since 1h` dispatches exactly the
+/// rows without a branch or pull request, once; a second run writes nothing; `--json` is the
+/// summary for scripts.
+#[tokio::test]
+async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(1..=6, "From the table", Duration::from_secs(60))
+        .await;
+    table
+        .insert(
+            7..=7,
+            "Too old for the window",
+            Duration::from_secs(2 * 3600),
+        )
+        .await;
+    let fake = fake().await;
+    finished(&fake, 1..=2);
+    fake.add_pull(REPO, "feedback/3-merged", PullState::Closed, true);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let text = GithubOptions {
+        write_interval_ms: 5,
+        ..GithubOptions::default()
+    }
+    .config_text(&fake)
+    .replace(
+        "[[routes]]\n",
+        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+    );
+    std::fs::write(&path, text).unwrap();
+    let reconcile = |json: bool| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+        command
+            .args(["reconcile", "--since", "1h", "--config"])
+            .arg(&path)
+            .env("DATABASE_URL", &url)
+            .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+        if json {
+            command.arg("--json");
+        }
+        command.output()
+    };
+    let first = reconcile(false).await.unwrap();
+    let out = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(out.contains("dispatched"), "a summary table: {out}");
+    assert_eq!(dispatched_ids(&fake), ["4", "5", "6"]);
+
+    let writes = fake.writes().len();
+    let second = reconcile(true).await.unwrap();
+    assert!(second.status.success());
+    let summary: serde_json::Value =
+        serde_json::from_slice(&second.stdout).expect("--json is JSON");
+    assert_eq!(summary[0]["rows_seen"], 6);
+    assert_eq!(summary[0]["dispatched_now"], 0);
+    assert_eq!(summary[0]["already_handled"], 5);
+    assert_eq!(summary[0]["merged_before"], 1);
+    assert_eq!(fake.writes().len(), writes, "the second run writes nothing");
+    fake.assert_no_unexpected();
+    table.drop().await;
+}
