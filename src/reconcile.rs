@@ -50,6 +50,8 @@ pub struct RouteSummary {
     pub would_dispatch: Vec<String>,
     /// The dead claims found (re-dispatched unless `--dry-run`).
     pub dead_claims: Vec<String>,
+    /// Why the route's sweep stopped early, if it did (a missing table, the forge down).
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -75,10 +77,15 @@ pub async fn sweep(
     progress: &(dyn Fn(Progress) + Sync),
 ) -> anyhow::Result<Vec<RouteSummary>> {
     let mut summaries = Vec::new();
+    // One route's trouble does not keep the others from being swept.
     for route in &config.routes {
-        let summary = sweep_route(route, rows, pipeline, options, progress)
-            .await
-            .with_context(|| format!("sweeping {}.{}", route.schema, route.table))?;
+        let mut summary = RouteSummary {
+            route: format!("{}.{} → {}", route.schema, route.table, route.repo),
+            ..RouteSummary::default()
+        };
+        if let Err(e) = sweep_route(route, rows, pipeline, options, progress, &mut summary).await {
+            summary.error = Some(format!("{e:#}"));
+        }
         summaries.push(summary);
     }
     Ok(summaries)
@@ -101,10 +108,15 @@ impl Known {
             .find(|k| k.len() == id.len() || k[id.len()..].starts_with('-'))
     }
 
-    fn branch(&self, id: &RowId) -> Option<&(String, String)> {
+    /// Every branch of row `id`, as (name, sha).
+    fn branches(&self, id: &RowId) -> Vec<&(String, String)> {
         let id = id.as_str();
-        let key = Self::owner(self.branches.range(id.to_owned()..).map(|(k, _)| k), id)?;
-        self.branches.get(key)
+        self.branches
+            .range(id.to_owned()..)
+            .take_while(|(k, _)| k.starts_with(id))
+            .filter(|(k, _)| k.len() == id.len() || k[id.len()..].starts_with('-'))
+            .map(|(_, branch)| branch)
+            .collect()
     }
 
     fn pull(&self, id: &RowId) -> bool {
@@ -119,14 +131,11 @@ async fn sweep_route(
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
     progress: &(dyn Fn(Progress) + Sync),
-) -> anyhow::Result<RouteSummary> {
+    summary: &mut RouteSummary,
+) -> anyhow::Result<()> {
     let forge = pipeline.forge();
     let repo = &route.repo;
     let prefix = format!("{}/", route.branch_prefix);
-    let mut summary = RouteSummary {
-        route: format!("{}.{} → {}", route.schema, route.table, repo),
-        ..RouteSummary::default()
-    };
     rows.check(route).await?;
     let now = chrono::Utc::now();
     let since = now - chrono::Duration::from_std(options.window).context("window too long")?;
@@ -178,10 +187,13 @@ async fn sweep_route(
                     continue;
                 }
             };
-            if let Some((name, sha)) = known.branch(&plan.id) {
+            let owned = known.branches(&plan.id);
+            if let Some((name, sha)) = owned.first().copied() {
                 summary.already_handled += 1;
                 counts.skipped += 1;
-                if !known.pull(&plan.id) && row.created_at < stale_before {
+                // A row with several branches was redone on purpose: none of them is a lost
+                // claim. One branch, no pull request, old enough: look closer.
+                if owned.len() == 1 && !known.pull(&plan.id) && row.created_at < stale_before {
                     if base.is_none() {
                         base = Some(
                             forge
@@ -191,12 +203,19 @@ async fn sweep_route(
                         );
                     }
                     let base = base.as_ref().expect("just read");
-                    if forge
-                        .ahead_by(repo, &base.branch, name)
-                        .await
-                        .context("comparing")?
-                        == 0
-                    {
+                    let ahead = match forge.ahead_by(repo, &base.branch, name).await {
+                        Ok(ahead) => ahead,
+                        // Deleted since the listing, or the forge stumbled: this row only.
+                        Err(e) => {
+                            summary.failed += 1;
+                            summary.failures.push(Failed {
+                                id: plan.id.to_string(),
+                                error: format!("comparing {name} with {}: {e}", base.branch),
+                            });
+                            continue;
+                        }
+                    };
+                    if ahead == 0 {
                         summary.dead_claims.push(name.clone());
                         if !options.dry_run {
                             match redispatch(pipeline, plan, name, sha, base).await {
@@ -253,7 +272,7 @@ async fn sweep_route(
         }
         progress(counts);
     }
-    Ok(summary)
+    Ok(())
 }
 
 /// Dispatches a dead claim again, on the branch it already has.
@@ -316,6 +335,9 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
             s.route, s.rows_seen, s.already_handled, s.merged_before, runs, dead, s.failed
         );
+        if let Some(error) = &s.error {
+            out += &format!("  error: {error}\n");
+        }
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }

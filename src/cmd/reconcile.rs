@@ -21,9 +21,14 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         ))
     })?;
     let window = match &args.since {
-        Some(since) => humantime::parse_duration(since).map_err(|e| {
-            Failure::Usage(anyhow!("--since {since}: {e}: write e.g. 1h, 24h or 7d"))
-        })?,
+        Some(since) => humantime::parse_duration(since)
+            .ok()
+            .filter(|d| !d.is_zero() && d.as_secs() < 100 * 365 * 86_400)
+            .ok_or_else(|| {
+                Failure::Usage(anyhow!(
+                    "--since {since}: write a duration such as 1h, 24h or 7d"
+                ))
+            })?,
         None => config.reconcile.window,
     };
     let forge = forge::open(&config).await.map_err(Failure::Usage)?;
@@ -61,8 +66,11 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         print!("{}", reconcile::table(&summaries, args.dry_run));
     }
     let failed: u64 = summaries.iter().map(|s| s.failed).sum();
-    if failed > 0 {
-        return Err(Failure::Runtime(anyhow!("{failed} rows failed")));
+    let stopped = summaries.iter().filter(|s| s.error.is_some()).count();
+    if failed > 0 || stopped > 0 {
+        return Err(Failure::Runtime(anyhow!(
+            "{failed} rows failed; {stopped} routes stopped early"
+        )));
     }
     Ok(())
 }
@@ -94,6 +102,9 @@ pub async fn scheduled(config: Arc<Config>, pipeline: Arc<Pipeline>) {
         match result {
             Ok(summaries) => {
                 for s in summaries {
+                    if let Some(error) = &s.error {
+                        tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
+                    }
                     tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
                         merged = s.merged_before, dispatched = s.dispatched_now,
                         dead_claims = s.dead_claims_redispatched, failed = s.failed, "scheduled sweep");

@@ -39,8 +39,13 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         Arc::clone(&app.config),
         Arc::clone(&app.pipeline),
     ));
-    let served = http::serve(listener, app, shutdown_signal()).await;
-    sweeps.abort();
+    // The sweep stops first, so it starts no run after the server has drained its runs.
+    let stop_sweeps = sweeps.abort_handle();
+    let shutdown = async move {
+        shutdown_signal().await;
+        stop_sweeps.abort();
+    };
+    let served = http::serve(listener, app, shutdown).await;
     served.context("the server stopped")?;
     tracing::info!("stopped; every run under way has finished");
     Ok(())

@@ -269,10 +269,13 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
     let pipeline = Pipeline::new(rowbranch::forge::open(&config).await.unwrap());
-    let err = sweep(&config, &rows, &pipeline, &options(), &|_| {})
+    let summaries = sweep(&config, &rows, &pipeline, &options(), &|_| {})
         .await
-        .unwrap_err();
-    let text = format!("{err:#}");
+        .unwrap();
+    let text = summaries[0]
+        .error
+        .clone()
+        .expect("the route's sweep stopped");
     assert!(
         text.contains("no_such_schema") && text.contains("feedbacks"),
         "{text}"
@@ -466,5 +469,26 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
     assert_eq!(summary[0]["merged_before"], 1);
     assert_eq!(fake.writes().len(), writes, "the second run writes nothing");
     fake.assert_no_unexpected();
+    table.drop().await;
+}
+
+#[tokio::test]
+async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
+    let Some(url) = database_url() else { return };
+    let table = Table::new(&url).await;
+    table
+        .insert(30..=30, "Redone", Duration::from_secs(2 * 3600))
+        .await;
+    let fake = fake().await;
+    fake.create_branch(REPO, "feedback/30-redone", "main");
+    fake.create_branch(REPO, "feedback/30-redone-redo-1", "main");
+    let config = config(&fake, &table.schema, &url);
+    let options = SweepOptions {
+        window: Duration::from_secs(3 * 3600),
+        ..options()
+    };
+    let summary = run(&config, &options).await;
+    assert!(summary.dead_claims.is_empty(), "{summary:?}");
+    assert!(fake.dispatches(REPO).is_empty());
     table.drop().await;
 }

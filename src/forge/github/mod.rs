@@ -532,10 +532,11 @@ impl Forge for GithubForge {
                 }
                 let pulls: Vec<Pull> = reply.json()?;
                 let older = pulls.last().is_some_and(|p| p.created_at < since);
+                // A head without a label is a deleted fork's: not this repository's branch.
                 let own = |label: &Option<String>| {
-                    label.as_deref().is_none_or(|l| {
+                    label.as_deref().is_some_and(|l| {
                         l.split_once(':')
-                            .is_none_or(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
+                            .is_some_and(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
                     })
                 };
                 heads.extend(
