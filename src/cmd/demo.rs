@@ -15,7 +15,7 @@ use crate::cli::DemoArgs;
 use crate::config::Config;
 use crate::forge::local::{create_repository, LocalForge};
 use crate::http::{self, App};
-use crate::webhook::auth::hub_signature_256;
+use crate::webhook::auth::{generate_secret, hub_signature_256};
 use crate::Failure;
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
@@ -156,7 +156,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     let base = create_repository(&repo_path).await?;
     let config_path = dir.join("rowbranch.toml");
     std::fs::write(&config_path, CONFIG).context("could not write the demo config")?;
-    let secret = random_secret()?;
+    let secret = generate_secret().map_err(|e| anyhow!("no randomness for a secret: {e}"))?;
     let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret.clone());
     let config = Config::load(&config_path, &env)?;
 
@@ -363,10 +363,4 @@ fn read_dispatches(log: &Path) -> anyhow::Result<Vec<String>> {
                 .ok_or_else(|| anyhow!("a dispatch without a branch: {line}"))
         })
         .collect()
-}
-
-fn random_secret() -> anyhow::Result<String> {
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).map_err(|e| anyhow!("no randomness for a secret: {e}"))?;
-    Ok(hex::encode(bytes))
 }

@@ -11,6 +11,7 @@ use crate::forge::github::convert_manifest;
 use crate::forge::RepoName;
 use crate::identity::BranchPrefix;
 use crate::templates::setup::{render, SetupContext};
+use crate::webhook::auth::generate_secret;
 use crate::Failure;
 
 /// GitHub refuses App names longer than this.
@@ -80,7 +81,9 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
-        webhook_secret: Some(fresh_secret()?),
+        webhook_secret: Some(
+            generate_secret().map_err(|e| anyhow!("no randomness for a secret: {e}"))?,
+        ),
     })
 }
 
@@ -248,10 +251,4 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
     file.write_all(text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
-}
-
-fn fresh_secret() -> Result<String, Failure> {
-    let mut bytes = [0u8; 32];
-    getrandom::fill(&mut bytes).map_err(|e| anyhow!("no randomness for a secret: {e}"))?;
-    Ok(hex::encode(bytes))
 }

@@ -395,6 +395,13 @@ pub fn standard_webhooks_signature(
     Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
 }
 
+/// A fresh random secret: 32 bytes, hex-encoded (64 characters), for `init` and the demo.
+pub fn generate_secret() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

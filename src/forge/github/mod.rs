@@ -582,13 +582,7 @@ impl Forge for GithubForge {
     async fn ready(&self) -> Result<(), ForgeError> {
         let reply = send(self.apps.app(), Method::GET, "/app", None::<&()>)
             .await
-            .map_err(|stop| match stop {
-                Stop::Fail(e) => e,
-                Stop::Retry { message, after, .. } => ForgeError::Unavailable {
-                    message,
-                    retry_after: after,
-                },
-            })?;
+            .map_err(ForgeError::from)?;
         match reply.status.as_u16() {
             200 => Ok(()),
             status => Err(ForgeError::Refused {

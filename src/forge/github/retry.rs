@@ -52,6 +52,19 @@ impl Stop {
     }
 }
 
+/// A stop seen outside the retry loop (a one-off read): a retryable one is "unavailable".
+impl From<Stop> for ForgeError {
+    fn from(stop: Stop) -> ForgeError {
+        match stop {
+            Stop::Fail(e) => e,
+            Stop::Retry { message, after, .. } => ForgeError::Unavailable {
+                message,
+                retry_after: after,
+            },
+        }
+    }
+}
+
 /// One attempt's result: `?` passes a stop up to the retry loop.
 pub type Attempt<T> = Result<T, Stop>;
 

@@ -8,7 +8,6 @@ use http::Method;
 use serde::Deserialize;
 
 use super::client::{encode_path, encode_query, send, Reply};
-use super::retry::Stop;
 use super::GithubForge;
 use crate::forge::{ForgeError, RepoName};
 
@@ -18,16 +17,6 @@ pub struct AppInfo {
     pub id: u64,
     pub slug: Option<String>,
     pub name: String,
-}
-
-fn final_error(stop: Stop) -> ForgeError {
-    match stop {
-        Stop::Fail(e) => e,
-        Stop::Retry { message, after, .. } => ForgeError::Unavailable {
-            message,
-            retry_after: after,
-        },
-    }
 }
 
 fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
@@ -45,8 +34,10 @@ impl GithubForge {
     pub async fn app_info(&self) -> Result<AppInfo, ForgeError> {
         let reply = send(self.apps.app(), Method::GET, "/app", None::<&()>)
             .await
-            .map_err(final_error)?;
-        expect_ok(reply, "GET /app")?.json().map_err(final_error)
+            .map_err(ForgeError::from)?;
+        expect_ok(reply, "GET /app")?
+            .json()
+            .map_err(ForgeError::from)
     }
 
     /// The permissions of the installation that holds `repo` (`GET /repos/{o}/{r}/installation`).
@@ -58,7 +49,7 @@ impl GithubForge {
         let path = format!("/repos/{repo}/installation");
         let reply = send(self.apps.app(), Method::GET, &path, None::<&()>)
             .await
-            .map_err(final_error)?;
+            .map_err(ForgeError::from)?;
         if reply.status.as_u16() == 404 {
             return Err(ForgeError::Refused {
                 message: format!("the App is not installed on {repo}"),
@@ -70,7 +61,7 @@ impl GithubForge {
         }
         let found: Found = expect_ok(reply, &format!("GET {path}"))?
             .json()
-            .map_err(final_error)?;
+            .map_err(ForgeError::from)?;
         Ok(found.permissions)
     }
 
@@ -81,13 +72,17 @@ impl GithubForge {
         repo: &RepoName,
         branch: &str,
     ) -> Result<Vec<(String, String)>, ForgeError> {
-        let installation = self.apps.installation(repo).await.map_err(final_error)?;
+        let installation = self
+            .apps
+            .installation(repo)
+            .await
+            .map_err(ForgeError::from)?;
         let client = &installation.client;
         let at = encode_query(branch);
         let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
         let reply = send(client, Method::GET, &path, None::<&()>)
             .await
-            .map_err(final_error)?;
+            .map_err(ForgeError::from)?;
         if reply.status.as_u16() == 404 {
             return Ok(Vec::new());
         }
@@ -103,7 +98,7 @@ impl GithubForge {
         }
         let entries: Vec<Entry> = expect_ok(reply, "listing .github/workflows")?
             .json()
-            .map_err(final_error)?;
+            .map_err(ForgeError::from)?;
         let mut files = Vec::new();
         for entry in entries {
             let is_yaml = entry.path.ends_with(".yml") || entry.path.ends_with(".yaml");
@@ -116,10 +111,10 @@ impl GithubForge {
             );
             let reply = send(client, Method::GET, &path, None::<&()>)
                 .await
-                .map_err(final_error)?;
+                .map_err(ForgeError::from)?;
             let file: File = expect_ok(reply, &format!("reading {}", entry.path))?
                 .json()
-                .map_err(final_error)?;
+                .map_err(ForgeError::from)?;
             // GitHub wraps the base64 text every 60 characters.
             let compact: String = file.content.split_whitespace().collect();
             let bytes = base64::engine::general_purpose::STANDARD
@@ -162,7 +157,7 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, 
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
     let reply = send(&client, Method::POST, &path, None::<&()>)
         .await
-        .map_err(final_error)?;
+        .map_err(ForgeError::from)?;
     if reply.status.as_u16() == 404 {
         return Err(ForgeError::Refused {
             message: "GitHub does not know that code: it works once, for an hour; create the App again from create-app.html".into(),
@@ -170,5 +165,5 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, 
     }
     expect_ok(reply, "POST /app-manifests/{code}/conversions")?
         .json()
-        .map_err(final_error)
+        .map_err(ForgeError::from)
 }
