@@ -33,14 +33,26 @@ async fn a_burst_of_200_rows_is_paced_and_each_row_dispatched_once() {
     let options = GithubOptions {
         write_interval_ms: interval.as_millis() as u64,
         write_burst: burst,
-        respond_within_ms: 60_000,
+        // A queued row is answered `accepted` and finishes in the background: how long the
+        // queue takes depends on the machine, which this test does not measure.
+        respond_within_ms: 1_000,
         ..GithubOptions::default()
     };
     let app = spawn(&fake, options).await;
     let sends = (1..=200).map(|id| app.post_insert(json!(id), "Burst row"));
     for reply in futures_util::future::join_all(sends).await {
-        reply.expect(200, "dispatched");
+        assert!(
+            matches!(
+                (reply.status, reply.outcome()),
+                (200, "dispatched") | (202, "accepted")
+            ),
+            "{} {}",
+            reply.status,
+            reply.text
+        );
     }
+    // Shutting down waits for every run under way.
+    app.shutdown().await;
     assert_eq!(branches(&fake).len(), 200);
     let mut dispatched = dispatched_branches(&fake);
     assert_eq!(dispatched.len(), 200);
@@ -62,7 +74,6 @@ async fn a_burst_of_200_rows_is_paced_and_each_row_dispatched_once() {
             );
         }
     }
-    app.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
