@@ -1,5 +1,8 @@
-//! Configuration: the TOML file plus environment variables, validated once into a typed
-//! [`Config`]. This is the only module that reads the environment.
+//! Configuration: the TOML file plus the environment variables the contract names (SPEC §2),
+//! validated once into a typed [`Config`] of plain settings that the forge, the row reader and
+//! the server are each built from. The environment comes in through an injected [`Env`], so
+//! tests and the demo need not touch the process's. Parsing is pure: [`Config::load`] reads the
+//! file, [`Config::parse`] only checks text.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -7,11 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
-use crate::forge::RepoName;
-use crate::identity::BranchPrefix;
-use crate::templates::PayloadTemplate;
+use crate::event::EventKind;
+use crate::identity::{BranchPrefix, EventType, RepoName};
 use crate::webhook::auth::WebhookSecrets;
 
 /// Where `serve`, `preview` and the other commands look when `--config` is not given.
@@ -26,10 +29,10 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    fn new(file: &Path, message: impl Into<String>) -> ConfigError {
+    fn new(file: &Path, error: &anyhow::Error) -> ConfigError {
         ConfigError {
             file: file.display().to_string(),
-            message: message.into(),
+            message: format!("{error:#}"),
         }
     }
 }
@@ -47,9 +50,9 @@ pub struct Config {
     /// The file this came from, for messages.
     pub source: PathBuf,
     pub listen: SocketAddr,
-    pub reconcile: ReconcileConfig,
-    pub forge: ForgeConfig,
-    pub webhook: WebhookConfig,
+    pub reconcile: ReconcileSettings,
+    pub forge: ForgeSettings,
+    pub webhook: WebhookSettings,
     pub routes: Vec<Arc<Route>>,
     /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
     pub database_url: Option<DatabaseUrl>,
@@ -72,35 +75,53 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 #[derive(Debug, Clone)]
-pub struct ReconcileConfig {
+pub struct ReconcileSettings {
     /// A sweep on a schedule inside `serve`; off when `None`.
     pub every: Option<Duration>,
     pub window: Duration,
     pub stale_claim_after: Duration,
 }
 
+/// Which forge, and what it is built from.
 #[derive(Debug)]
-pub enum ForgeConfig {
-    Local {
-        path: PathBuf,
-        on_dispatch: Option<String>,
-    },
-    Github(GithubConfig),
+pub enum ForgeSettings {
+    Local(LocalSettings),
+    Github(GithubSettings),
 }
 
+/// A git repository on this machine as the forge.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    pub path: PathBuf,
+    /// Run for each dispatch, the payload on its stdin; a non-zero exit fails the dispatch.
+    pub on_dispatch: Option<String>,
+}
+
+/// rowbranch as a GitHub App: everything the GitHub forge is built from.
 #[derive(Debug)]
-pub struct GithubConfig {
+pub struct GithubSettings {
     pub app_id: u64,
     /// Where the key comes from; read when the GitHub forge starts.
-    pub private_key: PrivateKeySource,
+    pub key: PrivateKeySource,
     pub api_url: String,
-    pub write_interval: Duration,
-    pub write_burst: u32,
-    pub write_hourly_max: u32,
-    pub queue_capacity: usize,
+    pub pace: PaceSettings,
+    /// How long one GitHub operation may keep retrying.
     pub retry_budget: Duration,
     /// How long the default branch's head is reused for new claims.
     pub base_cache: Duration,
+}
+
+/// The pace of one installation's writes (SPEC §5).
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSettings {
+    /// Sustained: one write per interval.
+    pub interval: Duration,
+    /// Writes allowed back to back before the interval applies.
+    pub burst: u32,
+    /// Writes in any rolling hour.
+    pub hourly_max: u32,
+    /// Rows whose claim may wait; beyond that, new rows are told to come back.
+    pub queue_capacity: usize,
 }
 
 /// The App's private key: PEM text from the environment, or a file. Never printed.
@@ -119,27 +140,11 @@ impl std::fmt::Debug for PrivateKeySource {
 }
 
 #[derive(Debug)]
-pub struct WebhookConfig {
+pub struct WebhookSettings {
     /// `None` only when no secret is set; `serve` then needs `--insecure-no-auth`.
     pub secrets: Option<WebhookSecrets>,
     pub respond_within: Duration,
     pub max_body_bytes: usize,
-}
-
-/// The kinds of database event a route can take.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Insert,
-    Update,
-}
-
-impl EventKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Insert => "INSERT",
-            EventKind::Update => "UPDATE",
-        }
-    }
 }
 
 /// One table wired to one repository.
@@ -148,14 +153,24 @@ pub struct Route {
     pub table: String,
     pub schema: String,
     pub repo: RepoName,
+    /// `INSERT` and/or `UPDATE`; never `DELETE` (a row that is gone has no work).
     pub events: Vec<EventKind>,
     pub id_column: String,
     pub text_column: Option<String>,
     pub branch_prefix: BranchPrefix,
     pub slug_max_len: usize,
-    pub event_type: String,
-    pub payload_template: PayloadTemplate,
+    pub event_type: EventType,
+    /// The payload template's file; the built-in template when `None`. Read and compiled when
+    /// the pipeline's routes are built, not here.
+    pub payload_template: Option<PathBuf>,
     pub created_column: String,
+}
+
+impl Route {
+    /// `schema.table`, for messages.
+    pub fn table_name(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
 }
 
 // ---- The file as written -------------------------------------------------------------------
@@ -232,56 +247,55 @@ impl Config {
             } else {
                 ""
             };
-            ConfigError::new(path, format!("cannot read the config file: {e}{hint}"))
+            ConfigError::new(path, &anyhow!("cannot read the config file: {e}{hint}"))
         })?;
         Config::parse(&text, path, env)
     }
 
     /// Validates `text` as if read from `path` (relative paths are relative to its folder).
+    /// Reads no file.
     pub fn parse(text: &str, path: &Path, env: Env) -> Result<Config, ConfigError> {
         let raw: RawConfig = toml::from_str(text)
-            .map_err(|e| ConfigError::new(path, e.to_string().trim_end().to_owned()))?;
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let err = |message: String| ConfigError::new(path, message);
+            .map_err(|e| ConfigError::new(path, &anyhow!("{}", e.to_string().trim_end())))?;
+        Config::from_raw(raw, path, env).map_err(|e| ConfigError::new(path, &e))
+    }
 
-        let listen = listen_address(raw.listen.as_deref(), env).map_err(err)?;
-        let reconcile = ReconcileConfig {
+    fn from_raw(raw: RawConfig, path: &Path, env: Env) -> anyhow::Result<Config> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let listen = listen_address(raw.listen.as_deref(), env)?;
+        let reconcile = ReconcileSettings {
             every: raw
                 .reconcile_every
                 .as_deref()
                 .map(|v| duration("reconcile_every", v))
-                .transpose()
-                .map_err(err)?,
+                .transpose()?,
             window: duration(
                 "reconcile_window",
                 raw.reconcile_window.as_deref().unwrap_or("48h"),
-            )
-            .map_err(err)?,
+            )?,
             stale_claim_after: duration(
                 "stale_claim_after",
                 raw.stale_claim_after.as_deref().unwrap_or("1h"),
-            )
-            .map_err(err)?,
+            )?,
         };
-        let forge = forge(raw.forge.unwrap_or_default(), raw.github, dir, env).map_err(err)?;
-        let webhook = webhook(raw.webhook.unwrap_or_default(), env).map_err(err)?;
+        let forge = forge(raw.forge.unwrap_or_default(), raw.github, dir, env)?;
+        let webhook = webhook(raw.webhook.unwrap_or_default(), env)?;
         if raw.routes.is_empty() {
-            return Err(err(
-                "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"".into(),
-            ));
+            bail!(
+                "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
+            );
         }
         let mut routes = Vec::with_capacity(raw.routes.len());
         let mut seen = HashSet::new();
         for (i, raw_route) in raw.routes.into_iter().enumerate() {
-            let route = route(raw_route, dir)
-                .map_err(|m| err(format!("[[routes]] number {}: {m}", i + 1)))?;
+            let number = i + 1;
+            let route =
+                route(raw_route, dir).with_context(|| format!("[[routes]] number {number}"))?;
             if !seen.insert((route.schema.clone(), route.table.clone())) {
-                return Err(err(format!(
-                    "[[routes]] number {}: table {}.{} has a route already; one table takes one route",
-                    i + 1,
-                    route.schema,
-                    route.table
-                )));
+                bail!(
+                    "[[routes]] number {number}: table {} has a route already; one table takes one route",
+                    route.table_name()
+                );
             }
             routes.push(Arc::new(route));
         }
@@ -312,10 +326,10 @@ impl Config {
     }
 }
 
-fn listen_address(file: Option<&str>, env: Env) -> Result<SocketAddr, String> {
+fn listen_address(file: Option<&str>, env: Env) -> anyhow::Result<SocketAddr> {
     if let Some(addr) = env("ROWBRANCH_LISTEN") {
         return addr.parse().map_err(|_| {
-            format!(
+            anyhow!(
                 "ROWBRANCH_LISTEN=`{addr}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080"
             )
         });
@@ -323,21 +337,21 @@ fn listen_address(file: Option<&str>, env: Env) -> Result<SocketAddr, String> {
     if let Some(port) = env("PORT") {
         let port: u16 = port
             .parse()
-            .map_err(|_| format!("PORT=`{port}` is not a port number (0-65535)"))?;
+            .map_err(|_| anyhow!("PORT=`{port}` is not a port number (0-65535)"))?;
         return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
     }
     let addr = file.unwrap_or("127.0.0.1:8080");
     addr.parse().map_err(|_| {
-        format!("listen = `{addr}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
+        anyhow!("listen = `{addr}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
     })
 }
 
-fn duration(key: &str, value: &str) -> Result<Duration, String> {
+fn duration(key: &str, value: &str) -> anyhow::Result<Duration> {
     let d = humantime::parse_duration(value).map_err(|e| {
-        format!("{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\"")
+        anyhow!("{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\"")
     })?;
     if d.is_zero() {
-        return Err(format!("{key} must be longer than zero"));
+        bail!("{key} must be longer than zero");
     }
     Ok(d)
 }
@@ -347,141 +361,133 @@ fn forge(
     github: Option<RawGithub>,
     dir: &Path,
     env: Env,
-) -> Result<ForgeConfig, String> {
+) -> anyhow::Result<ForgeSettings> {
     match raw.kind.as_deref().unwrap_or("github") {
         "local" => {
-            let path = raw.path.ok_or(
+            let path = raw.path.context(
                 "[forge] kind = \"local\" needs path = \"…\", the git repository to use as the forge",
             )?;
-            Ok(ForgeConfig::Local {
+            Ok(ForgeSettings::Local(LocalSettings {
                 path: dir.join(path),
                 on_dispatch: raw.on_dispatch.filter(|c| !c.trim().is_empty()),
-            })
+            }))
         }
         "github" => {
             if raw.path.is_some() || raw.on_dispatch.is_some() {
-                return Err("[forge] path and on_dispatch belong to kind = \"local\"; remove them or set kind = \"local\"".into());
+                bail!("[forge] path and on_dispatch belong to kind = \"local\"; remove them or set kind = \"local\"");
             }
-            github_config(github.unwrap_or_default(), dir, env).map(ForgeConfig::Github)
+            github_settings(github.unwrap_or_default(), dir, env).map(ForgeSettings::Github)
         }
-        other => Err(format!(
-            "[forge] kind = \"{other}\" is not a forge: use \"github\" or \"local\""
-        )),
+        other => bail!("[forge] kind = \"{other}\" is not a forge: use \"github\" or \"local\""),
     }
 }
 
-fn github_config(raw: RawGithub, dir: &Path, env: Env) -> Result<GithubConfig, String> {
+fn github_settings(raw: RawGithub, dir: &Path, env: Env) -> anyhow::Result<GithubSettings> {
     let app_id = match env("GITHUB_APP_ID") {
-        Some(v) => v
-            .parse()
-            .map_err(|_| format!("GITHUB_APP_ID=`{v}` is not a number: use the App ID from the App's settings page"))?,
-        None => raw.app_id.ok_or(
+        Some(v) => v.parse().map_err(|_| {
+            anyhow!("GITHUB_APP_ID=`{v}` is not a number: use the App ID from the App's settings page")
+        })?,
+        None => raw.app_id.context(
             "[github] app_id is missing: set it (the App ID from the App's settings page) or set GITHUB_APP_ID",
         )?,
     };
-    let private_key = match (env("GITHUB_APP_PRIVATE_KEY"), raw.private_key_path) {
+    let key = match (env("GITHUB_APP_PRIVATE_KEY"), raw.private_key_path) {
         (Some(pem), _) => PrivateKeySource::Pem(pem),
         (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
-        (None, None) => {
-            return Err("no GitHub App private key: set [github] private_key_path or GITHUB_APP_PRIVATE_KEY (the PEM text)".into())
-        }
+        (None, None) => bail!(
+            "no GitHub App private key: set [github] private_key_path or GITHUB_APP_PRIVATE_KEY (the PEM text)"
+        ),
     };
     let api_url = env("GITHUB_API_URL")
         .or(raw.api_url)
         .unwrap_or_else(|| "https://api.github.com".into());
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
-        return Err(format!(
+        bail!(
             "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
-        ));
+        );
     }
     let positive = |key: &str, v: u64| {
         if v == 0 {
-            Err(format!("[github] {key} must be at least 1"))
+            Err(anyhow!("[github] {key} must be at least 1"))
         } else {
             Ok(v)
         }
     };
-    Ok(GithubConfig {
+    Ok(GithubSettings {
         app_id,
-        private_key,
+        key,
         api_url: api_url.trim_end_matches('/').to_owned(),
-        write_interval: Duration::from_millis(raw.write_interval_ms.unwrap_or(1000)),
-        write_burst: positive("write_burst", raw.write_burst.unwrap_or(10).into())? as u32,
-        write_hourly_max: positive(
-            "write_hourly_max",
-            raw.write_hourly_max.unwrap_or(450).into(),
-        )? as u32,
-        queue_capacity: positive(
-            "queue_capacity",
-            raw.queue_capacity.unwrap_or(10_000) as u64,
-        )? as usize,
+        pace: PaceSettings {
+            interval: Duration::from_millis(raw.write_interval_ms.unwrap_or(1000)),
+            burst: positive("write_burst", raw.write_burst.unwrap_or(10).into())? as u32,
+            hourly_max: positive(
+                "write_hourly_max",
+                raw.write_hourly_max.unwrap_or(450).into(),
+            )? as u32,
+            queue_capacity: positive(
+                "queue_capacity",
+                raw.queue_capacity.unwrap_or(10_000) as u64,
+            )? as usize,
+        },
         retry_budget: Duration::from_millis(raw.retry_budget_ms.unwrap_or(30_000)),
         base_cache: Duration::from_millis(raw.base_cache_ms.unwrap_or(10_000)),
     })
 }
 
-fn webhook(raw: RawWebhook, env: Env) -> Result<WebhookConfig, String> {
+fn webhook(raw: RawWebhook, env: Env) -> anyhow::Result<WebhookSettings> {
     if raw.secret.is_some() {
-        return Err("[webhook] secret: the secret is never read from the file; set ROWBRANCH_WEBHOOK_SECRET instead".into());
+        bail!("[webhook] secret: the secret is never read from the file; set ROWBRANCH_WEBHOOK_SECRET instead");
     }
     let secrets = env("ROWBRANCH_WEBHOOK_SECRET")
         .map(|raw| WebhookSecrets::parse(&raw))
         .transpose()
-        .map_err(|e| format!("ROWBRANCH_WEBHOOK_SECRET: {e}"))?;
+        .context("ROWBRANCH_WEBHOOK_SECRET")?;
     let max_body_bytes = raw.max_body_bytes.unwrap_or(262_144);
     if max_body_bytes < 1024 {
-        return Err("[webhook] max_body_bytes must be at least 1024".into());
+        bail!("[webhook] max_body_bytes must be at least 1024");
     }
-    Ok(WebhookConfig {
+    Ok(WebhookSettings {
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms.unwrap_or(800)),
         max_body_bytes,
     })
 }
 
-fn route(raw: RawRoute, dir: &Path) -> Result<Route, String> {
+fn route(raw: RawRoute, dir: &Path) -> anyhow::Result<Route> {
     let required = |value: Option<String>, key: &str, example: &str| {
         value
             .filter(|v| !v.trim().is_empty())
-            .ok_or_else(|| format!("`{key}` is missing: e.g. {key} = \"{example}\""))
+            .ok_or_else(|| anyhow!("`{key}` is missing: e.g. {key} = \"{example}\""))
     };
     let table = required(raw.table, "table", "feedbacks")?;
     let repo = required(raw.repo, "repo", "owner/name")?;
-    let repo = RepoName::parse(&repo).map_err(|e| format!("repo: {e}"))?;
+    let repo = RepoName::parse(&repo).context("repo")?;
     let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
     let branch_prefix =
-        BranchPrefix::parse(&prefix).map_err(|e| format!("branch_prefix = \"{prefix}\": {e}"))?;
+        BranchPrefix::parse(&prefix).with_context(|| format!("branch_prefix = \"{prefix}\""))?;
     let slug_max_len = raw.slug_max_len.unwrap_or(40);
     if slug_max_len > 100 {
-        return Err(format!(
+        bail!(
             "slug_max_len = {slug_max_len} is too long: branch names stay readable (and within \
              git's limits) at 100 or less; 0 means no slug"
-        ));
+        );
     }
     let event_type = required(raw.event_type, "event_type", "feedback")?;
-    if event_type.chars().count() > 100 {
-        return Err("event_type is longer than 100 characters, which GitHub refuses".into());
-    }
+    let event_type = EventType::parse(&event_type).context("event_type")?;
     let events = raw
         .events
         .unwrap_or_else(|| vec!["INSERT".into()])
         .iter()
-        .map(|e| match e.to_ascii_uppercase().as_str() {
-            "INSERT" => Ok(EventKind::Insert),
-            "UPDATE" => Ok(EventKind::Update),
-            _ => Err(format!(
+        .map(|e| match EventKind::parse(&e.to_ascii_uppercase()) {
+            Some(kind @ (EventKind::Insert | EventKind::Update)) => Ok(kind),
+            _ => Err(anyhow!(
                 "events: `{e}` is not an event a route can take: use \"INSERT\" and/or \"UPDATE\""
             )),
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<anyhow::Result<Vec<_>>>()?;
     if events.is_empty() {
-        return Err("events is empty: the route would take nothing; use [\"INSERT\"]".into());
+        bail!("events is empty: the route would take nothing; use [\"INSERT\"]");
     }
-    let payload_template = match raw.payload_template {
-        Some(p) => PayloadTemplate::from_file(&dir.join(p))
-            .map_err(|e| format!("payload_template: {e}"))?,
-        None => PayloadTemplate::builtin(),
-    };
     Ok(Route {
         table,
         schema: raw.schema.unwrap_or_else(|| "public".into()),
@@ -497,7 +503,7 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, String> {
         branch_prefix,
         slug_max_len,
         event_type,
-        payload_template,
+        payload_template: raw.payload_template.map(|p| dir.join(p)),
         created_column: raw.created_column.unwrap_or_else(|| "created_at".into()),
     })
 }
@@ -506,13 +512,17 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, String> {
 mod tests {
     use super::*;
 
-    fn example() -> String {
-        crate::templates::setup::render(
-            "rowbranch.toml",
-            &crate::templates::setup::SetupContext::example(),
-        )
-        .unwrap()
-    }
+    /// A GitHub route with the least the github forge needs.
+    const GITHUB: &str = r#"
+        [github]
+        app_id = 123456
+        private_key_path = "app.pem"
+        [[routes]]
+        table = "feedbacks"
+        repo = "acme/app"
+        branch_prefix = "feedback"
+        event_type = "feedback"
+    "#;
     const SECRET: &str = "a-webhook-secret-of-32-characters";
 
     fn no_env(_: &str) -> Option<String> {
@@ -535,29 +545,32 @@ mod tests {
     "#;
 
     #[test]
-    fn the_shipped_example_parses_with_the_documented_defaults() {
-        let config = parse(&example()).unwrap();
+    fn a_minimal_github_config_gets_the_documented_defaults() {
+        let config = parse(GITHUB).unwrap();
         assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.reconcile.every, None);
         assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
-        let ForgeConfig::Github(github) = &config.forge else {
-            panic!("the example uses the github forge");
+        let ForgeSettings::Github(github) = &config.forge else {
+            panic!("the default forge is github");
         };
         assert_eq!(github.app_id, 123456);
-        assert_eq!(github.write_burst, 10);
+        assert_eq!(github.pace.burst, 10);
+        assert_eq!(github.pace.hourly_max, 450);
+        assert_eq!(github.retry_budget, Duration::from_secs(30));
         assert!(
-            matches!(&github.private_key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
+            matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
         );
         let route = &config.routes[0];
         assert_eq!(route.slug_max_len, 40);
         assert_eq!(route.events, vec![EventKind::Insert]);
+        assert_eq!(route.payload_template, None);
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
     }
 
     #[test]
     fn a_minimal_local_config_gets_the_defaults() {
         let config = parse(LOCAL).unwrap();
-        let ForgeConfig::Local { path, on_dispatch } = &config.forge else {
+        let ForgeSettings::Local(LocalSettings { path, on_dispatch }) = &config.forge else {
             panic!("local forge expected");
         };
         assert_eq!(path, Path::new("/etc/rowbranch/repo.git"));
@@ -659,13 +672,13 @@ mod tests {
             "ROWBRANCH_WEBHOOK_SECRET" => Some(SECRET.to_owned()),
             _ => None,
         };
-        let config = Config::parse(&example(), Path::new("rowbranch.toml"), &env).unwrap();
+        let config = Config::parse(GITHUB, Path::new("rowbranch.toml"), &env).unwrap();
         assert_eq!(config.listen, "127.0.0.1:9999".parse().unwrap());
-        let ForgeConfig::Github(github) = &config.forge else {
+        let ForgeSettings::Github(github) = &config.forge else {
             panic!("github forge expected");
         };
         assert_eq!(github.app_id, 42);
-        assert!(matches!(github.private_key, PrivateKeySource::Pem(_)));
+        assert!(matches!(github.key, PrivateKeySource::Pem(_)));
         assert_eq!(github.api_url, "https://ghe.example.com/api/v3");
         assert!(!format!("{config:?}").contains("BEGIN PRIVATE KEY"));
         assert!(config.webhook.secrets.is_some());
@@ -688,6 +701,15 @@ mod tests {
         assert!(
             !err.contains("short\""),
             "the secret must not be echoed: {err}"
+        );
+    }
+
+    #[test]
+    fn a_payload_template_is_named_relative_to_the_config_and_not_read() {
+        let config = parse(&format!("{LOCAL}\npayload_template = \"payload.json.j2\"")).unwrap();
+        assert_eq!(
+            config.routes[0].payload_template.as_deref(),
+            Some(Path::new("/etc/rowbranch/payload.json.j2"))
         );
     }
 

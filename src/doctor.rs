@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::config::{Config, ForgeConfig, Route};
-use crate::forge::github::GithubForge;
+use crate::config::{Config, ForgeSettings, Route};
+use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError};
+use crate::identity::RepoName;
 
 /// One line of the report.
 #[derive(Debug)]
@@ -51,36 +52,34 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         ),
     });
     match &config.forge {
-        ForgeConfig::Local { path, on_dispatch } => {
-            match LocalForge::open(path, on_dispatch.clone()).await {
-                Ok(forge) => {
-                    out.push(Check::pass(format!(
-                        "local repository {} opens",
-                        path.display()
-                    )));
-                    for route in &config.routes {
-                        out.push(match forge.base(&route.repo).await {
-                            Ok(base) => Check::pass(format!(
-                                "{}: default branch {} at {}",
-                                route.repo,
-                                base.branch,
-                                short(&base.sha)
-                            )),
-                            Err(e) => Check::fail(
-                                format!("{}: {e}", route.repo),
-                                "make a first commit on the repository's HEAD branch",
-                            ),
-                        });
-                    }
+        ForgeSettings::Local(local) => match LocalForge::open(local).await {
+            Ok(forge) => {
+                out.push(Check::pass(format!(
+                    "local repository {} opens",
+                    local.path.display()
+                )));
+                for route in &config.routes {
+                    out.push(match forge.base(&route.repo).await {
+                        Ok(base) => Check::pass(format!(
+                            "{}: default branch {} at {}",
+                            route.repo,
+                            base.branch,
+                            base.sha.short()
+                        )),
+                        Err(e) => Check::fail(
+                            format!("{}: {e}", route.repo),
+                            "make a first commit on the repository's HEAD branch",
+                        ),
+                    });
                 }
-                Err(e) => out.push(Check::fail(
-                    format!("{e:#}"),
-                    "point [forge] path at a git repository",
-                )),
             }
-        }
-        ForgeConfig::Github(github) => {
-            let forge = match GithubForge::new(github) {
+            Err(e) => out.push(Check::fail(
+                format!("{e:#}"),
+                "point [forge] path at a git repository",
+            )),
+        },
+        ForgeSettings::Github(settings) => {
+            let forge = match GithubForge::new(settings) {
                 Ok(forge) => {
                     out.push(Check::pass("GitHub App private key parses"));
                     forge
@@ -93,7 +92,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     return out;
                 }
             };
-            match forge.app_info().await {
+            match github::app_info(&forge).await {
                 Ok(app) => out.push(Check::pass(format!(
                     "GitHub accepts the App's JWT: {} (id {})",
                     app.slug.as_deref().unwrap_or(&app.name),
@@ -101,14 +100,14 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                 ))),
                 Err(ForgeError::Unavailable { message, .. }) => {
                     out.push(Check::fail(
-                        format!("GitHub at {} did not answer: {message}", github.api_url),
+                        format!("GitHub at {} did not answer: {message}", settings.api_url),
                         "check api_url (GITHUB_API_URL) and that this machine can reach it",
                     ));
                     return out;
                 }
                 Err(e) => {
                     out.push(Check::fail(
-                        format!("GitHub refused the App's JWT at {}: {e}", github.api_url),
+                        format!("GitHub refused the App's JWT at {}: {e}", settings.api_url),
                         "check app_id (GITHUB_APP_ID), the private key, and this machine's clock",
                     ));
                     return out;
@@ -124,7 +123,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
 
 async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) {
     let repo = &route.repo;
-    let permissions = match forge.installation_permissions(repo).await {
+    let permissions = match github::installation_permissions(forge, repo).await {
         Ok(p) => {
             out.push(Check::pass(format!("{repo}: the App is installed")));
             p
@@ -149,7 +148,7 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
             out.push(Check::pass(format!(
                 "{repo}: default branch {} at {}",
                 base.branch,
-                short(&base.sha)
+                base.sha.short()
             )));
             base
         }
@@ -161,11 +160,11 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
             return;
         }
     };
-    out.push(match forge.workflows(repo, &base.branch).await {
+    out.push(match github::workflows(forge, repo, &base.branch).await {
         Ok(files) => {
             let listening: Vec<&str> = files
                 .iter()
-                .filter(|(_, text)| listens_for(text, &route.event_type))
+                .filter(|(_, text)| listens_for(text, route.event_type.as_str()))
                 .map(|(path, _)| path.as_str())
                 .collect();
             match listening.first() {
@@ -184,7 +183,7 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
 }
 
 fn permission(
-    repo: &crate::forge::RepoName,
+    repo: &RepoName,
     granted: &BTreeMap<String, String>,
     name: &str,
     enough: &[&str],
@@ -196,10 +195,6 @@ fn permission(
             format!("in the App's settings grant {name}: {}, then accept the new permissions on the installation", enough[0]),
         ),
     }
-}
-
-fn short(sha: &str) -> &str {
-    &sha[..sha.len().min(12)]
 }
 
 /// Whether a workflow's `on:` takes `repository_dispatch` of `event_type`: a bare

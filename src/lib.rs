@@ -1,18 +1,28 @@
 //! rowbranch: one database row, one branch, one piece of work — however many times the row's
 //! webhook arrives. See `docs/design.md` for the flow and its guarantees.
 
-pub mod cli;
-pub mod cmd;
-pub mod config;
-pub mod doctor;
-pub mod forge;
-pub mod http;
+// The modules from the bottom layer up; docs/design.md shows the layers, and a test keeps a
+// module from naming one above it.
+pub mod event;
 pub mod identity;
-pub mod pipeline;
-pub mod reconcile;
+pub mod webhook;
+
+pub mod config;
+
+pub mod forge;
 pub mod rows;
 pub mod templates;
-pub mod webhook;
+
+pub mod pipeline;
+
+pub mod doctor;
+pub mod http;
+pub mod reconcile;
+
+pub mod startup;
+
+pub mod cli;
+pub mod cmd;
 
 use cli::{Cli, Command};
 

@@ -12,11 +12,11 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::cli::DemoArgs;
-use crate::config::Config;
+use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
-use crate::http::{self, App};
+use crate::http;
 use crate::webhook::auth::{generate_secret, hub_signature_256};
-use crate::Failure;
+use crate::{startup, Failure};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
 #   ROWBRANCH_WEBHOOK_SECRET=<a secret of 24+ characters> rowbranch serve --config <this file>
@@ -164,11 +164,17 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     println!(
         "  repository  {} (main at {})",
         repo_path.display(),
-        &base.sha[..12]
+        base.sha.short()
     );
     println!("  config      {}", config_path.display());
 
-    let forge = Arc::new(LocalForge::open(&repo_path, None).await?);
+    let forge = Arc::new(
+        LocalForge::open(&LocalSettings {
+            path: repo_path.clone(),
+            on_dispatch: None,
+        })
+        .await?,
+    );
     let dispatch_log = forge.dispatch_log().to_path_buf();
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -178,7 +184,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         listener.local_addr().context("no address")?
     );
     println!("  server      {url}\n");
-    let app = App::new(Arc::new(config), forge, false);
+    let app = startup::app(config, forge, false)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app, async {
         let _ = stopped.await;

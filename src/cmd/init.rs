@@ -8,8 +8,7 @@ use anyhow::{anyhow, Context};
 use crate::cli::InitArgs;
 use crate::config::process_env;
 use crate::forge::github::convert_manifest;
-use crate::forge::RepoName;
-use crate::identity::BranchPrefix;
+use crate::identity::{BranchPrefix, EventType, RepoName};
 use crate::templates::setup::{render, SetupContext};
 use crate::webhook::auth::generate_secret;
 use crate::Failure;
@@ -57,9 +56,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         return Err(usage(format!("--url `{url}` is not an http(s) URL")));
     }
     BranchPrefix::parse(&args.branch_prefix).map_err(|e| usage(format!("--branch-prefix: {e}")))?;
-    if args.event_type.is_empty() || args.event_type.chars().count() > 100 {
-        return Err(usage("--event-type must be 1 to 100 characters"));
-    }
+    EventType::parse(&args.event_type).map_err(|e| usage(format!("--event-type: {e}")))?;
     let app_name = args
         .app_name
         .clone()
@@ -108,7 +105,7 @@ fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (template, out) in OUTPUTS {
-        let text = render(template, &ctx).map_err(|e| anyhow!(e))?;
+        let text = render(template, &ctx)?;
         // The SQL carries the webhook secret: readable by its owner only.
         write(&dir.join(out), &text, *out == "supabase.sql")?;
     }

@@ -5,13 +5,14 @@ use serde_json::Value;
 
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
-use crate::forge::Base;
-use crate::pipeline::{plan, Planned};
+use crate::forge::{Base, Sha};
+use crate::pipeline::Planned;
 use crate::webhook::payload;
-use crate::Failure;
+use crate::{startup, Failure};
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
+    let routes = startup::routes(&config).map_err(Failure::Usage)?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))
         .map_err(Failure::Usage)?;
@@ -23,7 +24,10 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         ))
     };
     let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
-    let plan = match plan(&config, event).map_err(|e| refused(422, e.to_string()))? {
+    let plan = match routes
+        .plan(event)
+        .map_err(|e| refused(422, e.to_string()))?
+    {
         Planned::Ignored(why) => {
             println!("the webhook would answer 200 ignored: {why}");
             return Ok(());
@@ -33,7 +37,7 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     // The base is known only when the branch is claimed; show where it will go.
     let base = Base {
         branch: "<default branch>".into(),
-        sha: "<head of the default branch when claimed>".into(),
+        sha: Sha::new("<head of the default branch when claimed>"),
     };
     let payload = plan
         .client_payload(&base)

@@ -8,27 +8,21 @@ use anyhow::{anyhow, Context};
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
 use crate::identity::BranchName;
-use crate::pipeline::{claim_and_dispatch, plan_row, Outcome};
+use crate::pipeline::{claim_and_dispatch, Outcome, Plan};
 use crate::rows::Rows;
-use crate::{forge, Failure};
+use crate::{startup, Failure};
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let route = config
-        .route_for_table(&args.table)
-        .cloned()
-        .ok_or_else(|| {
-            let tables: Vec<String> = config
-                .routes
-                .iter()
-                .map(|r| format!("{}.{}", r.schema, r.table))
-                .collect();
-            Failure::Usage(anyhow!(
-                "no route for table {}: the routes are {}",
-                args.table,
-                tables.join(", ")
-            ))
-        })?;
+    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
+        let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
+        Failure::Usage(anyhow!(
+            "no route for table {}: the routes are {}",
+            args.table,
+            tables.join(", ")
+        ))
+    })?;
     let url = config.database_url.clone().ok_or_else(|| {
         Failure::Usage(anyhow!(
             "DATABASE_URL is not set: redo reads the row from PostgreSQL"
@@ -37,7 +31,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let rows = Rows::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
-    let row = rows.by_id(&route, &args.id).await?.ok_or_else(|| {
+    let route = &compiled.route;
+    let row = rows.by_id(route, &args.id).await?.ok_or_else(|| {
         anyhow!(
             "{}.{} has no row with {} = {}",
             route.schema,
@@ -46,8 +41,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
             args.id
         )
     })?;
-    let plan = plan_row(&route, row.record).map_err(|e| anyhow!("{e}"))?;
-    let forge = forge::open(&config).await.map_err(Failure::Usage)?;
+    let plan = compiled.plan_row(row.record).context("planning the row")?;
+    let forge = startup::forge(&config).await.map_err(Failure::Usage)?;
     let taken = forge
         .row_branches(&route.repo, &route.branch_prefix, &plan.id)
         .await
@@ -58,7 +53,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         plan.id, route.schema, route.table, branch, route.repo
     );
     if !taken.is_empty() {
-        println!("  taken already: {}", taken.join(", "));
+        let names: Vec<&str> = taken.iter().map(BranchName::as_str).collect();
+        println!("  taken already: {}", names.join(", "));
     }
     if !args.yes
         && !confirm(&format!(
@@ -73,30 +69,29 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .base(&route.repo)
         .await
         .context("reading the default branch")?;
-    let plan = crate::pipeline::Plan { branch, ..plan };
+    let plan = Plan { branch, ..plan };
     match claim_and_dispatch(forge.as_ref(), &plan, base).await {
         Ok(Outcome::Dispatched { branch, base }) => {
-            println!(
-                "claimed {branch} at {} and dispatched",
-                &base.sha[..base.sha.len().min(12)]
-            );
+            println!("claimed {branch} at {} and dispatched", base.sha.short());
             Ok(())
         }
         Ok(Outcome::Duplicate { branch, .. }) => Err(Failure::Runtime(anyhow!(
             "{branch} was claimed by someone else meanwhile: run redo again"
         ))),
-        Err(e) => Err(Failure::Runtime(anyhow!("{e}"))),
+        Err(e) => Err(Failure::Runtime(
+            anyhow::Error::new(e).context(format!("running {}", plan.id)),
+        )),
     }
 }
 
 /// The row's branch if nothing has it, else the first `{branch}-redo-N` that is free.
-pub fn free_branch(branch: &BranchName, taken: &[String]) -> BranchName {
-    if !taken.iter().any(|t| t == branch.as_str()) {
+pub fn free_branch(branch: &BranchName, taken: &[BranchName]) -> BranchName {
+    if !taken.contains(branch) {
         return branch.clone();
     }
     (1..)
         .map(|n| branch.redo(n))
-        .find(|b| !taken.iter().any(|t| t == b.as_str()))
+        .find(|b| !taken.contains(b))
         .expect("some redo number is free")
 }
 

@@ -1,14 +1,11 @@
 //! `rowbranch serve`: the webhook receiver.
 
-use std::sync::Arc;
-
 use anyhow::{anyhow, Context};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::config::{process_env, Config};
-use crate::http::{self, App};
-use crate::{forge, Failure};
+use crate::{startup, Failure};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
@@ -22,7 +19,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
-    let forge = forge::open(&config).await.map_err(Failure::Usage)?;
+    let forge = startup::forge(&config).await.map_err(Failure::Usage)?;
     // A repository that cannot take claims yet is worth saying at start, not at the first row.
     for route in &config.routes {
         if let Err(e) = forge.base(&route.repo).await {
@@ -34,19 +31,10 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         .with_context(|| format!("could not listen on {}", config.listen))?;
     let addr = listener.local_addr().context("no local address")?;
     tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
-    let app = App::new(Arc::new(config), forge, args.insecure_no_auth);
-    let sweeps = tokio::spawn(super::reconcile::scheduled(
-        Arc::clone(&app.config),
-        Arc::clone(&app.pipeline),
-    ));
-    // The sweep stops first, so it starts no run after the server has drained its runs.
-    let stop_sweeps = sweeps.abort_handle();
-    let shutdown = async move {
-        shutdown_signal().await;
-        stop_sweeps.abort();
-    };
-    let served = http::serve(listener, app, shutdown).await;
-    served.context("the server stopped")?;
+    let app = startup::app(config, forge, args.insecure_no_auth).map_err(Failure::Usage)?;
+    startup::serve(listener, app, shutdown_signal())
+        .await
+        .context("the server stopped")?;
     tracing::info!("stopped; every run under way has finished");
     Ok(())
 }

@@ -13,8 +13,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
-use super::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
-use crate::identity::{BranchName, BranchPrefix, RowId};
+use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use crate::config::LocalSettings;
+use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
 /// How long an `on_dispatch` command may run before it counts as a failed dispatch.
 const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -33,9 +34,10 @@ pub struct LocalForge {
 }
 
 impl LocalForge {
-    /// Opens the repository at `path` (bare, or a work tree with `.git`). Fails with a message
-    /// that names the path when it is not a git repository.
-    pub async fn open(path: &Path, on_dispatch: Option<String>) -> anyhow::Result<LocalForge> {
+    /// Opens the repository at the settings' `path` (bare, or a work tree with `.git`). Fails
+    /// with a message that names the path when it is not a git repository.
+    pub async fn open(settings: &LocalSettings) -> anyhow::Result<LocalForge> {
+        let path = settings.path.as_path();
         let dot_git = path.join(".git");
         let git_dir = if dot_git.is_dir() {
             dot_git
@@ -45,7 +47,7 @@ impl LocalForge {
         let forge = LocalForge {
             dispatch_log: dispatch_log_path(path),
             git_dir,
-            on_dispatch,
+            on_dispatch: settings.on_dispatch.clone(),
             log_lock: Mutex::new(()),
         };
         forge
@@ -187,7 +189,7 @@ impl Forge for LocalForge {
         _repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         let pattern = format!("refs/heads/{prefix}/{id}*");
         let out = self
             .git_ok(&["for-each-ref", "--format=%(refname)", &pattern])
@@ -195,18 +197,17 @@ impl Forge for LocalForge {
         Ok(out
             .lines()
             .filter_map(|r| r.strip_prefix("refs/heads/"))
-            .filter(|branch| prefix.owns(id, branch))
-            .map(str::to_owned)
+            .filter_map(|branch| BranchName::existing(prefix, id, branch))
             .collect())
     }
 
-    async fn pull_request_for(
+    async fn has_pull_request(
         &self,
         _repo: &RepoName,
         _branch: &BranchName,
-    ) -> Result<Option<PullRequest>, ForgeError> {
+    ) -> Result<bool, ForgeError> {
         // A bare git repository has no pull requests.
-        Ok(None)
+        Ok(false)
     }
 
     async fn base(&self, _repo: &RepoName) -> Result<Base, ForgeError> {
@@ -228,7 +229,7 @@ impl Forge for LocalForge {
                 ),
             });
         }
-        let sha = String::from_utf8_lossy(&sha.stdout).trim().to_owned();
+        let sha = Sha::new(String::from_utf8_lossy(&sha.stdout).trim());
         Ok(Base { branch, sha })
     }
 
@@ -236,13 +237,15 @@ impl Forge for LocalForge {
         &self,
         _repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<Claim, ForgeError> {
         let full_ref = head_ref(branch);
         for _ in 0..LOCK_RETRIES {
             // An empty old value makes git refuse the update when the ref exists: the atomic
             // create-if-absent that GitHub's `POST /git/refs` gives.
-            let out = self.git(&["update-ref", &full_ref, sha, ""]).await?;
+            let out = self
+                .git(&["update-ref", &full_ref, sha.as_str(), ""])
+                .await?;
             if out.status.success() {
                 return Ok(Claim::Created);
             }
@@ -268,11 +271,12 @@ impl Forge for LocalForge {
     async fn dispatch(
         &self,
         _repo: &RepoName,
-        event_type: &str,
+        event_type: &EventType,
         payload: &Value,
     ) -> Result<(), ForgeError> {
         // The same body GitHub's `POST /repos/{o}/{r}/dispatches` receives.
-        let line = json!({ "event_type": event_type, "client_payload": payload }).to_string();
+        let line =
+            json!({ "event_type": event_type.as_str(), "client_payload": payload }).to_string();
         if let Some(command) = &self.on_dispatch {
             self.run_on_dispatch(command, &line).await?;
         }
@@ -283,7 +287,7 @@ impl Forge for LocalForge {
         &self,
         _repo: &RepoName,
         prefix: &BranchPrefix,
-    ) -> Result<Vec<(String, String)>, ForgeError> {
+    ) -> Result<Vec<Branch>, ForgeError> {
         let pattern = format!("refs/heads/{prefix}/");
         let out = self
             .git_ok(&[
@@ -296,8 +300,10 @@ impl Forge for LocalForge {
             .lines()
             .filter_map(|line| line.split_once(' '))
             .filter_map(|(name, sha)| {
-                let branch = name.strip_prefix("refs/heads/")?;
-                Some((branch.to_owned(), sha.to_owned()))
+                Some(Branch {
+                    name: name.strip_prefix("refs/heads/")?.to_owned(),
+                    sha: Sha::new(sha),
+                })
             })
             .collect())
     }
@@ -313,10 +319,10 @@ impl Forge for LocalForge {
     async fn ahead_by(
         &self,
         _repo: &RepoName,
-        base: &str,
-        branch: &str,
+        base: &Base,
+        branch: &BranchName,
     ) -> Result<u64, ForgeError> {
-        let range = format!("refs/heads/{base}..refs/heads/{branch}");
+        let range = format!("refs/heads/{}..{}", base.branch, head_ref(branch));
         let out = self.git_ok(&["rev-list", "--count", &range]).await?;
         out.trim()
             .parse()
@@ -331,10 +337,12 @@ impl Forge for LocalForge {
         &self,
         _repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<(), ForgeError> {
         let full_ref = head_ref(branch);
-        let out = self.git(&["update-ref", "-d", &full_ref, sha]).await?;
+        let out = self
+            .git(&["update-ref", "-d", &full_ref, sha.as_str()])
+            .await?;
         if out.status.success() || !self.ref_exists(&full_ref).await? {
             return Ok(());
         }
@@ -384,7 +392,7 @@ pub async fn create_repository(path: &Path) -> anyhow::Result<Base> {
     .await?;
     Ok(Base {
         branch: "main".into(),
-        sha: commit,
+        sha: Sha::new(commit),
     })
 }
 

@@ -1,5 +1,5 @@
-//! The forge: where branches are claimed and work is dispatched. One trait, two homes:
-//! a local git repository (`local`) and, in time, GitHub.
+//! The forge: where branches are claimed and work is dispatched. One trait, two homes: GitHub,
+//! as a GitHub App (`github`), and a git repository on this machine (`local`).
 
 pub mod github;
 pub mod local;
@@ -11,60 +11,32 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::config::{Config, ForgeConfig};
-use crate::identity::{BranchName, BranchPrefix, RowId};
+use crate::config::ForgeSettings;
+use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
-/// `owner/name` of a repository, checked once so every call can trust it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct RepoName {
-    owner: String,
-    name: String,
-}
+/// A commit id as the forge names it (40 hex digits on GitHub and in git).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Sha(String);
 
-impl RepoName {
-    /// Parses `owner/name`; the message says what is wrong.
-    pub fn parse(raw: &str) -> Result<RepoName, String> {
-        let Some((owner, name)) = raw.split_once('/') else {
-            return Err(format!("`{raw}` is not of the form owner/name"));
-        };
-        let owner_ok = !owner.is_empty()
-            && owner.len() <= 39
-            && owner.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
-        let name_ok = !name.is_empty()
-            && name.len() <= 100
-            && name != "."
-            && name != ".."
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !owner_ok {
-            return Err(format!(
-                "`{owner}` is not a valid owner: use letters, digits and `-`, up to 39 characters"
-            ));
-        }
-        if !name_ok {
-            return Err(format!(
-                "`{name}` is not a valid repository name: use letters, digits, `-`, `_` and `.`"
-            ));
-        }
-        Ok(RepoName {
-            owner: owner.to_owned(),
-            name: name.to_owned(),
-        })
+impl Sha {
+    pub fn new(hex: impl Into<String>) -> Sha {
+        Sha(hex.into())
     }
 
-    pub fn owner(&self) -> &str {
-        &self.owner
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
+    /// The first 12 digits, for people.
+    pub fn short(&self) -> &str {
+        &self.0[..self.0.len().min(12)]
     }
 }
 
-impl fmt::Display for RepoName {
+impl fmt::Display for Sha {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.owner, self.name)
+        f.write_str(&self.0)
     }
 }
 
@@ -72,15 +44,15 @@ impl fmt::Display for RepoName {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Base {
     pub branch: String,
-    pub sha: String,
+    pub sha: Sha,
 }
 
-/// A pull request whose head is a row's branch.
+/// A branch and the commit it points at, as a listing gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PullRequest {
-    pub number: u64,
-    pub head_ref: String,
-    pub state: String,
+pub struct Branch {
+    /// The short name, without `refs/heads/`.
+    pub name: String,
+    pub sha: Sha,
 }
 
 /// What a claim (an atomic create-if-absent of a branch) found out.
@@ -121,14 +93,14 @@ pub trait Forge: Send + Sync {
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
-    ) -> Result<Vec<String>, ForgeError>;
+    ) -> Result<Vec<BranchName>, ForgeError>;
 
-    /// A pull request in any state whose head is `branch`, if there is one.
-    async fn pull_request_for(
+    /// Whether a pull request in any state has `branch` as its head.
+    async fn has_pull_request(
         &self,
         repo: &RepoName,
         branch: &BranchName,
-    ) -> Result<Option<PullRequest>, ForgeError>;
+    ) -> Result<bool, ForgeError>;
 
     /// The default branch and its head commit: where a claim starts.
     async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError>;
@@ -138,14 +110,14 @@ pub trait Forge: Send + Sync {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<Claim, ForgeError>;
 
     /// Starts the work: GitHub's `repository_dispatch`, or the local forge's command.
     async fn dispatch(
         &self,
         repo: &RepoName,
-        event_type: &str,
+        event_type: &EventType,
         payload: &Value,
     ) -> Result<(), ForgeError>;
 
@@ -154,7 +126,7 @@ pub trait Forge: Send + Sync {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<(), ForgeError>;
 
     /// Every branch under `{prefix}/`, with the commit it points at: the sweep's one listing.
@@ -162,7 +134,7 @@ pub trait Forge: Send + Sync {
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-    ) -> Result<Vec<(String, String)>, ForgeError>;
+    ) -> Result<Vec<Branch>, ForgeError>;
 
     /// The head branches of pull requests (any state) created at or after `since`.
     async fn pull_request_heads(
@@ -171,8 +143,13 @@ pub trait Forge: Send + Sync {
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, ForgeError>;
 
-    /// How many commits `branch` has that `base` has not.
-    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError>;
+    /// How many commits `branch` has that the base branch has not.
+    async fn ahead_by(
+        &self,
+        repo: &RepoName,
+        base: &Base,
+        branch: &BranchName,
+    ) -> Result<u64, ForgeError>;
 
     /// Whether the forge can be reached with valid credentials (`GET /readyz`).
     async fn ready(&self) -> Result<(), ForgeError> {
@@ -180,32 +157,10 @@ pub trait Forge: Send + Sync {
     }
 }
 
-/// Opens the forge the config names, for the routed repositories.
-pub async fn open(config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
-    match &config.forge {
-        ForgeConfig::Local { path, on_dispatch } => {
-            let forge = local::LocalForge::open(path, on_dispatch.clone()).await?;
-            Ok(Arc::new(forge))
-        }
-        ForgeConfig::Github(github) => Ok(Arc::new(github::GithubForge::new(github)?)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_repo_name_needs_an_owner_and_a_name() {
-        assert!(RepoName::parse("acme/app").is_ok());
-        assert!(RepoName::parse("acme").is_err());
-        assert!(RepoName::parse("/app").is_err());
-        assert!(RepoName::parse("acme/").is_err());
-        assert!(RepoName::parse("acme/a/b").is_err());
-        assert!(RepoName::parse("ac me/app").is_err());
-        assert_eq!(
-            RepoName::parse("acme/my.app_2").unwrap().to_string(),
-            "acme/my.app_2"
-        );
+/// Opens the forge the settings name.
+pub async fn open(settings: &ForgeSettings) -> anyhow::Result<Arc<dyn Forge>> {
+    match settings {
+        ForgeSettings::Local(local) => Ok(Arc::new(local::LocalForge::open(local).await?)),
+        ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(github)?)),
     }
 }

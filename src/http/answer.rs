@@ -7,14 +7,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
+use crate::identity::{BranchName, RepoName, RowId};
 use crate::pipeline::{DuplicateReason, Outcome, RunError};
 
 /// Which row an answer is about.
 #[derive(Debug, Clone)]
 pub struct RowRef {
-    pub id: String,
-    pub branch: String,
-    pub repo: String,
+    pub id: RowId,
+    pub branch: BranchName,
+    pub repo: RepoName,
 }
 
 /// What the webhook answers.
@@ -136,9 +137,9 @@ impl IntoResponse for Answer {
         if let Answer::Dispatched(row) | Answer::Duplicate(row, _) | Answer::Accepted(row, _) =
             &self
         {
-            body.insert("id".into(), json!(row.id));
-            body.insert("branch".into(), json!(row.branch));
-            body.insert("repo".into(), json!(row.repo));
+            body.insert("id".into(), json!(row.id.as_str()));
+            body.insert("branch".into(), json!(row.branch.as_str()));
+            body.insert("repo".into(), json!(row.repo.to_string()));
         }
         if let Answer::Duplicate(_, reason) = &self {
             body.insert("reason".into(), json!(reason.as_str()));

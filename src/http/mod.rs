@@ -20,14 +20,15 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::forge::Forge;
-use crate::pipeline::{plan, Pipeline, Planned};
+use crate::pipeline::{Pipeline, Planned, Routes};
 use crate::webhook::payload;
 use metrics::Metrics;
 
 /// Everything a request needs.
 pub struct App {
     pub config: Arc<Config>,
+    /// The config's routes with their payload templates compiled.
+    pub routes: Arc<Routes>,
     pub pipeline: Arc<Pipeline>,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
@@ -37,10 +38,16 @@ pub struct App {
 }
 
 impl App {
-    pub fn new(config: Arc<Config>, forge: Arc<dyn Forge>, insecure_no_auth: bool) -> Arc<App> {
+    pub fn new(
+        config: Arc<Config>,
+        routes: Arc<Routes>,
+        pipeline: Arc<Pipeline>,
+        insecure_no_auth: bool,
+    ) -> Arc<App> {
         Arc::new(App {
             config,
-            pipeline: Pipeline::new(forge),
+            routes,
+            pipeline,
             insecure_no_auth,
             metrics: Metrics::default(),
             readiness: tokio::sync::Mutex::new(None),
@@ -153,15 +160,15 @@ async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Answer {
         Ok(event) => event,
         Err(e) => return Answer::BadRequest(e.to_string()),
     };
-    let plan = match plan(&app.config, event) {
+    let plan = match app.routes.plan(event) {
         Ok(Planned::Run(plan)) => plan,
         Ok(Planned::Ignored(why)) => return Answer::Ignored(why),
         Err(e) => return Answer::Unprocessable(e.to_string()),
     };
     let row = RowRef {
-        id: plan.id.to_string(),
-        branch: plan.branch.to_string(),
-        repo: plan.route.repo.to_string(),
+        id: plan.id.clone(),
+        branch: plan.branch.clone(),
+        repo: plan.route.repo.clone(),
     };
     let submission = app.pipeline.submit(plan);
     // The run is spawned: when the wait ends early, or the client goes, it carries on.

@@ -1,5 +1,5 @@
 //! The one executor: check, claim, dispatch, and roll the claim back on a definite failure.
-//! `serve`, `demo` and (in time) `reconcile` and `redo` all run rows through here.
+//! `serve`, `demo`, `reconcile` and `redo` all run rows through here.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::plan::Plan;
 use crate::forge::{Base, Claim, Forge, ForgeError};
+use crate::identity::BranchName;
 
 /// How long a caller is asked to wait when the forge gave no hint.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
@@ -19,11 +20,11 @@ const REFUSED_RETRY_AFTER: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// This run claimed the branch and the dispatch was accepted.
-    Dispatched { branch: String, base: Base },
+    Dispatched { branch: BranchName, base: Base },
     /// The row was handled already, or is being handled.
     Duplicate {
         reason: DuplicateReason,
-        branch: String,
+        branch: BranchName,
     },
 }
 
@@ -70,7 +71,7 @@ pub enum RunError {
 }
 
 impl RunError {
-    fn from_forge(err: ForgeError, during: &str) -> RunError {
+    pub fn from_forge(err: ForgeError, during: &str) -> RunError {
         match err {
             ForgeError::Unavailable {
                 message,
@@ -97,7 +98,7 @@ pub async fn execute(forge: &dyn Forge, plan: &Plan) -> Result<Outcome, RunError
     // Steps 1 and 2, and the base for step 3: three reads, one round trip.
     let (branches, pull, base) = tokio::join!(
         forge.row_branches(repo, &route.branch_prefix, &plan.id),
-        forge.pull_request_for(repo, &plan.branch),
+        forge.has_pull_request(repo, &plan.branch),
         forge.base(repo),
     );
     let mut branches =
@@ -109,11 +110,10 @@ pub async fn execute(forge: &dyn Forge, plan: &Plan) -> Result<Outcome, RunError
             branch,
         });
     }
-    let pull = pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))?;
-    if let Some(pull) = pull {
+    if pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))? {
         return Ok(Outcome::Duplicate {
             reason: DuplicateReason::PullRequest,
-            branch: pull.head_ref,
+            branch: plan.branch.clone(),
         });
     }
     let base = base.map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
@@ -140,7 +140,7 @@ pub async fn claim_and_dispatch(
     if claim == Claim::Exists {
         return Ok(Outcome::Duplicate {
             reason: DuplicateReason::ClaimTaken,
-            branch: plan.branch.to_string(),
+            branch: plan.branch.clone(),
         });
     }
     if claim == Claim::Ambiguous {
@@ -154,7 +154,7 @@ pub async fn claim_and_dispatch(
         Ok(()) => {
             tracing::info!(id = %plan.id, branch = %plan.branch, %repo, "dispatched");
             return Ok(Outcome::Dispatched {
-                branch: plan.branch.to_string(),
+                branch: plan.branch.clone(),
                 base,
             });
         }

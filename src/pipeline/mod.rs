@@ -5,7 +5,7 @@ mod execute;
 mod plan;
 
 pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError};
-pub use plan::{plan, plan_row, Plan, PlanError, Planned, RowEvent};
+pub use plan::{CompiledRoute, Plan, PlanError, Planned, Routes};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio_util::task::TaskTracker;
 
-use crate::forge::{Forge, RepoName};
-use crate::identity::{BranchPrefix, RowId};
+use crate::forge::Forge;
+use crate::identity::{BranchPrefix, RepoName, RowId};
 
 /// A run of one row that any number of deliveries can await.
 pub type Run = Shared<BoxFuture<'static, Result<Outcome, RunError>>>;

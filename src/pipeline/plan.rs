@@ -1,24 +1,92 @@
-//! The pure half of the pipeline: from a database event and the config to what would be done.
+//! The pure half of the pipeline: from a database event and the routes to what would be done.
 //! No I/O, so `preview` can print it and tests can table it.
 
+use std::path::Path;
 use std::sync::Arc;
 
+use anyhow::Context;
 use serde_json::{Map, Value};
 
-use crate::config::{Config, Route};
+use crate::config::Route;
+use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
-use crate::templates::{cut_text, PayloadContext, PayloadError, MAX_TEXT_JSON_BYTES};
+use crate::templates::{
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, MAX_TEXT_JSON_BYTES,
+};
 
-/// A database change as the webhook carried it, already checked for shape.
+/// The configured routes, each with its payload template compiled: what plans are made from.
+pub struct Routes {
+    routes: Vec<CompiledRoute>,
+}
+
+/// One configured route and its compiled payload template.
 #[derive(Debug, Clone)]
-pub struct RowEvent {
-    /// `INSERT`, `UPDATE` or `DELETE`.
-    pub kind: String,
-    pub schema: String,
-    pub table: String,
-    /// The row: `record`, or `old_record` for a DELETE.
-    pub record: Map<String, Value>,
+pub struct CompiledRoute {
+    pub route: Arc<Route>,
+    pub payload: Arc<PayloadTemplate>,
+}
+
+impl Routes {
+    /// Reads and compiles each route's payload template (the built-in one when none is named);
+    /// the error names the file and, for a syntax error, the line.
+    pub fn compile(routes: &[Arc<Route>]) -> anyhow::Result<Routes> {
+        let routes = routes
+            .iter()
+            .map(|route| {
+                let payload = match &route.payload_template {
+                    Some(path) => compile_file(route, path)?,
+                    None => PayloadTemplate::builtin(),
+                };
+                Ok(CompiledRoute {
+                    route: Arc::clone(route),
+                    payload: Arc::new(payload),
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Routes { routes })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &CompiledRoute> {
+        self.routes.iter()
+    }
+
+    /// The route for a table, if one takes it.
+    pub fn find(&self, schema: &str, table: &str) -> Option<&CompiledRoute> {
+        self.routes
+            .iter()
+            .find(|r| r.route.schema == schema && r.route.table == table)
+    }
+
+    /// The route whose table is `table` (`schema.table` or a bare table name), for `redo`.
+    pub fn for_table(&self, table: &str) -> Option<&CompiledRoute> {
+        self.routes.iter().find(|r| match table.split_once('.') {
+            Some((schema, name)) => r.route.schema == schema && r.route.table == name,
+            None => r.route.table == table,
+        })
+    }
+
+    /// Decides what an event means.
+    pub fn plan(&self, event: RowEvent) -> Result<Planned, PlanError> {
+        let Some(compiled) = self.find(&event.schema, &event.table) else {
+            return Ok(Planned::Ignored(format!(
+                "no route for table {}.{}",
+                event.schema, event.table
+            )));
+        };
+        if !compiled.route.events.contains(&event.kind) {
+            return Ok(Planned::Ignored(format!(
+                "the route for {}.{} does not take {} events",
+                event.schema, event.table, event.kind
+            )));
+        }
+        compiled.plan_row(event.record).map(Planned::Run)
+    }
+}
+
+fn compile_file(route: &Route, path: &Path) -> anyhow::Result<PayloadTemplate> {
+    PayloadTemplate::from_file(path)
+        .with_context(|| format!("payload_template of the route for {}", route.table_name()))
 }
 
 /// What to do with an event.
@@ -33,6 +101,7 @@ pub enum Planned {
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub route: Arc<Route>,
+    pub payload: Arc<PayloadTemplate>,
     pub id: RowId,
     pub branch: BranchName,
     /// The row's text, if the route names a text column and the row has one.
@@ -53,52 +122,40 @@ pub enum PlanError {
     },
 }
 
-/// Decides what an event means under `config`.
-pub fn plan(config: &Config, event: RowEvent) -> Result<Planned, PlanError> {
-    let Some(route) = config.route(&event.schema, &event.table) else {
-        return Ok(Planned::Ignored(format!(
-            "no route for table {}.{}",
-            event.schema, event.table
-        )));
-    };
-    if !route.events.iter().any(|e| e.as_str() == event.kind) {
-        return Ok(Planned::Ignored(format!(
-            "the route for {}.{} does not take {} events",
-            event.schema, event.table, event.kind
-        )));
-    }
-    plan_row(route, event.record).map(Planned::Run)
-}
-
-/// Plans one row of a route's table: the pipeline's input from the webhook, the sweep and redo.
-pub fn plan_row(route: &Arc<Route>, record: Map<String, Value>) -> Result<Plan, PlanError> {
-    let raw_id = record
-        .get(&route.id_column)
-        .ok_or_else(|| PlanError::NoId {
+impl CompiledRoute {
+    /// Plans one row of the route's table: the pipeline's input from the webhook, the sweep
+    /// and redo.
+    pub fn plan_row(&self, record: Map<String, Value>) -> Result<Plan, PlanError> {
+        let route = &self.route;
+        let raw_id = record
+            .get(&route.id_column)
+            .ok_or_else(|| PlanError::NoId {
+                column: route.id_column.clone(),
+                table: route.table_name(),
+            })?;
+        let id = RowId::parse(raw_id).map_err(|source| PlanError::BadId {
             column: route.id_column.clone(),
-            table: format!("{}.{}", route.schema, route.table),
+            source,
         })?;
-    let id = RowId::parse(raw_id).map_err(|source| PlanError::BadId {
-        column: route.id_column.clone(),
-        source,
-    })?;
-    let text = route
-        .text_column
-        .as_ref()
-        .and_then(|column| record.get(column))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let slug = text
-        .as_deref()
-        .and_then(|t| Slug::new(t, route.slug_max_len));
-    let branch = BranchName::new(&route.branch_prefix, &id, slug.as_ref());
-    Ok(Plan {
-        route: Arc::clone(route),
-        id,
-        branch,
-        text,
-        record,
-    })
+        let text = route
+            .text_column
+            .as_ref()
+            .and_then(|column| record.get(column))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let slug = text
+            .as_deref()
+            .and_then(|t| Slug::new(t, route.slug_max_len));
+        let branch = BranchName::new(&route.branch_prefix, &id, slug.as_ref());
+        Ok(Plan {
+            route: Arc::clone(route),
+            payload: Arc::clone(&self.payload),
+            id,
+            branch,
+            text,
+            record,
+        })
+    }
 }
 
 impl Plan {
@@ -112,15 +169,15 @@ impl Plan {
             None => (None, false),
         };
         let route = &self.route;
-        route.payload_template.render(&PayloadContext {
+        self.payload.render(&PayloadContext {
             id: self.id.as_str(),
             branch: self.branch.as_str(),
             base: &base.branch,
-            base_sha: &base.sha,
+            base_sha: base.sha.as_str(),
             repo: route.repo.to_string(),
             schema: &route.schema,
             table: &route.table,
-            event_type: &route.event_type,
+            event_type: route.event_type.as_str(),
             text,
             text_truncated,
             record: &self.record,
@@ -130,13 +187,14 @@ impl Plan {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use serde_json::json;
 
     use super::*;
+    use crate::config::Config;
+    use crate::event::EventKind;
+    use crate::forge::Sha;
 
-    fn config() -> Config {
+    fn routes() -> Routes {
         let text = r#"
             [forge]
             kind = "local"
@@ -147,12 +205,13 @@ mod tests {
             branch_prefix = "feedback"
             event_type = "feedback"
         "#;
-        Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap()
+        let config = Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap();
+        Routes::compile(&config.routes).unwrap()
     }
 
-    fn event(kind: &str, table: &str, record: Value) -> RowEvent {
+    fn event(kind: EventKind, table: &str, record: Value) -> RowEvent {
         RowEvent {
-            kind: kind.into(),
+            kind,
             schema: "public".into(),
             table: table.into(),
             record: record.as_object().unwrap().clone(),
@@ -160,7 +219,7 @@ mod tests {
     }
 
     fn planned(e: RowEvent) -> Plan {
-        match plan(&config(), e).unwrap() {
+        match routes().plan(e).unwrap() {
             Planned::Run(plan) => plan,
             Planned::Ignored(why) => panic!("ignored: {why}"),
         }
@@ -169,7 +228,7 @@ mod tests {
     #[test]
     fn an_insert_plans_its_branch_from_id_and_text() {
         let plan = planned(event(
-            "INSERT",
+            EventKind::Insert,
             "feedbacks",
             json!({"id": 42, "message": "Add dark mode!"}),
         ));
@@ -186,7 +245,7 @@ mod tests {
             json!({"id": 7, "message": ""}),
         ] {
             assert_eq!(
-                planned(event("INSERT", "feedbacks", record))
+                planned(event(EventKind::Insert, "feedbacks", record))
                     .branch
                     .as_str(),
                 "feedback/7"
@@ -196,41 +255,47 @@ mod tests {
 
     #[test]
     fn other_tables_and_events_are_ignored_with_the_reason() {
-        let ignored = |e| match plan(&config(), e).unwrap() {
+        let ignored = |e| match routes().plan(e).unwrap() {
             Planned::Ignored(why) => why,
             Planned::Run(p) => panic!("planned {}", p.branch),
         };
-        assert!(ignored(event("INSERT", "comments", json!({"id": 1}))).contains("no route"));
-        assert!(ignored(event("UPDATE", "feedbacks", json!({"id": 1}))).contains("UPDATE"));
-        assert!(ignored(event("DELETE", "feedbacks", json!({"id": 1}))).contains("DELETE"));
+        assert!(
+            ignored(event(EventKind::Insert, "comments", json!({"id": 1}))).contains("no route")
+        );
+        assert!(
+            ignored(event(EventKind::Update, "feedbacks", json!({"id": 1}))).contains("UPDATE")
+        );
+        assert!(
+            ignored(event(EventKind::Delete, "feedbacks", json!({"id": 1}))).contains("DELETE")
+        );
     }
 
     #[test]
     fn a_row_without_a_usable_id_is_refused_with_the_column() {
-        let err = plan(
-            &config(),
-            event("INSERT", "feedbacks", json!({"message": "x"})),
-        )
-        .unwrap_err();
+        let err = routes()
+            .plan(event(
+                EventKind::Insert,
+                "feedbacks",
+                json!({"message": "x"}),
+            ))
+            .unwrap_err();
         assert!(err.to_string().contains("`id`"), "{err}");
-        let err = plan(
-            &config(),
-            event("INSERT", "feedbacks", json!({"id": "a b"})),
-        )
-        .unwrap_err();
+        let err = routes()
+            .plan(event(EventKind::Insert, "feedbacks", json!({"id": "a b"})))
+            .unwrap_err();
         assert!(matches!(err, PlanError::BadId { .. }), "{err:?}");
     }
 
     #[test]
     fn the_payload_carries_the_row_and_its_base() {
         let plan = planned(event(
-            "INSERT",
+            EventKind::Insert,
             "feedbacks",
             json!({"id": "9", "message": "Hi"}),
         ));
         let base = Base {
             branch: "main".into(),
-            sha: "abc".into(),
+            sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();
         assert_eq!(payload["id"], "9");
@@ -246,13 +311,13 @@ mod tests {
     fn a_long_text_is_cut_and_says_so() {
         let text = "word ".repeat(30_000);
         let plan = planned(event(
-            "INSERT",
+            EventKind::Insert,
             "feedbacks",
             json!({"id": 1, "message": text}),
         ));
         let base = Base {
             branch: "main".into(),
-            sha: "abc".into(),
+            sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();
         assert_eq!(payload["text_truncated"], true);

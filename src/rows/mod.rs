@@ -88,8 +88,8 @@ impl Rows {
     /// echo the password.
     pub async fn connect(database_url: &str) -> anyhow::Result<Rows> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let target = Target::parse(database_url, home.as_deref()).map_err(anyhow::Error::msg)?;
-        let tls = target.connector().map_err(anyhow::Error::msg)?;
+        let target = Target::parse(database_url, home.as_deref())?;
+        let tls = tls::connector(&target.tls)?;
         let (client, connection) = match target.config.connect(tls).await {
             Ok(pair) => pair,
             Err(e) => bail!(target.connect_error(&e)),
@@ -108,7 +108,7 @@ impl Rows {
     /// Checks that the route's table and its id, created and text columns exist; the error
     /// names the missing one (`table public.feedbacks has no column "created_at"`...).
     pub async fn check(&self, route: &Route) -> anyhow::Result<()> {
-        self.shape(route).await.map(|_| ())
+        Shape::read(&self.client, route).await.map(|_| ())
     }
 
     /// The route's rows with created_column >= since, in keyset pages of `page_size` rows ordered
@@ -140,7 +140,7 @@ impl Rows {
     /// type (`abc` for a bigint id), when two rows share the id (the id column must be unique),
     /// and when the row's created column is NULL.
     pub async fn by_id(&self, route: &Route, id: &str) -> anyhow::Result<Option<Row>> {
-        let shape = self.shape(route).await?;
+        let shape = Shape::read(&self.client, route).await?;
         let sql = shape.select(&format!(
             "where r.{} = cast($1::text as {}) limit 2",
             shape.id, shape.id_type
@@ -224,7 +224,7 @@ impl RowPages<'_> {
             return Ok(Vec::new());
         }
         if self.plan.is_none() {
-            let shape = self.rows.shape(self.route).await?;
+            let shape = Shape::read(&self.rows.client, self.route).await?;
             self.plan = Some(Plan::new(shape));
         }
         let Some(plan) = &self.plan else {

@@ -10,7 +10,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::config::Route;
 
-use super::{Row, Rows};
+use super::Row;
 
 const TIMESTAMPTZ_OID: u32 = 1184;
 const TIMESTAMP_OID: u32 = 1114;
@@ -205,9 +205,12 @@ pub(super) fn describe(e: &tokio_postgres::Error) -> String {
     text
 }
 
-impl Rows {
+impl Shape {
     /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn shape(&self, route: &Route) -> anyhow::Result<Shape> {
+    pub(super) async fn read(
+        client: &tokio_postgres::Client,
+        route: &Route,
+    ) -> anyhow::Result<Shape> {
         let name = table_for_message(&route.schema, &route.table);
         let lookup_error = |e: tokio_postgres::Error| {
             anyhow!(
@@ -216,8 +219,7 @@ impl Rows {
             )
         };
         // Case-insensitively, so that a near miss can be named.
-        let tables = self
-            .client
+        let tables = client
             .query_typed(
                 "select c.oid, c.relname::text \
                  from pg_catalog.pg_class c \
@@ -232,8 +234,7 @@ impl Rows {
             .iter()
             .find(|row| row.get::<_, String>(1) == route.table);
         let Some(table) = exact else {
-            let schemas = self
-                .client
+            let schemas = client
                 .query_typed(
                     "select nspname::text from pg_catalog.pg_namespace where lower(nspname) = lower($1)",
                     &[(&route.schema, Type::TEXT)],
@@ -263,8 +264,7 @@ impl Rows {
         };
         let oid: u32 = table.get(0);
 
-        let columns = self
-            .client
+        let columns = client
             .query_typed(
                 "select a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), \
                         case when t.typtype = 'd' then t.typbasetype else a.atttypid end \

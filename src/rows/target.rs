@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::{anyhow, bail};
 use tokio_postgres::config::{Host, SslMode};
 
 use super::shape::describe;
@@ -26,23 +27,21 @@ const URL_FORMS: &str = "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or key=val
 
 impl Target {
     /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
-    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> Result<Target, String> {
+    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> anyhow::Result<Target> {
         let url = database_url.trim();
         if url.is_empty() {
-            return Err(format!(
-                "DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}"
-            ));
+            bail!("DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}");
         }
         let lower = url.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
-            return Err(format!(
+            bail!(
                 "DATABASE_URL is a web address, not a database connection string (a Supabase \
                  project's API URL?): use {URL_FORMS}"
-            ));
+            );
         }
         let split = split_ssl_options(url);
         let secrets = split.secrets;
-        let redacted = |message: String| redact(&message, &secrets);
+        let redacted = |message: String| anyhow!(redact(&message, &secrets));
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(|e| {
             redacted(format!(
                 "DATABASE_URL is not a PostgreSQL connection string ({}): use {URL_FORMS}",
@@ -50,10 +49,10 @@ impl Target {
             ))
         })?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-            return Err(format!("DATABASE_URL names no host: use {URL_FORMS}"));
+            bail!("DATABASE_URL names no host: use {URL_FORMS}");
         }
         let tls = tls_settings(split.sslmode.as_deref(), split.sslrootcert.as_deref(), home)
-            .map_err(redacted)?;
+            .map_err(|e| redacted(format!("{e:#}")))?;
         config.ssl_mode(match &tls {
             Tls::Off => SslMode::Disable,
             Tls::On {
@@ -199,9 +198,141 @@ mod tests {
 
     const PASSWORD: &str = "Zq8-unusual-Passw0rd";
 
+    /// Parses as the binary does, with the error as it would print.
     fn parse(url: &str) -> Result<Target, String> {
-        Target::parse(url, None)
+        Target::parse(url, None).map_err(|e| format!("{e:#}"))
     }
+
+    fn tls(url: &str) -> Tls {
+        match parse(url) {
+            Ok(target) => target.tls,
+            Err(e) => panic!("{url}: {e}"),
+        }
+    }
+
+    fn file(path: &str) -> Roots {
+        Roots::File(std::path::PathBuf::from(path))
+    }
+
+    #[test]
+    fn each_url_form_gives_its_tls_mode() {
+        let base = format!("postgres://postgres.abc:{PASSWORD}@db.example.com:6543/postgres");
+        let unverified = |required| Tls::On {
+            required,
+            verify: Verify::Nothing,
+        };
+        let cases = [
+            (base.clone(), unverified(false)),
+            (format!("{base}?sslmode=disable"), Tls::Off),
+            (format!("{base}?sslmode=prefer"), unverified(false)),
+            (format!("{base}?sslmode=allow"), unverified(false)),
+            (format!("{base}?sslmode=require"), unverified(true)),
+            (format!("{base}?sslmode=REQUIRE"), unverified(true)),
+            (
+                format!("{base}?sslmode=require&sslrootcert=/etc/ca.pem"),
+                Tls::On {
+                    required: true,
+                    verify: Verify::Chain(file("/etc/ca.pem")),
+                },
+            ),
+            (
+                format!("{base}?sslrootcert=/etc/ca.pem"),
+                Tls::On {
+                    required: false,
+                    verify: Verify::Chain(file("/etc/ca.pem")),
+                },
+            ),
+            (
+                format!("{base}?sslmode=verify-ca&sslrootcert=%2Fetc%2Fmy%20ca.pem"),
+                Tls::On {
+                    required: true,
+                    verify: Verify::Chain(file("/etc/my ca.pem")),
+                },
+            ),
+            (
+                format!("{base}?connect_timeout=5&sslrootcert=ca.pem&sslmode=verify-full"),
+                Tls::On {
+                    required: true,
+                    verify: Verify::ChainAndHost(file("ca.pem")),
+                },
+            ),
+            (
+                format!("{base}?sslrootcert=system"),
+                Tls::On {
+                    required: true,
+                    verify: Verify::ChainAndHost(Roots::System),
+                },
+            ),
+            (
+                format!("postgresql://u:{PASSWORD}@h/db?sslmode=disable&sslrootcert=/x.pem"),
+                Tls::Off,
+            ),
+            (
+                format!(
+                    "host=db.example.com port=5432 user=postgres password='{PASSWORD}' \
+                     dbname=postgres sslmode=verify-full sslrootcert='/etc/my ca.pem'"
+                ),
+                Tls::On {
+                    required: true,
+                    verify: Verify::ChainAndHost(file("/etc/my ca.pem")),
+                },
+            ),
+            (
+                "host=h sslmode = require sslrootcert=/a\\ b.pem".to_owned(),
+                Tls::On {
+                    required: true,
+                    verify: Verify::Chain(file("/a b.pem")),
+                },
+            ),
+            ("host=h user=u".to_owned(), unverified(false)),
+        ];
+        for (url, expected) in cases {
+            assert_eq!(tls(&url), expected, "{url}");
+        }
+    }
+
+    #[test]
+    fn a_bad_sslmode_is_a_clear_error() {
+        for url in [
+            format!("postgres://u:{PASSWORD}@h/db?sslmode=verify_full"),
+            format!("host=h password={PASSWORD} sslmode=verify_full"),
+        ] {
+            let err = parse(&url).err().expect("a bad sslmode is refused");
+            assert!(err.contains("sslmode=\"verify_full\""), "{err}");
+            assert!(err.contains("verify-full"), "{err}");
+            assert!(!err.contains(PASSWORD), "{err}");
+        }
+    }
+
+    #[test]
+    fn verification_without_a_ca_says_what_to_add() {
+        let err = parse("postgres://u@h/db?sslmode=verify-full")
+            .err()
+            .unwrap();
+        assert!(err.contains("sslrootcert"), "{err}");
+        let err = parse("postgres://u@h/db?sslmode=verify-ca").err().unwrap();
+        assert!(err.contains("sslrootcert"), "{err}");
+        let err = parse("postgres://u@h/db?sslmode=require&sslrootcert=system")
+            .err()
+            .unwrap();
+        assert!(err.contains("verify-full"), "{err}");
+
+        // libpq's default CA file, when it exists.
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join(".postgresql")).unwrap();
+        let default = home.path().join(".postgresql").join("root.crt");
+        std::fs::write(&default, "x").unwrap();
+        let target =
+            Target::parse("postgres://u@h/db?sslmode=verify-ca", Some(home.path())).unwrap();
+        assert_eq!(
+            target.tls,
+            Tls::On {
+                required: true,
+                verify: Verify::Chain(Roots::File(default))
+            }
+        );
+    }
+
     #[test]
     fn tokio_postgres_gets_the_rest_and_the_mode() {
         let target = parse(&format!(

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use anyhow::{anyhow, bail, Context};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -12,8 +13,6 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
-
-use super::target::Target;
 
 /// What `sslmode` and `sslrootcert` ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +48,7 @@ pub(super) fn tls_settings(
     sslmode: Option<&str>,
     sslrootcert: Option<&str>,
     home: Option<&Path>,
-) -> Result<Tls, String> {
+) -> anyhow::Result<Tls> {
     let roots = match sslrootcert.map(str::trim).filter(|r| !r.is_empty()) {
         None => None,
         Some("system") => Some(Roots::System),
@@ -69,20 +68,20 @@ pub(super) fn tls_settings(
         "verify-full",
     ];
     if !known.contains(&mode.as_str()) {
-        return Err(format!(
+        bail!(
             "DATABASE_URL: sslmode={mode:?} is not a mode PostgreSQL knows: use disable, prefer, \
              require, verify-ca or verify-full (Supabase: sslmode=verify-full with \
              sslrootcert=/path/to/the-project-ca.crt, or sslmode=require)"
-        ));
+        );
     }
     if roots == Some(Roots::System) && mode != "verify-full" {
-        return Err(format!(
+        bail!(
             "DATABASE_URL: sslrootcert=system trusts every public CA, so it needs \
              sslmode=verify-full (which checks the host name too), not sslmode={mode}"
-        ));
+        );
     }
     // verify-* without sslrootcert: libpq's default file, when it exists.
-    let required_roots = |mode: &str| -> Result<Roots, String> {
+    let required_roots = |mode: &str| -> anyhow::Result<Roots> {
         if let Some(roots) = &roots {
             return Ok(roots.clone());
         }
@@ -91,7 +90,7 @@ pub(super) fn tls_settings(
                 return Ok(Roots::File(default));
             }
         }
-        Err(format!(
+        Err(anyhow!(
             "DATABASE_URL: sslmode={mode} checks the server's certificate against a CA, but no \
              sslrootcert was given (nor is there ~/.postgresql/root.crt): add \
              sslrootcert=/path/to/ca.pem (Supabase: Project Settings → Database → SSL \
@@ -121,42 +120,40 @@ pub(super) fn tls_settings(
     })
 }
 
-impl Target {
-    /// The TLS connector for [`Tls`]: reads the root certificates.
-    pub(super) fn connector(&self) -> Result<MakeRustlsConnect, String> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| format!("TLS setup failed: {e}"))?;
-        let verify = match &self.tls {
-            // Never used: tokio-postgres does not ask for TLS with sslmode=disable.
-            Tls::Off => &Verify::Nothing,
-            Tls::On { verify, .. } => verify,
-        };
-        let mut config = match verify {
-            Verify::Nothing => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
-                .with_no_client_auth(),
-            Verify::Chain(roots) => builder
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(ChainOnly {
-                    roots: Arc::new(load_roots(roots)?),
-                    provider,
-                }))
-                .with_no_client_auth(),
-            Verify::ChainAndHost(roots) => builder
-                .with_root_certificates(load_roots(roots)?)
-                .with_no_client_auth(),
-        };
-        // PostgreSQL 17's ALPN name: required for sslnegotiation=direct, harmless otherwise.
-        config.alpn_protocols = vec![b"postgresql".to_vec()];
-        Ok(MakeRustlsConnect::new(config))
-    }
+/// The TLS connector for `tls`: reads the root certificates.
+pub(super) fn connector(tls: &Tls) -> anyhow::Result<MakeRustlsConnect> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .context("TLS setup failed")?;
+    let verify = match tls {
+        // Never used: tokio-postgres does not ask for TLS with sslmode=disable.
+        Tls::Off => &Verify::Nothing,
+        Tls::On { verify, .. } => verify,
+    };
+    let mut config = match verify {
+        Verify::Nothing => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(Unverified(provider)))
+            .with_no_client_auth(),
+        Verify::Chain(roots) => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(ChainOnly {
+                roots: Arc::new(load_roots(roots)?),
+                provider,
+            }))
+            .with_no_client_auth(),
+        Verify::ChainAndHost(roots) => builder
+            .with_root_certificates(load_roots(roots)?)
+            .with_no_client_auth(),
+    };
+    // PostgreSQL 17's ALPN name: required for sslnegotiation=direct, harmless otherwise.
+    config.alpn_protocols = vec![b"postgresql".to_vec()];
+    Ok(MakeRustlsConnect::new(config))
 }
 
 /// The trusted CAs: Mozilla's list, or the certificates of a PEM (or DER) file.
-fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
+fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
     let path = match roots {
         Roots::System => {
             return Ok(RootCertStore {
@@ -167,26 +164,24 @@ fn load_roots(roots: &Roots) -> Result<RootCertStore, String> {
     };
     let shown = path.display();
     let bytes = std::fs::read(path)
-        .map_err(|e| format!("DATABASE_URL: sslrootcert={shown} cannot be read: {e}"))?;
+        .with_context(|| format!("DATABASE_URL: sslrootcert={shown} cannot be read"))?;
     let mut certificates = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("DATABASE_URL: sslrootcert={shown} is not a PEM file: {e}"))?;
+        .with_context(|| format!("DATABASE_URL: sslrootcert={shown} is not a PEM file"))?;
     if certificates.is_empty() && bytes.first() == Some(&0x30) {
         // One DER certificate (an ASN.1 SEQUENCE), as some CA downloads are.
         certificates.push(CertificateDer::from(bytes.clone()));
     }
     if certificates.is_empty() {
-        return Err(format!(
+        bail!(
             "DATABASE_URL: sslrootcert={shown} holds no certificate (expected PEM: -----BEGIN \
              CERTIFICATE-----)"
-        ));
+        );
     }
     let mut store = RootCertStore::empty();
     for certificate in certificates {
-        store.add(certificate).map_err(|e| {
-            format!(
-                "DATABASE_URL: sslrootcert={shown} holds a certificate that cannot be a CA: {e}"
-            )
+        store.add(certificate).with_context(|| {
+            format!("DATABASE_URL: sslrootcert={shown} holds a certificate that cannot be a CA")
         })?;
     }
     Ok(store)
@@ -309,162 +304,33 @@ impl ServerCertVerifier for ChainOnly {
 mod tests {
     use super::*;
 
-    const PASSWORD: &str = "Zq8-unusual-Passw0rd";
-
-    fn parse(url: &str) -> Result<Target, String> {
-        Target::parse(url, None)
-    }
-
-    fn tls(url: &str) -> Tls {
-        match parse(url) {
-            Ok(target) => target.tls,
-            Err(e) => panic!("{url}: {e}"),
+    fn verify_full(roots: Roots) -> Tls {
+        Tls::On {
+            required: true,
+            verify: Verify::ChainAndHost(roots),
         }
     }
 
-    fn file(path: &str) -> Roots {
-        Roots::File(PathBuf::from(path))
-    }
-
-    #[test]
-    fn each_url_form_gives_its_tls_mode() {
-        let base = format!("postgres://postgres.abc:{PASSWORD}@db.example.com:6543/postgres");
-        let unverified = |required| Tls::On {
-            required,
-            verify: Verify::Nothing,
-        };
-        let cases = [
-            (base.clone(), unverified(false)),
-            (format!("{base}?sslmode=disable"), Tls::Off),
-            (format!("{base}?sslmode=prefer"), unverified(false)),
-            (format!("{base}?sslmode=allow"), unverified(false)),
-            (format!("{base}?sslmode=require"), unverified(true)),
-            (format!("{base}?sslmode=REQUIRE"), unverified(true)),
-            (
-                format!("{base}?sslmode=require&sslrootcert=/etc/ca.pem"),
-                Tls::On {
-                    required: true,
-                    verify: Verify::Chain(file("/etc/ca.pem")),
-                },
-            ),
-            (
-                format!("{base}?sslrootcert=/etc/ca.pem"),
-                Tls::On {
-                    required: false,
-                    verify: Verify::Chain(file("/etc/ca.pem")),
-                },
-            ),
-            (
-                format!("{base}?sslmode=verify-ca&sslrootcert=%2Fetc%2Fmy%20ca.pem"),
-                Tls::On {
-                    required: true,
-                    verify: Verify::Chain(file("/etc/my ca.pem")),
-                },
-            ),
-            (
-                format!("{base}?connect_timeout=5&sslrootcert=ca.pem&sslmode=verify-full"),
-                Tls::On {
-                    required: true,
-                    verify: Verify::ChainAndHost(file("ca.pem")),
-                },
-            ),
-            (
-                format!("{base}?sslrootcert=system"),
-                Tls::On {
-                    required: true,
-                    verify: Verify::ChainAndHost(Roots::System),
-                },
-            ),
-            (
-                format!("postgresql://u:{PASSWORD}@h/db?sslmode=disable&sslrootcert=/x.pem"),
-                Tls::Off,
-            ),
-            (
-                format!(
-                    "host=db.example.com port=5432 user=postgres password='{PASSWORD}' \
-                     dbname=postgres sslmode=verify-full sslrootcert='/etc/my ca.pem'"
-                ),
-                Tls::On {
-                    required: true,
-                    verify: Verify::ChainAndHost(file("/etc/my ca.pem")),
-                },
-            ),
-            (
-                "host=h sslmode = require sslrootcert=/a\\ b.pem".to_owned(),
-                Tls::On {
-                    required: true,
-                    verify: Verify::Chain(file("/a b.pem")),
-                },
-            ),
-            ("host=h user=u".to_owned(), unverified(false)),
-        ];
-        for (url, expected) in cases {
-            assert_eq!(tls(&url), expected, "{url}");
-        }
-    }
-
-    #[test]
-    fn a_bad_sslmode_is_a_clear_error() {
-        for url in [
-            format!("postgres://u:{PASSWORD}@h/db?sslmode=verify_full"),
-            format!("host=h password={PASSWORD} sslmode=verify_full"),
-        ] {
-            let err = parse(&url).err().expect("a bad sslmode is refused");
-            assert!(err.contains("sslmode=\"verify_full\""), "{err}");
-            assert!(err.contains("verify-full"), "{err}");
-            assert!(!err.contains(PASSWORD), "{err}");
-        }
-    }
-
-    #[test]
-    fn verification_without_a_ca_says_what_to_add() {
-        let err = parse("postgres://u@h/db?sslmode=verify-full")
-            .err()
-            .unwrap();
-        assert!(err.contains("sslrootcert"), "{err}");
-        let err = parse("postgres://u@h/db?sslmode=verify-ca").err().unwrap();
-        assert!(err.contains("sslrootcert"), "{err}");
-        let err = parse("postgres://u@h/db?sslmode=require&sslrootcert=system")
-            .err()
-            .unwrap();
-        assert!(err.contains("verify-full"), "{err}");
-
-        // libpq's default CA file, when it exists.
-        let home = tempfile::tempdir().unwrap();
-        std::fs::create_dir(home.path().join(".postgresql")).unwrap();
-        let default = home.path().join(".postgresql").join("root.crt");
-        std::fs::write(&default, "x").unwrap();
-        let target =
-            Target::parse("postgres://u@h/db?sslmode=verify-ca", Some(home.path())).unwrap();
-        assert_eq!(
-            target.tls,
-            Tls::On {
-                required: true,
-                verify: Verify::Chain(Roots::File(default))
-            }
-        );
+    fn error(tls: &Tls) -> String {
+        format!(
+            "{:#}",
+            connector(tls).err().expect("the connector is refused")
+        )
     }
 
     #[test]
     fn a_missing_ca_file_is_named() {
-        let target =
-            parse("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem").unwrap();
-        let err = target.connector().err().unwrap();
+        let err = error(&verify_full(Roots::File("/nonexistent/ca.pem".into())));
         assert!(err.contains("/nonexistent/ca.pem"), "{err}");
         let dir = tempfile::tempdir().unwrap();
         let junk = dir.path().join("ca.pem");
         std::fs::write(&junk, "not a certificate\n").unwrap();
-        let target = parse(&format!(
-            "postgres://u@h/db?sslmode=verify-ca&sslrootcert={}",
-            junk.display()
-        ))
-        .unwrap();
-        let err = target.connector().err().unwrap();
+        let err = error(&Tls::On {
+            required: true,
+            verify: Verify::Chain(Roots::File(junk)),
+        });
         assert!(err.contains("no certificate"), "{err}");
         // System roots load.
-        assert!(parse("postgres://u@h/db?sslrootcert=system")
-            .unwrap()
-            .connector()
-            .is_ok());
+        assert!(connector(&verify_full(Roots::System)).is_ok());
     }
 }

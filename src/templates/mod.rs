@@ -6,6 +6,8 @@ pub mod setup;
 
 use std::path::Path;
 
+use anyhow::Context;
+
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -79,12 +81,13 @@ impl PayloadTemplate {
         .expect("the built-in payload template compiles")
     }
 
-    /// Reads and compiles a user's template; the message names the line of a syntax error.
-    pub fn from_file(path: &Path) -> Result<PayloadTemplate, String> {
+    /// Reads and compiles a user's template; the message names the file, and the line of a
+    /// syntax error.
+    pub fn from_file(path: &Path) -> anyhow::Result<PayloadTemplate> {
         let source = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+            .with_context(|| format!("cannot read {}", path.display()))?;
         PayloadTemplate::compile(source, path.display().to_string())
-            .map_err(|e| format!("{}: {e}", path.display()))
+            .with_context(|| path.display().to_string())
     }
 
     fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {

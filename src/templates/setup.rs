@@ -5,6 +5,7 @@
 //! They are minijinja templates with `[[ … ]]` for values and `[% … %]` for blocks, so that
 //! GitHub's own `${{ … }}` expressions in the workflow pass through untouched.
 
+use anyhow::{anyhow, Context};
 use minijinja::syntax::SyntaxConfig;
 use minijinja::{Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -73,11 +74,11 @@ impl SetupContext {
 }
 
 /// Renders the setup file `name` (one of [`FILES`]).
-pub fn render(name: &str, ctx: &SetupContext) -> Result<String, String> {
+pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
     let (_, source) = FILES
         .iter()
         .find(|(file, _)| *file == name)
-        .ok_or_else(|| format!("no setup template named {name}"))?;
+        .ok_or_else(|| anyhow!("no setup template named {name}"))?;
     if name.ends_with(".j2") {
         // The payload template is rendered per row, by the server: it is written as it is.
         return Ok((*source).to_owned());
@@ -89,7 +90,7 @@ pub fn render(name: &str, ctx: &SetupContext) -> Result<String, String> {
         .variable_delimiters("[[", "]]")
         .comment_delimiters("[#", "#]")
         .build()
-        .map_err(|e| e.to_string())?;
+        .context("the setup templates' delimiters")?;
     env.set_syntax(syntax);
     env.set_keep_trailing_newline(true);
     let mut values = minijinja::Value::from_serialize(ctx);
@@ -99,5 +100,37 @@ pub fn render(name: &str, ctx: &SetupContext) -> Result<String, String> {
         values = minijinja::context! { manifest => manifest, ..values };
     }
     env.render_str(source, values)
-        .map_err(|e| format!("templates/{name}: {e:#}"))
+        .with_context(|| format!("templates/{name}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{Config, ForgeSettings, PrivateKeySource};
+    use crate::event::EventKind;
+
+    #[test]
+    fn the_shipped_example_config_parses_with_the_documented_defaults() {
+        let text = render("rowbranch.toml", &SetupContext::example()).unwrap();
+        let config =
+            Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.reconcile.every, None);
+        assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
+        let ForgeSettings::Github(github) = &config.forge else {
+            panic!("the example uses the github forge");
+        };
+        assert_eq!(github.app_id, 123456);
+        assert_eq!(github.pace.burst, 10);
+        assert!(
+            matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
+        );
+        let route = &config.routes[0];
+        assert_eq!(route.slug_max_len, 40);
+        assert_eq!(route.events, vec![EventKind::Insert]);
+        assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+    }
 }

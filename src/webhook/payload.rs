@@ -3,7 +3,8 @@
 
 use serde_json::{Map, Value};
 
-use crate::pipeline::RowEvent;
+use crate::event::{EventKind, RowEvent};
+use crate::identity::excerpt;
 
 /// Why a body is not a database webhook.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,17 +23,17 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
             "the body must be a JSON object of the form {EXAMPLE}"
         )));
     };
-    let kind = name_field(&body, "type")?;
-    if !matches!(kind.as_str(), "INSERT" | "UPDATE" | "DELETE") {
+    let kind_text = name_field(&body, "type")?;
+    let Some(kind) = EventKind::parse(&kind_text) else {
         return Err(ShapeError(format!(
             "`type` is \"{}\": expected \"INSERT\", \"UPDATE\" or \"DELETE\"",
-            clip(&kind)
+            excerpt(&kind_text)
         )));
-    }
+    };
     let table = name_field(&body, "table")?;
     let schema = name_field(&body, "schema")?;
     // A DELETE carries the row that was; the others the row that is.
-    let (field, other) = if kind == "DELETE" {
+    let (field, other) = if kind == EventKind::Delete {
         ("old_record", "record")
     } else {
         ("record", "old_record")
@@ -93,15 +94,6 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-/// Echoed input is cut short: a message should not repeat a megabyte back.
-fn clip(s: &str) -> String {
-    let mut out: String = s.chars().take(40).collect();
-    if out.len() < s.len() {
-        out.push('…');
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -111,7 +103,7 @@ mod tests {
     #[test]
     fn the_body_supabase_posts_parses() {
         let event = parse(SUPABASE_INSERT.as_bytes()).unwrap();
-        assert_eq!(event.kind, "INSERT");
+        assert_eq!(event.kind, EventKind::Insert);
         assert_eq!(event.schema, "public");
         assert_eq!(event.table, "feedbacks");
         assert_eq!(event.record["id"], 1);

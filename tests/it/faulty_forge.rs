@@ -10,15 +10,15 @@ use std::time::Duration;
 use anyhow::anyhow;
 use async_trait::async_trait;
 use rowbranch::forge::local::LocalForge;
-use rowbranch::forge::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
-use rowbranch::identity::{BranchName, BranchPrefix, RowId};
+use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 use serde_json::Value;
 
 /// The operations of the [`Forge`] trait, one per method.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Op {
     RowBranches,
-    PullRequestFor,
+    HasPullRequest,
     Base,
     Claim,
     Dispatch,
@@ -61,7 +61,8 @@ struct State {
     faults: HashMap<Op, VecDeque<Fault>>,
     delays: HashMap<Op, Duration>,
     calls: HashMap<Op, usize>,
-    pulls: Vec<PullRequest>,
+    /// The head branches of the pull requests recorded, in any state.
+    pulls: Vec<String>,
     /// Claims to lose to a writer that creates the ref just before the real claim.
     claims_to_lose: usize,
     /// Failures of the real forge that no test asked for.
@@ -112,16 +113,10 @@ impl FaultyForge {
         self.state().calls.clear();
     }
 
-    /// Records a pull request whose head was `head_ref` (its branch need not exist any more).
-    pub fn add_pull_request(&self, head_ref: &str, state: &str) -> u64 {
-        let mut s = self.state();
-        let number = s.pulls.len() as u64 + 1;
-        s.pulls.push(PullRequest {
-            number,
-            head_ref: head_ref.to_owned(),
-            state: state.to_owned(),
-        });
-        number
+    /// Records a pull request, in any state, whose head was `head_ref` (its branch need not
+    /// exist any more).
+    pub fn add_pull_request(&self, head_ref: &str) {
+        self.state().pulls.push(head_ref.to_owned());
     }
 
     /// The next claim finds its ref created by another writer an instant before: the race
@@ -197,25 +192,24 @@ impl Forge for FaultyForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         self.enter(Op::RowBranches).await?;
         let result = self.inner.row_branches(repo, prefix, id).await;
         self.observe(Op::RowBranches, result)
     }
 
-    async fn pull_request_for(
+    async fn has_pull_request(
         &self,
         _repo: &RepoName,
         branch: &BranchName,
-    ) -> Result<Option<PullRequest>, ForgeError> {
-        self.enter(Op::PullRequestFor).await?;
+    ) -> Result<bool, ForgeError> {
+        self.enter(Op::HasPullRequest).await?;
         // GitHub's `head=OWNER:BRANCH` filter, compared exactly as the pipeline must.
         Ok(self
             .state()
             .pulls
             .iter()
-            .find(|pr| pr.head_ref == branch.as_str())
-            .cloned())
+            .any(|head| head == branch.as_str()))
     }
 
     async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError> {
@@ -228,7 +222,7 @@ impl Forge for FaultyForge {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<Claim, ForgeError> {
         self.enter(Op::Claim).await?;
         let lose = {
@@ -251,7 +245,7 @@ impl Forge for FaultyForge {
     async fn dispatch(
         &self,
         repo: &RepoName,
-        event_type: &str,
+        event_type: &EventType,
         payload: &Value,
     ) -> Result<(), ForgeError> {
         self.enter(Op::Dispatch).await?;
@@ -263,7 +257,7 @@ impl Forge for FaultyForge {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<(), ForgeError> {
         self.enter(Op::Release).await?;
         let result = self.inner.release(repo, branch, sha).await;
@@ -275,7 +269,7 @@ impl Forge for FaultyForge {
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-    ) -> Result<Vec<(String, String)>, ForgeError> {
+    ) -> Result<Vec<Branch>, ForgeError> {
         self.inner.prefix_branches(repo, prefix).await
     }
 
@@ -284,15 +278,15 @@ impl Forge for FaultyForge {
         _repo: &RepoName,
         _since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, ForgeError> {
-        Ok(self
-            .state()
-            .pulls
-            .iter()
-            .map(|p| p.head_ref.clone())
-            .collect())
+        Ok(self.state().pulls.clone())
     }
 
-    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError> {
+    async fn ahead_by(
+        &self,
+        repo: &RepoName,
+        base: &Base,
+        branch: &BranchName,
+    ) -> Result<u64, ForgeError> {
         self.inner.ahead_by(repo, base, branch).await
     }
 }

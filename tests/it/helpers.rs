@@ -8,10 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::header::HeaderMap;
-use rowbranch::config::{Config, ForgeConfig};
+use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
-use rowbranch::http::{self, App};
+use rowbranch::http;
+use rowbranch::startup;
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -245,10 +246,11 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     let config_path = dir.path().join("rowbranch.toml");
     let config = Config::parse(&options.toml(), &config_path, &env)
         .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let ForgeConfig::Local { path, on_dispatch } = &config.forge else {
+    let ForgeSettings::Local(local) = &config.forge else {
         panic!("the test config names a local forge");
     };
-    let local = LocalForge::open(path, on_dispatch.clone())
+    let repo = local.path.clone();
+    let local = LocalForge::open(local)
         .await
         .expect("could not open the repository");
     let (forge, faulty): (Arc<dyn Forge>, _) = if options.faulty {
@@ -257,8 +259,7 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     } else {
         (Arc::new(local), None)
     };
-    let repo = path.clone();
-    let app = App::new(Arc::new(config), forge, false);
+    let app = startup::app(config, forge, false).expect("the test routes compile");
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("could not bind");

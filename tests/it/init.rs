@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
-use rowbranch::config::{Config, ForgeConfig};
+use rowbranch::config::{Config, ForgeSettings};
 use serde_json::Value;
 
 use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
@@ -127,11 +127,11 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
     assert_eq!(route.repo.to_string(), "acme/app");
     assert_eq!(route.text_column.as_deref(), Some("body"));
     assert_eq!(route.branch_prefix.as_str(), "idea");
-    assert_eq!(route.event_type, "idea");
-    let ForgeConfig::Github(github) = &config.forge else {
+    assert_eq!(route.event_type.as_str(), "idea");
+    let ForgeSettings::Github(github) = &config.forge else {
         panic!("init writes a GitHub config");
     };
-    assert!(format!("{:?}", github.private_key).contains("app.pem"));
+    assert!(format!("{:?}", github.key).contains("app.pem"));
 }
 
 #[test]
@@ -251,7 +251,7 @@ async fn the_manifest_code_is_traded_for_the_apps_id_and_key() {
     let secret = secret(dir.path());
     let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret.clone());
     let loaded = Config::load(&dir.path().join("rowbranch.toml"), &env).unwrap();
-    let ForgeConfig::Github(github) = &loaded.forge else {
+    let ForgeSettings::Github(github) = &loaded.forge else {
         panic!("a GitHub config");
     };
     assert_eq!(github.app_id, fake.app_id());

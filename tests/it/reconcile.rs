@@ -7,6 +7,7 @@ use rowbranch::config::Config;
 use rowbranch::pipeline::Pipeline;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::rows::Rows;
+use rowbranch::startup;
 
 use crate::fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
@@ -108,11 +109,10 @@ async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
     let rows = Rows::connect(config.database_url.as_ref().unwrap().expose())
         .await
         .unwrap();
-    let forge = rowbranch::forge::open(config).await.unwrap();
+    let forge = startup::forge(config).await.unwrap();
     let pipeline = Pipeline::new(forge);
-    let mut summaries = sweep(config, &rows, &pipeline, options, &|_| {})
-        .await
-        .unwrap();
+    let routes = startup::routes(config).unwrap();
+    let mut summaries = sweep(&routes, &rows, &pipeline, options, &|_| {}).await;
     pipeline.drain().await;
     summaries.remove(0)
 }
@@ -268,10 +268,9 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
-    let pipeline = Pipeline::new(rowbranch::forge::open(&config).await.unwrap());
-    let summaries = sweep(&config, &rows, &pipeline, &options(), &|_| {})
-        .await
-        .unwrap();
+    let pipeline = Pipeline::new(startup::forge(&config).await.unwrap());
+    let routes = startup::routes(&config).unwrap();
+    let summaries = sweep(&routes, &rows, &pipeline, &options(), &|_| {}).await;
     let text = summaries[0]
         .error
         .clone()

@@ -49,9 +49,9 @@ async fn a_redelivery_is_a_duplicate_because_the_branch_exists() {
 #[tokio::test]
 async fn a_row_whose_merged_pull_request_deleted_its_branch_is_a_duplicate() {
     let app = spawn_app(Options::default().faulty()).await;
-    app.forge().add_pull_request("feedback/5-x", "closed");
+    app.forge().add_pull_request("feedback/5-x");
     // Another row's pull request, whose head only starts like this row's branch.
-    app.forge().add_pull_request("feedback/6-x-y", "open");
+    app.forge().add_pull_request("feedback/6-x-y");
     let reply = app.post_insert(json!(5), "x").await;
     reply.expect_duplicate("pull_request");
     assert_eq!(reply.body["branch"], "feedback/5-x");

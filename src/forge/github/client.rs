@@ -16,9 +16,12 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::pace::{Pace, Pacer};
+use super::pace::Pacer;
 use super::retry::{classify, Attempt, Stop};
-use crate::forge::{ForgeError, RepoName};
+use super::wire;
+use crate::config::PaceSettings;
+use crate::forge::ForgeError;
+use crate::identity::RepoName;
 
 /// How long to wait for a connection; octocrab sets none by default.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,6 +77,23 @@ impl Reply {
             uri.path_and_query().map(|pq| pq.as_str().to_owned())
         })
     }
+}
+
+/// GitHub's 404 for something of `repo`: the repository is missing, or the App cannot see it.
+pub fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
+    Stop::Fail(ForgeError::Refused {
+        message: format!(
+            "GitHub answered 404 for {repo} ({}): does the repository exist, and is the App installed on it?",
+            reply.message()
+        ),
+    })
+}
+
+/// GitHub's 409 for an empty repository: nothing to branch from.
+pub fn empty_repository(repo: &RepoName) -> Stop {
+    Stop::Fail(ForgeError::Refused {
+        message: format!("{repo} is empty: push a first commit to its default branch"),
+    })
 }
 
 /// Characters kept as they are in a path segment or query value; everything else is
@@ -181,7 +201,7 @@ impl Installation {
 /// The App and its installations.
 pub struct Apps {
     app: Octocrab,
-    pace: Pace,
+    pace: PaceSettings,
     /// One client per repository, its token narrowed to that repository: a repository missing
     /// from an installation then fails alone, not every repository of its account.
     installations: Mutex<HashMap<RepoName, Arc<Installation>>>,
@@ -193,7 +213,7 @@ pub struct Apps {
 impl Apps {
     /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
     /// and no retries of octocrab's own (they would re-send a dispatch).
-    pub fn new(app_id: u64, pem: &str, api_url: &str, pace: Pace) -> anyhow::Result<Apps> {
+    pub fn new(app_id: u64, pem: &str, api_url: &str, pace: PaceSettings) -> anyhow::Result<Apps> {
         let key =
             octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
                 anyhow!(
@@ -285,13 +305,9 @@ impl Apps {
         }
         let path = format!("/repos/{repo}/installation");
         let reply = send(&self.app, http::Method::GET, &path, None::<&()>).await?;
-        #[derive(serde::Deserialize)]
-        struct Found {
-            id: u64,
-        }
         match reply.status.as_u16() {
             200 => {
-                let id = InstallationId(reply.json::<Found>()?.id);
+                let id = InstallationId(reply.json::<wire::InstallationFound>()?.id);
                 self.repo_installations
                     .lock()
                     .await

@@ -6,10 +6,10 @@ mod client;
 mod pace;
 mod retry;
 mod setup;
+mod wire;
 
-pub use setup::{convert_manifest, AppInfo, ManifestApp};
-
-pub use pace::Pace;
+pub use setup::{app_info, convert_manifest, installation_permissions, workflows};
+pub use wire::{AppInfo, ManifestApp};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,16 +17,15 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use http::Method;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{encode_path, send, Apps, Installation, Reply};
+use self::client::{empty_repository, encode_path, not_found, send, Apps, Installation};
 use self::retry::{Attempt, RetryPolicy, Stop};
-use super::{Base, Claim, Forge, ForgeError, PullRequest, RepoName};
-use crate::config::{GithubConfig, PrivateKeySource};
-use crate::identity::{BranchName, BranchPrefix, RowId};
+use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use crate::config::{GithubSettings, PrivateKeySource};
+use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
 /// How long the default branch's name is trusted (it rarely changes).
 const DEFAULT_BRANCH_TTL: Duration = Duration::from_secs(600);
@@ -48,8 +47,8 @@ struct CachedBase {
 
 impl GithubForge {
     /// Builds the forge for the routed repositories. Reads the private key; makes no request.
-    pub fn new(config: &GithubConfig) -> anyhow::Result<GithubForge> {
-        let pem = match &config.private_key {
+    pub fn new(settings: &GithubSettings) -> anyhow::Result<GithubForge> {
+        let pem = match &settings.key {
             PrivateKeySource::Pem(pem) => pem.clone(),
             PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
                 anyhow::anyhow!(
@@ -59,18 +58,12 @@ impl GithubForge {
                 )
             })?,
         };
-        let pace = Pace {
-            interval: config.write_interval,
-            burst: config.write_burst,
-            hourly_max: config.write_hourly_max,
-            queue_capacity: config.queue_capacity,
-        };
         Ok(GithubForge {
-            apps: Apps::new(config.app_id, &pem, &config.api_url, pace)?,
+            apps: Apps::new(settings.app_id, &pem, &settings.api_url, settings.pace)?,
             retry: RetryPolicy {
-                budget: config.retry_budget,
+                budget: settings.retry_budget,
             },
-            head_ttl: config.base_cache,
+            head_ttl: settings.base_cache,
             bases: Mutex::new(HashMap::new()),
         })
     }
@@ -99,12 +92,8 @@ impl GithubForge {
             None::<&()>,
         )
         .await?;
-        #[derive(Deserialize)]
-        struct Repo {
-            default_branch: String,
-        }
         match reply.status.as_u16() {
-            200 => Ok(reply.json::<Repo>()?.default_branch),
+            200 => Ok(reply.json::<wire::Repo>()?.default_branch),
             404 => Err(not_found(repo, &reply)),
             _ => reply.unexpected(),
         }
@@ -116,19 +105,11 @@ impl GithubForge {
         installation: &Installation,
         repo: &RepoName,
         branch: &str,
-    ) -> Attempt<Option<String>> {
+    ) -> Attempt<Option<Sha>> {
         let path = format!("/repos/{repo}/git/ref/heads/{}", encode_path(branch));
         let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-        #[derive(Deserialize)]
-        struct Ref {
-            object: Object,
-        }
-        #[derive(Deserialize)]
-        struct Object {
-            sha: String,
-        }
         match reply.status.as_u16() {
-            200 => Ok(Some(reply.json::<Ref>()?.object.sha)),
+            200 => Ok(Some(reply.json::<wire::Ref>()?.object.sha)),
             404 => Ok(None),
             409 => Err(empty_repository(repo)),
             _ => reply.unexpected(),
@@ -145,64 +126,30 @@ impl GithubForge {
             .map(|sha| sha.is_some())
     }
 
-    /// Every page of a matching-refs listing, as (branch, sha).
+    /// Every branch of a matching-refs listing, every page GitHub sends.
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
     async fn matching_refs(
         &self,
         what: &str,
         repo: &RepoName,
         first: &str,
-    ) -> Result<Vec<(String, String)>, ForgeError> {
+    ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
-            let mut path = first.to_owned();
             let mut found = Vec::new();
-            loop {
-                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-                match reply.status.as_u16() {
-                    200 => {}
-                    404 => return Err(not_found(repo, &reply)),
-                    409 => return Err(empty_repository(repo)),
-                    _ => return reply.unexpected(),
-                }
-                #[derive(Deserialize)]
-                struct Ref {
-                    #[serde(rename = "ref")]
-                    name: String,
-                    object: Object,
-                }
-                #[derive(Deserialize)]
-                struct Object {
-                    sha: String,
-                }
-                let refs: Vec<Ref> = reply.json()?;
+            wire::pages(&installation.client, repo, first, |refs: Vec<wire::Ref>| {
                 found.extend(refs.into_iter().filter_map(|r| {
-                    let branch = r.name.strip_prefix("refs/heads/")?.to_owned();
-                    Some((branch, r.object.sha))
+                    Some(Branch {
+                        name: r.name.strip_prefix("refs/heads/")?.to_owned(),
+                        sha: r.object.sha,
+                    })
                 }));
-                // GitHub is reported to send every match at once; follow a next page if not.
-                match reply.next_page() {
-                    Some(next) => path = next,
-                    None => return Ok(found),
-                }
-            }
+                true
+            })
+            .await?;
+            Ok(found)
         })
         .await
     }
-}
-
-fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
-    Stop::Fail(ForgeError::Refused {
-        message: format!(
-            "GitHub answered 404 for {repo} ({}): does the repository exist, and is the App installed on it?",
-            reply.message()
-        ),
-    })
-}
-
-fn empty_repository(repo: &RepoName) -> Stop {
-    Stop::Fail(ForgeError::Refused {
-        message: format!("{repo} is empty: push a first commit to its default branch"),
-    })
 }
 
 #[async_trait]
@@ -214,26 +161,25 @@ impl Forge for GithubForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
         let refs = self
             .matching_refs("listing the row's branches", repo, &path)
             .await?;
         Ok(refs
-            .into_iter()
-            .map(|(branch, _)| branch)
-            .filter(|b| prefix.owns(id, b))
+            .iter()
+            .filter_map(|b| BranchName::existing(prefix, id, &b.name))
             .collect())
     }
 
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`; without `OWNER:` GitHub ignores
     /// the filter, so the head is compared here too.
     /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
-    async fn pull_request_for(
+    async fn has_pull_request(
         &self,
         repo: &RepoName,
         branch: &BranchName,
-    ) -> Result<Option<PullRequest>, ForgeError> {
+    ) -> Result<bool, ForgeError> {
         self.read(
             "looking up pull requests",
             repo,
@@ -248,39 +194,15 @@ impl Forge for GithubForge {
                     404 => return Err(not_found(repo, &reply)),
                     _ => return reply.unexpected(),
                 }
-                #[derive(Deserialize)]
-                struct Pull {
-                    number: u64,
-                    state: String,
-                    merged_at: Option<String>,
-                    head: Head,
-                }
-                #[derive(Deserialize)]
-                struct Head {
-                    #[serde(rename = "ref")]
-                    name: String,
-                    label: Option<String>,
-                }
-                let pulls: Vec<Pull> = reply.json()?;
+                let pulls: Vec<wire::Pull> = reply.json()?;
                 let owner_label = format!("{}:{branch}", repo.owner());
-                Ok(pulls
-                    .into_iter()
-                    .find(|p| {
-                        p.head.name == branch.as_str()
-                            && p.head
-                                .label
-                                .as_deref()
-                                .is_none_or(|l| l.eq_ignore_ascii_case(&owner_label))
-                    })
-                    .map(|p| PullRequest {
-                        number: p.number,
-                        head_ref: p.head.name,
-                        state: if p.merged_at.is_some() {
-                            "merged".into()
-                        } else {
-                            p.state
-                        },
-                    }))
+                Ok(pulls.iter().any(|p| {
+                    p.head.name == branch.as_str()
+                        && p.head
+                            .label
+                            .as_deref()
+                            .is_none_or(|l| l.eq_ignore_ascii_case(&owner_label))
+                }))
             },
         )
         .await
@@ -338,9 +260,9 @@ impl Forge for GithubForge {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<Claim, ForgeError> {
-        let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha });
+        let body = json!({ "ref": format!("refs/heads/{branch}"), "sha": sha.as_str() });
         let claimed = self
             .retry
             .run_noting("claiming the branch", |ambiguous_before| {
@@ -408,10 +330,10 @@ impl Forge for GithubForge {
     async fn dispatch(
         &self,
         repo: &RepoName,
-        event_type: &str,
+        event_type: &EventType,
         payload: &Value,
     ) -> Result<(), ForgeError> {
-        let body = json!({ "event_type": event_type, "client_payload": payload });
+        let body = json!({ "event_type": event_type.as_str(), "client_payload": payload });
         self.retry
             .run("dispatching", |_| {
                 let body = &body;
@@ -454,14 +376,14 @@ impl Forge for GithubForge {
         &self,
         repo: &RepoName,
         branch: &BranchName,
-        sha: &str,
+        sha: &Sha,
     ) -> Result<(), ForgeError> {
         self.retry
             .run("releasing the claim", |_| async move {
                 let installation = self.apps.installation(repo).await?;
                 match Self::branch_sha(&installation, repo, branch.as_str()).await? {
                     None => return Ok(()),
-                    Some(now) if now != sha => {
+                    Some(now) if now != *sha => {
                         return Err(Stop::Fail(ForgeError::Refused {
                             message: format!(
                             "{branch} moved to {now} since it was claimed at {sha}: left as it is"
@@ -493,7 +415,7 @@ impl Forge for GithubForge {
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-    ) -> Result<Vec<(String, String)>, ForgeError> {
+    ) -> Result<Vec<Branch>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/");
         self.matching_refs("listing the prefix's branches", repo, &path)
             .await
@@ -509,67 +431,47 @@ impl Forge for GithubForge {
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<String>, ForgeError> {
         self.read("listing pull requests", repo, |installation| async move {
-            let mut path =
+            let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
             let mut heads = Vec::new();
-            loop {
-                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-                match reply.status.as_u16() {
-                    200 => {}
-                    404 => return Err(not_found(repo, &reply)),
-                    _ => return reply.unexpected(),
-                }
-                #[derive(Deserialize)]
-                struct Pull {
-                    created_at: chrono::DateTime<chrono::Utc>,
-                    head: Head,
-                }
-                #[derive(Deserialize)]
-                struct Head {
-                    #[serde(rename = "ref")]
-                    name: String,
-                    label: Option<String>,
-                }
-                let pulls: Vec<Pull> = reply.json()?;
-                let older = pulls.last().is_some_and(|p| p.created_at < since);
-                // A head without a label is a deleted fork's: not this repository's branch.
-                let own = |label: &Option<String>| {
-                    label.as_deref().is_some_and(|l| {
-                        l.split_once(':')
-                            .is_some_and(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
-                    })
-                };
-                heads.extend(
-                    pulls
-                        .into_iter()
-                        .filter(|p| p.created_at >= since && own(&p.head.label))
-                        .map(|p| p.head.name),
-                );
-                match reply.next_page() {
-                    Some(next) if !older => path = next,
-                    _ => return Ok(heads),
-                }
-            }
+            wire::pages(
+                &installation.client,
+                repo,
+                &first,
+                |pulls: Vec<wire::Pull>| {
+                    let older = pulls.last().is_some_and(|p| p.created_at < since);
+                    heads.extend(
+                        pulls
+                            .into_iter()
+                            .filter(|p| p.created_at >= since && p.head.is_in(repo))
+                            .map(|p| p.head.name),
+                    );
+                    !older
+                },
+            )
+            .await?;
+            Ok(heads)
         })
         .await
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
     /// (https://docs.github.com/rest/commits/commits#compare-two-commits)
-    async fn ahead_by(&self, repo: &RepoName, base: &str, branch: &str) -> Result<u64, ForgeError> {
+    async fn ahead_by(
+        &self,
+        repo: &RepoName,
+        base: &Base,
+        branch: &BranchName,
+    ) -> Result<u64, ForgeError> {
         self.read("comparing with the base", repo, |installation| async move {
             let path = format!(
                 "/repos/{repo}/compare/{}...{}",
-                encode_path(base),
-                encode_path(branch)
+                encode_path(&base.branch),
+                encode_path(branch.as_str())
             );
             let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
-            #[derive(Deserialize)]
-            struct Comparison {
-                ahead_by: u64,
-            }
             match reply.status.as_u16() {
-                200 => Ok(reply.json::<Comparison>()?.ahead_by),
+                200 => Ok(reply.json::<wire::Comparison>()?.ahead_by),
                 404 => Err(not_found(repo, &reply)),
                 _ => reply.unexpected(),
             }

@@ -11,26 +11,14 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::config::PaceSettings;
 use crate::forge::ForgeError;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// The pace of one installation's writes.
-#[derive(Debug, Clone, Copy)]
-pub struct Pace {
-    /// Sustained: one write per interval.
-    pub interval: Duration,
-    /// Writes allowed back to back before the interval applies.
-    pub burst: u32,
-    /// Writes in any rolling hour.
-    pub hourly_max: u32,
-    /// Rows whose claim may wait; beyond that, new rows are told to come back.
-    pub queue_capacity: usize,
-}
-
 /// Lets one write out at a time, at the pace.
 pub struct Pacer {
-    pace: Pace,
+    pace: PaceSettings,
     /// Writes waiting or under way.
     queued: AtomicUsize,
     /// Taken by a row's first write before it queues for the bucket, so at most one new row
@@ -48,7 +36,7 @@ struct Bucket {
 }
 
 impl Pacer {
-    pub fn new(pace: Pace) -> Pacer {
+    pub fn new(pace: PaceSettings) -> Pacer {
         Pacer {
             queued: AtomicUsize::new(0),
             new_rows: Mutex::new(()),
@@ -118,7 +106,7 @@ impl Drop for Dequeue<'_> {
 }
 
 impl Bucket {
-    async fn wait_for_turn(&mut self, pace: &Pace) {
+    async fn wait_for_turn(&mut self, pace: &PaceSettings) {
         loop {
             let now = Instant::now();
             self.refill(pace, now);
@@ -152,7 +140,7 @@ impl Bucket {
         }
     }
 
-    fn refill(&mut self, pace: &Pace, now: Instant) {
+    fn refill(&mut self, pace: &PaceSettings, now: Instant) {
         let elapsed = now.duration_since(self.refilled);
         self.refilled = now;
         if pace.interval.is_zero() {
@@ -169,8 +157,8 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    fn pace(burst: u32, hourly_max: u32, queue_capacity: usize) -> Pace {
-        Pace {
+    fn pace(burst: u32, hourly_max: u32, queue_capacity: usize) -> PaceSettings {
+        PaceSettings {
             interval: Duration::from_secs(1),
             burst,
             hourly_max,

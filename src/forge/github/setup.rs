@@ -1,23 +1,17 @@
-//! Reads that check an App's setup, for `rowbranch doctor`: who the App is, what an
-//! installation may do, and which workflows a repository has.
+//! Reads that check an App's setup, for `rowbranch doctor` (who the App is, what an
+//! installation may do, which workflows a repository has), and the manifest conversion that
+//! finishes creating the App for `rowbranch init`.
 
 use std::collections::BTreeMap;
 
 use base64::Engine;
 use http::Method;
-use serde::Deserialize;
 
 use super::client::{encode_path, encode_query, send, Reply};
+use super::wire::{AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
 use super::GithubForge;
-use crate::forge::{ForgeError, RepoName};
-
-/// The App, as `GET /app` describes it.
-#[derive(Debug, Deserialize)]
-pub struct AppInfo {
-    pub id: u64,
-    pub slug: Option<String>,
-    pub name: String,
-}
+use crate::forge::ForgeError;
+use crate::identity::RepoName;
 
 fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
     if reply.status.is_success() {
@@ -28,119 +22,86 @@ fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
     })
 }
 
-impl GithubForge {
-    /// `GET /app` with the App's JWT.
-    /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
-    pub async fn app_info(&self) -> Result<AppInfo, ForgeError> {
-        let reply = send(self.apps.app(), Method::GET, "/app", None::<&()>)
-            .await
-            .map_err(ForgeError::from)?;
-        expect_ok(reply, "GET /app")?
-            .json()
-            .map_err(ForgeError::from)
-    }
+/// `GET /app` with the App's JWT.
+/// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
+pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
+    let reply = send(forge.apps.app(), Method::GET, "/app", None::<&()>)
+        .await
+        .map_err(ForgeError::from)?;
+    expect_ok(reply, "GET /app")?
+        .json()
+        .map_err(ForgeError::from)
+}
 
-    /// The permissions of the installation that holds `repo` (`GET /repos/{o}/{r}/installation`).
-    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    pub async fn installation_permissions(
-        &self,
-        repo: &RepoName,
-    ) -> Result<BTreeMap<String, String>, ForgeError> {
-        let path = format!("/repos/{repo}/installation");
-        let reply = send(self.apps.app(), Method::GET, &path, None::<&()>)
-            .await
-            .map_err(ForgeError::from)?;
-        if reply.status.as_u16() == 404 {
-            return Err(ForgeError::Refused {
-                message: format!("the App is not installed on {repo}"),
-            });
-        }
-        #[derive(Deserialize)]
-        struct Found {
-            permissions: BTreeMap<String, String>,
-        }
-        let found: Found = expect_ok(reply, &format!("GET {path}"))?
-            .json()
-            .map_err(ForgeError::from)?;
-        Ok(found.permissions)
+/// The permissions of the installation that holds `repo` (`GET /repos/{o}/{r}/installation`).
+/// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
+pub async fn installation_permissions(
+    forge: &GithubForge,
+    repo: &RepoName,
+) -> Result<BTreeMap<String, String>, ForgeError> {
+    let path = format!("/repos/{repo}/installation");
+    let reply = send(forge.apps.app(), Method::GET, &path, None::<&()>)
+        .await
+        .map_err(ForgeError::from)?;
+    if reply.status.as_u16() == 404 {
+        return Err(ForgeError::Refused {
+            message: format!("the App is not installed on {repo}"),
+        });
     }
+    let found: InstallationFound = expect_ok(reply, &format!("GET {path}"))?
+        .json()
+        .map_err(ForgeError::from)?;
+    Ok(found.permissions)
+}
 
-    /// The workflow files on `branch` (`.github/workflows/*.yml|yaml`) and their text.
-    /// (https://docs.github.com/rest/repos/contents#get-repository-content)
-    pub async fn workflows(
-        &self,
-        repo: &RepoName,
-        branch: &str,
-    ) -> Result<Vec<(String, String)>, ForgeError> {
-        let installation = self
-            .apps
-            .installation(repo)
-            .await
-            .map_err(ForgeError::from)?;
-        let client = &installation.client;
-        let at = encode_query(branch);
-        let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
+/// The workflow files on `branch` (`.github/workflows/*.yml|yaml`) and their text.
+/// (https://docs.github.com/rest/repos/contents#get-repository-content)
+pub async fn workflows(
+    forge: &GithubForge,
+    repo: &RepoName,
+    branch: &str,
+) -> Result<Vec<(String, String)>, ForgeError> {
+    let installation = forge
+        .apps
+        .installation(repo)
+        .await
+        .map_err(ForgeError::from)?;
+    let client = &installation.client;
+    let at = encode_query(branch);
+    let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
+    let reply = send(client, Method::GET, &path, None::<&()>)
+        .await
+        .map_err(ForgeError::from)?;
+    if reply.status.as_u16() == 404 {
+        return Ok(Vec::new());
+    }
+    let entries: Vec<ContentEntry> = expect_ok(reply, "listing .github/workflows")?
+        .json()
+        .map_err(ForgeError::from)?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let is_yaml = entry.path.ends_with(".yml") || entry.path.ends_with(".yaml");
+        if entry.kind != "file" || !is_yaml {
+            continue;
+        }
+        let path = format!(
+            "/repos/{repo}/contents/{}?ref={at}",
+            encode_path(&entry.path)
+        );
         let reply = send(client, Method::GET, &path, None::<&()>)
             .await
             .map_err(ForgeError::from)?;
-        if reply.status.as_u16() == 404 {
-            return Ok(Vec::new());
-        }
-        #[derive(Deserialize)]
-        struct Entry {
-            path: String,
-            #[serde(rename = "type")]
-            kind: String,
-        }
-        #[derive(Deserialize)]
-        struct File {
-            content: String,
-        }
-        let entries: Vec<Entry> = expect_ok(reply, "listing .github/workflows")?
+        let file: ContentFile = expect_ok(reply, &format!("reading {}", entry.path))?
             .json()
             .map_err(ForgeError::from)?;
-        let mut files = Vec::new();
-        for entry in entries {
-            let is_yaml = entry.path.ends_with(".yml") || entry.path.ends_with(".yaml");
-            if entry.kind != "file" || !is_yaml {
-                continue;
-            }
-            let path = format!(
-                "/repos/{repo}/contents/{}?ref={at}",
-                encode_path(&entry.path)
-            );
-            let reply = send(client, Method::GET, &path, None::<&()>)
-                .await
-                .map_err(ForgeError::from)?;
-            let file: File = expect_ok(reply, &format!("reading {}", entry.path))?
-                .json()
-                .map_err(ForgeError::from)?;
-            // GitHub wraps the base64 text every 60 characters.
-            let compact: String = file.content.split_whitespace().collect();
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(compact)
-                .map_err(|e| {
-                    ForgeError::Other(anyhow::anyhow!("{}: bad base64: {e}", entry.path))
-                })?;
-            files.push((entry.path, String::from_utf8_lossy(&bytes).into_owned()));
-        }
-        Ok(files)
+        // GitHub wraps the base64 text every 60 characters.
+        let compact: String = file.content.split_whitespace().collect();
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(compact)
+            .map_err(|e| ForgeError::Other(anyhow::anyhow!("{}: bad base64: {e}", entry.path)))?;
+        files.push((entry.path, String::from_utf8_lossy(&bytes).into_owned()));
     }
-}
-
-/// What GitHub hands back when an App is created from a manifest.
-#[derive(Deserialize)]
-pub struct ManifestApp {
-    pub id: u64,
-    pub slug: Option<String>,
-    pub name: String,
-    pub pem: String,
-}
-
-impl std::fmt::Debug for ManifestApp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ManifestApp({}, id {})", self.name, self.id)
-    }
+    Ok(files)
 }
 
 /// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rowbranch::config::Config;
-use rowbranch::forge;
-use rowbranch::http::{self, App};
+use rowbranch::{http, startup};
 use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -101,8 +100,10 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
         &env(&secret),
     )
     .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let forge = forge::open(&config).await.expect("the GitHub forge opens");
-    let app = App::new(Arc::new(config), forge, false);
+    let forge = startup::forge(&config)
+        .await
+        .expect("the GitHub forge opens");
+    let app = startup::app(config, forge, false).expect("the routes compile");
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("could not bind");

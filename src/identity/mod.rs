@@ -1,5 +1,10 @@
 //! Row identity: the checked id of a database row, the slug of its text, and the
-//! git branch name derived from both (plus which existing branches belong to a row).
+//! git branch name derived from both (plus the one rule for which existing branches belong to
+//! a row); and the forge-side names a route carries ([`RepoName`], [`EventType`]).
+
+mod forge_names;
+
+pub use forge_names::{EventType, EventTypeError, RepoName, RepoNameError};
 
 use std::fmt;
 
@@ -78,6 +83,14 @@ impl RowId {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Whether `tail` — a branch name with its `{prefix}/` taken off — belongs to this row:
+    /// `{id}` or `{id}-…`, whatever follows the dash, but never `{id}0…` (`420-x` is not row
+    /// 42's). The one rule of SPEC §4; every other "is this the row's branch" asks it.
+    pub fn owns_tail(&self, tail: &str) -> bool {
+        tail.strip_prefix(self.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
     }
 }
 
@@ -169,8 +182,9 @@ fn describe_char(ch: char) -> String {
     }
 }
 
-/// At most `QUOTE_LIMIT` characters of `text`, with `…` when cut.
-fn excerpt(text: &str) -> String {
+/// At most `QUOTE_LIMIT` characters of `text`, with `…` when cut: what an error message quotes
+/// of a value it refuses, so that its text does not grow with whatever was sent.
+pub fn excerpt(text: &str) -> String {
     match text.char_indices().nth(QUOTE_LIMIT) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_owned(),
@@ -309,11 +323,12 @@ impl BranchPrefix {
     /// belong to the row whatever the slug says, but `{prefix}/420-x` does
     /// not belong to `42`.
     pub fn owns(&self, id: &RowId, branch: &str) -> bool {
-        branch
-            .strip_prefix(self.as_str())
-            .and_then(|rest| rest.strip_prefix('/'))
-            .and_then(|rest| rest.strip_prefix(id.as_str()))
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        self.tail(branch).is_some_and(|tail| id.owns_tail(tail))
+    }
+
+    /// What follows `{prefix}/` in `branch`, or `None` when the branch is not under the prefix.
+    pub fn tail<'a>(&self, branch: &'a str) -> Option<&'a str> {
+        branch.strip_prefix(self.as_str())?.strip_prefix('/')
     }
 }
 
@@ -341,7 +356,7 @@ impl fmt::Display for BranchPrefix {
 
 /// A short branch name (without refs/heads/): `{prefix}/{id}-{slug}` or
 /// `{prefix}/{id}`. Always valid for `git check-ref-format --branch`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BranchName(String);
 
 impl BranchName {

@@ -1,0 +1,141 @@
+//! What GitHub sends: the fields rowbranch reads of each answer (serde ignores the rest), and
+//! listings read page by page.
+
+use std::collections::BTreeMap;
+
+use http::Method;
+use octocrab::Octocrab;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use super::client::{empty_repository, not_found, send};
+use super::retry::Attempt;
+use crate::forge::Sha;
+use crate::identity::RepoName;
+
+/// `GET /repos/{o}/{r}`.
+#[derive(Deserialize)]
+pub struct Repo {
+    pub default_branch: String,
+}
+
+/// A git reference (`GET …/git/ref/…`, and each entry of `…/git/matching-refs/…`).
+#[derive(Deserialize)]
+pub struct Ref {
+    #[serde(rename = "ref")]
+    pub name: String,
+    pub object: RefObject,
+}
+
+#[derive(Deserialize)]
+pub struct RefObject {
+    pub sha: Sha,
+}
+
+/// A pull request of `GET /repos/{o}/{r}/pulls`.
+#[derive(Deserialize)]
+pub struct Pull {
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub head: PullHead,
+}
+
+#[derive(Deserialize)]
+pub struct PullHead {
+    #[serde(rename = "ref")]
+    pub name: String,
+    /// `OWNER:BRANCH`; absent when the head's repository (a fork) was deleted.
+    pub label: Option<String>,
+}
+
+impl PullHead {
+    /// Whether the head is a branch of `repo`'s own account: a fork's branch of the same name
+    /// is another branch, and a head without a label is a deleted fork's.
+    pub fn is_in(&self, repo: &RepoName) -> bool {
+        self.label.as_deref().is_some_and(|label| {
+            label
+                .split_once(':')
+                .is_some_and(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
+        })
+    }
+}
+
+/// `GET /repos/{o}/{r}/compare/{base}...{head}`.
+#[derive(Deserialize)]
+pub struct Comparison {
+    pub ahead_by: u64,
+}
+
+/// `GET /repos/{o}/{r}/installation`.
+#[derive(Deserialize)]
+pub struct InstallationFound {
+    pub id: u64,
+    #[serde(default)]
+    pub permissions: BTreeMap<String, String>,
+}
+
+/// The App, as `GET /app` describes it.
+#[derive(Debug, Deserialize)]
+pub struct AppInfo {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+}
+
+/// An entry of a directory listing (`GET …/contents/{dir}`).
+#[derive(Deserialize)]
+pub struct ContentEntry {
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
+/// A file's content (`GET …/contents/{path}`), base64 wrapped every 60 characters.
+#[derive(Deserialize)]
+pub struct ContentFile {
+    pub content: String,
+}
+
+/// What GitHub hands back when an App is created from a manifest.
+#[derive(Deserialize)]
+pub struct ManifestApp {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+    pub pem: String,
+}
+
+impl std::fmt::Debug for ManifestApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ManifestApp({}, id {})", self.name, self.id)
+    }
+}
+
+/// Reads a listing of `repo` page by page: GETs `first`, hands each page to `take`, and follows
+/// `rel="next"` while `take` says to go on. GitHub is reported to send every matching ref at
+/// once, so a short page is not taken for the last one: only the missing link is.
+pub async fn pages<T, F>(
+    client: &Octocrab,
+    repo: &RepoName,
+    first: &str,
+    mut take: F,
+) -> Attempt<()>
+where
+    T: DeserializeOwned,
+    F: FnMut(Vec<T>) -> bool,
+{
+    let mut path = first.to_owned();
+    loop {
+        let reply = send(client, Method::GET, &path, None::<&()>).await?;
+        match reply.status.as_u16() {
+            200 => {}
+            404 => return Err(not_found(repo, &reply)),
+            409 => return Err(empty_repository(repo)),
+            _ => return reply.unexpected(),
+        }
+        let go_on = take(reply.json()?);
+        match reply.next_page() {
+            Some(next) if go_on => path = next,
+            _ => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Names on the forge's side of a route: the repository (`owner/name`) and the
+//! `repository_dispatch` event type. Checked once, so every call can trust them.
+
+use std::fmt;
+
+/// GitHub's limit on a `repository_dispatch` event type.
+/// (https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event)
+const MAX_EVENT_TYPE_CHARS: usize = 100;
+
+/// `owner/name` of a repository.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RepoName {
+    owner: String,
+    name: String,
+}
+
+/// Why `owner/name` was refused; the text is shown to users.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RepoNameError {
+    #[error("`{0}` is not of the form owner/name")]
+    NoSlash(String),
+    #[error("`{0}` is not a valid owner: use letters, digits and `-`, up to 39 characters")]
+    BadOwner(String),
+    #[error("`{0}` is not a valid repository name: use letters, digits, `-`, `_` and `.`")]
+    BadName(String),
+}
+
+impl RepoName {
+    /// Parses `owner/name`.
+    pub fn parse(raw: &str) -> Result<RepoName, RepoNameError> {
+        let Some((owner, name)) = raw.split_once('/') else {
+            return Err(RepoNameError::NoSlash(super::excerpt(raw)));
+        };
+        let owner_ok = !owner.is_empty()
+            && owner.len() <= 39
+            && owner.chars().all(|c| c.is_ascii_alphanumeric() || c == '-');
+        let name_ok = !name.is_empty()
+            && name.len() <= 100
+            && name != "."
+            && name != ".."
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !owner_ok {
+            return Err(RepoNameError::BadOwner(super::excerpt(owner)));
+        }
+        if !name_ok {
+            return Err(RepoNameError::BadName(super::excerpt(name)));
+        }
+        Ok(RepoName {
+            owner: owner.to_owned(),
+            name: name.to_owned(),
+        })
+    }
+
+    pub fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for RepoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.name)
+    }
+}
+
+/// The `event_type` of a route's `repository_dispatch`: 1 to 100 characters, as GitHub wants.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct EventType(String);
+
+/// Why an event type was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventTypeError {
+    #[error("the event type is empty; GitHub needs 1 to 100 characters, e.g. \"feedback\"")]
+    Empty,
+    #[error(
+        "the event type is {0} characters long; GitHub refuses event types longer than 100 characters"
+    )]
+    TooLong(usize),
+}
+
+impl EventType {
+    pub fn parse(raw: &str) -> Result<EventType, EventTypeError> {
+        let chars = raw.chars().count();
+        if chars == 0 {
+            return Err(EventTypeError::Empty);
+        }
+        if chars > MAX_EVENT_TYPE_CHARS {
+            return Err(EventTypeError::TooLong(chars));
+        }
+        Ok(EventType(raw.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for EventType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repo_name_needs_an_owner_and_a_name() {
+        assert!(RepoName::parse("acme/app").is_ok());
+        assert!(matches!(
+            RepoName::parse("acme"),
+            Err(RepoNameError::NoSlash(_))
+        ));
+        assert!(matches!(
+            RepoName::parse("/app"),
+            Err(RepoNameError::BadOwner(_))
+        ));
+        assert!(matches!(
+            RepoName::parse("acme/"),
+            Err(RepoNameError::BadName(_))
+        ));
+        assert!(RepoName::parse("acme/a/b").is_err());
+        assert!(RepoName::parse("ac me/app").is_err());
+        assert_eq!(
+            RepoName::parse("acme/my.app_2").unwrap().to_string(),
+            "acme/my.app_2"
+        );
+    }
+
+    #[test]
+    fn an_event_type_has_1_to_100_characters() {
+        assert_eq!(EventType::parse("feedback").unwrap().as_str(), "feedback");
+        assert_eq!(EventType::parse(""), Err(EventTypeError::Empty));
+        assert!(EventType::parse(&"é".repeat(100)).is_ok());
+        let err = EventType::parse(&"e".repeat(101)).unwrap_err();
+        assert!(err.to_string().contains("100 characters"), "{err}");
+    }
+}

@@ -1,0 +1,237 @@
+//! The sweep's decision for one row, as a pure function of what the forge already has: the
+//! route's branches and pull request heads, listed once per sweep.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::forge::{Branch, Sha};
+use crate::identity::{BranchName, BranchPrefix, RowId};
+use crate::pipeline::{CompiledRoute, Plan};
+use crate::rows::Row;
+
+/// What the forge already has for a route, keyed by what follows `{prefix}/`, so that the
+/// keys that start with an id are contiguous and [`RowId::owns_tail`] picks the row's own.
+#[derive(Debug, Default)]
+pub struct Known {
+    branches: BTreeMap<String, Branch>,
+    pulls: BTreeSet<String>,
+}
+
+impl Known {
+    /// From the listing of the prefix's branches and the heads of the pull requests; names
+    /// outside the prefix are left out.
+    pub fn new(prefix: &BranchPrefix, branches: Vec<Branch>, pull_heads: Vec<String>) -> Known {
+        Known {
+            branches: branches
+                .into_iter()
+                .filter_map(|b| Some((prefix.tail(&b.name)?.to_owned(), b)))
+                .collect(),
+            pulls: pull_heads
+                .iter()
+                .filter_map(|head| prefix.tail(head).map(str::to_owned))
+                .collect(),
+        }
+    }
+
+    /// Every branch of row `id`.
+    fn branches_of(&self, id: &RowId) -> Vec<&Branch> {
+        self.branches
+            .range(id.as_str().to_owned()..)
+            .take_while(|(tail, _)| tail.starts_with(id.as_str()))
+            .filter(|(tail, _)| id.owns_tail(tail))
+            .map(|(_, branch)| branch)
+            .collect()
+    }
+
+    /// Whether a pull request came from a branch of row `id`.
+    fn has_pull(&self, id: &RowId) -> bool {
+        self.pulls
+            .range(id.as_str().to_owned()..)
+            .take_while(|tail| tail.starts_with(id.as_str()))
+            .any(|tail| id.owns_tail(tail))
+    }
+}
+
+/// What the sweep makes of one row.
+#[derive(Debug)]
+pub enum Verdict {
+    /// A branch of the row exists and says nothing is missing.
+    Handled,
+    /// No branch, but a pull request from one: the work was merged or closed, and is not redone.
+    MergedBefore,
+    /// The row's one branch, no pull request, and the row older than `stale_claim_after`: a
+    /// dead claim if the branch is still at its base, which only a compare can tell. The plan
+    /// names the branch as it is.
+    Suspect { plan: Plan, claimed_at: Sha },
+    /// Neither branch nor pull request: the row's webhook was lost; run the pipeline.
+    Run(Plan),
+    /// The row cannot be planned; `id` is the raw value of its id column.
+    Failed { id: String, error: String },
+}
+
+/// Decides what `row` of `route` needs. A row with several branches was redone on purpose, so
+/// none of them is taken for a lost claim.
+pub fn classify(
+    known: &Known,
+    route: &CompiledRoute,
+    row: Row,
+    stale_before: DateTime<Utc>,
+) -> Verdict {
+    let raw_id = row
+        .record
+        .get(&route.route.id_column)
+        .cloned()
+        .unwrap_or(Value::Null);
+    let plan = match route.plan_row(row.record) {
+        Ok(plan) => plan,
+        Err(e) => {
+            return Verdict::Failed {
+                id: raw_id.to_string(),
+                error: e.to_string(),
+            }
+        }
+    };
+    let pull = known.has_pull(&plan.id);
+    match known.branches_of(&plan.id).as_slice() {
+        [] if pull => Verdict::MergedBefore,
+        [] => Verdict::Run(plan),
+        [only] if !pull && row.created_at < stale_before => {
+            let prefix = &route.route.branch_prefix;
+            match BranchName::existing(prefix, &plan.id, &only.name) {
+                Some(branch) => Verdict::Suspect {
+                    claimed_at: only.sha.clone(),
+                    plan: Plan { branch, ..plan },
+                },
+                // `branches_of` keeps only the row's own: unreachable, and harmless.
+                None => Verdict::Handled,
+            }
+        }
+        _ => Verdict::Handled,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use chrono::Duration;
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Config;
+    use crate::pipeline::Routes;
+
+    fn route() -> CompiledRoute {
+        let text = r#"
+            [forge]
+            kind = "local"
+            path = "repo.git"
+            [[routes]]
+            table = "feedbacks"
+            repo = "acme/app"
+            branch_prefix = "feedback"
+            event_type = "feedback"
+        "#;
+        let config = Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap();
+        Routes::compile(&config.routes)
+            .unwrap()
+            .iter()
+            .next()
+            .unwrap()
+            .clone()
+    }
+
+    fn branch(name: &str) -> Branch {
+        Branch {
+            name: name.into(),
+            sha: Sha::new(format!("sha-of-{name}")),
+        }
+    }
+
+    fn known(branches: &[&str], pulls: &[&str]) -> Known {
+        Known::new(
+            &route().route.branch_prefix,
+            branches.iter().map(|b| branch(b)).collect(),
+            pulls.iter().map(|p| (*p).to_owned()).collect(),
+        )
+    }
+
+    /// The verdict's name, the branch it names (if any) and its sha.
+    fn verdict(known: &Known, id: serde_json::Value, age_hours: i64) -> String {
+        let now = Utc::now();
+        let row = Row {
+            record: json!({"id": id, "message": "Add dark mode"})
+                .as_object()
+                .unwrap()
+                .clone(),
+            created_at: now - Duration::hours(age_hours),
+        };
+        match classify(known, &route(), row, now - Duration::hours(1)) {
+            Verdict::Handled => "handled".into(),
+            Verdict::MergedBefore => "merged before".into(),
+            Verdict::Suspect { plan, claimed_at } => {
+                format!("suspect {} at {claimed_at}", plan.branch)
+            }
+            Verdict::Run(plan) => format!("run {}", plan.branch),
+            Verdict::Failed { id, .. } => format!("failed {id}"),
+        }
+    }
+
+    #[test]
+    fn each_row_gets_its_verdict() {
+        let forge = known(
+            &[
+                "feedback/42-old-text",
+                "feedback/420-other-row",
+                "feedback/7",
+                "feedback/7-redo-1",
+                "feedback/9-x",
+                "elsewhere/5",
+            ],
+            &[
+                "feedback/8-merged",
+                "feedback/9-x",
+                "feedback/10-gone",
+                "other/11",
+            ],
+        );
+        // One case a line: the table is easier to scan than rustfmt's layout.
+        #[rustfmt::skip]
+        let cases = [
+            (json!(42), 3, "suspect feedback/42-old-text at sha-of-feedback/42-old-text"),
+            (json!(42), 0, "handled"),
+            (json!(420), 3, "suspect feedback/420-other-row at sha-of-feedback/420-other-row"),
+            (json!(4), 3, "run feedback/4-add-dark-mode"),
+            (json!(7), 3, "handled"),
+            (json!(8), 3, "merged before"),
+            (json!(9), 3, "handled"),
+            (json!(10), 3, "merged before"),
+            (json!(11), 3, "run feedback/11-add-dark-mode"),
+            (json!(5), 3, "run feedback/5-add-dark-mode"),
+            (json!("a b"), 3, "failed \"a b\""),
+        ];
+        for (id, age, expected) in cases {
+            assert_eq!(
+                verdict(&forge, id.clone(), age),
+                expected,
+                "row {id}, {age} h old"
+            );
+        }
+    }
+
+    #[test]
+    fn a_row_without_an_id_fails_with_null() {
+        let now = Utc::now();
+        let row = Row {
+            record: json!({"message": "x"}).as_object().unwrap().clone(),
+            created_at: now,
+        };
+        let Verdict::Failed { id, error } = classify(&known(&[], &[]), &route(), row, now) else {
+            panic!("a row without an id cannot be planned");
+        };
+        assert_eq!(id, "null");
+        assert!(error.contains("`id`"), "{error}");
+    }
+}

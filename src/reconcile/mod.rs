@@ -1,0 +1,358 @@
+//! The sweep: the table is the ground truth. Reads the rows created in a window, lists the
+//! route's branches and pull requests once, and runs the pipeline for every row that has
+//! neither; finds dead claims (a branch still at its base, no pull request, older than
+//! `stale_claim_after`) and dispatches them again. Safe to run at any time, from anywhere:
+//! every step is idempotent, and the claim is the lock.
+
+mod classify;
+
+pub use classify::{classify, Known, Verdict};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::stream::{self, StreamExt};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::forge::{Base, Sha};
+use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
+use crate::rows::Rows;
+
+/// How a sweep runs.
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// How far back rows are read.
+    pub window: Duration,
+    pub stale_claim_after: Duration,
+    /// Show what would be done; write nothing.
+    pub dry_run: bool,
+    /// Rows run through the pipeline at once (the forge paces its writes anyway).
+    pub concurrency: usize,
+    /// Rows read per page.
+    pub page_size: usize,
+}
+
+/// What a sweep did for one route.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct RouteSummary {
+    /// `schema.table → owner/name`.
+    pub route: String,
+    pub rows_seen: u64,
+    pub already_handled: u64,
+    pub merged_before: u64,
+    pub dispatched_now: u64,
+    pub dead_claims_redispatched: u64,
+    pub failed: u64,
+    /// The ids of the rows that failed, with why.
+    pub failures: Vec<Failed>,
+    /// With `--dry-run`: the ids that would be dispatched.
+    pub would_dispatch: Vec<String>,
+    /// The dead claims found (re-dispatched unless `--dry-run`).
+    pub dead_claims: Vec<String>,
+    /// Why the route's sweep stopped early, if it did (a missing table, the forge down).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Failed {
+    pub id: String,
+    pub error: String,
+}
+
+/// How one row of a sweep ended: its verdict, applied.
+#[derive(Debug)]
+pub enum Settled {
+    Handled,
+    MergedBefore,
+    Dispatched,
+    /// `--dry-run`: the row would be dispatched.
+    WouldDispatch(String),
+    /// A branch still at its base: re-dispatched, or (with `--dry-run`) not.
+    DeadClaim {
+        branch: String,
+        redispatched: bool,
+    },
+    Failed(Failed),
+}
+
+impl RouteSummary {
+    fn count(&mut self, settled: Settled) {
+        self.rows_seen += 1;
+        match settled {
+            Settled::Handled => self.already_handled += 1,
+            Settled::MergedBefore => self.merged_before += 1,
+            Settled::Dispatched => self.dispatched_now += 1,
+            Settled::WouldDispatch(id) => self.would_dispatch.push(id),
+            Settled::DeadClaim {
+                branch,
+                redispatched,
+            } => {
+                // A dead claim is a branch of a handled row, whatever became of it.
+                self.already_handled += 1;
+                self.dead_claims.push(branch);
+                self.dead_claims_redispatched += u64::from(redispatched);
+            }
+            Settled::Failed(failed) => {
+                self.failed += 1;
+                self.failures.push(failed);
+            }
+        }
+    }
+
+    /// Counts so far, for a progress line.
+    pub fn progress(&self) -> Progress {
+        Progress {
+            rows_read: self.rows_seen,
+            dispatched: self.dispatched_now,
+            skipped: self.already_handled + self.merged_before,
+        }
+    }
+}
+
+/// Counts so far, for a progress line.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Progress {
+    pub rows_read: u64,
+    pub dispatched: u64,
+    pub skipped: u64,
+}
+
+/// Sweeps every route. One route's trouble (a missing table, the forge down) is reported in
+/// its summary and does not keep the others from being swept.
+pub async fn sweep(
+    routes: &Routes,
+    rows: &Rows,
+    pipeline: &Arc<Pipeline>,
+    options: &SweepOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+) -> Vec<RouteSummary> {
+    let mut summaries = Vec::new();
+    for route in routes.iter() {
+        let mut summary = RouteSummary {
+            route: format!("{} → {}", route.route.table_name(), route.route.repo),
+            ..RouteSummary::default()
+        };
+        if let Err(e) = sweep_route(route, rows, pipeline, options, progress, &mut summary).await {
+            summary.error = Some(format!("{e:#}"));
+        }
+        summaries.push(summary);
+    }
+    summaries
+}
+
+async fn sweep_route(
+    compiled: &CompiledRoute,
+    rows: &Rows,
+    pipeline: &Arc<Pipeline>,
+    options: &SweepOptions,
+    progress: &(dyn Fn(Progress) + Sync),
+    summary: &mut RouteSummary,
+) -> anyhow::Result<()> {
+    let route = &compiled.route;
+    let forge = pipeline.forge();
+    rows.check(route).await?;
+    let now = chrono::Utc::now();
+    let since = now - chrono::Duration::from_std(options.window).context("window too long")?;
+    let stale_before = now
+        - chrono::Duration::from_std(options.stale_claim_after)
+            .context("stale_claim_after too long")?;
+    let known = Known::new(
+        &route.branch_prefix,
+        forge
+            .prefix_branches(&route.repo, &route.branch_prefix)
+            .await
+            .context("listing branches")?,
+        forge
+            .pull_request_heads(&route.repo, since)
+            .await
+            .context("listing pull requests")?,
+    );
+    let mut apply = Apply {
+        pipeline,
+        dry_run: options.dry_run,
+        base: None,
+    };
+    let mut pages = rows.since(route, since, options.page_size);
+    loop {
+        let page = pages.next_page().await?;
+        if page.is_empty() {
+            return Ok(());
+        }
+        let mut to_run = Vec::new();
+        for row in page {
+            match classify(&known, compiled, row, stale_before) {
+                Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
+                verdict => summary.count(apply.one(verdict).await?),
+            }
+        }
+        for settled in apply.runs(to_run, options.concurrency).await {
+            summary.count(settled);
+        }
+        progress(summary.progress());
+    }
+}
+
+/// Applies verdicts: compares suspects, re-dispatches dead claims, runs the rest.
+struct Apply<'a> {
+    pipeline: &'a Arc<Pipeline>,
+    dry_run: bool,
+    /// The default branch, read once per route when a suspect first needs it.
+    base: Option<Base>,
+}
+
+impl Apply<'_> {
+    /// Everything but a run. Fails only when the default branch cannot be read, which stops
+    /// the route.
+    async fn one(&mut self, verdict: Verdict) -> anyhow::Result<Settled> {
+        Ok(match verdict {
+            Verdict::Handled => Settled::Handled,
+            Verdict::MergedBefore => Settled::MergedBefore,
+            Verdict::Failed { id, error } => Settled::Failed(Failed { id, error }),
+            Verdict::Run(plan) => Settled::WouldDispatch(plan.id.to_string()),
+            Verdict::Suspect { plan, claimed_at } => self.suspect(plan, claimed_at).await?,
+        })
+    }
+
+    /// A suspect's compare decides it: ahead of its base is handled, at its base a dead claim.
+    async fn suspect(&mut self, plan: Plan, claimed_at: Sha) -> anyhow::Result<Settled> {
+        let forge = self.pipeline.forge();
+        let repo = &plan.route.repo;
+        if self.base.is_none() {
+            let base = forge
+                .base(repo)
+                .await
+                .context("reading the default branch")?;
+            self.base = Some(base);
+        }
+        let base = self.base.as_ref().expect("read above");
+        let failed = |error: String| {
+            Settled::Failed(Failed {
+                id: plan.id.to_string(),
+                error,
+            })
+        };
+        // A compare that fails (the branch deleted since the listing) fails this row only.
+        let ahead = match forge.ahead_by(repo, base, &plan.branch).await {
+            Ok(ahead) => ahead,
+            Err(e) => {
+                return Ok(failed(format!(
+                    "comparing {} with {}: {e}",
+                    plan.branch, base.branch
+                )))
+            }
+        };
+        if ahead > 0 {
+            return Ok(Settled::Handled);
+        }
+        let branch = plan.branch.to_string();
+        if self.dry_run {
+            return Ok(Settled::DeadClaim {
+                branch,
+                redispatched: false,
+            });
+        }
+        let claimed = Base {
+            branch: base.branch.clone(),
+            sha: claimed_at,
+        };
+        Ok(match redispatch(self.pipeline, &plan, &claimed).await {
+            Ok(()) => Settled::DeadClaim {
+                branch,
+                redispatched: true,
+            },
+            Err(e) => failed(e.to_string()),
+        })
+    }
+
+    /// Runs the rows with neither branch nor pull request, a few at a time.
+    async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Settled> {
+        stream::iter(plans)
+            .map(|plan| {
+                let id = plan.id.to_string();
+                let run = self.pipeline.submit(plan);
+                async move {
+                    match run.outcome().await {
+                        Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
+                        // Handled meanwhile (a webhook, another sweep): counted as handled.
+                        Ok(Outcome::Duplicate { .. }) => Settled::Handled,
+                        Err(e) => Settled::Failed(Failed {
+                            id,
+                            error: e.to_string(),
+                        }),
+                    }
+                }
+            })
+            .buffer_unordered(concurrency.max(1))
+            .collect()
+            .await
+    }
+}
+
+/// Dispatches a dead claim again, on the branch it already has (`plan.branch`), with the base
+/// it was claimed at.
+async fn redispatch(pipeline: &Pipeline, plan: &Plan, claimed: &Base) -> Result<(), RunError> {
+    let payload = plan
+        .client_payload(claimed)
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    pipeline
+        .forge()
+        .dispatch(
+            &plan.route.repo,
+            &plan.route.event_type,
+            &Value::Object(payload),
+        )
+        .await
+        .map_err(|e| RunError::from_forge(e, "re-dispatching a dead claim"))?;
+    tracing::info!(id = %plan.id, branch = %plan.branch, "re-dispatched a dead claim");
+    Ok(())
+}
+
+/// The summary as a table, for a terminal.
+pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
+    let mut out = format!(
+        "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
+        "route",
+        "rows",
+        "handled",
+        "merged",
+        if dry_run { "would run" } else { "dispatched" },
+        "dead claims",
+        "failed"
+    );
+    for s in summaries {
+        let runs = if dry_run {
+            s.would_dispatch.len() as u64
+        } else {
+            s.dispatched_now
+        };
+        let dead = if dry_run {
+            s.dead_claims.len() as u64
+        } else {
+            s.dead_claims_redispatched
+        };
+        out += &format!(
+            "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
+            s.route, s.rows_seen, s.already_handled, s.merged_before, runs, dead, s.failed
+        );
+        if let Some(error) = &s.error {
+            out += &format!("  error: {error}\n");
+        }
+        for f in &s.failures {
+            out += &format!("  failed: row {}: {}\n", f.id, f.error);
+        }
+        if dry_run && !s.would_dispatch.is_empty() {
+            out += &format!("  would dispatch: {}\n", s.would_dispatch.join(", "));
+        }
+        if !s.dead_claims.is_empty() {
+            let verb = if dry_run {
+                "would re-dispatch"
+            } else {
+                "re-dispatched"
+            };
+            out += &format!("  dead claims {verb}: {}\n", s.dead_claims.join(", "));
+        }
+    }
+    out
+}
