@@ -156,7 +156,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     let base = create_repository(&repo_path).await?;
     let config_path = dir.join("rowbranch.toml");
     std::fs::write(&config_path, CONFIG).context("could not write the demo config")?;
-    let secret = generate_secret().map_err(|e| anyhow!("no randomness for a secret: {e}"))?;
+    let secret = generate_secret().context("no randomness for a secret")?;
     let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret.clone());
     let config = Config::load(&config_path, &env)?;
 

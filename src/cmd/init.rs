@@ -78,9 +78,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
-        webhook_secret: Some(
-            generate_secret().map_err(|e| anyhow!("no randomness for a secret: {e}"))?,
-        ),
+        webhook_secret: Some(generate_secret().context("no randomness for a secret")?),
     })
 }
 
@@ -165,7 +163,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     }
     let app = convert_manifest(api_url.trim_end_matches('/'), code)
         .await
-        .map_err(|e| anyhow!("creating the App from the manifest failed: {e}"))?;
+        .context("creating the App from the manifest failed")?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");

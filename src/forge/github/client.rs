@@ -164,7 +164,7 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
         )
         .not_applied(),
         octocrab::Error::Uri { .. } | octocrab::Error::UriParse { .. } => Stop::Fail(
-            ForgeError::Other(anyhow!("a request URL did not parse: {e}")),
+            ForgeError::Other(anyhow::Error::new(e).context("a request URL did not parse")),
         ),
         octocrab::Error::JWT { source, .. } => Stop::Fail(ForgeError::Refused {
             message: format!("the App's JWT could not be made: {source}"),

@@ -110,10 +110,14 @@ pub async fn workflows(
 pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
     let client = octocrab::Octocrab::builder()
         .base_uri(api_url)
-        .map_err(|e| ForgeError::Other(anyhow::anyhow!("api_url `{api_url}` is not a URL: {e}")))?
+        .map_err(|e| {
+            ForgeError::Other(
+                anyhow::Error::new(e).context(format!("api_url `{api_url}` is not a URL")),
+            )
+        })?
         .build()
         .map_err(|e| {
-            ForgeError::Other(anyhow::anyhow!("could not build the GitHub client: {e}"))
+            ForgeError::Other(anyhow::Error::new(e).context("could not build the GitHub client"))
         })?;
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
     let reply = send(&client, Method::POST, &path, None::<&()>)
