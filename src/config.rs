@@ -508,6 +508,20 @@ fn route(raw: RawRoute, dir: &Path) -> anyhow::Result<Route> {
     })
 }
 
+/// One local route, `public.feedbacks` → `acme/app` with branches `feedback/…`: the config the
+/// unit tests of this module and of those built on it start from.
+#[cfg(test)]
+pub(crate) const TEST_LOCAL_CONFIG: &str = r#"
+    [forge]
+    kind = "local"
+    path = "repo.git"
+    [[routes]]
+    table = "feedbacks"
+    repo = "acme/app"
+    branch_prefix = "feedback"
+    event_type = "feedback"
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,16 +547,7 @@ mod tests {
         Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &no_env)
     }
 
-    const LOCAL: &str = r#"
-        [forge]
-        kind = "local"
-        path = "repo.git"
-        [[routes]]
-        table = "feedbacks"
-        repo = "acme/app"
-        branch_prefix = "feedback"
-        event_type = "feedback"
-    "#;
+    const LOCAL: &str = TEST_LOCAL_CONFIG;
 
     #[test]
     fn a_minimal_github_config_gets_the_documented_defaults() {
@@ -618,8 +623,8 @@ mod tests {
             (LOCAL.replace("acme/app", "acme"), "owner/name"),
             (
                 LOCAL.replace(
-                    "\"feedback\"\n        event",
-                    "\"feed back\"\n        event",
+                    "branch_prefix = \"feedback\"",
+                    "branch_prefix = \"feed back\"",
                 ),
                 "branch_prefix",
             ),

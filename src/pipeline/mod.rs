@@ -7,6 +7,9 @@ mod plan;
 pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError};
 pub use plan::{CompiledRoute, Plan, PlanError, Planned, Routes};
 
+#[cfg(test)]
+pub(crate) use plan::test_routes;
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 

@@ -185,28 +185,28 @@ impl Plan {
     }
 }
 
+/// [`crate::config::TEST_LOCAL_CONFIG`]'s routes, compiled.
+#[cfg(test)]
+pub(crate) fn test_routes() -> Routes {
+    let config = crate::config::Config::parse(
+        crate::config::TEST_LOCAL_CONFIG,
+        Path::new("rowbranch.toml"),
+        &|_| None,
+    )
+    .expect("the test config parses");
+    Routes::compile(&config.routes).expect("the built-in template compiles")
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::Config;
     use crate::event::EventKind;
     use crate::forge::Sha;
 
     fn routes() -> Routes {
-        let text = r#"
-            [forge]
-            kind = "local"
-            path = "repo.git"
-            [[routes]]
-            table = "feedbacks"
-            repo = "acme/app"
-            branch_prefix = "feedback"
-            event_type = "feedback"
-        "#;
-        let config = Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap();
-        Routes::compile(&config.routes).unwrap()
+        test_routes()
     }
 
     fn event(kind: EventKind, table: &str, record: Value) -> RowEvent {

@@ -114,32 +114,16 @@ pub fn classify(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use chrono::Duration;
     use serde_json::json;
 
     use super::*;
-    use crate::config::Config;
-    use crate::pipeline::Routes;
 
     fn route() -> CompiledRoute {
-        let text = r#"
-            [forge]
-            kind = "local"
-            path = "repo.git"
-            [[routes]]
-            table = "feedbacks"
-            repo = "acme/app"
-            branch_prefix = "feedback"
-            event_type = "feedback"
-        "#;
-        let config = Config::parse(text, Path::new("rowbranch.toml"), &|_| None).unwrap();
-        Routes::compile(&config.routes)
-            .unwrap()
+        crate::pipeline::test_routes()
             .iter()
             .next()
-            .unwrap()
+            .expect("the test config has a route")
             .clone()
     }
 

@@ -409,11 +409,7 @@ mod tests {
     use std::time::Duration;
 
     /// Standard Webhooks' published test vectors and GitHub's documented example.
-    const VECTORS: &str = r#"{"standard_webhooks": [
- {"secret": "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD", "id": "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", "timestamp": 1649367553, "payload": "{\"email\":\"test@example.com\",\"username\":\"test_user\"}", "signature": "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw="},
- {"secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "timestamp": 1614265330, "payload": "{\"test\": 2432232314}", "signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}],
- "github_hub_signature_256": [
- {"secret": "It's a Secret to Everybody", "payload": "Hello, World!", "signature": "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17"}]}"#;
+    const VECTORS: &str = include_str!("../../tests/fixtures/standard-webhooks-vectors.json");
 
     const PLAIN_SECRET: &str = "plain-secret-0123456789abcdef";
 

@@ -2,14 +2,12 @@
 
 use std::collections::BTreeMap;
 
+use crate::helpers::{
+    insert, raw_head, send_whole, spawn_app, spawn_two_apps, Options, Reply, TestApp,
+    GATED_DISPATCH,
+};
 use futures_util::future::join_all;
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
-use crate::helpers::{
-    insert, raw_head, spawn_app, spawn_two_apps, Options, Reply, TestApp, GATED_DISPATCH,
-};
 
 /// Sends `copies` identical deliveries of row 42 to each app at once; returns every answer.
 async fn burst(apps: &[&TestApp], copies: usize) -> Vec<Reply> {
@@ -71,12 +69,7 @@ async fn a_client_that_disconnects_does_not_cancel_the_work() {
     let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
     let body = insert(json!(42), "Add dark mode!").to_string();
     let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let mut stream = TcpStream::connect(app.addr).await.unwrap();
-    stream
-        .write_all(format!("{head}{body}").as_bytes())
-        .await
-        .unwrap();
-    stream.flush().await.unwrap();
+    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
     // Gone before any answer.
     drop(stream);
 
@@ -99,11 +92,7 @@ async fn a_client_that_disconnects_while_the_dispatch_runs_does_not_cancel_it() 
     let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
     let body = insert(json!(42), "Add dark mode!").to_string();
     let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let mut stream = TcpStream::connect(app.addr).await.unwrap();
-    stream
-        .write_all(format!("{head}{body}").as_bytes())
-        .await
-        .unwrap();
+    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
     // The claim is made and the dispatch is held: the client leaves mid-run.
     app.wait_for_branches(1).await;
     drop(stream);

@@ -326,13 +326,7 @@ impl TestApp {
     }
 
     pub async fn get(&self, path: &str) -> Reply {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("the request failed");
-        reply(response).await
+        get(&self.client, &format!("{}{path}", self.url)).await
     }
 
     /// Short names of the branches in the repository, other than `main`, sorted.
@@ -397,6 +391,11 @@ impl TestApp {
             forge.verify();
         }
     }
+}
+
+/// GETs `url` and reads the whole answer.
+pub async fn get(client: &reqwest::Client, url: &str) -> Reply {
+    reply(client.get(url).send().await.expect("the request failed")).await
 }
 
 pub async fn reply(response: reqwest::Response) -> Reply {
@@ -477,6 +476,17 @@ pub async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
         .expect("no answer in time")
         .expect("the answer could not be read");
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Opens a connection and writes `request` whole, leaving the answer unread.
+pub async fn send_whole(addr: SocketAddr, request: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.expect("could not connect");
+    stream
+        .write_all(request)
+        .await
+        .expect("could not send the request");
+    stream.flush().await.expect("could not send the request");
+    stream
 }
 
 /// The head of a raw POST /webhook with a JSON body, bearer auth and `Connection: close`;

@@ -140,13 +140,7 @@ impl GithubApp {
     }
 
     pub async fn get(&self, path: &str) -> crate::helpers::Reply {
-        let response = self
-            .client
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("the request failed");
-        reply(response).await
+        crate::helpers::get(&self.client, &format!("{}{path}", self.url)).await
     }
 
     /// Stops the server after its runs finish, and checks the fake saw nothing unexpected.
