@@ -9,6 +9,7 @@ mod pipeline;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::forge;
 use rowbranch::http::{self, App};
@@ -17,7 +18,6 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use crate::helpers::{insert, random_secret, reply, FEEDBACK_ROUTE};
 
 /// The repository the feedback route targets, and its installation.

@@ -15,8 +15,6 @@ mod reply;
 mod routes;
 mod shapes;
 mod state;
-#[cfg(test)]
-mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

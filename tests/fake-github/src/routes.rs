@@ -10,12 +10,12 @@ use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
-use super::auth::{epoch_secs, verify_jwt, JWT_DECODE, JWT_DOC};
-use super::conn::ConnKill;
-use super::faults::{primary_message, secondary_reply, status_reply, Fault, Op, RATE_LIMIT_DOC};
-use super::reply::Reply;
-use super::shapes;
-use super::state::{
+use crate::auth::{epoch_secs, verify_jwt, JWT_DECODE, JWT_DOC};
+use crate::conn::ConnKill;
+use crate::faults::{primary_message, secondary_reply, status_reply, Fault, Op, RATE_LIMIT_DOC};
+use crate::reply::Reply;
+use crate::shapes;
+use crate::state::{
     level, random_token, repo_key, Auth, DispatchRecord, PullState, RateKey, RateSnapshot,
     RequestRecord, Shared, State, Token,
 };
@@ -514,7 +514,7 @@ async fn process(
 
 fn reply_message(r: &Reply) -> String {
     match &r.body {
-        super::reply::ReplyBody::Json(v) => v["message"].as_str().unwrap_or("").to_owned(),
+        crate::reply::ReplyBody::Json(v) => v["message"].as_str().unwrap_or("").to_owned(),
         _ => String::new(),
     }
 }
@@ -626,7 +626,7 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             }
             let mut app = shapes::app(&s.base_url, s.app_id, &s.client_id);
             if let Some(obj) = app.as_object_mut() {
-                obj.insert("pem".into(), json!(super::auth::TEST_APP_PRIVATE_KEY_PEM));
+                obj.insert("pem".into(), json!(crate::auth::TEST_APP_PRIVATE_KEY_PEM));
                 obj.insert("webhook_secret".into(), Value::Null);
                 obj.insert("client_secret".into(), json!("test-only-client-secret"));
             }
@@ -1084,7 +1084,7 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
 }
 
 /// Resolves one side of a compare (`branch`, `sha`, or `owner:branch`).
-fn compare_side(repo: &super::state::Repo, spec: &str) -> Option<String> {
+fn compare_side(repo: &crate::state::Repo, spec: &str) -> Option<String> {
     let spec = match spec.split_once(':') {
         Some((owner, rest)) if owner.eq_ignore_ascii_case(&repo.owner) => rest,
         Some(_) => return None,

@@ -7,8 +7,8 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::auth::epoch_secs;
-use super::state::{Installation, Pull, Repo};
+use crate::auth::epoch_secs;
+use crate::state::{Installation, Pull, Repo};
 
 pub(crate) const APP_SLUG: &str = "rowbranch-test";
 pub(crate) const APP_NAME: &str = "rowbranch test";
@@ -131,7 +131,7 @@ pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
     let open = repo
         .pulls
         .iter()
-        .filter(|p| p.state == super::state::PullState::Open)
+        .filter(|p| p.state == crate::state::PullState::Open)
         .count();
     let more = json!({
         "git_url": format!("git://github.com/{}.git", repo.full_name()),
@@ -413,4 +413,19 @@ pub(crate) fn content(
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::rfc3339;
+
+    #[test]
+    fn rfc3339_writes_utc_whole_seconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::reply::Reply;
+use crate::reply::Reply;
 
 /// One REST operation of the fake: the unit of fault injection and of the request log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

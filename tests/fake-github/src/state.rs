@@ -8,7 +8,7 @@ use rand::distr::Alphanumeric;
 use rand::Rng;
 use serde_json::Value;
 
-use super::faults::{Fault, FaultEntry, Op};
+use crate::faults::{Fault, FaultEntry, Op};
 
 /// Permissions every new installation gets: what rowbranch needs.
 pub(crate) const DEFAULT_PERMISSIONS: [(&str, &str); 3] = [
