@@ -18,14 +18,12 @@ pub enum Op {
     MintToken,
     /// `GET /repos/{o}/{r}`.
     GetRepo,
-    /// `GET /repos/{o}/{r}/git/ref/{ref}` and the legacy `GET …/git/refs/{ref}`.
+    /// `GET /repos/{o}/{r}/git/ref/{ref}`.
     GetRef,
     /// `GET /repos/{o}/{r}/git/matching-refs/{prefix}`.
     MatchingRefs,
     /// `POST /repos/{o}/{r}/git/refs`.
     CreateRef,
-    /// `PATCH /repos/{o}/{r}/git/refs/{ref}`.
-    UpdateRef,
     /// `DELETE /repos/{o}/{r}/git/refs/{ref}`.
     DeleteRef,
     /// `POST /repos/{o}/{r}/dispatches`.
@@ -47,10 +45,7 @@ impl Op {
 
     /// Whether the operation changes the repository (GitHub's "content-creating" requests).
     pub fn is_write(self) -> bool {
-        matches!(
-            self,
-            Op::CreateRef | Op::UpdateRef | Op::DeleteRef | Op::Dispatch
-        )
+        matches!(self, Op::CreateRef | Op::DeleteRef | Op::Dispatch)
     }
 
     /// The installation permission (and level) GitHub asks of a token for this operation.
@@ -61,9 +56,7 @@ impl Op {
             Op::GetRef | Op::MatchingRefs | Op::Compare | Op::GetContents => {
                 Some(("contents", "read"))
             }
-            Op::CreateRef | Op::UpdateRef | Op::DeleteRef | Op::Dispatch => {
-                Some(("contents", "write"))
-            }
+            Op::CreateRef | Op::DeleteRef | Op::Dispatch => Some(("contents", "write")),
             Op::ListPulls => Some(("pull_requests", "read")),
         }
     }
@@ -82,7 +75,6 @@ impl Op {
             Op::GetRef => "https://docs.github.com/rest/git/refs#get-a-reference",
             Op::MatchingRefs => "https://docs.github.com/rest/git/refs#list-matching-references",
             Op::CreateRef => "https://docs.github.com/rest/git/refs#create-a-reference",
-            Op::UpdateRef => "https://docs.github.com/rest/git/refs#update-a-reference",
             Op::DeleteRef => "https://docs.github.com/rest/git/refs#delete-a-reference",
             Op::Dispatch => {
                 "https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event"

@@ -34,10 +34,8 @@ pub(crate) enum RepoRoute {
     Get,
     Installation,
     GetRef(String),
-    LegacyRefs(String),
     MatchingRefs(String),
     CreateRef,
-    UpdateRef(String),
     DeleteRef(String),
     Dispatch,
     ListPulls,
@@ -62,10 +60,9 @@ impl Route {
             Route::Repo(_, r) => match r {
                 RepoRoute::Get => Op::GetRepo,
                 RepoRoute::Installation => Op::GetInstallation,
-                RepoRoute::GetRef(_) | RepoRoute::LegacyRefs(_) => Op::GetRef,
+                RepoRoute::GetRef(_) => Op::GetRef,
                 RepoRoute::MatchingRefs(_) => Op::MatchingRefs,
                 RepoRoute::CreateRef => Op::CreateRef,
-                RepoRoute::UpdateRef(_) => Op::UpdateRef,
                 RepoRoute::DeleteRef(_) => Op::DeleteRef,
                 RepoRoute::Dispatch => Op::Dispatch,
                 RepoRoute::ListPulls => Op::ListPulls,
@@ -177,14 +174,10 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
                 RepoRoute::Installation
             } else if get && rest.starts_with("git/ref/") {
                 RepoRoute::GetRef(tail(rest, "git/ref/")?)
-            } else if get && rest.starts_with("git/refs/") {
-                RepoRoute::LegacyRefs(tail(rest, "git/refs/")?)
             } else if get && rest.starts_with("git/matching-refs/") {
                 RepoRoute::MatchingRefs(tail(rest, "git/matching-refs/")?)
             } else if method == Method::POST && rest == "git/refs" {
                 RepoRoute::CreateRef
-            } else if method == Method::PATCH && rest.starts_with("git/refs/") {
-                RepoRoute::UpdateRef(tail(rest, "git/refs/")?)
             } else if method == Method::DELETE && rest.starts_with("git/refs/") {
                 RepoRoute::DeleteRef(tail(rest, "git/refs/")?)
             } else if method == Method::POST && rest == "dispatches" {
@@ -651,11 +644,9 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             match r {
                 RepoRoute::Get => Reply::json(200, shapes::repo(&s.base_url, &s.repos[&key])),
                 RepoRoute::Installation => not_found(op),
-                RepoRoute::GetRef(r) => get_ref(s, &key, r, false),
-                RepoRoute::LegacyRefs(r) => get_ref(s, &key, r, true),
+                RepoRoute::GetRef(r) => get_ref(s, &key, r),
                 RepoRoute::MatchingRefs(p) => matching_refs(s, &key, p),
                 RepoRoute::CreateRef => create_ref(s, &key, ctx),
-                RepoRoute::UpdateRef(r) => update_ref(s, &key, r, ctx),
                 RepoRoute::DeleteRef(r) => delete_ref(s, &key, r),
                 RepoRoute::Dispatch => dispatch(s, &key, ctx),
                 RepoRoute::ListPulls => list_pulls(s, &key, ctx),
@@ -807,29 +798,17 @@ pub(crate) fn valid_ref_name(name: &str) -> bool {
         .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
 }
 
-fn get_ref(s: &State, key: &str, r: &str, legacy: bool) -> Reply {
+fn get_ref(s: &State, key: &str, r: &str) -> Reply {
     let op = Op::GetRef;
     let repo = &s.repos[key];
     if repo.is_empty() {
         return empty_repo(op);
     }
     let full = format!("refs/{r}");
-    if let Some(sha) = repo.refs.get(&full) {
-        return Reply::json(200, shapes::git_ref(&s.base_url, repo, &full, sha));
+    match repo.refs.get(&full) {
+        Some(sha) => Reply::json(200, shapes::git_ref(&s.base_url, repo, &full, sha)),
+        None => not_found(op),
     }
-    if legacy {
-        // The old `git/refs/{ref}` form answers a prefix with the list of matches.
-        let matches: Vec<Value> = repo
-            .refs
-            .iter()
-            .filter(|(name, _)| name.starts_with(&full))
-            .map(|(name, sha)| shapes::git_ref(&s.base_url, repo, name, sha))
-            .collect();
-        if !matches.is_empty() {
-            return Reply::json(200, Value::Array(matches));
-        }
-    }
-    not_found(op)
 }
 
 fn matching_refs(s: &State, key: &str, prefix: &str) -> Reply {
@@ -883,36 +862,6 @@ fn create_ref(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let answer = shapes::git_ref(&base, repo, &name, &sha);
     let location = answer["url"].as_str().unwrap_or_default().to_owned();
     Reply::json(201, answer).with_header("location", location)
-}
-
-fn update_ref(s: &mut State, key: &str, r: &str, ctx: &Ctx<'_>) -> Reply {
-    let op = Op::UpdateRef;
-    let body = match body_object(op, ctx.body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let sha = match required_str(op, &body, "sha") {
-        Ok(v) => v.to_ascii_lowercase(),
-        Err(r) => return r,
-    };
-    let force = body.get("force").and_then(Value::as_bool).unwrap_or(false);
-    let base = s.base_url.clone();
-    let repo = s.repos.get_mut(key).expect("checked by access");
-    if repo.is_empty() {
-        return empty_repo(op);
-    }
-    let full = format!("refs/{r}");
-    let Some(old) = repo.refs.get(&full).cloned() else {
-        return Reply::error(422, "Reference does not exist", op.doc_url());
-    };
-    if !repo.commits.contains_key(&sha) {
-        return Reply::error(422, "Object does not exist", op.doc_url());
-    }
-    if !force && !repo.ancestors(&sha).contains(&old) {
-        return Reply::error(422, "Update is not a fast forward", op.doc_url());
-    }
-    repo.refs.insert(full.clone(), sha.clone());
-    Reply::json(200, shapes::git_ref(&base, repo, &full, &sha))
 }
 
 fn delete_ref(s: &mut State, key: &str, r: &str) -> Reply {
