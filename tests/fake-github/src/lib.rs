@@ -364,15 +364,6 @@ impl FakeGithub {
         self.put_file(repo, &branch, &path, yaml)
     }
 
-    /// The file at `path` on `branch`, if any.
-    pub fn file(&self, repo: &str, branch: &str, path: &str) -> Option<Vec<u8>> {
-        self.shared.with(|s| {
-            let r = s.repo(repo)?;
-            let sha = r.branch_sha(branch)?;
-            r.files_at(sha)?.get(path).cloned()
-        })
-    }
-
     // ----- pull requests -----
 
     /// Adds a pull request from `head_ref` into the default branch; the head branch need not

@@ -361,19 +361,13 @@ async fn process(
         s.log.push(RequestRecord {
             method: method.to_string(),
             path: path.clone(),
-            query: query.clone(),
             op: None,
             auth: Auth::NotChecked,
             status: None,
             dropped: false,
             fault: None,
-            body: match &body {
-                BodyParse::Json(v) => Some(v.clone()),
-                _ => None,
-            },
             at: std::time::Instant::now(),
             at_tokio: tokio::time::Instant::now(),
-            at_system: arrived,
         });
         (s.log.len() - 1, s.path_prefix.clone())
     });
@@ -937,9 +931,6 @@ fn dispatch(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
         event_type,
         client_payload: payload,
         installation_id,
-        at: std::time::Instant::now(),
-        at_tokio: tokio::time::Instant::now(),
-        at_system: SystemTime::now(),
     });
     Reply::empty(204)
 }

@@ -99,9 +99,6 @@ pub struct DispatchRecord {
     pub client_payload: Value,
     /// The installation whose token sent it.
     pub installation_id: Option<u64>,
-    pub at: std::time::Instant,
-    pub at_tokio: tokio::time::Instant,
-    pub at_system: SystemTime,
 }
 
 #[derive(Clone, Debug)]
@@ -277,7 +274,6 @@ pub struct RequestRecord {
     pub method: String,
     /// The path as received (percent-encoding kept), without the query.
     pub path: String,
-    pub query: Option<String>,
     /// The operation, or `None` for an unexpected request.
     pub op: Option<Op>,
     pub auth: Auth,
@@ -287,14 +283,10 @@ pub struct RequestRecord {
     pub dropped: bool,
     /// The injected fault this request consumed.
     pub fault: Option<Fault>,
-    /// The JSON body, if any was sent and parsed.
-    pub body: Option<Value>,
     /// Arrival time on std's clock.
     pub at: std::time::Instant,
     /// Arrival time on tokio's clock (follows a paused test clock).
     pub at_tokio: tokio::time::Instant,
-    /// Arrival time on the wall clock.
-    pub at_system: SystemTime,
 }
 
 impl RequestRecord {
@@ -381,10 +373,6 @@ impl State {
 
     pub fn repo(&self, full_name: &str) -> Option<&Repo> {
         self.repos.get(&repo_key(full_name))
-    }
-
-    pub fn repo_mut(&mut self, full_name: &str) -> Option<&mut Repo> {
-        self.repos.get_mut(&repo_key(full_name))
     }
 
     /// The repository, or a panic naming it (for the test-side API).
