@@ -43,11 +43,6 @@ impl Op {
         matches!(self, Op::GetApp | Op::GetInstallation | Op::MintToken)
     }
 
-    /// Whether the operation changes the repository (GitHub's "content-creating" requests).
-    pub fn is_write(self) -> bool {
-        matches!(self, Op::CreateRef | Op::DeleteRef | Op::Dispatch)
-    }
-
     /// The installation permission (and level) GitHub asks of a token for this operation.
     pub(crate) fn permission(self) -> Option<(&'static str, &'static str)> {
         match self {

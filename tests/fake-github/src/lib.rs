@@ -124,7 +124,8 @@ impl FakeGithub {
     // ----- repositories -----
 
     /// Adds a private repository `owner/name` with default branch `main` holding one commit
-    /// (a `README.md`); returns that commit's sha. Panics if it exists.
+    /// (a `README.md`); returns that commit's sha. Panics if it exists. Every repository of
+    /// the fake is private: a request without credentials gets 404.
     pub fn add_repo(&self, full_name: &str) -> String {
         self.shared
             .with(|s| s.add_repo(full_name, true))
@@ -139,12 +140,6 @@ impl FakeGithub {
     pub fn set_default_branch(&self, repo: &str, branch: &str) {
         self.shared
             .with(|s| s.repo_or_panic(repo).default_branch = branch.to_owned());
-    }
-
-    /// Repositories are private by default (anonymous requests get 404).
-    pub fn set_private(&self, repo: &str, private: bool) {
-        self.shared
-            .with(|s| s.repo_or_panic(repo).private = private);
     }
 
     // ----- installations -----

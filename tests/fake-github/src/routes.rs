@@ -565,15 +565,9 @@ fn access(s: &State, sel: &RepoSel, cred: &Credential, op: Op) -> Result<String,
     let key = resolve_sel(s, sel).ok_or_else(|| not_found(op))?;
     let repo = &s.repos[&key];
     match cred {
-        Credential::None => {
-            if repo.private {
-                return Err(not_found(op));
-            }
-            if op.is_write() {
-                return Err(Reply::error(401, "Requires authentication", op.doc_url()));
-            }
-        }
-        Credential::Jwt => return Err(not_found(op)),
+        // Every repository of the fake is private: hidden from anonymous requests, and an App
+        // JWT does not reach repository endpoints.
+        Credential::None | Credential::Jwt => return Err(not_found(op)),
         Credential::Token(t) => {
             let installed = s
                 .installations

@@ -107,7 +107,6 @@ pub struct Repo {
     pub owner: String,
     pub name: String,
     pub default_branch: String,
-    pub private: bool,
     /// Full ref name (`refs/heads/main`) → sha.
     pub refs: BTreeMap<String, String>,
     pub commits: HashMap<String, Commit>,
@@ -407,7 +406,6 @@ impl State {
             owner: owner.to_owned(),
             name: name.to_owned(),
             default_branch: "main".to_owned(),
-            private: true,
             refs: BTreeMap::new(),
             commits: HashMap::new(),
             pulls: Vec::new(),

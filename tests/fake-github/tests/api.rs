@@ -352,6 +352,27 @@ async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowe
 }
 
 #[tokio::test]
+async fn without_credentials_a_private_repository_is_404_for_reads_and_writes() {
+    let (fake, client) = fake_with_repos().await;
+    let read = call(&client, "GET", &repo_url(&fake, REPO, ""), None, None).await;
+    assert_eq!((read.status, read.message()), (404, "Not Found"));
+    let url = repo_url(&fake, REPO, "/dispatches");
+    let write = call(
+        &client,
+        "POST",
+        &url,
+        None,
+        Some(json!({"event_type": "go"})),
+    )
+    .await;
+    assert_eq!((write.status, write.message()), (404, "Not Found"));
+    assert!(fake.dispatches(REPO).is_empty());
+    let log = fake.requests();
+    assert!(log.iter().all(|r| r.auth == Auth::Anonymous), "{log:?}");
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn an_expired_token_gets_401_bad_credentials() {
     let (fake, client) = fake_with_repos().await;
     let auth = mint(&fake, &client, json!({})).await;
