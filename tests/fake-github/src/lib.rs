@@ -137,6 +137,9 @@ impl FakeGithub {
         self.shared.with(|s| s.add_repo(full_name, false));
     }
 
+    /// Makes `branch` the default branch: what `GET /repos/{o}/{r}` reports, what contents
+    /// are read from without `?ref=`, where `add_workflow` commits and pull requests point,
+    /// and the one branch that cannot be deleted.
     pub fn set_default_branch(&self, repo: &str, branch: &str) {
         self.shared
             .with(|s| s.repo_or_panic(repo).default_branch = branch.to_owned());

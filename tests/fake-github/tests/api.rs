@@ -263,6 +263,66 @@ async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_instal
 }
 
 #[tokio::test]
+async fn an_installation_on_all_repositories_covers_the_owners_repositories_added_later() {
+    let fake = FakeGithub::start().await;
+    let client = reqwest::Client::new();
+    fake.install_on_all_repositories("acme", INSTALLATION);
+    fake.add_repo(REPO);
+    fake.add_repo(OTHER_REPO);
+    fake.add_repo("elsewhere/tools");
+    let jwt = format!("Bearer {}", fake.app_jwt());
+    let url = repo_url(&fake, REPO, "/installation");
+    let found = call(&client, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(found.status, 200);
+    assert_eq!(found.body["id"], INSTALLATION);
+    assert_eq!(found.body["repository_selection"], "all");
+    let url = repo_url(&fake, "elsewhere/tools", "/installation");
+    let other_owner = call(&client, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(other_owner.status, 404);
+
+    // Unnarrowed, a token reaches every repository of the owner and says "all".
+    let url = format!(
+        "{}/app/installations/{INSTALLATION}/access_tokens",
+        fake.url()
+    );
+    let wide = call(&client, "POST", &url, Some(&jwt), None).await;
+    assert_eq!(wide.status, 201);
+    assert_eq!(wide.body["repository_selection"], "all");
+    let wide = format!("token {}", wide.body["token"].as_str().expect("a token"));
+    for (repo, status) in [(REPO, 200), (OTHER_REPO, 200), ("elsewhere/tools", 404)] {
+        let answer = call(
+            &client,
+            "GET",
+            &repo_url(&fake, repo, ""),
+            Some(&wide),
+            None,
+        )
+        .await;
+        assert_eq!(answer.status, status, "{repo}");
+    }
+    // Narrowed to one, it says "selected" and reaches only that one.
+    let body = json!({"repositories": ["widgets"]});
+    let narrow = call(&client, "POST", &url, Some(&jwt), Some(body)).await;
+    assert_eq!(narrow.status, 201);
+    assert_eq!(narrow.body["repository_selection"], "selected");
+    assert_eq!(narrow.body["repositories"][0]["full_name"], REPO);
+    let narrow = format!("token {}", narrow.body["token"].as_str().expect("a token"));
+    let own = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&narrow),
+        None,
+    )
+    .await;
+    assert_eq!(own.status, 200);
+    let url_other = repo_url(&fake, OTHER_REPO, "");
+    let other = call(&client, "GET", &url_other, Some(&narrow), None).await;
+    assert_eq!(other.status, 404);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowed() {
     let (fake, client) = fake_with_repos().await;
     let url = format!(
@@ -555,6 +615,63 @@ async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
         (422, "Reference does not exist")
     );
     assert_eq!(fake.refs(REPO), vec!["main"]);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_default_branch_other_than_main_is_reported_read_from_and_not_deletable() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let main = fake.branch_sha(REPO, "main").expect("main");
+    fake.create_branch(REPO, "trunk", "main");
+    fake.set_default_branch(REPO, "trunk");
+    let repo = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(repo.body["default_branch"], "trunk");
+
+    // Workflows land on the default branch, contents are read from it, pulls go into it.
+    let trunk = fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
+    assert_eq!(fake.branch_sha(REPO, "trunk"), Some(trunk.clone()));
+    assert_eq!(fake.branch_sha(REPO, "main"), Some(main));
+    let path = "/contents/.github/workflows/rowbranch.yml";
+    let file = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, path),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(file.status, 200);
+    let on_main = repo_url(&fake, REPO, &format!("{path}?ref=main"));
+    let missing = call(&client, "GET", &on_main, Some(&auth), None).await;
+    assert_eq!(missing.status, 404);
+    fake.add_pull(REPO, "feedback/1", PullState::Open, false);
+    let pulls = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/pulls"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(pulls.body[0]["base"]["ref"], "trunk");
+    assert_eq!(pulls.body[0]["base"]["sha"], trunk.as_str());
+
+    // The default branch cannot be deleted; `main` now can.
+    let url = repo_url(&fake, REPO, "/git/refs/heads/trunk");
+    let refused = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(refused.status, 422);
+    let url = repo_url(&fake, REPO, "/git/refs/heads/main");
+    let deleted = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(fake.refs(REPO), vec!["trunk"]);
     fake.assert_no_unexpected();
 }
 
