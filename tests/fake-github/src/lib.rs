@@ -432,6 +432,7 @@ impl FakeGithub {
         });
     }
 
+    /// The repository's pull requests, in the order they were added.
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
         self.shared.with(|s| s.repo_or_panic(repo).pulls.clone())
     }

@@ -745,6 +745,48 @@ async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filt
 }
 
 #[tokio::test]
+async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_branch() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.create_branch(REPO, "feedback/3", "main");
+    let head = fake.push_commit(REPO, "feedback/3");
+    let number = fake.add_pull(REPO, "feedback/3", PullState::Open, false);
+    fake.set_pull_state(REPO, number, PullState::Closed, true);
+    fake.delete_branch(REPO, "feedback/3");
+    assert_eq!(fake.refs(REPO), vec!["main"]);
+    let url = repo_url(&fake, REPO, "/git/ref/heads/feedback/3");
+    let gone = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(gone.status, 404);
+
+    let url = repo_url(&fake, REPO, "/pulls?head=acme:feedback/3&state=all");
+    let listed = call(&client, "GET", &url, Some(&auth), None).await;
+    let list = listed.body.as_array().expect("array");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["number"], number);
+    assert_eq!(list[0]["state"], "closed");
+    assert!(list[0]["merged_at"].is_string());
+    assert!(list[0]["closed_at"].is_string());
+    assert_eq!(list[0]["head"]["ref"], "feedback/3");
+    assert_eq!(list[0]["head"]["sha"], head.as_str());
+    let open = repo_url(&fake, REPO, "/pulls");
+    let none = call(&client, "GET", &open, Some(&auth), None).await;
+    assert_eq!(none.body, json!([]));
+    let pulls = fake.pulls(REPO);
+    assert_eq!(pulls[0].state, PullState::Closed);
+    assert!(pulls[0].merged_at.is_some());
+    assert_eq!(pulls[0].closed_at, pulls[0].merged_at);
+    assert!(pulls[0].updated_at >= pulls[0].created_at);
+
+    // Reopened, it is open and unmerged again.
+    fake.set_pull_state(REPO, number, PullState::Open, false);
+    let reopened = call(&client, "GET", &open, Some(&auth), None).await;
+    assert_eq!(reopened.body[0]["number"], number);
+    assert_eq!(reopened.body[0]["merged_at"], Value::Null);
+    assert_eq!(reopened.body[0]["closed_at"], Value::Null);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn listing_pulls_paginates_with_an_absolute_link_header() {
     let (fake, client) = fake_with_repos().await;
     let auth = mint(&fake, &client, json!({})).await;
