@@ -999,6 +999,47 @@ async fn drop_after_apply_closes_the_connection_without_an_answer_but_applies() 
     fake.assert_no_unexpected();
 }
 
+#[tokio::test(start_paused = true)]
+async fn delay_after_apply_applies_at_once_and_answers_late() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let fault = Fault::DelayAfterApply(Duration::from_secs(60));
+    fake.inject(Op::CreateRef, fault.clone(), 2);
+    let started = tokio::time::Instant::now();
+    let pending = {
+        let (client, url, auth) = (client.clone(), url.clone(), auth.clone());
+        let body = json!({"ref": "refs/heads/feedback/8", "sha": sha});
+        tokio::spawn(async move { call(&client, "POST", &url, Some(&auth), Some(body)).await })
+    };
+    for _ in 0..1000 {
+        if fake.branch_sha(REPO, "feedback/8").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.branch_sha(REPO, "feedback/8"), Some(sha.clone()));
+    assert!(!pending.is_finished(), "answered before the delay ran out");
+    let answer = pending.await.expect("join");
+    assert_eq!(answer.status, 201);
+    assert!(started.elapsed() >= Duration::from_secs(60));
+
+    // A client that gives up sooner gets no answer; the ref is created all the same.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("a client");
+    let body = json!({"ref": "refs/heads/feedback/9", "sha": sha});
+    let result = try_call(&impatient, "POST", &url, Some(&auth), Some(body)).await;
+    assert!(result.is_err(), "no answer within the client's timeout");
+    assert_eq!(fake.branch_sha(REPO, "feedback/9"), Some(sha));
+    let log = fake.requests_for(Op::CreateRef);
+    assert!(log.iter().all(|r| r.fault == Some(fault.clone())));
+    assert_eq!(fake.pending_faults(), 0);
+    fake.assert_no_unexpected();
+}
+
 #[tokio::test]
 async fn rate_limit_faults_answer_like_github() {
     let (fake, client) = fake_with_repos().await;
