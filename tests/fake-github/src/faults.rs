@@ -34,6 +34,7 @@ pub enum Op {
     Compare,
     /// `GET /repos/{o}/{r}/contents/{path}`.
     GetContents,
+    /// `POST /app-manifests/{code}/conversions` (no authentication).
     ManifestConversion,
 }
 

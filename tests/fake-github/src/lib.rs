@@ -1,12 +1,13 @@
-//! A stateful fake of GitHub's REST API for rowbranch's tests and benchmarks.
+//! A stateful fake of GitHub's REST API, for rowbranch's tests: its integration tests run
+//! the real server and binary against it instead of api.github.com.
 //!
 //! `FakeGithub::start().await` runs a real HTTP server on `127.0.0.1:0` in the current tokio
 //! runtime; `url()` is the client's `api_url`. It checks App JWTs with the test-only key,
 //! mints installation tokens, keeps repositories (commit graph, refs, files, pull requests)
 //! and answers as GitHub documents, quirks included. Anything it does not know is answered
 //! 501 and recorded: call `assert_no_unexpected()` at the end of a test. Faults are injected
-//! per operation with `inject`.
-#![allow(dead_code)]
+//! per operation with `inject`. The fake's own tests (`tests/api.rs`) hold it to GitHub's
+//! documented behaviour.
 
 mod auth;
 mod conn;
@@ -25,9 +26,7 @@ use serde_json::json;
 
 pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
 pub use faults::{Fault, Op};
-pub use shapes::rfc3339;
-// Re-exported for tests that reach into `with_state` or keep records around.
-#[allow(unused_imports)]
+// The types `with_state` and the inspection methods hand out.
 pub use state::{
     Auth, Commit, DispatchRecord, Installation, Pull, PullState, Repo, RequestRecord, State, Token,
 };
@@ -318,13 +317,7 @@ impl FakeGithub {
     }
 
     /// Commits a file on `branch` (created on an empty repository); returns the commit sha.
-    pub fn put_file(
-        &self,
-        repo: &str,
-        branch: &str,
-        path: &str,
-        content: impl AsRef<[u8]>,
-    ) -> String {
+    fn put_file(&self, repo: &str, branch: &str, path: &str, content: impl AsRef<[u8]>) -> String {
         let path = path.trim_matches('/').to_owned();
         let content = content.as_ref().to_vec();
         self.shared.with(|s| {

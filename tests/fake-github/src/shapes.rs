@@ -15,7 +15,7 @@ pub(crate) const APP_NAME: &str = "rowbranch test";
 pub(crate) const APP_OWNER: &str = "rowbranch-test-owner";
 
 /// `2026-12-02T13:00:00Z`: RFC 3339, UTC, whole seconds, as GitHub writes times.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = epoch_secs(t);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
