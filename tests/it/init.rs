@@ -5,10 +5,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Output;
 
+use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings};
 use serde_json::Value;
-
-use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 
 fn rowbranch(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))

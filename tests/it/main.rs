@@ -4,7 +4,6 @@
 mod auth;
 mod cli;
 mod concurrency;
-mod fake_github;
 mod faulty_forge;
 mod github;
 mod helpers;

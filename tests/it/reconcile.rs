@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
+use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::pipeline::Pipeline;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::rows::Rows;
 use rowbranch::startup;
 
-use crate::fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
 use crate::helpers::random_secret;
 

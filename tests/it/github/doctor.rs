@@ -5,11 +5,11 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
 use super::{fake, GithubOptions, INSTALLATION, REPO};
-use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use crate::helpers::{insert, random_secret};
 
 const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";

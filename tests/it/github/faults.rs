@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use fake_github::{Fault, Op};
 use serde_json::json;
 
 use super::{branches, fake, spawn, GithubOptions, REPO};
-use crate::fake_github::{Fault, Op};
 
 #[tokio::test]
 async fn a_refused_dispatch_releases_the_claim_and_a_redelivery_then_dispatches() {

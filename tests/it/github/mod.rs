@@ -9,6 +9,7 @@ mod pipeline;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::{http, startup};
 use serde_json::Value;
@@ -16,7 +17,6 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use crate::helpers::{insert, random_secret, reply, FEEDBACK_ROUTE};
 
 /// The repository the feedback route targets, and its installation.

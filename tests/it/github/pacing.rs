@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
+use fake_github::Op;
 use serde_json::json;
 
 use super::{branches, dispatched_branches, fake, spawn, GithubOptions};
-use crate::fake_github::Op;
 
 #[tokio::test]
 async fn a_single_rows_claim_and_dispatch_go_at_once() {

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
+use fake_github::{FakeGithub, PullState};
 use serde_json::json;
 
 use super::{branches, dispatched_branches, fake, spawn, GithubOptions, REPO};
-use crate::fake_github::{FakeGithub, PullState};
 
 #[tokio::test]
 async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {

@@ -8,7 +8,7 @@ use rand::distr::Alphanumeric;
 use rand::Rng;
 use serde_json::Value;
 
-use super::faults::{Fault, FaultEntry, Op};
+use crate::faults::{Fault, FaultEntry, Op};
 
 /// Permissions every new installation gets: what rowbranch needs.
 pub(crate) const DEFAULT_PERMISSIONS: [(&str, &str); 3] = [
@@ -99,9 +99,6 @@ pub struct DispatchRecord {
     pub client_payload: Value,
     /// The installation whose token sent it.
     pub installation_id: Option<u64>,
-    pub at: std::time::Instant,
-    pub at_tokio: tokio::time::Instant,
-    pub at_system: SystemTime,
 }
 
 #[derive(Clone, Debug)]
@@ -110,7 +107,6 @@ pub struct Repo {
     pub owner: String,
     pub name: String,
     pub default_branch: String,
-    pub private: bool,
     /// Full ref name (`refs/heads/main`) → sha.
     pub refs: BTreeMap<String, String>,
     pub commits: HashMap<String, Commit>,
@@ -277,7 +273,6 @@ pub struct RequestRecord {
     pub method: String,
     /// The path as received (percent-encoding kept), without the query.
     pub path: String,
-    pub query: Option<String>,
     /// The operation, or `None` for an unexpected request.
     pub op: Option<Op>,
     pub auth: Auth,
@@ -287,14 +282,10 @@ pub struct RequestRecord {
     pub dropped: bool,
     /// The injected fault this request consumed.
     pub fault: Option<Fault>,
-    /// The JSON body, if any was sent and parsed.
-    pub body: Option<Value>,
     /// Arrival time on std's clock.
     pub at: std::time::Instant,
     /// Arrival time on tokio's clock (follows a paused test clock).
     pub at_tokio: tokio::time::Instant,
-    /// Arrival time on the wall clock.
-    pub at_system: SystemTime,
 }
 
 impl RequestRecord {
@@ -383,10 +374,6 @@ impl State {
         self.repos.get(&repo_key(full_name))
     }
 
-    pub fn repo_mut(&mut self, full_name: &str) -> Option<&mut Repo> {
-        self.repos.get_mut(&repo_key(full_name))
-    }
-
     /// The repository, or a panic naming it (for the test-side API).
     pub(crate) fn repo_or_panic(&mut self, full_name: &str) -> &mut Repo {
         let known: Vec<String> = self.repos.values().map(Repo::full_name).collect();
@@ -419,7 +406,6 @@ impl State {
             owner: owner.to_owned(),
             name: name.to_owned(),
             default_branch: "main".to_owned(),
-            private: true,
             refs: BTreeMap::new(),
             commits: HashMap::new(),
             pulls: Vec::new(),

@@ -7,15 +7,15 @@ use base64::Engine;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::auth::epoch_secs;
-use super::state::{Installation, Pull, Repo};
+use crate::auth::epoch_secs;
+use crate::state::{Installation, Pull, Repo};
 
 pub(crate) const APP_SLUG: &str = "rowbranch-test";
 pub(crate) const APP_NAME: &str = "rowbranch test";
 pub(crate) const APP_OWNER: &str = "rowbranch-test-owner";
 
 /// `2026-12-02T13:00:00Z`: RFC 3339, UTC, whole seconds, as GitHub writes times.
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = epoch_secs(t);
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
@@ -113,7 +113,7 @@ pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
         "node_id": node_id("R", &repo.id.to_string()),
         "name": repo.name,
         "full_name": repo.full_name(),
-        "private": repo.private,
+        "private": true,
         "owner": user(base, &repo.owner),
         "html_url": html,
         "description": null,
@@ -131,7 +131,7 @@ pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
     let open = repo
         .pulls
         .iter()
-        .filter(|p| p.state == super::state::PullState::Open)
+        .filter(|p| p.state == crate::state::PullState::Open)
         .count();
     let more = json!({
         "git_url": format!("git://github.com/{}.git", repo.full_name()),
@@ -158,7 +158,7 @@ pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
         "is_template": false,
         "web_commit_signoff_required": false,
         "topics": [],
-        "visibility": if repo.private { "private" } else { "public" },
+        "visibility": "private",
         "forks": 0,
         "open_issues": open,
         "watchers": 0,
@@ -413,4 +413,19 @@ pub(crate) fn content(
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    use super::rfc3339;
+
+    #[test]
+    fn rfc3339_writes_utc_whole_seconds() {
+        let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
+        let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
+    }
 }

@@ -1,13 +1,15 @@
-//! Tests of the fake itself: it must behave as GitHub documents before other tests lean on it.
+//! Tests of the fake itself, over HTTP as a client sees it: it must behave as GitHub
+//! documents before rowbranch's tests lean on it.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fake_github::{
+    sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PRIVATE_KEY_PEM,
+    TEST_APP_PUBLIC_KEY_PEM,
+};
 use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
-
-use super::auth::epoch_secs;
-use super::*;
 
 /// A second RSA key, generated for this test only and trusted by nothing: JWTs signed with
 /// it must be refused.
@@ -109,7 +111,8 @@ fn jwt_with(claims: &Value) -> String {
 }
 
 fn now_secs() -> i64 {
-    epoch_secs(SystemTime::now())
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    since.expect("the clock is past 1970").as_secs() as i64
 }
 
 /// A fake with `acme/widgets` and `acme/gadgets`, both under installation 77.
@@ -260,6 +263,66 @@ async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_instal
 }
 
 #[tokio::test]
+async fn an_installation_on_all_repositories_covers_the_owners_repositories_added_later() {
+    let fake = FakeGithub::start().await;
+    let client = reqwest::Client::new();
+    fake.install_on_all_repositories("acme", INSTALLATION);
+    fake.add_repo(REPO);
+    fake.add_repo(OTHER_REPO);
+    fake.add_repo("elsewhere/tools");
+    let jwt = format!("Bearer {}", fake.app_jwt());
+    let url = repo_url(&fake, REPO, "/installation");
+    let found = call(&client, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(found.status, 200);
+    assert_eq!(found.body["id"], INSTALLATION);
+    assert_eq!(found.body["repository_selection"], "all");
+    let url = repo_url(&fake, "elsewhere/tools", "/installation");
+    let other_owner = call(&client, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(other_owner.status, 404);
+
+    // Unnarrowed, a token reaches every repository of the owner and says "all".
+    let url = format!(
+        "{}/app/installations/{INSTALLATION}/access_tokens",
+        fake.url()
+    );
+    let wide = call(&client, "POST", &url, Some(&jwt), None).await;
+    assert_eq!(wide.status, 201);
+    assert_eq!(wide.body["repository_selection"], "all");
+    let wide = format!("token {}", wide.body["token"].as_str().expect("a token"));
+    for (repo, status) in [(REPO, 200), (OTHER_REPO, 200), ("elsewhere/tools", 404)] {
+        let answer = call(
+            &client,
+            "GET",
+            &repo_url(&fake, repo, ""),
+            Some(&wide),
+            None,
+        )
+        .await;
+        assert_eq!(answer.status, status, "{repo}");
+    }
+    // Narrowed to one, it says "selected" and reaches only that one.
+    let body = json!({"repositories": ["widgets"]});
+    let narrow = call(&client, "POST", &url, Some(&jwt), Some(body)).await;
+    assert_eq!(narrow.status, 201);
+    assert_eq!(narrow.body["repository_selection"], "selected");
+    assert_eq!(narrow.body["repositories"][0]["full_name"], REPO);
+    let narrow = format!("token {}", narrow.body["token"].as_str().expect("a token"));
+    let own = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&narrow),
+        None,
+    )
+    .await;
+    assert_eq!(own.status, 200);
+    let url_other = repo_url(&fake, OTHER_REPO, "");
+    let other = call(&client, "GET", &url_other, Some(&narrow), None).await;
+    assert_eq!(other.status, 404);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowed() {
     let (fake, client) = fake_with_repos().await;
     let url = format!(
@@ -345,6 +408,27 @@ async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowe
     .await;
     assert_eq!(answer.status, 422);
     assert_eq!(fake.token_mints(), 2);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn without_credentials_a_private_repository_is_404_for_reads_and_writes() {
+    let (fake, client) = fake_with_repos().await;
+    let read = call(&client, "GET", &repo_url(&fake, REPO, ""), None, None).await;
+    assert_eq!((read.status, read.message()), (404, "Not Found"));
+    let url = repo_url(&fake, REPO, "/dispatches");
+    let write = call(
+        &client,
+        "POST",
+        &url,
+        None,
+        Some(json!({"event_type": "go"})),
+    )
+    .await;
+    assert_eq!((write.status, write.message()), (404, "Not Found"));
+    assert!(fake.dispatches(REPO).is_empty());
+    let log = fake.requests();
+    assert!(log.iter().all(|r| r.auth == Auth::Anonymous), "{log:?}");
     fake.assert_no_unexpected();
 }
 
@@ -535,6 +619,63 @@ async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
 }
 
 #[tokio::test]
+async fn a_default_branch_other_than_main_is_reported_read_from_and_not_deletable() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let main = fake.branch_sha(REPO, "main").expect("main");
+    fake.create_branch(REPO, "trunk", "main");
+    fake.set_default_branch(REPO, "trunk");
+    let repo = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, ""),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(repo.body["default_branch"], "trunk");
+
+    // Workflows land on the default branch, contents are read from it, pulls go into it.
+    let trunk = fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
+    assert_eq!(fake.branch_sha(REPO, "trunk"), Some(trunk.clone()));
+    assert_eq!(fake.branch_sha(REPO, "main"), Some(main));
+    let path = "/contents/.github/workflows/rowbranch.yml";
+    let file = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, path),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(file.status, 200);
+    let on_main = repo_url(&fake, REPO, &format!("{path}?ref=main"));
+    let missing = call(&client, "GET", &on_main, Some(&auth), None).await;
+    assert_eq!(missing.status, 404);
+    fake.add_pull(REPO, "feedback/1", PullState::Open, false);
+    let pulls = call(
+        &client,
+        "GET",
+        &repo_url(&fake, REPO, "/pulls"),
+        Some(&auth),
+        None,
+    )
+    .await;
+    assert_eq!(pulls.body[0]["base"]["ref"], "trunk");
+    assert_eq!(pulls.body[0]["base"]["sha"], trunk.as_str());
+
+    // The default branch cannot be deleted; `main` now can.
+    let url = repo_url(&fake, REPO, "/git/refs/heads/trunk");
+    let refused = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(refused.status, 422);
+    let url = repo_url(&fake, REPO, "/git/refs/heads/main");
+    let deleted = call(&client, "DELETE", &url, Some(&auth), None).await;
+    assert_eq!(deleted.status, 204);
+    assert_eq!(fake.refs(REPO), vec!["trunk"]);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn matching_refs_for_prefix_42_returns_42_and_420_x() {
     let (fake, client) = fake_with_repos().await;
     let auth = mint(&fake, &client, json!({})).await;
@@ -600,6 +741,48 @@ async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filt
     let open = call(&client, "GET", &url, Some(&auth), None).await;
     assert_eq!(open.body.as_array().expect("array").len(), 1);
     assert_eq!(open.body[0]["merged_at"], Value::Null);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_branch() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    fake.create_branch(REPO, "feedback/3", "main");
+    let head = fake.push_commit(REPO, "feedback/3");
+    let number = fake.add_pull(REPO, "feedback/3", PullState::Open, false);
+    fake.set_pull_state(REPO, number, PullState::Closed, true);
+    fake.delete_branch(REPO, "feedback/3");
+    assert_eq!(fake.refs(REPO), vec!["main"]);
+    let url = repo_url(&fake, REPO, "/git/ref/heads/feedback/3");
+    let gone = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(gone.status, 404);
+
+    let url = repo_url(&fake, REPO, "/pulls?head=acme:feedback/3&state=all");
+    let listed = call(&client, "GET", &url, Some(&auth), None).await;
+    let list = listed.body.as_array().expect("array");
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0]["number"], number);
+    assert_eq!(list[0]["state"], "closed");
+    assert!(list[0]["merged_at"].is_string());
+    assert!(list[0]["closed_at"].is_string());
+    assert_eq!(list[0]["head"]["ref"], "feedback/3");
+    assert_eq!(list[0]["head"]["sha"], head.as_str());
+    let open = repo_url(&fake, REPO, "/pulls");
+    let none = call(&client, "GET", &open, Some(&auth), None).await;
+    assert_eq!(none.body, json!([]));
+    let pulls = fake.pulls(REPO);
+    assert_eq!(pulls[0].state, PullState::Closed);
+    assert!(pulls[0].merged_at.is_some());
+    assert_eq!(pulls[0].closed_at, pulls[0].merged_at);
+    assert!(pulls[0].updated_at >= pulls[0].created_at);
+
+    // Reopened, it is open and unmerged again.
+    fake.set_pull_state(REPO, number, PullState::Open, false);
+    let reopened = call(&client, "GET", &open, Some(&auth), None).await;
+    assert_eq!(reopened.body[0]["number"], number);
+    assert_eq!(reopened.body[0]["merged_at"], Value::Null);
+    assert_eq!(reopened.body[0]["closed_at"], Value::Null);
     fake.assert_no_unexpected();
 }
 
@@ -813,6 +996,47 @@ async fn drop_after_apply_closes_the_connection_without_an_answer_but_applies() 
     )
     .await;
     assert_eq!(answer.status, 200);
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_after_apply_applies_at_once_and_answers_late() {
+    let (fake, client) = fake_with_repos().await;
+    let auth = mint(&fake, &client, json!({})).await;
+    let sha = fake.branch_sha(REPO, "main").expect("main");
+    let url = repo_url(&fake, REPO, "/git/refs");
+    let fault = Fault::DelayAfterApply(Duration::from_secs(60));
+    fake.inject(Op::CreateRef, fault.clone(), 2);
+    let started = tokio::time::Instant::now();
+    let pending = {
+        let (client, url, auth) = (client.clone(), url.clone(), auth.clone());
+        let body = json!({"ref": "refs/heads/feedback/8", "sha": sha});
+        tokio::spawn(async move { call(&client, "POST", &url, Some(&auth), Some(body)).await })
+    };
+    for _ in 0..1000 {
+        if fake.branch_sha(REPO, "feedback/8").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.branch_sha(REPO, "feedback/8"), Some(sha.clone()));
+    assert!(!pending.is_finished(), "answered before the delay ran out");
+    let answer = pending.await.expect("join");
+    assert_eq!(answer.status, 201);
+    assert!(started.elapsed() >= Duration::from_secs(60));
+
+    // A client that gives up sooner gets no answer; the ref is created all the same.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("a client");
+    let body = json!({"ref": "refs/heads/feedback/9", "sha": sha});
+    let result = try_call(&impatient, "POST", &url, Some(&auth), Some(body)).await;
+    assert!(result.is_err(), "no answer within the client's timeout");
+    assert_eq!(fake.branch_sha(REPO, "feedback/9"), Some(sha));
+    let log = fake.requests_for(Op::CreateRef);
+    assert!(log.iter().all(|r| r.fault == Some(fault.clone())));
+    assert_eq!(fake.pending_faults(), 0);
     fake.assert_no_unexpected();
 }
 
@@ -1063,14 +1287,6 @@ async fn a_path_prefix_is_served_like_github_enterprise() {
     .await;
     assert_eq!(outside.status, 501);
     assert_eq!(fake.unexpected().len(), 1);
-}
-
-#[test]
-fn rfc3339_writes_utc_whole_seconds() {
-    let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
-    assert_eq!(rfc3339(t), "2023-11-14T22:13:20Z");
-    let leap = SystemTime::UNIX_EPOCH + Duration::from_secs(951_782_400);
-    assert_eq!(rfc3339(leap), "2000-02-29T00:00:00Z");
 }
 
 #[tokio::test]

@@ -10,12 +10,12 @@ use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::Response;
 use serde_json::{json, Map, Value};
 
-use super::auth::{epoch_secs, verify_jwt, JWT_DECODE, JWT_DOC};
-use super::conn::ConnKill;
-use super::faults::{primary_message, secondary_reply, status_reply, Fault, Op, RATE_LIMIT_DOC};
-use super::reply::Reply;
-use super::shapes;
-use super::state::{
+use crate::auth::{epoch_secs, verify_jwt, JWT_DECODE, JWT_DOC};
+use crate::conn::ConnKill;
+use crate::faults::{primary_message, secondary_reply, status_reply, Fault, Op, RATE_LIMIT_DOC};
+use crate::reply::Reply;
+use crate::shapes;
+use crate::state::{
     level, random_token, repo_key, Auth, DispatchRecord, PullState, RateKey, RateSnapshot,
     RequestRecord, Shared, State, Token,
 };
@@ -34,10 +34,8 @@ pub(crate) enum RepoRoute {
     Get,
     Installation,
     GetRef(String),
-    LegacyRefs(String),
     MatchingRefs(String),
     CreateRef,
-    UpdateRef(String),
     DeleteRef(String),
     Dispatch,
     ListPulls,
@@ -62,10 +60,9 @@ impl Route {
             Route::Repo(_, r) => match r {
                 RepoRoute::Get => Op::GetRepo,
                 RepoRoute::Installation => Op::GetInstallation,
-                RepoRoute::GetRef(_) | RepoRoute::LegacyRefs(_) => Op::GetRef,
+                RepoRoute::GetRef(_) => Op::GetRef,
                 RepoRoute::MatchingRefs(_) => Op::MatchingRefs,
                 RepoRoute::CreateRef => Op::CreateRef,
-                RepoRoute::UpdateRef(_) => Op::UpdateRef,
                 RepoRoute::DeleteRef(_) => Op::DeleteRef,
                 RepoRoute::Dispatch => Op::Dispatch,
                 RepoRoute::ListPulls => Op::ListPulls,
@@ -177,14 +174,10 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
                 RepoRoute::Installation
             } else if get && rest.starts_with("git/ref/") {
                 RepoRoute::GetRef(tail(rest, "git/ref/")?)
-            } else if get && rest.starts_with("git/refs/") {
-                RepoRoute::LegacyRefs(tail(rest, "git/refs/")?)
             } else if get && rest.starts_with("git/matching-refs/") {
                 RepoRoute::MatchingRefs(tail(rest, "git/matching-refs/")?)
             } else if method == Method::POST && rest == "git/refs" {
                 RepoRoute::CreateRef
-            } else if method == Method::PATCH && rest.starts_with("git/refs/") {
-                RepoRoute::UpdateRef(tail(rest, "git/refs/")?)
             } else if method == Method::DELETE && rest.starts_with("git/refs/") {
                 RepoRoute::DeleteRef(tail(rest, "git/refs/")?)
             } else if method == Method::POST && rest == "dispatches" {
@@ -368,19 +361,13 @@ async fn process(
         s.log.push(RequestRecord {
             method: method.to_string(),
             path: path.clone(),
-            query: query.clone(),
             op: None,
             auth: Auth::NotChecked,
             status: None,
             dropped: false,
             fault: None,
-            body: match &body {
-                BodyParse::Json(v) => Some(v.clone()),
-                _ => None,
-            },
             at: std::time::Instant::now(),
             at_tokio: tokio::time::Instant::now(),
-            at_system: arrived,
         });
         (s.log.len() - 1, s.path_prefix.clone())
     });
@@ -514,7 +501,7 @@ async fn process(
 
 fn reply_message(r: &Reply) -> String {
     match &r.body {
-        super::reply::ReplyBody::Json(v) => v["message"].as_str().unwrap_or("").to_owned(),
+        crate::reply::ReplyBody::Json(v) => v["message"].as_str().unwrap_or("").to_owned(),
         _ => String::new(),
     }
 }
@@ -578,15 +565,9 @@ fn access(s: &State, sel: &RepoSel, cred: &Credential, op: Op) -> Result<String,
     let key = resolve_sel(s, sel).ok_or_else(|| not_found(op))?;
     let repo = &s.repos[&key];
     match cred {
-        Credential::None => {
-            if repo.private {
-                return Err(not_found(op));
-            }
-            if op.is_write() {
-                return Err(Reply::error(401, "Requires authentication", op.doc_url()));
-            }
-        }
-        Credential::Jwt => return Err(not_found(op)),
+        // Every repository of the fake is private: hidden from anonymous requests, and an App
+        // JWT does not reach repository endpoints.
+        Credential::None | Credential::Jwt => return Err(not_found(op)),
         Credential::Token(t) => {
             let installed = s
                 .installations
@@ -626,7 +607,7 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             }
             let mut app = shapes::app(&s.base_url, s.app_id, &s.client_id);
             if let Some(obj) = app.as_object_mut() {
-                obj.insert("pem".into(), json!(super::auth::TEST_APP_PRIVATE_KEY_PEM));
+                obj.insert("pem".into(), json!(crate::auth::TEST_APP_PRIVATE_KEY_PEM));
                 obj.insert("webhook_secret".into(), Value::Null);
                 obj.insert("client_secret".into(), json!("test-only-client-secret"));
             }
@@ -651,11 +632,9 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             match r {
                 RepoRoute::Get => Reply::json(200, shapes::repo(&s.base_url, &s.repos[&key])),
                 RepoRoute::Installation => not_found(op),
-                RepoRoute::GetRef(r) => get_ref(s, &key, r, false),
-                RepoRoute::LegacyRefs(r) => get_ref(s, &key, r, true),
+                RepoRoute::GetRef(r) => get_ref(s, &key, r),
                 RepoRoute::MatchingRefs(p) => matching_refs(s, &key, p),
                 RepoRoute::CreateRef => create_ref(s, &key, ctx),
-                RepoRoute::UpdateRef(r) => update_ref(s, &key, r, ctx),
                 RepoRoute::DeleteRef(r) => delete_ref(s, &key, r),
                 RepoRoute::Dispatch => dispatch(s, &key, ctx),
                 RepoRoute::ListPulls => list_pulls(s, &key, ctx),
@@ -807,29 +786,17 @@ pub(crate) fn valid_ref_name(name: &str) -> bool {
         .all(|part| !part.is_empty() && !part.starts_with('.') && !part.ends_with(".lock"))
 }
 
-fn get_ref(s: &State, key: &str, r: &str, legacy: bool) -> Reply {
+fn get_ref(s: &State, key: &str, r: &str) -> Reply {
     let op = Op::GetRef;
     let repo = &s.repos[key];
     if repo.is_empty() {
         return empty_repo(op);
     }
     let full = format!("refs/{r}");
-    if let Some(sha) = repo.refs.get(&full) {
-        return Reply::json(200, shapes::git_ref(&s.base_url, repo, &full, sha));
+    match repo.refs.get(&full) {
+        Some(sha) => Reply::json(200, shapes::git_ref(&s.base_url, repo, &full, sha)),
+        None => not_found(op),
     }
-    if legacy {
-        // The old `git/refs/{ref}` form answers a prefix with the list of matches.
-        let matches: Vec<Value> = repo
-            .refs
-            .iter()
-            .filter(|(name, _)| name.starts_with(&full))
-            .map(|(name, sha)| shapes::git_ref(&s.base_url, repo, name, sha))
-            .collect();
-        if !matches.is_empty() {
-            return Reply::json(200, Value::Array(matches));
-        }
-    }
-    not_found(op)
 }
 
 fn matching_refs(s: &State, key: &str, prefix: &str) -> Reply {
@@ -883,36 +850,6 @@ fn create_ref(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let answer = shapes::git_ref(&base, repo, &name, &sha);
     let location = answer["url"].as_str().unwrap_or_default().to_owned();
     Reply::json(201, answer).with_header("location", location)
-}
-
-fn update_ref(s: &mut State, key: &str, r: &str, ctx: &Ctx<'_>) -> Reply {
-    let op = Op::UpdateRef;
-    let body = match body_object(op, ctx.body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let sha = match required_str(op, &body, "sha") {
-        Ok(v) => v.to_ascii_lowercase(),
-        Err(r) => return r,
-    };
-    let force = body.get("force").and_then(Value::as_bool).unwrap_or(false);
-    let base = s.base_url.clone();
-    let repo = s.repos.get_mut(key).expect("checked by access");
-    if repo.is_empty() {
-        return empty_repo(op);
-    }
-    let full = format!("refs/{r}");
-    let Some(old) = repo.refs.get(&full).cloned() else {
-        return Reply::error(422, "Reference does not exist", op.doc_url());
-    };
-    if !repo.commits.contains_key(&sha) {
-        return Reply::error(422, "Object does not exist", op.doc_url());
-    }
-    if !force && !repo.ancestors(&sha).contains(&old) {
-        return Reply::error(422, "Update is not a fast forward", op.doc_url());
-    }
-    repo.refs.insert(full.clone(), sha.clone());
-    Reply::json(200, shapes::git_ref(&base, repo, &full, &sha))
 }
 
 fn delete_ref(s: &mut State, key: &str, r: &str) -> Reply {
@@ -988,9 +925,6 @@ fn dispatch(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
         event_type,
         client_payload: payload,
         installation_id,
-        at: std::time::Instant::now(),
-        at_tokio: tokio::time::Instant::now(),
-        at_system: SystemTime::now(),
     });
     Reply::empty(204)
 }
@@ -1084,7 +1018,7 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
 }
 
 /// Resolves one side of a compare (`branch`, `sha`, or `owner:branch`).
-fn compare_side(repo: &super::state::Repo, spec: &str) -> Option<String> {
+fn compare_side(repo: &crate::state::Repo, spec: &str) -> Option<String> {
     let spec = match spec.split_once(':') {
         Some((owner, rest)) if owner.eq_ignore_ascii_case(&repo.owner) => rest,
         Some(_) => return None,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::reply::Reply;
+use crate::reply::Reply;
 
 /// One REST operation of the fake: the unit of fault injection and of the request log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -18,14 +18,12 @@ pub enum Op {
     MintToken,
     /// `GET /repos/{o}/{r}`.
     GetRepo,
-    /// `GET /repos/{o}/{r}/git/ref/{ref}` and the legacy `GET …/git/refs/{ref}`.
+    /// `GET /repos/{o}/{r}/git/ref/{ref}`.
     GetRef,
     /// `GET /repos/{o}/{r}/git/matching-refs/{prefix}`.
     MatchingRefs,
     /// `POST /repos/{o}/{r}/git/refs`.
     CreateRef,
-    /// `PATCH /repos/{o}/{r}/git/refs/{ref}`.
-    UpdateRef,
     /// `DELETE /repos/{o}/{r}/git/refs/{ref}`.
     DeleteRef,
     /// `POST /repos/{o}/{r}/dispatches`.
@@ -36,6 +34,7 @@ pub enum Op {
     Compare,
     /// `GET /repos/{o}/{r}/contents/{path}`.
     GetContents,
+    /// `POST /app-manifests/{code}/conversions` (no authentication).
     ManifestConversion,
 }
 
@@ -43,14 +42,6 @@ impl Op {
     /// Whether the operation authenticates with the App's JWT (else an installation token).
     pub fn needs_jwt(self) -> bool {
         matches!(self, Op::GetApp | Op::GetInstallation | Op::MintToken)
-    }
-
-    /// Whether the operation changes the repository (GitHub's "content-creating" requests).
-    pub fn is_write(self) -> bool {
-        matches!(
-            self,
-            Op::CreateRef | Op::UpdateRef | Op::DeleteRef | Op::Dispatch
-        )
     }
 
     /// The installation permission (and level) GitHub asks of a token for this operation.
@@ -61,9 +52,7 @@ impl Op {
             Op::GetRef | Op::MatchingRefs | Op::Compare | Op::GetContents => {
                 Some(("contents", "read"))
             }
-            Op::CreateRef | Op::UpdateRef | Op::DeleteRef | Op::Dispatch => {
-                Some(("contents", "write"))
-            }
+            Op::CreateRef | Op::DeleteRef | Op::Dispatch => Some(("contents", "write")),
             Op::ListPulls => Some(("pull_requests", "read")),
         }
     }
@@ -82,7 +71,6 @@ impl Op {
             Op::GetRef => "https://docs.github.com/rest/git/refs#get-a-reference",
             Op::MatchingRefs => "https://docs.github.com/rest/git/refs#list-matching-references",
             Op::CreateRef => "https://docs.github.com/rest/git/refs#create-a-reference",
-            Op::UpdateRef => "https://docs.github.com/rest/git/refs#update-a-reference",
             Op::DeleteRef => "https://docs.github.com/rest/git/refs#delete-a-reference",
             Op::Dispatch => {
                 "https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event"

@@ -1,12 +1,13 @@
-//! A stateful fake of GitHub's REST API for rowbranch's tests and benchmarks.
+//! A stateful fake of GitHub's REST API, for rowbranch's tests: its integration tests run
+//! the real server and binary against it instead of api.github.com.
 //!
 //! `FakeGithub::start().await` runs a real HTTP server on `127.0.0.1:0` in the current tokio
 //! runtime; `url()` is the client's `api_url`. It checks App JWTs with the test-only key,
 //! mints installation tokens, keeps repositories (commit graph, refs, files, pull requests)
 //! and answers as GitHub documents, quirks included. Anything it does not know is answered
 //! 501 and recorded: call `assert_no_unexpected()` at the end of a test. Faults are injected
-//! per operation with `inject`.
-#![allow(dead_code)]
+//! per operation with `inject`. The fake's own tests (`tests/api.rs`) hold it to GitHub's
+//! documented behaviour.
 
 mod auth;
 mod conn;
@@ -15,8 +16,6 @@ mod reply;
 mod routes;
 mod shapes;
 mod state;
-#[cfg(test)]
-mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -27,9 +26,7 @@ use serde_json::json;
 
 pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
 pub use faults::{Fault, Op};
-pub use shapes::rfc3339;
-// Re-exported for tests that reach into `with_state` or keep records around.
-#[allow(unused_imports)]
+// The types `with_state` and the inspection methods hand out.
 pub use state::{
     Auth, Commit, DispatchRecord, Installation, Pull, PullState, Repo, RequestRecord, State, Token,
 };
@@ -126,7 +123,8 @@ impl FakeGithub {
     // ----- repositories -----
 
     /// Adds a private repository `owner/name` with default branch `main` holding one commit
-    /// (a `README.md`); returns that commit's sha. Panics if it exists.
+    /// (a `README.md`); returns that commit's sha. Panics if it exists. Every repository of
+    /// the fake is private: a request without credentials gets 404.
     pub fn add_repo(&self, full_name: &str) -> String {
         self.shared
             .with(|s| s.add_repo(full_name, true))
@@ -138,15 +136,12 @@ impl FakeGithub {
         self.shared.with(|s| s.add_repo(full_name, false));
     }
 
+    /// Makes `branch` the default branch: what `GET /repos/{o}/{r}` reports, what contents
+    /// are read from without `?ref=`, where `add_workflow` commits and pull requests point,
+    /// and the one branch that cannot be deleted.
     pub fn set_default_branch(&self, repo: &str, branch: &str) {
         self.shared
             .with(|s| s.repo_or_panic(repo).default_branch = branch.to_owned());
-    }
-
-    /// Repositories are private by default (anonymous requests get 404).
-    pub fn set_private(&self, repo: &str, private: bool) {
-        self.shared
-            .with(|s| s.repo_or_panic(repo).private = private);
     }
 
     // ----- installations -----
@@ -322,13 +317,7 @@ impl FakeGithub {
     }
 
     /// Commits a file on `branch` (created on an empty repository); returns the commit sha.
-    pub fn put_file(
-        &self,
-        repo: &str,
-        branch: &str,
-        path: &str,
-        content: impl AsRef<[u8]>,
-    ) -> String {
+    fn put_file(&self, repo: &str, branch: &str, path: &str, content: impl AsRef<[u8]>) -> String {
         let path = path.trim_matches('/').to_owned();
         let content = content.as_ref().to_vec();
         self.shared.with(|s| {
@@ -364,15 +353,6 @@ impl FakeGithub {
             .shared
             .with(|s| s.repo_or_panic(repo).default_branch.clone());
         self.put_file(repo, &branch, &path, yaml)
-    }
-
-    /// The file at `path` on `branch`, if any.
-    pub fn file(&self, repo: &str, branch: &str, path: &str) -> Option<Vec<u8>> {
-        self.shared.with(|s| {
-            let r = s.repo(repo)?;
-            let sha = r.branch_sha(branch)?;
-            r.files_at(sha)?.get(path).cloned()
-        })
     }
 
     // ----- pull requests -----
@@ -445,6 +425,7 @@ impl FakeGithub {
         });
     }
 
+    /// The repository's pull requests, in the order they were added.
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
         self.shared.with(|s| s.repo_or_panic(repo).pulls.clone())
     }
