@@ -50,6 +50,8 @@ pub struct Config {
     /// The file this came from, for messages.
     pub source: PathBuf,
     pub listen: SocketAddr,
+    /// On SIGTERM or SIGINT: how long in-flight requests and claimed rows get to finish.
+    pub shutdown_grace: Duration,
     pub reconcile: ReconcileSettings,
     pub forge: ForgeSettings,
     pub webhook: WebhookSettings,
@@ -89,6 +91,20 @@ pub enum ForgeSettings {
     Github(GithubSettings),
 }
 
+/// Rows accepted and not yet finished, at most, when the forge sets no other bound: the local
+/// forge has no pace to wait on, so its rows never queue for long.
+const LOCAL_QUEUE_CAPACITY: usize = 10_000;
+
+impl ForgeSettings {
+    /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
+    pub fn queue_capacity(&self) -> usize {
+        match self {
+            ForgeSettings::Local(_) => LOCAL_QUEUE_CAPACITY,
+            ForgeSettings::Github(github) => github.queue_capacity,
+        }
+    }
+}
+
 /// A git repository on this machine as the forge.
 #[derive(Debug, Clone)]
 pub struct LocalSettings {
@@ -105,6 +121,10 @@ pub struct GithubSettings {
     pub key: PrivateKeySource,
     pub api_url: String,
     pub pace: PaceSettings,
+    /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
+    pub queue_capacity: usize,
+    /// GitHub requests open at once per installation, reads and writes together.
+    pub max_concurrent_requests: usize,
     /// How long one GitHub operation may keep retrying.
     pub retry_budget: Duration,
     /// How long the default branch's head is reused for new claims.
@@ -120,8 +140,6 @@ pub struct PaceSettings {
     pub burst: u32,
     /// Writes in any rolling hour.
     pub hourly_max: u32,
-    /// Rows whose claim may wait; beyond that, new rows are told to come back.
-    pub queue_capacity: usize,
 }
 
 /// The App's private key: PEM text from the environment, or a file. Never printed.
@@ -145,6 +163,10 @@ pub struct WebhookSettings {
     pub secrets: Option<WebhookSecrets>,
     pub respond_within: Duration,
     pub max_body_bytes: usize,
+    /// The headers, and then the whole body, must each arrive within this.
+    pub read_timeout: Duration,
+    /// Connections open at once, at most (the open-files limit may lower it).
+    pub max_connections: usize,
 }
 
 /// One table wired to one repository.
@@ -179,6 +201,7 @@ impl Route {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: Option<String>,
+    shutdown_grace: Option<String>,
     reconcile_every: Option<String>,
     reconcile_window: Option<String>,
     stale_claim_after: Option<String>,
@@ -209,6 +232,7 @@ struct RawGithub {
     queue_capacity: Option<usize>,
     retry_budget_ms: Option<u64>,
     base_cache_ms: Option<u64>,
+    max_concurrent_requests: Option<usize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -218,6 +242,8 @@ struct RawWebhook {
     secret: Option<toml::Value>,
     respond_within_ms: Option<u64>,
     max_body_bytes: Option<usize>,
+    read_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -263,6 +289,10 @@ impl Config {
     fn from_raw(raw: RawConfig, path: &Path, env: Env) -> anyhow::Result<Config> {
         let dir = path.parent().unwrap_or(Path::new("."));
         let listen = listen_address(raw.listen.as_deref(), env)?;
+        let shutdown_grace = duration(
+            "shutdown_grace",
+            raw.shutdown_grace.as_deref().unwrap_or("20s"),
+        )?;
         let reconcile = ReconcileSettings {
             every: raw
                 .reconcile_every
@@ -302,6 +332,7 @@ impl Config {
         Ok(Config {
             source: path.to_path_buf(),
             listen,
+            shutdown_grace,
             reconcile,
             forge,
             webhook,
@@ -424,11 +455,15 @@ fn github_settings(raw: RawGithub, dir: &Path, env: Env) -> anyhow::Result<Githu
                 "write_hourly_max",
                 raw.write_hourly_max.unwrap_or(450).into(),
             )? as u32,
-            queue_capacity: positive(
-                "queue_capacity",
-                raw.queue_capacity.unwrap_or(10_000) as u64,
-            )? as usize,
         },
+        queue_capacity: positive(
+            "queue_capacity",
+            raw.queue_capacity.unwrap_or(10_000) as u64,
+        )? as usize,
+        max_concurrent_requests: positive(
+            "max_concurrent_requests",
+            raw.max_concurrent_requests.unwrap_or(16) as u64,
+        )? as usize,
         retry_budget: Duration::from_millis(raw.retry_budget_ms.unwrap_or(30_000)),
         base_cache: Duration::from_millis(raw.base_cache_ms.unwrap_or(10_000)),
     })
@@ -446,10 +481,20 @@ fn webhook(raw: RawWebhook, env: Env) -> anyhow::Result<WebhookSettings> {
     if max_body_bytes < 1024 {
         bail!("[webhook] max_body_bytes must be at least 1024");
     }
+    let read_timeout = Duration::from_millis(raw.read_timeout_ms.unwrap_or(10_000));
+    if read_timeout < Duration::from_millis(100) {
+        bail!("[webhook] read_timeout_ms must be at least 100: a sender needs time to send");
+    }
+    let max_connections = raw.max_connections.unwrap_or(512);
+    if max_connections == 0 {
+        bail!("[webhook] max_connections must be at least 1");
+    }
     Ok(WebhookSettings {
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms.unwrap_or(800)),
         max_body_bytes,
+        read_timeout,
+        max_connections,
     })
 }
 
@@ -570,6 +615,11 @@ mod tests {
         assert_eq!(route.events, vec![EventKind::Insert]);
         assert_eq!(route.payload_template, None);
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+        assert_eq!(config.webhook.read_timeout, Duration::from_secs(10));
+        assert_eq!(config.webhook.max_connections, 512);
+        assert_eq!(github.max_concurrent_requests, 16);
+        assert_eq!(github.queue_capacity, 10_000);
+        assert_eq!(config.shutdown_grace, Duration::from_secs(20));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError};
 use crate::identity::RepoName;
+use crate::shutdown::Shutdown;
 
 /// One line of the report.
 #[derive(Debug)]
@@ -79,7 +80,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             )),
         },
         ForgeSettings::Github(settings) => {
-            let forge = match GithubForge::new(settings) {
+            let forge = match GithubForge::new(settings, Shutdown::new()) {
                 Ok(forge) => {
                     out.push(Check::pass("GitHub App private key parses"));
                     forge

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 
 /// The kinds of database event a webhook body can carry (Supabase's `type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,8 +45,9 @@ pub struct RowEvent {
     pub kind: EventKind,
     pub schema: String,
     pub table: String,
-    /// The row: `record`, or `old_record` for a DELETE.
-    pub record: Map<String, Value>,
+    /// The row (`record`, or `old_record` for a DELETE): a JSON object, kept as its text so
+    /// that only the columns a plan needs are ever parsed.
+    pub record: Box<RawValue>,
 }
 
 #[cfg(test)]

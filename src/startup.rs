@@ -1,6 +1,7 @@
 //! From a loaded config to running parts: the forge its settings name, the routes with their
 //! payload templates compiled, the pipeline, the server, and the jobs that run beside the
-//! server in `serve` (the scheduled sweep). The commands call these; nothing below calls up.
+//! server in `serve` (a first look at each repository, the scheduled sweep). The commands call
+//! these; nothing below calls up.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -9,12 +10,13 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, ForgeSettings};
 use crate::forge::{self, Forge};
 use crate::http::{self, App};
-use crate::pipeline::{Pipeline, Routes};
+use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
 use crate::rows::Rows;
+use crate::shutdown::Shutdown;
 
 /// How long after start the first scheduled sweep runs.
 const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
@@ -24,41 +26,82 @@ pub fn routes(config: &Config) -> anyhow::Result<Routes> {
     Routes::compile(&config.routes).with_context(|| config.source.display().to_string())
 }
 
-/// The forge the config names, for its routes. Makes no request.
-pub async fn forge(config: &Config) -> anyhow::Result<Arc<dyn Forge>> {
-    forge::open(&config.forge).await
+/// The forge the config names, for its routes, its waits bounded by `shutdown`'s grace. Makes
+/// no request.
+pub async fn forge(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Arc<dyn Forge>> {
+    forge::open(&config.forge, shutdown.clone()).await
+}
+
+/// A pipeline over `forge` that admits the config's `queue_capacity` rows at once.
+pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shutdown: &Shutdown) -> Arc<Pipeline> {
+    Pipeline::new(forge, admission(&config.forge), shutdown.clone())
+}
+
+/// How many rows wait at most, and how long a sender refused beyond that is asked to wait:
+/// about as long as the rows admitted take to drain at the pace.
+fn admission(settings: &ForgeSettings) -> Admission {
+    let capacity = settings.queue_capacity();
+    let retry_after = match settings {
+        ForgeSettings::Github(github) => github
+            .pace
+            .interval
+            .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
+            .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
+        ForgeSettings::Local(_) => Duration::from_secs(10),
+    };
+    Admission {
+        capacity,
+        retry_after,
+    }
 }
 
 /// The server's state over `forge`: the routes compiled and a pipeline of its own.
 pub fn app(
     config: Config,
     forge: Arc<dyn Forge>,
+    shutdown: Shutdown,
     insecure_no_auth: bool,
 ) -> anyhow::Result<Arc<App>> {
     let routes = Arc::new(routes(&config)?);
+    let pipeline = pipeline(&config, forge, &shutdown);
     Ok(App::new(
         Arc::new(config),
         routes,
-        Pipeline::new(forge),
+        pipeline,
+        shutdown,
         insecure_no_auth,
     ))
 }
 
-/// Serves `app` on `listener` until `shutdown`, with the scheduled sweep beside it (when the
-/// config asks for one); waits for every run under way before it returns.
+/// Serves `app` on `listener` until `stop`, with the jobs that run beside the server: a first
+/// look at each route's repository (in the background, so that the port answers at once even
+/// when GitHub is slow or down) and the scheduled sweep (when the config asks for one). Then
+/// shuts down within `shutdown_grace` (see [`http::serve`]).
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let warm_up = tokio::spawn(warm_up(Arc::clone(&app)));
     let sweeps = tokio::spawn(scheduled_reconcile(Arc::clone(&app)));
-    // The sweep stops first, so it starts no run after the server has drained its runs.
-    let stop_sweeps = sweeps.abort_handle();
-    let shutdown = async move {
-        shutdown.await;
+    // The jobs stop first, so that they start no run once the server drains its runs.
+    let (stop_warm_up, stop_sweeps) = (warm_up.abort_handle(), sweeps.abort_handle());
+    let stop = async move {
+        stop.await;
+        stop_warm_up.abort();
         stop_sweeps.abort();
     };
-    http::serve(listener, app, shutdown).await
+    http::serve(listener, app, stop).await
+}
+
+/// Reads each route's default branch once: a repository that cannot take claims yet (the App
+/// not installed, an empty repository) is worth saying at start, not at the first row.
+async fn warm_up(app: Arc<App>) {
+    for route in &app.config.routes {
+        if let Err(e) = app.pipeline.forge().base(&route.repo).await {
+            tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
+        }
+    }
 }
 
 /// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's

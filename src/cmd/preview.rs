@@ -24,10 +24,10 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         ))
     };
     let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
-    let plan = match routes
+    let planned = routes
         .plan(event)
-        .map_err(|e| refused(422, e.to_string()))?
-    {
+        .map_err(|e| refused(if e.is_malformed() { 400 } else { 422 }, e.to_string()))?;
+    let plan = match planned {
         Planned::Ignored(why) => {
             println!("the webhook would answer 200 ignored: {why}");
             return Ok(());

@@ -6,9 +6,9 @@ use anyhow::{anyhow, Context};
 
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
-use crate::pipeline::Pipeline;
 use crate::reconcile::{self, Progress, SweepOptions};
 use crate::rows::Rows;
+use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -31,11 +31,14 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         None => config.reconcile.window,
     };
     let routes = startup::routes(&config).map_err(Failure::Usage)?;
-    let forge = startup::forge(&config).await.map_err(Failure::Usage)?;
+    let shutdown = Shutdown::new();
+    let forge = startup::forge(&config, &shutdown)
+        .await
+        .map_err(Failure::Usage)?;
     let rows = Rows::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
-    let pipeline = Pipeline::new(forge);
+    let pipeline = startup::pipeline(&config, forge, &shutdown);
     let options = SweepOptions {
         window,
         stale_claim_after: config.reconcile.stale_claim_after,

@@ -8,8 +8,9 @@ use anyhow::{anyhow, Context};
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
 use crate::identity::BranchName;
-use crate::pipeline::{claim_and_dispatch, Outcome, Plan};
+use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
 use crate::rows::Rows;
+use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
@@ -41,8 +42,11 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
             args.id
         )
     })?;
-    let plan = compiled.plan_row(row.record).context("planning the row")?;
-    let forge = startup::forge(&config).await.map_err(Failure::Usage)?;
+    let plan = compiled.plan_row(&row.record).context("planning the row")?;
+    let shutdown = Shutdown::new();
+    let forge = startup::forge(&config, &shutdown)
+        .await
+        .map_err(Failure::Usage)?;
     let taken = forge
         .row_branches(&route.repo, &route.branch_prefix, &plan.id)
         .await
@@ -69,8 +73,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .base(&route.repo)
         .await
         .context("reading the default branch")?;
-    let plan = Plan { branch, ..plan };
-    match claim_and_dispatch(forge.as_ref(), &plan, base).await {
+    let plan = plan.on_branch(branch);
+    match claim_and_dispatch(forge.as_ref(), &plan, base, &RunWatch::new(shutdown)).await {
         Ok(Outcome::Dispatched { branch, base }) => {
             println!("claimed {branch} at {} and dispatched", base.sha.short());
             Ok(())

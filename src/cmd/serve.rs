@@ -1,10 +1,13 @@
 //! `rowbranch serve`: the webhook receiver.
 
+use std::sync::Arc;
+
 use anyhow::{anyhow, Context};
 use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::config::{process_env, Config};
+use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -19,28 +22,42 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
-    let forge = startup::forge(&config).await.map_err(Failure::Usage)?;
-    // A repository that cannot take claims yet is worth saying at start, not at the first row.
-    for route in &config.routes {
-        if let Err(e) = forge.base(&route.repo).await {
-            tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
-        }
-    }
+    let shutdown = Shutdown::new();
+    let grace = config.shutdown_grace;
+    let forge = startup::forge(&config, &shutdown)
+        .await
+        .map_err(Failure::Usage)?;
+    // Listening comes first: nothing here talks to GitHub, so the port answers at once.
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("could not listen on {}", config.listen))?;
     let addr = listener.local_addr().context("no local address")?;
     tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
-    let app = startup::app(config, forge, args.insecure_no_auth).map_err(Failure::Usage)?;
-    startup::serve(listener, app, shutdown_signal())
+    let app =
+        startup::app(config, forge, shutdown, args.insecure_no_auth).map_err(Failure::Usage)?;
+    let pipeline = Arc::clone(&app.pipeline);
+    let stop = async move {
+        signal().await;
+        tracing::info!(
+            grace_s = grace.as_secs_f64(),
+            "shutting down: no new connections; claimed rows get the grace to dispatch"
+        );
+        tokio::spawn(async move {
+            signal().await;
+            tracing::warn!("a second signal: exiting now");
+            pipeline.report_unfinished();
+            std::process::exit(0);
+        });
+    };
+    startup::serve(listener, app, stop)
         .await
         .context("the server stopped")?;
-    tracing::info!("stopped; every run under way has finished");
+    tracing::info!("stopped");
     Ok(())
 }
 
-/// Ctrl-C or SIGTERM: stop taking deliveries, finish the runs under way.
-async fn shutdown_signal() {
+/// Ctrl-C (SIGINT) or SIGTERM.
+async fn signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -59,5 +76,4 @@ async fn shutdown_signal() {
         () = ctrl_c => {},
         () = term => {},
     }
-    tracing::info!("shutting down: finishing the runs under way");
 }

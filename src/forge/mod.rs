@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::config::ForgeSettings;
 use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::shutdown::Shutdown;
 
 /// A commit id as the forge names it (40 hex digits on GitHub and in git).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
@@ -78,6 +79,10 @@ pub enum ForgeError {
     /// The forge understood the request and refused it; sending it again will not help.
     #[error("{message}")]
     Refused { message: String },
+    /// The process is shutting down and this row had not claimed yet: it is left for a
+    /// redelivery or the sweep.
+    #[error("rowbranch is shutting down; the row was not claimed")]
+    ShuttingDown,
     /// Anything else: a bug here or there. Logged with its chain, answered opaquely.
     #[error(transparent)]
     Other(#[from] anyhow::Error),
@@ -157,10 +162,10 @@ pub trait Forge: Send + Sync {
     }
 }
 
-/// Opens the forge the settings name.
-pub async fn open(settings: &ForgeSettings) -> anyhow::Result<Arc<dyn Forge>> {
+/// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace.
+pub async fn open(settings: &ForgeSettings, shutdown: Shutdown) -> anyhow::Result<Arc<dyn Forge>> {
     match settings {
         ForgeSettings::Local(local) => Ok(Arc::new(local::LocalForge::open(local).await?)),
-        ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(github)?)),
+        ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(github, shutdown)?)),
     }
 }

@@ -10,6 +10,10 @@ use serde_json::{json, Map, Value};
 use crate::identity::{BranchName, RepoName, RowId};
 use crate::pipeline::{DuplicateReason, Outcome, RunError};
 
+/// How long a sender is asked to wait when the row was left at shutdown: about as long as a
+/// restart takes.
+const ABANDONED_RETRY_AFTER: Duration = Duration::from_secs(30);
+
 /// Which row an answer is about.
 #[derive(Debug, Clone)]
 pub struct RowRef {
@@ -27,6 +31,8 @@ pub enum Answer {
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
     BadRequest(String),
+    /// The body did not arrive within `read_timeout_ms`; the connection is closed.
+    TimedOut(Duration),
     Unauthorized,
     TooLarge(usize),
     UnsupportedMediaType,
@@ -54,6 +60,10 @@ impl Answer {
                 retry_after,
             },
             Err(RunError::Refused(message)) => Answer::Unprocessable(message),
+            Err(e @ RunError::Abandoned) => Answer::Unavailable {
+                message: e.to_string(),
+                retry_after: ABANDONED_RETRY_AFTER,
+            },
             // Logged with its chain where the run ended; the caller learns nothing more.
             Err(RunError::Internal(_)) => Answer::Internal,
         }
@@ -64,6 +74,7 @@ impl Answer {
             Answer::Dispatched(_) | Answer::Duplicate(..) | Answer::Ignored(_) => StatusCode::OK,
             Answer::Accepted(..) => StatusCode::ACCEPTED,
             Answer::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Answer::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
             Answer::Unauthorized => StatusCode::UNAUTHORIZED,
             Answer::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Answer::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -112,6 +123,10 @@ impl Answer {
                 waited.as_millis()
             ),
             Answer::BadRequest(why) | Answer::Unprocessable(why) => why.clone(),
+            Answer::TimedOut(limit) => format!(
+                "the body did not arrive within read_timeout_ms ({} ms)",
+                limit.as_millis()
+            ),
             Answer::Unauthorized => "missing or wrong credentials".into(),
             Answer::TooLarge(max) => {
                 format!("the body is larger than max_body_bytes ({max} bytes)")

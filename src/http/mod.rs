@@ -1,8 +1,12 @@
 //! The HTTP server: `POST /webhook` and the probes. [`router`] for tests, [`serve`] for the
-//! binary, with shutdown injected.
+//! binary, with shutdown injected. Every resource a sender can hold is bounded: connections
+//! (`max_connections`, within the open-files limit), the time to send headers and then the body
+//! (`read_timeout_ms` each), the body's size, and the time to shut down (`shutdown_grace`).
 
 mod answer;
+mod conn;
 mod metrics;
+mod ready;
 
 pub use answer::{Answer, RowRef};
 
@@ -10,7 +14,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use axum::body::{to_bytes, Body};
+use axum::body::{to_bytes, Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
@@ -21,8 +25,10 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::pipeline::{Pipeline, Planned, Routes};
-use crate::webhook::payload;
+use crate::shutdown::Shutdown;
+use crate::webhook::{auth, payload};
 use metrics::Metrics;
+use ready::Readiness;
 
 /// Everything a request needs.
 pub struct App {
@@ -30,11 +36,12 @@ pub struct App {
     /// The config's routes with their payload templates compiled.
     pub routes: Arc<Routes>,
     pub pipeline: Arc<Pipeline>,
+    /// Begun when `serve` stops accepting; the pipeline and the forge see the same one.
+    pub shutdown: Shutdown,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
     metrics: Metrics,
-    /// The last readiness answer and when it was had: probes come often, GitHub is asked seldom.
-    readiness: tokio::sync::Mutex<Option<(tokio::time::Instant, Result<(), String>)>>,
+    readiness: Readiness,
 }
 
 impl App {
@@ -42,15 +49,17 @@ impl App {
         config: Arc<Config>,
         routes: Arc<Routes>,
         pipeline: Arc<Pipeline>,
+        shutdown: Shutdown,
         insecure_no_auth: bool,
     ) -> Arc<App> {
         Arc::new(App {
             config,
             routes,
             pipeline,
+            shutdown,
             insecure_no_auth,
             metrics: Metrics::default(),
-            readiness: tokio::sync::Mutex::new(None),
+            readiness: Readiness::default(),
         })
     }
 }
@@ -64,16 +73,32 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Serves until `shutdown` resolves, then waits for every run under way to finish.
+/// Serves until `stop` resolves; then stops accepting, closes idle connections, begins the
+/// shutdown and gives in-flight requests and runs `shutdown_grace` to finish. What is still
+/// running when the grace ends is logged by id, and left.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(Arc::clone(&app)))
-        .with_graceful_shutdown(shutdown)
-        .await?;
-    app.pipeline.drain().await;
+    let connections = conn::serve(
+        listener,
+        router(Arc::clone(&app)),
+        &app.config.webhook,
+        stop,
+    )
+    .await;
+    app.shutdown.begin(app.config.shutdown_grace);
+    let deadline = app.shutdown.deadline().expect("the shutdown has begun");
+    let finished = tokio::time::timeout_at(deadline, async {
+        connections.shutdown().await;
+        app.pipeline.drain().await;
+    })
+    .await;
+    if finished.is_err() {
+        let left = app.pipeline.report_unfinished();
+        tracing::warn!(rows = left, "the shutdown grace ran out");
+    }
     Ok(())
 }
 
@@ -81,31 +106,10 @@ async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// How long a readiness answer is reused.
-const READINESS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
-
 /// Ready when the config is loaded (it is, or there would be no server) and the forge answers
-/// with valid credentials.
+/// with valid credentials. Concurrent probes share one check (see [`ready`]).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let cached = match &*app.readiness.lock().await {
-        Some((at, result)) if at.elapsed() < READINESS_TTL => Some(result.clone()),
-        _ => None,
-    };
-    // Asked without holding the lock: a slow GitHub must not queue every probe behind it.
-    let result = match cached {
-        Some(result) => result,
-        None => {
-            let result = app
-                .pipeline
-                .forge()
-                .ready()
-                .await
-                .map_err(|e| e.to_string());
-            *app.readiness.lock().await = Some((tokio::time::Instant::now(), result.clone()));
-            result
-        }
-    };
-    match result {
+    match app.readiness.check(app.pipeline.forge()).await {
         Ok(()) => Json(json!({ "status": "ready" })).into_response(),
         Err(message) => (
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
@@ -123,46 +127,81 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
+/// Reads a delivery, then hands it to a task of its own: once the body is read, nothing the
+/// client does (hanging up, say) can stop the decision or the run.
 async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let answer = receive(&app, &headers, body).await;
+    let answer = match read(&app, &headers, body).await {
+        Err(refused) => refused,
+        Ok(bytes) => {
+            let decided = tokio::spawn(decide(Arc::clone(&app), headers, bytes));
+            decided.await.unwrap_or(Answer::Internal)
+        }
+    };
     app.metrics.count(&answer);
     answer.into_response()
 }
 
-/// Content type, size, credentials, shape, route, id — in that order, so nothing is parsed
-/// before it is authenticated and nothing is written before the id is valid — then the run.
-async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Answer {
+/// Content type, declared size and the presence of a credential — from the headers alone —
+/// then the body, within `read_timeout_ms` and `max_body_bytes`.
+async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answer> {
     let webhook = &app.config.webhook;
     if !is_json(headers) {
-        return Answer::UnsupportedMediaType;
+        return Err(Answer::UnsupportedMediaType);
     }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
-        return Answer::TooLarge(webhook.max_body_bytes);
+        return Err(Answer::TooLarge(webhook.max_body_bytes));
     }
-    let Ok(bytes) = to_bytes(body, webhook.max_body_bytes).await else {
-        return Answer::TooLarge(webhook.max_body_bytes);
-    };
-    match &webhook.secrets {
-        Some(secrets) => {
-            if let Err(why) = secrets.verify(headers, &bytes, SystemTime::now()) {
-                tracing::debug!(reason = %why, "refused a delivery");
-                return Answer::Unauthorized;
-            }
+    // Without any credential there is nothing to check the body against: refused unread.
+    let open = webhook.secrets.is_none() && app.insecure_no_auth;
+    if !open && !auth::carries_credentials(headers) {
+        return Err(Answer::Unauthorized);
+    }
+    match tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_too_large(&e) => Err(Answer::TooLarge(webhook.max_body_bytes)),
+        Ok(Err(_)) => Err(Answer::BadRequest(
+            "the body was cut off before its end".into(),
+        )),
+        Err(_) => Err(Answer::TimedOut(webhook.read_timeout)),
+    }
+}
+
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(error) = source {
+        if error.is::<http_body_util::LengthLimitError>() {
+            return true;
         }
-        None if app.insecure_no_auth => {}
-        None => return Answer::Unauthorized,
+        source = error.source();
+    }
+    false
+}
+
+/// Credentials, shape, route, id — in that order, so nothing is parsed before it is
+/// authenticated and nothing is written before the id is valid — then the run, awaited for at
+/// most `respond_within_ms`.
+async fn decide(app: Arc<App>, headers: HeaderMap, bytes: Bytes) -> Answer {
+    let webhook = &app.config.webhook;
+    if let Some(secrets) = &webhook.secrets {
+        if let Err(why) = secrets.verify(&headers, &bytes, SystemTime::now()) {
+            tracing::debug!(reason = %why, "refused a delivery");
+            return Answer::Unauthorized;
+        }
     }
     let event = match payload::parse(&bytes) {
         Ok(event) => event,
         Err(e) => return Answer::BadRequest(e.to_string()),
     };
+    // The body is not needed past here: a waiting row keeps only its plan.
+    drop(bytes);
     let plan = match app.routes.plan(event) {
         Ok(Planned::Run(plan)) => plan,
         Ok(Planned::Ignored(why)) => return Answer::Ignored(why),
+        Err(e) if e.is_malformed() => return Answer::BadRequest(e.to_string()),
         Err(e) => return Answer::Unprocessable(e.to_string()),
     };
     let row = RowRef {
@@ -170,8 +209,16 @@ async fn receive(app: &App, headers: &HeaderMap, body: Body) -> Answer {
         branch: plan.branch.clone(),
         repo: plan.route.repo.clone(),
     };
-    let submission = app.pipeline.submit(plan);
-    // The run is spawned: when the wait ends early, or the client goes, it carries on.
+    let submission = match app.pipeline.submit(plan) {
+        Ok(submission) => submission,
+        Err(full) => {
+            return Answer::Unavailable {
+                message: full.to_string(),
+                retry_after: full.retry_after,
+            }
+        }
+    };
+    // The run is spawned: when the wait ends early it carries on.
     match tokio::time::timeout(webhook.respond_within, submission.outcome()).await {
         Ok(result) => Answer::from_run(row, result),
         Err(_) => Answer::Accepted(row, webhook.respond_within),

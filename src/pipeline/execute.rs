@@ -1,15 +1,16 @@
 //! The one executor: check, claim, dispatch, and roll the claim back on a definite failure.
 //! `serve`, `demo`, `reconcile` and `redo` all run rows through here.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::plan::Plan;
 use crate::forge::{Base, Claim, Forge, ForgeError};
 use crate::identity::BranchName;
+use crate::shutdown::Shutdown;
 
 /// How long a caller is asked to wait when the forge gave no hint.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(10);
@@ -68,6 +69,36 @@ pub enum RunError {
     /// A bug, here or in the forge; the chain is logged, the caller learns nothing more.
     #[error("{0:#}")]
     Internal(Arc<anyhow::Error>),
+    /// The process began shutting down before the row's claim: nothing is claimed; safe to
+    /// send again.
+    #[error("rowbranch is shutting down and did not claim the row; send it again")]
+    Abandoned,
+}
+
+/// What a run tells the pipeline while it is under way, and what it is told: whether it holds a
+/// claim (which it owes a dispatch or a release), and the process's shutdown.
+#[derive(Debug)]
+pub struct RunWatch {
+    shutdown: Shutdown,
+    claimed: Mutex<Option<BranchName>>,
+}
+
+impl RunWatch {
+    pub fn new(shutdown: Shutdown) -> RunWatch {
+        RunWatch {
+            shutdown,
+            claimed: Mutex::new(None),
+        }
+    }
+
+    /// The branch this run claimed and has not yet dispatched or released.
+    pub fn claimed(&self) -> Option<BranchName> {
+        self.claimed.lock().expect("claim lock poisoned").clone()
+    }
+
+    fn set_claimed(&self, branch: Option<BranchName>) {
+        *self.claimed.lock().expect("claim lock poisoned") = branch;
+    }
 }
 
 impl RunError {
@@ -87,12 +118,17 @@ impl RunError {
                 retry_after: REFUSED_RETRY_AFTER,
             },
             ForgeError::Other(e) => RunError::Internal(Arc::new(e.context(during.to_owned()))),
+            ForgeError::ShuttingDown => RunError::Abandoned,
         }
     }
 }
 
 /// Runs one row through the pipeline (SPEC §5).
-pub async fn execute(forge: &dyn Forge, plan: &Plan) -> Result<Outcome, RunError> {
+pub async fn execute(
+    forge: &dyn Forge,
+    plan: &Plan,
+    watch: &RunWatch,
+) -> Result<Outcome, RunError> {
     let route = &plan.route;
     let repo = &route.repo;
     // Steps 1 and 2, and the base for step 3: three reads, one round trip.
@@ -117,7 +153,7 @@ pub async fn execute(forge: &dyn Forge, plan: &Plan) -> Result<Outcome, RunError
         });
     }
     let base = base.map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-    claim_and_dispatch(forge, plan, base).await
+    claim_and_dispatch(forge, plan, base, watch).await
 }
 
 /// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
@@ -126,6 +162,7 @@ pub async fn claim_and_dispatch(
     forge: &dyn Forge,
     plan: &Plan,
     base: Base,
+    watch: &RunWatch,
 ) -> Result<Outcome, RunError> {
     let route = &plan.route;
     let repo = &route.repo;
@@ -133,6 +170,11 @@ pub async fn claim_and_dispatch(
     let payload = plan
         .client_payload(&base)
         .map_err(|e| RunError::Refused(e.to_string()))?;
+    // A row that has not claimed when the shutdown begins is left for a redelivery or the
+    // sweep: the grace is for rows that hold a claim.
+    if watch.shutdown.is_draining() {
+        return Err(RunError::Abandoned);
+    }
     let claim = forge
         .claim(repo, &plan.branch, &base.sha)
         .await
@@ -147,8 +189,23 @@ pub async fn claim_and_dispatch(
         // At least once beats at most once: the workflow's guard makes a second run a no-op.
         tracing::warn!(id = %plan.id, branch = %plan.branch, "claim answer was ambiguous; dispatching anyway");
     }
+    watch.set_claimed(Some(plan.branch.clone()));
+    let settled = dispatch_or_release(forge, plan, base, claim, payload).await;
+    watch.set_claimed(None);
+    settled
+}
+
+/// Steps 4 and 5, for a claim this run holds.
+async fn dispatch_or_release(
+    forge: &dyn Forge,
+    plan: &Plan,
+    base: Base,
+    claim: Claim,
+    payload: Map<String, Value>,
+) -> Result<Outcome, RunError> {
+    let repo = &plan.route.repo;
     let sent = forge
-        .dispatch(repo, &route.event_type, &Value::Object(payload))
+        .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
         .await;
     let failure = match sent {
         Ok(()) => {

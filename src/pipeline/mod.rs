@@ -1,10 +1,12 @@
-//! The pipeline: a pure [`plan`] of what a row needs, one [`execute`] that does it, and
-//! [`Pipeline`], which runs rows in the background with one run per row at a time.
+//! The pipeline: a pure [`Routes::plan`] of what a row needs, one [`execute`] that does it, and
+//! [`Pipeline`], which runs rows in the background with one run per row at a time, admits at
+//! most `queue_capacity` rows at once, and knows which rows are left when the shutdown's grace
+//! runs out.
 
 mod execute;
 mod plan;
 
-pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError};
+pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
 pub use plan::{CompiledRoute, Plan, PlanError, Planned, Routes};
 
 #[cfg(test)]
@@ -12,12 +14,14 @@ pub(crate) use plan::test_routes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio_util::task::TaskTracker;
 
 use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
+use crate::shutdown::Shutdown;
 
 /// A run of one row that any number of deliveries can await.
 pub type Run = Shared<BoxFuture<'static, Result<Outcome, RunError>>>;
@@ -25,12 +29,28 @@ pub type Run = Shared<BoxFuture<'static, Result<Outcome, RunError>>>;
 /// Rows are one and the same when repository, prefix and id agree (SPEC §4).
 type RowKey = (RepoName, BranchPrefix, RowId);
 
+/// How many rows may be accepted and not yet finished, and what to tell a sender beyond that.
+#[derive(Debug, Clone, Copy)]
+pub struct Admission {
+    pub capacity: usize,
+    /// About how long the rows admitted take to drain.
+    pub retry_after: Duration,
+}
+
 /// Runs rows on a forge. Runs are spawned, so they finish even when every caller has gone.
 pub struct Pipeline {
     forge: Arc<dyn Forge>,
-    /// Runs under way, so that concurrent deliveries of a row share one (single flight).
-    runs: Mutex<HashMap<RowKey, Run>>,
+    /// Runs under way, so that concurrent deliveries of a row share one (single flight); their
+    /// number is the number of rows admitted and not yet finished.
+    runs: Mutex<HashMap<RowKey, Entry>>,
     tasks: TaskTracker,
+    admission: Admission,
+    shutdown: Shutdown,
+}
+
+struct Entry {
+    run: Run,
+    watch: Arc<RunWatch>,
 }
 
 /// A delivery's place in a run.
@@ -38,6 +58,14 @@ pub struct Submission {
     /// True when the run was already under way: this delivery did not start it.
     pub joined: bool,
     pub run: Run,
+}
+
+/// The pipeline is full: `capacity` rows are admitted and not yet finished.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("{capacity} rows are waiting already (queue_capacity)")]
+pub struct Full {
+    pub capacity: usize,
+    pub retry_after: Duration,
 }
 
 impl Submission {
@@ -58,11 +86,13 @@ impl Submission {
 }
 
 impl Pipeline {
-    pub fn new(forge: Arc<dyn Forge>) -> Arc<Pipeline> {
+    pub fn new(forge: Arc<dyn Forge>, admission: Admission, shutdown: Shutdown) -> Arc<Pipeline> {
         Arc::new(Pipeline {
             forge,
             runs: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
+            admission,
+            shutdown,
         })
     }
 
@@ -70,8 +100,14 @@ impl Pipeline {
         &self.forge
     }
 
-    /// Starts a run of `plan`, or joins the one under way for the same row.
-    pub fn submit(self: &Arc<Self>, plan: Plan) -> Submission {
+    /// Rows admitted and not yet finished.
+    pub fn in_flight(&self) -> usize {
+        self.runs.lock().expect("runs lock poisoned").len()
+    }
+
+    /// Starts a run of `plan`, or joins the one under way for the same row. A new row beyond
+    /// `queue_capacity` is refused: the count and the admission are one step under one lock.
+    pub fn submit(self: &Arc<Self>, plan: Plan) -> Result<Submission, Full> {
         let key = (
             plan.route.repo.clone(),
             plan.route.branch_prefix.clone(),
@@ -79,22 +115,35 @@ impl Pipeline {
         );
         // Held until the run is registered, so the run cannot unregister itself before that.
         let mut runs = self.runs.lock().expect("runs lock poisoned");
-        if let Some(run) = runs.get(&key) {
-            return Submission {
+        if let Some(entry) = runs.get(&key) {
+            return Ok(Submission {
                 joined: true,
-                run: run.clone(),
-            };
+                run: entry.run.clone(),
+            });
         }
+        if runs.len() >= self.admission.capacity {
+            return Err(Full {
+                capacity: self.admission.capacity,
+                retry_after: self.admission.retry_after,
+            });
+        }
+        let watch = Arc::new(RunWatch::new(self.shutdown.clone()));
         let this = Arc::clone(self);
         let done_key = key.clone();
+        let run_watch = Arc::clone(&watch);
         let task = self.tasks.spawn(async move {
             // Unregistered on drop, so a run that panics does not stay "under way" forever.
             let _done = Unregister(Arc::clone(&this), done_key);
-            let result = execute(this.forge.as_ref(), &plan).await;
-            if let Err(e) = &result {
+            let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
+            match &result {
+                Err(RunError::Abandoned) => {
+                    tracing::error!(id = %plan.id, repo = %plan.route.repo,
+                        "abandoned at shutdown before its claim; a redelivery or the sweep will run the row");
+                }
                 // The one log line for a failed run; every delivery that awaited it gets its answer.
-                tracing::error!(id = %plan.id, branch = %plan.branch, repo = %plan.route.repo,
-                    error = %e, "the row's run failed");
+                Err(e) => tracing::error!(id = %plan.id, branch = %plan.branch,
+                    repo = %plan.route.repo, error = %e, "the row's run failed"),
+                Ok(_) => {}
             }
             result
         });
@@ -107,14 +156,35 @@ impl Pipeline {
         }
         .boxed()
         .shared();
-        runs.insert(key, run.clone());
-        Submission { joined: false, run }
+        runs.insert(
+            key,
+            Entry {
+                run: run.clone(),
+                watch,
+            },
+        );
+        Ok(Submission { joined: false, run })
     }
 
     /// Waits for every run under way; new runs can no longer be tracked after this.
     pub async fn drain(&self) {
         self.tasks.close();
         self.tasks.wait().await;
+    }
+
+    /// Logs each run still under way, at error level with its id (and, for a claim left open,
+    /// its branch), for when the process stops before they end.
+    pub fn report_unfinished(&self) -> usize {
+        let runs = self.runs.lock().expect("runs lock poisoned");
+        for ((repo, _, id), entry) in runs.iter() {
+            match entry.watch.claimed() {
+                Some(branch) => tracing::error!(%id, %branch, %repo,
+                    "stopped with the claim open and no dispatch; the sweep re-dispatches it as a dead claim"),
+                None => tracing::error!(%id, %repo,
+                    "stopped before the row was claimed; a redelivery or the sweep will run it"),
+            }
+        }
+        runs.len()
     }
 }
 

@@ -1,10 +1,12 @@
 //! The pure half of the pipeline: from a database event and the routes to what would be done.
 //! No I/O, so `preview` can print it and tests can table it.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::Route;
@@ -12,7 +14,7 @@ use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
 use crate::templates::{
-    cut_text, PayloadContext, PayloadError, PayloadTemplate, MAX_TEXT_JSON_BYTES,
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
 };
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
@@ -80,7 +82,7 @@ impl Routes {
                 event.schema, event.table, event.kind
             )));
         }
-        compiled.plan_row(event.record).map(Planned::Run)
+        compiled.plan_json(&event.record).map(Planned::Run)
     }
 }
 
@@ -97,16 +99,69 @@ pub enum Planned {
     Run(Plan),
 }
 
-/// One row's work: the branch to claim and what to dispatch.
+/// One row's work: the branch to claim and what to dispatch. It keeps only what its payload
+/// needs of the row (the text, cut to what the payload can carry; the columns the template
+/// reads), so that a row waiting its turn costs little memory however large the row is.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub route: Arc<Route>,
     pub payload: Arc<PayloadTemplate>,
     pub id: RowId,
     pub branch: BranchName,
-    /// The row's text, if the route names a text column and the row has one.
+    /// The row's text, if the route names a text column and the row has one, cut on a
+    /// character boundary to what the payload can carry.
     pub text: Option<String>,
-    pub record: Map<String, Value>,
+    /// Whether `text` was cut.
+    pub text_truncated: bool,
+    record: Kept,
+}
+
+/// What a plan keeps of its row for the payload template.
+#[derive(Debug, Clone)]
+enum Kept {
+    /// The columns the template reads, and only those.
+    Columns(Map<String, Value>),
+    /// The template reads the record as a whole: its JSON text, parsed when rendered.
+    Whole(Box<RawValue>),
+}
+
+/// A row's columns, as the webhook carried them or as the table gave them.
+trait Columns {
+    /// The column's value; `None` when the row has no such column; an error when its text is
+    /// no JSON value serde_json can hold (a number out of range, say).
+    fn get(&self, column: &str) -> Result<Option<Value>, String>;
+    /// The whole row as JSON text.
+    fn whole(&self) -> Box<RawValue>;
+}
+
+/// The webhook's `record`: its columns parsed one by one, when asked for.
+struct JsonColumns<'a> {
+    text: &'a RawValue,
+    fields: HashMap<String, &'a RawValue>,
+}
+
+impl Columns for JsonColumns<'_> {
+    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+        self.fields
+            .get(column)
+            .map(|raw| serde_json::from_str(raw.get()))
+            .transpose()
+            .map_err(|e| format!("`{column}`: {e}"))
+    }
+
+    fn whole(&self) -> Box<RawValue> {
+        self.text.to_owned()
+    }
+}
+
+impl Columns for Map<String, Value> {
+    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+        Ok(Map::get(self, column).cloned())
+    }
+
+    fn whole(&self) -> Box<RawValue> {
+        serde_json::value::to_raw_value(self).expect("a JSON map serializes")
+    }
 }
 
 /// Why an event that a route takes cannot be planned; the text is the 422 message.
@@ -120,53 +175,114 @@ pub enum PlanError {
         #[source]
         source: IdError,
     },
+    #[error("the row is not a JSON object of columns: {detail}")]
+    NotAnObject { detail: String },
+    /// A column the plan reads is no JSON value serde_json can hold: the body's fault (400).
+    #[error("the body is not valid JSON: {detail}")]
+    NotJson { detail: String },
+}
+
+impl PlanError {
+    /// Whether the row's JSON itself is at fault (answered 400), rather than its id (422).
+    pub fn is_malformed(&self) -> bool {
+        matches!(
+            self,
+            PlanError::NotJson { .. } | PlanError::NotAnObject { .. }
+        )
+    }
 }
 
 impl CompiledRoute {
-    /// Plans one row of the route's table: the pipeline's input from the webhook, the sweep
-    /// and redo.
-    pub fn plan_row(&self, record: Map<String, Value>) -> Result<Plan, PlanError> {
+    /// Plans a row as a webhook carried it: `record` is a JSON object (the body's parser has
+    /// checked that), of which only the columns the plan needs are parsed.
+    pub fn plan_json(&self, record: &RawValue) -> Result<Plan, PlanError> {
+        let fields = serde_json::from_str(record.get()).map_err(|e| PlanError::NotAnObject {
+            detail: e.to_string(),
+        })?;
+        self.plan(&JsonColumns {
+            text: record,
+            fields,
+        })
+    }
+
+    /// Plans a row read from the table (the sweep, redo).
+    pub fn plan_row(&self, record: &Map<String, Value>) -> Result<Plan, PlanError> {
+        self.plan(record)
+    }
+
+    fn plan(&self, record: &dyn Columns) -> Result<Plan, PlanError> {
         let route = &self.route;
-        let raw_id = record
-            .get(&route.id_column)
-            .ok_or_else(|| PlanError::NoId {
-                column: route.id_column.clone(),
-                table: route.table_name(),
-            })?;
-        let id = RowId::parse(raw_id).map_err(|source| PlanError::BadId {
+        let column = |name: &str| {
+            record
+                .get(name)
+                .map_err(|detail| PlanError::NotJson { detail })
+        };
+        let raw_id = column(&route.id_column)?.ok_or_else(|| PlanError::NoId {
+            column: route.id_column.clone(),
+            table: route.table_name(),
+        })?;
+        let id = RowId::parse(&raw_id).map_err(|source| PlanError::BadId {
             column: route.id_column.clone(),
             source,
         })?;
-        let text = route
-            .text_column
-            .as_ref()
-            .and_then(|column| record.get(column))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let text = match &route.text_column {
+            Some(name) => match column(name)? {
+                Some(Value::String(text)) => Some(text),
+                _ => None,
+            },
+            None => None,
+        };
+        // The slug is made from the whole text; the plan keeps what the payload can carry.
         let slug = text
             .as_deref()
             .and_then(|t| Slug::new(t, route.slug_max_len));
         let branch = BranchName::new(&route.branch_prefix, &id, slug.as_ref());
+        let (text, text_truncated) = match text {
+            Some(text) => {
+                let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
+                (Some(kept.to_owned()), cut)
+            }
+            None => (None, false),
+        };
+        let kept = match self.payload.record_use() {
+            RecordUse::Whole => Kept::Whole(record.whole()),
+            RecordUse::Columns(names) => {
+                let mut kept = Map::new();
+                for name in names {
+                    if let Some(value) = column(name)? {
+                        kept.insert(name.clone(), value);
+                    }
+                }
+                Kept::Columns(kept)
+            }
+        };
         Ok(Plan {
             route: Arc::clone(route),
             payload: Arc::clone(&self.payload),
             id,
             branch,
             text,
-            record,
+            text_truncated,
+            record: kept,
         })
     }
 }
 
 impl Plan {
+    /// The same work on another branch of the row (a redo's, or a dead claim's as it is).
+    pub fn on_branch(self, branch: BranchName) -> Plan {
+        Plan { branch, ..self }
+    }
+
     /// The `client_payload` to dispatch once the branch is claimed at `base`.
     pub fn client_payload(&self, base: &Base) -> Result<Map<String, Value>, PayloadError> {
-        let (text, text_truncated) = match self.text.as_deref() {
-            Some(t) => {
-                let (kept, cut) = cut_text(t, MAX_TEXT_JSON_BYTES);
-                (Some(kept), cut)
+        let whole;
+        let record = match &self.record {
+            Kept::Columns(columns) => columns,
+            Kept::Whole(text) => {
+                whole = serde_json::from_str(text.get()).unwrap_or_default();
+                &whole
             }
-            None => (None, false),
         };
         let route = &self.route;
         self.payload.render(&PayloadContext {
@@ -178,9 +294,9 @@ impl Plan {
             schema: &route.schema,
             table: &route.table,
             event_type: route.event_type.as_str(),
-            text,
-            text_truncated,
-            record: &self.record,
+            text: self.text.as_deref(),
+            text_truncated: self.text_truncated,
+            record,
         })
     }
 }
@@ -214,7 +330,7 @@ mod tests {
             kind,
             schema: "public".into(),
             table: table.into(),
-            record: record.as_object().unwrap().clone(),
+            record: serde_json::value::to_raw_value(&record).unwrap(),
         }
     }
 

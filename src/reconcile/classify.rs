@@ -84,7 +84,7 @@ pub fn classify(
         .get(&route.route.id_column)
         .cloned()
         .unwrap_or(Value::Null);
-    let plan = match route.plan_row(row.record) {
+    let plan = match route.plan_row(&row.record) {
         Ok(plan) => plan,
         Err(e) => {
             return Verdict::Failed {
@@ -102,7 +102,7 @@ pub fn classify(
             match BranchName::existing(prefix, &plan.id, &only.name) {
                 Some(branch) => Verdict::Suspect {
                     claimed_at: only.sha.clone(),
-                    plan: Plan { branch, ..plan },
+                    plan: plan.on_branch(branch),
                 },
                 // `branches_of` keeps only the row's own: unreachable, and harmless.
                 None => Verdict::Handled,

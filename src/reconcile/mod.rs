@@ -273,7 +273,14 @@ impl Apply<'_> {
                 let id = plan.id.to_string();
                 let run = self.pipeline.submit(plan);
                 async move {
-                    match run.outcome().await {
+                    let outcome = match run {
+                        Ok(run) => run.outcome().await,
+                        Err(full) => Err(RunError::Unavailable {
+                            message: full.to_string(),
+                            retry_after: full.retry_after,
+                        }),
+                    };
+                    match outcome {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
                         // Handled meanwhile (a webhook, another sweep): counted as handled.
                         Ok(Outcome::Duplicate { .. }) => Settled::Handled,

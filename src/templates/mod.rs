@@ -4,6 +4,7 @@
 
 pub mod setup;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use anyhow::Context;
@@ -28,6 +29,18 @@ const NAME: &str = "payload.json";
 pub struct PayloadTemplate {
     env: Environment<'static>,
     origin: String,
+    /// Which of the row's columns it reads, so that a waiting row keeps only those.
+    record_use: RecordUse,
+}
+
+/// Which of the row's columns a template reads through `record`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordUse {
+    /// Only these columns, by name (`record.title`, `record.meta.owner` → `title`, `meta`).
+    Columns(BTreeSet<String>),
+    /// The record some other way (`record["x"]`, a loop, a filter, `{{ record }}` itself): all
+    /// of it.
+    Whole,
 }
 
 impl std::fmt::Debug for PayloadTemplate {
@@ -97,7 +110,17 @@ impl PayloadTemplate {
         // A misspelt variable is an error, not an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
         env.add_template_owned(NAME, source).map_err(render_error)?;
-        Ok(PayloadTemplate { env, origin })
+        let record_use = record_use(&env.get_template(NAME).map_err(render_error)?);
+        Ok(PayloadTemplate {
+            env,
+            origin,
+            record_use,
+        })
+    }
+
+    /// Which of the row's columns this template reads.
+    pub fn record_use(&self) -> &RecordUse {
+        &self.record_use
     }
 
     /// Renders and checks the payload.
@@ -126,6 +149,23 @@ impl PayloadTemplate {
         }
         Ok(object)
     }
+}
+
+/// What a template reads of `record`, from the variables it looks up: `record.col…` names a
+/// column; a bare `record` (a subscript, an alias, a loop, a filter) may read any of them.
+/// (https://docs.rs/minijinja/2/minijinja/struct.Template.html#method.undeclared_variables)
+fn record_use(template: &minijinja::Template<'_, '_>) -> RecordUse {
+    let mut columns = BTreeSet::new();
+    for name in template.undeclared_variables(true) {
+        if name == "record" {
+            return RecordUse::Whole;
+        }
+        if let Some(path) = name.strip_prefix("record.") {
+            let column = path.split('.').next().unwrap_or(path);
+            columns.insert(column.to_owned());
+        }
+    }
+    RecordUse::Columns(columns)
 }
 
 fn render_error(e: minijinja::Error) -> PayloadError {
@@ -267,5 +307,28 @@ mod tests {
         assert!(cut);
         assert_eq!(kept.len(), 4);
         assert_eq!(serde_json::to_string(kept).unwrap().len(), 2 + 6 * 4);
+    }
+
+    #[test]
+    fn a_template_reads_only_the_columns_it_names() {
+        let compile = |source: &str| PayloadTemplate::compile(source.into(), "t".into()).unwrap();
+        assert_eq!(
+            PayloadTemplate::builtin().record_use(),
+            &RecordUse::Columns(BTreeSet::new())
+        );
+        let named =
+            compile(r#"{"t": {{ record.title }}, "o": {{ record.meta.owner }}, "i": {{ id }}}"#);
+        assert_eq!(
+            named.record_use(),
+            &RecordUse::Columns(["meta".to_owned(), "title".to_owned()].into())
+        );
+        for whole in [
+            r#"{"r": {{ record }}}"#,
+            r#"{"x": {{ record["x-y"] }}}"#,
+            r#"{% set r = record %}{"t": {{ r.title }}}"#,
+            r#"{"n": {{ record | length }}}"#,
+        ] {
+            assert_eq!(compile(whole).record_use(), &RecordUse::Whole, "{whole}");
+        }
     }
 }

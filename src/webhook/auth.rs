@@ -289,6 +289,14 @@ impl Secret {
     }
 }
 
+/// Whether a request carries any of the credential headers at all: one that carries none is
+/// refused before its body is read.
+pub fn carries_credentials(headers: &HeaderMap) -> bool {
+    [AUTHORIZATION.as_str(), WEBHOOK_SIGNATURE, HUB_SIGNATURE]
+        .iter()
+        .any(|name| headers.contains_key(*name))
+}
+
 /// Drops the `v1,` that Supabase shows before a `whsec_` secret; any other secret is kept whole.
 fn strip_display_version(raw: &str) -> &str {
     match raw.strip_prefix(DISPLAY_VERSION_PREFIX) {

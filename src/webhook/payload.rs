@@ -1,7 +1,11 @@
 //! The body Supabase's database webhooks post, parsed into a [`RowEvent`]. Every refusal says
-//! which field is wrong; the text is the 400 message.
+//! which field is wrong; the text is the 400 message. The row itself is checked to be an object
+//! and kept as its JSON text: a row of megabytes is never turned into a tree of values here.
 
-use serde_json::{Map, Value};
+use std::collections::HashMap;
+
+use serde_json::value::RawValue;
+use serde_json::Value;
 
 use crate::event::{EventKind, RowEvent};
 use crate::identity::excerpt;
@@ -14,15 +18,23 @@ pub struct ShapeError(String);
 const EXAMPLE: &str =
     r#"{"type":"INSERT","table":"feedbacks","schema":"public","record":{...},"old_record":null}"#;
 
+/// The body's top-level fields, each still JSON text.
+type Fields<'a> = HashMap<String, &'a RawValue>;
+
 /// Parses a Supabase database-webhook body.
 pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
-    let value: Value = serde_json::from_slice(body)
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ShapeError(format!("the body is not valid JSON: it is not UTF-8 ({e})")))?;
+    check_depth(text)?;
+    let whole: &RawValue = serde_json::from_str(text)
         .map_err(|e| ShapeError(format!("the body is not valid JSON: {e}")))?;
-    let Value::Object(mut body) = value else {
+    if kind_of(whole) != "an object" {
         return Err(ShapeError(format!(
             "the body must be a JSON object of the form {EXAMPLE}"
         )));
-    };
+    }
+    let body: Fields = serde_json::from_str(whole.get())
+        .map_err(|e| ShapeError(format!("the body is not valid JSON: {e}")))?;
     let kind_text = name_field(&body, "type")?;
     let Some(kind) = EventKind::parse(&kind_text) else {
         return Err(ShapeError(format!(
@@ -38,26 +50,25 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
     } else {
         ("record", "old_record")
     };
-    let record = match body.remove(field) {
-        Some(Value::Object(record)) => record,
+    let record = match body.get(field) {
+        Some(raw) if kind_of(raw) == "an object" => (*raw).to_owned(),
         None => {
             return Err(ShapeError(format!(
                 "`{field}` is missing: a {kind} carries the row there"
             )))
         }
-        Some(v) => {
+        Some(raw) => {
             return Err(ShapeError(format!(
                 "`{field}` is {}: a {kind} carries the row there as an object",
-                kind_of(&v)
+                kind_of(raw)
             )))
         }
     };
-    match body.get(other) {
-        None | Some(Value::Null) | Some(Value::Object(_)) => {}
-        Some(v) => {
+    match body.get(other).map(|raw| kind_of(raw)) {
+        None | Some("null" | "an object") => {}
+        Some(found) => {
             return Err(ShapeError(format!(
-                "`{other}` is {}: expected an object or null",
-                kind_of(v)
+                "`{other}` is {found}: expected an object or null"
             )))
         }
     }
@@ -69,28 +80,60 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
     })
 }
 
-fn name_field(body: &Map<String, Value>, field: &str) -> Result<String, ShapeError> {
-    match body.get(field) {
-        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
-        Some(Value::String(_)) => Err(ShapeError(format!("`{field}` is empty"))),
-        None => Err(ShapeError(format!(
+fn name_field(body: &Fields, field: &str) -> Result<String, ShapeError> {
+    let Some(raw) = body.get(field) else {
+        return Err(ShapeError(format!(
             "`{field}` is missing: the body must be of the form {EXAMPLE}"
-        ))),
-        Some(v) => Err(ShapeError(format!(
+        )));
+    };
+    match serde_json::from_str::<Value>(raw.get()) {
+        Ok(Value::String(s)) if !s.is_empty() => Ok(s),
+        Ok(Value::String(_)) => Err(ShapeError(format!("`{field}` is empty"))),
+        _ => Err(ShapeError(format!(
             "`{field}` is {}: expected a string",
-            kind_of(v)
+            kind_of(raw)
         ))),
     }
 }
 
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
+/// How deep arrays and objects may nest: serde_json's own limit when it builds values, kept for
+/// every part of the body, since the row's columns are parsed later, one at a time.
+const MAX_DEPTH: usize = 128;
+
+/// Refuses a body nested deeper than [`MAX_DEPTH`], counting brackets outside strings.
+fn check_depth(text: &str) -> Result<(), ShapeError> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for byte in text.bytes() {
+        match (in_string, byte) {
+            (true, _) if escaped => escaped = false,
+            (true, b'\\') => escaped = true,
+            (true, b'"') => in_string = false,
+            (true, _) => {}
+            (false, b'"') => in_string = true,
+            (false, b'[' | b'{') => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(ShapeError(format!(
+                        "the body is not valid JSON: it nests more than {MAX_DEPTH} levels deep"
+                    )));
+                }
+            }
+            (false, b']' | b'}') => depth = depth.saturating_sub(1),
+            (false, _) => {}
+        }
+    }
+    Ok(())
+}
+
+/// What kind of JSON value `raw` is, from its first character (serde_json has checked the rest).
+fn kind_of(raw: &RawValue) -> &'static str {
+    match raw.get().trim_start().as_bytes().first() {
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b'"') => "a string",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
     }
 }
 
@@ -106,14 +149,16 @@ mod tests {
         assert_eq!(event.kind, EventKind::Insert);
         assert_eq!(event.schema, "public");
         assert_eq!(event.table, "feedbacks");
-        assert_eq!(event.record["id"], 1);
-        assert_eq!(event.record["title"], "Button broken");
+        let record: Value = serde_json::from_str(event.record.get()).unwrap();
+        assert_eq!(record["id"], 1);
+        assert_eq!(record["title"], "Button broken");
     }
 
     #[test]
     fn a_delete_carries_its_old_record() {
         let body = br#"{"type":"DELETE","table":"t","schema":"public","record":null,"old_record":{"id":3}}"#;
-        assert_eq!(parse(body).unwrap().record["id"], 3);
+        let record: Value = serde_json::from_str(parse(body).unwrap().record.get()).unwrap();
+        assert_eq!(record["id"], 3);
     }
 
     #[test]

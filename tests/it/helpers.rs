@@ -12,6 +12,7 @@ use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
 use rowbranch::http;
+use rowbranch::shutdown::Shutdown;
 use rowbranch::startup;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -259,7 +260,7 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     } else {
         (Arc::new(local), None)
     };
-    let app = startup::app(config, forge, false).expect("the test routes compile");
+    let app = startup::app(config, forge, Shutdown::new(), false).expect("the test routes compile");
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("could not bind");
@@ -440,6 +441,21 @@ pub fn dispatches(log: &Path) -> Vec<Value> {
             .collect(),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
         Err(e) => panic!("could not read {}: {e}", log.display()),
+    }
+}
+
+/// Waits until `pipeline` has no row under way, for at most [`PATIENCE`] × 8 (a paced burst
+/// takes a while).
+pub async fn drained(pipeline: &rowbranch::pipeline::Pipeline) {
+    let deadline = Instant::now() + PATIENCE * 8;
+    while pipeline.in_flight() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} rows still under way after {:?}",
+            pipeline.in_flight(),
+            PATIENCE * 8
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
 

@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
-use rowbranch::pipeline::Pipeline;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::rows::Rows;
+use rowbranch::shutdown::Shutdown;
 use rowbranch::startup;
 
 use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
@@ -109,8 +109,9 @@ async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
     let rows = Rows::connect(config.database_url.as_ref().unwrap().expose())
         .await
         .unwrap();
-    let forge = startup::forge(config).await.unwrap();
-    let pipeline = Pipeline::new(forge);
+    let shutdown = Shutdown::new();
+    let forge = startup::forge(config, &shutdown).await.unwrap();
+    let pipeline = startup::pipeline(config, forge, &shutdown);
     let routes = startup::routes(config).unwrap();
     let mut summaries = sweep(&routes, &rows, &pipeline, options, &|_| {}).await;
     pipeline.drain().await;
@@ -268,7 +269,9 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
-    let pipeline = Pipeline::new(startup::forge(&config).await.unwrap());
+    let shutdown = Shutdown::new();
+    let forge = startup::forge(&config, &shutdown).await.unwrap();
+    let pipeline = startup::pipeline(&config, forge, &shutdown);
     let routes = startup::routes(&config).unwrap();
     let summaries = sweep(&routes, &rows, &pipeline, &options(), &|_| {}).await;
     let text = summaries[0]

@@ -13,7 +13,7 @@ use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::pace::Pacer;
@@ -22,6 +22,7 @@ use super::wire;
 use crate::config::PaceSettings;
 use crate::forge::ForgeError;
 use crate::identity::RepoName;
+use crate::shutdown::Shutdown;
 
 /// How long to wait for a connection; octocrab sets none by default.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -177,16 +178,32 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
     }
 }
 
-/// One installation: its client (with its token cache) and the pacer of its writes.
+/// One installation: its client (with its token cache), the pacer of its writes and the bound
+/// on its requests.
 pub struct Installation {
     pub id: InstallationId,
     pub client: Octocrab,
     pub writes: Arc<Pacer>,
+    /// Requests open at GitHub at once for this installation, reads and writes together.
+    requests: Arc<Semaphore>,
     /// Serializes token renewal so that concurrent requests do not each mint one.
     renewing: Mutex<()>,
 }
 
 impl Installation {
+    /// One request with this installation's token, holding one of the installation's request
+    /// permits while it is open, and only then: never while it waits for a turn to write or
+    /// between retries.
+    pub async fn send<B: Serialize + ?Sized>(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Attempt<Reply> {
+        let _open = self.requests.acquire().await.map_err(closed)?;
+        send(&self.client, method, path, body).await
+    }
+
     /// Makes sure the cached token has life left, minting one (once) when it has not.
     pub async fn ensure_token(&self) -> Attempt<()> {
         let _one_at_a_time = self.renewing.lock().await;
@@ -202,18 +219,34 @@ impl Installation {
 pub struct Apps {
     app: Octocrab,
     pace: PaceSettings,
+    max_concurrent_requests: usize,
+    shutdown: Shutdown,
+    /// Requests open at once with the App's own JWT (installation lookups, `GET /app`).
+    app_requests: Semaphore,
     /// One client per repository, its token narrowed to that repository: a repository missing
     /// from an installation then fails alone, not every repository of its account.
     installations: Mutex<HashMap<RepoName, Arc<Installation>>>,
-    /// One pacer per installation: GitHub's limits are per installation, not per repository.
-    pacers: Mutex<HashMap<InstallationId, Arc<Pacer>>>,
-    repo_installations: Mutex<HashMap<RepoName, (InstallationId, Instant)>>,
+    /// One pacer and one request bound per installation: GitHub's limits are per installation,
+    /// not per repository.
+    limits: Mutex<HashMap<InstallationId, PerInstallation>>,
+    /// Held while a repository's installation is looked up, so a burst of rows looks it up once.
+    lookups: Mutex<HashMap<RepoName, (InstallationId, Instant)>>,
+}
+
+/// What one installation's clients share: the pacer of its writes and the bound on its requests.
+type PerInstallation = (Arc<Pacer>, Arc<Semaphore>);
+
+/// What the GitHub client is built with, besides the App's credentials.
+pub struct Limits {
+    pub pace: PaceSettings,
+    pub max_concurrent_requests: usize,
+    pub shutdown: Shutdown,
 }
 
 impl Apps {
     /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
     /// and no retries of octocrab's own (they would re-send a dispatch).
-    pub fn new(app_id: u64, pem: &str, api_url: &str, pace: PaceSettings) -> anyhow::Result<Apps> {
+    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> anyhow::Result<Apps> {
         let key =
             octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
                 anyhow!(
@@ -232,16 +265,25 @@ impl Apps {
             .context("could not build the GitHub client")?;
         Ok(Apps {
             app,
-            pace,
+            pace: limits.pace,
+            max_concurrent_requests: limits.max_concurrent_requests,
+            app_requests: Semaphore::new(limits.max_concurrent_requests),
+            shutdown: limits.shutdown,
             installations: Mutex::new(HashMap::new()),
-            pacers: Mutex::new(HashMap::new()),
-            repo_installations: Mutex::new(HashMap::new()),
+            limits: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The JWT-authenticated client, for App endpoints.
-    pub fn app(&self) -> &Octocrab {
-        &self.app
+    /// One request with the App's JWT, for App endpoints, within the App's own bound.
+    pub async fn send_app<B: Serialize + ?Sized>(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Attempt<Reply> {
+        let _open = self.app_requests.acquire().await.map_err(closed)?;
+        send(&self.app, method, path, body).await
     }
 
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
@@ -266,7 +308,7 @@ impl Apps {
         if let Err(stop) = installation.ensure_token().await {
             // The installation may be gone or changed: look it up afresh next time.
             if matches!(stop, Stop::Fail(_)) {
-                self.repo_installations.lock().await.remove(repo);
+                self.lookups.lock().await.remove(repo);
             }
             return Err(stop);
         }
@@ -280,17 +322,23 @@ impl Apps {
             .repositories(vec![repo.name().to_owned()])
             .build()
             .expect("an App client makes installation clients");
-        let writes = Arc::clone(
-            self.pacers
-                .lock()
-                .await
-                .entry(id)
-                .or_insert_with(|| Arc::new(Pacer::new(self.pace))),
-        );
+        let (writes, requests) = self
+            .limits
+            .lock()
+            .await
+            .entry(id)
+            .or_insert_with(|| {
+                (
+                    Arc::new(Pacer::new(self.pace, self.shutdown.clone())),
+                    Arc::new(Semaphore::new(self.max_concurrent_requests)),
+                )
+            })
+            .clone();
         Installation {
             id,
             client,
             writes,
+            requests,
             renewing: Mutex::new(()),
         }
     }
@@ -298,20 +346,19 @@ impl Apps {
     /// `GET /repos/{owner}/{repo}/installation`, cached for a while.
     /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
     async fn installation_id(&self, repo: &RepoName) -> Attempt<InstallationId> {
-        if let Some((id, at)) = self.repo_installations.lock().await.get(repo) {
+        // Held across the lookup: the rows of a burst wait for the first one's answer.
+        let mut known = self.lookups.lock().await;
+        if let Some((id, at)) = known.get(repo) {
             if at.elapsed() < INSTALLATION_TTL {
                 return Ok(*id);
             }
         }
         let path = format!("/repos/{repo}/installation");
-        let reply = send(&self.app, http::Method::GET, &path, None::<&()>).await?;
+        let reply = self.send_app(http::Method::GET, &path, None::<&()>).await?;
         match reply.status.as_u16() {
             200 => {
                 let id = InstallationId(reply.json::<wire::InstallationFound>()?.id);
-                self.repo_installations
-                    .lock()
-                    .await
-                    .insert(repo.clone(), (id, Instant::now()));
+                known.insert(repo.clone(), (id, Instant::now()));
                 Ok(id)
             }
             404 => Err(Stop::Fail(ForgeError::Refused {
@@ -328,6 +375,11 @@ impl Apps {
             _ => reply.unexpected(),
         }
     }
+}
+
+/// A request bound that was closed: nothing closes one, so this is a bug.
+fn closed(_: tokio::sync::AcquireError) -> Stop {
+    Stop::Fail(ForgeError::Other(anyhow!("a request bound was closed")))
 }
 
 #[cfg(test)]

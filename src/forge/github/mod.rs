@@ -21,11 +21,12 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{empty_repository, encode_path, not_found, send, Apps, Installation};
+use self::client::{empty_repository, encode_path, not_found, Apps, Installation, Limits};
 use self::retry::{Attempt, RetryPolicy, Stop};
 use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use crate::config::{GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::shutdown::Shutdown;
 
 /// How long the default branch's name is trusted (it rarely changes).
 const DEFAULT_BRANCH_TTL: Duration = Duration::from_secs(600);
@@ -47,7 +48,9 @@ struct CachedBase {
 
 impl GithubForge {
     /// Builds the forge for the routed repositories. Reads the private key; makes no request.
-    pub fn new(settings: &GithubSettings) -> anyhow::Result<GithubForge> {
+    /// Once `shutdown` begins, rows waiting to claim give up and claimed rows' writes skip
+    /// the pace, within the grace.
+    pub fn new(settings: &GithubSettings, shutdown: Shutdown) -> anyhow::Result<GithubForge> {
         let pem = match &settings.key {
             PrivateKeySource::Pem(pem) => pem.clone(),
             PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
@@ -58,10 +61,16 @@ impl GithubForge {
                 )
             })?,
         };
+        let limits = Limits {
+            pace: settings.pace,
+            max_concurrent_requests: settings.max_concurrent_requests,
+            shutdown: shutdown.clone(),
+        };
         Ok(GithubForge {
-            apps: Apps::new(settings.app_id, &pem, &settings.api_url, settings.pace)?,
+            apps: Apps::new(settings.app_id, &pem, &settings.api_url, limits)?,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
+                shutdown,
             },
             head_ttl: settings.base_cache,
             bases: Mutex::new(HashMap::new()),
@@ -85,13 +94,9 @@ impl GithubForge {
     /// The default branch's name, read from the repository.
     /// (https://docs.github.com/rest/repos/repos#get-a-repository)
     async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
-        let reply = send(
-            &installation.client,
-            Method::GET,
-            &format!("/repos/{repo}"),
-            None::<&()>,
-        )
-        .await?;
+        let reply = installation
+            .send(Method::GET, &format!("/repos/{repo}"), None::<&()>)
+            .await?;
         match reply.status.as_u16() {
             200 => Ok(reply.json::<wire::Repo>()?.default_branch),
             404 => Err(not_found(repo, &reply)),
@@ -107,7 +112,7 @@ impl GithubForge {
         branch: &str,
     ) -> Attempt<Option<Sha>> {
         let path = format!("/repos/{repo}/git/ref/heads/{}", encode_path(branch));
-        let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+        let reply = installation.send(Method::GET, &path, None::<&()>).await?;
         match reply.status.as_u16() {
             200 => Ok(Some(reply.json::<wire::Ref>()?.object.sha)),
             404 => Ok(None),
@@ -136,7 +141,7 @@ impl GithubForge {
     ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
             let mut found = Vec::new();
-            wire::pages(&installation.client, repo, first, |refs: Vec<wire::Ref>| {
+            wire::pages(&installation, repo, first, |refs: Vec<wire::Ref>| {
                 found.extend(refs.into_iter().filter_map(|r| {
                     Some(Branch {
                         name: r.name.strip_prefix("refs/heads/")?.to_owned(),
@@ -188,7 +193,7 @@ impl Forge for GithubForge {
                     "/repos/{repo}/pulls?head={}:{branch}&state=all&per_page=100",
                     repo.owner()
                 );
-                let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+                let reply = installation.send(Method::GET, &path, None::<&()>).await?;
                 match reply.status.as_u16() {
                     200 => {}
                     404 => return Err(not_found(repo, &reply)),
@@ -272,7 +277,7 @@ impl Forge for GithubForge {
                     let path = format!("/repos/{repo}/git/refs");
                     let post = || async {
                         installation.ensure_token().await?;
-                        send(&installation.client, Method::POST, &path, Some(body)).await
+                        installation.send(Method::POST, &path, Some(body)).await
                     };
                     // After a lost answer the branch may be ours: that claim is never refused
                     // for a full queue.
@@ -344,7 +349,7 @@ impl Forge for GithubForge {
                         .writes
                         .write(|| async {
                             installation.ensure_token().await?;
-                            send(&installation.client, Method::POST, &path, Some(body)).await
+                            installation.send(Method::POST, &path, Some(body)).await
                         })
                         .await?;
                     match reply.status.as_u16() {
@@ -397,7 +402,7 @@ impl Forge for GithubForge {
                     .writes
                     .write(|| async {
                         installation.ensure_token().await?;
-                        send(&installation.client, Method::DELETE, &path, None::<&()>).await
+                        installation.send(Method::DELETE, &path, None::<&()>).await
                     })
                     .await?;
                 match reply.status.as_u16() {
@@ -434,21 +439,16 @@ impl Forge for GithubForge {
             let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
             let mut heads = Vec::new();
-            wire::pages(
-                &installation.client,
-                repo,
-                &first,
-                |pulls: Vec<wire::Pull>| {
-                    let older = pulls.last().is_some_and(|p| p.created_at < since);
-                    heads.extend(
-                        pulls
-                            .into_iter()
-                            .filter(|p| p.created_at >= since && p.head.is_in(repo))
-                            .map(|p| p.head.name),
-                    );
-                    !older
-                },
-            )
+            wire::pages(&installation, repo, &first, |pulls: Vec<wire::Pull>| {
+                let older = pulls.last().is_some_and(|p| p.created_at < since);
+                heads.extend(
+                    pulls
+                        .into_iter()
+                        .filter(|p| p.created_at >= since && p.head.is_in(repo))
+                        .map(|p| p.head.name),
+                );
+                !older
+            })
             .await?;
             Ok(heads)
         })
@@ -469,7 +469,7 @@ impl Forge for GithubForge {
                 encode_path(&base.branch),
                 encode_path(branch.as_str())
             );
-            let reply = send(&installation.client, Method::GET, &path, None::<&()>).await?;
+            let reply = installation.send(Method::GET, &path, None::<&()>).await?;
             match reply.status.as_u16() {
                 200 => Ok(reply.json::<wire::Comparison>()?.ahead_by),
                 404 => Err(not_found(repo, &reply)),
@@ -482,7 +482,9 @@ impl Forge for GithubForge {
     /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable?
     /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
     async fn ready(&self) -> Result<(), ForgeError> {
-        let reply = send(self.apps.app(), Method::GET, "/app", None::<&()>)
+        let reply = self
+            .apps
+            .send_app(Method::GET, "/app", None::<&()>)
             .await
             .map_err(ForgeError::from)?;
         match reply.status.as_u16() {

@@ -1,11 +1,12 @@
 //! Paced writes: one installation's writes (create ref, dispatch, delete ref) go out one at a
-//! time through a token bucket and a rolling hourly cap, behind a bounded queue. A single row
-//! goes at once; a burst becomes a queue, not a ban.
+//! time through a token bucket and a rolling hourly cap. A single row goes at once; a burst
+//! becomes a queue, not a ban. How many rows may wait is bounded where they are accepted (the
+//! pipeline), not here. Once the shutdown begins, a row waiting to claim gives up, and a row
+//! that holds a claim writes without waiting for the pace: it owes its dispatch or release.
 //! (https://docs.github.com/rest/using-the-rest-api/best-practices-for-using-the-rest-api#avoid-concurrent-requests)
 
 use std::collections::VecDeque;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -13,14 +14,14 @@ use tokio::time::Instant;
 
 use crate::config::PaceSettings;
 use crate::forge::ForgeError;
+use crate::shutdown::Shutdown;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
 /// Lets one write out at a time, at the pace.
 pub struct Pacer {
     pace: PaceSettings,
-    /// Writes waiting or under way.
-    queued: AtomicUsize,
+    shutdown: Shutdown,
     /// Taken by a row's first write before it queues for the bucket, so at most one new row
     /// stands in the bucket's queue: the writes of rows that hold a claim go before the rest.
     new_rows: Mutex<()>,
@@ -36,9 +37,9 @@ struct Bucket {
 }
 
 impl Pacer {
-    pub fn new(pace: PaceSettings) -> Pacer {
+    pub fn new(pace: PaceSettings, shutdown: Shutdown) -> Pacer {
         Pacer {
-            queued: AtomicUsize::new(0),
+            shutdown,
             new_rows: Mutex::new(()),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(pace.burst),
@@ -49,63 +50,46 @@ impl Pacer {
         }
     }
 
-    /// Runs a row's first write (its claim) when it is its turn, or refuses at once when the
-    /// queue is full, with a `retry_after` of about how long the queue takes to drain.
+    /// Runs a row's first write (its claim) when it is its turn. Once the shutdown has begun a
+    /// row that is still waiting gives up (`ShuttingDown`); one whose write went out is answered.
     pub async fn first_write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> Result<T, ForgeError>
     where
         Fut: Future<Output = T>,
     {
-        if self.queued.load(Ordering::SeqCst) >= self.pace.queue_capacity {
-            let drain = self
-                .pace
-                .interval
-                .saturating_mul(self.pace.queue_capacity as u32)
-                .clamp(Duration::from_secs(1), HOUR);
-            return Err(ForgeError::Unavailable {
-                message: format!(
-                    "the write queue is full ({} writes waiting)",
-                    self.pace.queue_capacity
-                ),
-                retry_after: Some(drain),
-            });
-        }
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        let _done = Dequeue(&self.queued);
-        let _first_in_line = self.new_rows.lock().await;
-        Ok(self.take_turn(send).await)
+        let waited = async {
+            let _first_in_line = self.new_rows.lock().await;
+            let mut bucket = self.bucket.lock().await;
+            bucket.wait_for_turn(&self.pace).await;
+            bucket
+        };
+        let _turn = tokio::select! {
+            biased;
+            () = self.shutdown.begun() => return Err(ForgeError::ShuttingDown),
+            bucket = waited => bucket,
+        };
+        Ok(send().await)
     }
 
     /// Runs a write of a row that holds a claim (its dispatch, or its release) when it is its
-    /// turn, ahead of rows still waiting to claim. Never refused.
+    /// turn, ahead of rows still waiting to claim. Never refused; once the shutdown has begun it
+    /// skips the pace and the hourly cap, though still one write at a time.
     pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
     where
         Fut: Future<Output = T>,
     {
-        self.queued.fetch_add(1, Ordering::SeqCst);
-        let _done = Dequeue(&self.queued);
-        self.take_turn(send).await
-    }
-
-    async fn take_turn<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
-    where
-        Fut: Future<Output = T>,
-    {
         let mut bucket = self.bucket.lock().await;
-        bucket.wait_for_turn(&self.pace).await;
+        tokio::select! {
+            biased;
+            () = self.shutdown.begun() => bucket.take_unpaced(),
+            () = bucket.wait_for_turn(&self.pace) => {}
+        }
         send().await
     }
 }
 
-/// Counts a write out of the queue however its future ends (done, or dropped).
-struct Dequeue<'a>(&'a AtomicUsize);
-
-impl Drop for Dequeue<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
 impl Bucket {
+    /// Waits until the bucket and the hourly cap allow a write, then counts it. Cancel-safe:
+    /// nothing changes until the turn is taken.
     async fn wait_for_turn(&mut self, pace: &PaceSettings) {
         loop {
             let now = Instant::now();
@@ -140,6 +124,12 @@ impl Bucket {
         }
     }
 
+    /// Counts a write that did not wait for its turn (during the shutdown's grace).
+    fn take_unpaced(&mut self) {
+        self.tokens = (self.tokens - 1.0).max(0.0);
+        self.sent.push_back(Instant::now());
+    }
+
     fn refill(&mut self, pace: &PaceSettings, now: Instant) {
         let elapsed = now.duration_since(self.refilled);
         self.refilled = now;
@@ -157,13 +147,16 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    fn pace(burst: u32, hourly_max: u32, queue_capacity: usize) -> PaceSettings {
+    fn pace(burst: u32, hourly_max: u32) -> PaceSettings {
         PaceSettings {
             interval: Duration::from_secs(1),
             burst,
             hourly_max,
-            queue_capacity,
         }
+    }
+
+    fn pacer(burst: u32, hourly_max: u32) -> Arc<Pacer> {
+        Arc::new(Pacer::new(pace(burst, hourly_max), Shutdown::new()))
     }
 
     async fn times(pacer: Arc<Pacer>, n: usize) -> Vec<Duration> {
@@ -184,53 +177,57 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_burst_goes_at_once_then_one_per_interval() {
-        let sent = times(Arc::new(Pacer::new(pace(3, 450, 100))), 6).await;
+        let sent = times(pacer(3, 450), 6).await;
         let secs: Vec<u64> = sent.iter().map(|d| d.as_secs()).collect();
         assert_eq!(secs, vec![0, 0, 0, 1, 2, 3]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn the_hourly_cap_holds_a_write_until_the_oldest_is_an_hour_old() {
-        let sent = times(Arc::new(Pacer::new(pace(10, 4, 100))), 5).await;
+        let sent = times(pacer(10, 4), 5).await;
         assert_eq!(sent[3].as_secs(), 0);
         assert_eq!(sent[4].as_secs(), 3600);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_full_queue_refuses_a_new_row_at_once_but_never_a_held_claims_write() {
-        let pacer = Arc::new(Pacer::new(pace(1, 450, 2)));
-        let (release, hold) = tokio::sync::oneshot::channel::<()>();
-        let first = {
+    async fn once_the_shutdown_begins_claims_give_up_and_claimed_rows_skip_the_cap() {
+        let shutdown = Shutdown::new();
+        let pacer = Arc::new(Pacer::new(pace(1, 2), shutdown.clone()));
+        pacer.write(|| async {}).await;
+        pacer.write(|| async {}).await;
+        // The hourly cap is spent: a claim and a claimed row's dispatch wait for an hour.
+        let claim = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.first_write(|| async { hold.await.ok() }).await })
+            tokio::spawn(async move { pacer.first_write(|| async { "claimed" }).await })
         };
-        tokio::task::yield_now().await;
-        let second = {
+        let dispatch = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.first_write(|| async {}).await })
+            tokio::spawn(async move { pacer.write(|| async { "dispatched" }).await })
         };
-        tokio::task::yield_now().await;
-        let third = pacer.first_write(|| async {}).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(!claim.is_finished() && !dispatch.is_finished());
+        let begun = Instant::now();
+        shutdown.begin(Duration::from_secs(20));
         assert!(matches!(
-            third,
-            Err(ForgeError::Unavailable {
-                retry_after: Some(_),
-                ..
-            })
+            claim.await.unwrap(),
+            Err(ForgeError::ShuttingDown)
         ));
-        let held = {
-            let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.write(|| async { 7 }).await })
-        };
-        release.send(()).unwrap();
-        first.await.unwrap().unwrap();
-        second.await.unwrap().unwrap();
-        assert_eq!(held.await.unwrap(), 7);
+        assert_eq!(dispatch.await.unwrap(), "dispatched");
+        assert_eq!(
+            begun.elapsed(),
+            Duration::ZERO,
+            "neither waited for the cap"
+        );
+        // After it began, a new claim gives up at once.
+        assert!(matches!(
+            pacer.first_write(|| async {}).await,
+            Err(ForgeError::ShuttingDown)
+        ));
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_claimed_rows_write_goes_before_rows_still_waiting_to_claim() {
-        let pacer = Arc::new(Pacer::new(pace(1, 450, 100)));
+        let pacer = pacer(1, 450);
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut handles = Vec::new();
         for n in 0..4 {
@@ -263,7 +260,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn writes_go_out_one_at_a_time() {
-        let pacer = Arc::new(Pacer::new(pace(10, 450, 100)));
+        let pacer = pacer(10, 450);
         let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let handles: Vec<_> = (0..5)
             .map(|_| {

@@ -11,6 +11,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::forge::ForgeError;
+use crate::shutdown::Shutdown;
 
 /// The first backoff step; each retry doubles it, up to [`MAX_STEP`].
 const FIRST_STEP: Duration = Duration::from_millis(200);
@@ -68,10 +69,11 @@ impl From<Stop> for ForgeError {
 /// One attempt's result: `?` passes a stop up to the retry loop.
 pub type Attempt<T> = Result<T, Stop>;
 
-/// The retry loop's budget.
-#[derive(Debug, Clone, Copy)]
+/// The retry loop's budget, and the shutdown whose grace cuts it short.
+#[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub budget: Duration,
+    pub shutdown: Shutdown,
 }
 
 impl RetryPolicy {
@@ -88,7 +90,8 @@ impl RetryPolicy {
     /// [`run`](Self::run), and on failure whether any attempt may have been applied.
     ///
     /// The budget starts at the first failure: time spent waiting for a turn to write, before
-    /// anything went wrong, is not retrying.
+    /// anything went wrong, is not retrying. Once the shutdown begins the budget ends with the
+    /// grace, and a wait under way is cut short when it would outlast it.
     pub async fn run_noting<T, F, Fut>(
         &self,
         what: &str,
@@ -113,17 +116,37 @@ impl RetryPolicy {
             ambiguous_before |= ambiguous;
             let since = *first_failure.get_or_insert_with(Instant::now);
             let wait = after.unwrap_or_else(|| jittered(n));
-            if since.elapsed() + wait > self.budget {
+            let wake = Instant::now() + wait;
+            let give_up = || {
                 let error = ForgeError::Unavailable {
                     message: format!("{what}: {message} (gave up after {} attempts)", n + 1),
                     retry_after: Some(wait.max(Duration::from_secs(1))),
                 };
-                return Err((error, ambiguous_before));
+                Err((error, ambiguous_before))
+            };
+            loop {
+                if wake > self.limit(since) {
+                    return give_up();
+                }
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => break,
+                    // The limit moves once the shutdown begins: look again.
+                    () = self.shutdown.begun(), if !self.shutdown.is_draining() => {}
+                }
             }
-            tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retrying");
-            tokio::time::sleep(wait).await;
+            tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retried");
         }
         unreachable!("the loop only ends by returning")
+    }
+
+    /// When retrying must have ended: the budget from the first failure, or the end of the
+    /// shutdown's grace, whichever comes first.
+    fn limit(&self, first_failure: Instant) -> Instant {
+        let budget = first_failure + self.budget;
+        match self.shutdown.deadline() {
+            Some(deadline) => budget.min(deadline),
+            None => budget,
+        }
     }
 }
 
@@ -305,6 +328,7 @@ mod tests {
         let tries = AtomicU32::new(0);
         let policy = RetryPolicy {
             budget: Duration::from_secs(5),
+            shutdown: Shutdown::new(),
         };
         let result: Result<(), _> = policy
             .run("op", |_| async {
@@ -334,6 +358,7 @@ mod tests {
     async fn an_attempt_learns_that_an_earlier_one_was_ambiguous() {
         let policy = RetryPolicy {
             budget: Duration::from_secs(30),
+            shutdown: Shutdown::new(),
         };
         let seen = policy
             .run("op", |ambiguous_before| async move {
@@ -356,6 +381,7 @@ mod tests {
     async fn a_wait_of_retry_after_is_honoured() {
         let policy = RetryPolicy {
             budget: Duration::from_secs(30),
+            shutdown: Shutdown::new(),
         };
         let start = Instant::now();
         let n = AtomicU32::new(0);
@@ -374,5 +400,41 @@ mod tests {
             .await
             .unwrap();
         assert!(start.elapsed() >= Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shutdown_cuts_a_wait_that_would_outlast_the_grace() {
+        let shutdown = Shutdown::new();
+        let policy = RetryPolicy {
+            budget: Duration::from_secs(300),
+            shutdown: shutdown.clone(),
+        };
+        let tries = AtomicU32::new(0);
+        let run = policy.run("dispatching", |_| {
+            tries.fetch_add(1, Ordering::SeqCst);
+            async {
+                Err::<(), _>(Stop::Retry {
+                    message: "rate limited".into(),
+                    after: Some(Duration::from_secs(60)),
+                    ambiguous: false,
+                })
+            }
+        });
+        let begin = async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            shutdown.begin(Duration::from_secs(5));
+        };
+        let start = Instant::now();
+        let (result, ()) = tokio::join!(run, begin);
+        assert!(
+            matches!(result, Err(ForgeError::Unavailable { .. })),
+            "{result:?}"
+        );
+        assert_eq!(tries.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(10),
+            "given up when the grace began"
+        );
     }
 }

@@ -25,7 +25,9 @@ fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
 /// `GET /app` with the App's JWT.
 /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
 pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
-    let reply = send(forge.apps.app(), Method::GET, "/app", None::<&()>)
+    let reply = forge
+        .apps
+        .send_app(Method::GET, "/app", None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     expect_ok(reply, "GET /app")?
@@ -40,7 +42,9 @@ pub async fn installation_permissions(
     repo: &RepoName,
 ) -> Result<BTreeMap<String, String>, ForgeError> {
     let path = format!("/repos/{repo}/installation");
-    let reply = send(forge.apps.app(), Method::GET, &path, None::<&()>)
+    let reply = forge
+        .apps
+        .send_app(Method::GET, &path, None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     if reply.status.as_u16() == 404 {
@@ -66,10 +70,10 @@ pub async fn workflows(
         .installation(repo)
         .await
         .map_err(ForgeError::from)?;
-    let client = &installation.client;
     let at = encode_query(branch);
     let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
-    let reply = send(client, Method::GET, &path, None::<&()>)
+    let reply = installation
+        .send(Method::GET, &path, None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     if reply.status.as_u16() == 404 {
@@ -88,7 +92,8 @@ pub async fn workflows(
             "/repos/{repo}/contents/{}?ref={at}",
             encode_path(&entry.path)
         );
-        let reply = send(client, Method::GET, &path, None::<&()>)
+        let reply = installation
+            .send(Method::GET, &path, None::<&()>)
             .await
             .map_err(ForgeError::from)?;
         let file: ContentFile = expect_ok(reply, &format!("reading {}", entry.path))?

@@ -4,11 +4,10 @@
 use std::collections::BTreeMap;
 
 use http::Method;
-use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::client::{empty_repository, not_found, send};
+use super::client::{empty_repository, not_found, Installation};
 use super::retry::Attempt;
 use crate::forge::Sha;
 use crate::identity::RepoName;
@@ -114,7 +113,7 @@ impl std::fmt::Debug for ManifestApp {
 /// `rel="next"` while `take` says to go on. GitHub is reported to send every matching ref at
 /// once, so a short page is not taken for the last one: only the missing link is.
 pub async fn pages<T, F>(
-    client: &Octocrab,
+    installation: &Installation,
     repo: &RepoName,
     first: &str,
     mut take: F,
@@ -125,7 +124,7 @@ where
 {
     let mut path = first.to_owned();
     loop {
-        let reply = send(client, Method::GET, &path, None::<&()>).await?;
+        let reply = installation.send(Method::GET, &path, None::<&()>).await?;
         match reply.status.as_u16() {
             200 => {}
             404 => return Err(not_found(repo, &reply)),

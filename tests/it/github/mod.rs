@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
+use rowbranch::pipeline::Pipeline;
+use rowbranch::shutdown::Shutdown;
 use rowbranch::{http, startup};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -81,6 +83,7 @@ pub struct GithubApp {
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<std::io::Result<()>>>,
+    pipeline: Arc<Pipeline>,
 }
 
 /// The environment a user would set: the webhook secret and the App's key.
@@ -100,10 +103,12 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
         &env(&secret),
     )
     .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let forge = startup::forge(&config)
+    let shutdown = Shutdown::new();
+    let forge = startup::forge(&config, &shutdown)
         .await
         .expect("the GitHub forge opens");
-    let app = startup::app(config, forge, false).expect("the routes compile");
+    let app = startup::app(config, forge, shutdown, false).expect("the routes compile");
+    let pipeline = Arc::clone(&app.pipeline);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("could not bind");
@@ -122,10 +127,17 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
             .expect("no HTTP client"),
         stop: Some(stop),
         server: Some(server),
+        pipeline,
     }
 }
 
 impl GithubApp {
+    /// Waits until no row is under way (answered `accepted` ones included): shutting down
+    /// leaves rows that have not claimed yet.
+    pub async fn drained(&self) {
+        crate::helpers::drained(&self.pipeline).await;
+    }
+
     pub async fn post_insert(&self, id: Value, text: &str) -> crate::helpers::Reply {
         let response = self
             .client
