@@ -2,15 +2,18 @@
 //! and the binary as a user runs it. One binary, so the crate is linked once.
 
 mod auth;
+mod child;
 mod cli;
 mod concurrency;
 mod faulty_forge;
 mod github;
 mod helpers;
+mod hostile;
 mod identity;
 mod init;
 mod layers;
 mod malformed;
+mod properties;
 mod reconcile;
 mod rows;
 mod setup_sql;

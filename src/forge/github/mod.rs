@@ -37,7 +37,8 @@ pub struct GithubForge {
     retry: RetryPolicy,
     /// How long a default branch's head is reused before it is read again.
     head_ttl: Duration,
-    bases: Mutex<HashMap<RepoName, CachedBase>>,
+    /// Each repository's default branch and head, behind a lock of its own.
+    bases: Mutex<HashMap<RepoName, Arc<Mutex<Option<CachedBase>>>>>,
 }
 
 struct CachedBase {
@@ -215,11 +216,11 @@ impl Forge for GithubForge {
 
     /// The default branch and its head, cached briefly.
     async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError> {
-        let cached = self
-            .bases
-            .lock()
-            .await
-            .get(repo)
+        let slot = Arc::clone(self.bases.lock().await.entry(repo.clone()).or_default());
+        // Held across the read: the rows of a burst wait for one read of the head, not one each.
+        let mut slot = slot.lock().await;
+        let cached = slot
+            .as_ref()
             .map(|c| (c.base.clone(), c.branch_read, c.head_read));
         if let Some((base, _, head_read)) = &cached {
             if head_read.elapsed() < self.head_ttl {
@@ -247,14 +248,11 @@ impl Forge for GithubForge {
                 }
             })
             .await?;
-        self.bases.lock().await.insert(
-            repo.clone(),
-            CachedBase {
-                base: base.clone(),
-                branch_read,
-                head_read: Instant::now(),
-            },
-        );
+        *slot = Some(CachedBase {
+            base: base.clone(),
+            branch_read,
+            head_read: Instant::now(),
+        });
         Ok(base)
     }
 

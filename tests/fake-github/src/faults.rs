@@ -39,6 +39,26 @@ pub enum Op {
 }
 
 impl Op {
+    /// Every operation the fake knows.
+    pub const ALL: [Op; 13] = [
+        Op::GetApp,
+        Op::GetInstallation,
+        Op::MintToken,
+        Op::GetRepo,
+        Op::GetRef,
+        Op::MatchingRefs,
+        Op::CreateRef,
+        Op::DeleteRef,
+        Op::Dispatch,
+        Op::ListPulls,
+        Op::Compare,
+        Op::GetContents,
+        Op::ManifestConversion,
+    ];
+
+    /// The reads rowbranch makes for each row (its branches, its pull request, the base).
+    pub const ROW_READS: [Op; 4] = [Op::GetRepo, Op::GetRef, Op::MatchingRefs, Op::ListPulls];
+
     /// Whether the operation authenticates with the App's JWT (else an installation token).
     pub fn needs_jwt(self) -> bool {
         matches!(self, Op::GetApp | Op::GetInstallation | Op::MintToken)

@@ -28,7 +28,8 @@ pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM}
 pub use faults::{Fault, Op};
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
-    Auth, Commit, DispatchRecord, Installation, Pull, PullState, Repo, RequestRecord, State, Token,
+    Auth, Commit, DispatchRecord, InFlight, Installation, Pull, PullState, Repo, RequestRecord,
+    State, Token,
 };
 
 use conn::{ConnKill, KillableListener};
@@ -507,6 +508,31 @@ impl FakeGithub {
     pub fn pending_faults(&self) -> usize {
         self.shared
             .with(|s| s.faults.iter().map(|f| f.remaining).sum())
+    }
+
+    /// Makes every request of each of `ops` wait `delay` before it is handled (and answered),
+    /// until changed: a slow GitHub. `Duration::ZERO` takes the delay away.
+    pub fn slow_down(&self, ops: &[Op], delay: Duration) {
+        self.shared.with(|s| {
+            for op in ops {
+                if delay.is_zero() {
+                    s.standing_delays.remove(op);
+                } else {
+                    s.standing_delays.insert(*op, delay);
+                }
+            }
+        });
+    }
+
+    /// Requests being handled now, and the most at once so far.
+    pub fn in_flight(&self) -> InFlight {
+        self.shared.with(|s| s.in_flight)
+    }
+
+    /// How many requests have been answered so far.
+    pub fn answered(&self) -> usize {
+        self.shared
+            .with(|s| s.log.iter().filter(|r| r.status.is_some()).count())
     }
 
     /// Requests an hour allowed per installation (and for the App); default 5,000. When a

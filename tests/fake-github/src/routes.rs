@@ -339,6 +339,38 @@ fn who(key: RateKey) -> String {
     }
 }
 
+/// A request being handled, counted in [`crate::InFlight`] until it is answered.
+struct Open<'a> {
+    shared: &'a Shared,
+    token: bool,
+}
+
+impl<'a> Open<'a> {
+    fn enter(shared: &'a Shared, token: bool) -> Open<'a> {
+        shared.with(|s| {
+            let f = &mut s.in_flight;
+            f.all += 1;
+            f.max_all = f.max_all.max(f.all);
+            if token {
+                f.tokens += 1;
+                f.max_tokens = f.max_tokens.max(f.tokens);
+            }
+        });
+        Open { shared, token }
+    }
+}
+
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        self.shared.with(|s| {
+            s.in_flight.all -= 1;
+            if self.token {
+                s.in_flight.tokens -= 1;
+            }
+        });
+    }
+}
+
 async fn process(
     shared: Arc<Shared>,
     method: Method,
@@ -397,6 +429,11 @@ async fn process(
     };
     let op = route.op();
     let auth = authenticate(&shared, op, &headers, arrived);
+    let _open = Open::enter(&shared, matches!(auth, Ok(Credential::Token(_))));
+    let standing = shared.with(|s| s.standing_delays.get(&op).copied());
+    if let Some(delay) = standing {
+        tokio::time::sleep(delay).await;
+    }
     let (cred, rate_key, auth_record) = match &auth {
         Ok(Credential::None) => (Credential::None, RateKey::Anonymous, Auth::Anonymous),
         Ok(Credential::Jwt) => (Credential::Jwt, RateKey::App, Auth::Jwt),

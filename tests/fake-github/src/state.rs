@@ -345,6 +345,20 @@ pub struct State {
     pub next_pull_id: u64,
     /// Codes GitHub would hand back after "create an App from a manifest"; each works once.
     pub manifest_codes: BTreeSet<String>,
+    /// How long every request of an operation waits before it is handled (a slow GitHub).
+    pub standing_delays: HashMap<Op, Duration>,
+    /// Requests being handled now, and the most at once, by credential.
+    pub in_flight: InFlight,
+}
+
+/// Requests being handled at once: installation-token requests (what GitHub bounds per
+/// installation) and all requests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct InFlight {
+    pub tokens: usize,
+    pub max_tokens: usize,
+    pub all: usize,
+    pub max_all: usize,
 }
 
 impl State {
@@ -364,6 +378,8 @@ impl State {
             faults: Vec::new(),
             log: Vec::new(),
             manifest_codes: BTreeSet::new(),
+            standing_delays: HashMap::new(),
+            in_flight: InFlight::default(),
             unexpected: Vec::new(),
             next_repo_id: 700_001,
             next_pull_id: 2_000_000_001,

@@ -1407,3 +1407,40 @@ async fn under_a_paused_clock_an_injected_delay_passes_in_tokio_time_only() {
     assert!(log[1].at_tokio - log[0].at_tokio >= Duration::from_secs(30));
     fake.assert_no_unexpected();
 }
+
+#[tokio::test]
+async fn a_slow_down_delays_every_request_of_its_operations_and_in_flight_counts_them() {
+    let (fake, client) = fake_with_repos().await;
+    let token = mint(&fake, &client, json!({})).await;
+    fake.slow_down(&[Op::GetRepo], Duration::from_millis(300));
+    let url = repo_url(&fake, REPO, "");
+    let start = std::time::Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let (client, url, token) = (client.clone(), url.clone(), token.clone());
+            tokio::spawn(async move { call(&client, "GET", &url, Some(&token), None).await })
+        })
+        .collect();
+    for answer in calls {
+        assert_eq!(answer.await.expect("a call").status, 200);
+    }
+    assert!(start.elapsed() >= Duration::from_millis(300), "delayed");
+    let seen = fake.in_flight();
+    assert_eq!(seen.max_tokens, 5, "five token requests were open at once");
+    assert_eq!(
+        (seen.tokens, seen.all),
+        (0, 0),
+        "none open after the answers"
+    );
+    assert_eq!(fake.answered(), 6, "the mint and the five reads");
+    fake.slow_down(&[Op::GetRepo], Duration::ZERO);
+    let start = std::time::Instant::now();
+    assert_eq!(
+        call(&client, "GET", &url, Some(&token), None).await.status,
+        200
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(300),
+        "no longer delayed"
+    );
+}

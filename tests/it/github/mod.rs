@@ -42,6 +42,10 @@ pub struct GithubOptions {
     pub queue_capacity: usize,
     pub retry_budget_ms: u64,
     pub respond_within_ms: u64,
+    pub max_concurrent_requests: usize,
+    /// More lines: before the first table, and at the end of `[github]` and `[webhook]`.
+    pub extra_top: String,
+    pub extra_webhook: String,
 }
 
 impl Default for GithubOptions {
@@ -53,6 +57,9 @@ impl Default for GithubOptions {
             queue_capacity: 10_000,
             retry_budget_ms: 30_000,
             respond_within_ms: 20_000,
+            max_concurrent_requests: 16,
+            extra_top: String::new(),
+            extra_webhook: String::new(),
         }
     }
 }
@@ -60,9 +67,11 @@ impl Default for GithubOptions {
 impl GithubOptions {
     pub fn config_text(&self, fake: &FakeGithub) -> String {
         format!(
-            "listen = \"127.0.0.1:0\"\n\n[github]\napp_id = {}\napi_url = \"{}\"\n\
+            "listen = \"127.0.0.1:0\"\n{}\n[github]\napp_id = {}\napi_url = \"{}\"\n\
              write_interval_ms = {}\nwrite_burst = {}\nwrite_hourly_max = {}\n\
-             queue_capacity = {}\nretry_budget_ms = {}\n\n[webhook]\nrespond_within_ms = {}\n{FEEDBACK_ROUTE}",
+             queue_capacity = {}\nretry_budget_ms = {}\nmax_concurrent_requests = {}\n\n\
+             [webhook]\nrespond_within_ms = {}\n{}\n{FEEDBACK_ROUTE}",
+            self.extra_top,
             fake.app_id(),
             fake.url(),
             self.write_interval_ms,
@@ -70,7 +79,9 @@ impl GithubOptions {
             self.write_hourly_max,
             self.queue_capacity,
             self.retry_budget_ms,
+            self.max_concurrent_requests,
             self.respond_within_ms,
+            self.extra_webhook,
         )
     }
 }

@@ -1,0 +1,36 @@
+//! Any bytes as a webhook body: parsed and planned as the receiver does, never a panic; a
+//! plan only for an id that the identity rules accept.
+#![no_main]
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use rowbranch::config::Config;
+use rowbranch::pipeline::{Planned, Routes};
+use rowbranch::webhook::payload;
+
+const CONFIG: &str = "[forge]\nkind = \"local\"\npath = \"unused.git\"\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n";
+
+fn routes() -> &'static Routes {
+    static ROUTES: OnceLock<Routes> = OnceLock::new();
+    ROUTES.get_or_init(|| {
+        let config = Config::parse(CONFIG, Path::new("rowbranch.toml"), &|_| None).unwrap();
+        Routes::compile(&config.routes).unwrap()
+    })
+}
+
+fuzz_target!(|body: &[u8]| {
+    let Ok(event) = payload::parse(body) else {
+        return;
+    };
+    if let Ok(Planned::Run(plan)) = routes().plan(event) {
+        assert!(plan.branch.as_str().starts_with("feedback/"));
+        let base = rowbranch::forge::Base {
+            branch: "main".into(),
+            sha: rowbranch::forge::Sha::new("0".repeat(40)),
+        };
+        // Rendering may refuse (a payload too large), never panic.
+        let _ = plan.client_payload(&base);
+    }
+});

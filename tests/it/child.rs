@@ -1,0 +1,147 @@
+//! `rowbranch serve` as a child process, for what only a process has: its open-files limit, its
+//! memory, its signals. Its log goes to a file the test reads while it runs.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tempfile::TempDir;
+use tokio::process::{Child, Command};
+
+use crate::helpers::eventually;
+
+/// A running `rowbranch serve`.
+pub struct Served {
+    pub addr: SocketAddr,
+    pub url: String,
+    pub dir: Arc<TempDir>,
+    log: PathBuf,
+    child: Child,
+}
+
+/// How to start it.
+pub struct Start<'a> {
+    /// The config file's text; `listen` should be `127.0.0.1:0`.
+    pub config: &'a str,
+    /// Variables besides the webhook secret (set to `secret`).
+    pub env: Vec<(&'static str, String)>,
+    /// The open-files limit to run it under (`prlimit --nofile`), if any.
+    pub nofile: Option<u64>,
+    pub secret: String,
+}
+
+/// Starts `rowbranch serve` in `dir` and waits until it logs its address.
+pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
+    let config = dir.path().join("rowbranch.toml");
+    std::fs::write(&config, start.config).expect("could not write the config");
+    let log = dir.path().join("serve.log");
+    let log_file = std::fs::File::create(&log).expect("could not create the log");
+    let binary = env!("CARGO_BIN_EXE_rowbranch");
+    let mut command = match start.nofile {
+        Some(limit) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={limit}:{limit}"))
+                .arg("--")
+                .arg(binary);
+            c
+        }
+        None => Command::new(binary),
+    };
+    command
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir.path())
+        .env_remove("ROWBRANCH_LISTEN")
+        .env_remove("PORT")
+        .env("RUST_LOG", "info")
+        .env("ROWBRANCH_WEBHOOK_SECRET", &start.secret)
+        .envs(start.env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log_file)
+        .kill_on_drop(true);
+    let child = command.spawn().expect("could not start rowbranch serve");
+    let addr = eventually("rowbranch serve to log its address", || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines()
+            .find(|l| l.contains("listening"))
+            .and_then(|l| l.split("addr=").nth(1))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|addr| addr.parse().ok())
+    })
+    .await;
+    Served {
+        addr,
+        url: format!("http://{addr}"),
+        dir,
+        log,
+        child,
+    }
+}
+
+impl Served {
+    pub fn pid(&self) -> i32 {
+        self.child.id().expect("the child is running") as i32
+    }
+
+    /// Everything the process has logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The process's peak resident memory so far, in bytes (`VmHWM`).
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("the child's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmHWM in /proc status")
+            * 1024
+    }
+
+    pub fn signal(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid()).expect("a pid");
+        rustix::process::kill_process(pid, signal).expect("could not signal the child");
+    }
+
+    /// Waits for the process to exit, for at most `within`; its exit code.
+    pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .expect("the process did not exit in time")
+            .expect("could not wait for the process")
+            .code()
+    }
+
+    pub fn repo(&self) -> PathBuf {
+        self.dir.path().join("repo.git")
+    }
+
+    pub fn dispatch_log(&self) -> PathBuf {
+        self.dir.path().join("dispatches.jsonl")
+    }
+}
+
+/// A local-forge config for `public.feedbacks`, listening on a free port, with `webhook`'s
+/// lines added to `[webhook]`.
+pub fn local_config(webhook: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n\
+         [webhook]\n{webhook}\n{}",
+        crate::helpers::FEEDBACK_ROUTE
+    )
+}
+
+/// A new directory holding a bare repository with one commit, as the local forge needs.
+pub async fn dir_with_repository() -> Arc<TempDir> {
+    let dir = tempfile::tempdir().expect("no temporary directory");
+    rowbranch::forge::local::create_repository(&dir.path().join("repo.git"))
+        .await
+        .expect("could not create the repository");
+    Arc::new(dir)
+}

@@ -1,0 +1,497 @@
+//! The receiver as the internet would try it: senders that hang up, trickle or idle; a slow
+//! GitHub; big rows; probes in a crowd; a signal with a backlog. Each bound is hit, and the
+//! order of events is what is asserted; wall-clock bounds are generous.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use fake_github::{Op, TEST_APP_PRIVATE_KEY_PEM};
+use rustix::process::Signal;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::child::{self, Start};
+use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::helpers::{
+    branches, dispatches, eventually, insert, random_secret, raw_head, send_whole, PATIENCE,
+};
+
+/// A complete, authenticated POST /webhook of row `id`, as raw bytes.
+fn delivery(secret: &str, id: u64, text: &str) -> Vec<u8> {
+    let body = insert(json!(id), text).to_string();
+    let head = raw_head(secret, &format!("Content-Length: {}", body.len()));
+    format!("{head}{body}").into_bytes()
+}
+
+/// Reads until the server closes the connection (or `within` passes); what it sent.
+async fn until_closed(stream: &mut TcpStream, within: Duration) -> String {
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(within, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_senders_that_hang_up_at_once_each_get_their_row_dispatched() {
+    let fake = fake().await;
+    // GitHub slow to create refs: each run is still at its claim when its sender is gone.
+    fake.slow_down(&[Op::CreateRef], Duration::from_millis(200));
+    let options = GithubOptions {
+        write_interval_ms: 1,
+        write_burst: 50,
+        ..GithubOptions::default()
+    };
+    let app = spawn(&fake, options).await;
+    let addr = app.url.trim_start_matches("http://").parse().unwrap();
+    for id in 1..=30 {
+        // The whole request, then the socket closed without reading a byte of the answer.
+        drop(send_whole(addr, &delivery(&app.secret, id, "Hang up")).await);
+    }
+    let dispatched = eventually("30 dispatches", || async {
+        let d = dispatched_branches(&fake);
+        (d.len() >= 30).then_some(d)
+    })
+    .await;
+    app.drained().await;
+    let unique: BTreeSet<_> = dispatched_branches(&fake).into_iter().collect();
+    assert_eq!(dispatched.len(), 30);
+    assert_eq!(unique.len(), 30, "no row dispatched twice");
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_delivery_without_any_credential_is_refused_before_its_body_is_read() {
+    let dir = child::dir_with_repository().await;
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config(""),
+            env: vec![],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let mut stream = TcpStream::connect(served.addr).await.unwrap();
+    // Headers promise a body that never comes.
+    stream
+        .write_all(
+            b"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 100000\r\n\r\n{\"type\":",
+        )
+        .await
+        .unwrap();
+    let answer = until_closed(&mut stream, PATIENCE).await;
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickled_a_byte_every_two_seconds_is_cut_within_twenty_seconds() {
+    let dir = child::dir_with_repository().await;
+    let secret = random_secret();
+    // The default read_timeout_ms (10 s).
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config(""),
+            env: vec![],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    let mut stream = TcpStream::connect(served.addr).await.unwrap();
+    let body = insert(json!(1), "Trickle").to_string();
+    let head = raw_head(&secret, &format!("Content-Length: {}", body.len()));
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let start = Instant::now();
+    let mut sent = 0;
+    let cut = loop {
+        if stream
+            .write_all(&body.as_bytes()[sent..=sent])
+            .await
+            .is_err()
+        {
+            break start.elapsed();
+        }
+        sent += 1;
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut byte)).await {
+            // An answer (408) or the end of the connection: the server is done with it.
+            Ok(_) => break start.elapsed(),
+            Err(_) => assert!(start.elapsed() < Duration::from_secs(30), "never cut"),
+        }
+    };
+    assert!(cut < Duration::from_secs(20), "cut only after {cut:?}");
+    assert!(sent < body.len(), "the whole body got through");
+    assert!(
+        dispatches(&served.dispatch_log()).is_empty(),
+        "nothing ran for a cut-off body"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_delivery() {
+    let dir = child::dir_with_repository().await;
+    let secret = random_secret();
+    // A short read_timeout_ms: the idle ones are cut a cap's worth at a time, sooner.
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 5000"),
+            env: vec![],
+            nofile: Some(256),
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    assert!(
+        served.log().contains("connections=192"),
+        "the cap is the open-files limit less the reserve: {}",
+        served.log()
+    );
+    let mut idle = Vec::new();
+    for _ in 0..400 {
+        idle.push(TcpStream::connect(served.addr).await.unwrap());
+    }
+    let start = Instant::now();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let reply = client
+        .post(format!("{}/webhook", served.url))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {secret}"))
+        .body(insert(json!(7), "Behind the idle ones").to_string())
+        .send()
+        .await
+        .expect("the delivery was answered within 40 s");
+    let status = reply.status().as_u16();
+    let body: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert!(
+        (status, body["outcome"].as_str()) == (200, Some("dispatched"))
+            || (status, body["outcome"].as_str()) == (202, Some("accepted")),
+        "{status} {body}"
+    );
+    println!(
+        "answered after {:?} behind 400 idle connections",
+        start.elapsed()
+    );
+    assert_eq!(
+        branches(&served.repo()).await,
+        ["feedback/7-behind-the-idle-ones"]
+    );
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_slow_connections_keep_the_peak_rss_under_64_mb() {
+    let dir = child::dir_with_repository().await;
+    let secret = random_secret();
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 60000"),
+            env: vec![],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    let head = raw_head(&secret, "Content-Length: 200000");
+    let mut slow = Vec::new();
+    for _ in 0..500 {
+        let mut stream = TcpStream::connect(served.addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(b"{\"type\":\"INSERT\",").await.unwrap();
+        slow.push(stream);
+    }
+    // Every one of them is being read: a healthz still answers, and each trickles on.
+    for round in 0..3 {
+        for stream in &mut slow {
+            stream.write_all(b" ").await.unwrap();
+        }
+        let health = reqwest::get(format!("{}/healthz", served.url))
+            .await
+            .unwrap();
+        assert_eq!(health.status().as_u16(), 200, "round {round}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let peak = served.peak_rss();
+    println!(
+        "peak RSS with 500 slow connections: {:.1} MB",
+        peak as f64 / 1e6
+    );
+    assert!(peak < 64 << 20, "peak RSS {peak} bytes");
+    drop(slow);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_hundred_rows_never_have_more_than_the_limit_open_at_github() {
+    let fake = fake().await;
+    fake.slow_down(&Op::ROW_READS, Duration::from_millis(500));
+    let options = GithubOptions {
+        write_interval_ms: 1,
+        write_burst: 50,
+        // 600 writes: more than the default rolling hour allows.
+        write_hourly_max: 1000,
+        respond_within_ms: 200,
+        ..GithubOptions::default()
+    };
+    let app = spawn(&fake, options).await;
+    let sends = (1..=300).map(|id| app.post_insert(json!(id), "Crowd"));
+    for reply in futures_util::future::join_all(sends).await {
+        assert!(
+            matches!(reply.status, 200 | 202),
+            "{} {}",
+            reply.status,
+            reply.text
+        );
+    }
+    app.drained().await;
+    let seen = fake.in_flight();
+    assert!(
+        seen.max_tokens <= 16,
+        "{} requests open at once",
+        seen.max_tokens
+    );
+    assert!(
+        seen.max_tokens >= 8,
+        "the bound was reached: {}",
+        seen.max_tokens
+    );
+    let dispatched: BTreeSet<_> = dispatched_branches(&fake).into_iter().collect();
+    assert_eq!(dispatched.len(), 300, "every row dispatched");
+    assert_eq!(dispatched_branches(&fake).len(), 300, "none twice");
+    let lookups = fake.requests_for(Op::GetInstallation).len();
+    assert!(
+        lookups <= 2,
+        "the installation was looked up {lookups} times"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_big_rows_waiting_on_a_slow_github_stay_under_160_mb() {
+    let fake = fake().await;
+    fake.slow_down(&Op::ROW_READS, Duration::from_secs(2));
+    let options = GithubOptions {
+        write_interval_ms: 1,
+        write_burst: 50,
+        respond_within_ms: 100,
+        ..GithubOptions::default()
+    };
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let secret = random_secret();
+    let served = child::serve(
+        dir,
+        Start {
+            config: &options.config_text(&fake),
+            env: vec![(
+                "GITHUB_APP_PRIVATE_KEY",
+                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+            )],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    // A column of 80,000 numbers: about 160 KB of JSON, ten times that as parsed values.
+    let numbers: Vec<u32> = (0..80_000).map(|n| n % 10).collect();
+    let client = reqwest::Client::new();
+    let sends = (1..=200).map(|id| {
+        let mut row = insert(json!(id), "A big row");
+        row["record"]["samples"] = json!(numbers);
+        let body = row.to_string();
+        assert!(
+            body.len() > 150_000 && body.len() < 262_144,
+            "{}",
+            body.len()
+        );
+        let request = client
+            .post(format!("{}/webhook", served.url))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .body(body);
+        async move { request.send().await.map(|r| r.status().as_u16()) }
+    });
+    for status in futures_util::future::join_all(sends).await {
+        assert!(matches!(status, Ok(200 | 202)), "{status:?}");
+    }
+    // 400 reads, 16 at a time, 2 s each: about 50 s.
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while dispatched_branches(&fake).len() < 200 {
+        assert!(
+            Instant::now() < deadline,
+            "{} dispatches",
+            dispatched_branches(&fake).len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let peak = served.peak_rss();
+    println!(
+        "peak RSS with 200 rows of 160 KB waiting: {:.1} MB",
+        peak as f64 / 1e6
+    );
+    assert!(peak < 160 << 20, "peak RSS {peak} bytes");
+    assert_eq!(fake.dispatches(REPO).len(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_healthz_before_github_has_answered_anything() {
+    let fake = fake().await;
+    fake.slow_down(&Op::ALL, Duration::from_secs(8));
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let served = child::serve(
+        dir,
+        Start {
+            config: &GithubOptions::default().config_text(&fake),
+            env: vec![(
+                "GITHUB_APP_PRIVATE_KEY",
+                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+            )],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let health = reqwest::get(format!("{}/healthz", served.url))
+        .await
+        .unwrap();
+    let answered_then = fake.answered();
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(answered_then, 0, "GitHub answered before /healthz did");
+    // Meanwhile the warm-up has asked GitHub, in the background.
+    eventually("a request at GitHub", || async {
+        (!fake.requests().is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_asks_github_once_per_refresh_however_many_probes_wait() {
+    let fake = fake().await;
+    fake.slow_down(&[Op::GetApp], Duration::from_secs(1));
+    let app = spawn(&fake, GithubOptions::default()).await;
+    let until = Instant::now() + Duration::from_secs(12);
+    let probes = (0..30).map(|_| async {
+        let mut answers = 0;
+        while Instant::now() < until {
+            let ready = app.get("/readyz").await;
+            assert_eq!(ready.status, 200, "{}", ready.text);
+            answers += 1;
+        }
+        answers
+    });
+    let answers: usize = futures_util::future::join_all(probes)
+        .await
+        .into_iter()
+        .sum();
+    let calls = fake.requests_for(Op::GetApp).len();
+    assert!(answers > 100, "the probes were answered: {answers}");
+    assert!(
+        calls <= 4,
+        "GET /app was asked {calls} times for {answers} probes"
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row_and_exits_0() {
+    let fake = fake().await;
+    let options = GithubOptions {
+        write_interval_ms: 1,
+        write_burst: 10,
+        // Two claims and a dispatch, then the rolling hour is spent: row two's dispatch and
+        // every other row's claim wait for an hour.
+        write_hourly_max: 3,
+        respond_within_ms: 200,
+        extra_top: "shutdown_grace = \"5s\"\n".into(),
+        // Longer than the grace: only the grace can end the trickling sender's request.
+        extra_webhook: "read_timeout_ms = 60000\n".into(),
+        ..GithubOptions::default()
+    };
+    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
+    let secret = random_secret();
+    let mut served = child::serve(
+        dir,
+        Start {
+            config: &options.config_text(&fake),
+            env: vec![(
+                "GITHUB_APP_PRIVATE_KEY",
+                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+            )],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let sends = (1..=10).map(|id| {
+        client
+            .post(format!("{}/webhook", served.url))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .body(insert(json!(id), "Backlog").to_string())
+            .send()
+    });
+    for reply in futures_util::future::join_all(sends).await {
+        let status = reply.unwrap().status().as_u16();
+        assert!(matches!(status, 200 | 202), "{status}");
+    }
+    eventually("the hourly cap spent", || async {
+        (fake.writes().len() >= 3).then_some(())
+    })
+    .await;
+    // A sender whose connection is being served (it had an answer on it already) and who
+    // is now trickling a body.
+    let mut trickler = TcpStream::connect(served.addr).await.unwrap();
+    trickler
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 512];
+    let read = trickler.read(&mut answer).await.unwrap();
+    assert!(answer[..read].starts_with(b"HTTP/1.1 200"));
+    trickler
+        .write_all(raw_head(&secret, "Content-Length: 1000").as_bytes())
+        .await
+        .unwrap();
+    trickler.write_all(b"{").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let start = Instant::now();
+    served.signal(Signal::TERM);
+    let code = served.exit_code(Duration::from_secs(35)).await;
+    assert_eq!(code, Some(0), "{}", served.log());
+    let took = start.elapsed();
+    println!("exited {took:?} after SIGTERM");
+    assert!(
+        took >= Duration::from_secs(4),
+        "the trickling sender was given the grace, not cut at once: {took:?}"
+    );
+
+    let claimed: Vec<String> = crate::github::branches(&fake);
+    let dispatched: BTreeSet<String> = dispatched_branches(&fake).into_iter().collect();
+    assert!(!claimed.is_empty());
+    for branch in &claimed {
+        assert!(
+            dispatched.contains(branch),
+            "{branch} claimed but never dispatched"
+        );
+    }
+    let log = served.log();
+    for id in 1..=10 {
+        let claimed_it = claimed
+            .iter()
+            .any(|b| b.starts_with(&format!("feedback/{id}-")));
+        if !claimed_it {
+            assert!(
+                log.lines()
+                    .any(|l| l.contains("ERROR") && l.contains(&format!("id={id} "))),
+                "row {id} was abandoned without a word: {log}"
+            );
+        }
+    }
+}
