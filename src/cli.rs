@@ -13,8 +13,27 @@ use crate::config::DEFAULT_PATH;
 #[derive(Debug, Parser)]
 #[command(name = "rowbranch", version, about, long_about)]
 pub struct Cli {
+    /// How log lines are written to stderr: `text`, or `json` (one object a line). Chosen
+    /// before the config is read, so a config error is a JSON line too. `RUST_LOG` sets the
+    /// level (`info` by default).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "ROWBRANCH_LOG_FORMAT",
+        default_value = "text",
+        value_name = "FORMAT"
+    )]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 // Parsed once per process: the size of the largest variant costs nothing worth a box.

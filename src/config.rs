@@ -52,12 +52,37 @@ pub struct Config {
     pub listen: SocketAddr,
     /// On SIGTERM or SIGINT: how long in-flight requests and claimed rows get to finish.
     pub shutdown_grace: Duration,
+    /// `GET /`'s live page of the last decisions; off when `None`.
+    pub status_page: Option<StatusPage>,
     pub reconcile: ReconcileSettings,
     pub forge: ForgeSettings,
     pub webhook: WebhookSettings,
     pub routes: Vec<Arc<Route>>,
     /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
     pub database_url: Option<DatabaseUrl>,
+}
+
+/// The status page's settings.
+#[derive(Debug, Clone)]
+pub struct StatusPage {
+    /// `ROWBRANCH_STATUS_PASSWORD`: asked for with HTTP basic authentication (any user name).
+    pub password: Option<Password>,
+}
+
+/// A password; it never prints.
+#[derive(Clone)]
+pub struct Password(String);
+
+impl Password {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
 }
 
 /// A database connection string; it carries a password, so it never prints.
@@ -96,6 +121,21 @@ pub enum ForgeSettings {
 const LOCAL_QUEUE_CAPACITY: usize = 10_000;
 
 impl ForgeSettings {
+    /// The forge's web address, for links to branches: `https://github.com` for the public
+    /// API, `https://HOST` for GitHub Enterprise's `https://HOST/api/v3`; none for a local
+    /// repository.
+    pub fn web_url(&self) -> Option<String> {
+        let ForgeSettings::Github(github) = self else {
+            return None;
+        };
+        let api = github.api_url.as_str();
+        Some(match api.strip_suffix("/api/v3") {
+            Some(host) => host.to_owned(),
+            None if api == "https://api.github.com" => "https://github.com".to_owned(),
+            None => api.to_owned(),
+        })
+    }
+
     /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
     pub fn queue_capacity(&self) -> usize {
         match self {
@@ -202,6 +242,7 @@ impl Route {
 struct RawConfig {
     listen: Option<String>,
     shutdown_grace: Option<String>,
+    status_page: Option<bool>,
     reconcile_every: Option<String>,
     reconcile_window: Option<String>,
     stale_claim_after: Option<String>,
@@ -333,6 +374,9 @@ impl Config {
             source: path.to_path_buf(),
             listen,
             shutdown_grace,
+            status_page: raw.status_page.unwrap_or(false).then(|| StatusPage {
+                password: env("ROWBRANCH_STATUS_PASSWORD").map(Password),
+            }),
             reconcile,
             forge,
             webhook,

@@ -2,6 +2,7 @@
 //! installation, its permissions, the default branch and a workflow that takes the dispatch.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -10,6 +11,7 @@ use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError};
 use crate::identity::RepoName;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// One line of the report.
@@ -80,7 +82,8 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             )),
         },
         ForgeSettings::Github(settings) => {
-            let forge = match GithubForge::new(settings, Shutdown::new()) {
+            let forge = match GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()))
+            {
                 Ok(forge) => {
                     out.push(Check::pass("GitHub App private key parses"));
                     forge

@@ -5,6 +5,7 @@
 // module from naming one above it.
 pub mod event;
 pub mod identity;
+pub mod metrics;
 pub mod shutdown;
 pub mod webhook;
 

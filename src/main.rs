@@ -2,7 +2,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use rowbranch::cli::{Cli, Command};
+use rowbranch::cli::{Cli, Command, LogFormat};
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -12,24 +12,43 @@ fn main() -> ExitCode {
         Command::Demo(_) => "warn",
         _ => "info",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level)),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let format = cli.log_format;
+    match format {
+        LogFormat::Text => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init(),
+        // One object a line: the event's fields at the top, the run's span (id, branch, repo)
+        // under `span`.
+        LogFormat::Json => tracing_subscriber::fmt()
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .init(),
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: could not start the async runtime: {e}");
+            tracing::error!(error = %e, "could not start the async runtime");
             return ExitCode::from(1);
         }
     };
     match runtime.block_on(rowbranch::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("error: {:#}", failure.error());
+            let error = format!("{:#}", failure.error());
+            match format {
+                LogFormat::Text => eprintln!("error: {error}"),
+                LogFormat::Json => {
+                    tracing::error!(%error, exit_code = failure.exit_code(), "rowbranch failed")
+                }
+            }
             ExitCode::from(failure.exit_code())
         }
     }

@@ -13,6 +13,7 @@ use tokio::net::TcpListener;
 use crate::config::{Config, ForgeSettings};
 use crate::forge::{self, Forge};
 use crate::http::{self, App};
+use crate::metrics::Metrics;
 use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
 use crate::rows::Rows;
@@ -26,15 +27,32 @@ pub fn routes(config: &Config) -> anyhow::Result<Routes> {
     Routes::compile(&config.routes).with_context(|| config.source.display().to_string())
 }
 
-/// The forge the config names, for its routes, its waits bounded by `shutdown`'s grace. Makes
-/// no request.
-pub async fn forge(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Arc<dyn Forge>> {
-    forge::open(&config.forge, shutdown.clone()).await
+/// What the parts of one process share: its shutdown and its metrics.
+#[derive(Clone, Default)]
+pub struct Shared {
+    pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The forge the config names, for its routes, its waits bounded by the shutdown's grace.
+/// Makes no request.
+pub async fn forge(config: &Config, shared: &Shared) -> anyhow::Result<Arc<dyn Forge>> {
+    forge::open(
+        &config.forge,
+        shared.shutdown.clone(),
+        Arc::clone(&shared.metrics),
+    )
+    .await
 }
 
 /// A pipeline over `forge` that admits the config's `queue_capacity` rows at once.
-pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shutdown: &Shutdown) -> Arc<Pipeline> {
-    Pipeline::new(forge, admission(&config.forge), shutdown.clone())
+pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<Pipeline> {
+    Pipeline::new(
+        forge,
+        admission(&config.forge),
+        shared.shutdown.clone(),
+        Arc::clone(&shared.metrics),
+    )
 }
 
 /// How many rows wait at most, and how long a sender refused beyond that is asked to wait:
@@ -59,16 +77,16 @@ fn admission(settings: &ForgeSettings) -> Admission {
 pub fn app(
     config: Config,
     forge: Arc<dyn Forge>,
-    shutdown: Shutdown,
+    shared: Shared,
     insecure_no_auth: bool,
 ) -> anyhow::Result<Arc<App>> {
     let routes = Arc::new(routes(&config)?);
-    let pipeline = pipeline(&config, forge, &shutdown);
+    let pipeline = pipeline(&config, forge, &shared);
     Ok(App::new(
         Arc::new(config),
         routes,
         pipeline,
-        shutdown,
+        shared.shutdown,
         insecure_no_auth,
     ))
 }

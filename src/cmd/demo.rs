@@ -15,7 +15,6 @@ use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
 use crate::http;
-use crate::shutdown::Shutdown;
 use crate::webhook::auth::{generate_secret, hub_signature_256};
 use crate::{startup, Failure};
 
@@ -185,7 +184,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         listener.local_addr().context("no address")?
     );
     println!("  server      {url}\n");
-    let app = startup::app(config, forge, Shutdown::new(), false)?;
+    let app = startup::app(config, forge, startup::Shared::default(), false)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(http::serve(listener, app, async {
         let _ = stopped.await;

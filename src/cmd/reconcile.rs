@@ -8,7 +8,6 @@ use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
 use crate::reconcile::{self, Progress, SweepOptions};
 use crate::rows::Rows;
-use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -31,14 +30,14 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         None => config.reconcile.window,
     };
     let routes = startup::routes(&config).map_err(Failure::Usage)?;
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(&config, &shutdown)
+    let shared = startup::Shared::default();
+    let forge = startup::forge(&config, &shared)
         .await
         .map_err(Failure::Usage)?;
     let rows = Rows::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
-    let pipeline = startup::pipeline(&config, forge, &shutdown);
+    let pipeline = startup::pipeline(&config, forge, &shared);
     let options = SweepOptions {
         window,
         stale_claim_after: config.reconcile.stale_claim_after,

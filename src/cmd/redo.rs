@@ -10,7 +10,6 @@ use crate::config::{process_env, Config};
 use crate::identity::BranchName;
 use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
 use crate::rows::Rows;
-use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
@@ -43,8 +42,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         )
     })?;
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(&config, &shutdown)
+    let shared = startup::Shared::default();
+    let forge = startup::forge(&config, &shared)
         .await
         .map_err(Failure::Usage)?;
     let taken = forge
@@ -74,7 +73,7 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .await
         .context("reading the default branch")?;
     let plan = plan.on_branch(branch);
-    match claim_and_dispatch(forge.as_ref(), &plan, base, &RunWatch::new(shutdown)).await {
+    match claim_and_dispatch(forge.as_ref(), &plan, base, &RunWatch::new(shared.shutdown)).await {
         Ok(Outcome::Dispatched { branch, base }) => {
             println!("claimed {branch} at {} and dispatched", base.sha.short());
             Ok(())

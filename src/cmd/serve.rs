@@ -7,7 +7,6 @@ use tokio::net::TcpListener;
 
 use crate::cli::ServeArgs;
 use crate::config::{process_env, Config};
-use crate::shutdown::Shutdown;
 use crate::{startup, Failure};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
@@ -22,9 +21,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
-    let shutdown = Shutdown::new();
+    let shared = startup::Shared::default();
     let grace = config.shutdown_grace;
-    let forge = startup::forge(&config, &shutdown)
+    let forge = startup::forge(&config, &shared)
         .await
         .map_err(Failure::Usage)?;
     // Listening comes first: nothing here talks to GitHub, so the port answers at once.
@@ -33,8 +32,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         .with_context(|| format!("could not listen on {}", config.listen))?;
     let addr = listener.local_addr().context("no local address")?;
     tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
-    let app =
-        startup::app(config, forge, shutdown, args.insecure_no_auth).map_err(Failure::Usage)?;
+    let app = startup::app(config, forge, shared, args.insecure_no_auth).map_err(Failure::Usage)?;
     let pipeline = Arc::clone(&app.pipeline);
     let stop = async move {
         signal().await;

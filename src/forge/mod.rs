@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::config::ForgeSettings;
 use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// A commit id as the forge names it (40 hex digits on GitHub and in git).
@@ -162,10 +163,17 @@ pub trait Forge: Send + Sync {
     }
 }
 
-/// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace.
-pub async fn open(settings: &ForgeSettings, shutdown: Shutdown) -> anyhow::Result<Arc<dyn Forge>> {
+/// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace, and
+/// its requests count in `metrics`.
+pub async fn open(
+    settings: &ForgeSettings,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Arc<dyn Forge>> {
     match settings {
         ForgeSettings::Local(local) => Ok(Arc::new(local::LocalForge::open(local).await?)),
-        ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(github, shutdown)?)),
+        ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(
+            github, shutdown, metrics,
+        )?)),
     }
 }

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use crate::identity::{BranchName, RepoName, RowId};
-use crate::pipeline::{DuplicateReason, Outcome, RunError};
+use crate::pipeline::{DuplicateReason, Ignored, Outcome, RunError};
 
 /// How long a sender is asked to wait when the row was left at shutdown: about as long as a
 /// restart takes.
@@ -27,7 +27,7 @@ pub struct RowRef {
 pub enum Answer {
     Dispatched(RowRef),
     Duplicate(RowRef, DuplicateReason),
-    Ignored(String),
+    Ignored(Ignored),
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
     BadRequest(String),
@@ -81,6 +81,25 @@ impl Answer {
             Answer::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Answer::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Answer::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// The body's `reason`, for a duplicate or an ignored event; empty otherwise.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Answer::Duplicate(_, reason) => reason.as_str(),
+            Answer::Ignored(why) => why.reason(),
+            _ => "",
+        }
+    }
+
+    /// The row the answer is about, when it names one.
+    pub fn row(&self) -> Option<&RowRef> {
+        match self {
+            Answer::Dispatched(row) | Answer::Duplicate(row, _) | Answer::Accepted(row, _) => {
+                Some(row)
+            }
+            _ => None,
         }
     }
 
@@ -156,8 +175,8 @@ impl IntoResponse for Answer {
             body.insert("branch".into(), json!(row.branch.as_str()));
             body.insert("repo".into(), json!(row.repo.to_string()));
         }
-        if let Answer::Duplicate(_, reason) = &self {
-            body.insert("reason".into(), json!(reason.as_str()));
+        if !self.reason().is_empty() {
+            body.insert("reason".into(), json!(self.reason()));
         }
         let mut response = (self.status(), Json(Value::Object(body))).into_response();
         if let Answer::Unavailable { retry_after, .. } = &self {

@@ -5,18 +5,20 @@
 
 mod answer;
 mod conn;
-mod metrics;
 mod ready;
+mod status;
 
 pub use answer::{Answer, RowRef};
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use axum::body::{to_bytes, Body, Bytes};
-use axum::extract::State;
-use axum::http::{header, HeaderMap};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::Html;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -24,11 +26,13 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::metrics::{CONTENT_TYPE, NO_ROUTE};
 use crate::pipeline::{Pipeline, Planned, Routes};
 use crate::shutdown::Shutdown;
+use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
-use metrics::Metrics;
 use ready::Readiness;
+use status::{delivery_id, Decision, Decisions, Refusals};
 
 /// Everything a request needs.
 pub struct App {
@@ -40,8 +44,11 @@ pub struct App {
     pub shutdown: Shutdown,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
-    metrics: Metrics,
     readiness: Readiness,
+    decisions: Decisions,
+    refusals: Refusals,
+    /// The forge's web address, for the status page's links to branches.
+    web_url: Option<String>,
 }
 
 impl App {
@@ -53,19 +60,34 @@ impl App {
         insecure_no_auth: bool,
     ) -> Arc<App> {
         Arc::new(App {
+            web_url: config.forge.web_url(),
             config,
             routes,
             pipeline,
             shutdown,
             insecure_no_auth,
-            metrics: Metrics::default(),
             readiness: Readiness::default(),
+            decisions: Decisions::default(),
+            refusals: Refusals::default(),
         })
+    }
+
+    /// Counts, logs and remembers a delivery's answer.
+    fn record(&self, decision: Decision) {
+        self.pipeline.metrics().delivery(
+            &decision.route,
+            decision.status,
+            decision.outcome,
+            decision.reason,
+        );
+        decision.log();
+        self.decisions.push(decision);
     }
 }
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
+        .route("/", get(home))
         .route("/webhook", post(webhook))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -121,24 +143,89 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+        [(header::CONTENT_TYPE, CONTENT_TYPE)],
+        app.pipeline.metrics().render(),
     )
         .into_response()
 }
 
-/// Reads a delivery, then hands it to a task of its own: once the body is read, nothing the
-/// client does (hanging up, say) can stop the decision or the run.
-async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let answer = match read(&app, &headers, body).await {
-        Err(refused) => refused,
-        Ok(bytes) => {
-            let decided = tokio::spawn(decide(Arc::clone(&app), headers, bytes));
-            decided.await.unwrap_or(Answer::Internal)
-        }
+/// `GET /`: where GitHub sends the browser once the App is created from its manifest
+/// (`?code=…`, answered whatever the settings, before any password), else the status page when
+/// `status_page = true`.
+async fn home(
+    State(app): State<Arc<App>>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(code) = query.get("code") {
+        return Html(pages::manifest_code_page(code)).into_response();
+    }
+    let Some(page) = &app.config.status_page else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({"outcome": "error", "message": "no status page: set status_page = true to have one"})),
+        )
+            .into_response();
     };
-    app.metrics.count(&answer);
-    answer.into_response()
+    if let Some(password) = &page.password {
+        if !auth::basic_password_matches(&headers, password.expose()) {
+            return (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
+                "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
+            )
+                .into_response();
+        }
+    }
+    let routes: Vec<String> = app
+        .config
+        .routes
+        .iter()
+        .map(|r| format!("{} → {}", r.table_name(), r.repo))
+        .collect();
+    let metrics = app.pipeline.metrics();
+    let mut counters = metrics.totals();
+    counters.push(("rows in flight".into(), app.pipeline.in_flight() as u64));
+    let view = StatusView {
+        routes: routes.join(", "),
+        now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        refresh_s: 5,
+        counters,
+        decisions: app
+            .decisions
+            .newest_first()
+            .iter()
+            .map(|d| d.view(app.web_url.as_deref()))
+            .collect(),
+    };
+    Html(pages::status_page(&view)).into_response()
+}
+
+/// Reads a delivery, then hands it to a task of its own: once the body is read, nothing the
+/// client does (hanging up, say) can stop the decision, the run, or its record.
+async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let start = Instant::now();
+    let delivery = delivery_id(&headers);
+    match read(&app, &headers, body).await {
+        Err(refused) => {
+            if matches!(refused, Answer::Unauthorized) {
+                app.refusals.refused("missing");
+            }
+            let decision = Decision::new(delivery, NO_ROUTE.into(), &refused, start.elapsed());
+            app.record(decision);
+            refused.into_response()
+        }
+        Ok(bytes) => {
+            let app = Arc::clone(&app);
+            let decided = tokio::spawn(async move {
+                let (answer, route) = decide(&app, headers, bytes).await;
+                let route = route.unwrap_or_else(|| NO_ROUTE.into());
+                app.record(Decision::new(delivery, route, &answer, start.elapsed()));
+                answer
+            });
+            decided.await.unwrap_or(Answer::Internal).into_response()
+        }
+    }
 }
 
 /// Content type, declared size and the presence of a credential — from the headers alone —
@@ -183,27 +270,37 @@ fn is_too_large(e: &axum::Error) -> bool {
 
 /// Credentials, shape, route, id — in that order, so nothing is parsed before it is
 /// authenticated and nothing is written before the id is valid — then the run, awaited for at
-/// most `respond_within_ms`.
-async fn decide(app: Arc<App>, headers: HeaderMap, bytes: Bytes) -> Answer {
+/// most `respond_within_ms`. Also the route's `schema.table`, once known.
+async fn decide(app: &App, headers: HeaderMap, bytes: Bytes) -> (Answer, Option<String>) {
     let webhook = &app.config.webhook;
     if let Some(secrets) = &webhook.secrets {
         if let Err(why) = secrets.verify(&headers, &bytes, SystemTime::now()) {
-            tracing::debug!(reason = %why, "refused a delivery");
-            return Answer::Unauthorized;
+            app.refusals.refused(why.kind());
+            return (Answer::Unauthorized, None);
         }
     }
     let event = match payload::parse(&bytes) {
         Ok(event) => event,
-        Err(e) => return Answer::BadRequest(e.to_string()),
+        Err(e) => return (Answer::BadRequest(e.to_string()), None),
     };
     // The body is not needed past here: a waiting row keeps only its plan.
     drop(bytes);
+    let route = app
+        .routes
+        .find(&event.schema, &event.table)
+        .map(|r| r.route.table_name());
     let plan = match app.routes.plan(event) {
         Ok(Planned::Run(plan)) => plan,
-        Ok(Planned::Ignored(why)) => return Answer::Ignored(why),
-        Err(e) if e.is_malformed() => return Answer::BadRequest(e.to_string()),
-        Err(e) => return Answer::Unprocessable(e.to_string()),
+        Ok(Planned::Ignored(why)) => return (Answer::Ignored(why), route),
+        Err(e) if e.is_malformed() => return (Answer::BadRequest(e.to_string()), route),
+        Err(e) => return (Answer::Unprocessable(e.to_string()), route),
     };
+    (admit(app, plan).await, route)
+}
+
+/// The run of a planned row: admitted (or refused as full), then awaited.
+async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
+    let webhook = &app.config.webhook;
     let row = RowRef {
         id: plan.id.clone(),
         branch: plan.branch.clone(),

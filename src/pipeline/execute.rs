@@ -187,7 +187,8 @@ pub async fn claim_and_dispatch(
     }
     if claim == Claim::Ambiguous {
         // At least once beats at most once: the workflow's guard makes a second run a no-op.
-        tracing::warn!(id = %plan.id, branch = %plan.branch, "claim answer was ambiguous; dispatching anyway");
+        // The run's span names the row.
+        tracing::warn!("claim answer was ambiguous; dispatching anyway");
     }
     watch.set_claimed(Some(plan.branch.clone()));
     let settled = dispatch_or_release(forge, plan, base, claim, payload).await;
@@ -209,7 +210,6 @@ async fn dispatch_or_release(
         .await;
     let failure = match sent {
         Ok(()) => {
-            tracing::info!(id = %plan.id, branch = %plan.branch, %repo, "dispatched");
             return Ok(Outcome::Dispatched {
                 branch: plan.branch.clone(),
                 base,

@@ -7,7 +7,7 @@ mod execute;
 mod plan;
 
 pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
-pub use plan::{CompiledRoute, Plan, PlanError, Planned, Routes};
+pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, Routes};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;
@@ -18,9 +18,11 @@ use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// A run of one row that any number of deliveries can await.
@@ -46,6 +48,7 @@ pub struct Pipeline {
     tasks: TaskTracker,
     admission: Admission,
     shutdown: Shutdown,
+    metrics: Arc<Metrics>,
 }
 
 struct Entry {
@@ -86,18 +89,29 @@ impl Submission {
 }
 
 impl Pipeline {
-    pub fn new(forge: Arc<dyn Forge>, admission: Admission, shutdown: Shutdown) -> Arc<Pipeline> {
+    pub fn new(
+        forge: Arc<dyn Forge>,
+        admission: Admission,
+        shutdown: Shutdown,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Pipeline> {
         Arc::new(Pipeline {
             forge,
             runs: Mutex::new(HashMap::new()),
             tasks: TaskTracker::new(),
             admission,
             shutdown,
+            metrics,
         })
     }
 
     pub fn forge(&self) -> &Arc<dyn Forge> {
         &self.forge
+    }
+
+    /// Where the runs, and everything built on this pipeline, count.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// Rows admitted and not yet finished.
@@ -131,22 +145,32 @@ impl Pipeline {
         let this = Arc::clone(self);
         let done_key = key.clone();
         let run_watch = Arc::clone(&watch);
-        let task = self.tasks.spawn(async move {
-            // Unregistered on drop, so a run that panics does not stay "under way" forever.
-            let _done = Unregister(Arc::clone(&this), done_key);
-            let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
-            match &result {
-                Err(RunError::Abandoned) => {
-                    tracing::error!(id = %plan.id, repo = %plan.route.repo,
-                        "abandoned at shutdown before its claim; a redelivery or the sweep will run the row");
+        let span = tracing::info_span!("run", id = %plan.id, branch = %plan.branch, repo = %plan.route.repo);
+        let task = self.tasks.spawn(
+            async move {
+                // Unregistered on drop, so a run that panics does not stay "under way" forever.
+                let _done = Unregister(Arc::clone(&this), done_key);
+                let start = std::time::Instant::now();
+                let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
+                let took = start.elapsed();
+                let ended = run_result(&result);
+                this.metrics
+                    .run_ended(&plan.route.table_name(), ended, took);
+                match &result {
+                    Err(RunError::Abandoned) => tracing::error!(
+                        "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
+                    ),
+                    // The one log line for a failed run; every delivery that awaited it gets
+                    // its answer.
+                    Err(e) => tracing::error!(result = ended, error = %e,
+                        duration_ms = took.as_millis() as u64, "the row's run failed"),
+                    Ok(_) => tracing::info!(result = ended,
+                        duration_ms = took.as_millis() as u64, "the row's run ended"),
                 }
-                // The one log line for a failed run; every delivery that awaited it gets its answer.
-                Err(e) => tracing::error!(id = %plan.id, branch = %plan.branch,
-                    repo = %plan.route.repo, error = %e, "the row's run failed"),
-                Ok(_) => {}
+                result
             }
-            result
-        });
+            .instrument(span),
+        );
         let run = async move {
             task.await.unwrap_or_else(|e| {
                 Err(RunError::Internal(Arc::new(anyhow::anyhow!(
@@ -163,6 +187,7 @@ impl Pipeline {
                 watch,
             },
         );
+        self.metrics.runs_in_flight(runs.len());
         Ok(Submission { joined: false, run })
     }
 
@@ -188,12 +213,25 @@ impl Pipeline {
     }
 }
 
+/// How a run ended, as `rowbranch_runs_total{result}` names it.
+fn run_result(result: &Result<Outcome, RunError>) -> &'static str {
+    match result {
+        Ok(Outcome::Dispatched { .. }) => "dispatched",
+        Ok(Outcome::Duplicate { .. }) => "duplicate",
+        Err(RunError::Unavailable { .. }) => "failed_unavailable",
+        Err(RunError::Refused(_)) => "failed_refused",
+        Err(RunError::Internal(_)) => "failed_internal",
+        Err(RunError::Abandoned) => "abandoned",
+    }
+}
+
 struct Unregister(Arc<Pipeline>, RowKey);
 
 impl Drop for Unregister {
     fn drop(&mut self) {
         if let Ok(mut runs) = self.0.runs.lock() {
             runs.remove(&self.1);
+            self.0.metrics.runs_in_flight(runs.len());
         }
     }
 }

@@ -71,16 +71,15 @@ impl Routes {
     /// Decides what an event means.
     pub fn plan(&self, event: RowEvent) -> Result<Planned, PlanError> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
-            return Ok(Planned::Ignored(format!(
-                "no route for table {}.{}",
-                event.schema, event.table
-            )));
+            return Ok(Planned::Ignored(Ignored::NoRoute {
+                table: format!("{}.{}", event.schema, event.table),
+            }));
         };
         if !compiled.route.events.contains(&event.kind) {
-            return Ok(Planned::Ignored(format!(
-                "the route for {}.{} does not take {} events",
-                event.schema, event.table, event.kind
-            )));
+            return Ok(Planned::Ignored(Ignored::Event {
+                route: Arc::clone(&compiled.route),
+                kind: event.kind,
+            }));
         }
         compiled.plan_json(&event.record).map(Planned::Run)
     }
@@ -94,9 +93,52 @@ fn compile_file(route: &Route, path: &Path) -> anyhow::Result<PayloadTemplate> {
 /// What to do with an event.
 #[derive(Debug)]
 pub enum Planned {
-    /// No route takes it; the text says why.
-    Ignored(String),
+    /// No route takes it.
+    Ignored(Ignored),
     Run(Plan),
+}
+
+/// Why an event is no work; the text is the `ignored` answer's message.
+#[derive(Debug, Clone)]
+pub enum Ignored {
+    /// No route for the table (`schema.table`).
+    NoRoute { table: String },
+    /// The route does not take this kind of event.
+    Event {
+        route: Arc<Route>,
+        kind: crate::event::EventKind,
+    },
+}
+
+impl Ignored {
+    /// The answer's `reason`, from a fixed set.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Ignored::NoRoute { .. } => "no_route",
+            Ignored::Event { .. } => "event",
+        }
+    }
+
+    /// The route it concerns, if one.
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        match self {
+            Ignored::NoRoute { .. } => None,
+            Ignored::Event { route, .. } => Some(route),
+        }
+    }
+}
+
+impl std::fmt::Display for Ignored {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ignored::NoRoute { table } => write!(f, "no route for table {table}"),
+            Ignored::Event { route, kind } => write!(
+                f,
+                "the route for {} does not take {kind} events",
+                route.table_name()
+            ),
+        }
+    }
 }
 
 /// One row's work: the branch to claim and what to dispatch. It keeps only what its payload
@@ -372,7 +414,7 @@ mod tests {
     #[test]
     fn other_tables_and_events_are_ignored_with_the_reason() {
         let ignored = |e| match routes().plan(e).unwrap() {
-            Planned::Ignored(why) => why,
+            Planned::Ignored(why) => why.to_string(),
             Planned::Run(p) => panic!("planned {}", p.branch),
         };
         assert!(

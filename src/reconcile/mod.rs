@@ -77,6 +77,20 @@ pub enum Settled {
     Failed(Failed),
 }
 
+impl Settled {
+    /// As `rowbranch_reconcile_rows_total{verdict}` names it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Settled::Handled => "handled",
+            Settled::MergedBefore => "merged_before",
+            Settled::Dispatched => "dispatched",
+            Settled::WouldDispatch(_) => "would_dispatch",
+            Settled::DeadClaim { .. } => "dead_claim",
+            Settled::Failed(_) => "failed",
+        }
+    }
+}
+
 impl RouteSummary {
     fn count(&mut self, settled: Settled) {
         self.rows_seen += 1;
@@ -134,9 +148,13 @@ pub async fn sweep(
             route: format!("{} → {}", route.route.table_name(), route.route.repo),
             ..RouteSummary::default()
         };
-        if let Err(e) = sweep_route(route, rows, pipeline, options, progress, &mut summary).await {
+        let swept = sweep_route(route, rows, pipeline, options, progress, &mut summary).await;
+        if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
         }
+        pipeline
+            .metrics()
+            .reconcile_run(if swept.is_ok() { "ok" } else { "failed" });
         summaries.push(summary);
     }
     summaries
@@ -180,15 +198,20 @@ async fn sweep_route(
         if page.is_empty() {
             return Ok(());
         }
+        let table = route.table_name();
+        let count = |summary: &mut RouteSummary, settled: Settled| {
+            pipeline.metrics().reconcile_row(&table, settled.label());
+            summary.count(settled);
+        };
         let mut to_run = Vec::new();
         for row in page {
             match classify(&known, compiled, row, stale_before) {
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
-                verdict => summary.count(apply.one(verdict).await?),
+                verdict => count(summary, apply.one(verdict).await?),
             }
         }
         for settled in apply.runs(to_run, options.concurrency).await {
-            summary.count(settled);
+            count(summary, settled);
         }
         progress(summary.progress());
     }

@@ -1,7 +1,8 @@
 //! The `client_payload` template: rendered with minijinja from the row and its identity, then
-//! checked against GitHub's limits for `repository_dispatch` before anything is sent; and the
-//! [`setup`] files `rowbranch init` writes.
+//! checked against GitHub's limits for `repository_dispatch` before anything is sent; the
+//! [`setup`] files `rowbranch init` writes; and the server's HTML [`pages`].
 
+pub mod pages;
 pub mod setup;
 
 use std::collections::BTreeSet;

@@ -110,6 +110,27 @@ pub enum AuthError {
     BadHubSignature,
 }
 
+impl AuthError {
+    /// The kind of refusal, for the log (never more: the log names no header value): a missing
+    /// credential, a wrong secret, a stale (or future) timestamp, or a bad signature.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AuthError::NoCredentials => "missing",
+            AuthError::NotBearer | AuthError::BadBearer | AuthError::NoStandardWebhooksSecret => {
+                "wrong_secret"
+            }
+            AuthError::BadTimestamp | AuthError::StaleTimestamp | AuthError::FutureTimestamp => {
+                "stale_timestamp"
+            }
+            AuthError::UnreadableHeader(_)
+            | AuthError::MissingHeader(_)
+            | AuthError::BadSignature
+            | AuthError::MalformedHubSignature
+            | AuthError::BadHubSignature => "bad_signature",
+        }
+    }
+}
+
 impl WebhookSecrets {
     /// Parses the value of ROWBRANCH_WEBHOOK_SECRET.
     ///
@@ -287,6 +308,27 @@ impl Secret {
             whsec_key,
         })
     }
+}
+
+/// Whether the request's `Authorization: Basic …` carries `password` (with any user name), for
+/// the status page. Compared in constant time, by digest.
+pub fn basic_password_matches(headers: &HeaderMap, password: &str) -> bool {
+    let given = headers
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
+        .and_then(|(_, encoded)| BASE64.decode(encoded.trim()).ok())
+        .and_then(|decoded| String::from_utf8(decoded).ok());
+    let Some(given) = given else {
+        return false;
+    };
+    let given = given.split_once(':').map_or("", |(_, pass)| pass);
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(password.as_bytes()),
+    );
+    bool::from(a[..].ct_eq(&b[..]))
 }
 
 /// Whether a request carries any of the credential headers at all: one that carries none is

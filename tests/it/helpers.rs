@@ -12,7 +12,6 @@ use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
 use rowbranch::http;
-use rowbranch::shutdown::Shutdown;
 use rowbranch::startup;
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -260,7 +259,8 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     } else {
         (Arc::new(local), None)
     };
-    let app = startup::app(config, forge, Shutdown::new(), false).expect("the test routes compile");
+    let app = startup::app(config, forge, startup::Shared::default(), false)
+        .expect("the test routes compile");
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("could not bind");

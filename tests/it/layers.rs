@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// Bottom first, as docs/design.md draws them top first. `crate` stands for what lib.rs itself
 /// defines (`Failure`, `run`): the top, since it runs the commands.
 const LAYERS: &[&[&str]] = &[
-    &["identity", "event", "webhook", "shutdown"],
+    &["identity", "event", "webhook", "shutdown", "metrics"],
     &["config"],
     &["forge", "rows", "templates"],
     &["pipeline"],

@@ -183,14 +183,14 @@ async fn metrics_count_the_answers_by_status_outcome_and_reason() {
     assert!(content_type.starts_with("text/plain"), "{content_type}");
     let text = &metrics.text;
     assert!(
-        text.contains("# TYPE rowbranch_webhook_answers_total counter"),
+        text.contains("# TYPE rowbranch_deliveries_total counter"),
         "{text}"
     );
     for line in [
-        r#"rowbranch_webhook_answers_total{status="200",outcome="dispatched",reason=""} 2"#,
-        r#"rowbranch_webhook_answers_total{status="200",outcome="duplicate",reason="branch_exists"} 1"#,
-        r#"rowbranch_webhook_answers_total{status="422",outcome="error",reason=""} 1"#,
-        r#"rowbranch_webhook_answers_total{status="401",outcome="error",reason=""} 1"#,
+        r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="dispatched",reason=""} 2"#,
+        r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="duplicate",reason="branch_exists"} 1"#,
+        r#"rowbranch_deliveries_total{route="public.feedbacks",status="422",outcome="error",reason=""} 1"#,
+        r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason=""} 1"#,
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -14,7 +14,6 @@ use proptest::prelude::*;
 use rowbranch::config::Config;
 use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId, Slug};
-use rowbranch::shutdown::Shutdown;
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature, WebhookSecrets};
 use rowbranch::webhook::payload;
 use rowbranch::{http as server, startup};
@@ -249,7 +248,7 @@ proptest! {
         let config = Config::parse(text, Path::new("rowbranch.toml"), &env).unwrap();
         let routes = startup::routes(&config).unwrap();
         let forge = Arc::new(Recording::default());
-        let app = startup::app(config, forge.clone(), Shutdown::new(), false).unwrap();
+        let app = startup::app(config, forge.clone(), startup::Shared::default(), false).unwrap();
         let content_type = if json_type { "application/json" } else { "text/plain" };
         let response = runtime.block_on(async {
             let response = server::router(app.clone())

@@ -7,7 +7,6 @@ use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::rows::Rows;
-use rowbranch::shutdown::Shutdown;
 use rowbranch::startup;
 
 use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
@@ -109,9 +108,9 @@ async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
     let rows = Rows::connect(config.database_url.as_ref().unwrap().expose())
         .await
         .unwrap();
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(config, &shutdown).await.unwrap();
-    let pipeline = startup::pipeline(config, forge, &shutdown);
+    let shared = startup::Shared::default();
+    let forge = startup::forge(config, &shared).await.unwrap();
+    let pipeline = startup::pipeline(config, forge, &shared);
     let routes = startup::routes(config).unwrap();
     let mut summaries = sweep(&routes, &rows, &pipeline, options, &|_| {}).await;
     pipeline.drain().await;
@@ -269,9 +268,9 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(&config, &shutdown).await.unwrap();
-    let pipeline = startup::pipeline(&config, forge, &shutdown);
+    let shared = startup::Shared::default();
+    let forge = startup::forge(&config, &shared).await.unwrap();
+    let pipeline = startup::pipeline(&config, forge, &shared);
     let routes = startup::routes(&config).unwrap();
     let summaries = sweep(&routes, &rows, &pipeline, &options(), &|_| {}).await;
     let text = summaries[0]

@@ -9,19 +9,22 @@ use std::time::Duration;
 use anyhow::{anyhow, Context};
 use http::{HeaderMap, StatusCode};
 use octocrab::models::{AppId, InstallationId};
+use octocrab::secrecy::ExposeSecret;
 use octocrab::Octocrab;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::pace::Pacer;
-use super::retry::{classify, Attempt, Stop};
+use super::retry::{classify, Attempt, Cause, Stop};
 use super::wire;
 use crate::config::PaceSettings;
 use crate::forge::ForgeError;
 use crate::identity::RepoName;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// How long to wait for a connection; octocrab sets none by default.
@@ -118,6 +121,69 @@ pub fn encode_query(value: &str) -> String {
     percent_encoding::utf8_percent_encode(value, KEEP).to_string()
 }
 
+/// What a request does, for `rowbranch_github_requests_total{operation}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    GetApp,
+    GetInstallation,
+    GetRepo,
+    GetRef,
+    MatchingRefs,
+    CreateRef,
+    DeleteRef,
+    Dispatch,
+    ListPulls,
+    Compare,
+    GetContents,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::GetApp => "get_app",
+            Operation::GetInstallation => "get_installation",
+            Operation::GetRepo => "get_repo",
+            Operation::GetRef => "get_ref",
+            Operation::MatchingRefs => "matching_refs",
+            Operation::CreateRef => "create_ref",
+            Operation::DeleteRef => "delete_ref",
+            Operation::Dispatch => "dispatch",
+            Operation::ListPulls => "list_pulls",
+            Operation::Compare => "compare",
+            Operation::GetContents => "get_contents",
+        }
+    }
+}
+
+/// [`send`], counted: the answer's status (or `error`), how long it took, and the rate limit
+/// GitHub says is left.
+async fn send_counted<B: Serialize + ?Sized>(
+    client: &Octocrab,
+    metrics: &Metrics,
+    operation: Operation,
+    method: http::Method,
+    path: &str,
+    body: Option<&B>,
+) -> Attempt<Reply> {
+    let start = Instant::now();
+    let result = send(client, method, path, body).await;
+    let status = match &result {
+        Ok(reply) => {
+            let header = |name: &str| reply.headers.get(name).and_then(|v| v.to_str().ok());
+            if let Some(remaining) = header("x-ratelimit-remaining").and_then(|v| v.parse().ok()) {
+                metrics.rate_limit_remaining(
+                    header("x-ratelimit-resource").unwrap_or("core"),
+                    remaining,
+                );
+            }
+            reply.status.as_u16().to_string()
+        }
+        Err(_) => "error".to_owned(),
+    };
+    metrics.github_request(operation.as_str(), &status, start.elapsed());
+    result
+}
+
 /// One request, and how its answer (or its absence) is to be read.
 pub async fn send<B: Serialize + ?Sized>(
     client: &Octocrab,
@@ -148,6 +214,7 @@ pub async fn send<B: Serialize + ?Sized>(
             message: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
             after: None,
             ambiguous: true,
+            cause: Cause::NoAnswer,
         }),
     }
 }
@@ -174,6 +241,7 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
             message: format!("request failed: {other}"),
             after: None,
             ambiguous: true,
+            cause: Cause::NoAnswer,
         },
     }
 }
@@ -186,8 +254,10 @@ pub struct Installation {
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
-    /// Serializes token renewal so that concurrent requests do not each mint one.
-    renewing: Mutex<()>,
+    /// Serializes token renewal so that concurrent requests do not each mint one; holds the
+    /// digest of the token last seen, to count the mints.
+    renewing: Mutex<Option<[u8; 32]>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Installation {
@@ -196,22 +266,28 @@ impl Installation {
     /// between retries.
     pub async fn send<B: Serialize + ?Sized>(
         &self,
+        operation: Operation,
         method: http::Method,
         path: &str,
         body: Option<&B>,
     ) -> Attempt<Reply> {
         let _open = self.requests.acquire().await.map_err(closed)?;
-        send(&self.client, method, path, body).await
+        send_counted(&self.client, &self.metrics, operation, method, path, body).await
     }
 
     /// Makes sure the cached token has life left, minting one (once) when it has not.
     pub async fn ensure_token(&self) -> Attempt<()> {
-        let _one_at_a_time = self.renewing.lock().await;
-        self.client
+        let mut last = self.renewing.lock().await;
+        let token = self
+            .client
             .installation_token_with_buffer(chrono::Duration::seconds(TOKEN_RENEW_BEFORE))
             .await
-            .map(drop)
-            .map_err(|e| from_octocrab(e).not_applied())
+            .map_err(|e| from_octocrab(e).not_applied())?;
+        let digest: [u8; 32] = Sha256::digest(token.expose_secret().as_bytes()).into();
+        if last.replace(digest) != Some(digest) {
+            self.metrics.token_minted();
+        }
+        Ok(())
     }
 }
 
@@ -221,6 +297,7 @@ pub struct Apps {
     pace: PaceSettings,
     max_concurrent_requests: usize,
     shutdown: Shutdown,
+    metrics: Arc<Metrics>,
     /// Requests open at once with the App's own JWT (installation lookups, `GET /app`).
     app_requests: Semaphore,
     /// One client per repository, its token narrowed to that repository: a repository missing
@@ -241,6 +318,7 @@ pub struct Limits {
     pub pace: PaceSettings,
     pub max_concurrent_requests: usize,
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Apps {
@@ -269,6 +347,7 @@ impl Apps {
             max_concurrent_requests: limits.max_concurrent_requests,
             app_requests: Semaphore::new(limits.max_concurrent_requests),
             shutdown: limits.shutdown,
+            metrics: limits.metrics,
             installations: Mutex::new(HashMap::new()),
             limits: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
@@ -278,12 +357,13 @@ impl Apps {
     /// One request with the App's JWT, for App endpoints, within the App's own bound.
     pub async fn send_app<B: Serialize + ?Sized>(
         &self,
+        operation: Operation,
         method: http::Method,
         path: &str,
         body: Option<&B>,
     ) -> Attempt<Reply> {
         let _open = self.app_requests.acquire().await.map_err(closed)?;
-        send(&self.app, method, path, body).await
+        send_counted(&self.app, &self.metrics, operation, method, path, body).await
     }
 
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
@@ -329,7 +409,11 @@ impl Apps {
             .entry(id)
             .or_insert_with(|| {
                 (
-                    Arc::new(Pacer::new(self.pace, self.shutdown.clone())),
+                    Arc::new(Pacer::new(
+                        self.pace,
+                        self.shutdown.clone(),
+                        Arc::clone(&self.metrics),
+                    )),
                     Arc::new(Semaphore::new(self.max_concurrent_requests)),
                 )
             })
@@ -339,7 +423,8 @@ impl Apps {
             client,
             writes,
             requests,
-            renewing: Mutex::new(()),
+            renewing: Mutex::new(None),
+            metrics: Arc::clone(&self.metrics),
         }
     }
 
@@ -354,7 +439,14 @@ impl Apps {
             }
         }
         let path = format!("/repos/{repo}/installation");
-        let reply = self.send_app(http::Method::GET, &path, None::<&()>).await?;
+        let reply = self
+            .send_app(
+                Operation::GetInstallation,
+                http::Method::GET,
+                &path,
+                None::<&()>,
+            )
+            .await?;
         match reply.status.as_u16() {
             200 => {
                 let id = InstallationId(reply.json::<wire::InstallationFound>()?.id);

@@ -21,11 +21,14 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{empty_repository, encode_path, not_found, Apps, Installation, Limits};
-use self::retry::{Attempt, RetryPolicy, Stop};
+use self::client::{
+    empty_repository, encode_path, not_found, Apps, Installation, Limits, Operation,
+};
+use self::retry::{Attempt, Cause, RetryPolicy, Stop};
 use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use crate::config::{GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// How long the default branch's name is trusted (it rarely changes).
@@ -51,7 +54,11 @@ impl GithubForge {
     /// Builds the forge for the routed repositories. Reads the private key; makes no request.
     /// Once `shutdown` begins, rows waiting to claim give up and claimed rows' writes skip
     /// the pace, within the grace.
-    pub fn new(settings: &GithubSettings, shutdown: Shutdown) -> anyhow::Result<GithubForge> {
+    pub fn new(
+        settings: &GithubSettings,
+        shutdown: Shutdown,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<GithubForge> {
         let pem = match &settings.key {
             PrivateKeySource::Pem(pem) => pem.clone(),
             PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
@@ -66,12 +73,14 @@ impl GithubForge {
             pace: settings.pace,
             max_concurrent_requests: settings.max_concurrent_requests,
             shutdown: shutdown.clone(),
+            metrics: Arc::clone(&metrics),
         };
         Ok(GithubForge {
             apps: Apps::new(settings.app_id, &pem, &settings.api_url, limits)?,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
                 shutdown,
+                metrics,
             },
             head_ttl: settings.base_cache,
             bases: Mutex::new(HashMap::new()),
@@ -96,7 +105,12 @@ impl GithubForge {
     /// (https://docs.github.com/rest/repos/repos#get-a-repository)
     async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
         let reply = installation
-            .send(Method::GET, &format!("/repos/{repo}"), None::<&()>)
+            .send(
+                Operation::GetRepo,
+                Method::GET,
+                &format!("/repos/{repo}"),
+                None::<&()>,
+            )
             .await?;
         match reply.status.as_u16() {
             200 => Ok(reply.json::<wire::Repo>()?.default_branch),
@@ -113,7 +127,9 @@ impl GithubForge {
         branch: &str,
     ) -> Attempt<Option<Sha>> {
         let path = format!("/repos/{repo}/git/ref/heads/{}", encode_path(branch));
-        let reply = installation.send(Method::GET, &path, None::<&()>).await?;
+        let reply = installation
+            .send(Operation::GetRef, Method::GET, &path, None::<&()>)
+            .await?;
         match reply.status.as_u16() {
             200 => Ok(Some(reply.json::<wire::Ref>()?.object.sha)),
             404 => Ok(None),
@@ -142,15 +158,21 @@ impl GithubForge {
     ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
             let mut found = Vec::new();
-            wire::pages(&installation, repo, first, |refs: Vec<wire::Ref>| {
-                found.extend(refs.into_iter().filter_map(|r| {
-                    Some(Branch {
-                        name: r.name.strip_prefix("refs/heads/")?.to_owned(),
-                        sha: r.object.sha,
-                    })
-                }));
-                true
-            })
+            wire::pages(
+                &installation,
+                Operation::MatchingRefs,
+                repo,
+                first,
+                |refs: Vec<wire::Ref>| {
+                    found.extend(refs.into_iter().filter_map(|r| {
+                        Some(Branch {
+                            name: r.name.strip_prefix("refs/heads/")?.to_owned(),
+                            sha: r.object.sha,
+                        })
+                    }));
+                    true
+                },
+            )
             .await?;
             Ok(found)
         })
@@ -194,7 +216,9 @@ impl Forge for GithubForge {
                     "/repos/{repo}/pulls?head={}:{branch}&state=all&per_page=100",
                     repo.owner()
                 );
-                let reply = installation.send(Method::GET, &path, None::<&()>).await?;
+                let reply = installation
+                    .send(Operation::ListPulls, Method::GET, &path, None::<&()>)
+                    .await?;
                 match reply.status.as_u16() {
                     200 => {}
                     404 => return Err(not_found(repo, &reply)),
@@ -275,7 +299,9 @@ impl Forge for GithubForge {
                     let path = format!("/repos/{repo}/git/refs");
                     let post = || async {
                         installation.ensure_token().await?;
-                        installation.send(Method::POST, &path, Some(body)).await
+                        installation
+                            .send(Operation::CreateRef, Method::POST, &path, Some(body))
+                            .await
                     };
                     // After a lost answer the branch may be ours: that claim is never refused
                     // for a full queue.
@@ -307,6 +333,7 @@ impl Forge for GithubForge {
                                 ),
                                 after: None,
                                 ambiguous: false,
+                                cause: Cause::NotThereYet,
                             }),
                         },
                         409 => Err(empty_repository(repo)),
@@ -347,7 +374,9 @@ impl Forge for GithubForge {
                         .writes
                         .write(|| async {
                             installation.ensure_token().await?;
-                            installation.send(Method::POST, &path, Some(body)).await
+                            installation
+                                .send(Operation::Dispatch, Method::POST, &path, Some(body))
+                                .await
                         })
                         .await?;
                     match reply.status.as_u16() {
@@ -400,7 +429,9 @@ impl Forge for GithubForge {
                     .writes
                     .write(|| async {
                         installation.ensure_token().await?;
-                        installation.send(Method::DELETE, &path, None::<&()>).await
+                        installation
+                            .send(Operation::DeleteRef, Method::DELETE, &path, None::<&()>)
+                            .await
                     })
                     .await?;
                 match reply.status.as_u16() {
@@ -437,16 +468,22 @@ impl Forge for GithubForge {
             let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
             let mut heads = Vec::new();
-            wire::pages(&installation, repo, &first, |pulls: Vec<wire::Pull>| {
-                let older = pulls.last().is_some_and(|p| p.created_at < since);
-                heads.extend(
-                    pulls
-                        .into_iter()
-                        .filter(|p| p.created_at >= since && p.head.is_in(repo))
-                        .map(|p| p.head.name),
-                );
-                !older
-            })
+            wire::pages(
+                &installation,
+                Operation::ListPulls,
+                repo,
+                &first,
+                |pulls: Vec<wire::Pull>| {
+                    let older = pulls.last().is_some_and(|p| p.created_at < since);
+                    heads.extend(
+                        pulls
+                            .into_iter()
+                            .filter(|p| p.created_at >= since && p.head.is_in(repo))
+                            .map(|p| p.head.name),
+                    );
+                    !older
+                },
+            )
             .await?;
             Ok(heads)
         })
@@ -467,7 +504,9 @@ impl Forge for GithubForge {
                 encode_path(&base.branch),
                 encode_path(branch.as_str())
             );
-            let reply = installation.send(Method::GET, &path, None::<&()>).await?;
+            let reply = installation
+                .send(Operation::Compare, Method::GET, &path, None::<&()>)
+                .await?;
             match reply.status.as_u16() {
                 200 => Ok(reply.json::<wire::Comparison>()?.ahead_by),
                 404 => Err(not_found(repo, &reply)),
@@ -482,7 +521,7 @@ impl Forge for GithubForge {
     async fn ready(&self) -> Result<(), ForgeError> {
         let reply = self
             .apps
-            .send_app(Method::GET, "/app", None::<&()>)
+            .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
             .await
             .map_err(ForgeError::from)?;
         match reply.status.as_u16() {

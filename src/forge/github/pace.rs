@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::config::PaceSettings;
 use crate::forge::ForgeError;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -22,6 +24,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 pub struct Pacer {
     pace: PaceSettings,
     shutdown: Shutdown,
+    /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`).
+    metrics: Arc<Metrics>,
     /// Taken by a row's first write before it queues for the bucket, so at most one new row
     /// stands in the bucket's queue: the writes of rows that hold a claim go before the rest.
     new_rows: Mutex<()>,
@@ -37,9 +41,10 @@ struct Bucket {
 }
 
 impl Pacer {
-    pub fn new(pace: PaceSettings, shutdown: Shutdown) -> Pacer {
+    pub fn new(pace: PaceSettings, shutdown: Shutdown, metrics: Arc<Metrics>) -> Pacer {
         Pacer {
             shutdown,
+            metrics,
             new_rows: Mutex::new(()),
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(pace.burst),
@@ -56,6 +61,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
+        let _queued = Queued::join(&self.metrics);
         let waited = async {
             let _first_in_line = self.new_rows.lock().await;
             let mut bucket = self.bucket.lock().await;
@@ -77,6 +83,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
+        let _queued = Queued::join(&self.metrics);
         let mut bucket = self.bucket.lock().await;
         tokio::select! {
             biased;
@@ -84,6 +91,22 @@ impl Pacer {
             () = bucket.wait_for_turn(&self.pace) => {}
         }
         send().await
+    }
+}
+
+/// A write in the queue, counted until it leaves it however it ends (done, or dropped).
+struct Queued<'a>(&'a Metrics);
+
+impl<'a> Queued<'a> {
+    fn join(metrics: &'a Metrics) -> Queued<'a> {
+        metrics.write_queue(true);
+        Queued(metrics)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.write_queue(false);
     }
 }
 
@@ -145,7 +168,6 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     fn pace(burst: u32, hourly_max: u32) -> PaceSettings {
         PaceSettings {
@@ -156,7 +178,11 @@ mod tests {
     }
 
     fn pacer(burst: u32, hourly_max: u32) -> Arc<Pacer> {
-        Arc::new(Pacer::new(pace(burst, hourly_max), Shutdown::new()))
+        Arc::new(Pacer::new(
+            pace(burst, hourly_max),
+            Shutdown::new(),
+            Arc::new(Metrics::new()),
+        ))
     }
 
     async fn times(pacer: Arc<Pacer>, n: usize) -> Vec<Duration> {
@@ -192,7 +218,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn once_the_shutdown_begins_claims_give_up_and_claimed_rows_skip_the_cap() {
         let shutdown = Shutdown::new();
-        let pacer = Arc::new(Pacer::new(pace(1, 2), shutdown.clone()));
+        let pacer = Arc::new(Pacer::new(
+            pace(1, 2),
+            shutdown.clone(),
+            Arc::new(Metrics::new()),
+        ));
         pacer.write(|| async {}).await;
         pacer.write(|| async {}).await;
         // The hourly cap is spent: a claim and a claimed row's dispatch wait for an hour.

@@ -4,6 +4,7 @@
 //! (https://docs.github.com/rest/using-the-rest-api/best-practices-for-using-the-rest-api#handle-rate-limit-errors-appropriately)
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, StatusCode};
@@ -11,6 +12,7 @@ use rand::Rng;
 use tokio::time::Instant;
 
 use crate::forge::ForgeError;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// The first backoff step; each retry doubles it, up to [`MAX_STEP`].
@@ -28,6 +30,7 @@ pub enum Stop {
         message: String,
         after: Option<Duration>,
         ambiguous: bool,
+        cause: Cause,
     },
     /// Final: retrying cannot help.
     Fail(ForgeError),
@@ -43,10 +46,16 @@ impl Stop {
     /// The same stop, but known not to have been applied (a read, or a step before the write).
     pub fn not_applied(self) -> Stop {
         match self {
-            Stop::Retry { message, after, .. } => Stop::Retry {
+            Stop::Retry {
+                message,
+                after,
+                cause,
+                ..
+            } => Stop::Retry {
                 message,
                 after,
                 ambiguous: false,
+                cause,
             },
             fail => fail,
         }
@@ -69,11 +78,36 @@ impl From<Stop> for ForgeError {
 /// One attempt's result: `?` passes a stop up to the retry loop.
 pub type Attempt<T> = Result<T, Stop>;
 
-/// The retry loop's budget, and the shutdown whose grace cuts it short.
+/// Why an attempt is worth another, for `rowbranch_github_retries_total{cause}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// 429, or a 403 that is a rate limit.
+    RateLimited,
+    /// A 5xx.
+    ServerError,
+    /// A timeout or a lost connection.
+    NoAnswer,
+    /// GitHub answered, but what should be there is not (yet).
+    NotThereYet,
+}
+
+impl Cause {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::RateLimited => "rate_limited",
+            Cause::ServerError => "server_error",
+            Cause::NoAnswer => "no_answer",
+            Cause::NotThereYet => "not_there_yet",
+        }
+    }
+}
+
+/// The retry loop's budget, the shutdown whose grace cuts it short, and where retries count.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     pub budget: Duration,
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
 }
 
 impl RetryPolicy {
@@ -104,14 +138,15 @@ impl RetryPolicy {
         let mut first_failure: Option<Instant> = None;
         let mut ambiguous_before = false;
         for n in 0u32.. {
-            let (message, after, ambiguous) = match attempt(ambiguous_before).await {
+            let (message, after, ambiguous, cause) = match attempt(ambiguous_before).await {
                 Ok(value) => return Ok(value),
                 Err(Stop::Fail(e)) => return Err((e, ambiguous_before)),
                 Err(Stop::Retry {
                     message,
                     after,
                     ambiguous,
-                }) => (message, after, ambiguous),
+                    cause,
+                }) => (message, after, ambiguous, cause),
             };
             ambiguous_before |= ambiguous;
             let since = *first_failure.get_or_insert_with(Instant::now);
@@ -134,6 +169,7 @@ impl RetryPolicy {
                     () = self.shutdown.begun(), if !self.shutdown.is_draining() => {}
                 }
             }
+            self.metrics.github_retry(cause.as_str());
             tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retried");
         }
         unreachable!("the loop only ends by returning")
@@ -169,6 +205,7 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop 
         message: format!("rate limited ({status}): {message}"),
         after,
         ambiguous: false,
+        cause: Cause::RateLimited,
     };
     match status.as_u16() {
         // The reset is when the primary limit refills: it says how long to wait only when
@@ -187,6 +224,7 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop 
             message: format!("GitHub answered {status}"),
             after: retry_after,
             ambiguous: true,
+            cause: Cause::ServerError,
         },
         _ => Stop::Fail(ForgeError::Refused {
             message: format!("GitHub answered {status}: {message}"),
@@ -329,6 +367,7 @@ mod tests {
         let policy = RetryPolicy {
             budget: Duration::from_secs(5),
             shutdown: Shutdown::new(),
+            metrics: Arc::new(Metrics::new()),
         };
         let result: Result<(), _> = policy
             .run("op", |_| async {
@@ -337,6 +376,7 @@ mod tests {
                     message: "502".into(),
                     after: Some(Duration::from_secs(2)),
                     ambiguous: true,
+                    cause: Cause::ServerError,
                 })
             })
             .await;
@@ -359,6 +399,7 @@ mod tests {
         let policy = RetryPolicy {
             budget: Duration::from_secs(30),
             shutdown: Shutdown::new(),
+            metrics: Arc::new(Metrics::new()),
         };
         let seen = policy
             .run("op", |ambiguous_before| async move {
@@ -369,6 +410,7 @@ mod tests {
                         message: "timeout".into(),
                         after: None,
                         ambiguous: true,
+                        cause: Cause::ServerError,
                     })
                 }
             })
@@ -382,6 +424,7 @@ mod tests {
         let policy = RetryPolicy {
             budget: Duration::from_secs(30),
             shutdown: Shutdown::new(),
+            metrics: Arc::new(Metrics::new()),
         };
         let start = Instant::now();
         let n = AtomicU32::new(0);
@@ -392,6 +435,7 @@ mod tests {
                         message: "limited".into(),
                         after: Some(Duration::from_secs(2)),
                         ambiguous: false,
+                        cause: Cause::ServerError,
                     })
                 } else {
                     Ok(())
@@ -408,6 +452,7 @@ mod tests {
         let policy = RetryPolicy {
             budget: Duration::from_secs(300),
             shutdown: shutdown.clone(),
+            metrics: Arc::new(Metrics::new()),
         };
         let tries = AtomicU32::new(0);
         let run = policy.run("dispatching", |_| {
@@ -417,6 +462,7 @@ mod tests {
                     message: "rate limited".into(),
                     after: Some(Duration::from_secs(60)),
                     ambiguous: false,
+                    cause: Cause::ServerError,
                 })
             }
         });

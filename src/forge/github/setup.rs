@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use base64::Engine;
 use http::Method;
 
-use super::client::{encode_path, encode_query, send, Reply};
+use super::client::{encode_path, encode_query, send, Operation, Reply};
 use super::wire::{AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
 use super::GithubForge;
 use crate::forge::ForgeError;
@@ -27,7 +27,7 @@ fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
 pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
     let reply = forge
         .apps
-        .send_app(Method::GET, "/app", None::<&()>)
+        .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     expect_ok(reply, "GET /app")?
@@ -44,7 +44,7 @@ pub async fn installation_permissions(
     let path = format!("/repos/{repo}/installation");
     let reply = forge
         .apps
-        .send_app(Method::GET, &path, None::<&()>)
+        .send_app(Operation::GetInstallation, Method::GET, &path, None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     if reply.status.as_u16() == 404 {
@@ -73,7 +73,7 @@ pub async fn workflows(
     let at = encode_query(branch);
     let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
     let reply = installation
-        .send(Method::GET, &path, None::<&()>)
+        .send(Operation::GetContents, Method::GET, &path, None::<&()>)
         .await
         .map_err(ForgeError::from)?;
     if reply.status.as_u16() == 404 {
@@ -93,7 +93,7 @@ pub async fn workflows(
             encode_path(&entry.path)
         );
         let reply = installation
-            .send(Method::GET, &path, None::<&()>)
+            .send(Operation::GetContents, Method::GET, &path, None::<&()>)
             .await
             .map_err(ForgeError::from)?;
         let file: ContentFile = expect_ok(reply, &format!("reading {}", entry.path))?

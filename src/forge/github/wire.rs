@@ -7,7 +7,7 @@ use http::Method;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::client::{empty_repository, not_found, Installation};
+use super::client::{empty_repository, not_found, Installation, Operation};
 use super::retry::Attempt;
 use crate::forge::Sha;
 use crate::identity::RepoName;
@@ -114,6 +114,7 @@ impl std::fmt::Debug for ManifestApp {
 /// once, so a short page is not taken for the last one: only the missing link is.
 pub async fn pages<T, F>(
     installation: &Installation,
+    operation: Operation,
     repo: &RepoName,
     first: &str,
     mut take: F,
@@ -124,7 +125,9 @@ where
 {
     let mut path = first.to_owned();
     loop {
-        let reply = installation.send(Method::GET, &path, None::<&()>).await?;
+        let reply = installation
+            .send(operation, Method::GET, &path, None::<&()>)
+            .await?;
         match reply.status.as_u16() {
             200 => {}
             404 => return Err(not_found(repo, &reply)),

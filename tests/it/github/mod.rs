@@ -12,7 +12,6 @@ use std::time::Duration;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::pipeline::Pipeline;
-use rowbranch::shutdown::Shutdown;
 use rowbranch::{http, startup};
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -114,11 +113,11 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
         &env(&secret),
     )
     .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(&config, &shutdown)
+    let shared = startup::Shared::default();
+    let forge = startup::forge(&config, &shared)
         .await
         .expect("the GitHub forge opens");
-    let app = startup::app(config, forge, shutdown, false).expect("the routes compile");
+    let app = startup::app(config, forge, shared, false).expect("the routes compile");
     let pipeline = Arc::clone(&app.pipeline);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
