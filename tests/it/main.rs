@@ -5,6 +5,7 @@ mod auth;
 mod child;
 mod cli;
 mod concurrency;
+mod env_config;
 mod faulty_forge;
 mod github;
 mod helpers;
