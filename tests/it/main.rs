@@ -20,4 +20,5 @@ mod rows;
 mod setup_sql;
 mod setup_workflow;
 mod spec_refs;
+mod version;
 mod webhook;
