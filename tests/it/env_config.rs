@@ -175,7 +175,8 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
         ("GITHUB_APP_ID", fake.app_id().to_string()),
         (
             "GITHUB_APP_PRIVATE_KEY",
-            TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+            // As `"$(cat app.pem)"` gives it: without the last newline.
+            TEST_APP_PRIVATE_KEY_PEM.trim_end().to_owned(),
         ),
         ("GITHUB_API_URL", fake.url()),
     ]);
