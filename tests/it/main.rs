@@ -5,6 +5,7 @@ mod auth;
 mod child;
 mod cli;
 mod concurrency;
+mod deploy;
 mod env_config;
 mod faulty_forge;
 mod github;
