@@ -6,12 +6,21 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::config::DEFAULT_PATH;
 
+/// What `rowbranch --version` prints after the name: the version and the commit it was built
+/// from (`unknown` when the build could not tell; see build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ROWBRANCH_COMMIT"),
+    ")"
+);
+
 /// One database row, one branch, one piece of work.
 ///
 /// rowbranch receives Supabase database webhooks, claims one branch per row on the forge
 /// (GitHub, or a local git repository) and dispatches the work to a workflow.
 #[derive(Debug, Parser)]
-#[command(name = "rowbranch", version, about, long_about)]
+#[command(name = "rowbranch", version = VERSION, about, long_about)]
 pub struct Cli {
     /// How log lines are written to stderr: `text`, or `json` (one object a line). Chosen
     /// before the config is read, so a config error is a JSON line too. `RUST_LOG` sets the

@@ -2,7 +2,8 @@
 //! validated once into a typed [`Config`] of plain settings that the forge, the row reader and
 //! the server are each built from. The environment comes in through an injected [`Env`], so
 //! tests and the demo need not touch the process's. Parsing is pure: [`Config::load`] reads the
-//! file, [`Config::parse`] only checks text.
+//! file, [`Config::parse`] only checks text. With no file and `ROWBRANCH_REPO` set, `load` builds
+//! the one route of [`env_route`] instead.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -16,6 +17,8 @@ use serde::Deserialize;
 use crate::event::EventKind;
 use crate::identity::{BranchPrefix, EventType, RepoName};
 use crate::webhook::auth::WebhookSecrets;
+
+pub mod env_route;
 
 /// Where `serve`, `preview` and the other commands look when `--config` is not given.
 pub const DEFAULT_PATH: &str = "rowbranch.toml";
@@ -306,16 +309,38 @@ struct RawRoute {
 // ---- Loading -------------------------------------------------------------------------------
 
 impl Config {
-    /// Reads and validates the file at `path`, with `env` layered on top.
+    /// Reads and validates the file at `path`, with `env` layered on top; when there is no file
+    /// there and `ROWBRANCH_REPO` is set, the one route of [`env_route`] from `env` alone. A
+    /// file and the route's variables together are refused, naming both.
     pub fn load(path: &Path, env: Env) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            let hint = if e.kind() == std::io::ErrorKind::NotFound {
-                " (pass --config FILE, or write one: templates/rowbranch.toml is an example)"
-            } else {
-                ""
-            };
-            ConfigError::new(path, &anyhow!("cannot read the config file: {e}{hint}"))
-        })?;
+        let route_variables = env_route::set_variables(env);
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return match route_variables.first() {
+                    Some(&env_route::REPO) => Config::from_env(env),
+                    Some(_) => Err(env_route::repo_missing(path, &route_variables)),
+                    None => Err(ConfigError::new(
+                        path,
+                        &anyhow!(
+                            "cannot read the config file: {e} (pass --config FILE, or write one: \
+                             templates/rowbranch.toml is an example; or set {} to configure one \
+                             route from the environment)",
+                            env_route::REPO
+                        ),
+                    )),
+                };
+            }
+            Err(e) => {
+                return Err(ConfigError::new(
+                    path,
+                    &anyhow!("cannot read the config file: {e}"),
+                ))
+            }
+        };
+        if !route_variables.is_empty() {
+            return Err(env_route::conflict(path, &route_variables));
+        }
         Config::parse(&text, path, env)
     }
 
