@@ -11,7 +11,6 @@ use std::sync::Arc;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings, LocalSettings};
 use rowbranch::forge::local::create_repository;
-use rowbranch::shutdown::Shutdown;
 use rowbranch::{http, startup};
 use serde_json::{json, Value};
 use tempfile::TempDir;
@@ -84,11 +83,11 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
         path: repo.clone(),
         on_dispatch: None,
     });
-    let shutdown = Shutdown::new();
-    let forge = startup::forge(&config, &shutdown)
+    let shared = startup::Shared::default();
+    let forge = startup::forge(&config, &shared)
         .await
         .expect("the local forge opens");
-    let app = startup::app(config, forge, shutdown, false).expect("the route compiles");
+    let app = startup::app(config, forge, shared, false).expect("the route compiles");
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
