@@ -66,11 +66,16 @@ pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
     let child = command.spawn().expect("could not start rowbranch serve");
     let addr = eventually("rowbranch serve to log its address", || async {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        text.lines()
-            .find(|l| l.contains("listening"))
-            .and_then(|l| l.split("addr=").nth(1))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|addr| addr.parse().ok())
+        let line = text.lines().find(|l| l.contains("listening"))?;
+        // A text line says `addr=…`; a JSON line `"addr":"…"`.
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(json) => json["addr"].as_str()?.parse().ok(),
+            Err(_) => line
+                .split("addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|addr| addr.parse().ok()),
+        }
     })
     .await;
     Served {

@@ -46,6 +46,10 @@ pub struct Options {
     faulty: bool,
     /// Files written beside the config before it is parsed (e.g. a payload template).
     files: Vec<(String, String)>,
+    /// Lines before the first table (`status_page = true`, say).
+    top: String,
+    /// More environment variables than the webhook secret.
+    env: Vec<(String, String)>,
 }
 
 impl Default for Options {
@@ -59,6 +63,8 @@ impl Default for Options {
             secret_env: None,
             faulty: false,
             files: Vec::new(),
+            top: String::new(),
+            env: Vec::new(),
         }
     }
 }
@@ -97,6 +103,19 @@ impl Options {
         self
     }
 
+    /// Adds a line before the config's first table.
+    pub fn top(mut self, line: &str) -> Options {
+        self.top += line;
+        self.top += "\n";
+        self
+    }
+
+    /// Sets an environment variable the config reads.
+    pub fn env(mut self, key: &str, value: &str) -> Options {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
     /// Wraps the local forge in a [`FaultyForge`].
     pub fn faulty(mut self) -> Options {
         self.faulty = true;
@@ -104,8 +123,9 @@ impl Options {
     }
 
     fn toml(&self) -> String {
-        let mut text = String::from(
-            "listen = \"127.0.0.1:0\"\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n",
+        let mut text = format!(
+            "listen = \"127.0.0.1:0\"\n{}\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n",
+            self.top
         );
         if let Some(command) = &self.on_dispatch {
             text += &format!("on_dispatch = {}\n", toml::Value::String(command.clone()));
@@ -239,7 +259,16 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
         .next()
         .expect("an empty secret")
         .to_owned();
-    let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret_env.clone());
+    let env = |key: &str| {
+        if key == "ROWBRANCH_WEBHOOK_SECRET" {
+            return Some(secret_env.clone());
+        }
+        options
+            .env
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    };
     for (name, content) in &options.files {
         std::fs::write(dir.path().join(name), content).expect("could not write a test file");
     }

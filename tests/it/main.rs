@@ -15,6 +15,7 @@ mod identity;
 mod init;
 mod layers;
 mod malformed;
+mod observe;
 mod properties;
 mod reconcile;
 mod rows;
