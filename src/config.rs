@@ -60,6 +60,8 @@ pub struct Config {
     pub reconcile: ReconcileSettings,
     pub forge: ForgeSettings,
     pub webhook: WebhookSettings,
+    /// The queue the `pgmq` routes read; the defaults when the file has no `[pgmq]`.
+    pub pgmq: PgmqSettings,
     pub routes: Vec<Arc<Route>>,
     /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
     pub database_url: Option<DatabaseUrl>,
@@ -229,6 +231,74 @@ pub struct Route {
     /// the pipeline's routes are built, not here.
     pub payload_template: Option<PathBuf>,
     pub created_column: String,
+    /// Where the route's rows come from: webhook deliveries, or the queue.
+    pub intake: Intake,
+}
+
+/// Where a route's rows come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    /// `POST /webhook`: a Supabase Database Webhook (pg_net).
+    Webhook,
+    /// The `[pgmq]` queue that the INSERT's own transaction fills.
+    Pgmq,
+}
+
+impl Intake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Intake::Webhook => "webhook",
+            Intake::Pgmq => "pgmq",
+        }
+    }
+}
+
+/// The queue a `pgmq` route reads (SPEC §2, `[pgmq]`).
+#[derive(Debug, Clone)]
+pub struct PgmqSettings {
+    /// The queue's name, as pgmq stores it (`pgmq.q_{queue}`).
+    pub queue: String,
+    /// Where messages refused for good go, with why.
+    pub dead_letter: String,
+    /// Messages read at once, at most.
+    pub batch: usize,
+    /// How long to wait before reading again when the queue was empty.
+    pub poll_interval: Duration,
+    /// How long a message read is hidden from other readers; renewed while it is worked on.
+    pub visibility_timeout: Duration,
+    /// Archived messages older than this are deleted.
+    pub archive_retention: Duration,
+    /// A retried message waits `backoff_base × 2^(reads − 1)`, at most `backoff_cap`.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+impl Default for PgmqSettings {
+    fn default() -> PgmqSettings {
+        PgmqSettings {
+            queue: "rowbranch".into(),
+            dead_letter: "rowbranch_dead".into(),
+            batch: 50,
+            poll_interval: Duration::from_millis(1000),
+            visibility_timeout: Duration::from_secs(60),
+            archive_retention: Duration::from_secs(7 * 24 * 3600),
+            backoff_base: Duration::from_millis(5000),
+            backoff_cap: Duration::from_millis(300_000),
+        }
+    }
+}
+
+/// Whether `name` can be a pgmq queue: pgmq prefixes it (`q_`, `a_`), lowercases it and keeps
+/// table names within PostgreSQL's 63 bytes; rowbranch takes only names that come back as
+/// they went in.
+/// (https://github.com/pgmq/pgmq, `pgmq.format_table_name` and `pgmq.validate_queue_name`)
+pub fn is_queue_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name.len() <= 47
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 impl Route {
@@ -252,8 +322,22 @@ struct RawConfig {
     forge: Option<RawForge>,
     github: Option<RawGithub>,
     webhook: Option<RawWebhook>,
+    pgmq: Option<RawPgmq>,
     #[serde(default)]
     routes: Vec<RawRoute>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPgmq {
+    queue: Option<String>,
+    dead_letter: Option<String>,
+    batch: Option<usize>,
+    poll_interval_ms: Option<u64>,
+    visibility_timeout_s: Option<u64>,
+    archive_retention: Option<String>,
+    backoff_base_ms: Option<u64>,
+    backoff_cap_ms: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -304,6 +388,7 @@ struct RawRoute {
     event_type: Option<String>,
     payload_template: Option<String>,
     created_column: Option<String>,
+    intake: Option<String>,
 }
 
 // ---- Loading -------------------------------------------------------------------------------
@@ -376,6 +461,7 @@ impl Config {
         };
         let forge = forge(raw.forge.unwrap_or_default(), raw.github, dir, env)?;
         let webhook = webhook(raw.webhook.unwrap_or_default(), env)?;
+        let pgmq = pgmq(raw.pgmq.unwrap_or_default())?;
         if raw.routes.is_empty() {
             bail!(
                 "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
@@ -405,9 +491,21 @@ impl Config {
             reconcile,
             forge,
             webhook,
+            pgmq,
             routes,
             database_url: env("DATABASE_URL").map(DatabaseUrl),
         })
+    }
+
+    /// Whether any route takes webhook deliveries (else `POST /webhook` is not served, and no
+    /// webhook secret is needed).
+    pub fn takes_webhooks(&self) -> bool {
+        self.routes.iter().any(|r| r.intake == Intake::Webhook)
+    }
+
+    /// Whether any route reads the queue.
+    pub fn reads_the_queue(&self) -> bool {
+        self.routes.iter().any(|r| r.intake == Intake::Pgmq)
     }
 
     /// The route whose table is `table` (`schema.table` or a bare table name), for `redo`.
@@ -619,6 +717,72 @@ fn route(raw: RawRoute, dir: &Path) -> anyhow::Result<Route> {
         event_type,
         payload_template: raw.payload_template.map(|p| dir.join(p)),
         created_column: raw.created_column.unwrap_or_else(|| "created_at".into()),
+        intake: match raw.intake.as_deref().unwrap_or("webhook") {
+            "webhook" => Intake::Webhook,
+            "pgmq" => Intake::Pgmq,
+            other => bail!(
+                "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
+                 Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
+            ),
+        },
+    })
+}
+
+fn pgmq(raw: RawPgmq) -> anyhow::Result<PgmqSettings> {
+    let defaults = PgmqSettings::default();
+    let queue = raw.queue.unwrap_or(defaults.queue);
+    let dead_letter = raw.dead_letter.unwrap_or(defaults.dead_letter);
+    for (key, name) in [("queue", &queue), ("dead_letter", &dead_letter)] {
+        if !is_queue_name(name) {
+            bail!(
+                "[pgmq] {key} = \"{}\" is not a queue name rowbranch takes: use 1 to 47 of \
+                 a-z, 0-9 and _, not starting with a digit (pgmq prefixes and lowercases it)",
+                crate::identity::excerpt(name)
+            );
+        }
+    }
+    if queue == dead_letter {
+        bail!("[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\"");
+    }
+    let batch = raw.batch.unwrap_or(defaults.batch);
+    if batch == 0 || batch > 1000 {
+        bail!("[pgmq] batch = {batch}: read 1 to 1000 messages at once");
+    }
+    let visibility_timeout = raw
+        .visibility_timeout_s
+        .map_or(defaults.visibility_timeout, Duration::from_secs);
+    if visibility_timeout < Duration::from_secs(10) {
+        bail!(
+            "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
+             of it, and a shorter lease would be lost to a slow round trip"
+        );
+    }
+    let backoff_base = raw
+        .backoff_base_ms
+        .map_or(defaults.backoff_base, Duration::from_millis);
+    let backoff_cap = raw
+        .backoff_cap_ms
+        .map_or(defaults.backoff_cap, Duration::from_millis);
+    if backoff_base.is_zero() || backoff_cap < backoff_base {
+        bail!(
+            "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
+        );
+    }
+    Ok(PgmqSettings {
+        queue,
+        dead_letter,
+        batch,
+        poll_interval: raw
+            .poll_interval_ms
+            .map_or(defaults.poll_interval, Duration::from_millis)
+            .max(Duration::from_millis(10)),
+        visibility_timeout,
+        archive_retention: match raw.archive_retention.as_deref() {
+            Some(value) => duration("[pgmq] archive_retention", value)?,
+            None => defaults.archive_retention,
+        },
+        backoff_base,
+        backoff_cap,
     })
 }
 
@@ -841,5 +1005,55 @@ mod tests {
     fn an_empty_text_column_means_no_slug() {
         let config = parse(&format!("{LOCAL}\ntext_column = \"\"")).unwrap();
         assert_eq!(config.routes[0].text_column, None);
+    }
+
+    #[test]
+    fn a_pgmq_route_reads_the_queue_of_the_pgmq_table() {
+        let config = parse(&format!("{LOCAL}\nintake = \"pgmq\"")).unwrap();
+        assert_eq!(config.routes[0].intake, Intake::Pgmq);
+        assert!(config.reads_the_queue() && !config.takes_webhooks());
+        assert_eq!(config.pgmq.queue, "rowbranch");
+        assert_eq!(config.pgmq.dead_letter, "rowbranch_dead");
+        assert_eq!(config.pgmq.visibility_timeout, Duration::from_secs(60));
+        assert_eq!(
+            config.pgmq.archive_retention,
+            Duration::from_secs(7 * 86_400)
+        );
+        let text =
+            format!("[pgmq]\nqueue = \"rows_q\"\nbatch = 10\narchive_retention = \"2d\"\n{LOCAL}");
+        let config = parse(&text).unwrap();
+        assert_eq!(config.pgmq.queue, "rows_q");
+        assert_eq!(config.pgmq.batch, 10);
+        assert_eq!(
+            config.pgmq.archive_retention,
+            Duration::from_secs(2 * 86_400)
+        );
+        assert!(parse(LOCAL).unwrap().takes_webhooks());
+    }
+
+    #[test]
+    fn queue_names_are_checked_as_pgmq_would_store_them() {
+        for (pgmq, expected) in [
+            ("queue = \"Rows\"", "not a queue name"),
+            ("queue = \"9rows\"", "not a queue name"),
+            (
+                &format!("queue = \"{}\"", "q".repeat(48)),
+                "not a queue name",
+            ),
+            ("dead_letter = \"a-b\"", "not a queue name"),
+            ("queue = \"x\"\ndead_letter = \"x\"", "both \"x\""),
+            ("batch = 0", "batch"),
+            ("visibility_timeout_s = 3", "at least 10"),
+        ] {
+            let err = parse(&format!("[pgmq]\n{pgmq}\n{LOCAL}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{pgmq}: {err}");
+        }
+        assert!(is_queue_name(&"q".repeat(47)) && is_queue_name("_a1"));
+        let err = parse(&format!("{LOCAL}\nintake = \"kafka\""))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not an intake"), "{err}");
     }
 }

@@ -19,6 +19,7 @@ pub mod pipeline;
 
 pub mod doctor;
 pub mod http;
+pub mod pgmq;
 pub mod reconcile;
 
 pub mod startup;

@@ -65,6 +65,11 @@ struct ResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    queue: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerdictLabels {
     route: String,
     verdict: &'static str,
@@ -90,6 +95,9 @@ pub struct Metrics {
     runs_in_flight: Gauge,
     reconcile_runs: Family<ResultLabels, Counter>,
     reconcile_rows: Family<VerdictLabels, Counter>,
+    pgmq_messages: Family<RunLabels, Counter>,
+    pgmq_queue_depth: Family<QueueLabels, Gauge>,
+    pgmq_oldest_age: Family<QueueLabels, Gauge>,
     /// Deliveries by outcome and runs by result, summed over routes, for the status page.
     totals: Mutex<BTreeMap<String, u64>>,
 }
@@ -122,6 +130,9 @@ impl Metrics {
             runs_in_flight: Gauge::default(),
             reconcile_runs: Family::default(),
             reconcile_rows: Family::default(),
+            pgmq_messages: Family::default(),
+            pgmq_queue_depth: Family::default(),
+            pgmq_oldest_age: Family::default(),
             totals: Mutex::new(BTreeMap::new()),
         };
         let mut registry = Registry::default();
@@ -186,7 +197,45 @@ impl Metrics {
             "Rows a sweep settled, by route and verdict",
             m.reconcile_rows.clone(),
         );
+        registry.register(
+            "rowbranch_pgmq_messages",
+            "Queue messages settled, by route (none: no route) and result",
+            m.pgmq_messages.clone(),
+        );
+        registry.register(
+            "rowbranch_pgmq_queue_depth",
+            "Messages in the queue, visible or held, as last sampled",
+            m.pgmq_queue_depth.clone(),
+        );
+        registry.register(
+            "rowbranch_pgmq_oldest_message_age_seconds",
+            "Age of the oldest message in the queue, as last sampled",
+            m.pgmq_oldest_age.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// One queue message settled: `archived`, `dead`, `retried`, `redispatched`, `lease_lost`
+    /// or `released`.
+    pub fn pgmq_message(&self, route: &str, result: &'static str) {
+        self.pgmq_messages
+            .get_or_create(&RunLabels {
+                route: route.to_owned(),
+                result,
+            })
+            .inc();
+        self.add(format!("queue messages {result}"));
+    }
+
+    /// A sample of a queue: how many messages, and how old the oldest is.
+    pub fn pgmq_queue(&self, queue: &str, depth: i64, oldest_age_seconds: i64) {
+        let labels = QueueLabels {
+            queue: queue.to_owned(),
+        };
+        self.pgmq_queue_depth.get_or_create(&labels).set(depth);
+        self.pgmq_oldest_age
+            .get_or_create(&labels)
+            .set(oldest_age_seconds);
     }
 
     /// One webhook answer. `route` is the route's `schema.table`, or [`NO_ROUTE`].

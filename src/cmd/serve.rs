@@ -11,7 +11,14 @@ use crate::{startup, Failure};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    if config.webhook.secrets.is_none() && !args.insecure_no_auth {
+    if config.reads_the_queue() && config.database_url.is_none() {
+        return Err(Failure::Usage(anyhow!(
+            "a route reads the queue (intake = \"pgmq\") but DATABASE_URL is not set: set it to \
+             the database's connection string (Supabase: Project Settings → Database → \
+             Connection string; sslmode=verify-full with the project's CA)"
+        )));
+    }
+    if config.takes_webhooks() && config.webhook.secrets.is_none() && !args.insecure_no_auth {
         return Err(Failure::Usage(anyhow!(
             "no webhook secret: set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several \
              separated by spaces to rotate), or pass --insecure-no-auth to accept deliveries \

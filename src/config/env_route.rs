@@ -7,7 +7,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, bail, Context};
 
-use super::{Config, ConfigError, Env, RawConfig, RawRoute};
+use super::{Config, ConfigError, Env, RawConfig, RawPgmq, RawRoute};
 use crate::identity::{BranchPrefix, EventType, RepoName};
 
 /// The variable whose presence (with no config file) selects this route.
@@ -24,6 +24,10 @@ pub const VARIABLES: [(&str, Option<&str>); 7] = [
     ("ROWBRANCH_EVENT_TYPE", Some("feedback")),
 ];
 
+/// The route's intake (`webhook`, the default, or `pgmq`) and, for `pgmq`, the queue's name
+/// (default `rowbranch`).
+pub const QUEUE_VARIABLES: [&str; 2] = ["ROWBRANCH_INTAKE", "ROWBRANCH_PGMQ_QUEUE"];
+
 /// What [`Config::source`] says for a config built here.
 pub const SOURCE: &str = "from the environment (ROWBRANCH_REPO)";
 
@@ -32,6 +36,7 @@ pub fn set_variables(env: Env) -> Vec<&'static str> {
     VARIABLES
         .iter()
         .map(|(name, _)| *name)
+        .chain(QUEUE_VARIABLES)
         .filter(|name| env(name).is_some())
         .collect()
 }
@@ -111,7 +116,12 @@ fn from_env(env: Env) -> anyhow::Result<Config> {
             event_type: Some(event_type),
             payload_template: None,
             created_column: None,
+            intake: env("ROWBRANCH_INTAKE"),
         }],
+        pgmq: env("ROWBRANCH_PGMQ_QUEUE").map(|queue| RawPgmq {
+            queue: Some(queue),
+            ..RawPgmq::default()
+        }),
         ..RawConfig::default()
     };
     Config::from_raw(raw, Path::new(SOURCE), env)
@@ -297,5 +307,21 @@ mod tests {
             "{err}"
         );
         assert!(err.contains("remove the file"), "{err}");
+    }
+
+    #[test]
+    fn the_intake_and_the_queue_come_from_the_environment_too() {
+        let mut vars = least();
+        vars.extend([
+            ("ROWBRANCH_INTAKE", "pgmq".to_owned()),
+            ("ROWBRANCH_PGMQ_QUEUE", "feedback_rows".to_owned()),
+        ]);
+        let config = build(&vars).unwrap();
+        assert_eq!(config.routes[0].intake, crate::config::Intake::Pgmq);
+        assert_eq!(config.pgmq.queue, "feedback_rows");
+        assert!(!config.takes_webhooks());
+        vars.insert("ROWBRANCH_INTAKE", "kafka".to_owned());
+        let err = build(&vars).unwrap_err().to_string();
+        assert!(err.contains("\"kafka\" is not an intake"), "{err}");
     }
 }

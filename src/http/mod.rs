@@ -86,9 +86,14 @@ impl App {
 }
 
 pub fn router(app: Arc<App>) -> Router {
+    let webhook = if app.config.takes_webhooks() {
+        post(webhook)
+    } else {
+        post(no_webhook)
+    };
     Router::new()
         .route("/", get(home))
-        .route("/webhook", post(webhook))
+        .route("/webhook", webhook)
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -199,6 +204,18 @@ async fn home(
             .collect(),
     };
     Html(pages::status_page(&view)).into_response()
+}
+
+/// `POST /webhook` when every route reads the queue.
+async fn no_webhook() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({
+            "outcome": "error",
+            "message": "no route takes webhook deliveries here: every route reads the queue (intake = \"pgmq\")"
+        })),
+    )
+        .into_response()
 }
 
 /// Reads a delivery, then hands it to a task of its own: once the body is read, nothing the

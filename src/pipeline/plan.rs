@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::Route;
+use crate::config::{Intake, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
@@ -68,13 +68,24 @@ impl Routes {
         })
     }
 
-    /// Decides what an event means.
+    /// Decides what an event that a webhook delivered means.
     pub fn plan(&self, event: RowEvent) -> Result<Planned, PlanError> {
+        self.plan_from(Intake::Webhook, event)
+    }
+
+    /// Decides what an event means when it came by `intake`: a route takes only the rows of
+    /// its own intake.
+    pub fn plan_from(&self, intake: Intake, event: RowEvent) -> Result<Planned, PlanError> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
             return Ok(Planned::Ignored(Ignored::NoRoute {
                 table: format!("{}.{}", event.schema, event.table),
             }));
         };
+        if compiled.route.intake != intake {
+            return Ok(Planned::Ignored(Ignored::OtherIntake {
+                route: Arc::clone(&compiled.route),
+            }));
+        }
         if !compiled.route.events.contains(&event.kind) {
             return Ok(Planned::Ignored(Ignored::Event {
                 route: Arc::clone(&compiled.route),
@@ -108,6 +119,9 @@ pub enum Ignored {
         route: Arc<Route>,
         kind: crate::event::EventKind,
     },
+    /// The route reads its rows another way (a webhook delivery for a route that reads the
+    /// queue, or a queue message for a webhook route).
+    OtherIntake { route: Arc<Route> },
 }
 
 impl Ignored {
@@ -116,6 +130,10 @@ impl Ignored {
         match self {
             Ignored::NoRoute { .. } => "no_route",
             Ignored::Event { .. } => "event",
+            Ignored::OtherIntake { route } => match route.intake {
+                Intake::Pgmq => "pgmq_intake",
+                Intake::Webhook => "webhook_intake",
+            },
         }
     }
 
@@ -123,7 +141,7 @@ impl Ignored {
     pub fn route(&self) -> Option<&Arc<Route>> {
         match self {
             Ignored::NoRoute { .. } => None,
-            Ignored::Event { route, .. } => Some(route),
+            Ignored::Event { route, .. } | Ignored::OtherIntake { route } => Some(route),
         }
     }
 }
@@ -136,6 +154,15 @@ impl std::fmt::Display for Ignored {
                 f,
                 "the route for {} does not take {kind} events",
                 route.table_name()
+            ),
+            Ignored::OtherIntake { route } => write!(
+                f,
+                "the route for {} reads its rows from {}, not from here",
+                route.table_name(),
+                match route.intake {
+                    Intake::Pgmq => "the queue (intake = \"pgmq\")",
+                    Intake::Webhook => "webhook deliveries (intake = \"webhook\")",
+                }
             ),
         }
     }

@@ -80,6 +80,17 @@ pub struct Row {
 }
 
 impl Rows {
+    /// The connection, for statements of other modules (the queue's); unprepared
+    /// (`query_typed`) like this module's own, so a transaction-mode pooler works.
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// Whether the connection has ended (the server went away, or closed it).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
     /// Connects to DATABASE_URL (a postgres:// URL or key=value string, e.g. Supabase's),
     /// honouring `sslmode` (disable, prefer, require, verify-ca, verify-full) and `sslrootcert`
     /// (a PEM file of the CA, since Supabase's certificate chains to its own CA) as libpq does:
@@ -187,6 +198,26 @@ impl Rows {
                 quoted_for_message(&route.id_column)
             ),
         }
+    }
+}
+
+/// Whether the database could be reached, as the last attempt found; for `GET /readyz`.
+#[derive(Debug, Default)]
+pub struct Reachability {
+    last: std::sync::Mutex<Option<Result<(), String>>>,
+}
+
+impl Reachability {
+    pub fn set(&self, result: Result<(), String>) {
+        *self.last.lock().expect("reachability lock poisoned") = Some(result);
+    }
+
+    /// `None` before the first attempt.
+    pub fn last(&self) -> Option<Result<(), String>> {
+        self.last
+            .lock()
+            .expect("reachability lock poisoned")
+            .clone()
     }
 }
 

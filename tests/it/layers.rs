@@ -14,6 +14,7 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline"],
     &[
         "http",
+        "pgmq",
         "reconcile",
         "doctor",
         "startup",

@@ -1,0 +1,668 @@
+//! The consumer: reads the queue, runs each message's row through the same pipeline as a
+//! webhook's, and settles the message by how the run ended (`settle`): archived, dead-lettered,
+//! or left for later. A message leaves the queue only when its work is settled; while a run is
+//! under way its message stays hidden from other readers by a lease renewed every third of the
+//! visibility timeout. How and why this loses nothing is in docs/design.md ("The queue").
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tokio_util::task::TaskTracker;
+
+use super::queue::{self, Message};
+use super::settle::{settle, RunEnd, Settle};
+use crate::config::{DatabaseUrl, Intake, PgmqSettings};
+use crate::forge::ForgeError;
+use crate::metrics::NO_ROUTE;
+use crate::pipeline::{
+    DuplicateReason, Ignored, Outcome, Pipeline, Plan, Planned, Routes, RunError,
+};
+use crate::rows::{Reachability, Rows};
+use crate::shutdown::Shutdown;
+use crate::webhook::payload;
+
+/// About how many bytes of messages one read may bring in, so that a queue of big rows is read
+/// a few at a time.
+const BATCH_BYTES: usize = 4 << 20;
+/// How often the queues' depth and age are sampled for the metrics.
+const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+/// How often archived messages past `archive_retention` are deleted.
+const FORGET_EVERY: Duration = Duration::from_secs(3600);
+/// The longest wait between attempts to reach the database.
+const RECONNECT_CAP: Duration = Duration::from_secs(30);
+
+/// What the consumer is built from.
+pub struct ConsumerSettings {
+    pub url: DatabaseUrl,
+    pub pgmq: PgmqSettings,
+    /// Rows accepted and not yet finished, at most (`queue_capacity`): held messages count.
+    pub queue_capacity: usize,
+    /// Rows this process can start within one visibility window, at its pace: no more are
+    /// held at once, so that none waits for its turn past its lease.
+    pub window_rows: usize,
+}
+
+/// A message this process holds.
+struct Held {
+    read_ct: i32,
+    /// Its lease was found lost: another reader holds it, or it is gone.
+    lost: bool,
+    /// Its final statement is being made: the lease is renewed by it, not by the loop.
+    settling: bool,
+}
+
+/// A settle the database did not take (it went away): made again after reconnecting.
+#[derive(Clone)]
+struct Unsettled {
+    id: i64,
+    route: String,
+    /// `None`: archive; `Some`: dead-letter with this letter.
+    letter: Option<String>,
+}
+
+pub struct Consumer {
+    settings: ConsumerSettings,
+    routes: Arc<Routes>,
+    pipeline: Arc<Pipeline>,
+    shutdown: Shutdown,
+    reachability: Arc<Reachability>,
+    db: tokio::sync::Mutex<Option<Arc<Rows>>>,
+    held: Mutex<HashMap<i64, Held>>,
+    unsettled: Mutex<Vec<Unsettled>>,
+    /// Woken when a held message is settled: there may be room to read again.
+    freed: Notify,
+    /// A running estimate of a message's size, for sizing reads by bytes.
+    average_bytes: AtomicUsize,
+    handlers: TaskTracker,
+}
+
+impl Consumer {
+    pub fn new(
+        settings: ConsumerSettings,
+        routes: Arc<Routes>,
+        pipeline: Arc<Pipeline>,
+        shutdown: Shutdown,
+        reachability: Arc<Reachability>,
+    ) -> Arc<Consumer> {
+        Arc::new(Consumer {
+            settings,
+            routes,
+            pipeline,
+            shutdown,
+            reachability,
+            db: tokio::sync::Mutex::new(None),
+            held: Mutex::new(HashMap::new()),
+            unsettled: Mutex::new(Vec::new()),
+            freed: Notify::new(),
+            average_bytes: AtomicUsize::new(2048),
+            handlers: TaskTracker::new(),
+        })
+    }
+
+    fn queue(&self) -> &str {
+        &self.settings.pgmq.queue
+    }
+
+    fn vt_seconds(&self) -> i32 {
+        i32::try_from(self.settings.pgmq.visibility_timeout.as_secs()).unwrap_or(i32::MAX)
+    }
+
+    /// The connection, made when there is none (or it ended).
+    async fn db(&self) -> anyhow::Result<Arc<Rows>> {
+        let mut db = self.db.lock().await;
+        if let Some(rows) = db.as_ref().filter(|rows| !rows.is_closed()) {
+            return Ok(Arc::clone(rows));
+        }
+        *db = None;
+        match Rows::connect(self.settings.url.expose()).await {
+            Ok(rows) => {
+                let rows = Arc::new(rows);
+                *db = Some(Arc::clone(&rows));
+                self.reachability.set(Ok(()));
+                Ok(rows)
+            }
+            Err(e) => {
+                self.reachability.set(Err(format!("{e:#}")));
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the connection after a failed statement, if the connection is what failed.
+    async fn failed(&self, e: &tokio_postgres::Error) {
+        let mut db = self.db.lock().await;
+        if db.as_ref().is_some_and(|rows| rows.is_closed()) || e.is_closed() {
+            *db = None;
+            self.reachability
+                .set(Err(format!("the database connection ended: {e}")));
+        }
+    }
+
+    /// Reads and runs the queue until the shutdown begins; then stops reading, lets the runs
+    /// under way settle their messages within the grace, and releases the rest.
+    pub async fn run(self: Arc<Self>) {
+        let renewals = tokio::spawn(Arc::clone(&self).renew_leases());
+        let samples = tokio::spawn(Arc::clone(&self).sample());
+        let mut failures = 0u32;
+        while !self.shutdown.is_draining() {
+            let room = self.room();
+            if room == 0 {
+                self.wait(self.settings.pgmq.poll_interval).await;
+                continue;
+            }
+            let read = match self.db().await {
+                Ok(db) => {
+                    self.settle_unsettled(&db).await;
+                    let qty = i32::try_from(room).unwrap_or(i32::MAX);
+                    queue::read(db.client(), self.queue(), self.vt_seconds(), qty)
+                        .await
+                        .map_err(|e| (Some(e), String::new()))
+                }
+                Err(e) => Err((None, format!("{e:#}"))),
+            };
+            match read {
+                Ok(messages) => {
+                    if failures > 0 {
+                        tracing::info!(queue = self.queue(), "reading the queue again");
+                    }
+                    failures = 0;
+                    if messages.is_empty() {
+                        self.wait(self.settings.pgmq.poll_interval).await;
+                    }
+                    for message in messages {
+                        self.take(message);
+                    }
+                }
+                Err((error, detail)) => {
+                    if let Some(e) = &error {
+                        self.failed(e).await;
+                    }
+                    failures += 1;
+                    let wait = reconnect_wait(failures);
+                    let detail = error.map_or(detail, |e| e.to_string());
+                    // Said once, then again only now and then: an outage is one event.
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(queue = self.queue(), error = %detail, attempts = failures,
+                            retry_in_ms = wait.as_millis() as u64,
+                            "cannot read the queue; the rows wait in it");
+                    }
+                    self.wait(wait).await;
+                }
+            }
+        }
+        // Stop reading; what was read and not started is released by its handler.
+        self.handlers.close();
+        if let Some(deadline) = self.shutdown.deadline() {
+            let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
+        }
+        if let Ok(db) = self.db().await {
+            self.settle_unsettled(&db).await;
+        }
+        renewals.abort();
+        samples.abort();
+    }
+
+    /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
+    async fn wait(&self, wait: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = self.freed.notified() => {}
+            () = self.shutdown.begun() => {}
+        }
+    }
+
+    /// How many messages to read now: within `batch`, within `queue_capacity` (held messages
+    /// count, and rows from webhooks), within what this process can start in one visibility
+    /// window, and within [`BATCH_BYTES`] at the size messages have had.
+    fn room(&self) -> usize {
+        let held = self.held.lock().expect("held lock poisoned").len();
+        let busy = held.max(self.pipeline.in_flight());
+        let by_bytes = (BATCH_BYTES / self.average_bytes.load(Ordering::Relaxed).max(1)).max(1);
+        self.settings
+            .pgmq
+            .batch
+            .min(self.settings.queue_capacity.saturating_sub(busy))
+            .min(self.settings.window_rows.saturating_sub(held))
+            .min(by_bytes)
+    }
+
+    /// Holds a message read and starts its handler; a message held already (read again after
+    /// its lease lapsed, a database outage, say) is adopted, not run twice.
+    fn take(self: &Arc<Self>, message: Message) {
+        let size = message.body.len();
+        let average = self.average_bytes.load(Ordering::Relaxed);
+        self.average_bytes
+            .store((average * 7 + size) / 8 + 1, Ordering::Relaxed);
+        let deferred = self
+            .unsettled
+            .lock()
+            .expect("unsettled lock poisoned")
+            .iter()
+            .any(|u| u.id == message.id);
+        if deferred {
+            // Its work is done; only its archive waits for the database.
+            return;
+        }
+        {
+            let mut held = self.held.lock().expect("held lock poisoned");
+            if let Some(known) = held.get_mut(&message.id) {
+                tracing::info!(
+                    msg_id = message.id,
+                    read_ct = message.read_ct,
+                    "read again a message held already: adopted, not run twice"
+                );
+                known.read_ct = message.read_ct;
+                known.lost = false;
+                return;
+            }
+            held.insert(
+                message.id,
+                Held {
+                    read_ct: message.read_ct,
+                    lost: false,
+                    settling: false,
+                },
+            );
+        }
+        let this = Arc::clone(self);
+        self.handlers
+            .spawn(async move { this.handle(message).await });
+    }
+
+    /// Runs one message's row and settles the message.
+    async fn handle(self: Arc<Self>, message: Message) {
+        let (route, row_id, end, plan) = self.run_row(&message).await;
+        let read_ct = {
+            let mut held = self.held.lock().expect("held lock poisoned");
+            let Some(entry) = held.get_mut(&message.id) else {
+                return;
+            };
+            entry.settling = true;
+            entry.read_ct
+        };
+        let pgmq = &self.settings.pgmq;
+        let decided = settle(&end, read_ct, pgmq.backoff_base, pgmq.backoff_cap);
+        let result = self.apply(&message, read_ct, &decided, plan, &route).await;
+        self.held
+            .lock()
+            .expect("held lock poisoned")
+            .remove(&message.id);
+        self.freed.notify_waiters();
+        if result == "deferred" {
+            tracing::warn!(msg_id = message.id, %route, "a queue message's settle waits for the database");
+            return;
+        }
+        self.pipeline.metrics().pgmq_message(&route, result);
+        let reason = match &decided {
+            Settle::DeadLetter(reason) => reason,
+            _ => "",
+        };
+        let id = row_id.as_deref().unwrap_or("");
+        match result {
+            "dead" => tracing::error!(msg_id = message.id, read_ct, %route, id, reason,
+                "queue message dead-lettered: `rowbranch queue redrive` brings it back"),
+            "lease_lost" => tracing::warn!(msg_id = message.id, read_ct, %route, id,
+                "queue message's lease was lost: another reader settles it"),
+            _ => tracing::info!(msg_id = message.id, read_ct, %route, id, result, ?end,
+                "queue message"),
+        }
+    }
+
+    /// Parses and plans the message as a webhook body, runs the row, and says how the run
+    /// ended; also the route's name, the row's id and the plan (for a dispatch again).
+    async fn run_row(&self, message: &Message) -> (String, Option<String>, RunEnd, Option<Plan>) {
+        let event = match payload::parse(message.body.as_bytes()) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::error!(msg_id = message.id, error = %e, "a queue message is not a row's event");
+                return (NO_ROUTE.into(), None, RunEnd::Refused("malformed"), None);
+            }
+        };
+        let route = self
+            .routes
+            .find(&event.schema, &event.table)
+            .filter(|r| r.route.intake == Intake::Pgmq)
+            .map_or_else(|| NO_ROUTE.to_owned(), |r| r.route.table_name());
+        let plan = match self.routes.plan_from(Intake::Pgmq, event) {
+            Ok(Planned::Run(plan)) => plan,
+            Ok(Planned::Ignored(Ignored::Event { .. })) => {
+                tracing::warn!(msg_id = message.id, %route, "a queue message of an event the route does not take");
+                return (route, None, RunEnd::IgnoredEvent, None);
+            }
+            Ok(Planned::Ignored(_)) => return (route, None, RunEnd::NoRoute, None),
+            Err(e) => {
+                tracing::error!(msg_id = message.id, %route, error = %e, "a queue message's row cannot be planned");
+                let reason = if e.is_malformed() {
+                    "malformed"
+                } else {
+                    "bad_id"
+                };
+                return (route, None, RunEnd::Refused(reason), None);
+            }
+        };
+        let id = Some(plan.id.to_string());
+        if self.shutdown.is_draining() {
+            return (route, id, RunEnd::NotStarted, None);
+        }
+        let Ok(submission) = self.pipeline.submit(plan.clone()) else {
+            return (route, id, RunEnd::Retry(None), None);
+        };
+        // The run's own result, not a joined delivery's `in_flight`: what it says decides.
+        let end = match submission.run.await {
+            Ok(Outcome::Dispatched { .. }) => RunEnd::Dispatched,
+            Ok(Outcome::Duplicate {
+                reason: DuplicateReason::PullRequest,
+                ..
+            }) => RunEnd::Handled,
+            Ok(Outcome::Duplicate {
+                reason: DuplicateReason::ClaimTaken | DuplicateReason::InFlight,
+                branch,
+            }) => return (route, id, RunEnd::AtBase, Some(plan.on_branch(branch))),
+            Ok(Outcome::Duplicate {
+                reason: DuplicateReason::BranchExists,
+                branch,
+            }) => {
+                let end = self.at_base_or_handled(&plan, &branch).await;
+                return (route, id, end, Some(plan.on_branch(branch)));
+            }
+            Err(RunError::Unavailable { retry_after, .. }) => RunEnd::Retry(Some(retry_after)),
+            Err(RunError::Internal(_)) => RunEnd::Retry(None),
+            Err(RunError::Refused(_)) => RunEnd::Refused("payload_refused"),
+            Err(RunError::Abandoned) => RunEnd::NotStarted,
+        };
+        (route, id, end, None)
+    }
+
+    /// A branch that exists: handled when it is ahead of its base, at its base otherwise (asked
+    /// only now, with one compare).
+    async fn at_base_or_handled(
+        &self,
+        plan: &Plan,
+        branch: &crate::identity::BranchName,
+    ) -> RunEnd {
+        let forge = self.pipeline.forge();
+        let repo = &plan.route.repo;
+        let ahead = match forge.base(repo).await {
+            Ok(base) => forge.ahead_by(repo, &base, branch).await,
+            Err(e) => Err(e),
+        };
+        match ahead {
+            Ok(0) => RunEnd::AtBase,
+            Ok(_) => RunEnd::Handled,
+            Err(ForgeError::Unavailable { retry_after, .. }) => RunEnd::Retry(retry_after),
+            Err(_) => RunEnd::Retry(None),
+        }
+    }
+
+    /// Makes the settle's statement; returns the `rowbranch_pgmq_messages_total` result. The
+    /// lease is checked (renewed) once more first: a message another reader holds now is left
+    /// to it, whatever this run did.
+    async fn apply(
+        &self,
+        message: &Message,
+        read_ct: i32,
+        decided: &Settle,
+        plan: Option<Plan>,
+        route: &str,
+    ) -> &'static str {
+        let db = match self.db().await {
+            Ok(db) => db,
+            Err(_) => return self.defer(message, decided, route),
+        };
+        let client = db.client();
+        let vt = match decided {
+            Settle::Retry(after) => i32::try_from(after.as_secs()).unwrap_or(i32::MAX),
+            _ => self.vt_seconds(),
+        };
+        match queue::renew(client, self.queue(), &[message.id], vt).await {
+            Ok(found) if found.first().map(|(_, n)| *n) == Some(read_ct) => {}
+            Ok(_) => return "lease_lost",
+            Err(e) => {
+                self.failed(&e).await;
+                return self.defer(message, decided, route);
+            }
+        }
+        let settled = match decided {
+            Settle::Retry(_) => return "retried",
+            Settle::Release => queue::renew(client, self.queue(), &[message.id], 0)
+                .await
+                .map(|_| "released"),
+            Settle::Archive => queue::archive(client, self.queue(), message.id)
+                .await
+                .map(|_| "archived"),
+            Settle::DeadLetter(reason) => {
+                let letter = letter(reason, message);
+                queue::dead_letter(
+                    client,
+                    self.queue(),
+                    &self.settings.pgmq.dead_letter,
+                    message.id,
+                    &letter,
+                )
+                .await
+                .map(|_| "dead")
+            }
+            Settle::Redispatch => {
+                let Some(plan) = plan else {
+                    return "retried";
+                };
+                if let Err(e) = self.redispatch(&plan).await {
+                    tracing::warn!(msg_id = message.id, error = %e, "could not dispatch the row again; the message is tried again later");
+                    let wait = super::settle::backoff(
+                        read_ct,
+                        self.settings.pgmq.backoff_base,
+                        self.settings.pgmq.backoff_cap,
+                    );
+                    let _ = queue::renew(
+                        client,
+                        self.queue(),
+                        &[message.id],
+                        i32::try_from(wait.as_secs()).unwrap_or(i32::MAX),
+                    )
+                    .await;
+                    return "retried";
+                }
+                queue::archive(client, self.queue(), message.id)
+                    .await
+                    .map(|_| "redispatched")
+            }
+        };
+        match settled {
+            Ok(result) => result,
+            Err(e) => {
+                self.failed(&e).await;
+                self.defer(message, decided, route)
+            }
+        }
+    }
+
+    /// Keeps an archive or a dead letter the database did not take, for after reconnecting; a
+    /// retry or a release needs nothing: the message's lease lapses by itself.
+    fn defer(&self, message: &Message, decided: &Settle, route: &str) -> &'static str {
+        let letter = match decided {
+            Settle::Archive | Settle::Redispatch => None,
+            Settle::DeadLetter(reason) => Some(letter(reason, message)),
+            Settle::Retry(_) => return "retried",
+            Settle::Release => return "released",
+        };
+        self.unsettled
+            .lock()
+            .expect("unsettled lock poisoned")
+            .push(Unsettled {
+                id: message.id,
+                route: route.to_owned(),
+                letter,
+            });
+        "deferred"
+    }
+
+    /// Makes the statements kept for after a reconnect. An archive of a message archived
+    /// already answers false: done, either way.
+    async fn settle_unsettled(&self, db: &Rows) {
+        let pending = std::mem::take(&mut *self.unsettled.lock().expect("unsettled lock poisoned"));
+        for item in pending {
+            let done = match &item.letter {
+                None => queue::archive(db.client(), self.queue(), item.id).await,
+                Some(letter) => {
+                    queue::dead_letter(
+                        db.client(),
+                        self.queue(),
+                        &self.settings.pgmq.dead_letter,
+                        item.id,
+                        letter,
+                    )
+                    .await
+                }
+            };
+            match done {
+                Ok(_) => {
+                    let result = if item.letter.is_some() {
+                        "dead"
+                    } else {
+                        "archived"
+                    };
+                    self.pipeline.metrics().pgmq_message(&item.route, result);
+                    tracing::info!(
+                        msg_id = item.id,
+                        result,
+                        "settled a queue message after reconnecting"
+                    );
+                }
+                Err(e) => {
+                    self.failed(&e).await;
+                    self.unsettled
+                        .lock()
+                        .expect("unsettled lock poisoned")
+                        .push(item);
+                }
+            }
+        }
+    }
+
+    /// Dispatches the row again on its branch as it is, from the current base.
+    async fn redispatch(&self, plan: &Plan) -> Result<(), ForgeError> {
+        let forge = self.pipeline.forge();
+        let repo = &plan.route.repo;
+        let base = forge.base(repo).await?;
+        let payload = plan
+            .client_payload(&base)
+            .map_err(|e| ForgeError::Refused {
+                message: e.to_string(),
+            })?;
+        forge
+            .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
+            .await
+    }
+
+    /// Renews every held message's lease every third of the visibility timeout; a renewal that
+    /// finds a message gone, or read again by another (another `read_ct`), marks it lost.
+    async fn renew_leases(self: Arc<Self>) {
+        let every = self.settings.pgmq.visibility_timeout / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let ids: Vec<(i64, i32)> = {
+                let held = self.held.lock().expect("held lock poisoned");
+                held.iter()
+                    .filter(|(_, h)| !h.lost && !h.settling)
+                    .map(|(id, h)| (*id, h.read_ct))
+                    .collect()
+            };
+            if ids.is_empty() {
+                continue;
+            }
+            let Ok(db) = self.db().await else { continue };
+            let wanted: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+            match queue::renew(db.client(), self.queue(), &wanted, self.vt_seconds()).await {
+                Ok(found) => {
+                    let found: HashMap<i64, i32> = found.into_iter().collect();
+                    let mut held = self.held.lock().expect("held lock poisoned");
+                    for (id, read_ct) in ids {
+                        if found.get(&id) != Some(&read_ct) {
+                            if let Some(entry) = held.get_mut(&id) {
+                                entry.lost = true;
+                            }
+                        }
+                    }
+                }
+                Err(e) => self.failed(&e).await,
+            }
+        }
+    }
+
+    /// Samples the queues' depth and age for the metrics, and deletes old archived messages.
+    async fn sample(self: Arc<Self>) {
+        let mut forgot: Option<Instant> = None;
+        loop {
+            if let Ok(db) = self.db().await {
+                for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                    if let Ok((depth, age)) = queue::metrics(db.client(), name).await {
+                        self.pipeline.metrics().pgmq_queue(name, depth, age);
+                    }
+                }
+                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) {
+                    let retention = self.settings.pgmq.archive_retention.as_secs_f64();
+                    match queue::forget_archived(db.client(), self.queue(), retention).await {
+                        Ok(gone) => {
+                            forgot = Some(Instant::now());
+                            if gone > 0 {
+                                tracing::info!(
+                                    queue = self.queue(),
+                                    messages = gone,
+                                    "deleted archived messages past archive_retention"
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not delete old archived messages")
+                        }
+                    }
+                }
+            }
+            tokio::time::sleep(SAMPLE_EVERY).await;
+        }
+    }
+}
+
+/// The dead letter: why, which message, and the message itself.
+fn letter(reason: &str, message: &Message) -> String {
+    let original: Value =
+        serde_json::from_str(&message.body).unwrap_or(Value::String(message.body.clone()));
+    json!({"reason": reason, "msg_id": message.id, "message": original}).to_string()
+}
+
+/// How long to wait before reaching for the database again after `failures` failures.
+fn reconnect_wait(failures: u32) -> Duration {
+    Duration::from_millis(500)
+        .saturating_mul(1 << failures.min(6))
+        .min(RECONNECT_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_letter_carries_why_which_and_what() {
+        let message = Message {
+            id: 7,
+            read_ct: 1,
+            enqueued_at: chrono::Utc::now(),
+            body: r#"{"type":"INSERT","record":{"id":"a b"}}"#.into(),
+        };
+        let letter: Value = serde_json::from_str(&letter("bad_id", &message)).unwrap();
+        assert_eq!(letter["reason"], "bad_id");
+        assert_eq!(letter["msg_id"], 7);
+        assert_eq!(letter["message"]["record"]["id"], "a b");
+    }
+
+    #[test]
+    fn reconnecting_backs_off_to_a_cap() {
+        assert_eq!(reconnect_wait(1), Duration::from_secs(1));
+        assert_eq!(reconnect_wait(2), Duration::from_secs(2));
+        assert_eq!(reconnect_wait(40), RECONNECT_CAP);
+    }
+}
