@@ -8,6 +8,7 @@ mod concurrency;
 mod deploy;
 mod env_config;
 mod faulty_forge;
+mod git_http;
 mod github;
 mod helpers;
 mod hostile;
