@@ -1,5 +1,5 @@
 //! The setup files `rowbranch init` writes: the target repository's workflow, the Supabase
-//! trigger, the GitHub App manifest, the payload template and the config, each embedded in the
+//! triggers, the GitHub App manifest, the payload template and the config, each embedded in the
 //! binary and filled in from what the user told `init`.
 //!
 //! They are minijinja templates with `[[ … ]]` for values and `[% … %]` for blocks, so that
@@ -13,6 +13,10 @@ use serde::Serialize;
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
 pub const FILES: &[(&str, &str)] = &[
     ("workflow.yml", include_str!("../../templates/workflow.yml")),
+    (
+        "supabase-vault.sql",
+        include_str!("../../templates/supabase-vault.sql"),
+    ),
     ("supabase.sql", include_str!("../../templates/supabase.sql")),
     (
         "app-manifest.json",

@@ -21,6 +21,7 @@ mod properties;
 mod reconcile;
 mod rows;
 mod setup_sql;
+mod setup_vault_sql;
 mod setup_workflow;
 mod spec_refs;
 mod version;
