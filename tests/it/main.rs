@@ -14,6 +14,7 @@ mod helpers;
 mod hostile;
 mod identity;
 mod init;
+mod init_escaping;
 mod layers;
 mod malformed;
 mod observe;
