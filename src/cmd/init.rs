@@ -7,9 +7,11 @@ use anyhow::{anyhow, Context};
 
 use crate::cli::{InitArgs, OwnerType};
 use crate::config::process_env;
+use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{BranchPrefix, EventType, RepoName};
 use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
+use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
 use crate::webhook::auth::generate_secret;
 use crate::Failure;
 
@@ -102,7 +104,7 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerKind, Failure> 
         None => {}
     }
     let api = api_url(args);
-    match account_type(&api, owner).await {
+    match quietly(account_type(&api, owner)).await {
         Ok(Some(kind)) if kind == "User" => Ok(OwnerKind::User),
         Ok(Some(kind)) if kind == "Organization" => Ok(OwnerKind::Organization),
         Ok(Some(other)) => Err(usage(format!(
@@ -277,7 +279,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             key_path.display()
         )));
     }
-    let app = convert_manifest(&api_url, code)
+    let app = quietly(convert_manifest(&api_url, code))
         .await
         .context("creating the App from the manifest failed")?;
     // The code worked once and will not again: the key is written before anything else.
@@ -303,7 +305,58 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             app.id
         );
     }
+    match slug {
+        Some(slug) => name_the_bot(&dir.join("workflow.yml"), slug)?,
+        None => println!(
+            "  GitHub gave no usable slug for the App: in workflow.yml, set allowed_bots to the \
+             App's bot (the App's page shows its name; the bot is NAME[bot])"
+        ),
+    }
     println!("next: install the App on your repository (the App's page → Install App), then run rowbranch doctor");
+    Ok(())
+}
+
+/// Makes the workflow's `allowed_bots` name the App GitHub created, whose name (and so slug)
+/// the person creating it may have changed on GitHub's page; claude-code-action refuses every
+/// run its bot starts otherwise.
+fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
+    let bot = bot_login(slug);
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!(
+                "  no {} to update: the workflow's allowed_bots must name {bot}",
+                path.display()
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(Failure::Runtime(
+                anyhow!(e).context(format!("cannot read {}", path.display())),
+            ))
+        }
+    };
+    let steps = claude_steps(&text).unwrap_or_default();
+    if !steps.is_empty() && steps.iter().all(|s| allows_bot(&s.allowed_bots, slug)) {
+        println!(
+            "  {} lets {bot} start the work (allowed_bots)",
+            path.display()
+        );
+        return Ok(());
+    }
+    match set_allowed_bots(&text, slug) {
+        Ok(rewritten) => {
+            write(path, &rewritten, false)?;
+            println!(
+                "  GitHub named the App {slug}, not as asked: set allowed_bots to {bot} in {}",
+                path.display()
+            );
+        }
+        Err(e) => println!(
+            "  could not update {} ({e}): set allowed_bots: \"{bot}\" in its claude-code-action step",
+            path.display()
+        ),
+    }
     Ok(())
 }
 

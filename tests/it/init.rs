@@ -1,5 +1,6 @@
 //! `rowbranch init`: the setup files, filled in; the owner's account type asked of the fake
-//! GitHub; and the end of "create an App from a manifest".
+//! GitHub; and the end of "create an App from a manifest", including an App GitHub created
+//! under another name than the one asked for.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -7,6 +8,7 @@ use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings};
+use rowbranch::templates::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
@@ -392,6 +394,11 @@ fn when_github_cannot_be_asked_init_says_which_flag_to_pass_in_one_clear_line() 
         all.contains("--owner-type user or --owner-type organization"),
         "{all}"
     );
+    assert!(
+        !all.contains("octocrab") && !all.contains("ERROR"),
+        "no library log lines: {all}"
+    );
+    assert_eq!(all.trim().lines().count(), 1, "one line: {all}");
     assert!(!dir.path().join("workflow.yml").exists());
 
     // Told, it needs no GitHub at all.
@@ -493,4 +500,56 @@ fn names_postgresql_would_cut_or_urls_with_a_query_are_refused() {
         assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out));
         assert!(text(&out).contains("--url"), "{}", text(&out));
     }
+}
+
+#[tokio::test]
+async fn an_app_github_created_under_another_name_gets_its_own_bot_into_the_workflow() {
+    let fake = FakeGithub::start().await;
+    // The name asked for was taken: the person creating the App called it something else.
+    fake.add_manifest_code_for_app("renamed-code", "Rowbranch Acme 2", "rowbranch-acme-2");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(init(dir.path(), &[]).status.success());
+    let workflow = dir.path().join("workflow.yml");
+    let before = std::fs::read_to_string(&workflow).unwrap();
+    assert_eq!(
+        claude_steps(&before).unwrap()[0].allowed_bots,
+        "rowbranch-acme[bot]"
+    );
+
+    let d = dir.path().to_str().unwrap().to_owned();
+    let url = fake.url();
+    let out = tokio::task::spawn_blocking(move || {
+        rowbranch(&[
+            "init",
+            "--dir",
+            &d,
+            "--manifest-code",
+            "renamed-code",
+            "--api-url",
+            &url,
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let after = std::fs::read_to_string(&workflow).unwrap();
+    assert_eq!(
+        claude_steps(&after).unwrap()[0].allowed_bots,
+        "rowbranch-acme-2[bot]"
+    );
+    assert!(
+        text(&out).contains("GitHub named the App rowbranch-acme-2")
+            && text(&out).contains("rowbranch-acme-2[bot]"),
+        "it says so: {}",
+        text(&out)
+    );
+    // Nothing else in the workflow changed.
+    let changed: Vec<(&str, &str)> = before
+        .lines()
+        .zip(after.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(before.lines().count(), after.lines().count());
+    fake.assert_no_unexpected();
 }
