@@ -87,15 +87,25 @@ pub struct ConfigArg {
 /// variable the config reads.
 const SERVE_ENVIRONMENT: &str = "\
 Environment (each wins over the config file):
-  ROWBRANCH_WEBHOOK_SECRET  the webhook secret, or several separated by spaces to rotate;
-                            required unless --insecure-no-auth
-  ROWBRANCH_LISTEN          the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
-  PORT                      listen on 0.0.0.0:PORT
-  GITHUB_APP_ID             the GitHub App's id ([github] app_id)
-  GITHUB_APP_PRIVATE_KEY    the App's private key, the PEM text (wins over private_key_path)
-  GITHUB_API_URL            GitHub's API ([github] api_url), e.g. https://HOST/api/v3
-  DATABASE_URL              PostgreSQL, for the scheduled sweep (reconcile_every)
-  RUST_LOG                  the log level, e.g. info or rowbranch=debug";
+  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
+                             required unless --insecure-no-auth
+  ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
+  PORT                       listen on 0.0.0.0:PORT
+  GITHUB_APP_ID              the GitHub App's id ([github] app_id)
+  GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
+  GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
+  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
+  DATABASE_URL               PostgreSQL, for the scheduled sweep (reconcile_every)
+  RUST_LOG                   the log level, e.g. info or rowbranch=debug
+
+With no config file, ROWBRANCH_REPO makes one route from the environment:
+  ROWBRANCH_REPO             the repository, OWNER/NAME (required)
+  ROWBRANCH_TABLE            the table (feedbacks)
+  ROWBRANCH_SCHEMA           its schema (public)
+  ROWBRANCH_ID_COLUMN        the id column (id)
+  ROWBRANCH_TEXT_COLUMN      the slug's column (message)
+  ROWBRANCH_BRANCH_PREFIX    the branches' prefix (feedback)
+  ROWBRANCH_EVENT_TYPE       the dispatch's event type (feedback)";
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_ENVIRONMENT)]

@@ -115,6 +115,12 @@ async fn serve_help_lists_every_environment_variable_the_config_reads() {
         read.len() >= 6,
         "the config reads its variables with env(\"…\"): {read:?}"
     );
+    // And those of the route from the environment, from their list.
+    read.extend(
+        rowbranch::config::env_route::VARIABLES
+            .iter()
+            .map(|(name, _)| *name),
+    );
     read.push("RUST_LOG");
     for variable in read {
         assert!(
