@@ -234,27 +234,29 @@ fn print_next_steps(dir: &Path, ctx: &SetupContext) {
         OwnerKind::User => format!("your account {} (be signed in as {0})", ctx.owner),
     };
     println!(
-        "\nnext steps, in order:
+        "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
+rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
   1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
      button; GitHub then sends you to {url}/?code=…: run
        rowbranch init --dir {d} --manifest-code THE_CODE
      (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
      App into {d}/workflow.yml).
   2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
-  3. Give rowbranch its environment where it runs: the variables in {d}/{ENV_FILE}
-     (ROWBRANCH_WEBHOOK_SECRET), and the key {d}/app.pem (or GITHUB_APP_PRIVATE_KEY).
-  4. Add the workflow's secret to {repo}: Settings → Secrets and variables → Actions →
-     ANTHROPIC_API_KEY.
-  5. Allow the workflow to open pull requests: {repo} Settings → Actions → General →
-     \"Allow GitHub Actions to create and approve pull requests\".
+  3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
+     from {d}/{ENV_FILE} and the key {d}/app.pem in the platform's secret store; or, on a
+     machine of your own behind a TLS proxy:
+       set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
+  4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
+  5. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
+     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
+     General → \"Allow GitHub Actions to create and approve pull requests\").
   6. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
   7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
      run {d}/supabase-vault.sql in the SQL editor: it keeps the secret in Supabase Vault and
      posts every INSERT on {schema}.{table} to {url}/webhook, signed.
      ({d}/supabase.sql is the same trigger as the Dashboard makes it, with the secret readable
      in the trigger's definition.)
-  8. Start rowbranch (rowbranch serve --config {d}/rowbranch.toml) and check everything:
-     rowbranch doctor --config {d}/rowbranch.toml",
+  8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
         url = ctx.url,
         schema = ctx.schema,
         table = ctx.table,
