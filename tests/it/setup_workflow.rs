@@ -193,7 +193,7 @@ fn each_job_asks_for_what_it_needs_and_the_agents_job_can_only_read() {
         permissions(job(&doc, "finish")),
         expect(&[("contents", "write"), ("pull-requests", "write")])
     );
-    // The agent runs in the read-only job, and in no other.
+    // Claude Code runs in the read-only job, and in no other.
     for (name, step) in all_steps(&doc) {
         if uses(&step).starts_with("anthropics/claude-code-action@") {
             assert_eq!(name, "work");
@@ -501,7 +501,7 @@ enum Claude {
     IsCancelled,
 }
 
-/// What the dispatch carried, and how the agent's step ends.
+/// What the dispatch carried, and how Claude's step ends.
 struct Case<'a> {
     branch: &'a str,
     text: &'a str,
@@ -889,7 +889,7 @@ impl Origin {
     }
 
     /// Runs the job `name` step by step as the runner does, each step's `if:` decided as GitHub
-    /// decides it; `claude` plays the agent's step in the job's checkout.
+    /// decides it; `claude` plays Claude's step in the job's checkout.
     fn run_job(
         &self,
         run: usize,
@@ -1020,7 +1020,7 @@ impl Origin {
     }
 
     /// The whole run: the guard, then (when it says proceed) the work, with `claude` playing
-    /// the agent, then the finish, with `between` run after the work job (to tamper with what
+    /// Claude, then the finish, with `between` run after the work job (to tamper with what
     /// it handed on).
     fn run_with(
         &self,
@@ -1205,7 +1205,7 @@ fn the_guard_stops_quietly_when_the_branch_is_gone() {
 }
 
 #[test]
-fn the_agents_job_holds_no_token_that_can_push_even_the_one_the_action_hands_it() {
+fn claudes_job_holds_no_token_that_can_push_even_the_one_the_action_hands_it() {
     let origin = Origin::new();
     origin.claim(BRANCH);
     let before = origin.head_of(BRANCH);
@@ -1246,16 +1246,13 @@ fn the_agents_job_holds_no_token_that_can_push_even_the_one_the_action_hands_it(
             ])
             .output()
             .unwrap();
-        assert!(
-            !push.status.success(),
-            "the agent pushed with the job's token"
-        );
+        assert!(!push.status.success(), "Claude pushed with the job's token");
         let main = origin
             .command("git", work)
             .args(["push", "--quiet", "origin", "HEAD:refs/heads/main"])
             .output()
             .unwrap();
-        assert!(!main.status.success(), "the agent pushed to main");
+        assert!(!main.status.success(), "Claude pushed to main");
         tried = true;
     });
     assert!(tried);
@@ -1461,7 +1458,7 @@ fn commits_that_do_not_continue_the_claimed_branch_are_not_pushed() {
     let origin = Origin::new();
     origin.claim(BRANCH);
     let run = origin.run(&Case::default(), |work| {
-        // The agent replaces the branch with a history of its own.
+        // Claude replaces the branch with a history of its own.
         checked(
             origin
                 .command("git", work)
@@ -1497,7 +1494,7 @@ fn a_bundle_that_carries_other_branches_moves_only_the_claimed_one() {
         &Case::default(),
         |work| {
             commit_file(&origin, work, "dark-mode.css");
-            // The agent also prepares a bundle that moves main, to swap in for the real one.
+            // Claude also prepares a bundle that moves main, to swap in for the real one.
             checked(origin.command("git", work).args([
                 "update-ref",
                 "refs/heads/main",
