@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::DEFAULT_PATH;
 
@@ -83,7 +83,32 @@ pub struct ConfigArg {
     pub config: PathBuf,
 }
 
+/// What `serve --help` says of the environment; `tests/it/cli.rs` checks that it names every
+/// variable the config reads.
+const SERVE_ENVIRONMENT: &str = "\
+Environment (each wins over the config file):
+  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
+                             required unless --insecure-no-auth
+  ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
+  PORT                       listen on 0.0.0.0:PORT
+  GITHUB_APP_ID              the GitHub App's id ([github] app_id)
+  GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
+  GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
+  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
+  DATABASE_URL               PostgreSQL, for the scheduled sweep (reconcile_every)
+  RUST_LOG                   the log level, e.g. info or rowbranch=debug
+
+With no config file, ROWBRANCH_REPO makes one route from the environment:
+  ROWBRANCH_REPO             the repository, OWNER/NAME (required)
+  ROWBRANCH_TABLE            the table (feedbacks)
+  ROWBRANCH_SCHEMA           its schema (public)
+  ROWBRANCH_ID_COLUMN        the id column (id)
+  ROWBRANCH_TEXT_COLUMN      the slug's column (message)
+  ROWBRANCH_BRANCH_PREFIX    the branches' prefix (feedback)
+  ROWBRANCH_EVENT_TYPE       the dispatch's event type (feedback)";
+
 #[derive(Debug, Args)]
+#[command(after_help = SERVE_ENVIRONMENT)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArg,
@@ -130,18 +155,29 @@ pub struct InitArgs {
         required_unless_present = "manifest_code"
     )]
     pub url: Option<String>,
-    /// The GitHub App's name (default rowbranch-OWNER; at most 34 characters).
+    /// The GitHub App's name (default rowbranch-OWNER; at most 34 characters). GitHub lets you
+    /// change it when it creates the App; --manifest-code then uses the name GitHub gave it.
     #[arg(long, value_name = "NAME")]
     pub app_name: Option<String>,
+    /// Whether the repository's owner is a user or an organization, when GitHub cannot be
+    /// asked; by default init asks GitHub (GET /users/OWNER). The App is created on that
+    /// account, the only one a private App can be installed on.
+    #[arg(long, value_name = "TYPE", value_enum)]
+    pub owner_type: Option<OwnerType>,
+    /// The table's schema, as PostgreSQL spells it.
     #[arg(long, default_value = "public")]
     pub schema: String,
+    /// The table whose inserted rows each get a branch, as PostgreSQL spells it.
     #[arg(long, default_value = "feedbacks")]
     pub table: String,
+    /// The column that holds the row's id (its primary key), the row's identity in its branch name.
     #[arg(long, default_value = "id")]
     pub id_column: String,
-    /// The column whose text becomes the branch's slug and the work's description.
+    /// The column whose text becomes the branch's slug and the work's description ("" for
+    /// none).
     #[arg(long, default_value = "message")]
     pub text_column: String,
+    /// The first part of every branch name: PREFIX/ID-SLUG.
     #[arg(long, default_value = "feedback")]
     pub branch_prefix: String,
     /// The repository_dispatch event type the workflow listens to.
@@ -150,12 +186,21 @@ pub struct InitArgs {
     /// Overwrite files that exist.
     #[arg(long)]
     pub force: bool,
-    /// Finish creating the GitHub App with the code GitHub handed back.
-    #[arg(long, value_name = "CODE", conflicts_with_all = ["repo", "url"])]
+    /// Finish creating the GitHub App with the code GitHub handed back: write its key and id,
+    /// and the name GitHub gave its bot into workflow.yml.
+    #[arg(long, value_name = "CODE", conflicts_with_all = ["repo", "url", "owner_type"])]
     pub manifest_code: Option<String>,
-    /// GitHub's API, for --manifest-code (default https://api.github.com, or GITHUB_API_URL).
-    #[arg(long, value_name = "URL", requires = "manifest_code")]
+    /// GitHub's API, for the owner's type and --manifest-code (default https://api.github.com,
+    /// or GITHUB_API_URL).
+    #[arg(long, value_name = "URL")]
     pub api_url: Option<String>,
+}
+
+/// The kind of account that owns a repository.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OwnerType {
+    User,
+    Organization,
 }
 
 #[derive(Debug, Args)]
@@ -186,4 +231,28 @@ pub struct RedoArgs {
     /// Do not ask before acting.
     #[arg(long)]
     pub yes: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn every_command_and_option_says_what_it_is_for() {
+        let cli = Cli::command();
+        let mut missing = Vec::new();
+        for command in cli.get_subcommands() {
+            if command.get_about().is_none() {
+                missing.push(command.get_name().to_owned());
+            }
+            for arg in command.get_arguments() {
+                if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                    missing.push(format!("{} {}", command.get_name(), arg.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "without a description: {missing:?}");
+    }
 }

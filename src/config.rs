@@ -408,9 +408,9 @@ impl Config {
                     None => Err(ConfigError::new(
                         path,
                         &anyhow!(
-                            "cannot read the config file: {e} (pass --config FILE, or write one: \
-                             templates/rowbranch.toml is an example; or set {} to configure one \
-                             route from the environment)",
+                            "cannot read the config file: {e} (pass --config FILE, or run \
+                             `rowbranch init` to write one; or set {} to configure one route \
+                             from the environment)",
                             env_route::REPO
                         ),
                     )),

@@ -1,18 +1,36 @@
 //! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
-//! installation, its permissions, the default branch and a workflow that takes the dispatch.
+//! installation, its permissions, the default branch, a workflow that takes the dispatch, and
+//! that the workflow lets the App's bot start the work.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use tracing::instrument::WithSubscriber;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::config::{Config, ForgeSettings, Route};
+use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError};
 use crate::identity::RepoName;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::templates::setup::PLACEHOLDER_APP_ID;
+use crate::templates::workflow::{allows_bot, bot_login, claude_steps};
+
+/// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
+/// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
+/// output, and a log line in the middle of it only repeats a failure the report states.
+pub async fn quietly<F: Future>(work: F) -> F::Output {
+    if process_env("RUST_LOG").is_some() {
+        work.await
+    } else {
+        work.with_subscriber(tracing::subscriber::NoSubscriber::default())
+            .await
+    }
+}
 
 /// One line of the report.
 #[derive(Debug)]
@@ -43,6 +61,10 @@ impl Check {
 
 /// Runs every check that applies to `config`.
 pub async fn checks(config: &Config) -> Vec<Check> {
+    quietly(all_checks(config)).await
+}
+
+async fn all_checks(config: &Config) -> Vec<Check> {
     let mut out = vec![Check::pass(format!(
         "config {} parses",
         config.source.display()
@@ -82,6 +104,10 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             )),
         },
         ForgeSettings::Github(settings) => {
+            if let Some(unfinished) = app_not_created(settings, &config.source) {
+                out.push(unfinished);
+                return out;
+            }
             let forge = match GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()))
             {
                 Ok(forge) => {
@@ -96,15 +122,22 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     return out;
                 }
             };
-            match github::app_info(&forge).await {
-                Ok(app) => out.push(Check::pass(format!(
-                    "GitHub accepts the App's JWT: {} (id {})",
-                    app.slug.as_deref().unwrap_or(&app.name),
-                    app.id
-                ))),
+            let app_slug = match github::app_info(&forge).await {
+                Ok(app) => {
+                    out.push(Check::pass(format!(
+                        "GitHub accepts the App's JWT: {} (id {})",
+                        app.slug.as_deref().unwrap_or(&app.name),
+                        app.id
+                    )));
+                    app.slug
+                }
                 Err(ForgeError::Unavailable { message, .. }) => {
                     out.push(Check::fail(
-                        format!("GitHub at {} did not answer: {message}", settings.api_url),
+                        format!(
+                            "GitHub at {} did not answer: {}",
+                            settings.api_url,
+                            one_line(&message)
+                        ),
                         "check api_url (GITHUB_API_URL) and that this machine can reach it",
                     ));
                     return out;
@@ -116,16 +149,57 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                     ));
                     return out;
                 }
-            }
+            };
             for route in &config.routes {
-                route_checks(&forge, route, &mut out).await;
+                route_checks(&forge, app_slug.as_deref(), route, &mut out).await;
             }
         }
     }
     out
 }
 
-async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) {
+/// `text` on one line, so that a check stays one line of the report.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A failed check when the App was never created from the manifest: the config still has
+/// `init`'s placeholder id, or the key file `--manifest-code` writes is missing.
+fn app_not_created(settings: &GithubSettings, config: &Path) -> Option<Check> {
+    let dir = config
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let finish = format!(
+        "create the App: open {0}/create-app.html, press the button, then run `rowbranch init --dir {0} --manifest-code CODE` with the code GitHub hands back; it sets app_id and writes the key",
+        dir.display()
+    );
+    if settings.app_id == PLACEHOLDER_APP_ID {
+        return Some(Check::fail(
+            format!(
+                "app_id is {PLACEHOLDER_APP_ID}, the placeholder `rowbranch init` writes: the GitHub App is not created yet"
+            ),
+            finish,
+        ));
+    }
+    match &settings.key {
+        PrivateKeySource::File(path) if !path.exists() => Some(Check::fail(
+            format!(
+                "the GitHub App private key {} does not exist",
+                path.display()
+            ),
+            format!("{finish}; or set GITHUB_APP_PRIVATE_KEY to the key's text"),
+        )),
+        _ => None,
+    }
+}
+
+async fn route_checks(
+    forge: &GithubForge,
+    app_slug: Option<&str>,
+    route: &Route,
+    out: &mut Vec<Check>,
+) {
     let repo = &route.repo;
     let permissions = match github::installation_permissions(forge, repo).await {
         Ok(p) => {
@@ -164,26 +238,79 @@ async fn route_checks(forge: &GithubForge, route: &Route, out: &mut Vec<Check>) 
             return;
         }
     };
-    out.push(match github::workflows(forge, repo, &base.branch).await {
-        Ok(files) => {
-            let listening: Vec<&str> = files
-                .iter()
-                .filter(|(_, text)| listens_for(text, route.event_type.as_str()))
-                .map(|(path, _)| path.as_str())
-                .collect();
-            match listening.first() {
-                Some(path) => Check::pass(format!("{repo}: {path} runs on repository_dispatch `{}`", route.event_type)),
-                None => Check::fail(
-                    format!("{repo}: no workflow on {} listens to repository_dispatch `{}`", base.branch, route.event_type),
-                    format!("commit a workflow with `on: repository_dispatch: types: [{}]` to {} (`rowbranch init` writes one)", route.event_type, base.branch),
-                ),
-            }
+    let files = match github::workflows(forge, repo, &base.branch).await {
+        Ok(files) => files,
+        Err(e) => {
+            out.push(Check::fail(
+                format!("{repo}: cannot read .github/workflows: {e}"),
+                "the App needs contents read on the repository; see the message for anything else",
+            ));
+            return;
         }
-        Err(e) => Check::fail(
-            format!("{repo}: cannot read .github/workflows: {e}"),
-            "the App needs contents read on the repository; see the message for anything else",
+    };
+    let listening: Vec<&(String, String)> = files
+        .iter()
+        .filter(|(_, text)| listens_for(text, route.event_type.as_str()))
+        .collect();
+    if listening.is_empty() {
+        out.push(Check::fail(
+            format!("{repo}: no workflow on {} listens to repository_dispatch `{}`", base.branch, route.event_type),
+            format!("commit a workflow with `on: repository_dispatch: types: [{}]` to {} (`rowbranch init` writes one)", route.event_type, base.branch),
+        ));
+        return;
+    }
+    for (path, text) in listening {
+        out.push(Check::pass(format!(
+            "{repo}: {path} runs on repository_dispatch `{}`",
+            route.event_type
+        )));
+        out.push(bot_check(repo, &base.branch, path, text, app_slug));
+    }
+}
+
+/// Whether the workflow's claude-code-action steps let the App's bot start a run, the way the
+/// action compares names: otherwise it refuses every dispatch rowbranch sends ("Workflow
+/// initiated by non-human actor") and the run only marks the row done.
+fn bot_check(
+    repo: &RepoName,
+    branch: &str,
+    path: &str,
+    workflow: &str,
+    app_slug: Option<&str>,
+) -> Check {
+    let steps = claude_steps(workflow).unwrap_or_default();
+    if steps.is_empty() {
+        return Check::pass(format!(
+            "{repo}: {path} runs no claude-code-action step: no allowed_bots to check"
+        ));
+    }
+    let Some(slug) = app_slug else {
+        return Check::fail(
+            format!("{repo}: GitHub did not give the App's slug, so {path}'s allowed_bots cannot be checked"),
+            "make sure allowed_bots names the App's bot, NAME[bot] (the App's page shows its name)",
+        );
+    };
+    let bot = bot_login(slug);
+    if let Some(step) = steps.iter().find(|s| s.is_expression()) {
+        return Check::pass(format!(
+            "{repo}: {path}: allowed_bots in job {} is an expression, which only GitHub evaluates: it must let {bot} start the work",
+            step.job
+        ));
+    }
+    match steps.iter().find(|s| !allows_bot(&s.allowed_bots, slug)) {
+        None => Check::pass(format!(
+            "{repo}: {path} lets the App's bot {bot} start the work (allowed_bots)"
+        )),
+        Some(step) => Check::fail(
+            format!(
+                "{repo}: {path} does not let the App's bot {bot} start the work: allowed_bots is {:?} in job {}, so claude-code-action refuses every run (\"Workflow initiated by non-human actor\")",
+                step.allowed_bots, step.job
+            ),
+            format!(
+                "set `allowed_bots: \"{bot}\"` in that step and commit it to {branch} (the action compares without case and with or without [bot]; \"*\" allows every bot)"
+            ),
         ),
-    });
+    }
 }
 
 fn permission(

@@ -7,15 +7,21 @@
 [%- set url_literal = "E'" ~ (url ~ "/webhook") | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
 [%- set headers = '{"Content-Type":"application/json","Authorization":' ~ ("Bearer " ~ secret) | tojson ~ '}' -%]
 [%- set headers_literal = "E'" ~ headers | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
--- rowbranch: the Supabase Database Webhook that posts each new row to rowbranch.
+-- rowbranch: the Supabase Database Webhook that posts each new row to rowbranch, the way the
+-- Dashboard makes one. supabase-vault.sql is the better choice: it keeps the secret in Vault and
+-- signs each delivery, so that no secret is readable anywhere in the database. Use this one
+-- where that cannot run, and read "The secret" below.
 --
 -- What it does: after every INSERT on the table named below, Supabase's webhook function
 -- supabase_functions.http_request() queues a POST of the new row to rowbranch's /webhook, as
 -- {"type":"INSERT","table":…,"schema":…,"record":{…},"old_record":null}, with the secret in an
--- `Authorization: Bearer …` header and a 5000 ms timeout (without that argument pg_net waits
--- only 1000 ms). pg_net sends it after the inserting transaction commits, so a rolled-back INSERT
--- sends nothing and a slow or failed request never holds up or fails the INSERT. The trigger is
--- called rowbranch_webhook.
+-- `Authorization: Bearer …` header and a 5000 ms timeout: without that argument http_request
+-- waits 1000 ms, its own default (`timeout_ms integer DEFAULT 1000` in Supabase's definition,
+-- https://github.com/supabase/supabase/blob/a728696ea82c92ca57ba9b669aa6f0461e7b60d5/docker/volumes/db/webhooks.sql),
+-- where pg_net's net.http_post alone would wait 5000 ms. pg_net sends it after the inserting
+-- transaction commits, so a rolled-back INSERT sends nothing and a slow or failed request never
+-- holds up or fails the INSERT. The trigger is called rowbranch_webhook, like the one
+-- supabase-vault.sql installs: running either script replaces the other's trigger.
 --
 -- Before running it: turn Database Webhooks on in the Supabase dashboard (Integrations →
 -- Database Webhooks → Enable). That creates the supabase_functions schema and the pg_net
@@ -30,10 +36,12 @@
 --
 -- The secret: the header below is stored in plain text in the trigger's definition, readable
 -- by every role that can read the system catalogs (pg_trigger, pg_get_triggerdef), and copied
--- into pg_net's request queue, readable by the roles that can use pg_net. So it must be a
--- secret made for this webhook and used for nothing else (e.g. `openssl rand -hex 32`), the
--- same one rowbranch has in ROWBRANCH_WEBHOOK_SECRET. Never put a Supabase service_role key,
--- JWT secret or database password here.
+-- with every request into pg_net's queue, which every role of the database can read and write
+-- since pg_net 0.12 (https://github.com/supabase/pg_net/blob/v0.20.5/sql/pg_net.sql). Whoever
+-- reads it can send rowbranch deliveries of their own, at any time. So it must be a secret made
+-- for this webhook and used for nothing else, the same one rowbranch has in
+-- ROWBRANCH_WEBHOOK_SECRET. Never put a Supabase service_role key, JWT secret or database
+-- password here.
 --
 -- Rotating the secret without losing a delivery:
 --   1. give rowbranch both: ROWBRANCH_WEBHOOK_SECRET="NEW OLD" (space-separated), restart it;

@@ -5,26 +5,37 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 
-use crate::cli::InitArgs;
+use crate::cli::{InitArgs, OwnerType};
 use crate::config::process_env;
-use crate::forge::github::convert_manifest;
+use crate::doctor::quietly;
+use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{BranchPrefix, EventType, RepoName};
-use crate::templates::setup::{render, SetupContext};
+use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
+use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
 use crate::webhook::auth::generate_secret;
 use crate::Failure;
 
 /// GitHub refuses App names longer than this.
 const MAX_APP_NAME: usize = 34;
 
+/// PostgreSQL cuts identifiers longer than this many bytes (NAMEDATALEN - 1), so a longer name
+/// would silently be another one
+/// (https://www.postgresql.org/docs/current/sql-syntax-lexical.html#SQL-SYNTAX-IDENTIFIERS).
+const MAX_IDENTIFIER_BYTES: usize = 63;
+
 /// Where each setup file goes in the folder `init` writes.
 const OUTPUTS: &[(&str, &str)] = &[
     ("rowbranch.toml", "rowbranch.toml"),
     ("workflow.yml", "workflow.yml"),
+    ("supabase-vault.sql", "supabase-vault.sql"),
     ("supabase.sql", "supabase.sql"),
     ("app-manifest.json", "app-manifest.json"),
     ("payload.json.j2", "payload.json.j2"),
     ("create-app.html", "create-app.html"),
 ];
+
+/// The files that carry the webhook secret: readable by their owner only.
+const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
 
 /// The secret's file: read by the shell (`set -a; . ./rowbranch.env`), readable by its owner.
 const ENV_FILE: &str = "rowbranch.env";
@@ -32,7 +43,7 @@ const ENV_FILE: &str = "rowbranch.env";
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {
         Some(code) => finish_app(&args, code).await,
-        None => write_setup(&args),
+        None => write_setup(&args).await,
     }
 }
 
@@ -40,7 +51,74 @@ fn usage(message: impl Into<String>) -> Failure {
     Failure::Usage(anyhow!(message.into()))
 }
 
-fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
+fn api_url(args: &InitArgs) -> String {
+    args.api_url
+        .clone()
+        .or_else(|| process_env("GITHUB_API_URL"))
+        .unwrap_or_else(|| "https://api.github.com".into())
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+/// A name PostgreSQL keeps as it is given: not blank (unless `blank_ok`), at most 63 bytes.
+fn identifier(flag: &str, value: &str, blank_ok: bool) -> Result<(), Failure> {
+    if value.trim().is_empty() && !(blank_ok && value.is_empty()) {
+        return Err(usage(format!(
+            "{flag} is empty: name the column or table as PostgreSQL spells it"
+        )));
+    }
+    if value.len() > MAX_IDENTIFIER_BYTES {
+        return Err(usage(format!(
+            "{flag} is {} bytes long; PostgreSQL names are at most {MAX_IDENTIFIER_BYTES} bytes",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Where Supabase reaches rowbranch: an http(s) URL with a host, to which `/webhook` is added.
+fn public_url(raw: &str) -> Result<String, Failure> {
+    let url = raw.trim_end_matches('/');
+    if url.contains('#') || url.contains('?') {
+        return Err(usage(format!(
+            "--url `{url}` has a query or a fragment: give the base URL, the trigger adds /webhook"
+        )));
+    }
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| usage(format!("--url `{url}` is not a URL: {e}")))?;
+    if !matches!(uri.scheme_str(), Some("https" | "http")) {
+        return Err(usage(format!("--url `{url}` is not an http(s) URL")));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(usage(format!("--url `{url}` has no host")));
+    }
+    Ok(url.to_owned())
+}
+
+/// Asks GitHub whether `owner` is a user or an organization, unless `--owner-type` says so.
+async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerKind, Failure> {
+    match args.owner_type {
+        Some(OwnerType::User) => return Ok(OwnerKind::User),
+        Some(OwnerType::Organization) => return Ok(OwnerKind::Organization),
+        None => {}
+    }
+    let api = api_url(args);
+    match quietly(account_type(&api, owner)).await {
+        Ok(Some(kind)) if kind == "User" => Ok(OwnerKind::User),
+        Ok(Some(kind)) if kind == "Organization" => Ok(OwnerKind::Organization),
+        Ok(Some(other)) => Err(usage(format!(
+            "--repo: GitHub says {owner} is an account of type {other}, which cannot own a GitHub App"
+        ))),
+        Ok(None) => Err(usage(format!("--repo: GitHub has no account named {owner}"))),
+        Err(e) => Err(Failure::Runtime(anyhow!(
+            "could not ask GitHub at {api} whether {owner} is a user or an organization: {e}; \
+             say which with --owner-type user or --owner-type organization"
+        ))),
+    }
+}
+
+async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     let repo_arg = args.repo.as_deref().ok_or_else(|| {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
@@ -48,28 +126,36 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     let url = args
         .url
         .as_deref()
-        .ok_or_else(|| usage("--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com"))?
-        .trim_end_matches('/');
-    if !(url.starts_with("https://") || url.starts_with("http://"))
-        || url.contains(char::is_whitespace)
-    {
-        return Err(usage(format!("--url `{url}` is not an http(s) URL")));
-    }
+        .ok_or_else(|| usage("--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com"))?;
+    let url = public_url(url)?;
     BranchPrefix::parse(&args.branch_prefix).map_err(|e| usage(format!("--branch-prefix: {e}")))?;
     EventType::parse(&args.event_type).map_err(|e| usage(format!("--event-type: {e}")))?;
-    let app_name = args
-        .app_name
-        .clone()
-        .unwrap_or_else(|| format!("rowbranch-{}", repo.owner()));
-    let app_name: String = app_name.chars().take(MAX_APP_NAME).collect();
+    identifier("--schema", &args.schema, false)?;
+    identifier("--table", &args.table, false)?;
+    identifier("--id-column", &args.id_column, false)?;
+    identifier("--text-column", &args.text_column, true)?;
+    let app_name = match &args.app_name {
+        Some(name) if name.chars().count() > MAX_APP_NAME => {
+            return Err(usage(format!(
+                "--app-name is {} characters long; GitHub allows at most {MAX_APP_NAME}",
+                name.chars().count()
+            )))
+        }
+        Some(name) => name.clone(),
+        None => format!("rowbranch-{}", repo.owner())
+            .chars()
+            .take(MAX_APP_NAME)
+            .collect(),
+    };
     let app_slug = slug::slugify(&app_name);
     if app_slug.is_empty() {
         return Err(usage("--app-name needs at least one letter or digit"));
     }
-    Ok(SetupContext {
+    let mut ctx = SetupContext {
         owner: repo.owner().to_owned(),
+        owner_kind: OwnerKind::User,
         repo: repo.to_string(),
-        url: url.to_owned(),
+        url,
         app_name,
         app_slug,
         schema: args.schema.clone(),
@@ -79,11 +165,26 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
         webhook_secret: Some(generate_secret().context("no randomness for a secret")?),
-    })
+    };
+    // Every value is checked before GitHub is asked anything.
+    ctx.check().map_err(
+        |SetupError::Unprintable {
+             field,
+             position,
+             code,
+         }| {
+            usage(format!(
+            "--{}: character {position} is U+{code:04X}, a control or invisible character; only \
+             printable text can be written into the setup files",
+            field.replace('_', "-")
+        ))
+        },
+    )?;
+    ctx.owner_kind = owner_kind(args, repo.owner()).await?;
+    Ok(ctx)
 }
 
-fn write_setup(args: &InitArgs) -> Result<(), Failure> {
-    let ctx = context(args)?;
+async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &args.dir;
     let mut names: Vec<&str> = OUTPUTS.iter().map(|(_, out)| *out).collect();
     names.push(ENV_FILE);
@@ -101,16 +202,20 @@ fn write_setup(args: &InitArgs) -> Result<(), Failure> {
             )));
         }
     }
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let ctx = context(args).await?;
+    // Everything is rendered before anything is written.
+    let mut files = Vec::with_capacity(OUTPUTS.len());
     for (template, out) in OUTPUTS {
-        let text = render(template, &ctx)?;
-        // The SQL carries the webhook secret: readable by its owner only.
-        write(&dir.join(out), &text, *out == "supabase.sql")?;
+        files.push((*out, render(template, &ctx)?));
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    for (out, text) in &files {
+        write(&dir.join(out), text, PRIVATE.contains(out))?;
     }
     let secret = ctx.webhook_secret.as_deref().unwrap_or_default();
     write(
         &dir.join(ENV_FILE),
-        &format!("# rowbranch's webhook secret; the same is in supabase.sql. Keep both private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
+        &format!("# rowbranch's webhook secret; the same is in supabase-vault.sql and supabase.sql. Keep all three private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
         true,
     )?;
     println!("wrote to {}:", dir.display());
@@ -124,35 +229,50 @@ fn write_setup(args: &InitArgs) -> Result<(), Failure> {
 fn print_next_steps(dir: &Path, ctx: &SetupContext) {
     let d = dir.display();
     let repo = &ctx.repo;
+    let owner = match ctx.owner_kind {
+        OwnerKind::Organization => format!("the organization {}", ctx.owner),
+        OwnerKind::User => format!("your account {} (be signed in as {0})", ctx.owner),
+    };
     println!(
-        "\nnext steps, in order:
-  1. Create the GitHub App: open {d}/create-app.html in a browser and press the button; GitHub
-     then sends you to {url}/?code=…: run  rowbranch init --dir {d} --manifest-code THE_CODE
-     (it writes {d}/app.pem and the App's id into {d}/rowbranch.toml).
+        "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
+rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
+  1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
+     button; GitHub then sends you to {url}/?code=…: run
+       rowbranch init --dir {d} --manifest-code THE_CODE
+     (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
+     App into {d}/workflow.yml).
   2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
-  3. Give rowbranch its environment where it runs: the variables in {d}/{ENV_FILE}
-     (ROWBRANCH_WEBHOOK_SECRET), and the key {d}/app.pem (or GITHUB_APP_PRIVATE_KEY).
-  4. Add the workflow's secret to {repo}: Settings → Secrets and variables → Actions →
-     ANTHROPIC_API_KEY.
-  5. Allow the workflow to open pull requests: {repo} Settings → Actions → General →
-     \"Allow GitHub Actions to create and approve pull requests\".
+  3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
+     from {d}/{ENV_FILE} and the key {d}/app.pem in the platform's secret store; or, on a
+     machine of your own behind a TLS proxy:
+       set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
+  4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
+  5. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
+     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
+     General → \"Allow GitHub Actions to create and approve pull requests\").
   6. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
-  7. In Supabase, enable Database Webhooks (Database → Webhooks), then run {d}/supabase.sql
-     in the SQL editor: it posts every INSERT on {schema}.{table} to {url}/webhook with the secret.
-  8. Start rowbranch (rowbranch serve --config {d}/rowbranch.toml) and check everything:
-     rowbranch doctor --config {d}/rowbranch.toml",
+  7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
+     run {d}/supabase-vault.sql in the SQL editor: it keeps the secret in Supabase Vault and
+     posts every INSERT on {schema}.{table} to {url}/webhook, signed.
+     ({d}/supabase.sql is the same trigger as the Dashboard makes it, with the secret readable
+     in the trigger's definition.)
+  8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
         url = ctx.url,
         schema = ctx.schema,
         table = ctx.table,
     );
 }
 
+/// A slug as GitHub makes them: lower-case letters, digits and `-`.
+fn plausible_slug(slug: &str) -> bool {
+    !slug.is_empty()
+        && slug
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}
+
 async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
-    let api_url = args
-        .api_url
-        .clone()
-        .or_else(|| process_env("GITHUB_API_URL"))
-        .unwrap_or_else(|| "https://api.github.com".into());
+    let api_url = api_url(args);
     let dir = &args.dir;
     let key_path = dir.join("app.pem");
     if key_path.exists() && !args.force {
@@ -161,20 +281,20 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             key_path.display()
         )));
     }
-    let app = convert_manifest(api_url.trim_end_matches('/'), code)
+    let app = quietly(convert_manifest(&api_url, code))
         .await
         .context("creating the App from the manifest failed")?;
+    // The code worked once and will not again: the key is written before anything else.
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");
     let set = set_app_id(&config, app.id)?;
+    let slug = app.slug.as_deref().filter(|s| plausible_slug(s));
     println!(
         "created the GitHub App {} (id {}){}",
-        app.slug.as_deref().unwrap_or(&app.name),
+        slug.unwrap_or(&app.name),
         app.id,
-        app.slug
-            .as_deref()
-            .map(|s| format!(": https://github.com/apps/{s}"))
+        slug.map(|s| format!(": https://github.com/apps/{s}"))
             .unwrap_or_default()
     );
     println!("  wrote {} (readable by you only)", key_path.display());
@@ -187,7 +307,58 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             app.id
         );
     }
+    match slug {
+        Some(slug) => name_the_bot(&dir.join("workflow.yml"), slug)?,
+        None => println!(
+            "  GitHub gave no usable slug for the App: in workflow.yml, set allowed_bots to the \
+             App's bot (the App's page shows its name; the bot is NAME[bot])"
+        ),
+    }
     println!("next: install the App on your repository (the App's page → Install App), then run rowbranch doctor");
+    Ok(())
+}
+
+/// Makes the workflow's `allowed_bots` name the App GitHub created, whose name (and so slug)
+/// the person creating it may have changed on GitHub's page; claude-code-action refuses every
+/// run its bot starts otherwise.
+fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
+    let bot = bot_login(slug);
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!(
+                "  no {} to update: the workflow's allowed_bots must name {bot}",
+                path.display()
+            );
+            return Ok(());
+        }
+        Err(e) => {
+            return Err(Failure::Runtime(
+                anyhow!(e).context(format!("cannot read {}", path.display())),
+            ))
+        }
+    };
+    let steps = claude_steps(&text).unwrap_or_default();
+    if !steps.is_empty() && steps.iter().all(|s| allows_bot(&s.allowed_bots, slug)) {
+        println!(
+            "  {} lets {bot} start the work (allowed_bots)",
+            path.display()
+        );
+        return Ok(());
+    }
+    match set_allowed_bots(&text, slug) {
+        Ok(rewritten) => {
+            write(path, &rewritten, false)?;
+            println!(
+                "  GitHub named the App {slug}, not as asked: set allowed_bots to {bot} in {}",
+                path.display()
+            );
+        }
+        Err(e) => println!(
+            "  could not update {} ({e}): set allowed_bots: \"{bot}\" in its claude-code-action step",
+            path.display()
+        ),
+    }
     Ok(())
 }
 

@@ -1,9 +1,11 @@
 //! The `client_payload` template: rendered with minijinja from the row and its identity, then
 //! checked against GitHub's limits for `repository_dispatch` before anything is sent; the
-//! [`setup`] files `rowbranch init` writes; and the server's HTML [`pages`].
+//! [`setup`] files `rowbranch init` writes; the server's HTML [`pages`]; and what is read back
+//! from a target repository's [`workflow`].
 
 pub mod pages;
 pub mod setup;
+pub mod workflow;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,8 +21,11 @@ pub const BUILTIN_PAYLOAD: &str = include_str!("../../templates/payload.json.j2"
 
 /// GitHub's limit on `client_payload`'s top-level keys.
 pub const MAX_KEYS: usize = 10;
-/// GitHub wants `client_payload` under 64 KiB.
-pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// GitHub documents `client_payload` as "less than 64KB"
+/// (https://docs.github.com/en/rest/repos/repos#create-a-repository-dispatch-event); rowbranch
+/// keeps the whole request body, `{"event_type":…,"client_payload":…}`, under 64,000 bytes, the
+/// strictest reading of that (SPEC §5).
+pub const MAX_DISPATCH_BODY_BYTES: usize = 64_000;
 /// How much of the row's text travels, as JSON: room is left for the rest of the payload.
 pub const MAX_TEXT_JSON_BYTES: usize = 48 * 1024;
 
@@ -77,7 +82,7 @@ pub enum PayloadError {
     NotAnObject(&'static str),
     #[error("the payload has {0} top-level keys; GitHub allows at most {MAX_KEYS}")]
     TooManyKeys(usize),
-    #[error("the payload is {0} bytes; GitHub allows less than {MAX_PAYLOAD_BYTES}")]
+    #[error("the dispatch would be {0} bytes; GitHub allows a payload of less than 64 KB, and rowbranch sends less than {MAX_DISPATCH_BODY_BYTES} bytes in all")]
     TooLarge(usize),
 }
 
@@ -144,8 +149,8 @@ impl PayloadTemplate {
         if object.len() > MAX_KEYS {
             return Err(PayloadError::TooManyKeys(object.len()));
         }
-        let size = Value::Object(object.clone()).to_string().len();
-        if size >= MAX_PAYLOAD_BYTES {
+        let size = dispatch_body_len(ctx.event_type, &object);
+        if size >= MAX_DISPATCH_BODY_BYTES {
             return Err(PayloadError::TooLarge(size));
         }
         Ok(object)
@@ -167,6 +172,21 @@ fn record_use(template: &minijinja::Template<'_, '_>) -> RecordUse {
         }
     }
     RecordUse::Columns(columns)
+}
+
+/// The length of the dispatch's request body as it is sent: compact JSON of the event type
+/// and the payload.
+fn dispatch_body_len(event_type: &str, payload: &Map<String, Value>) -> usize {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        event_type: &'a str,
+        client_payload: &'a Map<String, Value>,
+    }
+    serde_json::to_vec(&Body {
+        event_type,
+        client_payload: payload,
+    })
+    .map_or(usize::MAX, |body| body.len())
 }
 
 fn render_error(e: minijinja::Error) -> PayloadError {
@@ -281,14 +301,26 @@ mod tests {
     }
 
     #[test]
-    fn a_payload_of_64_kib_is_refused() {
-        let t = PayloadTemplate::compile("{\"r\": {{ record }}}".into(), "t".into()).unwrap();
-        let mut record = Map::new();
-        record.insert("big".into(), Value::String("x".repeat(MAX_PAYLOAD_BYTES)));
-        assert!(matches!(
-            t.render(&context(&record, None)).unwrap_err(),
-            PayloadError::TooLarge(_)
-        ));
+    fn the_whole_dispatch_body_stays_under_64000_bytes() {
+        let t = PayloadTemplate::compile("{\"r\": {{ record.big }}}".into(), "t".into()).unwrap();
+        let body_with = |n: usize| {
+            let mut record = Map::new();
+            record.insert("big".into(), Value::String("x".repeat(n)));
+            record
+        };
+        // `{"event_type":"feedback","client_payload":{"r":"…"}}` around the string.
+        let around = serde_json::to_vec(
+            &serde_json::json!({"event_type": "feedback", "client_payload": {"r": ""}}),
+        )
+        .unwrap()
+        .len();
+        let fits = body_with(MAX_DISPATCH_BODY_BYTES - 1 - around);
+        assert!(t.render(&context(&fits, None)).is_ok());
+        let over = body_with(MAX_DISPATCH_BODY_BYTES - around);
+        assert_eq!(
+            t.render(&context(&over, None)).unwrap_err(),
+            PayloadError::TooLarge(MAX_DISPATCH_BODY_BYTES)
+        );
     }
 
     #[test]

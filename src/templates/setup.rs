@@ -1,18 +1,28 @@
 //! The setup files `rowbranch init` writes: the target repository's workflow, the Supabase
-//! trigger, the GitHub App manifest, the payload template and the config, each embedded in the
-//! binary and filled in from what the user told `init`.
+//! triggers, the GitHub App manifest and the page that creates the App, the payload template
+//! and the config, each embedded in the binary and filled in from what the user told `init`.
 //!
 //! They are minijinja templates with `[[ … ]]` for values and `[% … %]` for blocks, so that
-//! GitHub's own `${{ … }}` expressions in the workflow pass through untouched.
+//! GitHub's own `${{ … }}` expressions in the workflow pass through untouched. Every value is
+//! quoted for the format it lands in (SPEC §7): the page is HTML-escaped and the manifest
+//! JSON-escaped by the engine itself, values in the workflow go through `tojson` (a JSON string
+//! is a YAML double-quoted scalar), values in the config through `toml` (a TOML string), and
+//! the SQL quotes its identifiers and literals itself. What no quoting can make safe — a line
+//! break in a comment, an invisible character that makes a name read as another — is refused
+//! by [`SetupContext::check`] before anything is rendered.
 
 use anyhow::{anyhow, Context};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::{Environment, UndefinedBehavior};
+use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
 pub const FILES: &[(&str, &str)] = &[
     ("workflow.yml", include_str!("../../templates/workflow.yml")),
+    (
+        "supabase-vault.sql",
+        include_str!("../../templates/supabase-vault.sql"),
+    ),
     ("supabase.sql", include_str!("../../templates/supabase.sql")),
     (
         "app-manifest.json",
@@ -32,12 +42,26 @@ pub const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// The `app_id` the config carries until `rowbranch init --manifest-code` sets the real one.
+pub const PLACEHOLDER_APP_ID: u64 = 123456;
+
+/// What kind of GitHub account owns the repository, and so the App: a private App can be
+/// installed only on the account that owns it.
+/// (https://docs.github.com/apps/creating-github-apps/registering-a-github-app/making-a-github-app-public-or-private)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerKind {
+    User,
+    Organization,
+}
+
 /// What the setup files are filled in with.
 #[derive(Debug, Clone, Serialize)]
 pub struct SetupContext {
     /// `owner/name` of the target repository.
     pub repo: String,
     pub owner: String,
+    pub owner_kind: OwnerKind,
     /// Where rowbranch is reachable, without a trailing `/` (the trigger posts to `{url}/webhook`).
     pub url: String,
     /// The GitHub App's name; its bot user is `{app_slug}[bot]`.
@@ -53,12 +77,29 @@ pub struct SetupContext {
     pub webhook_secret: Option<String>,
 }
 
+/// Why a value cannot go into the setup files.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    #[error(
+        "{field}: character {position} is U+{code:04X}, a control or invisible character; \
+         only printable text can be written into the setup files"
+    )]
+    Unprintable {
+        /// The field of [`SetupContext`], which is also the name of `init`'s flag.
+        field: &'static str,
+        /// 1-based, in characters.
+        position: usize,
+        code: u32,
+    },
+}
+
 impl SetupContext {
     /// Example values, for the documentation's own checks.
     pub fn example() -> SetupContext {
         SetupContext {
             repo: "acme/app".into(),
             owner: "acme".into(),
+            owner_kind: OwnerKind::Organization,
             url: "https://hooks.example.com".into(),
             app_name: "rowbranch-acme".into(),
             app_slug: "rowbranch-acme".into(),
@@ -71,10 +112,69 @@ impl SetupContext {
             webhook_secret: None,
         }
     }
+
+    /// Refuses a value that no quoting makes safe in every file: see [`refused`].
+    pub fn check(&self) -> Result<(), SetupError> {
+        let fields: [(&'static str, &str); 12] = [
+            ("repo", &self.repo),
+            ("owner", &self.owner),
+            ("url", &self.url),
+            ("app_name", &self.app_name),
+            ("app_slug", &self.app_slug),
+            ("schema", &self.schema),
+            ("table", &self.table),
+            ("id_column", &self.id_column),
+            ("text_column", &self.text_column),
+            ("branch_prefix", &self.branch_prefix),
+            ("event_type", &self.event_type),
+            (
+                "webhook_secret",
+                self.webhook_secret.as_deref().unwrap_or_default(),
+            ),
+        ];
+        for (field, value) in fields {
+            if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
+                return Err(SetupError::Unprintable {
+                    field,
+                    position: at + 1,
+                    code: c as u32,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether `c` is kept out of the setup files: a control character (C0, DEL and C1, which
+/// holds NEL, a line break to YAML 1.1 parsers such as libyaml), a line or paragraph separator
+/// (line breaks to YAML 1.1), or an invisible formatting character that makes text display
+/// other than it is — bidirectional marks, embeddings, overrides and isolates, zero-width
+/// characters, the byte order mark, interlinear annotations — and the two noncharacters
+/// U+FFFE and U+FFFF, which YAML does not allow.
+pub fn refused(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061C}'
+                | '\u{180E}'
+                | '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{206F}'
+                | '\u{FEFF}'
+                | '\u{FFF9}'..='\u{FFFB}'
+                | '\u{FFFE}'
+                | '\u{FFFF}'
+        )
+}
+
+/// `value` as a TOML basic string, quoted and escaped by the `toml` crate itself.
+fn toml_string(value: String) -> String {
+    toml::Value::String(value).to_string()
 }
 
 /// Renders the setup file `name` (one of [`FILES`]).
 pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
+    ctx.check()?;
     let (_, source) = FILES
         .iter()
         .find(|(file, _)| *file == name)
@@ -93,13 +193,28 @@ pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
         .context("the setup templates' delimiters")?;
     env.set_syntax(syntax);
     env.set_keep_trailing_newline(true);
+    // The engine escapes what it prints into the page and the manifest; elsewhere each value
+    // is quoted where it is printed.
+    env.set_auto_escape_callback(|name| {
+        if name.ends_with(".html") {
+            AutoEscape::Html
+        } else if name.ends_with(".json") {
+            AutoEscape::Json
+        } else {
+            AutoEscape::None
+        }
+    });
+    env.add_filter("toml", toml_string);
+    env.add_template(name, source)
+        .with_context(|| format!("templates/{name}"))?;
     let mut values = minijinja::Value::from_serialize(ctx);
     if name == "create-app.html" {
         // The page posts the manifest, so it carries it (HTML-escaped where it is printed).
         let manifest = render("app-manifest.json", ctx)?;
         values = minijinja::context! { manifest => manifest, ..values };
     }
-    env.render_str(source, values)
+    env.get_template(name)
+        .and_then(|template| template.render(values))
         .with_context(|| format!("templates/{name}"))
 }
 
@@ -123,7 +238,7 @@ mod tests {
         let ForgeSettings::Github(github) = &config.forge else {
             panic!("the example uses the github forge");
         };
-        assert_eq!(github.app_id, 123456);
+        assert_eq!(github.app_id, PLACEHOLDER_APP_ID);
         assert_eq!(github.pace.burst, 10);
         assert!(
             matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
@@ -131,6 +246,72 @@ mod tests {
         let route = &config.routes[0];
         assert_eq!(route.slug_max_len, 40);
         assert_eq!(route.events, vec![EventKind::Insert]);
+        assert_eq!(
+            route.payload_template.as_deref(),
+            Some(Path::new("/etc/rowbranch/payload.json.j2")),
+            "the config uses the payload template written beside it"
+        );
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+    }
+
+    #[test]
+    fn a_line_break_or_an_invisible_character_is_refused_and_named() {
+        for (bad, code) in [
+            ("a\nb", 0x0A),
+            ("a\rb", 0x0D),
+            ("a\u{85}b", 0x85),
+            ("a\u{2028}b", 0x2028),
+            ("a\u{202E}b", 0x202E),
+            ("a\u{200B}b", 0x200B),
+            ("a\u{7F}b", 0x7F),
+        ] {
+            let ctx = SetupContext {
+                table: bad.into(),
+                ..SetupContext::example()
+            };
+            let err = ctx.check().unwrap_err();
+            assert_eq!(
+                err,
+                SetupError::Unprintable {
+                    field: "table",
+                    position: 2,
+                    code
+                }
+            );
+            assert!(
+                err.to_string().starts_with("table: character 2 is U+"),
+                "{err}"
+            );
+            assert!(render("workflow.yml", &ctx).is_err(), "nothing is rendered");
+        }
+    }
+
+    #[test]
+    fn quotes_brackets_and_non_latin_text_are_printable() {
+        let ctx = SetupContext {
+            table: "a\"b'c<d>&e\\f 日本 é ${{ x }} #".into(),
+            app_name: "Bot <b>\"x\"</b>".into(),
+            ..SetupContext::example()
+        };
+        assert_eq!(ctx.check(), Ok(()));
+        for (name, _) in FILES {
+            render(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+        }
+    }
+
+    #[test]
+    fn a_toml_string_reads_back_as_the_same_text() {
+        for value in [
+            "plain",
+            "a\"b",
+            "back\\slash",
+            "'single'",
+            "tab\there",
+            "日本",
+        ] {
+            let line = format!("v = {}", toml_string(value.to_owned()));
+            let parsed: toml::Table = toml::from_str(&line).unwrap();
+            assert_eq!(parsed["v"].as_str(), Some(value), "{line}");
+        }
     }
 }

@@ -445,11 +445,14 @@ pub fn standard_webhooks_signature(
     Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
 }
 
-/// A fresh random secret: 32 bytes, hex-encoded (64 characters), for `init` and the demo.
+/// A fresh random secret for `init` and the demo: a Standard Webhooks secret, `whsec_` and 32
+/// random bytes in base64 (50 characters), so that one secret serves a signing trigger (its
+/// HMAC key is the 32 bytes) as well as a bearer header or an `X-Hub-Signature-256` (whose
+/// secret is the whole text).
 pub fn generate_secret() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
-    Ok(hex::encode(bytes))
+    Ok(format!("{WHSEC_PREFIX}{}", BASE64.encode(bytes)))
 }
 
 #[cfg(test)]
@@ -557,6 +560,25 @@ mod tests {
             let result = secrets(&v.secret).verify(&request, v.payload.as_bytes(), at(v.timestamp));
             assert_eq!(result, Ok(()), "vector {}", v.id);
         }
+    }
+
+    #[test]
+    fn a_generated_secret_is_a_whsec_secret_of_32_bytes_and_a_bearer_secret_too() {
+        let secret = generate_secret().unwrap();
+        assert_eq!(secret.len(), 50, "{}", secret.len());
+        let configured = secrets(&secret);
+        assert_eq!(
+            configured.secrets[0].whsec_key.as_ref().map(Vec::len),
+            Some(32)
+        );
+        let now = at(1_700_000_000);
+        let bearer = headers(&[("authorization", &format!("Bearer {secret}"))]);
+        assert_eq!(configured.verify(&bearer, b"{}", now), Ok(()));
+        let signature =
+            standard_webhooks_signature(&secret, "msg_1", 1_700_000_000, b"{}").unwrap();
+        let signed = sw_headers("msg_1", 1_700_000_000, &signature);
+        assert_eq!(configured.verify(&signed, b"{}", now), Ok(()));
+        assert_ne!(generate_secret().unwrap(), secret);
     }
 
     #[test]

@@ -94,6 +94,43 @@ async fn a_usage_error_exits_two() {
 }
 
 #[tokio::test]
+async fn serve_help_lists_every_environment_variable_the_config_reads() {
+    let dir = TempDir::new().unwrap();
+    let out = run(rowbranch(dir.path()).args(["serve", "--help"])).await;
+    assert_eq!(out.status.code(), Some(0));
+    let help = stdout(&out);
+    // The variables src/config.rs reads, found in its code (not its tests).
+    let source = include_str!("../../src/config.rs");
+    let code = source.split("#[cfg(test)]").next().unwrap();
+    let mut read: Vec<&str> = code
+        .match_indices("env(\"")
+        .map(|(at, _)| {
+            let rest = &code[at + 5..];
+            &rest[..rest.find('"').unwrap()]
+        })
+        .collect();
+    read.sort_unstable();
+    read.dedup();
+    assert!(
+        read.len() >= 6,
+        "the config reads its variables with env(\"…\"): {read:?}"
+    );
+    // And those of the route from the environment, from their list.
+    read.extend(
+        rowbranch::config::env_route::VARIABLES
+            .iter()
+            .map(|(name, _)| *name),
+    );
+    read.push("RUST_LOG");
+    for variable in read {
+        assert!(
+            help.lines().any(|l| l.trim_start().starts_with(variable)),
+            "serve --help does not list {variable}:\n{help}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     let dir = TempDir::new().unwrap();
     let missing = dir.path().join("nowhere.toml");
@@ -105,6 +142,11 @@ async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&*missing.to_string_lossy()),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        stderr(&out).contains("run `rowbranch init` to write one"),
         "{}",
         stderr(&out)
     );

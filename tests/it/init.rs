@@ -1,5 +1,6 @@
-//! `rowbranch init`: the setup files, filled in, and the end of "create an App from a manifest"
-//! against the fake GitHub.
+//! `rowbranch init`: the setup files, filled in; the owner's account type asked of the fake
+//! GitHub; and the end of "create an App from a manifest", including an App GitHub created
+//! under another name than the one asked for.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -7,6 +8,8 @@ use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings};
+use rowbranch::templates::workflow::claude_steps;
+use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
 fn rowbranch(args: &[&str]) -> Output {
@@ -17,7 +20,15 @@ fn rowbranch(args: &[&str]) -> Output {
         .expect("the binary runs")
 }
 
+/// `init` for `acme/app`, told that acme is an organization (no GitHub to ask).
 fn init(dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec!["--owner-type", "organization"];
+    args.extend_from_slice(extra);
+    init_asking(dir, &args)
+}
+
+/// `init` for `acme/app` with only these flags besides.
+fn init_asking(dir: &Path, extra: &[&str]) -> Output {
     let dir = dir.to_str().unwrap();
     let mut args = vec![
         "init",
@@ -30,6 +41,14 @@ fn init(dir: &Path, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     rowbranch(&args)
+}
+
+/// The forms the page has, by where they post.
+fn forms(page: &str) -> Vec<String> {
+    page.split("<form action=\"")
+        .skip(1)
+        .map(|rest| rest.split('"').next().unwrap().to_owned())
+        .collect()
 }
 
 fn text(out: &Output) -> String {
@@ -50,7 +69,7 @@ fn secret(dir: &Path) -> String {
 }
 
 #[test]
-fn init_writes_the_five_templates_and_the_page_filled_in_for_the_repository() {
+fn init_writes_the_templates_and_the_page_filled_in_for_the_repository() {
     let dir = tempfile::tempdir().unwrap();
     let setup = dir.path().join("setup");
     let out = init(&setup, &[]);
@@ -58,6 +77,7 @@ fn init_writes_the_five_templates_and_the_page_filled_in_for_the_repository() {
     for name in [
         "rowbranch.toml",
         "workflow.yml",
+        "supabase-vault.sql",
         "supabase.sql",
         "app-manifest.json",
         "payload.json.j2",
@@ -67,12 +87,17 @@ fn init_writes_the_five_templates_and_the_page_filled_in_for_the_repository() {
         assert!(setup.join(name).is_file(), "{name} missing");
     }
     let secret = secret(&setup);
-    assert!(secret.len() >= 24);
+    assert!(
+        secret.starts_with("whsec_"),
+        "a secret the Vault trigger can sign with"
+    );
     assert!(!text(&out).contains(&secret), "the secret is never printed");
-    let sql = std::fs::read_to_string(setup.join("supabase.sql")).unwrap();
-    assert!(sql.contains("https://hooks.example.com/webhook"), "{sql}");
-    assert!(sql.contains(&secret), "the trigger sends the same secret");
-    assert_eq!(mode(&setup.join("supabase.sql")), 0o600);
+    for sql in ["supabase-vault.sql", "supabase.sql"] {
+        let text = std::fs::read_to_string(setup.join(sql)).unwrap();
+        assert!(text.contains("https://hooks.example.com/webhook"), "{sql}");
+        assert!(text.contains(&secret), "{sql} uses the same secret");
+        assert_eq!(mode(&setup.join(sql)), 0o600, "{sql}");
+    }
     assert_eq!(mode(&setup.join("rowbranch.env")), 0o600);
     let workflow = std::fs::read_to_string(setup.join("workflow.yml")).unwrap();
     assert!(
@@ -86,7 +111,9 @@ fn init_writes_the_five_templates_and_the_page_filled_in_for_the_repository() {
         "ANTHROPIC_API_KEY",
         "create and approve pull requests",
         ".github/workflows/rowbranch.yml",
-        "Database Webhooks",
+        "Integrations → Database Webhooks → Enable",
+        "supabase-vault.sql",
+        "the organization acme",
         "rowbranch doctor",
     ] {
         assert!(
@@ -131,6 +158,36 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
         panic!("init writes a GitHub config");
     };
     assert!(format!("{:?}", github.key).contains("app.pem"));
+
+    // The config uses the payload template written beside it, so an edit there takes effect.
+    let template = route
+        .payload_template
+        .clone()
+        .expect("the config names the payload template");
+    assert_eq!(template, dir.path().join("payload.json.j2"));
+    let edited = std::fs::read_to_string(&template).unwrap().replace(
+        "\"id\": {{ id }},",
+        "\"id\": {{ id }},\n  \"edited\": true,",
+    );
+    std::fs::write(&template, edited).unwrap();
+    let compiled = PayloadTemplate::from_file(&template).unwrap();
+    let record = serde_json::Map::new();
+    let payload = compiled
+        .render(&PayloadContext {
+            id: "7",
+            branch: "idea/7",
+            base: "main",
+            base_sha: "0123456789abcdef0123456789abcdef01234567",
+            repo: "acme/app".into(),
+            schema: "public",
+            table: "ideas",
+            event_type: "idea",
+            text: None,
+            text_truncated: false,
+            record: &record,
+        })
+        .unwrap();
+    assert_eq!(payload["edited"], true);
 }
 
 #[test]
@@ -152,10 +209,14 @@ fn the_manifest_asks_for_the_least_permissions_and_no_webhook() {
     assert_eq!(permissions["pull_requests"], "read");
     assert_eq!(permissions["metadata"], "read");
 
-    // The page posts exactly that manifest to GitHub's manifest flow.
+    // The page posts exactly that manifest to GitHub's manifest flow, on the organization that
+    // owns the repository: the only account a private App can be installed on.
     let page = std::fs::read_to_string(dir.path().join("create-app.html")).unwrap();
-    assert!(page.contains("action=\"https://github.com/settings/apps/new\""));
-    assert!(page.contains("action=\"https://github.com/organizations/acme/settings/apps/new\""));
+    assert_eq!(
+        forms(&page),
+        ["https://github.com/organizations/acme/settings/apps/new"]
+    );
+    assert!(page.contains("can be installed only on the account that owns it"));
     let value = page
         .split("name=\"manifest\" value=\"")
         .nth(1)
@@ -260,5 +321,235 @@ async fn the_manifest_code_is_traded_for_the_apps_id_and_key() {
     let again = run(d, url).await.unwrap();
     assert_eq!(again.status.code(), Some(1), "{}", text(&again));
     assert!(text(&again).contains("works once"), "{}", text(&again));
+    fake.assert_no_unexpected();
+}
+
+/// `init` asking the fake GitHub what the owner is.
+async fn init_against(fake: &FakeGithub, dir: &Path, extra: &[&str]) -> Output {
+    let mut args: Vec<String> = vec!["--api-url".into(), fake.url()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        init_asking(&dir, &args)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn the_page_offers_only_the_form_for_the_kind_of_account_github_says_owns_the_repository() {
+    let fake = FakeGithub::start().await;
+    for (kind, form) in [
+        ("User", "https://github.com/settings/apps/new"),
+        (
+            "Organization",
+            "https://github.com/organizations/acme/settings/apps/new",
+        ),
+    ] {
+        fake.add_account("acme", kind);
+        let dir = tempfile::tempdir().unwrap();
+        let out = init_against(&fake, dir.path(), &[]).await;
+        assert!(out.status.success(), "{kind}: {}", text(&out));
+        let page = std::fs::read_to_string(dir.path().join("create-app.html")).unwrap();
+        assert_eq!(forms(&page), [form], "{kind}");
+    }
+    let asked = fake
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/users/acme")
+        .count();
+    assert_eq!(asked, 2, "GitHub was asked each time");
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn an_owner_github_does_not_know_is_a_usage_error_and_nothing_is_written() {
+    let fake = FakeGithub::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = init_against(&fake, dir.path(), &[]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("no account named acme"),
+        "{}",
+        text(&out)
+    );
+    assert!(!dir.path().join("workflow.yml").exists());
+}
+
+#[test]
+fn when_github_cannot_be_asked_init_says_which_flag_to_pass_in_one_clear_line() {
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let api = format!("http://127.0.0.1:{port}");
+    let out = init_asking(dir.path(), &["--api-url", &api]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let all = text(&out);
+    assert!(
+        all.contains("--owner-type user or --owner-type organization"),
+        "{all}"
+    );
+    assert!(
+        !all.contains("octocrab") && !all.contains("ERROR"),
+        "no library log lines: {all}"
+    );
+    assert_eq!(all.trim().lines().count(), 1, "one line: {all}");
+    assert!(!dir.path().join("workflow.yml").exists());
+
+    // Told, it needs no GitHub at all.
+    let out = init_asking(dir.path(), &["--api-url", &api, "--owner-type", "user"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let page = std::fs::read_to_string(dir.path().join("create-app.html")).unwrap();
+    assert_eq!(forms(&page), ["https://github.com/settings/apps/new"]);
+}
+
+#[test]
+fn a_quote_in_a_name_is_written_so_that_every_file_still_parses() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init(
+        dir.path(),
+        &[
+            "--table",
+            "a\"b",
+            "--schema",
+            "we'ird\\",
+            "--app-name",
+            "<b>Bot</b> \"x\"",
+            "--event-type",
+            "row \"inserted\" # yes",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).unwrap();
+    let config: toml::Table = toml::from_str(&read("rowbranch.toml")).expect("TOML");
+    assert_eq!(config["routes"][0]["table"].as_str(), Some("a\"b"));
+    assert_eq!(config["routes"][0]["schema"].as_str(), Some("we'ird\\"));
+    let manifest: Value = serde_json::from_str(&read("app-manifest.json")).expect("JSON");
+    assert_eq!(manifest["name"], "<b>Bot</b> \"x\"");
+    let workflow = yaml_rust2::YamlLoader::load_from_str(&read("workflow.yml")).expect("YAML");
+    assert_eq!(
+        workflow[0]["on"]["repository_dispatch"]["types"][0].as_str(),
+        Some("row \"inserted\" # yes")
+    );
+    let page = read("create-app.html");
+    assert!(
+        page.contains("&lt;b&gt;Bot&lt;&#x2f;b&gt; &quot;x&quot;"),
+        "escaped"
+    );
+    assert!(!page.contains("<b>Bot"), "no markup added");
+}
+
+#[test]
+fn a_line_break_or_an_invisible_character_in_a_name_is_refused_by_name() {
+    for (flag, value, code) in [
+        ("--table", "feed\nbacks", "U+000A"),
+        ("--app-name", "Bot\u{202E}x", "U+202E"),
+        ("--event-type", "row\rinserted", "U+000D"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = init(dir.path(), &[flag, value]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {}", text(&out));
+        let message = text(&out);
+        assert!(
+            message.contains(flag) && message.contains(code),
+            "{message}"
+        );
+        assert!(!message.contains("panicked"), "{message}");
+        assert!(
+            !dir.path().join("rowbranch.toml").exists(),
+            "nothing written"
+        );
+    }
+}
+
+#[test]
+fn names_postgresql_would_cut_or_urls_with_a_query_are_refused() {
+    for (extra, says) in [
+        (vec!["--table", &*"t".repeat(64)], "at most 63 bytes"),
+        (vec!["--table", "   "], "--table is empty"),
+        (vec!["--app-name", &*"a".repeat(35)], "at most 34"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = init(dir.path(), &extra);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {}", text(&out));
+        assert!(text(&out).contains(says), "{extra:?}: {}", text(&out));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    for url in [
+        "https://hooks.example.com/?a=1",
+        "https://",
+        "https://h.example/a b",
+    ] {
+        let out = rowbranch(&[
+            "init",
+            "--dir",
+            d,
+            "--repo",
+            "acme/app",
+            "--owner-type",
+            "user",
+            "--url",
+            url,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out));
+        assert!(text(&out).contains("--url"), "{}", text(&out));
+    }
+}
+
+#[tokio::test]
+async fn an_app_github_created_under_another_name_gets_its_own_bot_into_the_workflow() {
+    let fake = FakeGithub::start().await;
+    // The name asked for was taken: the person creating the App called it something else.
+    fake.add_manifest_code_for_app("renamed-code", "Rowbranch Acme 2", "rowbranch-acme-2");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(init(dir.path(), &[]).status.success());
+    let workflow = dir.path().join("workflow.yml");
+    let before = std::fs::read_to_string(&workflow).unwrap();
+    assert_eq!(
+        claude_steps(&before).unwrap()[0].allowed_bots,
+        "rowbranch-acme[bot]"
+    );
+
+    let d = dir.path().to_str().unwrap().to_owned();
+    let url = fake.url();
+    let out = tokio::task::spawn_blocking(move || {
+        rowbranch(&[
+            "init",
+            "--dir",
+            &d,
+            "--manifest-code",
+            "renamed-code",
+            "--api-url",
+            &url,
+        ])
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let after = std::fs::read_to_string(&workflow).unwrap();
+    assert_eq!(
+        claude_steps(&after).unwrap()[0].allowed_bots,
+        "rowbranch-acme-2[bot]"
+    );
+    assert!(
+        text(&out).contains("GitHub named the App rowbranch-acme-2")
+            && text(&out).contains("rowbranch-acme-2[bot]"),
+        "it says so: {}",
+        text(&out)
+    );
+    // Nothing else in the workflow changed.
+    let changed: Vec<(&str, &str)> = before
+        .lines()
+        .zip(after.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert_eq!(before.lines().count(), after.lines().count());
     fake.assert_no_unexpected();
 }

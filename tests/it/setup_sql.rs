@@ -78,7 +78,7 @@ struct Call {
 }
 
 /// `DATABASE_URL`, or `None` after saying why the test is skipped; under `CI=true`, a panic.
-fn database_url() -> Option<String> {
+pub(crate) fn database_url() -> Option<String> {
     match std::env::var("DATABASE_URL") {
         Ok(url) if !url.trim().is_empty() => Some(url),
         _ => {
@@ -95,18 +95,18 @@ fn database_url() -> Option<String> {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("no randomness");
     hex::encode(buf)
 }
 
 /// `name` as a PostgreSQL quoted identifier; written here independently of the template.
-fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-async fn connect(config: &Config) -> Client {
+pub(crate) async fn connect(config: &Config) -> Client {
     let (client, connection) = config
         .connect(NoTls)
         .await
@@ -121,6 +121,15 @@ async fn connect(config: &Config) -> Client {
 /// whether the test passed or not (`drop database … with (force)`: PostgreSQL 13 or later). Does
 /// nothing (but say why) without `DATABASE_URL`.
 async fn with_database<F, Fut>(test: F)
+where
+    F: FnOnce(Client) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    with_database_having(STAND_IN.to_owned(), test).await;
+}
+
+/// [`with_database`] with another stand-in, run before the test.
+pub(crate) async fn with_database_having<F, Fut>(stand_in: String, test: F)
 where
     F: FnOnce(Client) -> Fut + Send + 'static,
     Fut: Future<Output = ()> + Send + 'static,
@@ -144,9 +153,9 @@ where
     let outcome = tokio::spawn(async move {
         let client = connect(&config).await;
         client
-            .batch_execute(STAND_IN)
+            .batch_execute(&stand_in)
             .await
-            .unwrap_or_else(|e| panic!("could not create the stand-in supabase_functions: {e}"));
+            .unwrap_or_else(|e| panic!("could not create the stand-in: {e}"));
         test(client).await;
     })
     .await;
@@ -160,7 +169,7 @@ where
     dropped.unwrap_or_else(|e| panic!("could not drop the test database {name}: {e}"));
 }
 
-fn context(schema: &str, table: &str, url: &str, secret: Option<&str>) -> SetupContext {
+pub(crate) fn context(schema: &str, table: &str, url: &str, secret: Option<&str>) -> SetupContext {
     SetupContext {
         schema: schema.to_owned(),
         table: table.to_owned(),
@@ -175,7 +184,7 @@ fn render_sql(ctx: &SetupContext) -> String {
 }
 
 /// Creates `schema.table` as the tests' stand-in for a feedback table.
-async fn create_table(client: &Client, schema: &str, table: &str) {
+pub(crate) async fn create_table(client: &Client, schema: &str, table: &str) {
     let sql = format!(
         "create schema if not exists {schema};
          create table {schema}.{table} (
@@ -192,7 +201,7 @@ async fn create_table(client: &Client, schema: &str, table: &str) {
         .unwrap_or_else(|e| panic!("could not create {schema}.{table}: {e}"));
 }
 
-async fn insert_row(client: &Client, schema: &str, table: &str, id: i64, message: &str) {
+pub(crate) async fn insert_row(client: &Client, schema: &str, table: &str, id: i64, message: &str) {
     let sql = format!(
         "insert into {}.{} (id, message) values ($1, $2)",
         ident(schema),
@@ -227,7 +236,7 @@ async fn calls(client: &Client) -> Vec<Call> {
 }
 
 /// How many triggers named `rowbranch_webhook` `schema.table` has.
-async fn rowbranch_triggers(client: &Client, schema: &str, table: &str) -> i64 {
+pub(crate) async fn rowbranch_triggers(client: &Client, schema: &str, table: &str) -> i64 {
     client
         .query_one(
             "select count(*) from pg_trigger t
@@ -241,7 +250,7 @@ async fn rowbranch_triggers(client: &Client, schema: &str, table: &str) -> i64 {
         .get(0)
 }
 
-async fn table_exists(client: &Client, schema: &str, table: &str) -> bool {
+pub(crate) async fn table_exists(client: &Client, schema: &str, table: &str) -> bool {
     client
         .query_one(
             "select to_regclass($1) is not null",
@@ -323,7 +332,7 @@ async fn schema_and_table_names_that_need_quoting_work_as_spelled() {
         let url = "https://hooks.example.com";
         let names = [
             ("my-app", "Feedback Items"),
-            ("We\"ird", "x\"; drop table app.sentinel; --\nselect 1 \"y"),
+            ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y"),
             ("public", "Feedbacks"),
         ];
         for (n, (schema, table)) in names.into_iter().enumerate() {
@@ -360,7 +369,7 @@ async fn a_quote_or_backslash_in_the_url_or_secret_stays_inside_its_literal() {
         create_table(&client, schema, table).await;
         create_table(&client, "app", "sentinel").await;
         let secret = format!(
-            "{}'); drop table app.sentinel; --\\' \"quoted\" \\\"}} é\n{}",
+            "{}'); drop table app.sentinel; --\\' \"quoted\" \\\"}} é {}",
             random_secret(),
             random_secret()
         );

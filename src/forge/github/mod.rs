@@ -8,7 +8,7 @@ mod retry;
 mod setup;
 mod wire;
 
-pub use setup::{app_info, convert_manifest, installation_permissions, workflows};
+pub use setup::{account_type, app_info, convert_manifest, installation_permissions, workflows};
 pub use wire::{AppInfo, ManifestApp};
 
 use std::collections::HashMap;

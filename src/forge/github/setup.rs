@@ -1,6 +1,7 @@
 //! Reads that check an App's setup, for `rowbranch doctor` (who the App is, what an
-//! installation may do, which workflows a repository has), and the manifest conversion that
-//! finishes creating the App for `rowbranch init`.
+//! installation may do, which workflows a repository has), and for `rowbranch init` the
+//! account type of a repository's owner and the manifest conversion that finishes creating the
+//! App.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,7 @@ use base64::Engine;
 use http::Method;
 
 use super::client::{encode_path, encode_query, send, Operation, Reply};
-use super::wire::{AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
+use super::wire::{Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
 use super::GithubForge;
 use crate::forge::ForgeError;
 use crate::identity::RepoName;
@@ -109,11 +110,9 @@ pub async fn workflows(
     Ok(files)
 }
 
-/// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
-/// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
-/// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
-pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
-    let client = octocrab::Octocrab::builder()
+/// A client without credentials, for the two calls `init` makes before the App exists.
+fn anonymous(api_url: &str) -> Result<octocrab::Octocrab, ForgeError> {
+    octocrab::Octocrab::builder()
         .base_uri(api_url)
         .map_err(|e| {
             ForgeError::Other(
@@ -123,7 +122,33 @@ pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, 
         .build()
         .map_err(|e| {
             ForgeError::Other(anyhow::Error::new(e).context("could not build the GitHub client"))
-        })?;
+        })
+}
+
+/// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can
+/// be installed only on the account that owns it, so `init` creates it there) — or `None` when
+/// there is no such account. Asked without credentials (`GET /users/{username}`).
+/// (https://docs.github.com/rest/users/users#get-a-user)
+pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, ForgeError> {
+    let client = anonymous(api_url)?;
+    let path = format!("/users/{}", encode_path(login));
+    let reply = send(&client, Method::GET, &path, None::<&()>)
+        .await
+        .map_err(ForgeError::from)?;
+    if reply.status.as_u16() == 404 {
+        return Ok(None);
+    }
+    let account: Account = expect_ok(reply, "GET /users/{username}")?
+        .json()
+        .map_err(ForgeError::from)?;
+    Ok(Some(account.kind))
+}
+
+/// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
+/// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
+/// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
+pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
+    let client = anonymous(api_url)?;
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
     let reply = send(&client, Method::POST, &path, None::<&()>)
         .await

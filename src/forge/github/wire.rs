@@ -94,6 +94,14 @@ pub struct ContentFile {
     pub content: String,
 }
 
+/// An account, as `GET /users/{username}` describes it.
+#[derive(Debug, Deserialize)]
+pub struct Account {
+    /// `User`, `Organization`, or `Bot` for an App's bot user.
+    #[serde(rename = "type")]
+    pub kind: String,
+}
+
 /// What GitHub hands back when an App is created from a manifest.
 #[derive(Deserialize)]
 pub struct ManifestApp {

@@ -36,6 +36,8 @@ pub enum Op {
     GetContents,
     /// `POST /app-manifests/{code}/conversions` (no authentication).
     ManifestConversion,
+    /// `GET /users/{username}` (no authentication needed).
+    GetUser,
 }
 
 impl Op {
@@ -67,7 +69,11 @@ impl Op {
     /// The installation permission (and level) GitHub asks of a token for this operation.
     pub(crate) fn permission(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Op::GetApp | Op::GetInstallation | Op::MintToken | Op::ManifestConversion => None,
+            Op::GetApp
+            | Op::GetInstallation
+            | Op::MintToken
+            | Op::ManifestConversion
+            | Op::GetUser => None,
             Op::GetRepo => Some(("metadata", "read")),
             Op::GetRef | Op::MatchingRefs | Op::Compare | Op::GetContents => {
                 Some(("contents", "read"))
@@ -101,6 +107,7 @@ impl Op {
             Op::ManifestConversion => {
                 "https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest"
             }
+            Op::GetUser => "https://docs.github.com/rest/users/users#get-a-user",
         }
     }
 }

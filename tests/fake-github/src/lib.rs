@@ -28,8 +28,8 @@ pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM}
 pub use faults::{Fault, Op};
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
-    Auth, Commit, DispatchRecord, InFlight, Installation, Pull, PullState, Repo, RequestRecord,
-    State, Token,
+    Account, Auth, Commit, DispatchRecord, InFlight, Installation, Pull, PullState, Repo,
+    RequestRecord, State, Token,
 };
 
 use conn::{ConnKill, KillableListener};
@@ -50,10 +50,46 @@ impl Drop for FakeGithub {
 }
 
 impl FakeGithub {
-    /// A code that `POST /app-manifests/{code}/conversions` accepts once.
+    /// A code that `POST /app-manifests/{code}/conversions` accepts once, for the App as it is.
     pub fn add_manifest_code(&self, code: &str) {
         self.with_state(|s| {
-            s.manifest_codes.insert(code.to_owned());
+            let naming = (s.app_name.clone(), s.app_slug.clone());
+            s.manifest_codes.insert(code.to_owned(), naming);
+        });
+    }
+
+    /// A code for an App that the person creating it renamed on GitHub's page (as they may,
+    /// and must when the name is taken): its conversion, and from then on `GET /app`, give
+    /// this name and slug.
+    pub fn add_manifest_code_for_app(&self, code: &str, name: &str, slug: &str) {
+        self.with_state(|s| {
+            s.manifest_codes
+                .insert(code.to_owned(), (name.to_owned(), slug.to_owned()));
+        });
+    }
+
+    /// The App's slug: its bot user is `{slug}[bot]`.
+    pub fn app_slug(&self) -> String {
+        self.shared.with(|s| s.app_slug.clone())
+    }
+
+    // ----- accounts -----
+
+    /// Adds (or retypes) the account `login`: `kind` is `User` or `Organization`, as
+    /// `GET /users/{username}` gives it. A repository's owner not added here is an organization.
+    pub fn add_account(&self, login: &str, kind: &str) {
+        assert!(
+            kind == "User" || kind == "Organization",
+            "fake GitHub: an account is a User or an Organization, not {kind}"
+        );
+        self.with_state(|s| {
+            s.accounts.insert(
+                login.to_ascii_lowercase(),
+                Account {
+                    login: login.to_owned(),
+                    kind: kind.to_owned(),
+                },
+            );
         });
     }
 

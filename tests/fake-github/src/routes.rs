@@ -46,6 +46,7 @@ pub(crate) enum RepoRoute {
 #[derive(Clone, Debug)]
 pub(crate) enum Route {
     GetApp,
+    GetUser(String),
     ManifestConversion(String),
     MintToken(String),
     Repo(RepoSel, RepoRoute),
@@ -55,6 +56,7 @@ impl Route {
     fn op(&self) -> Op {
         match self {
             Route::GetApp => Op::GetApp,
+            Route::GetUser(_) => Op::GetUser,
             Route::ManifestConversion(_) => Op::ManifestConversion,
             Route::MintToken(_) => Op::MintToken,
             Route::Repo(_, r) => match r {
@@ -137,6 +139,10 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
     let p = path.strip_prefix('/')?;
     if p == "app" {
         return (method == Method::GET).then_some(Route::GetApp);
+    }
+    if let Some(login) = p.strip_prefix("users/") {
+        let ok = method == Method::GET && !login.is_empty() && !login.contains('/');
+        return ok.then(|| Route::GetUser(percent_decode(login, false)));
     }
     if let Some(rest) = p.strip_prefix("app-manifests/") {
         let code = rest.strip_suffix("/conversions")?;
@@ -632,17 +638,36 @@ fn access(s: &State, sel: &RepoSel, cred: &Credential, op: Op) -> Result<String,
 
 fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
     match route {
-        Route::GetApp => {
-            let base = s.base_url.clone();
-            Reply::json(200, shapes::app(&base, s.app_id, &s.client_id))
-        }
+        Route::GetApp => Reply::json(
+            200,
+            shapes::app(
+                &s.base_url,
+                s.app_id,
+                &s.client_id,
+                &s.app_name,
+                &s.app_slug,
+            ),
+        ),
+        Route::GetUser(login) => match s.find_account(login) {
+            Some(account) => Reply::json(200, shapes::public_user(&s.base_url, &account)),
+            None => not_found(Op::GetUser),
+        },
         Route::MintToken(id) => mint_token(s, id, ctx),
         Route::ManifestConversion(code) => {
-            // The code works once; the answer carries the App's credentials.
-            if !s.manifest_codes.remove(code) {
+            // The code works once; the answer carries the App's credentials, and the App now
+            // has the name and slug it was created under.
+            let Some((name, slug)) = s.manifest_codes.remove(code) else {
                 return not_found(Op::ManifestConversion);
-            }
-            let mut app = shapes::app(&s.base_url, s.app_id, &s.client_id);
+            };
+            s.app_name = name;
+            s.app_slug = slug;
+            let mut app = shapes::app(
+                &s.base_url,
+                s.app_id,
+                &s.client_id,
+                &s.app_name,
+                &s.app_slug,
+            );
             if let Some(obj) = app.as_object_mut() {
                 obj.insert("pem".into(), json!(crate::auth::TEST_APP_PRIVATE_KEY_PEM));
                 obj.insert("webhook_secret".into(), Value::Null);
@@ -656,7 +681,16 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
                 return not_found(op);
             };
             match s.installation_for(&key) {
-                Some(inst) => Reply::json(200, shapes::installation(&s.base_url, s.app_id, inst)),
+                Some(inst) => Reply::json(
+                    200,
+                    shapes::installation(
+                        &s.base_url,
+                        s.app_id,
+                        &s.app_slug,
+                        s.account_kind(&inst.account),
+                        inst,
+                    ),
+                ),
                 None => not_found(op),
             }
         }
@@ -667,7 +701,11 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
                 Err(reply) => return reply,
             };
             match r {
-                RepoRoute::Get => Reply::json(200, shapes::repo(&s.base_url, &s.repos[&key])),
+                RepoRoute::Get => {
+                    let repo = &s.repos[&key];
+                    let kind = s.account_kind(&repo.owner);
+                    Reply::json(200, shapes::repo(&s.base_url, repo, kind))
+                }
                 RepoRoute::Installation => not_found(op),
                 RepoRoute::GetRef(r) => get_ref(s, &key, r),
                 RepoRoute::MatchingRefs(p) => matching_refs(s, &key, p),
@@ -783,7 +821,10 @@ fn mint_token(s: &mut State, id: &str, ctx: &Ctx<'_>) -> Reply {
     if let Some(keys) = &narrowed {
         let repos: Vec<Value> = keys
             .iter()
-            .map(|k| shapes::repo(&s.base_url, &s.repos[k]))
+            .map(|k| {
+                let repo = &s.repos[k];
+                shapes::repo(&s.base_url, repo, s.account_kind(&repo.owner))
+            })
             .collect();
         answer["repositories"] = Value::Array(repos);
     }
@@ -1018,7 +1059,7 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
         .iter()
         .skip((page - 1).saturating_mul(per_page))
         .take(per_page)
-        .map(|p| shapes::pull(&s.base_url, repo, p))
+        .map(|p| shapes::pull(&s.base_url, repo, s.account_kind(&repo.owner), p))
         .collect();
     let mut reply = Reply::json(200, Value::Array(items));
     let link_to = |n: usize| {

@@ -8,10 +8,8 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::auth::epoch_secs;
-use crate::state::{Installation, Pull, Repo};
+use crate::state::{Account, Installation, Pull, Repo};
 
-pub(crate) const APP_SLUG: &str = "rowbranch-test";
-pub(crate) const APP_NAME: &str = "rowbranch test";
 pub(crate) const APP_OWNER: &str = "rowbranch-test-owner";
 
 /// `2026-12-02T13:00:00Z`: RFC 3339, UTC, whole seconds, as GitHub writes times.
@@ -63,8 +61,8 @@ pub(crate) fn node_id(prefix: &str, seed: &str) -> String {
     format!("{prefix}_{}", b.replace(['+', '/'], "x"))
 }
 
-/// A user or organization as GitHub embeds it (`simple-user`).
-pub(crate) fn user(base: &str, login: &str) -> Value {
+/// A user or organization as GitHub embeds it (`simple-user`); `kind` is its `type`.
+pub(crate) fn user(base: &str, login: &str, kind: &str) -> Value {
     let api = format!("{base}/users/{login}");
     json!({
         "login": login,
@@ -83,10 +81,37 @@ pub(crate) fn user(base: &str, login: &str) -> Value {
         "repos_url": format!("{api}/repos"),
         "events_url": format!("{api}/events{{/privacy}}"),
         "received_events_url": format!("{api}/received_events"),
-        "type": "Organization",
+        "type": kind,
         "user_view_type": "public",
         "site_admin": false,
     })
+}
+
+/// An account as `GET /users/{username}` answers (`public-user`, the same for an
+/// organization, with its `type`).
+pub(crate) fn public_user(base: &str, account: &Account) -> Value {
+    let mut value = user(base, &account.login, &account.kind);
+    if let Some(object) = value.as_object_mut() {
+        for (key, v) in [
+            ("name", Value::Null),
+            ("company", Value::Null),
+            ("blog", json!("")),
+            ("location", Value::Null),
+            ("email", Value::Null),
+            ("hireable", Value::Null),
+            ("bio", Value::Null),
+            ("twitter_username", Value::Null),
+            ("public_repos", json!(0)),
+            ("public_gists", json!(0)),
+            ("followers", json!(0)),
+            ("following", json!(0)),
+            ("created_at", json!("2020-01-01T00:00:00Z")),
+            ("updated_at", json!("2025-01-01T00:00:00Z")),
+        ] {
+            object.insert(key.to_owned(), v);
+        }
+    }
+    value
 }
 
 pub(crate) fn repo_api(base: &str, repo: &Repo) -> String {
@@ -99,7 +124,7 @@ pub(crate) fn repo_html(repo: &Repo) -> String {
 
 /// `full-repository`, trimmed to what clients read (no `permissions`: an installation token
 /// does not get them).
-pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
+pub(crate) fn repo(base: &str, repo: &Repo, owner_kind: &str) -> Value {
     let api = repo_api(base, repo);
     let html = repo_html(repo);
     let pushed = repo
@@ -114,7 +139,7 @@ pub(crate) fn repo(base: &str, repo: &Repo) -> Value {
         "name": repo.name,
         "full_name": repo.full_name(),
         "private": true,
-        "owner": user(base, &repo.owner),
+        "owner": user(base, &repo.owner, owner_kind),
         "html_url": html,
         "description": null,
         "fork": false,
@@ -238,12 +263,12 @@ pub(crate) fn commit(base: &str, repo: &Repo, sha: &str) -> Value {
 }
 
 /// A pull request as in the list (`pull-request-simple`).
-pub(crate) fn pull(base: &str, repo: &Repo, p: &Pull) -> Value {
+pub(crate) fn pull(base: &str, repo: &Repo, owner_kind: &str, p: &Pull) -> Value {
     let api = repo_api(base, repo);
     let html = repo_html(repo);
     let number = p.number;
-    let repo_json = self::repo(base, repo);
-    let owner = user(base, &repo.owner);
+    let repo_json = self::repo(base, repo, owner_kind);
+    let owner = user(base, &repo.owner, owner_kind);
     json!({
         "url": format!("{api}/pulls/{number}"),
         "id": p.id,
@@ -304,19 +329,25 @@ pub(crate) fn permissions_json(perms: &BTreeMap<String, String>) -> Value {
     )
 }
 
-pub(crate) fn installation(base: &str, app_id: u64, inst: &Installation) -> Value {
+pub(crate) fn installation(
+    base: &str,
+    app_id: u64,
+    app_slug: &str,
+    account_kind: &str,
+    inst: &Installation,
+) -> Value {
     json!({
         "id": inst.id,
-        "account": user(base, &inst.account),
+        "account": user(base, &inst.account, account_kind),
         "repository_selection": inst.selection(),
         "access_tokens_url": format!("{base}/app/installations/{}/access_tokens", inst.id),
         "repositories_url": format!("{base}/installation/repositories"),
         "html_url": format!("https://github.com/organizations/{}/settings/installations/{}", inst.account, inst.id),
         "app_id": app_id,
-        "app_slug": APP_SLUG,
+        "app_slug": app_slug,
         "client_id": null,
         "target_id": stable_id(&inst.account),
-        "target_type": "Organization",
+        "target_type": account_kind,
         "permissions": permissions_json(&inst.permissions),
         "events": [],
         "created_at": rfc3339(inst.created_at),
@@ -329,17 +360,17 @@ pub(crate) fn installation(base: &str, app_id: u64, inst: &Installation) -> Valu
     })
 }
 
-pub(crate) fn app(base: &str, app_id: u64, client_id: &str) -> Value {
+pub(crate) fn app(base: &str, app_id: u64, client_id: &str, name: &str, slug: &str) -> Value {
     json!({
         "id": app_id,
-        "slug": APP_SLUG,
+        "slug": slug,
         "client_id": client_id,
         "node_id": node_id("A", &app_id.to_string()),
-        "owner": user(base, APP_OWNER),
-        "name": APP_NAME,
+        "owner": user(base, APP_OWNER, "Organization"),
+        "name": name,
         "description": "rowbranch's test App",
         "external_url": "https://example.invalid/rowbranch",
-        "html_url": format!("https://github.com/apps/{APP_SLUG}"),
+        "html_url": format!("https://github.com/apps/{slug}"),
         "created_at": "2025-01-01T00:00:00Z",
         "updated_at": "2025-01-01T00:00:00Z",
         "permissions": {"contents": "write", "metadata": "read", "pull_requests": "read"},

@@ -343,12 +343,29 @@ pub struct State {
     pub unexpected: Vec<String>,
     pub next_repo_id: u64,
     pub next_pull_id: u64,
-    /// Codes GitHub would hand back after "create an App from a manifest"; each works once.
-    pub manifest_codes: BTreeSet<String>,
+    /// Codes GitHub would hand back after "create an App from a manifest", each with the name
+    /// and slug the App was created under (the person creating it may rename it); each works once.
+    pub manifest_codes: BTreeMap<String, (String, String)>,
+    /// The App's name and slug, as `GET /app` and the manifest conversion give them. Its bot
+    /// user is `{app_slug}[bot]`.
+    pub app_name: String,
+    pub app_slug: String,
+    /// Accounts by lower-cased login, for `GET /users/{username}`. The owner of a repository
+    /// that is not listed here is an organization, as the fake's answers have always said.
+    pub accounts: BTreeMap<String, Account>,
     /// How long every request of an operation waits before it is handled (a slow GitHub).
     pub standing_delays: HashMap<Op, Duration>,
     /// Requests being handled now, and the most at once, by credential.
     pub in_flight: InFlight,
+}
+
+/// A GitHub account: a `User` or an `Organization` (the App's bot, of type `Bot`, is implied
+/// by the App's slug).
+#[derive(Clone, Debug)]
+pub struct Account {
+    pub login: String,
+    /// `User` or `Organization`, as GitHub's `type` spells it.
+    pub kind: String,
 }
 
 /// Requests being handled at once: installation-token requests (what GitHub bounds per
@@ -377,13 +394,45 @@ impl State {
             buckets: HashMap::new(),
             faults: Vec::new(),
             log: Vec::new(),
-            manifest_codes: BTreeSet::new(),
+            manifest_codes: BTreeMap::new(),
+            app_name: "rowbranch test".to_owned(),
+            app_slug: "rowbranch-test".to_owned(),
+            accounts: BTreeMap::new(),
             standing_delays: HashMap::new(),
             in_flight: InFlight::default(),
             unexpected: Vec::new(),
             next_repo_id: 700_001,
             next_pull_id: 2_000_000_001,
         }
+    }
+
+    /// The `type` of the account `login`: as added, else `Organization`.
+    pub fn account_kind(&self, login: &str) -> &str {
+        self.accounts
+            .get(&login.to_ascii_lowercase())
+            .map_or("Organization", |a| a.kind.as_str())
+    }
+
+    /// The account `GET /users/{username}` finds: one added, the App's bot, or the owner of a
+    /// repository; GitHub matches logins case-insensitively.
+    pub(crate) fn find_account(&self, username: &str) -> Option<Account> {
+        let bot = format!("{}[bot]", self.app_slug);
+        if username.eq_ignore_ascii_case(&bot) {
+            return Some(Account {
+                login: bot,
+                kind: "Bot".to_owned(),
+            });
+        }
+        if let Some(account) = self.accounts.get(&username.to_ascii_lowercase()) {
+            return Some(account.clone());
+        }
+        self.repos
+            .values()
+            .find(|r| r.owner.eq_ignore_ascii_case(username))
+            .map(|r| Account {
+                login: r.owner.clone(),
+                kind: "Organization".to_owned(),
+            })
     }
 
     pub fn repo(&self, full_name: &str) -> Option<&Repo> {

@@ -237,6 +237,77 @@ async fn a_valid_jwt_reads_the_app_with_a_numeric_or_string_issuer() {
 }
 
 #[tokio::test]
+async fn an_account_is_a_user_an_organization_or_the_apps_bot_and_others_404() {
+    let (fake, client) = fake_with_repos().await;
+    fake.add_account("octo-cat", "User");
+    fake.add_account("Big-Org", "Organization");
+    let user = |login: &str| format!("{}/users/{login}", fake.url());
+    for (login, kind, canonical) in [
+        ("octo-cat", "User", "octo-cat"),
+        ("OCTO-CAT", "User", "octo-cat"),
+        ("big-org", "Organization", "Big-Org"),
+        // The owner of a repository that was not added as an account is an organization.
+        ("acme", "Organization", "acme"),
+        ("rowbranch-test[bot]", "Bot", "rowbranch-test[bot]"),
+    ] {
+        // No credentials needed: the endpoint is public.
+        let answer = call(&client, "GET", &user(login), None, None).await;
+        assert_eq!(answer.status, 200, "{login}: {:?}", answer.body);
+        assert_eq!(answer.body["type"], kind, "{login}");
+        assert_eq!(answer.body["login"], canonical, "{login}");
+    }
+    let answer = call(&client, "GET", &user("nobody-here"), None, None).await;
+    assert_eq!(answer.status, 404);
+    assert_eq!(answer.message(), "Not Found");
+    assert_eq!(
+        answer.body["documentation_url"],
+        "https://docs.github.com/rest/users/users#get-a-user"
+    );
+
+    // The repository's owner and the installation's account carry the same type.
+    fake.add_account("acme", "User");
+    let auth = format!("Bearer {}", fake.app_jwt());
+    let url = repo_url(&fake, REPO, "/installation");
+    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    assert_eq!(answer.body["account"]["type"], "User");
+    assert_eq!(answer.body["target_type"], "User");
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_manifest_code_for_a_renamed_app_gives_that_slug_then_and_afterwards() {
+    let (fake, client) = fake_with_repos().await;
+    fake.add_manifest_code_for_app("code-1", "Rowbranch Acme 2", "rowbranch-acme-2");
+    let url = format!("{}/app-manifests/code-1/conversions", fake.url());
+    let answer = call(&client, "POST", &url, None, None).await;
+    assert_eq!(answer.status, 201, "{:?}", answer.body);
+    assert_eq!(answer.body["slug"], "rowbranch-acme-2");
+    assert_eq!(answer.body["name"], "Rowbranch Acme 2");
+    assert_eq!(answer.body["id"], fake.app_id());
+    assert!(answer.body["pem"].as_str().unwrap().contains("PRIVATE KEY"));
+    // The code works once.
+    assert_eq!(call(&client, "POST", &url, None, None).await.status, 404);
+    // The App keeps that slug, and its bot is found by it.
+    let jwt = format!("Bearer {}", fake.app_jwt());
+    let app = call(
+        &client,
+        "GET",
+        &format!("{}/app", fake.url()),
+        Some(&jwt),
+        None,
+    )
+    .await;
+    assert_eq!(app.body["slug"], "rowbranch-acme-2");
+    assert_eq!(fake.app_slug(), "rowbranch-acme-2");
+    let bot = format!("{}/users/rowbranch-acme-2[bot]", fake.url());
+    assert_eq!(
+        call(&client, "GET", &bot, None, None).await.body["type"],
+        "Bot"
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
 async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_installed() {
     let (fake, client) = fake_with_repos().await;
     fake.add_repo("acme/elsewhere");

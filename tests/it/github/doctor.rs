@@ -1,5 +1,6 @@
-//! The binary against the fake GitHub: `doctor` line by line, and `serve`'s logs, which never
-//! show a token, a key or a secret.
+//! The binary against the fake GitHub: `doctor` line by line — including the workflow's
+//! `allowed_bots` against the App GitHub really created, from `init` to a passing check — and
+//! `serve`'s logs, which never show a token, a key or a secret.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -13,6 +14,13 @@ use super::{fake, GithubOptions, INSTALLATION, REPO};
 use crate::helpers::{insert, random_secret};
 
 const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";
+
+/// A workflow whose claude-code-action step allows `allowed_bots`.
+fn claude_workflow(allowed_bots: &str) -> String {
+    format!(
+        "on:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: anthropics/claude-code-action@v1\n        with:\n          allowed_bots: {allowed_bots:?}\n          prompt: hi\n"
+    )
+}
 
 fn write_config(dir: &Path, fake: &FakeGithub, options: &GithubOptions) -> std::path::PathBuf {
     let path = dir.join("rowbranch.toml");
@@ -55,10 +63,225 @@ async fn doctor_passes_every_check_when_the_setup_is_complete() {
         "✓ acme/app: pull_requests: read",
         "✓ acme/app: default branch main",
         "✓ acme/app: .github/workflows/rowbranch.yml runs on repository_dispatch `feedback`",
+        "✓ acme/app: .github/workflows/rowbranch.yml runs no claude-code-action step",
     ] {
         assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
     }
     fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn doctor_checks_allowed_bots_the_way_claude_code_action_compares_names() {
+    for (allowed, ok) in [
+        ("rowbranch-test[bot]", true),
+        ("RowBranch-Test", true),
+        ("dependabot[bot], rowbranch-test", true),
+        ("*", true),
+        ("rowbranch-acme[bot]", false),
+        ("", false),
+    ] {
+        let fake = fake().await;
+        fake.add_workflow(REPO, "rowbranch.yml", &claude_workflow(allowed));
+        let dir = tempfile::tempdir().unwrap();
+        let config = write_config(dir.path(), &fake, &GithubOptions::default());
+        let (code, out) = doctor(&config, Some(&random_secret())).await;
+        if ok {
+            assert_eq!(code, 0, "{allowed:?}: {out}");
+            assert!(
+                out.contains("✓ acme/app: .github/workflows/rowbranch.yml lets the App's bot rowbranch-test[bot] start the work"),
+                "{out}"
+            );
+        } else {
+            assert_eq!(code, 1, "{allowed:?}: {out}");
+            assert!(
+                out.contains("✗ acme/app: .github/workflows/rowbranch.yml does not let the App's bot rowbranch-test[bot] start the work"),
+                "{out}"
+            );
+            assert!(
+                out.contains("Workflow initiated by non-human actor"),
+                "{out}"
+            );
+            assert!(
+                out.contains("fix: set `allowed_bots: \"rowbranch-test[bot]\"` in that step and commit it to main"),
+                "{out}"
+            );
+        }
+    }
+}
+
+/// `init`, then `init --manifest-code` for an App GitHub created under another name, against
+/// the fake; returns the folder.
+async fn init_then_create_app(fake: &FakeGithub) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: Vec<String>| async move {
+        let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+            .args(&args)
+            .env_remove("GITHUB_API_URL")
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let d = dir.path().to_str().unwrap().to_owned();
+    run(vec![
+        "init".into(),
+        "--dir".into(),
+        d.clone(),
+        "--repo".into(),
+        REPO.into(),
+        "--url".into(),
+        "https://hooks.example.com".into(),
+        "--api-url".into(),
+        fake.url(),
+    ])
+    .await;
+    fake.add_manifest_code_for_app("code", "Rowbranch Acme 2", "rowbranch-acme-2");
+    run(vec![
+        "init".into(),
+        "--dir".into(),
+        d,
+        "--manifest-code".into(),
+        "code".into(),
+        "--api-url".into(),
+        fake.url(),
+    ])
+    .await;
+    dir
+}
+
+#[tokio::test]
+async fn the_workflow_init_wrote_lets_the_renamed_app_start_the_work_and_the_one_asked_for_would_not(
+) {
+    let fake = fake().await;
+    let dir = init_then_create_app(&fake).await;
+    let workflow = std::fs::read_to_string(dir.path().join("workflow.yml")).unwrap();
+    fake.add_workflow(REPO, "rowbranch.yml", &workflow);
+    // Point the written config at the fake.
+    let config = dir.path().join("rowbranch.toml");
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("https://api.github.com", &fake.url());
+    std::fs::write(&config, text).unwrap();
+    let (code, out) = doctor(&config, Some(&random_secret())).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("lets the App's bot rowbranch-acme-2[bot] start the work"),
+        "{out}"
+    );
+
+    // The workflow as rendered before GitHub renamed the App is caught.
+    let asked_for = workflow.replace("rowbranch-acme-2[bot]", "rowbranch-acme[bot]");
+    fake.add_workflow(REPO, "rowbranch.yml", &asked_for);
+    let (code, out) = doctor(&config, Some(&random_secret())).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("fix: set `allowed_bots: \"rowbranch-acme-2[bot]\"`"),
+        "{out}"
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn before_the_app_is_created_doctor_says_to_finish_creating_it() {
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["init", "--dir"])
+        .arg(dir.path())
+        .args([
+            "--repo",
+            REPO,
+            "--url",
+            "https://hooks.example.com",
+            "--api-url",
+        ])
+        .arg(fake.url())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    let config = dir.path().join("rowbranch.toml");
+    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["doctor", "--config"])
+        .arg(&config)
+        .env_remove("GITHUB_APP_PRIVATE_KEY")
+        .env_remove("GITHUB_APP_ID")
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("✗ app_id is 123456, the placeholder `rowbranch init` writes"),
+        "{text}"
+    );
+    assert!(text.contains("--manifest-code CODE"), "{text}");
+    assert!(text.contains("create-app.html"), "{text}");
+    assert!(!text.contains("can be generated"), "{text}");
+
+    // With an id but still no key file, it says the same.
+    let with_id = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("app_id = 123456", "app_id = 4242");
+    std::fs::write(&config, with_id).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["doctor", "--config"])
+        .arg(&config)
+        .env_remove("GITHUB_APP_PRIVATE_KEY")
+        .env_remove("GITHUB_APP_ID")
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("app.pem does not exist"), "{text}");
+    assert!(text.contains("--manifest-code CODE"), "{text}");
+}
+
+#[tokio::test]
+async fn a_github_that_does_not_answer_is_one_line_of_the_report_without_log_lines() {
+    let fake = fake().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let text = GithubOptions::default()
+        .config_text(&fake)
+        .replace(&fake.url(), &format!("http://127.0.0.1:{port}"));
+    let config = dir.path().join("rowbranch.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["doctor", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
+        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let failed: Vec<&str> = stdout.lines().filter(|l| l.starts_with('✗')).collect();
+    assert_eq!(failed.len(), 1, "{stdout}");
+    assert!(failed[0].contains("did not answer"), "{stdout}");
+    for line in stdout.lines().chain(stderr.lines()) {
+        assert!(
+            line.starts_with('✓')
+                || line.starts_with('✗')
+                || line.starts_with("    fix: ")
+                || line.starts_with("error: "),
+            "a line that is not the report's: {line:?}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -1,0 +1,228 @@
+//! What rowbranch reads back from a target repository's workflow: the claude-code-action steps
+//! and whether their `allowed_bots` let the App's bot start a run — compared the way the action
+//! compares — and, for `rowbranch init --manifest-code`, the same workflow with `allowed_bots`
+//! naming the App GitHub actually created.
+
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The action that does the work in `templates/workflow.yml`.
+const CLAUDE_ACTION: &str = "anthropics/claude-code-action";
+
+/// One step of a workflow that runs claude-code-action.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeStep {
+    pub job: String,
+    /// The step's `with: allowed_bots`, `""` when it has none (the action's default).
+    pub allowed_bots: String,
+}
+
+impl ClaudeStep {
+    /// Whether `allowed_bots` is a `${{ }}` expression, which only GitHub can evaluate.
+    pub fn is_expression(&self) -> bool {
+        self.allowed_bots.contains("${{")
+    }
+}
+
+/// The claude-code-action steps of `workflow`, in order; `None` when it is not YAML.
+pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
+    let docs = YamlLoader::load_from_str(workflow).ok()?;
+    let jobs = docs.first()?["jobs"].as_hash()?;
+    let mut found = Vec::new();
+    for (name, job) in jobs {
+        let Some(steps) = job["steps"].as_vec() else {
+            continue;
+        };
+        for step in steps {
+            let uses = step["uses"].as_str().unwrap_or_default();
+            let action = uses.split('@').next().unwrap_or_default();
+            if !action.eq_ignore_ascii_case(CLAUDE_ACTION) {
+                continue;
+            }
+            let allowed_bots = match &step["with"]["allowed_bots"] {
+                Yaml::String(s) => s.clone(),
+                Yaml::Integer(i) => i.to_string(),
+                Yaml::Real(r) => r.clone(),
+                Yaml::Boolean(b) => b.to_string(),
+                _ => String::new(),
+            };
+            found.push(ClaudeStep {
+                job: name.as_str().unwrap_or_default().to_owned(),
+                allowed_bots,
+            });
+        }
+    }
+    Some(found)
+}
+
+/// The App's bot user, as GitHub names it: `{slug}[bot]`.
+pub fn bot_login(app_slug: &str) -> String {
+    format!("{app_slug}[bot]")
+}
+
+/// Whether claude-code-action lets a run started by the App `app_slug` through its human-actor
+/// check: `allowed_bots` is `*`, or a comma-separated list with an entry equal to the bot's
+/// login ignoring case and with or without `[bot]`; empty allows no bot. The same rules as
+/// `isAllowedBot` in the action's `src/github/validation/actor.ts`
+/// (https://github.com/anthropics/claude-code-action/blob/v1/src/github/validation/actor.ts).
+/// The run's actor is taken to be `{slug}[bot]`; because the suffix is optional on both sides,
+/// an actor of plain `{slug}` is allowed by the same lists.
+pub fn allows_bot(allowed_bots: &str, app_slug: &str) -> bool {
+    let trimmed = allowed_bots.trim();
+    if trimmed == "*" {
+        return true;
+    }
+    let normalize = |name: &str| {
+        let lower = name.to_lowercase();
+        lower.strip_suffix("[bot]").unwrap_or(&lower).to_owned()
+    };
+    let actor = normalize(&bot_login(app_slug));
+    trimmed
+        .split(',')
+        .map(|entry| normalize(entry.trim()))
+        .filter(|entry| !entry.is_empty())
+        .any(|entry| entry == actor)
+}
+
+/// Why [`set_allowed_bots`] could not rewrite a workflow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RewriteError {
+    #[error("it is not a workflow rowbranch can read as YAML")]
+    NotYaml,
+    #[error("it has no claude-code-action step")]
+    NoClaudeStep,
+    #[error("its claude-code-action steps and its `allowed_bots:` lines do not match one to one")]
+    Unmatched,
+}
+
+/// `workflow` with the `allowed_bots` of every claude-code-action step set to the App's bot,
+/// each on the line it was, with its indentation; every other line is untouched. Checks the
+/// result by reading it back.
+pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, RewriteError> {
+    let steps = claude_steps(workflow).ok_or(RewriteError::NotYaml)?;
+    if steps.is_empty() {
+        return Err(RewriteError::NoClaudeStep);
+    }
+    let value = serde_json::Value::String(bot_login(app_slug)).to_string();
+    let mut rewritten = 0;
+    let mut out = String::with_capacity(workflow.len() + 16);
+    for line in workflow.split_inclusive('\n') {
+        let content = line.trim_end_matches(['\n', '\r']);
+        let ending = &line[content.len()..];
+        let indent = content.len() - content.trim_start().len();
+        match content.trim_start().strip_prefix("allowed_bots:") {
+            Some(_) => {
+                rewritten += 1;
+                out.push_str(&content[..indent]);
+                out.push_str("allowed_bots: ");
+                out.push_str(&value);
+                out.push_str(ending);
+            }
+            None => out.push_str(line),
+        }
+    }
+    if rewritten != steps.len() {
+        return Err(RewriteError::Unmatched);
+    }
+    let after = claude_steps(&out).ok_or(RewriteError::NotYaml)?;
+    if after.len() != steps.len() || !after.iter().all(|s| allows_bot(&s.allowed_bots, app_slug)) {
+        return Err(RewriteError::Unmatched);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WORKFLOW: &str = "\
+on: repository_dispatch
+jobs:
+  work:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v5
+      - id: work
+        uses: anthropics/claude-code-action@v1
+        with:
+          # who may start it
+          allowed_bots: \"rowbranch-acme[bot]\"
+          prompt: hi
+";
+
+    #[test]
+    fn the_action_compares_without_case_and_with_or_without_the_bot_suffix() {
+        for allowed in [
+            "rowbranch-acme[bot]",
+            "rowbranch-acme",
+            "RowBranch-Acme[BOT]",
+            " other , rowbranch-acme ",
+            "other,,rowbranch-acme[bot],",
+            "*",
+            "  *  ",
+        ] {
+            assert!(allows_bot(allowed, "rowbranch-acme"), "{allowed:?}");
+        }
+        for allowed in [
+            "",
+            "   ",
+            "rowbranch-acme-2[bot]",
+            "rowbranch",
+            "other, *",
+            "rowbranch-acme[bot][bot]",
+            "rowbranch-acme bot",
+        ] {
+            assert!(!allows_bot(allowed, "rowbranch-acme"), "{allowed:?}");
+        }
+    }
+
+    #[test]
+    fn the_claude_steps_are_found_with_their_allowed_bots() {
+        let steps = claude_steps(WORKFLOW).unwrap();
+        assert_eq!(
+            steps,
+            vec![ClaudeStep {
+                job: "work".into(),
+                allowed_bots: "rowbranch-acme[bot]".into()
+            }]
+        );
+        let without = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
+        assert_eq!(claude_steps(&without).unwrap()[0].allowed_bots, "");
+        assert_eq!(claude_steps("on: push\njobs: {}\n"), Some(Vec::new()));
+        assert_eq!(claude_steps(": ["), None);
+    }
+
+    #[test]
+    fn the_rewrite_changes_only_the_allowed_bots_line() {
+        let rewritten = set_allowed_bots(WORKFLOW, "rowbranch-acme-2").unwrap();
+        assert_eq!(
+            rewritten,
+            WORKFLOW.replace("\"rowbranch-acme[bot]\"", "\"rowbranch-acme-2[bot]\"")
+        );
+        assert!(allows_bot(
+            &claude_steps(&rewritten).unwrap()[0].allowed_bots,
+            "rowbranch-acme-2"
+        ));
+    }
+
+    #[test]
+    fn a_workflow_the_rewrite_cannot_follow_is_refused() {
+        assert_eq!(
+            set_allowed_bots("on: push\njobs: {}\n", "x"),
+            Err(RewriteError::NoClaudeStep)
+        );
+        let no_line = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
+        assert_eq!(
+            set_allowed_bots(&no_line, "x"),
+            Err(RewriteError::Unmatched)
+        );
+        let other = format!(
+            "{WORKFLOW}      - uses: someone/else@v1\n        with:\n          allowed_bots: x\n"
+        );
+        assert_eq!(set_allowed_bots(&other, "x"), Err(RewriteError::Unmatched));
+        // A comment that mentions the key is not a line to rewrite.
+        let comment = format!("{WORKFLOW}# allowed_bots: in a comment\n");
+        assert!(set_allowed_bots(&comment, "x")
+            .unwrap()
+            .ends_with("# allowed_bots: in a comment\n"));
+    }
+}

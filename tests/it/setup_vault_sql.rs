@@ -1,0 +1,533 @@
+//! `templates/supabase-vault.sql` run in a real PostgreSQL: the secret it keeps in Vault, the
+//! signed request it queues, and that rowbranch accepts exactly the bytes pg_net would send.
+//!
+//! Needs `DATABASE_URL`, as `setup_sql` does, and runs each test in a database of its own.
+//! Supabase's `vault` and `net` schemas are replaced by stand-ins shaped as supabase/vault 0.3
+//! and supabase/pg_net 0.20.5 define them: `net.http_post` checks the content type and queues
+//! `convert_to(body::text, 'UTF8')` as the real one does
+//! (https://github.com/supabase/pg_net/blob/v0.20.5/sql/pg_net.sql), and the test reads the
+//! queue the way pg_net's worker does (headers as `key: value` from `jsonb_each_text`, the body's
+//! bytes as they are) and posts that request to a real rowbranch. pgcrypto is the real one, in
+//! a schema of its own as on Supabase.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rowbranch::templates::setup::render;
+use rowbranch::webhook::auth::standard_webhooks_signature;
+use serde_json::Value;
+use tokio_postgres::Client;
+
+use crate::helpers::{random_whsec, spawn_app, Options};
+use crate::setup_sql::{
+    context, create_table, ident, insert_row, random_hex, rowbranch_triggers, table_exists,
+    with_database_having,
+};
+
+const PLACEHOLDER: &str = "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET";
+
+/// Vault, pg_net and pgcrypto as a Supabase project has them.
+const STAND_IN: &str = r#"
+-- Supabase Vault's interface (supabase/vault, sql/supabase_vault--0.3.0.sql) without its
+-- encryption: `secret` holds the text reversed and in base64, so that a trigger reading it
+-- instead of decrypted_secret would sign with the wrong key.
+create schema vault;
+create table vault.secrets (
+    id          uuid primary key default gen_random_uuid(),
+    name        text,
+    description text not null default '',
+    secret      text not null,
+    key_id      uuid,
+    created_at  timestamptz not null default current_timestamp,
+    updated_at  timestamptz not null default current_timestamp
+);
+create unique index on vault.secrets using btree (name) where name is not null;
+create function vault._hide(t text) returns text language sql immutable
+    as $$ select pg_catalog.encode(pg_catalog.convert_to(pg_catalog.reverse(t), 'UTF8'), 'base64') $$;
+create function vault._show(t text) returns text language sql immutable
+    as $$ select pg_catalog.reverse(pg_catalog.convert_from(pg_catalog.decode(t, 'base64'), 'UTF8')) $$;
+create view vault.decrypted_secrets as
+    select s.id, s.name, s.description, s.secret, vault._show(s.secret) as decrypted_secret,
+           s.key_id, s.created_at, s.updated_at
+    from vault.secrets s;
+create function vault.create_secret(
+    new_secret text, new_name text = null, new_description text = '', new_key_id uuid = null
+) returns uuid security definer language plpgsql set search_path = '' as $$
+declare
+    rec record;
+begin
+    insert into vault.secrets (secret, name, description)
+    values (vault._hide(new_secret), new_name, new_description)
+    returning * into rec;
+    return rec.id;
+end
+$$;
+create function vault.update_secret(
+    secret_id uuid, new_secret text = null, new_name text = null, new_description text = null,
+    new_key_id uuid = null
+) returns void security definer language plpgsql set search_path = '' as $$
+begin
+    update vault.secrets s
+    set secret = case when new_secret is null then s.secret else vault._hide(new_secret) end,
+        name = coalesce(new_name, s.name),
+        description = coalesce(new_description, s.description),
+        updated_at = now()
+    where s.id = secret_id;
+end
+$$;
+revoke all on function vault.create_secret, vault.update_secret from public;
+
+-- pg_net's queue and net.http_post, as sql/pg_net.sql defines them; the queue readable and
+-- writable by every role, as since pg_net 0.12.
+create schema net;
+create table net.http_request_queue (
+    id                   bigserial,
+    method               text not null,
+    url                  text not null,
+    headers              jsonb,
+    body                 bytea,
+    timeout_milliseconds int not null
+);
+create function net.http_post(
+    url text,
+    body jsonb default '{}'::jsonb,
+    params jsonb default '{}'::jsonb,
+    headers jsonb default '{"Content-Type": "application/json"}'::jsonb,
+    timeout_milliseconds int default 5000
+) returns bigint language plpgsql as $$
+declare
+    request_id bigint;
+    content_type text;
+begin
+    select header_value into content_type
+    from jsonb_each_text(coalesce(headers, '{}'::jsonb)) r(header_name, header_value)
+    where lower(header_name) = 'content-type'
+    limit 1;
+    if content_type is null then
+        select headers || '{"Content-Type": "application/json"}'::jsonb into headers;
+    end if;
+    if content_type <> 'application/json' then
+        raise exception 'Content-Type header must be "application/json"';
+    end if;
+    if params <> '{}'::jsonb then
+        raise exception 'the stand-in net.http_post takes no params';
+    end if;
+    insert into net.http_request_queue(method, url, headers, body, timeout_milliseconds)
+    values ('POST', url, headers, convert_to(body::text, 'UTF8'), timeout_milliseconds)
+    returning id into request_id;
+    return request_id;
+end
+$$;
+grant usage on schema net to public;
+grant all on all sequences in schema net to public;
+grant all on all tables in schema net to public;
+
+-- Supabase keeps pgcrypto in the extensions schema.
+create schema extensions;
+create extension pgcrypto with schema extensions;
+"#;
+
+/// Only the Vault part of the stand-in: a project without pg_net.
+fn stand_in_without_pg_net() -> String {
+    let end = STAND_IN.find("-- pg_net's queue").unwrap();
+    STAND_IN[..end].to_owned()
+}
+
+/// One request of pg_net's queue, read as its worker reads it.
+#[derive(Debug)]
+struct Queued {
+    url: String,
+    timeout_ms: i32,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Queued {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .unwrap_or_else(|| panic!("no {name} header in {:?}", self.headers))
+    }
+}
+
+async fn queued(client: &Client) -> Vec<Queued> {
+    client
+        .query(
+            "select q.url, q.timeout_milliseconds,
+                    array(select key || ': ' || value from jsonb_each_text(q.headers)),
+                    q.body
+             from net.http_request_queue q order by q.id",
+            &[],
+        )
+        .await
+        .expect("could not read pg_net's queue")
+        .iter()
+        .map(|row| Queued {
+            url: row.get(0),
+            timeout_ms: row.get(1),
+            headers: row
+                .get::<_, Vec<String>>(2)
+                .into_iter()
+                .map(|h| {
+                    let (name, value) = h.split_once(": ").expect("key: value");
+                    (name.to_owned(), value.to_owned())
+                })
+                .collect(),
+            body: row.get(3),
+        })
+        .collect()
+}
+
+fn render_sql(schema: &str, table: &str, url: &str, secret: Option<&str>) -> String {
+    render("supabase-vault.sql", &context(schema, table, url, secret))
+        .unwrap_or_else(|e| panic!("supabase-vault.sql does not render: {e}"))
+}
+
+async fn message(client: &Client, sql: &str) -> String {
+    let error = client
+        .batch_execute(sql)
+        .await
+        .expect_err("the script was expected to stop");
+    let text = error
+        .as_db_error()
+        .map(|e| e.message().to_owned())
+        .unwrap_or_else(|| error.to_string());
+    client.batch_execute("rollback").await.expect("rollback");
+    text
+}
+
+fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Checks what the trigger queued against what rowbranch must be able to verify.
+#[track_caller]
+fn expect_signed(request: &Queued, url: &str, secret: &str) {
+    assert_eq!(request.url, format!("{url}/webhook"));
+    assert_eq!(request.timeout_ms, 5000);
+    assert_eq!(request.header("Content-Type"), "application/json");
+    let id = request.header("webhook-id");
+    assert!(id.starts_with("msg_") && !id.contains('.'), "{id}");
+    let sent: i64 = request.header("webhook-timestamp").parse().unwrap();
+    assert!(
+        (now_secs() - sent).abs() < 30,
+        "a current timestamp: {sent}"
+    );
+    // The signature is over the queued bytes, with the secret's key.
+    let expected = standard_webhooks_signature(secret, id, sent, &request.body).unwrap();
+    assert_eq!(request.header("webhook-signature"), expected);
+    // And the secret itself travels nowhere.
+    let key = secret.trim_start_matches("whsec_");
+    for (name, value) in &request.headers {
+        assert!(
+            !value.contains(key),
+            "the secret's key is in the {name} header"
+        );
+    }
+    assert!(!String::from_utf8_lossy(&request.body).contains(key));
+}
+
+#[tokio::test]
+async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those_bytes() {
+    let secret = random_whsec();
+    let app = spawn_app(Options::default().secret_env(&secret)).await;
+    let url = app.url.clone();
+    let recorded = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let record = recorded.clone();
+    let text = "Add \"dark\" mode\\ to <b>everything</b>\nété 日本語 🎉 & more";
+    let role = format!("rowbranch_inserter_{}", random_hex(4));
+    with_database_having(STAND_IN.to_owned(), move |client| async move {
+        create_table(&client, "public", "feedbacks").await;
+        let sql = render_sql("public", "feedbacks", &url, Some(&secret));
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("supabase-vault.sql failed");
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("supabase-vault.sql failed when run a second time");
+        assert_eq!(rowbranch_triggers(&client, "public", "feedbacks").await, 1);
+
+        // A role that may insert and may read nothing of Vault: its row is signed all the same.
+        client
+            .batch_execute(&format!(
+                "create role {r} nologin;
+                 grant usage on schema public to {r};
+                 grant insert on public.feedbacks to {r};",
+                r = ident(&role)
+            ))
+            .await
+            .expect("could not create the inserting role");
+        client
+            .batch_execute(&format!("set role {}", ident(&role)))
+            .await
+            .unwrap();
+        let denied = client
+            .query("select decrypted_secret from vault.decrypted_secrets", &[])
+            .await;
+        assert!(denied.is_err(), "the inserting role read Vault");
+        let called = client.query("select rowbranch.signed_webhook()", &[]).await;
+        assert!(called.is_err(), "the trigger function was called directly");
+        insert_row(&client, "public", "feedbacks", 7, text).await;
+        client.batch_execute("reset role").await.unwrap();
+        client
+            .batch_execute(&format!(
+                "drop owned by {r}; drop role {r};",
+                r = ident(&role)
+            ))
+            .await
+            .expect("could not drop the inserting role");
+
+        let requests = queued(&client).await;
+        assert_eq!(requests.len(), 1, "one INSERT, one request: {requests:#?}");
+        expect_signed(&requests[0], &url, &secret);
+        let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+        assert_eq!(body["type"], "INSERT");
+        assert_eq!(body["schema"], "public");
+        assert_eq!(body["table"], "feedbacks");
+        assert_eq!(body["record"]["id"], 7);
+        assert_eq!(body["record"]["message"], text);
+        assert_eq!(body["old_record"], Value::Null);
+        *record.lock().unwrap() = requests.into_iter().next();
+    })
+    .await;
+    let Some(request) = recorded.lock().unwrap().take() else {
+        // Skipped: no DATABASE_URL.
+        app.shutdown().await;
+        return;
+    };
+
+    // Sent as pg_net sends it: those headers, those bytes.
+    let headers: Vec<(&str, &str)> = request
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let reply = app.post_raw(request.body.clone(), &headers).await;
+    reply.expect(200, "dispatched");
+    assert!(
+        reply.body["branch"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("feedback/7-add-dark-mode-to-b-everything")),
+        "{}",
+        reply.text
+    );
+    app.expect_dispatches(1).await;
+
+    // The same request again, within the five minutes: the row is handled, nothing more.
+    let again = app.post_raw(request.body.clone(), &headers).await;
+    again.expect_duplicate("branch_exists");
+    // One byte of the body changed: the signature no longer fits.
+    let mut forged = request.body.clone();
+    let at = forged.iter().position(|b| *b == b'7').unwrap();
+    forged[at] = b'8';
+    app.post_raw(forged, &headers).await.expect(401, "error");
+    app.expect_dispatches(1).await;
+    app.shutdown().await;
+}
+
+#[tokio::test]
+async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secret_in_the_clear() {
+    with_database_having(STAND_IN.to_owned(), |client| async move {
+        create_table(&client, "public", "feedbacks").await;
+        let url = "https://hooks.example.com";
+        let (first, second) = (random_whsec(), random_whsec());
+        let sql = render_sql("public", "feedbacks", url, Some(&first));
+        assert_eq!(
+            sql.matches(&first).count(),
+            2,
+            "only in the two Vault statements"
+        );
+        client.batch_execute(&sql).await.expect("the first run");
+        client
+            .batch_execute(&render_sql("public", "feedbacks", url, Some(&second)))
+            .await
+            .expect("the second run");
+
+        let stored = client
+            .query(
+                "select decrypted_secret from vault.decrypted_secrets
+                 where name = 'rowbranch_webhook_secret'",
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(stored.len(), 1, "one secret of that name");
+        assert_eq!(stored[0].get::<_, String>(0), second);
+
+        // Neither secret is in the function, the trigger or the catalogs' text.
+        let definitions: String = client
+            .query_one(
+                "select pg_get_functiondef('rowbranch.signed_webhook()'::regprocedure)
+                     || (select string_agg(pg_get_triggerdef(oid), ' ')
+                         from pg_trigger where tgname = 'rowbranch_webhook')",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            definitions.contains(&format!("{url}/webhook")),
+            "{definitions}"
+        );
+        for secret in [&first, &second] {
+            assert!(!definitions.contains(secret.as_str()), "{definitions}");
+            assert!(!definitions.contains(secret.trim_start_matches("whsec_")));
+        }
+
+        insert_row(&client, "public", "feedbacks", 1, "Hi").await;
+        let requests = queued(&client).await;
+        assert_eq!(requests.len(), 1);
+        expect_signed(&requests[0], url, &second);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_installed() {
+    with_database_having(STAND_IN.to_owned(), |client| async move {
+        create_table(&client, "public", "feedbacks").await;
+        let url = "https://hooks.example.com";
+        let without = render_sql("public", "feedbacks", url, None);
+        assert!(without.contains(PLACEHOLDER));
+        let refused = message(&client, &without).await;
+        assert!(refused.contains("placeholder"), "{refused}");
+
+        let plain = render_sql("public", "feedbacks", url, Some(&"x".repeat(40)));
+        let refused = message(&client, &plain).await;
+        assert!(refused.contains("whsec_"), "{refused}");
+
+        let not_base64 = render_sql("public", "feedbacks", url, Some("whsec_not base64 at all!"));
+        let refused = message(&client, &not_base64).await;
+        assert!(refused.contains("not base64"), "{refused}");
+
+        assert_eq!(rowbranch_triggers(&client, "public", "feedbacks").await, 0);
+        let secrets: i64 = client
+            .query_one("select count(*) from vault.secrets", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(secrets, 0, "the transaction left nothing behind");
+
+        // What the user does: the secret in the placeholder's place.
+        let secret = random_whsec();
+        client
+            .batch_execute(&without.replace(PLACEHOLDER, &secret))
+            .await
+            .expect("supabase-vault.sql failed once the placeholder was replaced");
+        insert_row(&client, "public", "feedbacks", 2, "Hi").await;
+        expect_signed(&queued(&client).await[0], url, &secret);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
+    with_database_having(stand_in_without_pg_net(), |client| async move {
+        create_table(&client, "public", "feedbacks").await;
+        let sql = render_sql(
+            "public",
+            "feedbacks",
+            "https://h.example",
+            Some(&random_whsec()),
+        );
+        let refused = message(&client, &sql).await;
+        assert!(
+            refused.contains("Integrations → Database Webhooks → Enable"),
+            "{refused}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_secret_gone_from_vault_never_fails_an_insert() {
+    with_database_having(STAND_IN.to_owned(), |client| async move {
+        create_table(&client, "public", "feedbacks").await;
+        let sql = render_sql(
+            "public",
+            "feedbacks",
+            "https://h.example",
+            Some(&random_whsec()),
+        );
+        client
+            .batch_execute(&sql)
+            .await
+            .expect("supabase-vault.sql failed");
+        client
+            .batch_execute("delete from vault.secrets where name = 'rowbranch_webhook_secret'")
+            .await
+            .unwrap();
+        insert_row(&client, "public", "feedbacks", 3, "Still saved").await;
+        assert!(
+            queued(&client).await.is_empty(),
+            "nothing unsigned is queued"
+        );
+        let saved: i64 = client
+            .query_one("select count(*) from public.feedbacks", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(saved, 1);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn names_and_urls_that_need_quoting_work_as_spelled() {
+    with_database_having(STAND_IN.to_owned(), |client| async move {
+        create_table(&client, "app", "sentinel").await;
+        let secret = random_whsec();
+        let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
+        let (schema, table) = ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y");
+        create_table(&client, schema, table).await;
+        let sql = render_sql(schema, table, url, Some(&secret));
+        for conforming in ["off", "on"] {
+            client
+                .batch_execute(&format!("set standard_conforming_strings = {conforming}"))
+                .await
+                .unwrap();
+            client
+                .batch_execute(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("standard_conforming_strings {conforming}: {e}"));
+        }
+        assert_eq!(rowbranch_triggers(&client, schema, table).await, 1);
+        insert_row(&client, schema, table, 9, "Hello").await;
+        let requests = queued(&client).await;
+        assert_eq!(requests.len(), 1);
+        expect_signed(&requests[0], url, &secret);
+        let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+        assert_eq!(body["schema"], schema);
+        assert_eq!(body["table"], table);
+        assert!(table_exists(&client, "app", "sentinel").await);
+    })
+    .await;
+}
+
+#[test]
+fn no_value_lands_in_a_comment_and_the_secret_only_in_the_vault_statements() {
+    let secret = format!("whsec_{}", "MARKsecret".repeat(4));
+    let sql = render_sql(
+        "MARK-schema",
+        "MARK-table",
+        "https://MARK.example",
+        Some(&secret),
+    );
+    for line in sql.lines().filter(|l| l.trim_start().starts_with("--")) {
+        assert!(!line.contains("MARK"), "a value in a comment: {line:?}");
+    }
+    let holding: Vec<&str> = sql.lines().filter(|l| l.contains(&secret)).collect();
+    assert_eq!(holding.len(), 2, "{holding:?}");
+    let function =
+        &sql[sql.find("create or replace function").unwrap()..sql.find("$function$;").unwrap()];
+    assert!(
+        !function.contains("MARK"),
+        "the function's body holds no value"
+    );
+}
