@@ -74,6 +74,34 @@ pub enum Command {
     /// Run a row again on purpose (a closed pull request blocks it otherwise): on its branch if
     /// free, else on the next free `{branch}-redo-N`.
     Redo(RedoArgs),
+    /// The queue of the routes with `intake = "pgmq"` (reads DATABASE_URL).
+    Queue(QueueArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct QueueArgs {
+    #[command(subcommand)]
+    pub command: QueueCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Move dead letters back to the queue, to be run again: every one (`--all`) or one by its
+    /// message id (`--id N`, as the dead-letter queue numbers it).
+    Redrive(RedriveArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("which").required(true).args(["all", "id"])))]
+pub struct RedriveArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Every dead letter.
+    #[arg(long)]
+    pub all: bool,
+    /// The dead letter with this message id.
+    #[arg(long, value_name = "N")]
+    pub id: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -95,7 +123,8 @@ Environment (each wins over the config file):
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
   ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
-  DATABASE_URL               PostgreSQL, for the scheduled sweep (reconcile_every)
+  DATABASE_URL               PostgreSQL: the queue (intake = \"pgmq\") and the scheduled
+                             sweep (reconcile_every)
   RUST_LOG                   the log level, e.g. info or rowbranch=debug
 
 With no config file, ROWBRANCH_REPO makes one route from the environment:
@@ -105,7 +134,9 @@ With no config file, ROWBRANCH_REPO makes one route from the environment:
   ROWBRANCH_ID_COLUMN        the id column (id)
   ROWBRANCH_TEXT_COLUMN      the slug's column (message)
   ROWBRANCH_BRANCH_PREFIX    the branches' prefix (feedback)
-  ROWBRANCH_EVENT_TYPE       the dispatch's event type (feedback)";
+  ROWBRANCH_EVENT_TYPE       the dispatch's event type (feedback)
+  ROWBRANCH_INTAKE           webhook (default) or pgmq
+  ROWBRANCH_PGMQ_QUEUE       the queue, for intake pgmq (rowbranch)";
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_ENVIRONMENT)]

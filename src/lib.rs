@@ -75,5 +75,6 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Init(args) => cmd::init::run(args).await,
         Command::Reconcile(args) => cmd::reconcile::run(args).await,
         Command::Redo(args) => cmd::redo::run(args).await,
+        Command::Queue(args) => cmd::queue::run(args).await,
     }
 }

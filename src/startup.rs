@@ -14,6 +14,7 @@ use crate::config::{Config, ForgeSettings};
 use crate::forge::{self, Forge};
 use crate::http::{self, App};
 use crate::metrics::Metrics;
+use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
 use crate::rows::Rows;
@@ -102,14 +103,62 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let warm_up = tokio::spawn(warm_up(Arc::clone(&app)));
     let sweeps = tokio::spawn(scheduled_reconcile(Arc::clone(&app)));
-    // The jobs stop first, so that they start no run once the server drains its runs.
+    let consumer = consumer(&app).map(|c| tokio::spawn(c.run()));
+    // The jobs stop first, so that they start no run once the server drains its runs; the
+    // consumer stops reading by itself once the shutdown begins.
     let (stop_warm_up, stop_sweeps) = (warm_up.abort_handle(), sweeps.abort_handle());
     let stop = async move {
         stop.await;
         stop_warm_up.abort();
         stop_sweeps.abort();
     };
-    http::serve(listener, app, stop).await
+    let served = http::serve(listener, Arc::clone(&app), stop).await;
+    if let Some(consumer) = consumer {
+        // It settles the messages of the runs that ended; past the grace, what is left is
+        // read again once its lease lapses.
+        let deadline = app.shutdown.deadline().unwrap_or_else(tokio::time::Instant::now);
+        let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
+    }
+    served
+}
+
+/// The queue's consumer, when a route reads the queue and `DATABASE_URL` is set.
+fn consumer(app: &Arc<App>) -> Option<Arc<Consumer>> {
+    let config = &app.config;
+    let url = config.database_url.clone().filter(|_| config.reads_the_queue())?;
+    let settings = ConsumerSettings {
+        url,
+        pgmq: config.pgmq.clone(),
+        queue_capacity: config.forge.queue_capacity(),
+        window_rows: window_rows(config),
+    };
+    Some(Consumer::new(
+        settings,
+        Arc::clone(&app.routes),
+        Arc::clone(&app.pipeline),
+        app.shutdown.clone(),
+        Arc::clone(&app.database),
+    ))
+}
+
+/// How many rows this process can start within one visibility window at its pace: two writes
+/// a row (claim and dispatch), out of the burst and one write per interval, within the hourly
+/// cap. The local forge has no pace: `queue_capacity`.
+pub fn window_rows(config: &Config) -> usize {
+    let ForgeSettings::Github(github) = &config.forge else {
+        return config.forge.queue_capacity();
+    };
+    let window = config.pgmq.visibility_timeout;
+    let pace = &github.pace;
+    let paced = if pace.interval.is_zero() {
+        u64::MAX
+    } else {
+        (window.as_millis() / pace.interval.as_millis().max(1)) as u64
+    };
+    let writes = paced
+        .saturating_add(u64::from(pace.burst))
+        .min(u64::from(pace.hourly_max));
+    usize::try_from(writes / 2).unwrap_or(usize::MAX).max(1)
 }
 
 /// Reads each route's default branch once: a repository that cannot take claims yet (the App
@@ -135,6 +184,7 @@ async fn scheduled_reconcile(app: Arc<App>) {
         dry_run: false,
         concurrency: 4,
         page_size: 1000,
+        pgmq: config.pgmq.clone(),
     };
     // The first sweep comes shortly after start, then one every interval; a sweep that runs
     // long delays the next rather than overlapping it.

@@ -44,6 +44,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         dry_run: args.dry_run,
         concurrency: 8,
         page_size: 1000,
+        pgmq: config.pgmq.clone(),
     };
     let terminal = std::io::stderr().is_terminal() && !args.json;
     let show = |p: Progress| {

@@ -49,6 +49,8 @@ pub struct App {
     refusals: Refusals,
     /// The forge's web address, for the status page's links to branches.
     web_url: Option<String>,
+    /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
+    pub database: Arc<crate::rows::Reachability>,
 }
 
 impl App {
@@ -69,6 +71,7 @@ impl App {
             readiness: Readiness::default(),
             decisions: Decisions::default(),
             refusals: Refusals::default(),
+            database: Arc::default(),
         })
     }
 
@@ -135,15 +138,38 @@ async fn healthz() -> Response {
 
 /// Ready when the config is loaded (it is, or there would be no server) and the forge answers
 /// with valid credentials. Concurrent probes share one check (see [`ready`]).
+///
+/// With routes that read the queue, the body also says whether the database answers; an
+/// unreachable database makes the server not ready only when no route takes webhooks (the
+/// webhook routes work on without it).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    match app.readiness.check(app.pipeline.forge()).await {
-        Ok(()) => Json(json!({ "status": "ready" })).into_response(),
-        Err(message) => (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "not ready", "message": message })),
-        )
-            .into_response(),
+    let github = app.readiness.check(app.pipeline.forge()).await;
+    let mut body = json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
+    let mut ready = github.is_ok();
+    let mut message = github.err();
+    if app.config.reads_the_queue() {
+        let database = app
+            .database
+            .last()
+            .unwrap_or_else(|| Err("not reached yet".to_owned()));
+        body["database"] = json!(database.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()));
+        if let Err(e) = database {
+            if !app.config.takes_webhooks() {
+                ready = false;
+                message.get_or_insert(format!("the database: {e}"));
+            }
+        }
     }
+    body["status"] = json!(if ready { "ready" } else { "not ready" });
+    if let Some(message) = message {
+        body["message"] = json!(message);
+    }
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {

@@ -8,6 +8,7 @@ mod classify;
 
 pub use classify::{classify, Known, Verdict};
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,9 +17,11 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::config::{Intake, PgmqSettings, Route};
 use crate::forge::{Base, Sha};
+use crate::pgmq::queue;
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
-use crate::rows::Rows;
+use crate::rows::{Row, Rows};
 
 /// How a sweep runs.
 #[derive(Debug, Clone)]
@@ -32,6 +35,8 @@ pub struct SweepOptions {
     pub concurrency: usize,
     /// Rows read per page.
     pub page_size: usize,
+    /// The queue the `pgmq` routes read: their rows still in it are left to the consumer.
+    pub pgmq: PgmqSettings,
 }
 
 /// What a sweep did for one route.
@@ -51,6 +56,12 @@ pub struct RouteSummary {
     pub would_dispatch: Vec<String>,
     /// The dead claims found (re-dispatched unless `--dry-run`).
     pub dead_claims: Vec<String>,
+    /// A queue route's rows whose message is still in the queue: the consumer's.
+    pub in_queue: u64,
+    /// A queue route's rows, newer than `archive_retention`, with no message in the queue or
+    /// its archive: the trigger is missing or disabled, or the rows came another way (they are
+    /// swept like any other).
+    pub not_queued: Vec<String>,
     /// Why the route's sweep stopped early, if it did (a missing table, the forge down).
     pub error: Option<String>,
 }
@@ -75,6 +86,8 @@ pub enum Settled {
         redispatched: bool,
     },
     Failed(Failed),
+    /// A queue route's row whose message is still in the queue.
+    InQueue,
 }
 
 impl Settled {
@@ -87,6 +100,7 @@ impl Settled {
             Settled::WouldDispatch(_) => "would_dispatch",
             Settled::DeadClaim { .. } => "dead_claim",
             Settled::Failed(_) => "failed",
+            Settled::InQueue => "in_queue",
         }
     }
 }
@@ -112,6 +126,7 @@ impl RouteSummary {
                 self.failed += 1;
                 self.failures.push(failed);
             }
+            Settled::InQueue => self.in_queue += 1,
         }
     }
 
@@ -192,10 +207,17 @@ async fn sweep_route(
         dry_run: options.dry_run,
         base: None,
     };
+    let queued = match route.intake {
+        Intake::Pgmq => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
+        Intake::Webhook => None,
+    };
     let mut pages = rows.since(route, since, options.page_size);
     loop {
         let page = pages.next_page().await?;
         if page.is_empty() {
+            if let Some(queued) = &queued {
+                queued.report(route, summary);
+            }
             return Ok(());
         }
         let table = route.table_name();
@@ -204,7 +226,13 @@ async fn sweep_route(
             summary.count(settled);
         };
         let mut to_run = Vec::new();
-        for row in page {
+        for mut row in page {
+            if let Some(queued) = &queued {
+                if let Queued::InQueue = queued.look(route, &mut row) {
+                    count(summary, Settled::InQueue);
+                    continue;
+                }
+            }
             match classify(&known, compiled, row, stale_before) {
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
                 verdict => count(summary, apply.one(verdict).await?),
@@ -214,6 +242,93 @@ async fn sweep_route(
             count(summary, settled);
         }
         progress(summary.progress());
+    }
+}
+
+/// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
+/// is still in the queue (visible or held), then those archived since the window's start with
+/// when. In that order, so that a message moving from the queue to the archive meanwhile is
+/// seen in one or the other. The archive lookup is one range scan of its `archived_at` index
+/// (pgmq creates it), reading the id out of each archived message's jsonb: on a large archive
+/// a scan of the window's messages, not a lookup per row.
+struct QueueView {
+    queued: HashSet<String>,
+    archived: HashMap<String, chrono::DateTime<chrono::Utc>>,
+    /// Rows created since then are expected to have a message (queued or archived).
+    expected_since: chrono::DateTime<chrono::Utc>,
+    not_queued: std::sync::Mutex<Vec<String>>,
+}
+
+enum Queued {
+    InQueue,
+    Archived,
+    Neither,
+}
+
+impl QueueView {
+    async fn load(
+        rows: &Rows,
+        route: &Route,
+        pgmq: &PgmqSettings,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> anyhow::Result<QueueView> {
+        let client = rows.client();
+        let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
+        let queued = queue::queued_ids(client, &pgmq.queue, schema, table, id)
+            .await
+            .with_context(|| format!("reading the queue {}", pgmq.queue))?;
+        let archived = queue::archived_ids(client, &pgmq.queue, schema, table, id, since)
+            .await
+            .with_context(|| format!("reading the archive of the queue {}", pgmq.queue))?;
+        let retention = chrono::Duration::from_std(pgmq.archive_retention)
+            .context("archive_retention too long")?;
+        Ok(QueueView {
+            queued: queued.into_iter().collect(),
+            archived: archived.into_iter().collect(),
+            expected_since: chrono::Utc::now() - retention,
+            not_queued: std::sync::Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Where the row's message is. An archived row's age counts from its message's archive
+    /// (when its work started), so that a backlog in the queue never looks like dead claims.
+    fn look(&self, route: &Route, row: &mut Row) -> Queued {
+        let Some(id) = row.record.get(&route.id_column).and_then(id_text) else {
+            return Queued::Neither;
+        };
+        if self.queued.contains(&id) {
+            return Queued::InQueue;
+        }
+        if let Some(archived_at) = self.archived.get(&id) {
+            row.created_at = row.created_at.max(*archived_at);
+            return Queued::Archived;
+        }
+        if row.created_at >= self.expected_since {
+            self.not_queued
+                .lock()
+                .expect("not-queued lock poisoned")
+                .push(id);
+        }
+        Queued::Neither
+    }
+
+    fn report(&self, route: &Route, summary: &mut RouteSummary) {
+        let missing =
+            std::mem::take(&mut *self.not_queued.lock().expect("not-queued lock poisoned"));
+        if !missing.is_empty() {
+            tracing::warn!(route = %route.table_name(), rows = missing.len(),
+                "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
+        }
+        summary.not_queued = missing;
+    }
+}
+
+/// A JSON id as the queue's `->>` gives it: a string as it is, a number in its digits.
+fn id_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 
@@ -382,6 +497,15 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
                 "re-dispatched"
             };
             out += &format!("  dead claims {verb}: {}\n", s.dead_claims.join(", "));
+        }
+        if s.in_queue > 0 {
+            out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);
+        }
+        if !s.not_queued.is_empty() {
+            out += &format!(
+                "  no message in the queue or its archive (is the queue's trigger installed and enabled?): {}\n",
+                s.not_queued.join(", ")
+            );
         }
     }
     out

@@ -101,6 +101,7 @@ fn options() -> SweepOptions {
         dry_run: false,
         concurrency: 4,
         page_size: 3,
+        pgmq: rowbranch::config::PgmqSettings::default(),
     }
 }
 

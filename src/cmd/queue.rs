@@ -1,0 +1,47 @@
+//! `rowbranch queue redrive`: dead letters back to the queue, to be run again (after the cause
+//! is fixed: a route added, a payload template mended).
+
+use anyhow::{anyhow, Context};
+
+use crate::cli::{QueueArgs, QueueCommand, RedriveArgs};
+use crate::config::{process_env, Config};
+use crate::pgmq::queue;
+use crate::rows::Rows;
+use crate::Failure;
+
+pub async fn run(args: QueueArgs) -> Result<(), Failure> {
+    match args.command {
+        QueueCommand::Redrive(args) => redrive(args).await,
+    }
+}
+
+async fn redrive(args: RedriveArgs) -> Result<(), Failure> {
+    let config = Config::load(&args.config.config, &process_env)?;
+    let url = config.database_url.clone().ok_or_else(|| {
+        Failure::Usage(anyhow!(
+            "DATABASE_URL is not set: the queue is in the database it names"
+        ))
+    })?;
+    let rows = Rows::connect(url.expose())
+        .await
+        .context("connecting to DATABASE_URL")?;
+    let pgmq = &config.pgmq;
+    let only = if args.all { None } else { args.id };
+    let moved = queue::redrive(rows.client(), &pgmq.queue, &pgmq.dead_letter, only)
+        .await
+        .with_context(|| format!("moving dead letters from {} to {}", pgmq.dead_letter, pgmq.queue))?;
+    println!(
+        "moved {moved} dead letter{} from {} back to {}",
+        if moved == 1 { "" } else { "s" },
+        pgmq.dead_letter,
+        pgmq.queue
+    );
+    if moved == 0 && only.is_some() {
+        return Err(Failure::Runtime(anyhow!(
+            "{} has no message with id {}",
+            pgmq.dead_letter,
+            only.unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
