@@ -53,7 +53,8 @@ use tokio_postgres::types::Type;
 
 use crate::config::Route;
 
-use shape::{describe, quoted_for_message, CreatedValue, Shape};
+pub use shape::describe;
+use shape::{quoted_for_message, CreatedValue, Shape};
 use target::Target;
 
 /// A connection to the database that holds the routes' tables.

@@ -182,7 +182,7 @@ pub(super) fn quoted_for_message(name: &str) -> String {
 }
 
 /// A tokio-postgres error with its causes (its `Display` alone says only "db error").
-pub(super) fn describe(e: &tokio_postgres::Error) -> String {
+pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let mut text = format!("{}: {}", db.severity(), db.message());
         if let Some(detail) = db.detail() {

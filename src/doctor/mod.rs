@@ -20,6 +20,8 @@ use crate::shutdown::Shutdown;
 use crate::templates::setup::PLACEHOLDER_APP_ID;
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps};
 
+mod queue;
+
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
 /// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
 /// output, and a log line in the middle of it only repeats a failure the report states.
@@ -42,7 +44,7 @@ pub struct Check {
 }
 
 impl Check {
-    fn pass(what: impl Into<String>) -> Check {
+    pub(super) fn pass(what: impl Into<String>) -> Check {
         Check {
             ok: true,
             what: what.into(),
@@ -50,7 +52,7 @@ impl Check {
         }
     }
 
-    fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(super) fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
             ok: false,
             what: what.into(),
@@ -69,13 +71,24 @@ async fn all_checks(config: &Config) -> Vec<Check> {
         "config {} parses",
         config.source.display()
     ))];
-    out.push(match &config.webhook.secrets {
-        Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
-        None => Check::fail(
-            "webhook secret is not set",
-            "set ROWBRANCH_WEBHOOK_SECRET to a random string of 24+ characters (e.g. `openssl rand -hex 32`) and put the same in the Supabase trigger",
-        ),
-    });
+    // Only webhook routes need the secret: the queue is read with DATABASE_URL.
+    if config.takes_webhooks() {
+        out.push(match &config.webhook.secrets {
+            Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
+            None => Check::fail(
+                "webhook secret is not set",
+                "set ROWBRANCH_WEBHOOK_SECRET to a random string of 24+ characters (e.g. `openssl rand -hex 32`) and put the same in the Supabase trigger",
+            ),
+        });
+    }
+    forge_checks(config, &mut out).await;
+    if config.reads_the_queue() {
+        queue::checks(config, &mut out).await;
+    }
+    out
+}
+
+async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
     match &config.forge {
         ForgeSettings::Local(local) => match LocalForge::open(local).await {
             Ok(forge) => {
@@ -106,7 +119,7 @@ async fn all_checks(config: &Config) -> Vec<Check> {
         ForgeSettings::Github(settings) => {
             if let Some(unfinished) = app_not_created(settings, &config.source) {
                 out.push(unfinished);
-                return out;
+                return;
             }
             let forge = match GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()))
             {
@@ -119,7 +132,7 @@ async fn all_checks(config: &Config) -> Vec<Check> {
                         format!("{e:#}"),
                         "set [github] private_key_path to the App's .pem file (or GITHUB_APP_PRIVATE_KEY to its text); a new key can be generated on the App's settings page",
                     ));
-                    return out;
+                    return;
                 }
             };
             let app_slug = match github::app_info(&forge).await {
@@ -140,22 +153,21 @@ async fn all_checks(config: &Config) -> Vec<Check> {
                         ),
                         "check api_url (GITHUB_API_URL) and that this machine can reach it",
                     ));
-                    return out;
+                    return;
                 }
                 Err(e) => {
                     out.push(Check::fail(
                         format!("GitHub refused the App's JWT at {}: {e}", settings.api_url),
                         "check app_id (GITHUB_APP_ID), the private key, and this machine's clock",
                     ));
-                    return out;
+                    return;
                 }
             };
             for route in &config.routes {
-                route_checks(&forge, app_slug.as_deref(), route, &mut out).await;
+                route_checks(&forge, app_slug.as_deref(), route, out).await;
             }
         }
     }
-    out
 }
 
 /// `text` on one line, so that a check stays one line of the report.

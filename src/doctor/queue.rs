@@ -1,0 +1,374 @@
+//! `rowbranch doctor` for the queue intake: the database answers, both queues exist and are
+//! logged, each queue route's table has the trigger templates/supabase-queue.sql makes, the
+//! trigger's function may send, rowbranch's own role may read, archive and dead-letter, and
+//! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables.
+
+use tokio_postgres::types::Type;
+use tokio_postgres::Client;
+
+use super::Check;
+use crate::config::{Config, Intake, PgmqSettings, Route};
+use crate::event::EventKind;
+use crate::pgmq::queue;
+use crate::rows::{describe, Rows};
+
+/// The trigger function templates/supabase-queue.sql installs, and its trigger's name prefix.
+const FUNCTION: &str = "rowbranch.enqueue()";
+const TRIGGER_PREFIX: &str = "rowbranch_queue_";
+
+/// What the setup SQL's fix says, once.
+const RUN_SETUP: &str =
+    "run supabase-queue.sql (written by `rowbranch init --intake pgmq`) in the SQL editor as postgres";
+
+pub async fn checks(config: &Config, out: &mut Vec<Check>) {
+    let Some(url) = &config.database_url else {
+        out.push(Check::fail(
+            "a route reads the queue but DATABASE_URL is not set",
+            "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
+             Session pooler, with the password of a role that may read the queue)",
+        ));
+        return;
+    };
+    let rows = match Rows::connect(url.expose()).await {
+        Ok(rows) => {
+            out.push(Check::pass("DATABASE_URL connects"));
+            rows
+        }
+        Err(e) => {
+            out.push(Check::fail(
+                format!("DATABASE_URL does not connect: {e:#}"),
+                "check the host, port, user and password of DATABASE_URL (and sslmode)",
+            ));
+            return;
+        }
+    };
+    let client = rows.client();
+    let pgmq = &config.pgmq;
+    if !queues_exist(client, pgmq, out).await {
+        return;
+    }
+    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+        trigger(client, route, pgmq, out).await;
+    }
+    own_rights(client, pgmq, out).await;
+    not_exposed(client, pgmq, out).await;
+}
+
+/// Both queues are in `pgmq.list_queues()`, and logged. False when the rest cannot be checked.
+async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) -> bool {
+    let known = match queue::list(client).await {
+        Ok(known) => known,
+        Err(e) => {
+            out.push(Check::fail(
+                format!("pgmq.list_queues() fails: {}", describe(&e)),
+                format!(
+                    "install pgmq (on Supabase: Integrations, Queues) and grant this role USAGE \
+                     on schema pgmq; then {RUN_SETUP}"
+                ),
+            ));
+            return false;
+        }
+    };
+    let mut all = true;
+    for name in [&pgmq.queue, &pgmq.dead_letter] {
+        match known.iter().find(|(known, _)| known == name) {
+            Some((_, false)) => out.push(Check::pass(format!("queue {name} exists, logged"))),
+            Some((_, true)) => out.push(Check::fail(
+                format!("queue {name} is unlogged: a crash of the database empties it"),
+                format!("drop it (select pgmq.drop_queue('{name}')) once empty, then {RUN_SETUP}"),
+            )),
+            None => {
+                all = false;
+                out.push(Check::fail(
+                    format!("queue {name} does not exist"),
+                    RUN_SETUP.to_owned(),
+                ));
+            }
+        }
+    }
+    all
+}
+
+/// One trigger of the route's table, as the catalog holds it.
+struct Trigger {
+    name: String,
+    enabled: String,
+    /// `pg_trigger.tgtype`: bit 0 row-level, 2 INSERT, 3 DELETE, 4 UPDATE.
+    kind: i16,
+    args: Vec<String>,
+    security_definer: bool,
+    owner: String,
+}
+
+/// The route's table has an enabled row-level trigger calling `rowbranch.enqueue()` with the
+/// queue's name, on every event the route takes, and the function's owner may send.
+async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
+    let table = format!(
+        "\"{}\".\"{}\"",
+        route.schema.replace('"', "\"\""),
+        route.table.replace('"', "\"\"")
+    );
+    let found = client
+        .query_typed(
+            "select t.tgname::text, t.tgenabled::text, t.tgtype, t.tgargs, p.prosecdef, \
+                    pg_catalog.pg_get_userbyid(p.proowner)::text \
+             from pg_catalog.pg_trigger as t \
+             join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
+             where t.tgrelid = pg_catalog.to_regclass($1::text) \
+               and not t.tgisinternal \
+               and p.oid = pg_catalog.to_regprocedure($2::text)",
+            &[(&table, Type::TEXT), (&FUNCTION, Type::TEXT)],
+        )
+        .await;
+    let found: Vec<Trigger> = match found {
+        Ok(rows) => rows
+            .iter()
+            .map(|row| Trigger {
+                name: row.get(0),
+                enabled: row.get(1),
+                kind: row.get(2),
+                args: row
+                    .get::<_, Vec<u8>>(3)
+                    .split(|b| *b == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(|a| String::from_utf8_lossy(a).into_owned())
+                    .collect(),
+                security_definer: row.get(4),
+                owner: row.get(5),
+            })
+            .collect(),
+        Err(e) => {
+            out.push(Check::fail(
+                format!("{table}: its triggers cannot be read: {}", describe(&e)),
+                "give DATABASE_URL's role access to the catalog (every role has it by default)",
+            ));
+            return;
+        }
+    };
+    let what = format!("{table}: trigger {TRIGGER_PREFIX}{}", pgmq.queue);
+    let Some(found) = found.iter().find(|t| t.args.first() == Some(&pgmq.queue)) else {
+        out.push(Check::fail(
+            format!("{what} is missing: its rows never reach the queue"),
+            RUN_SETUP.to_owned(),
+        ));
+        return;
+    };
+    let mut wrong = Vec::new();
+    if !matches!(found.enabled.as_str(), "O" | "A") {
+        wrong.push("disabled".to_owned());
+    }
+    if found.kind & 1 == 0 {
+        wrong.push("statement-level, not per row".to_owned());
+    }
+    for (event, bit, word) in [
+        (EventKind::Insert, 1 << 2, "INSERT"),
+        (EventKind::Update, 1 << 4, "UPDATE"),
+    ] {
+        if route.events.contains(&event) && found.kind & bit == 0 {
+            wrong.push(format!("not fired on {word}"));
+        }
+    }
+    if !found.security_definer {
+        wrong.push(format!(
+            "{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue"
+        ));
+    }
+    if wrong.is_empty() {
+        out.push(Check::pass(format!(
+            "{what} ({}) sends each row, as {}",
+            found.name, found.owner
+        )));
+    } else {
+        out.push(Check::fail(
+            format!("{what} ({}) is {}", found.name, wrong.join(", ")),
+            RUN_SETUP.to_owned(),
+        ));
+    }
+    let q = queue::table('q', &pgmq.queue);
+    let sequence = sequence(&pgmq.queue);
+    let missing = missing_rights(
+        client,
+        &found.owner,
+        &[
+            ("schema", "pgmq", "USAGE"),
+            ("table", &q, "INSERT"),
+            ("column", &q, "SELECT"),
+            ("sequence", &sequence, "USAGE"),
+        ],
+    )
+    .await;
+    match missing {
+        Ok(missing) if missing.is_empty() => out.push(Check::pass(format!(
+            "{FUNCTION}'s owner {} may send to {}",
+            found.owner, pgmq.queue
+        ))),
+        Ok(missing) => out.push(Check::fail(
+            format!(
+                "{FUNCTION}'s owner {} lacks {}: every INSERT on {table} fails",
+                found.owner,
+                missing.join(", ")
+            ),
+            format!("{RUN_SETUP} (it grants these), or grant them as the queue's owner"),
+        )),
+        Err(e) => out.push(Check::fail(
+            format!(
+                "the rights of {} cannot be read: {}",
+                found.owner,
+                describe(&e)
+            ),
+            "run doctor with a DATABASE_URL whose role can read the catalog",
+        )),
+    }
+}
+
+/// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and
+/// pgmq.set_vt update its table, pgmq.archive moves a message to the archive), forget old
+/// archived messages, read the archive for the sweep, send dead letters and redrive them.
+async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
+    let (q, a) = (
+        queue::table('q', &pgmq.queue),
+        queue::table('a', &pgmq.queue),
+    );
+    let (dq, da) = (
+        queue::table('q', &pgmq.dead_letter),
+        queue::table('a', &pgmq.dead_letter),
+    );
+    let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
+    let wanted = [
+        ("schema", "pgmq", "USAGE"),
+        ("table", q.as_str(), "SELECT"),
+        ("table", &q, "INSERT"),
+        ("table", &q, "UPDATE"),
+        ("table", &q, "DELETE"),
+        ("table", &a, "SELECT"),
+        ("table", &a, "INSERT"),
+        ("table", &a, "DELETE"),
+        ("sequence", &sequence, "SELECT"),
+        ("sequence", &sequence, "USAGE"),
+        ("table", &dq, "SELECT"),
+        ("table", &dq, "INSERT"),
+        ("table", &dq, "DELETE"),
+        ("table", &da, "INSERT"),
+        ("sequence", &dead_sequence, "USAGE"),
+    ];
+    let user = "current_user";
+    match missing_rights(client, user, &wanted).await {
+        Ok(missing) if missing.is_empty() => out.push(Check::pass(format!(
+            "DATABASE_URL's role may read, archive and dead-letter {} and {}",
+            pgmq.queue, pgmq.dead_letter
+        ))),
+        Ok(missing) => out.push(Check::fail(
+            format!("DATABASE_URL's role lacks {}", missing.join(", ")),
+            format!(
+                "as the queues' owner: grant usage on schema pgmq to ROLE; grant select, insert, \
+                 update, delete on {q}, {a}, {dq}, {da} to ROLE; grant usage, select on \
+                 {sequence}, {dead_sequence} to ROLE (ROLE being DATABASE_URL's user)"
+            ),
+        )),
+        Err(e) => out.push(Check::fail(
+            format!(
+                "the rights of DATABASE_URL's role cannot be read: {}",
+                describe(&e)
+            ),
+            "check that DATABASE_URL's role can read the catalog",
+        )),
+    }
+}
+
+/// Whoever can write the queue can make the workflow work on any text: fails when `anon`,
+/// `authenticated` (Supabase's Data API roles, where they exist) or `PUBLIC` hold any right on
+/// the queues' tables.
+async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
+    let tables: Vec<String> = [&pgmq.queue, &pgmq.dead_letter]
+        .into_iter()
+        .flat_map(|name| [queue::table('q', name), queue::table('a', name)])
+        .collect();
+    let found = client
+        .query_typed(
+            "select coalesce(r.rolname, 'PUBLIC')::text, c.oid::regclass::text, \
+                    string_agg(distinct a.privilege_type, ', ')::text \
+             from unnest($1::text[]) as wanted(name) \
+             join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
+             cross join lateral pg_catalog.aclexplode(c.relacl) as a \
+             left join pg_catalog.pg_roles as r on r.oid = a.grantee \
+             where a.grantee = 0 or r.rolname in ('anon', 'authenticated') \
+             group by 1, 2 order by 1, 2",
+            &[(&tables, Type::TEXT_ARRAY)],
+        )
+        .await;
+    match found {
+        Ok(rows) if rows.is_empty() => out.push(Check::pass(
+            "anon, authenticated and PUBLIC hold no rights on the queues",
+        )),
+        Ok(rows) => {
+            let grants: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{} has {} on {}",
+                        r.get::<_, String>(0),
+                        r.get::<_, String>(2),
+                        r.get::<_, String>(1)
+                    )
+                })
+                .collect();
+            out.push(Check::fail(
+                format!(
+                    "the queue is open to the Data API: {} (anyone with the anon key could \
+                     send work)",
+                    grants.join("; ")
+                ),
+                format!(
+                    "revoke all on {} from anon, authenticated, public; and leave \"Expose \
+                     Queues via PostgREST\" off for these queues",
+                    tables.join(", ")
+                ),
+            ));
+        }
+        Err(e) => out.push(Check::fail(
+            format!("the queues' grants cannot be read: {}", describe(&e)),
+            "check that DATABASE_URL's role can read the catalog",
+        )),
+    }
+}
+
+/// The sequence pgmq gives a queue's message ids.
+fn sequence(queue: &str) -> String {
+    format!("pgmq.\"q_{}_msg_id_seq\"", queue.replace('"', "\"\""))
+}
+
+/// Which of `wanted` (kind, object, privilege) `role` lacks, as "INSERT on pgmq.q_x"; a missing
+/// object counts as lacking. `role` is a role name, or `current_user`.
+async fn missing_rights(
+    client: &Client,
+    role: &str,
+    wanted: &[(&str, &str, &str)],
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
+    let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
+    let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
+    let role = (role != "current_user").then_some(role);
+    let rows = client
+        .query_typed(
+            "select w.privilege || ' on ' || w.object from \
+               unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privilege) \
+             cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
+             where not coalesce(case w.kind \
+               when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, w.privilege) \
+               when 'table' then pg_catalog.to_regclass(w.object) is not null \
+                 and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+               when 'column' then pg_catalog.to_regclass(w.object) is not null \
+                 and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
+               when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
+                 and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+             end, false)",
+            &[
+                (&kinds, Type::TEXT_ARRAY),
+                (&objects, Type::TEXT_ARRAY),
+                (&privileges, Type::TEXT_ARRAY),
+                (&role, Type::TEXT),
+            ],
+        )
+        .await?;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
