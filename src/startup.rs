@@ -116,7 +116,10 @@ pub async fn serve(
     if let Some(consumer) = consumer {
         // It settles the messages of the runs that ended; past the grace, what is left is
         // read again once its lease lapses.
-        let deadline = app.shutdown.deadline().unwrap_or_else(tokio::time::Instant::now);
+        let deadline = app
+            .shutdown
+            .deadline()
+            .unwrap_or_else(tokio::time::Instant::now);
         let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
     }
     served
@@ -125,7 +128,10 @@ pub async fn serve(
 /// The queue's consumer, when a route reads the queue and `DATABASE_URL` is set.
 fn consumer(app: &Arc<App>) -> Option<Arc<Consumer>> {
     let config = &app.config;
-    let url = config.database_url.clone().filter(|_| config.reads_the_queue())?;
+    let url = config
+        .database_url
+        .clone()
+        .filter(|_| config.reads_the_queue())?;
     let settings = ConsumerSettings {
         url,
         pgmq: config.pgmq.clone(),

@@ -29,7 +29,12 @@ async fn redrive(args: RedriveArgs) -> Result<(), Failure> {
     let only = if args.all { None } else { args.id };
     let moved = queue::redrive(rows.client(), &pgmq.queue, &pgmq.dead_letter, only)
         .await
-        .with_context(|| format!("moving dead letters from {} to {}", pgmq.dead_letter, pgmq.queue))?;
+        .with_context(|| {
+            format!(
+                "moving dead letters from {} to {}",
+                pgmq.dead_letter, pgmq.queue
+            )
+        })?;
     println!(
         "moved {moved} dead letter{} from {} back to {}",
         if moved == 1 { "" } else { "s" },

@@ -184,8 +184,8 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             RUN_SETUP.to_owned(),
         ));
     }
+    // The id comes from an identity column, which needs no right on its sequence.
     let q = queue::table('q', &pgmq.queue);
-    let sequence = sequence(&pgmq.queue);
     let missing = missing_rights(
         client,
         &found.owner,
@@ -193,7 +193,6 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             ("schema", "pgmq", "USAGE"),
             ("table", &q, "INSERT"),
             ("column", &q, "SELECT"),
-            ("sequence", &sequence, "USAGE"),
         ],
     )
     .await;
@@ -233,7 +232,9 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
         queue::table('q', &pgmq.dead_letter),
         queue::table('a', &pgmq.dead_letter),
     );
-    let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
+    // pgmq.metrics reads the queue's id sequence; ids themselves come from identity columns,
+    // which need no right on it.
+    let sequence = sequence(&pgmq.queue);
     let wanted = [
         ("schema", "pgmq", "USAGE"),
         ("table", q.as_str(), "SELECT"),
@@ -244,12 +245,10 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
         ("table", &a, "INSERT"),
         ("table", &a, "DELETE"),
         ("sequence", &sequence, "SELECT"),
-        ("sequence", &sequence, "USAGE"),
         ("table", &dq, "SELECT"),
         ("table", &dq, "INSERT"),
         ("table", &dq, "DELETE"),
         ("table", &da, "INSERT"),
-        ("sequence", &dead_sequence, "USAGE"),
     ];
     let user = "current_user";
     match missing_rights(client, user, &wanted).await {
@@ -261,8 +260,8 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
             format!("DATABASE_URL's role lacks {}", missing.join(", ")),
             format!(
                 "as the queues' owner: grant usage on schema pgmq to ROLE; grant select, insert, \
-                 update, delete on {q}, {a}, {dq}, {da} to ROLE; grant usage, select on \
-                 {sequence}, {dead_sequence} to ROLE (ROLE being DATABASE_URL's user)"
+                 update, delete on {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence} to \
+                 ROLE (ROLE being DATABASE_URL's user)"
             ),
         )),
         Err(e) => out.push(Check::fail(

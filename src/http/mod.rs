@@ -144,7 +144,8 @@ async fn healthz() -> Response {
 /// webhook routes work on without it).
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let github = app.readiness.check(app.pipeline.forge()).await;
-    let mut body = json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
+    let mut body =
+        json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
     let mut ready = github.is_ok();
     let mut message = github.err();
     if app.config.reads_the_queue() {
@@ -152,7 +153,9 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
             .database
             .last()
             .unwrap_or_else(|| Err("not reached yet".to_owned()));
-        body["database"] = json!(database.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()));
+        body["database"] = json!(database
+            .as_ref()
+            .map_or_else(Clone::clone, |()| "ok".to_owned()));
         if let Err(e) = database {
             if !app.config.takes_webhooks() {
                 ready = false;
