@@ -295,10 +295,14 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
             &[(&tables, Type::TEXT_ARRAY)],
         )
         .await;
+    let exposed = pgmq_public_exposed(client).await;
     match found {
-        Ok(rows) if rows.is_empty() => out.push(Check::pass(
-            "anon, authenticated and PUBLIC hold no rights on the queues",
-        )),
+        Ok(rows) if rows.is_empty() => out.push(Check::pass(if exposed {
+            "anon, authenticated and PUBLIC hold no rights on the queues' tables, so pgmq_public \
+             (Expose Queues via PostgREST, on for this database) cannot reach them"
+        } else {
+            "anon, authenticated and PUBLIC hold no rights on the queues' tables"
+        })),
         Ok(rows) => {
             let grants: Vec<String> = rows
                 .iter()
@@ -313,9 +317,14 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
                 .collect();
             out.push(Check::fail(
                 format!(
-                    "the queue is open to the Data API: {} (anyone with the anon key could \
-                     send work)",
-                    grants.join("; ")
+                    "the queue is open to the Data API's roles: {}{} (whoever holds the anon \
+                     key could send work)",
+                    grants.join("; "),
+                    if exposed {
+                        ", and pgmq_public lets them call pgmq over the Data API"
+                    } else {
+                        ""
+                    }
                 ),
                 format!(
                     "revoke all on {} from anon, authenticated, public; and leave \"Expose \
@@ -329,6 +338,26 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
             "check that DATABASE_URL's role can read the catalog",
         )),
     }
+}
+
+/// Whether Supabase's `pgmq_public` schema ("Expose Queues via PostgREST") is there with a
+/// function `anon` or `authenticated` may execute. Its functions run as their caller, so they
+/// reach a queue only through rights on its tables; false when it cannot be told.
+async fn pgmq_public_exposed(client: &Client) -> bool {
+    client
+        .query_typed(
+            "select exists ( \
+               select 1 from pg_catalog.pg_proc as p \
+               join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
+               join pg_catalog.pg_roles as r on r.rolname in ('anon', 'authenticated') \
+               where n.nspname = 'pgmq_public' \
+                 and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))",
+            &[],
+        )
+        .await
+        .ok()
+        .and_then(|rows| rows.first().map(|r| r.get::<_, bool>(0)))
+        .unwrap_or(false)
 }
 
 /// The sequence pgmq gives a queue's message ids.
