@@ -75,7 +75,7 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
             Some((_, false)) => out.push(Check::pass(format!("queue {name} exists, logged"))),
             Some((_, true)) => out.push(Check::fail(
                 format!("queue {name} is unlogged: a crash of the database empties it"),
-                format!("drop it (select pgmq.drop_queue('{name}')) once empty, then {RUN_SETUP}"),
+                format!("once it is empty, drop it with pgmq's drop_queue, then {RUN_SETUP}"),
             )),
             None => {
                 all = false;

@@ -62,7 +62,7 @@ pub async fn renew(
         .query_typed(
             "select m.msg_id, m.read_ct \
              from unnest($2::bigint[]) as held(id), \
-                  lateral pgmq.set_vt($1::text, held.id, $3::integer) as m",
+                  lateral pgmq.set_vt($1::text, held.id::bigint, $3::integer) as m",
             &[
                 (&queue, Type::TEXT),
                 (&ids, Type::INT8_ARRAY),
@@ -183,11 +183,11 @@ pub async fn redrive(
 ) -> Result<u64, tokio_postgres::Error> {
     let sql = format!(
         "with moved as ( \
-           select d.msg_id, pgmq.send($1::text, d.message -> 'message', 0::integer) as sent \
+           select d.msg_id, pgmq.send($1::text, (d.message -> 'message')::jsonb, 0::integer) as sent \
            from {dead_table} as d \
            where $3::bigint is null or d.msg_id = $3::bigint \
          ) \
-         select pgmq.archive($2::text, moved.msg_id) from moved",
+         select pgmq.archive($2::text, moved.msg_id::bigint) from moved",
         dead_table = table('q', dead)
     );
     let rows = client
@@ -266,4 +266,316 @@ pub async fn archived_ids(
         .iter()
         .filter_map(|r| Some((r.get::<_, Option<String>>(0)?, r.get(1))))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every `pgmq.` call in src/ (in a string literal: the SQL) against the pgmq 1.4.4
+    //! functions listed in `signatures-1.4.4.txt`: a function listed, with an arity it takes
+    //! (arguments with a default may be left out), every argument cast to the type listed, and
+    //! every result column selected from it (`… as m` then `m.column`) one that 1.4.4 returns.
+
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    const SIGNATURES: &str = include_str!("signatures-1.4.4.txt");
+
+    /// A function of the list: its argument types, how many have a default, what it returns.
+    #[derive(Debug)]
+    struct Function {
+        args: Vec<String>,
+        defaults: usize,
+        returns: String,
+    }
+
+    struct Listed {
+        functions: BTreeMap<String, Vec<Function>>,
+        /// `pgmq.message_record` and the other composite types: their column names.
+        types: BTreeMap<String, Vec<String>>,
+    }
+
+    fn listed() -> Listed {
+        let mut functions: BTreeMap<String, Vec<Function>> = BTreeMap::new();
+        let mut types = BTreeMap::new();
+        for line in SIGNATURES
+            .lines()
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        {
+            if let Some(rest) = line.strip_prefix("type ") {
+                let (name, columns) = rest.split_once(" (").expect("type NAME (");
+                let columns = columns.strip_suffix(')').expect("a closing )");
+                let names = columns
+                    .split(", ")
+                    .map(|c| c.split_once(' ').expect("name type").0.to_owned())
+                    .collect();
+                types.insert(name.to_owned(), names);
+            } else if let Some(rest) = line.strip_prefix("pgmq.") {
+                let (name, rest) = rest.split_once('(').expect("NAME(");
+                let (args, returns) = rest.split_once(") returns ").expect(") returns");
+                let mut function = Function {
+                    args: Vec::new(),
+                    defaults: 0,
+                    returns: returns.to_owned(),
+                };
+                for arg in args.split(", ").filter(|a| !a.is_empty()) {
+                    let (ty, default) = match arg.split_once(" default ") {
+                        Some((ty, _)) => (ty, true),
+                        None => (arg, false),
+                    };
+                    function.args.push(ty.to_owned());
+                    function.defaults += usize::from(default);
+                }
+                functions.entry(name.to_owned()).or_default().push(function);
+            }
+        }
+        Listed { functions, types }
+    }
+
+    fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("src/ is readable") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    /// The string literals of a Rust file (comments skipped), with a `\` line continuation
+    /// joined as the compiler joins it. Raw strings are taken as they are.
+    fn literals(code: &str) -> Vec<String> {
+        let chars: Vec<char> = code.chars().collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            match chars[i] {
+                '/' if chars.get(i + 1) == Some(&'/') => {
+                    while i < chars.len() && chars[i] != '\n' {
+                        i += 1;
+                    }
+                }
+                '\'' => {
+                    // A char literal ('"', '\'', 'q') or a lifetime ('a): skip what it holds.
+                    if chars.get(i + 1) == Some(&'\\') {
+                        i += 4;
+                    } else if chars.get(i + 2) == Some(&'\'') {
+                        i += 3;
+                    } else {
+                        i += 1;
+                    }
+                    continue;
+                }
+                'r' if chars.get(i + 1) == Some(&'#') || chars.get(i + 1) == Some(&'"') => {
+                    let hashes = chars[i + 1..].iter().take_while(|c| **c == '#').count();
+                    if chars.get(i + 1 + hashes) != Some(&'"')
+                        || (i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_'))
+                    {
+                        i += 1;
+                        continue;
+                    }
+                    let start = i + 2 + hashes;
+                    let end_marker: String = std::iter::once('"')
+                        .chain("#".repeat(hashes).chars())
+                        .collect();
+                    let rest: String = chars[start..].iter().collect();
+                    let len = rest.find(&end_marker).expect("a closed raw string");
+                    out.push(rest[..len].to_owned());
+                    i = start + rest[..len].chars().count() + end_marker.len();
+                    continue;
+                }
+                '"' => {
+                    let mut text = String::new();
+                    i += 1;
+                    while chars[i] != '"' {
+                        if chars[i] == '\\' {
+                            i += 1;
+                            match chars[i] {
+                                '\n' => {
+                                    while chars[i + 1].is_whitespace() {
+                                        i += 1;
+                                    }
+                                }
+                                'n' => text.push('\n'),
+                                other => text.push(other),
+                            }
+                        } else {
+                            text.push(chars[i]);
+                        }
+                        i += 1;
+                    }
+                    out.push(text);
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// One call found: the function's name, its arguments as written, and the alias its
+    /// result gets (`pgmq.read(…) as m`).
+    struct Call {
+        name: String,
+        args: Vec<String>,
+        alias: Option<String>,
+    }
+
+    fn calls(sql: &str) -> Vec<Call> {
+        let mut out = Vec::new();
+        let mut rest = sql;
+        while let Some(at) = rest.find("pgmq.") {
+            let after = &rest[at + 5..];
+            let name: String = after
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let tail = &after[name.len()..];
+            rest = tail;
+            let Some(inner) = tail.strip_prefix('(') else {
+                continue; // a table (`pgmq.q_…`) or a type, not a call
+            };
+            let (mut depth, mut args, mut current, mut end) = (0, Vec::new(), String::new(), 0);
+            for (i, c) in inner.char_indices() {
+                match c {
+                    '(' | '[' => depth += 1,
+                    ')' if depth == 0 => {
+                        end = i;
+                        break;
+                    }
+                    ')' | ']' => depth -= 1,
+                    ',' if depth == 0 => {
+                        args.push(std::mem::take(&mut current).trim().to_owned());
+                        continue;
+                    }
+                    _ => {}
+                }
+                current.push(c);
+            }
+            if !current.trim().is_empty() {
+                args.push(current.trim().to_owned());
+            }
+            let after_call = inner[end + 1..].trim_start();
+            let alias = after_call.strip_prefix("as ").map(|a| {
+                a.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect()
+            });
+            out.push(Call { name, args, alias });
+        }
+        out
+    }
+
+    /// The type an argument is cast to last (`$2::text::jsonb` → `jsonb`), if it is cast.
+    fn cast(arg: &str) -> Option<&str> {
+        let (_, ty) = arg.rsplit_once("::")?;
+        Some(ty.trim())
+    }
+
+    #[test]
+    fn every_pgmq_call_is_one_pgmq_1_4_4_has_with_every_argument_cast() {
+        let listed = listed();
+        assert!(
+            listed.functions.contains_key("read")
+                && listed.types.contains_key("pgmq.message_record"),
+            "signatures-1.4.4.txt lists pgmq.read and pgmq.message_record"
+        );
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let mut seen = 0;
+        let mut wrong = Vec::new();
+        for file in files {
+            let code = std::fs::read_to_string(&file).expect("a readable source file");
+            // The SQL that ships: not the tests' own.
+            let code = code
+                .split("\n#[cfg(test)]\nmod tests")
+                .next()
+                .unwrap_or_default();
+            for sql in literals(code) {
+                for call in calls(&sql) {
+                    seen += 1;
+                    let at = format!(
+                        "{}: pgmq.{}({})",
+                        file.display(),
+                        call.name,
+                        call.args.join(", ")
+                    );
+                    let Some(overloads) = listed.functions.get(&call.name) else {
+                        wrong.push(format!("{at}: pgmq 1.4.4 has no {} in the list", call.name));
+                        continue;
+                    };
+                    let casts: Vec<Option<&str>> = call.args.iter().map(|a| cast(a)).collect();
+                    if casts.iter().any(Option::is_none) {
+                        wrong.push(format!("{at}: an argument without a cast"));
+                        continue;
+                    }
+                    let matching = overloads.iter().find(|f| {
+                        call.args.len() <= f.args.len()
+                            && call.args.len() + f.defaults >= f.args.len()
+                            && casts
+                                .iter()
+                                .zip(&f.args)
+                                .all(|(c, ty)| *c == Some(ty.as_str()))
+                    });
+                    let Some(function) = matching else {
+                        wrong.push(format!("{at}: no listed overload takes these casts"));
+                        continue;
+                    };
+                    let (Some(alias), Some(columns)) = (
+                        call.alias.as_deref(),
+                        listed
+                            .types
+                            .get(function.returns.trim_start_matches("setof ")),
+                    ) else {
+                        continue;
+                    };
+                    let prefix = format!("{alias}.");
+                    for (i, _) in sql.match_indices(&prefix) {
+                        let before = sql[..i].chars().next_back();
+                        if before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+                            continue;
+                        }
+                        let column: String = sql[i + prefix.len()..]
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect();
+                        if !columns.contains(&column) {
+                            wrong.push(format!(
+                                "{at}: selects {alias}.{column}, which {} has not in 1.4.4",
+                                function.returns
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        assert!(
+            seen >= 10,
+            "found only {seen} pgmq calls in src/: is the scan broken?"
+        );
+    }
+
+    #[test]
+    fn the_scan_finds_what_breaks_the_rule() {
+        let sql = literals(
+            "let a = \"select m.headers from pgmq.read($1::text, $2, 3::integer) as m \\\n  where 1\";",
+        );
+        assert_eq!(
+            sql,
+            vec!["select m.headers from pgmq.read($1::text, $2, 3::integer) as m where 1"]
+        );
+        let found = calls(&sql[0]);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].name, "read");
+        assert_eq!(found[0].args, vec!["$1::text", "$2", "3::integer"]);
+        assert_eq!(found[0].alias.as_deref(), Some("m"));
+        assert_eq!(cast(&found[0].args[1]), None);
+        assert_eq!(cast("(d.message -> 'message')::jsonb"), Some("jsonb"));
+        // Comments are not SQL.
+        assert!(literals("// \"pgmq.nothing()\"\nlet x = 1;").is_empty());
+    }
 }
