@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
 # Starts a throwaway PostgreSQL for rowbranch's tests and prints where it is:
 #
-#   eval "$(scripts/test-postgres.sh)"      # sets DATABASE_URL in this shell
+#   eval "$(scripts/test-postgres.sh)"      # sets DATABASE_URL (and the PGMQ_* below) in this shell
 #   cargo test
 #
 # Each run makes a new cluster in a new temporary directory, listening on a free port on
 # 127.0.0.1 only (its socket inside that directory), with trust authentication (anyone on this
 # machine may connect as `postgres`: it holds nothing but test data) and fsync off (fast, and
-# lost on a crash). It has a database `rowbranch_test`. Standard output is two lines:
+# lost on a crash). It has a database `rowbranch_test`. Standard output is two lines, with up to
+# two more between them:
 #
 #   export DATABASE_URL=postgres://postgres@127.0.0.1:PORT/rowbranch_test
+#   export PGMQ_SQL_TEMPLATE=rowbranch_pgmq_sql               (when pgmq could be installed so)
+#   export PGMQ_EXTENSION_TEMPLATE=rowbranch_pgmq_extension   (likewise)
 #   # stop: COMMAND            (stops the server and removes its directory)
 #
 # Everything else goes to standard error. The server runs until that command, a reboot, or the
-# end of the machine (a CI container); nothing about it outlives its temporary directory.
+# end of the machine (a CI container); nothing about it outlives its temporary directory, except
+# the two pgmq extension files below.
+#
+# pgmq, for the queue tests: the SQL of pgmq that the `pgmq` crate carries, pinned by
+# scripts/pgmq-sql/ (a manifest with its own Cargo.lock, fetched with `cargo fetch --locked`,
+# never compiled, its files checked against scripts/pgmq-sql/SHA256SUMS; a mismatch stops this
+# script). It is installed twice, each into a template database that tests copy with
+# `create database … template …` (connections to the templates themselves are refused):
+#   - PGMQ_SQL_TEMPLATE: the file run as plain SQL (pgmq's "SQL-only installation");
+#   - PGMQ_EXTENSION_TEMPLATE: `create extension pgmq`, from pgmq.control and pgmq--VERSION.sql
+#     written into the server's extension directory (SHAREDIR/extension). That needs root or a
+#     writable directory; the files stay there after the server stops, and are replaced only
+#     when they are this script's own (the control file carries a line saying so).
+# Either one that cannot be made (no cargo, no network for the first fetch, no writable
+# extension directory, a foreign pgmq already there) is said on standard error and not exported;
+# the tests that need it then skip, or fail under CI=true.
 #
 # Where the server comes from: $PG_BINDIR if set, else the newest /usr/lib/postgresql/*/bin
 # (Debian's layout), else the directory of `pg_ctl` on PATH. If there is none and this runs as
@@ -178,6 +196,109 @@ done
   -c "create database rowbranch_test" >/dev/null </dev/null ||
   die "could not create the database rowbranch_test"
 
+# pgmq (see the top of this file). Each step that fails says why and leaves its template out.
+psql_admin() {
+  "$bindir/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$port" -U postgres "$@" </dev/null
+}
+warn() {
+  echo "$me: $*" >&2
+}
+pgmq_manifest="$(cd "$(dirname "$0")" && pwd)/pgmq-sql/Cargo.toml"
+pgmq_begun=$SECONDS
+
+# The directory of the pinned pgmq crate, fetched and checked; or nothing, after saying why.
+pgmq_crate() {
+  local host crate
+  if ! command -v cargo >/dev/null 2>&1; then
+    warn "no cargo on PATH: pgmq cannot be fetched, so the pgmq tests have no pgmq"
+    return
+  fi
+  if ! command -v python3 >/dev/null 2>&1; then
+    warn "no python3 on PATH to read cargo metadata's JSON: the pgmq tests have no pgmq"
+    return
+  fi
+  host="$(rustc -vV 2>/dev/null | sed -n 's/^host: //p')"
+  # Only this machine's dependencies, and nothing built: the crate is wanted for its files.
+  if ! cargo fetch --locked --manifest-path "$pgmq_manifest" ${host:+--target "$host"} \
+    >"$dir/pgmq-fetch.log" 2>&1 </dev/null; then
+    warn "cargo fetch of the pinned pgmq crate failed (offline?): $(tail -n 3 "$dir/pgmq-fetch.log")"
+    return
+  fi
+  crate="$(cargo metadata --format-version 1 --locked --offline --manifest-path "$pgmq_manifest" \
+    ${host:+--filter-platform "$host"} 2>>"$dir/pgmq-fetch.log" </dev/null |
+    python3 -c '
+import json, os, sys
+meta = json.load(sys.stdin)
+paths = [p["manifest_path"] for p in meta["packages"] if p["name"] == "pgmq"]
+print(os.path.dirname(paths[0]) if len(paths) == 1 else "")
+')" || crate=""
+  if [ -z "$crate" ] || [ ! -d "$crate" ]; then
+    warn "cargo metadata did not locate the pgmq crate: $(tail -n 3 "$dir/pgmq-fetch.log")"
+    return
+  fi
+  (cd "$crate" && sha256sum --check --strict --quiet "${pgmq_manifest%/*}/SHA256SUMS" >&2) ||
+    die "the pgmq crate's files in $crate do not match scripts/pgmq-sql/SHA256SUMS: not running them"
+  echo "$crate"
+}
+
+pgmq_sql_template=""
+pgmq_extension_template=""
+pgmq_version=""
+crate="$(pgmq_crate)" || exit 1
+if [ -n "$crate" ]; then
+  pgmq_sql="$crate/src/install/embedded/sql/pgmq.sql"
+  pgmq_control="$crate/src/install/embedded/pgmq.control"
+  pgmq_version="$(sed -n "s/^default_version = '\([0-9.]*\)'\$/\1/p" "$pgmq_control")"
+  [ -n "$pgmq_version" ] || die "no default_version in $pgmq_control"
+
+  # SQL-only: the file run as it is, in a database of its own.
+  if psql_admin -d postgres -c "create database rowbranch_pgmq_sql" >/dev/null &&
+    psql_admin -d rowbranch_pgmq_sql -f "$pgmq_sql" >"$dir/pgmq-sql.log" 2>&1 &&
+    psql_admin -d postgres \
+      -c "alter database rowbranch_pgmq_sql with is_template true allow_connections false" \
+      >/dev/null; then
+    pgmq_sql_template=rowbranch_pgmq_sql
+  else
+    warn "pgmq $pgmq_version did not install as SQL: $(tail -n 5 "$dir/pgmq-sql.log" 2>/dev/null)"
+  fi
+
+  # As an extension: the control file and the version's script in the server's extension
+  # directory, replacing only files this script wrote before.
+  mark="# written by rowbranch's scripts/test-postgres.sh for its tests; replaced on its next run"
+  sharedir="$(psql_admin -d postgres -At -c "select setting from pg_config where name = 'SHAREDIR'")"
+  extdir="$sharedir/extension"
+  control_target="$extdir/pgmq.control"
+  sql_target="$extdir/pgmq--$pgmq_version.sql"
+  wanted_control="$(cat "$pgmq_control"; echo "$mark")"
+  if [ -z "$sharedir" ] || [ ! -d "$extdir" ]; then
+    warn "found no extension directory (SHAREDIR/extension) for the server: no pgmq extension"
+  elif ! is_root && [ ! -w "$extdir" ]; then
+    warn "cannot write $extdir (run as root, or make it writable) to install pgmq as an extension: PGMQ_EXTENSION_TEMPLATE is not set"
+  elif [ -e "$control_target" ] && ! grep -qxF "$mark" "$control_target"; then
+    warn "$control_target is another pgmq, not this script's: left alone, PGMQ_EXTENSION_TEMPLATE is not set"
+  else
+    if [ "$(cat "$control_target" 2>/dev/null)" != "$wanted_control" ]; then
+      printf '%s\n' "$wanted_control" >"$control_target.tmp.$$" &&
+        chmod 0644 "$control_target.tmp.$$" && mv -f "$control_target.tmp.$$" "$control_target"
+    fi
+    if ! cmp -s "$pgmq_sql" "$sql_target"; then
+      install -m 0644 "$pgmq_sql" "$sql_target.tmp.$$" && mv -f "$sql_target.tmp.$$" "$sql_target"
+    fi
+    if psql_admin -d postgres -c "create database rowbranch_pgmq_extension" >/dev/null &&
+      psql_admin -d rowbranch_pgmq_extension -c "create extension pgmq version '$pgmq_version'" \
+        >"$dir/pgmq-extension.log" 2>&1 &&
+      psql_admin -d postgres \
+        -c "alter database rowbranch_pgmq_extension with is_template true allow_connections false" \
+        >/dev/null; then
+      pgmq_extension_template=rowbranch_pgmq_extension
+    else
+      warn "create extension pgmq failed: $(tail -n 5 "$dir/pgmq-extension.log" 2>/dev/null)"
+    fi
+  fi
+  warn "pgmq $pgmq_version in $((SECONDS - pgmq_begun)) s:" \
+    "SQL-only ${pgmq_sql_template:-not installed}, extension ${pgmq_extension_template:-not installed}"
+fi
+
 trap - EXIT
 stop=""
 if [ ${#run_as[@]} -gt 0 ]; then
@@ -186,4 +307,10 @@ fi
 stop+="$(printf '%q -D %q -m fast stop' "$bindir/pg_ctl" "$data") && rm -rf $(printf '%q' "$dir")"
 echo "$me: PostgreSQL $("$bindir/postgres" --version | awk '{print $3}') on 127.0.0.1:$port, data in $dir" >&2
 echo "export DATABASE_URL=postgres://postgres@127.0.0.1:$port/rowbranch_test"
+if [ -n "$pgmq_sql_template" ]; then
+  echo "export PGMQ_SQL_TEMPLATE=$pgmq_sql_template"
+fi
+if [ -n "$pgmq_extension_template" ]; then
+  echo "export PGMQ_EXTENSION_TEMPLATE=$pgmq_extension_template"
+fi
 echo "# stop: $stop"
