@@ -165,6 +165,9 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
         webhook_secret: Some(generate_secret().context("no randomness for a secret")?),
+        events: vec!["INSERT".into()],
+        queue: "rowbranch".into(),
+        dead_letter: "rowbranch_dead".into(),
     };
     // Every value is checked before GitHub is asked anything.
     ctx.check().map_err(

@@ -25,6 +25,10 @@ pub const FILES: &[(&str, &str)] = &[
     ),
     ("supabase.sql", include_str!("../../templates/supabase.sql")),
     (
+        "supabase-queue.sql",
+        include_str!("../../templates/supabase-queue.sql"),
+    ),
+    (
         "app-manifest.json",
         include_str!("../../templates/app-manifest.json"),
     ),
@@ -75,6 +79,12 @@ pub struct SetupContext {
     pub event_type: String,
     /// The webhook secret the trigger sends; `None` renders a placeholder.
     pub webhook_secret: Option<String>,
+    /// The route's event types (`INSERT`, `UPDATE`, `DELETE`), which the queue's trigger fires on.
+    pub events: Vec<String>,
+    /// The pgmq queue the queue's trigger sends rows to.
+    pub queue: String,
+    /// The pgmq queue rowbranch moves messages it refuses for good into.
+    pub dead_letter: String,
 }
 
 /// Why a value cannot go into the setup files.
@@ -110,6 +120,9 @@ impl SetupContext {
             branch_prefix: "feedback".into(),
             event_type: "feedback".into(),
             webhook_secret: None,
+            events: vec!["INSERT".into()],
+            queue: "rowbranch".into(),
+            dead_letter: "rowbranch_dead".into(),
         }
     }
 
