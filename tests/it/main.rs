@@ -21,6 +21,7 @@ mod observe;
 mod properties;
 mod reconcile;
 mod rows;
+mod setup_queue;
 mod setup_sql;
 mod setup_vault_sql;
 mod setup_workflow;
