@@ -31,8 +31,9 @@
 --
 -- What it installs, in this order:
 --   1. pgmq, with `create extension pgmq`, only when there is no schema pgmq yet: pgmq may have
---      been installed as plain SQL (pgmq's INSTALLATION.md, "SQL-only installation"), where
---      create extension fails.
+--      been installed as plain SQL (pgmq's INSTALLATION.md, "SQL-only installation", possible
+--      from pgmq 1.5.1: pgmq/pgmq 87530eda15c53448dc1e0f222dac67ea4731ff4c), where create
+--      extension fails.
 --   2. The queue and the dead-letter queue named in rowbranch.toml's [pgmq] section, each made
 --      with pgmq.create when pgmq.list_queues() does not hold it yet: the logged tables
 --      pgmq.q_<name> (the messages) and pgmq.a_<name> (the archive); pgmq lowercases the table
