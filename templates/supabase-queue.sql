@@ -39,10 +39,11 @@
 --      pgmq.q_<name> (the messages) and pgmq.a_<name> (the archive); pgmq lowercases the table
 --      names and keeps the name as given in pgmq.meta. A queue that exists but is unlogged is
 --      refused, since a crash empties an unlogged table.
---   3. The trigger function rowbranch.enqueue(), in a schema of its own, outside the schemas
---      Supabase's Data API exposes: SECURITY DEFINER with an empty search_path and fully
---      qualified names, one for every table and queue (the queue is its trigger's argument, so
---      two rowbranch deployments with different queues share it and never collide).
+--   3. The trigger function rowbranch.enqueue(), in rowbranch's own schema (supabase-vault.sql
+--      uses it too), outside the schemas Supabase's Data API exposes: SECURITY DEFINER with an
+--      empty search_path and fully qualified names, one for every table and queue (the queue is
+--      its trigger's argument, so two rowbranch deployments with different queues share it and
+--      never collide).
 --   4. What the function's owner needs to send, granted only where it lacks it: USAGE on schema
 --      pgmq, INSERT on pgmq.q_<queue>, and SELECT on its msg_id column (pgmq.send is SECURITY
 --      INVOKER and inserts with RETURNING msg_id: pgmq-extension/sql/pgmq.sql, "send", at
@@ -92,7 +93,8 @@
 --   commit;
 -- with QUEUE, SCHEMA and TABLE spelled as in the trigger at the end of this file, and the drop
 -- trigger once for each table the function serves (the drop function refuses while a trigger
--- still uses it), which this lists:
+-- still uses it; the drop schema, while the schema holds anything else, such as
+-- supabase-vault.sql's rowbranch.signed_webhook(): leave that line out then). This lists them:
 --   select tgrelid::regclass, tgname from pg_trigger where tgfoid = 'rowbranch.enqueue'::regproc;
 -- Then, once rowbranch has emptied the queue and no dead letter is wanted any more
 -- (a queue's messages and its archive go with it):

@@ -1,6 +1,7 @@
-//! No name can break out of its quoting: names of any characters, drawn at random too, with
-//! `standard_conforming_strings` either way; no value in a comment or a dollar-quoted body; and
-//! only the three event keywords in the trigger.
+//! No name can break out of its quoting: names of any printable characters, drawn at random
+//! too, with `standard_conforming_strings` either way (a control character is refused before
+//! rendering, by `SetupContext::check`); no value in a comment or a dollar-quoted body; and only
+//! the three event keywords in the trigger.
 
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::TestRunner;
@@ -8,7 +9,7 @@ use proptest::test_runner::TestRunner;
 use super::*;
 
 #[tokio::test]
-async fn names_of_any_characters_stay_inside_their_quotes() {
+async fn names_of_any_printable_characters_stay_inside_their_quotes() {
     for_each_install(|db| async move {
         let c = &db.client;
         create_table(c, "app", "sentinel").await;
@@ -16,15 +17,15 @@ async fn names_of_any_characters_stay_inside_their_quotes() {
             ("my \"app\"".to_owned(), "feed backs".to_owned()),
             (
                 "We\"ird $enqueue$ $grants$".to_owned(),
-                "x\"; drop table app.sentinel; --\nselect 1 \"y".to_owned(),
+                "x\"; drop table app.sentinel; -- select 1 \"y".to_owned(),
             ),
             (
                 "o'neil\\".to_owned(),
                 "E'\\'; drop table app.sentinel; --".to_owned(),
             ),
         ];
-        // And names made of any characters a name may hold, drawn at random.
-        let strategy = "[a-zA-Z0-9 _\"'\\\\;$\\-\n\té€]{1,20}";
+        // And names of printable characters, drawn at random.
+        let strategy = "[a-zA-Z0-9 _\"'\\\\;$\\-é€]{1,20}";
         let mut runner = TestRunner::default();
         for n in 0..6 {
             let mut draw = || {
@@ -91,6 +92,14 @@ fn no_value_lands_in_a_comment_or_a_dollar_quoted_body() {
         "{sql}"
     );
     assert!(sql.contains("\"rowbranch_queue_zzmarkq\""), "{sql}");
+    let broken = SetupContext {
+        table: "two\nlines".into(),
+        ..ctx
+    };
+    assert!(
+        render("supabase-queue.sql", &broken).is_err(),
+        "a line break in a name was rendered"
+    );
     assert!(
         sql.contains("after insert on \"MARK-schema\".\"MARK-table\""),
         "{sql}"
