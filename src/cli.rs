@@ -179,13 +179,26 @@ pub struct InitArgs {
         required_unless_present = "manifest_code"
     )]
     pub repo: Option<String>,
-    /// Where Supabase reaches rowbranch (the trigger posts to URL/webhook).
+    /// Where Supabase reaches rowbranch (the trigger posts to URL/webhook), and where GitHub
+    /// sends the browser once the App is created. Required for the webhook intake; with
+    /// `--intake pgmq` nothing reaches rowbranch from outside, and the default is
+    /// http://127.0.0.1:8080.
+    #[arg(long, value_name = "PUBLIC_URL")]
+    pub url: Option<String>,
+    /// Where the rows come from: `webhook`, a Supabase Database Webhook posting to URL/webhook
+    /// (writes supabase-vault.sql and supabase.sql); or `pgmq`, a Supabase Queue that each
+    /// INSERT's own transaction fills and rowbranch reads over DATABASE_URL (writes
+    /// supabase-queue.sql).
     #[arg(
         long,
-        value_name = "PUBLIC_URL",
-        required_unless_present = "manifest_code"
+        value_enum,
+        default_value = "webhook",
+        conflicts_with = "manifest_code"
     )]
-    pub url: Option<String>,
+    pub intake: IntakeArg,
+    /// With `--intake pgmq`: the queue's name; the dead letters go to NAME_dead.
+    #[arg(long, value_name = "NAME", default_value = "rowbranch")]
+    pub queue: String,
     /// The GitHub App's name (default rowbranch-OWNER; at most 34 characters). GitHub lets you
     /// change it when it creates the App; --manifest-code then uses the name GitHub gave it.
     #[arg(long, value_name = "NAME")]
@@ -225,6 +238,13 @@ pub struct InitArgs {
     /// or GITHUB_API_URL).
     #[arg(long, value_name = "URL")]
     pub api_url: Option<String>,
+}
+
+/// `init --intake`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum IntakeArg {
+    Webhook,
+    Pgmq,
 }
 
 /// The kind of account that owns a repository.

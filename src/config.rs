@@ -236,7 +236,8 @@ pub struct Route {
 }
 
 /// Where a route's rows come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Intake {
     /// `POST /webhook`: a Supabase Database Webhook (pg_net).
     Webhook,

@@ -5,8 +5,8 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 
-use crate::cli::{InitArgs, OwnerType};
-use crate::config::process_env;
+use crate::cli::{InitArgs, IntakeArg, OwnerType};
+use crate::config::{is_queue_name, process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{BranchPrefix, EventType, RepoName};
@@ -23,16 +23,22 @@ const MAX_APP_NAME: usize = 34;
 /// (https://www.postgresql.org/docs/current/sql-syntax-lexical.html#SQL-SYNTAX-IDENTIFIERS).
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
-/// Where each setup file goes in the folder `init` writes.
-const OUTPUTS: &[(&str, &str)] = &[
-    ("rowbranch.toml", "rowbranch.toml"),
-    ("workflow.yml", "workflow.yml"),
-    ("supabase-vault.sql", "supabase-vault.sql"),
-    ("supabase.sql", "supabase.sql"),
-    ("app-manifest.json", "app-manifest.json"),
-    ("payload.json.j2", "payload.json.j2"),
-    ("create-app.html", "create-app.html"),
+/// The setup files `init` writes for either intake, each in the folder under its own name.
+const OUTPUTS: &[&str] = &[
+    "rowbranch.toml",
+    "workflow.yml",
+    "app-manifest.json",
+    "payload.json.j2",
+    "create-app.html",
 ];
+
+/// The Supabase SQL for each intake.
+const WEBHOOK_SQL: &[&str] = &["supabase-vault.sql", "supabase.sql"];
+const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
+
+/// Where GitHub sends the browser after creating the App, for the queue intake without
+/// `--url`: `rowbranch serve` on this machine, at its default address.
+const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
 /// The files that carry the webhook secret: readable by their owner only.
 const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
@@ -123,11 +129,28 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
     let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
-    let url = args
-        .url
-        .as_deref()
-        .ok_or_else(|| usage("--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com"))?;
-    let url = public_url(url)?;
+    let intake = match args.intake {
+        IntakeArg::Webhook => Intake::Webhook,
+        IntakeArg::Pgmq => Intake::Pgmq,
+    };
+    let url = match (args.url.as_deref(), intake) {
+        (Some(url), _) => public_url(url)?,
+        (None, Intake::Pgmq) => LOCAL_URL.to_owned(),
+        (None, Intake::Webhook) => return Err(usage(
+            "--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com \
+             (or --intake pgmq, where rowbranch reads a queue and needs no public address)",
+        )),
+    };
+    let dead_letter = format!("{}_dead", args.queue);
+    for name in [&args.queue, &dead_letter] {
+        if !is_queue_name(name) {
+            return Err(usage(format!(
+                "--queue `{}`: a queue's name (and its dead-letter queue's, NAME_dead) is 1 to 47 \
+                 of a-z, 0-9 and _, not starting with a digit",
+                crate::identity::excerpt(&args.queue)
+            )));
+        }
+    }
     BranchPrefix::parse(&args.branch_prefix).map_err(|e| usage(format!("--branch-prefix: {e}")))?;
     EventType::parse(&args.event_type).map_err(|e| usage(format!("--event-type: {e}")))?;
     identifier("--schema", &args.schema, false)?;
@@ -164,10 +187,14 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
-        webhook_secret: Some(generate_secret().context("no randomness for a secret")?),
+        webhook_secret: match intake {
+            Intake::Webhook => Some(generate_secret().context("no randomness for a secret")?),
+            Intake::Pgmq => None,
+        },
+        intake,
         events: vec!["INSERT".into()],
-        queue: "rowbranch".into(),
-        dead_letter: "rowbranch_dead".into(),
+        queue: args.queue.clone(),
+        dead_letter,
     };
     // Every value is checked before GitHub is asked anything.
     ctx.check().map_err(
@@ -189,8 +216,14 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &args.dir;
-    let mut names: Vec<&str> = OUTPUTS.iter().map(|(_, out)| *out).collect();
-    names.push(ENV_FILE);
+    let mut names: Vec<&str> = OUTPUTS.to_vec();
+    match args.intake {
+        IntakeArg::Webhook => {
+            names.extend(WEBHOOK_SQL);
+            names.push(ENV_FILE);
+        }
+        IntakeArg::Pgmq => names.extend(QUEUE_SQL),
+    }
     if !args.force {
         let existing: Vec<&str> = names
             .iter()
@@ -207,25 +240,29 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     }
     let ctx = context(args).await?;
     // Everything is rendered before anything is written.
-    let mut files = Vec::with_capacity(OUTPUTS.len());
-    for (template, out) in OUTPUTS {
-        files.push((*out, render(template, &ctx)?));
+    let mut files = Vec::with_capacity(names.len());
+    for name in names.iter().filter(|name| **name != ENV_FILE) {
+        files.push((*name, render(name, &ctx)?));
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (out, text) in &files {
         write(&dir.join(out), text, PRIVATE.contains(out))?;
     }
-    let secret = ctx.webhook_secret.as_deref().unwrap_or_default();
-    write(
-        &dir.join(ENV_FILE),
-        &format!("# rowbranch's webhook secret; the same is in supabase-vault.sql and supabase.sql. Keep all three private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
-        true,
-    )?;
+    if let Some(secret) = ctx.webhook_secret.as_deref() {
+        write(
+            &dir.join(ENV_FILE),
+            &format!("# rowbranch's webhook secret; the same is in supabase-vault.sql and supabase.sql. Keep all three private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
+            true,
+        )?;
+    }
     println!("wrote to {}:", dir.display());
     for name in &names {
         println!("  {name}");
     }
-    print_next_steps(dir, &ctx);
+    match ctx.intake {
+        Intake::Webhook => print_next_steps(dir, &ctx),
+        Intake::Pgmq => print_queue_steps(dir, &ctx),
+    }
     Ok(())
 }
 
@@ -263,6 +300,45 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
         url = ctx.url,
         schema = ctx.schema,
         table = ctx.table,
+    );
+}
+
+fn print_queue_steps(dir: &Path, ctx: &SetupContext) {
+    let d = dir.display();
+    let repo = &ctx.repo;
+    let owner = match ctx.owner_kind {
+        OwnerKind::Organization => format!("the organization {}", ctx.owner),
+        OwnerKind::User => format!("your account {} (be signed in as {0})", ctx.owner),
+    };
+    println!(
+        "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
+the queue and its trigger, then rowbranch reading it, then the workflow.
+  1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
+     button; GitHub then sends you to {url}/?code=… (rowbranch serve shows the command there;
+     if nothing answers, copy the code from the address bar) and run
+       rowbranch init --dir {d} --manifest-code THE_CODE
+     (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
+     App into {d}/workflow.yml).
+  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
+  3. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
+     SQL editor: each INSERT on {schema}.{table} then puts the row into the queue {queue}, in
+     the INSERT's own transaction.
+  4. Give rowbranch a database role of its own that may read the queues (doctor prints the
+     grants), and set DATABASE_URL to it: on Supabase, Connect → Session pooler (or the direct
+     connection), with sslmode=verify-full and sslrootcert= the project's CA (Database
+     Settings → SSL Configuration).
+  5. Start rowbranch anywhere that reaches the database; it needs no inbound port:
+       DATABASE_URL=… rowbranch serve --config {d}/rowbranch.toml
+     (docs/deploy.md for a platform; the key {d}/app.pem and DATABASE_URL in its secret store).
+  6. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
+     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
+     General → \"Allow GitHub Actions to create and approve pull requests\").
+  7. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
+  8. rowbranch doctor --config {d}/rowbranch.toml, until every line is ✓",
+        url = ctx.url,
+        schema = ctx.schema,
+        table = ctx.table,
+        queue = ctx.queue,
     );
 }
 

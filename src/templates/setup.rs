@@ -16,6 +16,8 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
+use crate::config::Intake;
+
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
 pub const FILES: &[(&str, &str)] = &[
     ("workflow.yml", include_str!("../../templates/workflow.yml")),
@@ -79,6 +81,9 @@ pub struct SetupContext {
     pub event_type: String,
     /// The webhook secret the trigger sends; `None` renders a placeholder.
     pub webhook_secret: Option<String>,
+    /// Where the route's rows come from: the config's route says so, the manifest has a
+    /// webhook URL only for `webhook`.
+    pub intake: Intake,
     /// The route's event types (`INSERT`, `UPDATE`, `DELETE`), which the queue's trigger fires on.
     pub events: Vec<String>,
     /// The pgmq queue the queue's trigger sends rows to.
@@ -120,6 +125,7 @@ impl SetupContext {
             branch_prefix: "feedback".into(),
             event_type: "feedback".into(),
             webhook_secret: None,
+            intake: Intake::Webhook,
             events: vec!["INSERT".into()],
             queue: "rowbranch".into(),
             dead_letter: "rowbranch_dead".into(),
@@ -128,7 +134,7 @@ impl SetupContext {
 
     /// Refuses a value that no quoting makes safe in every file: see [`refused`].
     pub fn check(&self) -> Result<(), SetupError> {
-        let fields: [(&'static str, &str); 12] = [
+        let fields: [(&'static str, &str); 14] = [
             ("repo", &self.repo),
             ("owner", &self.owner),
             ("url", &self.url),
@@ -140,6 +146,8 @@ impl SetupContext {
             ("text_column", &self.text_column),
             ("branch_prefix", &self.branch_prefix),
             ("event_type", &self.event_type),
+            ("queue", &self.queue),
+            ("dead_letter", &self.dead_letter),
             (
                 "webhook_secret",
                 self.webhook_secret.as_deref().unwrap_or_default(),

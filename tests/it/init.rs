@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::config::{Config, ForgeSettings};
+use rowbranch::config::{Config, ForgeSettings, Intake};
 use rowbranch::templates::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
@@ -552,4 +552,127 @@ async fn an_app_github_created_under_another_name_gets_its_own_bot_into_the_work
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(before.lines().count(), after.lines().count());
     fake.assert_no_unexpected();
+}
+
+/// `init --intake pgmq` for `acme/app`, without `--url`.
+fn init_queue(dir: &Path, extra: &[&str]) -> Output {
+    let d = dir.to_str().unwrap();
+    let mut args = vec![
+        "init",
+        "--dir",
+        d,
+        "--repo",
+        "acme/app",
+        "--owner-type",
+        "organization",
+        "--intake",
+        "pgmq",
+    ];
+    args.extend_from_slice(extra);
+    rowbranch(&args)
+}
+
+#[test]
+fn the_queue_intake_writes_the_queue_sql_and_a_config_whose_route_reads_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = dir.path().join("setup");
+    let out = init_queue(&setup, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    for name in [
+        "rowbranch.toml",
+        "workflow.yml",
+        "supabase-queue.sql",
+        "app-manifest.json",
+        "payload.json.j2",
+        "create-app.html",
+    ] {
+        assert!(setup.join(name).is_file(), "{name} missing");
+    }
+    for name in ["supabase.sql", "supabase-vault.sql", "rowbranch.env"] {
+        assert!(
+            !setup.join(name).exists(),
+            "{name} is for the webhook intake, and no secret is needed"
+        );
+    }
+    let config = Config::load(&setup.join("rowbranch.toml"), &|_| None).unwrap();
+    assert_eq!(config.routes[0].intake, Intake::Pgmq);
+    assert!(config.reads_the_queue() && !config.takes_webhooks());
+    assert_eq!(
+        (config.pgmq.queue.as_str(), config.pgmq.dead_letter.as_str()),
+        ("rowbranch", "rowbranch_dead")
+    );
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(setup.join("app-manifest.json")).unwrap())
+            .unwrap();
+    assert!(
+        manifest.get("hook_attributes").is_none(),
+        "no webhook URL: nothing reaches rowbranch from outside"
+    );
+    assert_eq!(manifest["redirect_url"], "http://127.0.0.1:8080/");
+    let sql = std::fs::read_to_string(setup.join("supabase-queue.sql")).unwrap();
+    assert!(sql.contains("execute function rowbranch.enqueue(E'rowbranch')"));
+    assert!(sql.contains("pg_catalog.set_config('rowbranch.queue', E'rowbranch', true)"));
+    for step in [
+        "create-app.html",
+        "--manifest-code",
+        "supabase-queue.sql",
+        "Integrations → Queues",
+        "DATABASE_URL",
+        "sslmode=verify-full",
+        "rowbranch doctor",
+    ] {
+        assert!(
+            text(&out).contains(step),
+            "next steps miss {step:?}:\n{}",
+            text(&out)
+        );
+    }
+    assert!(!text(&out).contains("Database Webhooks"), "{}", text(&out));
+}
+
+#[test]
+fn the_queue_is_named_with_queue_and_its_dead_letters_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init_queue(
+        dir.path(),
+        &["--queue", "feedback_rows", "--url", "https://h.example"],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let config = Config::load(&dir.path().join("rowbranch.toml"), &|_| None).unwrap();
+    assert_eq!(config.pgmq.queue, "feedback_rows");
+    assert_eq!(config.pgmq.dead_letter, "feedback_rows_dead");
+    let sql = std::fs::read_to_string(dir.path().join("supabase-queue.sql")).unwrap();
+    assert!(sql.contains("E'feedback_rows_dead'"));
+    let manifest = std::fs::read_to_string(dir.path().join("app-manifest.json")).unwrap();
+    assert!(manifest.contains("\"redirect_url\": \"https://h.example/\""));
+}
+
+#[test]
+fn a_bad_queue_name_or_a_webhook_without_a_url_is_a_usage_error_that_says_what_to_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    for bad in ["Feedback", "9rows", "a-b", &"q".repeat(43)] {
+        let out = init_queue(dir.path(), &["--queue", bad]);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {}", text(&out));
+        assert!(text(&out).contains("--queue"), "{}", text(&out));
+    }
+    assert!(
+        !dir.path().join("rowbranch.toml").exists(),
+        "nothing written"
+    );
+    let d = dir.path().to_str().unwrap();
+    let out = rowbranch(&[
+        "init",
+        "--dir",
+        d,
+        "--repo",
+        "acme/app",
+        "--owner-type",
+        "user",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("--url") && text(&out).contains("--intake pgmq"),
+        "{}",
+        text(&out)
+    );
 }

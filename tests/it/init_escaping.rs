@@ -5,7 +5,7 @@
 //! names in `setup_sql` and `setup_vault_sql`.)
 
 use proptest::prelude::*;
-use rowbranch::config::Config;
+use rowbranch::config::{Config, Intake};
 use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -27,13 +27,28 @@ fn url() -> impl Strategy<Value = String> {
         .prop_map(|(host, path)| format!("https://{host}.example/{path}"))
 }
 
+/// The example, for the intake and queue of `ctx`: what `ctx`'s files are compared with.
+fn example_for(ctx: &SetupContext) -> SetupContext {
+    SetupContext {
+        intake: ctx.intake,
+        queue: ctx.queue.clone(),
+        dead_letter: ctx.dead_letter.clone(),
+        ..SetupContext::example()
+    }
+}
+
 fn contexts() -> impl Strategy<Value = SetupContext> {
     (
         (printable(30), printable(30), printable(20), printable(20)),
         (printable(34), printable(60), url()),
+        (any::<bool>(), "[a-z_][a-z0-9_]{0,41}"),
     )
         .prop_map(
-            |((schema, table, id_column, text_column), (app_name, event_type, url))| SetupContext {
+            |(
+                (schema, table, id_column, text_column),
+                (app_name, event_type, url),
+                (queue_intake, queue),
+            )| SetupContext {
                 app_slug: slug::slugify(&app_name),
                 schema,
                 table,
@@ -42,6 +57,13 @@ fn contexts() -> impl Strategy<Value = SetupContext> {
                 app_name,
                 event_type,
                 url,
+                intake: if queue_intake {
+                    Intake::Pgmq
+                } else {
+                    Intake::Webhook
+                },
+                dead_letter: format!("{queue}_dead"),
+                queue,
                 ..SetupContext::example()
             },
         )
@@ -77,7 +99,7 @@ fn manifest_shape(ctx: &SetupContext) -> (Value, Value) {
     let mut manifest: Value = serde_json::from_str(&rendered("app-manifest.json", ctx))
         .unwrap_or_else(|e| panic!("the manifest is not JSON: {e}"));
     let example: Value =
-        serde_json::from_str(&rendered("app-manifest.json", &SetupContext::example())).unwrap();
+        serde_json::from_str(&rendered("app-manifest.json", &example_for(ctx))).unwrap();
     assert_eq!(manifest["name"].as_str(), Some(ctx.app_name.as_str()));
     assert_eq!(
         manifest["description"].as_str().unwrap(),
@@ -86,10 +108,17 @@ fn manifest_shape(ctx: &SetupContext) -> (Value, Value) {
             ctx.schema, ctx.table
         )
     );
-    assert_eq!(
-        manifest["hook_attributes"]["url"].as_str().unwrap(),
-        format!("{}/webhook", ctx.url)
-    );
+    if ctx.intake == Intake::Webhook {
+        assert_eq!(
+            manifest["hook_attributes"]["url"].as_str().unwrap(),
+            format!("{}/webhook", ctx.url)
+        );
+    } else {
+        assert!(
+            manifest.get("hook_attributes").is_none(),
+            "no webhook for the queue intake"
+        );
+    }
     assert_eq!(
         manifest["redirect_url"].as_str().unwrap(),
         format!("{}/", ctx.url)
@@ -100,14 +129,17 @@ fn manifest_shape(ctx: &SetupContext) -> (Value, Value) {
         "/hook_attributes/url",
         "/redirect_url",
     ] {
-        *manifest.pointer_mut(pointer).unwrap() = example.pointer(pointer).unwrap().clone();
+        let Some(value) = manifest.pointer_mut(pointer) else {
+            continue;
+        };
+        *value = example.pointer(pointer).unwrap().clone();
     }
     (manifest, example)
 }
 
 fn check_config(ctx: &SetupContext) {
     let text = rendered("rowbranch.toml", ctx);
-    let example_text = rendered("rowbranch.toml", &SetupContext::example());
+    let example_text = rendered("rowbranch.toml", &example_for(ctx));
     assert_eq!(
         text.lines().count(),
         example_text.lines().count(),
@@ -139,12 +171,21 @@ fn check_config(ctx: &SetupContext) {
         assert_eq!(route.table, ctx.table);
         assert_eq!(route.schema, ctx.schema);
         assert_eq!(route.event_type.as_str(), ctx.event_type);
+        assert_eq!(route.intake, ctx.intake);
+        assert_eq!(
+            parsed.pgmq.queue,
+            if ctx.intake == Intake::Pgmq {
+                ctx.queue.as_str()
+            } else {
+                "rowbranch"
+            }
+        );
     }
 }
 
 fn check_workflow(ctx: &SetupContext) {
     let text = rendered("workflow.yml", ctx);
-    let example_text = rendered("workflow.yml", &SetupContext::example());
+    let example_text = rendered("workflow.yml", &example_for(ctx));
     assert_eq!(
         text.lines().count(),
         example_text.lines().count(),
@@ -183,7 +224,7 @@ fn check_workflow(ctx: &SetupContext) {
 
 fn check_page(ctx: &SetupContext) {
     let page = rendered("create-app.html", ctx);
-    let example = rendered("create-app.html", &SetupContext::example());
+    let example = rendered("create-app.html", &example_for(ctx));
     assert!(
         page.contains(&format!("<strong>{}</strong>", html_escaped(&ctx.app_name))),
         "the App's name, escaped, where the page names it"
@@ -218,7 +259,7 @@ proptest! {
         check_workflow(&ctx);
         check_page(&ctx);
         // The SQL and the payload template render too.
-        for name in ["supabase.sql", "supabase-vault.sql", "payload.json.j2"] {
+        for name in ["supabase.sql", "supabase-vault.sql", "supabase-queue.sql", "payload.json.j2"] {
             rendered(name, &ctx);
         }
     }
