@@ -3,6 +3,7 @@
 //! trigger's function may send, rowbranch's own role may read, archive and dead-letter, and
 //! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables.
 
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
@@ -19,6 +20,10 @@ const TRIGGER_PREFIX: &str = "rowbranch_queue_";
 /// What the setup SQL's fix says, once.
 const RUN_SETUP: &str =
     "run supabase-queue.sql (written by `rowbranch init --intake pgmq`) in the SQL editor as postgres";
+
+/// What `pgmq.list_queues()` needs, which doctor calls with DATABASE_URL's role: it reads
+/// `pgmq.meta`, which pgmq lets only its owner and `pg_monitor` read.
+const LIST_GRANTS: &str = "grant usage on schema pgmq to ROLE; grant select on pgmq.meta to ROLE";
 
 pub async fn checks(config: &Config, out: &mut Vec<Check>) {
     let Some(url) = &config.database_url else {
@@ -59,12 +64,17 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
     let known = match queue::list(client).await {
         Ok(known) => known,
         Err(e) => {
+            let fix = if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                format!(
+                    "as the queues' owner: {LIST_GRANTS} (ROLE being DATABASE_URL's user; \
+                     pgmq.list_queues() reads pgmq.meta)"
+                )
+            } else {
+                format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}")
+            };
             out.push(Check::fail(
                 format!("pgmq.list_queues() fails: {}", describe(&e)),
-                format!(
-                    "install pgmq (on Supabase: Integrations, Queues) and grant this role USAGE \
-                     on schema pgmq; then {RUN_SETUP}"
-                ),
+                fix,
             ));
             return false;
         }
@@ -108,16 +118,21 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         route.schema.replace('"', "\"\""),
         route.table.replace('"', "\"\"")
     );
+    // By name in the catalog, which every role may read: to_regprocedure would need USAGE on
+    // schema rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
     let found = client
         .query_typed(
             "select t.tgname::text, t.tgenabled::text, t.tgtype, t.tgargs, p.prosecdef, \
                     pg_catalog.pg_get_userbyid(p.proowner)::text \
              from pg_catalog.pg_trigger as t \
+             join pg_catalog.pg_class as c on c.oid = t.tgrelid \
+             join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
              join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
-             where t.tgrelid = pg_catalog.to_regclass($1::text) \
+             join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
+             where cn.nspname = $1::text and c.relname = $2::text \
                and not t.tgisinternal \
-               and p.oid = pg_catalog.to_regprocedure($2::text)",
-            &[(&table, Type::TEXT), (&FUNCTION, Type::TEXT)],
+               and pn.nspname = 'rowbranch' and p.proname = 'enqueue' and p.pronargs = 0",
+            &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
         )
         .await;
     let found: Vec<Trigger> = match found {
@@ -222,7 +237,8 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
 
 /// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and
 /// pgmq.set_vt update its table, pgmq.archive moves a message to the archive), forget old
-/// archived messages, read the archive for the sweep, send dead letters and redrive them.
+/// archived messages, read the archive for the sweep, send dead letters and redrive them. Its
+/// fix also grants what doctor's own `pgmq.list_queues()` needs, so that doctor passes as it.
 async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
     let (q, a) = (
         queue::table('q', &pgmq.queue),
@@ -259,9 +275,9 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
         Ok(missing) => out.push(Check::fail(
             format!("DATABASE_URL's role lacks {}", missing.join(", ")),
             format!(
-                "as the queues' owner: grant usage on schema pgmq to ROLE; grant select, insert, \
-                 update, delete on {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence} to \
-                 ROLE (ROLE being DATABASE_URL's user)"
+                "as the queues' owner: {LIST_GRANTS}; grant select, insert, update, delete on \
+                 {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence} to ROLE (ROLE being \
+                 DATABASE_URL's user)"
             ),
         )),
         Err(e) => out.push(Check::fail(
@@ -304,6 +320,15 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
             "anon, authenticated and PUBLIC hold no rights on the queues' tables"
         })),
         Ok(rows) => {
+            // Only the roles that hold a right: a revoke naming a role that does not exist
+            // (authenticated, outside Supabase) fails whole.
+            let mut holders: Vec<String> = Vec::new();
+            for row in &rows {
+                let holder = row.get::<_, String>(0).to_lowercase();
+                if !holders.contains(&holder) {
+                    holders.push(holder);
+                }
+            }
             let grants: Vec<String> = rows
                 .iter()
                 .map(|r| {
@@ -327,9 +352,10 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
                     }
                 ),
                 format!(
-                    "revoke all on {} from anon, authenticated, public; and leave \"Expose \
-                     Queues via PostgREST\" off for these queues",
-                    tables.join(", ")
+                    "revoke all on {} from {}; and leave \"Expose Queues via PostgREST\" off \
+                     for these queues",
+                    tables.join(", "),
+                    holders.join(", ")
                 ),
             ));
         }

@@ -6,6 +6,7 @@ mod child;
 mod cli;
 mod concurrency;
 mod deploy;
+mod doctor_queue;
 mod env_config;
 mod faulty_forge;
 mod git_http;

@@ -25,7 +25,7 @@ mod signatures;
 
 /// The two ways pgmq is installed, each in its template database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Install {
+pub(crate) enum Install {
     Sql,
     Extension,
 }
@@ -42,15 +42,15 @@ impl Install {
 }
 
 /// A test's own database, copied from a template with pgmq in it.
-struct Db {
-    client: Client,
+pub(crate) struct Db {
+    pub(crate) client: Client,
     install: Install,
     /// Unique to this database: the prefix of its roles, `rb_{tag}_…`.
-    tag: String,
+    pub(crate) tag: String,
 }
 
 impl Db {
-    fn role(&self, name: &str) -> String {
+    pub(crate) fn role(&self, name: &str) -> String {
         format!("rb_{}_{name}", self.tag)
     }
 }
@@ -93,12 +93,12 @@ fn random_hex(bytes: usize) -> String {
 }
 
 /// `name` as a PostgreSQL quoted identifier; written here independently of the template.
-fn ident(name: &str) -> String {
+pub(crate) fn ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// `text` as a standard string literal.
-fn literal(text: &str) -> String {
+pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
@@ -128,7 +128,7 @@ where
 /// `with_pgmq`, from template0), then drops the database and the test's roles, whether the test
 /// passed or not. Skipped (or, under `CI=true`, failed) without that template, even when it is
 /// not copied.
-async fn with_database<F, Fut>(install: Install, with_pgmq: bool, test: &F)
+pub(crate) async fn with_database<F, Fut>(install: Install, with_pgmq: bool, test: &F)
 where
     F: Fn(Db) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -186,7 +186,7 @@ where
     dropped.unwrap_or_else(|e| panic!("could not drop the test database {name}: {e}"));
 }
 
-fn context(schema: &str, table: &str, queue: &str, dead_letter: &str) -> SetupContext {
+pub(crate) fn context(schema: &str, table: &str, queue: &str, dead_letter: &str) -> SetupContext {
     SetupContext {
         schema: schema.to_owned(),
         table: table.to_owned(),
@@ -202,7 +202,7 @@ fn render_sql(ctx: &SetupContext) -> String {
 }
 
 /// The database's error message, with its detail, for assertions and panics.
-fn db_message(error: &tokio_postgres::Error) -> String {
+pub(crate) fn db_message(error: &tokio_postgres::Error) -> String {
     match error.as_db_error() {
         Some(db) => format!("{} ({})", db.message(), db.detail().unwrap_or_default()),
         None => error.to_string(),
@@ -221,7 +221,7 @@ async fn try_apply(client: &Client, ctx: &SetupContext) -> Result<(), String> {
     }
 }
 
-async fn apply(client: &Client, ctx: &SetupContext) {
+pub(crate) async fn apply(client: &Client, ctx: &SetupContext) {
     if let Err(message) = try_apply(client, ctx).await {
         panic!(
             "supabase-queue.sql failed for {:?}.{:?} → {:?}: {message}",
@@ -231,7 +231,7 @@ async fn apply(client: &Client, ctx: &SetupContext) {
 }
 
 /// Creates `schema.table` as the tests' stand-in for a feedback table.
-async fn create_table(client: &Client, schema: &str, table: &str) {
+pub(crate) async fn create_table(client: &Client, schema: &str, table: &str) {
     let sql = format!(
         "create schema if not exists {schema};
          create table {schema}.{table} (
@@ -248,7 +248,7 @@ async fn create_table(client: &Client, schema: &str, table: &str) {
         .unwrap_or_else(|e| panic!("could not create {schema}.{table}: {}", db_message(&e)));
 }
 
-async fn try_insert(
+pub(crate) async fn try_insert(
     client: &Client,
     schema: &str,
     table: &str,
