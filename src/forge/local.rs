@@ -23,6 +23,10 @@ const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
 const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// How often a claim that met another writer's lock file looks again.
 const LOCK_RETRIES: u32 = 50;
+/// A ref's lock file older than this was left by a git process that died holding it (one that
+/// was killed): git holds a ref's lock for the milliseconds an update takes, and never removes
+/// a stale one itself.
+const STALE_LOCK: Duration = Duration::from_secs(10);
 
 /// A git repository used as the forge.
 pub struct LocalForge {
@@ -108,6 +112,29 @@ impl LocalForge {
             .git(&["rev-parse", "--verify", "--quiet", full_ref])
             .await?;
         Ok(out.status.success())
+    }
+
+    /// Removes the lock files of `full_ref` (and of packed-refs) older than [`STALE_LOCK`]:
+    /// left by a git process that died holding them. Whether one was removed.
+    fn clear_stale_locks(&self, full_ref: &str) -> bool {
+        let mut cleared = false;
+        for lock in [
+            self.git_dir.join(format!("{full_ref}.lock")),
+            self.git_dir.join("packed-refs.lock"),
+        ] {
+            let age = std::fs::metadata(&lock)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|modified| modified.elapsed().ok());
+            if age.is_some_and(|age| age >= STALE_LOCK) && std::fs::remove_file(&lock).is_ok() {
+                tracing::warn!(
+                    lock = %lock.display(),
+                    "removed a lock file that a git process left when it died"
+                );
+                cleared = true;
+            }
+        }
+        cleared
     }
 
     async fn run_on_dispatch(&self, command: &str, line: &str) -> Result<(), ForgeError> {
@@ -240,27 +267,34 @@ impl Forge for LocalForge {
         sha: &Sha,
     ) -> Result<Claim, ForgeError> {
         let full_ref = head_ref(branch);
-        for _ in 0..LOCK_RETRIES {
-            // An empty old value makes git refuse the update when the ref exists: the atomic
-            // create-if-absent that GitHub's `POST /git/refs` gives.
-            let out = self
-                .git(&["update-ref", &full_ref, sha.as_str(), ""])
-                .await?;
-            if out.status.success() {
-                return Ok(Claim::Created);
+        // A second round only after a stale lock was removed.
+        for _round in 0..2 {
+            for _ in 0..LOCK_RETRIES {
+                // An empty old value makes git refuse the update when the ref exists: the
+                // atomic create-if-absent that GitHub's `POST /git/refs` gives.
+                let out = self
+                    .git(&["update-ref", &full_ref, sha.as_str(), ""])
+                    .await?;
+                if out.status.success() {
+                    return Ok(Claim::Created);
+                }
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                if stderr.contains("reference already exists") || self.ref_exists(&full_ref).await?
+                {
+                    return Ok(Claim::Exists);
+                }
+                if !stderr.contains("File exists") {
+                    return Err(ForgeError::Other(anyhow!(
+                        "git update-ref {full_ref} failed: {}",
+                        stderr.trim()
+                    )));
+                }
+                // Another writer holds the ref's lock and its update may yet fail: look again.
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if stderr.contains("reference already exists") || self.ref_exists(&full_ref).await? {
-                return Ok(Claim::Exists);
+            if !self.clear_stale_locks(&full_ref) {
+                break;
             }
-            if !stderr.contains("File exists") {
-                return Err(ForgeError::Other(anyhow!(
-                    "git update-ref {full_ref} failed: {}",
-                    stderr.trim()
-                )));
-            }
-            // Another writer holds the ref's lock and its update may yet fail: look again.
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Err(ForgeError::Unavailable {
             message: format!("{full_ref} stayed locked by another git process"),
@@ -340,11 +374,25 @@ impl Forge for LocalForge {
         sha: &Sha,
     ) -> Result<(), ForgeError> {
         let full_ref = head_ref(branch);
-        let out = self
+        let mut out = self
             .git(&["update-ref", "-d", &full_ref, sha.as_str()])
             .await?;
+        if !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("File exists")
+            && self.clear_stale_locks(&full_ref)
+        {
+            out = self
+                .git(&["update-ref", "-d", &full_ref, sha.as_str()])
+                .await?;
+        }
         if out.status.success() || !self.ref_exists(&full_ref).await? {
             return Ok(());
+        }
+        if String::from_utf8_lossy(&out.stderr).contains("File exists") {
+            return Err(ForgeError::Unavailable {
+                message: format!("{full_ref} is locked by another git process"),
+                retry_after: Some(RETRY_AFTER),
+            });
         }
         Err(ForgeError::Refused {
             message: format!(
@@ -416,4 +464,68 @@ async fn setup_git(args: &[&str]) -> anyhow::Result<String> {
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use serde_json::json;
+
+    use super::*;
+
+    async fn forge() -> (tempfile::TempDir, LocalForge, BranchName, Sha) {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("repo.git");
+        let base = create_repository(&path).await.expect("a repository");
+        let forge = LocalForge::open(&LocalSettings {
+            path,
+            on_dispatch: None,
+        })
+        .await
+        .expect("the repository opens");
+        let prefix = BranchPrefix::parse("feedback").unwrap();
+        let branch = BranchName::new(&prefix, &RowId::parse(&json!(1)).unwrap(), None);
+        (dir, forge, branch, base.sha)
+    }
+
+    /// A lock file for `branch`'s ref, as a git process leaves it, last written `age` ago.
+    fn lock(forge: &LocalForge, branch: &BranchName, age: Duration) -> PathBuf {
+        let lock = forge.git_dir.join(format!("{}.lock", head_ref(branch)));
+        std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+        let file = std::fs::File::create(&lock).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+        lock
+    }
+
+    fn repo() -> RepoName {
+        RepoName::parse("acme/app").unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_lock_left_by_a_git_process_that_died_is_removed_and_the_claim_made() {
+        let (_dir, forge, branch, sha) = forge().await;
+        let stale = lock(&forge, &branch, Duration::from_secs(60));
+        assert!(matches!(
+            forge.claim(&repo(), &branch, &sha).await,
+            Ok(Claim::Created)
+        ));
+        assert!(!stale.exists());
+        // And a release that meets one too.
+        let stale = lock(&forge, &branch, Duration::from_secs(60));
+        forge.release(&repo(), &branch, &sha).await.unwrap();
+        assert!(!stale.exists());
+        assert!(!forge.ref_exists(&head_ref(&branch)).await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_now_is_left_alone_and_the_claim_is_worth_retrying() {
+        let (_dir, forge, branch, sha) = forge().await;
+        let held = lock(&forge, &branch, Duration::ZERO);
+        assert!(matches!(
+            forge.claim(&repo(), &branch, &sha).await,
+            Err(ForgeError::Unavailable { .. })
+        ));
+        assert!(held.exists(), "another writer's lock is not ours to remove");
+    }
 }
