@@ -248,9 +248,9 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
         queue::table('q', &pgmq.dead_letter),
         queue::table('a', &pgmq.dead_letter),
     );
-    // pgmq.metrics reads the queue's id sequence; ids themselves come from identity columns,
-    // which need no right on it.
-    let sequence = sequence(&pgmq.queue);
+    // pgmq.metrics (sampled for both queues) reads each queue's id sequence; ids themselves
+    // come from identity columns, which need no right on it.
+    let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
     let wanted = [
         ("schema", "pgmq", "USAGE"),
         ("table", q.as_str(), "SELECT"),
@@ -264,7 +264,12 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
         ("table", &dq, "SELECT"),
         ("table", &dq, "INSERT"),
         ("table", &dq, "DELETE"),
+        // pgmq.archive inserts into the archive with RETURNING (SELECT); old archived
+        // messages are deleted from both archives.
+        ("table", &da, "SELECT"),
         ("table", &da, "INSERT"),
+        ("table", &da, "DELETE"),
+        ("sequence", &dead_sequence, "SELECT"),
     ];
     let user = "current_user";
     match missing_rights(client, user, &wanted).await {
@@ -276,8 +281,8 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
             format!("DATABASE_URL's role lacks {}", missing.join(", ")),
             format!(
                 "as the queues' owner: {LIST_GRANTS}; grant select, insert, update, delete on \
-                 {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence} to ROLE (ROLE being \
-                 DATABASE_URL's user)"
+                 {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence}, {dead_sequence} to ROLE \
+                 (ROLE being DATABASE_URL's user)"
             ),
         )),
         Err(e) => out.push(Check::fail(

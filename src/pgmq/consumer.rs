@@ -62,6 +62,8 @@ struct Unsettled {
     route: String,
     /// `None`: archive; `Some`: dead-letter with this letter.
     letter: Option<String>,
+    /// What it counts as once made: `archived`, `redispatched` or `dead`.
+    result: &'static str,
 }
 
 pub struct Consumer {
@@ -483,9 +485,11 @@ impl Consumer {
     /// Keeps an archive or a dead letter the database did not take, for after reconnecting; a
     /// retry or a release needs nothing: the message's lease lapses by itself.
     fn defer(&self, message: &Message, decided: &Settle, route: &str) -> &'static str {
-        let letter = match decided {
-            Settle::Archive | Settle::Redispatch => None,
-            Settle::DeadLetter(reason) => Some(letter(reason, message)),
+        let (letter, result) = match decided {
+            Settle::Archive => (None, "archived"),
+            // The dispatch was made; only its archive waits.
+            Settle::Redispatch => (None, "redispatched"),
+            Settle::DeadLetter(reason) => (Some(letter(reason, message)), "dead"),
             Settle::Retry(_) => return "retried",
             Settle::Release => return "released",
         };
@@ -496,6 +500,7 @@ impl Consumer {
                 id: message.id,
                 route: route.to_owned(),
                 letter,
+                result,
             });
         "deferred"
     }
@@ -520,11 +525,7 @@ impl Consumer {
             };
             match done {
                 Ok(_) => {
-                    let result = if item.letter.is_some() {
-                        "dead"
-                    } else {
-                        "archived"
-                    };
+                    let result = item.result;
                     self.pipeline.metrics().pgmq_message(&item.route, result);
                     tracing::info!(
                         msg_id = item.id,
@@ -604,21 +605,25 @@ impl Consumer {
                     }
                 }
                 if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) {
+                    // Both archives hold whole rows: the queue's, and the dead letters redriven.
                     let retention = self.settings.pgmq.archive_retention.as_secs_f64();
-                    match queue::forget_archived(db.client(), self.queue(), retention).await {
-                        Ok(gone) => {
-                            forgot = Some(Instant::now());
-                            if gone > 0 {
-                                tracing::info!(
-                                    queue = self.queue(),
-                                    messages = gone,
-                                    "deleted archived messages past archive_retention"
-                                );
+                    let mut all = true;
+                    for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                        match queue::forget_archived(db.client(), name, retention).await {
+                            Ok(gone) if gone > 0 => tracing::info!(
+                                queue = name,
+                                messages = gone,
+                                "deleted archived messages past archive_retention"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => {
+                                all = false;
+                                tracing::warn!(queue = name, error = %e, "could not delete old archived messages");
                             }
                         }
-                        Err(e) => {
-                            tracing::warn!(error = %e, "could not delete old archived messages")
-                        }
+                    }
+                    if all {
+                        forgot = Some(Instant::now());
                     }
                 }
             }
