@@ -62,6 +62,8 @@ pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log_file)
+        // A group of its own, so that a test can kill it with its children (`on_dispatch`).
+        .process_group(0)
         .kill_on_drop(true);
     let child = command.spawn().expect("could not start rowbranch serve");
     let addr = eventually("rowbranch serve to log its address", || async {
@@ -112,6 +114,13 @@ impl Served {
     pub fn signal(&self, signal: rustix::process::Signal) {
         let pid = rustix::process::Pid::from_raw(self.pid()).expect("a pid");
         rustix::process::kill_process(pid, signal).expect("could not signal the child");
+    }
+
+    /// Sends `signal` to the process and every process it started (`on_dispatch` commands).
+    pub fn signal_group(&self, signal: rustix::process::Signal) {
+        let pid = rustix::process::Pid::from_raw(self.pid()).expect("a pid");
+        rustix::process::kill_process_group(pid, signal)
+            .expect("could not signal the child's process group");
     }
 
     /// Waits for the process to exit, for at most `within`; its exit code.

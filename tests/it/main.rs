@@ -20,6 +20,7 @@ mod layers;
 mod malformed;
 mod observe;
 mod properties;
+mod queue;
 mod reconcile;
 mod rows;
 mod setup_queue;

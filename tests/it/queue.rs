@@ -1,0 +1,964 @@
+//! The queue intake end to end: `rowbranch serve` as a child process reading a real pgmq queue
+//! in a real PostgreSQL, filled by the trigger of `templates/supabase-queue.sql`, on the local
+//! forge (a git repository, with an `on_dispatch` the test controls) and on the fake GitHub.
+//!
+//! Each test has a database of its own, copied from a template of `scripts/test-postgres.sh`
+//! with pgmq in it, and queues and roles named after it; all are dropped when the test ends,
+//! passed or not. Without `DATABASE_URL` and the template a test says why and passes, except
+//! under `CI=true`, where it fails. The settings are short where waiting is the point: polls
+//! every 50 ms, a backoff of 100 ms doubling to 400 ms, a retry budget of 200 ms; the
+//! visibility timeout is 60 s where nothing is killed and 10 s (the least the config takes)
+//! where a killed process's messages must come back. Tests wait for events (lines in a log,
+//! rows in a table), never for a fixed time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fake_github::{Fault, Op, TEST_APP_PRIVATE_KEY_PEM};
+use rowbranch::templates::setup::{render, SetupContext};
+use rustix::process::Signal;
+use serde_json::Value;
+use tempfile::TempDir;
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::child::{self, Served, Start};
+use crate::github::{self, GithubOptions, REPO};
+use crate::helpers::{self, random_secret, FEEDBACK_ROUTE};
+
+/// The two ways `scripts/test-postgres.sh` installs pgmq, each in its template database.
+#[derive(Debug, Clone, Copy)]
+enum Install {
+    Sql,
+    Extension,
+}
+
+impl Install {
+    fn variable(self) -> &'static str {
+        match self {
+            Install::Sql => "PGMQ_SQL_TEMPLATE",
+            Install::Extension => "PGMQ_EXTENSION_TEMPLATE",
+        }
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("no randomness");
+    hex::encode(buf)
+}
+
+async fn connect(config: &Config) -> Client {
+    let (client, connection) = config
+        .connect(NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("could not connect to the test PostgreSQL: {e}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// A test's database: `public.feedbacks` with the queue's trigger on it, and its queues.
+struct QueueDb {
+    /// `DATABASE_URL` for this database.
+    url: String,
+    client: Client,
+    queue: String,
+    dead: String,
+    /// Unique to this database: the prefix of its roles, `rbq_{tag}_…`.
+    tag: String,
+    admin: Config,
+    name: String,
+}
+
+impl QueueDb {
+    /// A new database from `install`'s template, or `None` (after saying why) when there is
+    /// none; under `CI=true`, a panic.
+    async fn new(install: Install) -> Option<QueueDb> {
+        let hint = "run `eval \"$(scripts/test-postgres.sh)\"` first: it starts a throwaway PostgreSQL with pgmq";
+        let (Some(url), Some(template)) = (env("DATABASE_URL"), env(install.variable())) else {
+            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
+                panic!(
+                    "DATABASE_URL or {} is not set, and CI=true: the queue tests must run; {hint}",
+                    install.variable()
+                );
+            }
+            eprintln!(
+                "skipping a queue test: DATABASE_URL or {} is not set; {hint}",
+                install.variable()
+            );
+            return None;
+        };
+        let admin = Config::from_str(&url).expect("DATABASE_URL is a connection string");
+        let tag = random_hex(4);
+        let name = format!("rowbranch_consumer_{tag}");
+        connect(&admin)
+            .await
+            .batch_execute(&format!(
+                "create database \"{name}\" template \"{template}\""
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("could not create the test database from {template}: {e}"));
+        let mut config = admin.clone();
+        config.dbname(&name);
+        let client = connect(&config).await;
+        let db = QueueDb {
+            url: database_url(&url, &name),
+            client,
+            queue: format!("rbq_{tag}"),
+            dead: format!("rbq_{tag}_dead"),
+            tag,
+            admin,
+            name,
+        };
+        db.client
+            .batch_execute(
+                "create table public.feedbacks ( \
+                   id bigint primary key, \
+                   message text, \
+                   created_at timestamptz not null default now())",
+            )
+            .await
+            .expect("could not create public.feedbacks");
+        db.apply_setup_sql().await;
+        Some(db)
+    }
+
+    /// Runs templates/supabase-queue.sql for `public.feedbacks` and this test's queues.
+    async fn apply_setup_sql(&self) {
+        let ctx = SetupContext {
+            schema: "public".into(),
+            table: "feedbacks".into(),
+            queue: self.queue.clone(),
+            dead_letter: self.dead.clone(),
+            ..SetupContext::example()
+        };
+        let sql = render("supabase-queue.sql", &ctx).expect("supabase-queue.sql renders");
+        self.client
+            .batch_execute(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("supabase-queue.sql failed: {e:?}"));
+    }
+
+    /// Inserts rows `ids` in one statement, each with the text `Row N`.
+    async fn insert(&self, ids: std::ops::RangeInclusive<i64>) {
+        self.client
+            .execute(
+                "insert into public.feedbacks (id, message) \
+                 select n, 'Row ' || n from generate_series($1::bigint, $2::bigint) as n",
+                &[ids.start(), ids.end()],
+            )
+            .await
+            .expect("could not insert the rows");
+    }
+
+    /// Sends `body` to the queue as the trigger would, bypassing it; the message's id.
+    async fn send_raw(&self, body: &str) -> i64 {
+        self.client
+            .query_one(
+                "select pgmq.send($1::text, $2::text::jsonb, 0::integer)",
+                &[&self.queue, &body],
+            )
+            .await
+            .expect("could not send a message")
+            .get(0)
+    }
+
+    async fn count(&self, table: &str) -> i64 {
+        self.client
+            .query_one(&format!("select count(*) from pgmq.\"{table}\""), &[])
+            .await
+            .unwrap_or_else(|e| panic!("could not count pgmq.{table}: {e}"))
+            .get(0)
+    }
+
+    /// Messages in the queue, visible or held.
+    async fn depth(&self) -> i64 {
+        self.count(&format!("q_{}", self.queue)).await
+    }
+
+    /// Each archived message of `public.feedbacks`: its row's id and how often it was read.
+    async fn archived(&self) -> BTreeMap<String, i32> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "select message -> 'record' ->> 'id', read_ct from pgmq.\"a_{}\"",
+                    self.queue
+                ),
+                &[],
+            )
+            .await
+            .expect("could not read the archive");
+        let mut out = BTreeMap::new();
+        for row in rows {
+            let id: Option<String> = row.get(0);
+            let previous = out.insert(id.unwrap_or_default(), row.get(1));
+            assert!(previous.is_none(), "one archived message per row");
+        }
+        out
+    }
+
+    /// The dead letters: each one's message id and body.
+    async fn dead_letters(&self) -> Vec<(i64, Value)> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "select msg_id, message::text from pgmq.\"q_{}\" order by msg_id",
+                    self.dead
+                ),
+                &[],
+            )
+            .await
+            .expect("could not read the dead-letter queue");
+        rows.iter()
+            .map(|r| {
+                let text: String = r.get(1);
+                (
+                    r.get(0),
+                    serde_json::from_str(&text).expect("a dead letter is JSON"),
+                )
+            })
+            .collect()
+    }
+
+    fn role(&self, name: &str) -> String {
+        format!("rbq_{}_{name}", self.tag)
+    }
+}
+
+impl Drop for QueueDb {
+    /// Drops the database and the test's roles, from a thread of its own (a test's runtime may
+    /// be gone, or panicking).
+    fn drop(&mut self) {
+        let (admin, name, prefix) = (self.admin.clone(), self.name.clone(), self.role(""));
+        let cleanup = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime for the cleanup");
+            runtime.block_on(async move {
+                let client = connect(&admin).await;
+                let _ = client
+                    .batch_execute(&format!("drop database if exists \"{name}\" with (force)"))
+                    .await;
+                let roles = client
+                    .query(
+                        "select rolname::text from pg_roles where starts_with(rolname, $1)",
+                        &[&prefix],
+                    )
+                    .await
+                    .unwrap_or_default();
+                for role in roles {
+                    let role: String = role.get(0);
+                    let _ = client.batch_execute(&format!("drop role \"{role}\"")).await;
+                }
+            });
+        });
+        let _ = cleanup.join();
+    }
+}
+
+/// `url` with its database replaced by `name` (a URL, or key=value pairs).
+fn database_url(url: &str, name: &str) -> String {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let (base, query) = url
+            .split_once('?')
+            .map_or((url, None), |(b, q)| (b, Some(q)));
+        let after_scheme = base.find("://").expect("a scheme") + 3;
+        let path = base[after_scheme..].find('/').map(|i| i + after_scheme);
+        let host_part = &base[..path.unwrap_or(base.len())];
+        match query {
+            Some(q) => format!("{host_part}/{name}?{q}"),
+            None => format!("{host_part}/{name}"),
+        }
+    } else {
+        format!("{url} dbname={name}")
+    }
+}
+
+/// Polls `check` until it gives `Some`, for at most `limit`.
+async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gave up waiting for {what} after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The row id in a dispatch's payload.
+fn payload_id(payload: &Value) -> String {
+    match &payload["id"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// How many lines of a JSON-lines log (`dispatches.jsonl`, `attempts.jsonl`) each row has.
+fn per_row(path: &Path) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for line in helpers::dispatches(path) {
+        *out.entry(payload_id(&line["client_payload"])).or_default() += 1;
+    }
+    out
+}
+
+fn all_ids(range: std::ops::RangeInclusive<i64>) -> BTreeSet<String> {
+    range.map(|n| n.to_string()).collect()
+}
+
+/// The sum of a counter's series whose labels include `label`, from `/metrics`.
+async fn metric(served: &Served, name: &str, label: &str) -> f64 {
+    let text = reqwest::get(format!("{}/metrics", served.url))
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("a metrics body");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A local-forge config reading this test's queue; `forge` and `pgmq` add lines to their
+/// sections; `repo` is the repository's path.
+fn local_config(db: &QueueDb, repo: &str, forge: &str, pgmq: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n\
+         [forge]\nkind = \"local\"\npath = \"{repo}\"\n{forge}\n\n\
+         [pgmq]\nqueue = \"{}\"\ndead_letter = \"{}\"\npoll_interval_ms = 50\n\
+         backoff_base_ms = 100\nbackoff_cap_ms = 400\n{pgmq}\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n",
+        db.queue, db.dead
+    )
+}
+
+async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {
+    child::serve(
+        Arc::clone(dir),
+        Start {
+            config,
+            env: vec![("DATABASE_URL", db.url.clone())],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await
+}
+
+/// Stops `served` with SIGTERM and checks it exits 0.
+async fn stop(mut served: Served) {
+    served.signal(Signal::TERM);
+    assert_eq!(
+        served.exit_code(Duration::from_secs(20)).await,
+        Some(0),
+        "{}",
+        served.log()
+    );
+}
+
+/// Waits until every row of `ids` has a dispatch line and the queue is empty; on a timeout,
+/// the panic says which rows are missing and ends with `served`'s log.
+async fn all_dispatched(
+    db: &QueueDb,
+    served: &Served,
+    ids: &BTreeSet<String>,
+    limit: Duration,
+) -> BTreeMap<String, usize> {
+    let log = served.dispatch_log();
+    let deadline = Instant::now() + limit;
+    loop {
+        let seen = per_row(&log);
+        let depth = db.depth().await;
+        if ids.iter().all(|id| seen.contains_key(id)) && depth == 0 {
+            return seen;
+        }
+        if Instant::now() > deadline {
+            let missing: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
+            let log = served.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            panic!(
+                "after {limit:?}, {} of {} rows have no dispatch ({missing:?}) and {depth} messages \
+                 are in the queue; the log ends:\n{}",
+                missing.len(),
+                ids.len(),
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopped() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let dir = child::dir_with_repository().await;
+    let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
+    let served = start(&dir, &db, &config).await;
+    db.insert(1..=500).await;
+    let seen = all_dispatched(&db, &served, &all_ids(1..=500), Duration::from_secs(120)).await;
+    assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
+    assert_eq!(served.branches_count().await, 500);
+    stop(served).await;
+
+    // Nothing reads the queue now: the rows wait in it.
+    db.insert(501..=550).await;
+    assert_eq!(db.depth().await, 50);
+    let served = start(&dir, &db, &config).await;
+    let seen = all_dispatched(&db, &served, &all_ids(1..=550), Duration::from_secs(60)).await;
+    assert_eq!(seen.len(), 550);
+    assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
+    assert_eq!(served.branches_count().await, 550);
+    let archived = db.archived().await;
+    assert_eq!(
+        archived.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=550)
+    );
+    assert!(
+        archived.values().all(|read_ct| *read_ct == 1),
+        "each message read once"
+    );
+    assert!(db.dead_letters().await.is_empty());
+    let archived_metric = metric(
+        &served,
+        "rowbranch_pgmq_messages_total",
+        "result=\"archived\"",
+    )
+    .await;
+    assert_eq!(archived_metric, 50.0, "this process archived the 50");
+    stop(served).await;
+}
+
+/// Records each dispatch in `attempts.jsonl`; once there are more than the number in `limit`
+/// (when that file exists), blocks until killed: a dispatch started after its claim and
+/// never finished.
+const BLOCKING_DISPATCH: &str = r#"line=$(cat)
+printf '%s\n' "$line" >> attempts.jsonl
+if [ -f limit ] && [ "$(wc -l < attempts.jsonl)" -gt "$(cat limit)" ]; then
+  exec sleep 600
+fi
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_one_branch_and_a_bounded_number_of_dispatches(
+) {
+    let Some(db) = QueueDb::new(Install::Sql).await else {
+        return;
+    };
+    let dir = child::dir_with_repository().await;
+    std::fs::write(dir.path().join("on-dispatch.sh"), BLOCKING_DISPATCH).unwrap();
+    let attempts = dir.path().join("attempts.jsonl");
+    let config = local_config(
+        &db,
+        "repo.git",
+        "on_dispatch = \"sh on-dispatch.sh\"",
+        "visibility_timeout_s = 10",
+    );
+    db.insert(1..=150).await;
+    let ids = all_ids(1..=150);
+
+    // Killed after 20 dispatches, with the rows after them claimed and dispatching.
+    let mut limit = 20;
+    for round in 0..2 {
+        std::fs::write(dir.path().join("limit"), limit.to_string()).unwrap();
+        let mut served = start(&dir, &db, &config).await;
+        let made = until(
+            "a dispatch blocked past the limit",
+            Duration::from_secs(60),
+            || async {
+                let n = helpers::dispatches(&attempts).len();
+                (n > limit).then_some(n)
+            },
+        )
+        .await;
+        served.signal_group(Signal::KILL);
+        served.exit_code(Duration::from_secs(10)).await;
+        eprintln!("round {round}: killed with {made} dispatches started");
+        limit = made + 40;
+    }
+
+    std::fs::remove_file(dir.path().join("limit")).unwrap();
+    let served = start(&dir, &db, &config).await;
+    all_dispatched(&db, &served, &ids, Duration::from_secs(120)).await;
+    let redispatched = metric(
+        &served,
+        "rowbranch_pgmq_messages_total",
+        "result=\"redispatched\"",
+    )
+    .await;
+    assert!(
+        redispatched > 0.0,
+        "rows claimed by a killed process are dispatched again"
+    );
+    stop(served).await;
+
+    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    assert_eq!(branches.len(), 150, "one branch per row: {branches:?}");
+    let branch_ids: BTreeSet<String> = branches
+        .iter()
+        .map(|b| {
+            b.trim_start_matches("feedback/")
+                .split('-')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(branch_ids, ids);
+    let archived = db.archived().await;
+    assert_eq!(
+        archived.keys().cloned().collect::<BTreeSet<_>>(),
+        ids,
+        "every message archived"
+    );
+    let tried = per_row(&attempts);
+    for (id, read_ct) in &archived {
+        let n = tried.get(id).copied().unwrap_or(0);
+        assert!(n >= 1, "row {id} was dispatched");
+        assert!(
+            n <= usize::try_from(*read_ct).unwrap(),
+            "row {id}: {n} dispatches from a message read {read_ct} times"
+        );
+    }
+    assert_eq!(db.depth().await, 0);
+    assert!(db.dead_letters().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_row() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let first = child::dir_with_repository().await;
+    let second = Arc::new(tempfile::tempdir().unwrap());
+    let repo = first.path().join("repo.git");
+    let config = local_config(
+        &db,
+        repo.to_str().unwrap(),
+        "",
+        "visibility_timeout_s = 60\nbatch = 10",
+    );
+    let a = start(&first, &db, &config).await;
+    let b = start(&second, &db, &config).await;
+    db.insert(1..=300).await;
+    let seen = all_dispatched(&db, &a, &all_ids(1..=300), Duration::from_secs(120)).await;
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "one dispatch per row: {seen:?}"
+    );
+    assert_eq!(helpers::branches(&repo).await.len(), 300);
+    let by_a = metric(&a, "rowbranch_pgmq_messages_total", "result=\"archived\"").await;
+    let by_b = metric(&b, "rowbranch_pgmq_messages_total", "result=\"archived\"").await;
+    assert_eq!(by_a + by_b, 300.0);
+    eprintln!("archived by the first process: {by_a}, by the second: {by_b}");
+    stop(a).await;
+    stop(b).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still_inserts() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    // The setup SQL run a second time changes nothing that matters here.
+    db.apply_setup_sql().await;
+    let inserter = db.role("inserter");
+    db.client
+        .batch_execute(&format!(
+            "create role \"{inserter}\"; \
+             grant usage on schema public to \"{inserter}\"; \
+             grant insert on public.feedbacks to \"{inserter}\";"
+        ))
+        .await
+        .unwrap();
+    db.client
+        .batch_execute(
+            "begin; insert into public.feedbacks (id, message) values (1, 'Gone'); rollback;",
+        )
+        .await
+        .unwrap();
+    db.client
+        .batch_execute(&format!(
+            "set role \"{inserter}\"; \
+             insert into public.feedbacks (id, message) values (2, 'From the app'); \
+             reset role;"
+        ))
+        .await
+        .expect("a role with no rights on pgmq inserts");
+    db.insert(3..=3).await;
+    assert_eq!(db.depth().await, 2, "two committed rows, two messages");
+
+    let dir = child::dir_with_repository().await;
+    let served = start(
+        &dir,
+        &db,
+        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
+    )
+    .await;
+    let seen = all_dispatched(&db, &served, &all_ids(2..=3), Duration::from_secs(30)).await;
+    assert!(
+        !seen.contains_key("1"),
+        "the rolled-back row is never dispatched"
+    );
+    assert_eq!(seen.len(), 2);
+    stop(served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_brings_one_back() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let malformed = db.send_raw(r#"{"hello":"world"}"#).await;
+    let bad_id = db
+        .send_raw(
+            r#"{"type":"INSERT","table":"feedbacks","schema":"public","record":{"id":"../x","message":"Hi"},"old_record":null}"#,
+        )
+        .await;
+    let unrouted = db
+        .send_raw(
+            r#"{"type":"INSERT","table":"ideas","schema":"public","record":{"id":7,"message":"An idea"},"old_record":null}"#,
+        )
+        .await;
+    db.insert(1..=3).await;
+    let dir = child::dir_with_repository().await;
+    let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
+    let served = start(&dir, &db, &config).await;
+    let log = served.dispatch_log();
+    all_dispatched(&db, &served, &all_ids(1..=3), Duration::from_secs(30)).await;
+    let letters = db.dead_letters().await;
+    let reasons: BTreeMap<i64, String> = letters
+        .iter()
+        .map(|(_, letter)| {
+            (
+                letter["msg_id"]
+                    .as_i64()
+                    .expect("the letter names its message"),
+                letter["reason"]
+                    .as_str()
+                    .expect("the letter says why")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeMap::from([
+            (malformed, "malformed".to_owned()),
+            (bad_id, "bad_id".to_owned()),
+            (unrouted, "no_route".to_owned()),
+        ])
+    );
+    let (unrouted_letter, letter) = letters
+        .iter()
+        .find(|(_, l)| l["reason"] == "no_route")
+        .unwrap();
+    assert_eq!(
+        letter["message"]["record"]["message"], "An idea",
+        "the message kept whole"
+    );
+    let dead = metric(&served, "rowbranch_pgmq_messages_total", "result=\"dead\"").await;
+    assert_eq!(dead, 3.0);
+    assert!(
+        served.log().contains("../x") || served.log().contains("bad_id"),
+        "logged"
+    );
+    stop(served).await;
+
+    // The route the message wanted is added; redrive sends it again, and it is dispatched.
+    let with_ideas = format!(
+        "{config}\n[[routes]]\ntable = \"ideas\"\nrepo = \"acme/app\"\nbranch_prefix = \"idea\"\n\
+         event_type = \"idea\"\nintake = \"pgmq\"\n"
+    );
+    let served = start(&dir, &db, &with_ideas).await;
+    let config_path = dir.path().join("rowbranch.toml");
+    let redrive = |args: Vec<String>| {
+        let url = db.url.clone();
+        let config_path = config_path.clone();
+        async move {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+                .args(["queue", "redrive", "--config"])
+                .arg(&config_path)
+                .args(args)
+                .env("DATABASE_URL", url)
+                .output()
+                .await
+                .expect("rowbranch queue redrive runs")
+        }
+    };
+    let out = redrive(vec!["--id".into(), "999999".into()]).await;
+    assert_eq!(out.status.code(), Some(1), "no such dead letter");
+    let out = redrive(vec!["--id".into(), unrouted_letter.to_string()]).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("moved 1 dead letter"));
+    until(
+        "the redriven row's dispatch",
+        Duration::from_secs(30),
+        || async {
+            helpers::dispatches(&log)
+                .iter()
+                .any(|d| d["event_type"] == "idea" && payload_id(&d["client_payload"]) == "7")
+                .then_some(())
+        },
+    )
+    .await;
+    let left: BTreeSet<String> = db
+        .dead_letters()
+        .await
+        .iter()
+        .map(|(_, l)| l["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        left,
+        BTreeSet::from(["malformed".to_owned(), "bad_id".to_owned()])
+    );
+    stop(served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_every_row_is_dispatched_when_it_returns(
+) {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let fake = github::fake().await;
+    for op in Op::ROW_READS {
+        fake.inject(op, Fault::Status(503), 1_000_000);
+    }
+    let options = GithubOptions {
+        retry_budget_ms: 200,
+        ..GithubOptions::default()
+    };
+    let config = format!(
+        "{}intake = \"pgmq\"\n\n[pgmq]\nqueue = \"{}\"\ndead_letter = \"{}\"\npoll_interval_ms = 50\n\
+         backoff_base_ms = 100\nbackoff_cap_ms = 400\nvisibility_timeout_s = 60\n",
+        options.config_text(&fake),
+        db.queue,
+        db.dead
+    );
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let served = child::serve(
+        dir,
+        Start {
+            config: &config,
+            env: vec![
+                ("DATABASE_URL", db.url.clone()),
+                (
+                    "GITHUB_APP_PRIVATE_KEY",
+                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+                ),
+            ],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    db.insert(1..=5).await;
+    until(
+        "ten backoff rounds for each of the 5 rows",
+        Duration::from_secs(90),
+        || async {
+            let retried = metric(
+                &served,
+                "rowbranch_pgmq_messages_total",
+                "result=\"retried\"",
+            )
+            .await;
+            (retried >= 50.0).then_some(())
+        },
+    )
+    .await;
+    assert!(fake.dispatches(REPO).is_empty());
+    assert!(
+        db.dead_letters().await.is_empty(),
+        "never dead-lettered for retrying"
+    );
+    assert_eq!(db.depth().await, 5, "the rows wait in the queue");
+
+    fake.clear_faults();
+    until("the 5 rows dispatched", Duration::from_secs(30), || async {
+        (fake.dispatches(REPO).len() >= 5 && db.depth().await == 0).then_some(())
+    })
+    .await;
+    let dispatched: BTreeSet<String> = fake
+        .dispatches(REPO)
+        .iter()
+        .map(|d| payload_id(&d.client_payload))
+        .collect();
+    assert_eq!(dispatched, all_ids(1..=5));
+    assert_eq!(fake.dispatches(REPO).len(), 5, "one dispatch each");
+    assert!(db.archived().await.values().all(|read_ct| *read_ct > 10));
+    assert!(db.dead_letters().await.is_empty());
+    stop(served).await;
+}
+
+/// Each dispatch takes a moment, so that a batch is still being worked on when its
+/// connection goes.
+const SLOW_DISPATCH: &str = "cat > /dev/null; sleep 0.05";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_nothing() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let dir = child::dir_with_repository().await;
+    let config = local_config(
+        &db,
+        "repo.git",
+        &format!("on_dispatch = \"{SLOW_DISPATCH}\""),
+        "visibility_timeout_s = 60\nbatch = 20",
+    );
+    let served = start(&dir, &db, &config).await;
+    db.insert(1..=200).await;
+    let log = served.dispatch_log();
+    until("the first dispatches", Duration::from_secs(30), || async {
+        (helpers::dispatches(&log).len() >= 30).then_some(())
+    })
+    .await;
+    let terminated: i64 = db
+        .client
+        .query_one(
+            "select count(*) from (select pg_terminate_backend(pid) from pg_stat_activity \
+             where datname = current_database() and pid <> pg_backend_pid()) as t",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        terminated >= 1,
+        "the consumer's connection was there to terminate"
+    );
+    let seen = all_dispatched(&db, &served, &all_ids(1..=200), Duration::from_secs(120)).await;
+    let archived = db.archived().await;
+    assert_eq!(archived.len(), 200, "every message archived once");
+    for (id, n) in &seen {
+        assert!(
+            *n <= usize::try_from(archived[id]).unwrap(),
+            "row {id}: {n} dispatches from a message read {} times",
+            archived[id]
+        );
+    }
+    assert!(
+        served.log().contains("reading the queue again"),
+        "it says it reconnected:\n{}",
+        served.log()
+    );
+    stop(served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let text = "Make the dashboard faster. ".repeat(12_000);
+    assert!(text.len() > 300_000);
+    db.client
+        .execute(
+            "insert into public.feedbacks (id, message) values (1, $1)",
+            &[&text],
+        )
+        .await
+        .unwrap();
+    let dir = child::dir_with_repository().await;
+    let served = start(
+        &dir,
+        &db,
+        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
+    )
+    .await;
+    let log = served.dispatch_log();
+    all_dispatched(&db, &served, &all_ids(1..=1), Duration::from_secs(30)).await;
+    let line = std::fs::read_to_string(&log).unwrap();
+    assert!(line.len() < 64_000, "the dispatch is {} bytes", line.len());
+    let dispatch: Value = serde_json::from_str(line.trim()).unwrap();
+    let sent = dispatch["client_payload"]["text"].as_str().unwrap();
+    assert!(
+        sent.len() > 1000 && text.starts_with(sent.trim_end_matches('…')),
+        "the text cut, not lost"
+    );
+    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    assert_eq!(branches.len(), 1);
+    assert!(
+        branches[0].starts_with("feedback/1-make-the-dashboard-faster"),
+        "{branches:?}"
+    );
+    stop(served).await;
+}
+
+impl Served {
+    async fn branches_count(&self) -> usize {
+        helpers::branches(&self.repo()).await.len()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_messages_past_archive_retention_are_deleted_from_both_archives() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    db.insert(1..=2).await;
+    // Two messages archived eight days ago, one of them a redriven dead letter, and one today.
+    db.client
+        .batch_execute(&format!(
+            "select pgmq.archive('{q}'::text, msg_id) from pgmq.\"q_{q}\"; \
+             update pgmq.\"a_{q}\" set archived_at = now() - interval '8 days' \
+               where message -> 'record' ->> 'id' = '1'; \
+             select pgmq.send('{d}'::text, '{{\"reason\":\"bad_id\"}}'::jsonb, 0::integer); \
+             select pgmq.archive('{d}'::text, msg_id) from pgmq.\"q_{d}\"; \
+             update pgmq.\"a_{d}\" set archived_at = now() - interval '8 days';",
+            q = db.queue,
+            d = db.dead
+        ))
+        .await
+        .unwrap();
+    let dir = child::dir_with_repository().await;
+    let served = start(
+        &dir,
+        &db,
+        &local_config(&db, "repo.git", "", "archive_retention = \"7d\""),
+    )
+    .await;
+    until(
+        "the old archived messages deleted",
+        Duration::from_secs(30),
+        || async {
+            let queue_archive = db.count(&format!("a_{}", db.queue)).await;
+            let dead_archive = db.count(&format!("a_{}", db.dead)).await;
+            (queue_archive == 1 && dead_archive == 0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(
+        db.archived().await.keys().cloned().collect::<Vec<_>>(),
+        vec!["2".to_owned()],
+        "the message archived today is kept"
+    );
+    stop(served).await;
+}
