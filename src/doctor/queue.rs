@@ -103,7 +103,7 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
 struct Trigger {
     name: String,
     enabled: String,
-    /// `pg_trigger.tgtype`: bit 0 row-level, 2 INSERT, 3 DELETE, 4 UPDATE.
+    /// `pg_trigger.tgtype`: bit 0 row-level, 1 BEFORE, 2 INSERT, 3 DELETE, 4 UPDATE.
     kind: i16,
     args: Vec<String>,
     security_definer: bool,
@@ -175,6 +175,17 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     if found.kind & 1 == 0 {
         wrong.push("statement-level, not per row".to_owned());
     }
+    // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
+    // is the INSERT's error.
+    if found.kind & (1 << 1) != 0 {
+        wrong.push("BEFORE, not AFTER, so every INSERT fails".to_owned());
+    }
+    if found.args.len() != 1 {
+        wrong.push(format!(
+            "given {} arguments, not the queue's name alone, so every INSERT fails",
+            found.args.len()
+        ));
+    }
     for (event, bit, word) in [
         (EventKind::Insert, 1 << 2, "INSERT"),
         (EventKind::Update, 1 << 4, "UPDATE"),
@@ -208,6 +219,9 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             ("schema", "pgmq", "USAGE"),
             ("table", &q, "INSERT"),
             ("column", &q, "SELECT"),
+            // Every overload, found by name: their signatures differ between versions.
+            ("functions", "send", "EXECUTE"),
+            ("functions", "format_table_name", "EXECUTE"),
         ],
     )
     .await;
@@ -222,7 +236,15 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
                 found.owner,
                 missing.join(", ")
             ),
-            format!("{RUN_SETUP} (it grants these), or grant them as the queue's owner"),
+            if missing.iter().any(|m| m.starts_with("EXECUTE")) {
+                format!(
+                    "as pgmq's owner: grant execute on all functions in schema pgmq to {} (it \
+                     needs pgmq.send and pgmq.format_table_name, every overload)",
+                    found.owner
+                )
+            } else {
+                format!("{RUN_SETUP} (it grants these), or grant them as the queue's owner")
+            },
         )),
         Err(e) => out.push(Check::fail(
             format!(
@@ -418,6 +440,11 @@ async fn missing_rights(
                  and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
                when 'column' then pg_catalog.to_regclass(w.object) is not null \
                  and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
+               when 'functions' then not exists ( \
+                 select 1 from pg_catalog.pg_proc as p \
+                 join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
+                 where n.nspname = 'pgmq' and p.proname = w.object \
+                   and not pg_catalog.has_function_privilege(r.name, p.oid, w.privilege)) \
                when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
                  and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
              end, false)",

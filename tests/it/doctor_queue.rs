@@ -660,3 +660,86 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
     report.has_none("exists, logged");
     assert!(!report.to_string().contains(password), "{report}");
 }
+
+#[tokio::test]
+async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_would() {
+    with_database(Install::Extension, true, &|db: Db| async move {
+        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
+        let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
+        let queue = literal(&doctor.queue);
+        for (shape, expected) in [
+            ("before insert", "BEFORE, not AFTER, so every INSERT fails"),
+            (
+                "after insert",
+                "given 2 arguments, not the queue's name alone, so every INSERT fails",
+            ),
+        ] {
+            let extra = if shape.starts_with("after") {
+                ", 'x'"
+            } else {
+                ""
+            };
+            run_sql(
+                &db,
+                &format!(
+                    "drop trigger {trigger} on public.feedbacks; \
+                     create trigger {trigger} {shape} on public.feedbacks for each row \
+                     execute function rowbranch.enqueue({queue}{extra})"
+                ),
+            )
+            .await;
+            let report = doctor.run(Some(&url)).await;
+            report.fails(1);
+            let (what, fix) = report.failed(&doctor.trigger());
+            assert!(what.ends_with(expected), "{shape}: {report}");
+            assert!(fix.contains("run supabase-queue.sql"), "{report}");
+            // As it says: the table takes no row.
+            try_insert(&db.client, "public", "feedbacks", 1, "Lost")
+                .await
+                .expect_err("the function refuses to run from this trigger");
+        }
+        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
+        doctor.run(Some(&url)).await.all_pass();
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_owner_of_the_function_that_may_not_execute_pgmq_send_fails_with_the_grant_to_make() {
+    with_database(Install::Extension, true, &|db: Db| async move {
+        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
+        let owner = db.role("owner");
+        run_sql(
+            &db,
+            &format!(
+                "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
+                o = ident(&owner)
+            ),
+        )
+        .await;
+        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
+        run_sql(
+            &db,
+            "revoke execute on all functions in schema pgmq from public",
+        )
+        .await;
+        let report = doctor.run(Some(&url)).await;
+        report.fails(1);
+        let (what, fix) = report.failed(&format!("rowbranch.enqueue()'s owner {owner}"));
+        assert!(what.contains("EXECUTE on send"), "{report}");
+        try_insert(&db.client, "public", "feedbacks", 1, "Lost")
+            .await
+            .expect_err("the owner may not send");
+        let grant = fix
+            .split("as pgmq's owner: ")
+            .nth(1)
+            .and_then(|rest| rest.split(" (").next())
+            .expect("the fix names the grant");
+        run_sql(&db, grant).await;
+        doctor.run(Some(&url)).await.all_pass();
+        try_insert(&db.client, "public", "feedbacks", 2, "Kept")
+            .await
+            .expect("the grant the fix names is enough to send");
+    })
+    .await;
+}
