@@ -79,6 +79,8 @@ pub struct Consumer {
     freed: Notify,
     /// A running estimate of a message's size, for sizing reads by bytes.
     average_bytes: AtomicUsize,
+    /// Connections opened so far: any after the first is a reconnection.
+    connections: AtomicUsize,
     handlers: TaskTracker,
 }
 
@@ -101,6 +103,7 @@ impl Consumer {
             unsettled: Mutex::new(Vec::new()),
             freed: Notify::new(),
             average_bytes: AtomicUsize::new(2048),
+            connections: AtomicUsize::new(0),
             handlers: TaskTracker::new(),
         })
     }
@@ -125,6 +128,9 @@ impl Consumer {
                 let rows = Arc::new(rows);
                 *db = Some(Arc::clone(&rows));
                 self.reachability.set(Ok(()));
+                if self.connections.fetch_add(1, Ordering::Relaxed) > 0 {
+                    tracing::info!(queue = self.queue(), "connected to the database again");
+                }
                 Ok(rows)
             }
             Err(e) => {

@@ -447,6 +447,10 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     )
     .await;
     assert_eq!(archived_metric, 50.0, "this process archived the 50");
+    // Runs from the queue are runs, not deliveries.
+    let runs = metric(&served, "rowbranch_runs_total", "result=\"dispatched\"").await;
+    assert_eq!(runs, 50.0);
+    assert_eq!(metric(&served, "rowbranch_deliveries_total", "").await, 0.0);
     stop(served).await;
 }
 
@@ -840,6 +844,12 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
         (helpers::dispatches(&log).len() >= 30).then_some(())
     })
     .await;
+    let terminated_at: chrono::DateTime<chrono::Utc> = db
+        .client
+        .query_one("select now()", &[])
+        .await
+        .unwrap()
+        .get(0);
     let terminated: i64 = db
         .client
         .query_one(
@@ -864,8 +874,20 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
             archived[id]
         );
     }
+    let reconnected: i64 = db
+        .client
+        .query_one(
+            "select count(*) from pg_stat_activity \
+             where datname = current_database() and pid <> pg_backend_pid() \
+               and backend_start > $1::timestamptz",
+            &[&terminated_at],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(reconnected >= 1, "the consumer opened a connection anew");
     assert!(
-        served.log().contains("reading the queue again"),
+        served.log().contains("connected to the database again"),
         "it says it reconnected:\n{}",
         served.log()
     );
@@ -961,4 +983,216 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
         "the message archived today is kept"
     );
     stop(served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_archive_and_reports_rows_never_queued(
+) {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let trigger = format!("\"rowbranch_queue_{}\"", db.queue);
+    // 1–3: in the queue, nobody reading it. 4: inserted while the trigger was off.
+    db.insert(1..=3).await;
+    db.client
+        .batch_execute(&format!(
+            "alter table public.feedbacks disable trigger {trigger}; \
+             insert into public.feedbacks (id, message) values (4, 'Row 4'); \
+             alter table public.feedbacks enable trigger {trigger};"
+        ))
+        .await
+        .unwrap();
+    // 5 and 6: created three hours ago, claimed and never dispatched; 5's message was read
+    // (and archived) a minute ago, out of a backlog; 6's three hours ago.
+    db.client
+        .batch_execute(&format!(
+            "insert into public.feedbacks (id, message, created_at) \
+               values (5, 'Row 5', now() - interval '3 hours'), (6, 'Row 6', now() - interval '3 hours'); \
+             select pgmq.archive('{q}'::text, msg_id) from pgmq.\"q_{q}\" \
+               where message -> 'record' ->> 'id' in ('5', '6'); \
+             update pgmq.\"a_{q}\" set archived_at = now() - interval '1 minute' \
+               where message -> 'record' ->> 'id' = '5'; \
+             update pgmq.\"a_{q}\" set archived_at = now() - interval '3 hours' \
+               where message -> 'record' ->> 'id' = '6';",
+            q = db.queue
+        ))
+        .await
+        .unwrap();
+    let dir = child::dir_with_repository().await;
+    let repo = dir.path().join("repo.git");
+    for id in [5, 6] {
+        let out = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args([
+                "update-ref",
+                &format!("refs/heads/feedback/{id}-row-{id}"),
+                "main",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60")
+        .replace("shutdown_grace = \"5s\"", "stale_claim_after = \"1h\"");
+    std::fs::write(dir.path().join("rowbranch.toml"), &config).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["reconcile", "--json", "--since", "24h", "--config"])
+        .arg(dir.path().join("rowbranch.toml"))
+        .env("DATABASE_URL", &db.url)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    let route = &summary[0];
+    assert_eq!(route["rows_seen"], 6, "{route}");
+    assert_eq!(route["in_queue"], 3, "{route}");
+    assert_eq!(route["not_queued"], serde_json::json!(["4"]), "{route}");
+    assert_eq!(
+        route["dispatched_now"], 1,
+        "row 4, swept like any other: {route}"
+    );
+    assert_eq!(
+        route["dead_claims"],
+        serde_json::json!(["feedback/6-row-6"]),
+        "5's claim is a minute old, counted from its message's archive: {route}"
+    );
+    assert_eq!(route["dead_claims_redispatched"], 1);
+    let dispatched: BTreeSet<String> = per_row(&dir.path().join("dispatches.jsonl"))
+        .into_keys()
+        .collect();
+    assert_eq!(dispatched, BTreeSet::from(["4".to_owned(), "6".to_owned()]));
+    assert_eq!(db.depth().await, 3, "the sweep leaves the queue alone");
+}
+
+/// A route for `public.ideas` that reads the queue, beside the webhook's `feedbacks`.
+const IDEAS_FROM_THE_QUEUE: &str = "\n[[routes]]\ntable = \"ideas\"\nrepo = \"acme/app\"\n\
+     branch_prefix = \"idea\"\nevent_type = \"idea\"\nintake = \"pgmq\"\n";
+
+#[tokio::test]
+async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_reason() {
+    let app = helpers::spawn_app(
+        helpers::Options::default().routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}")),
+    )
+    .await;
+    let mut idea = helpers::insert(serde_json::json!(7), "An idea");
+    idea["table"] = "ideas".into();
+    let reply = app.post_json(&idea).await;
+    reply.expect(200, "ignored");
+    assert_eq!(reply.reason(), "pgmq_intake", "{:?}", reply.message());
+    app.post_insert(serde_json::json!(1), "Dark mode")
+        .await
+        .expect(200, "dispatched");
+    assert_eq!(
+        app.branches().await,
+        vec!["feedback/1-dark-mode".to_owned()]
+    );
+    app.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_database() {
+    // A database that does not answer: a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let unreachable = format!("postgres://rowbranch:secret-password@127.0.0.1:{port}/rows");
+    let only_queue = format!(
+        "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}intake = \"pgmq\"\n",
+        FEEDBACK_ROUTE
+    );
+    let dir = child::dir_with_repository().await;
+    let served = child::serve(
+        Arc::clone(&dir),
+        Start {
+            config: &only_queue,
+            env: vec![("DATABASE_URL", unreachable.clone())],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let webhook = client
+        .post(format!("{}/webhook", served.url))
+        .header("content-type", "application/json")
+        .body(helpers::insert(serde_json::json!(1), "Hi").to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(webhook.status(), 404);
+    let ready = until(
+        "/readyz to report the database",
+        Duration::from_secs(30),
+        || async {
+            let reply = helpers::get(&client, &format!("{}/readyz", served.url)).await;
+            (reply.body["database"] != "not reached yet").then_some(reply)
+        },
+    )
+    .await;
+    assert_eq!(ready.status, 503, "{:?}", ready.body);
+    assert_ne!(ready.body["database"], "ok");
+    assert!(
+        !ready.body.to_string().contains("secret-password"),
+        "no password in the answer: {:?}",
+        ready.body
+    );
+    stop(served).await;
+
+    // With a webhook route beside it, the webhooks work on: ready, the database reported.
+    let mixed = format!(
+        "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}"
+    );
+    let served = child::serve(
+        Arc::clone(&dir),
+        Start {
+            config: &mixed,
+            env: vec![("DATABASE_URL", unreachable)],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let ready = until(
+        "/readyz to report the database",
+        Duration::from_secs(30),
+        || async {
+            let reply = helpers::get(&client, &format!("{}/readyz", served.url)).await;
+            (reply.body["database"] != "not reached yet").then_some(reply)
+        },
+    )
+    .await;
+    assert_eq!(ready.status, 200, "{:?}", ready.body);
+    assert_ne!(ready.body["database"], "ok");
+    stop(served).await;
+}
+
+#[tokio::test]
+async fn a_route_on_the_queue_without_database_url_exits_2_saying_what_to_set() {
+    let dir = child::dir_with_repository().await;
+    let config = format!(
+        "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n"
+    );
+    std::fs::write(dir.path().join("rowbranch.toml"), &config).unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["serve", "--config"])
+        .arg(dir.path().join("rowbranch.toml"))
+        .env_remove("DATABASE_URL")
+        .env_remove("ROWBRANCH_WEBHOOK_SECRET")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("DATABASE_URL is not set"), "{stderr}");
+    assert!(
+        !stderr.contains("WEBHOOK_SECRET"),
+        "no secret is asked for: {stderr}"
+    );
 }
