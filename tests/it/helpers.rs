@@ -489,19 +489,28 @@ pub async fn drained(pipeline: &rowbranch::pipeline::Pipeline) {
 }
 
 /// Polls `check` until it returns `Some`, for at most [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
+    eventually_within(what, PATIENCE, check).await
+}
+
+/// Polls `check` until it returns `Some`, for at most `limit`.
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         assert!(
             Instant::now() < deadline,
-            "gave up waiting for {what} after {PATIENCE:?}"
+            "gave up waiting for {what} after {limit:?}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }

@@ -12,59 +12,21 @@
 //! rows in a table), never for a fixed time.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fake_github::{Fault, Op, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::templates::setup::{render, SetupContext};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config};
 
 use crate::child::{self, Served, Start};
 use crate::github::{self, GithubOptions, REPO};
-use crate::helpers::{self, random_secret, FEEDBACK_ROUTE};
-
-/// The two ways `scripts/test-postgres.sh` installs pgmq, each in its template database.
-#[derive(Debug, Clone, Copy)]
-enum Install {
-    Sql,
-    Extension,
-}
-
-impl Install {
-    fn variable(self) -> &'static str {
-        match self {
-            Install::Sql => "PGMQ_SQL_TEMPLATE",
-            Install::Extension => "PGMQ_EXTENSION_TEMPLATE",
-        }
-    }
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).expect("no randomness");
-    hex::encode(buf)
-}
-
-async fn connect(config: &Config) -> Client {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("could not connect to the test PostgreSQL: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
+use crate::helpers::{self, eventually_within, random_secret, FEEDBACK_ROUTE};
+use crate::setup_queue::{apply, connect, context, random_hex, template, Install};
 
 /// A test's database: `public.feedbacks` with the queue's trigger on it, and its queues.
 struct QueueDb {
@@ -83,20 +45,7 @@ impl QueueDb {
     /// A new database from `install`'s template, or `None` (after saying why) when there is
     /// none; under `CI=true`, a panic.
     async fn new(install: Install) -> Option<QueueDb> {
-        let hint = "run `eval \"$(scripts/test-postgres.sh)\"` first: it starts a throwaway PostgreSQL with pgmq";
-        let (Some(url), Some(template)) = (env("DATABASE_URL"), env(install.variable())) else {
-            if std::env::var("CI").is_ok_and(|ci| ci == "true") {
-                panic!(
-                    "DATABASE_URL or {} is not set, and CI=true: the queue tests must run; {hint}",
-                    install.variable()
-                );
-            }
-            eprintln!(
-                "skipping a queue test: DATABASE_URL or {} is not set; {hint}",
-                install.variable()
-            );
-            return None;
-        };
+        let (url, template) = template(install)?;
         let admin = Config::from_str(&url).expect("DATABASE_URL is a connection string");
         let tag = random_hex(4);
         let name = format!("rowbranch_consumer_{tag}");
@@ -134,18 +83,8 @@ impl QueueDb {
 
     /// Runs templates/supabase-queue.sql for `public.feedbacks` and this test's queues.
     async fn apply_setup_sql(&self) {
-        let ctx = SetupContext {
-            schema: "public".into(),
-            table: "feedbacks".into(),
-            queue: self.queue.clone(),
-            dead_letter: self.dead.clone(),
-            ..SetupContext::example()
-        };
-        let sql = render("supabase-queue.sql", &ctx).expect("supabase-queue.sql renders");
-        self.client
-            .batch_execute(&sql)
-            .await
-            .unwrap_or_else(|e| panic!("supabase-queue.sql failed: {e:?}"));
+        let ctx = context("public", "feedbacks", &self.queue, &self.dead);
+        apply(&self.client, &ctx).await;
     }
 
     /// Inserts rows `ids` in one statement, each with the text `Row N`.
@@ -283,25 +222,6 @@ fn database_url(url: &str, name: &str) -> String {
         }
     } else {
         format!("{url} dbname={name}")
-    }
-}
-
-/// Polls `check` until it gives `Some`, for at most `limit`.
-async fn until<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up waiting for {what} after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -487,7 +407,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
     for round in 0..2 {
         std::fs::write(dir.path().join("limit"), limit.to_string()).unwrap();
         let mut served = start(&dir, &db, &config).await;
-        let made = until(
+        let made = eventually_within(
             "a dispatch blocked past the limit",
             Duration::from_secs(60),
             || async {
@@ -720,7 +640,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("moved 1 dead letter"));
-    until(
+    eventually_within(
         "the redriven row's dispatch",
         Duration::from_secs(30),
         || async {
@@ -783,7 +703,7 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
     )
     .await;
     db.insert(1..=5).await;
-    until(
+    eventually_within(
         "ten backoff rounds for each of the 5 rows",
         Duration::from_secs(90),
         || async {
@@ -805,7 +725,7 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
     assert_eq!(db.depth().await, 5, "the rows wait in the queue");
 
     fake.clear_faults();
-    until("the 5 rows dispatched", Duration::from_secs(30), || async {
+    eventually_within("the 5 rows dispatched", Duration::from_secs(30), || async {
         (fake.dispatches(REPO).len() >= 5 && db.depth().await == 0).then_some(())
     })
     .await;
@@ -840,7 +760,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
     let served = start(&dir, &db, &config).await;
     db.insert(1..=200).await;
     let log = served.dispatch_log();
-    until("the first dispatches", Duration::from_secs(30), || async {
+    eventually_within("the first dispatches", Duration::from_secs(30), || async {
         (helpers::dispatches(&log).len() >= 30).then_some(())
     })
     .await;
@@ -967,7 +887,7 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
         &local_config(&db, "repo.git", "", "archive_retention = \"7d\""),
     )
     .await;
-    until(
+    eventually_within(
         "the old archived messages deleted",
         Duration::from_secs(30),
         || async {
@@ -1096,6 +1016,22 @@ async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_
     app.shutdown().await;
 }
 
+/// `/readyz` once the consumer has tried the database.
+async fn readyz_once_the_database_was_tried(
+    client: &reqwest::Client,
+    served: &Served,
+) -> helpers::Reply {
+    eventually_within(
+        "/readyz to report the database",
+        Duration::from_secs(30),
+        || async {
+            let reply = helpers::get(client, &format!("{}/readyz", served.url)).await;
+            (reply.body["database"] != "not reached yet").then_some(reply)
+        },
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_database() {
     // A database that does not answer: a port nothing listens on.
@@ -1127,15 +1063,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
         .await
         .unwrap();
     assert_eq!(webhook.status(), 404);
-    let ready = until(
-        "/readyz to report the database",
-        Duration::from_secs(30),
-        || async {
-            let reply = helpers::get(&client, &format!("{}/readyz", served.url)).await;
-            (reply.body["database"] != "not reached yet").then_some(reply)
-        },
-    )
-    .await;
+    let ready = readyz_once_the_database_was_tried(&client, &served).await;
     assert_eq!(ready.status, 503, "{:?}", ready.body);
     assert_ne!(ready.body["database"], "ok");
     assert!(
@@ -1159,15 +1087,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
         },
     )
     .await;
-    let ready = until(
-        "/readyz to report the database",
-        Duration::from_secs(30),
-        || async {
-            let reply = helpers::get(&client, &format!("{}/readyz", served.url)).await;
-            (reply.body["database"] != "not reached yet").then_some(reply)
-        },
-    )
-    .await;
+    let ready = readyz_once_the_database_was_tried(&client, &served).await;
     assert_eq!(ready.status, 200, "{:?}", ready.body);
     assert_ne!(ready.body["database"], "ok");
     stop(served).await;

@@ -61,7 +61,7 @@ fn ci() -> bool {
 
 /// `DATABASE_URL` and the template for `install`, or `None` after saying why the test is skipped;
 /// under `CI=true`, a panic.
-fn template(install: Install) -> Option<(String, String)> {
+pub(crate) fn template(install: Install) -> Option<(String, String)> {
     let hint = "run `eval \"$(scripts/test-postgres.sh)\"` first: it starts a throwaway PostgreSQL with pgmq installed both ways";
     let url = std::env::var("DATABASE_URL")
         .ok()
@@ -86,7 +86,7 @@ fn template(install: Install) -> Option<(String, String)> {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("no randomness");
     hex::encode(buf)
@@ -102,7 +102,7 @@ pub(crate) fn literal(text: &str) -> String {
     format!("'{}'", text.replace('\'', "''"))
 }
 
-async fn connect(config: &Config) -> Client {
+pub(crate) async fn connect(config: &Config) -> Client {
     let (client, connection) = config
         .connect(NoTls)
         .await
