@@ -732,7 +732,16 @@ fn route(raw: RawRoute, dir: &Path) -> anyhow::Result<Route> {
 fn pgmq(raw: RawPgmq) -> anyhow::Result<PgmqSettings> {
     let defaults = PgmqSettings::default();
     let queue = raw.queue.unwrap_or(defaults.queue);
-    let dead_letter = raw.dead_letter.unwrap_or(defaults.dead_letter);
+    // The queue's own `{queue}_dead` unless named: what `init --queue` creates, and with the
+    // default queue, the default `rowbranch_dead`.
+    let named = raw.dead_letter.is_some();
+    let dead_letter = raw.dead_letter.unwrap_or_else(|| format!("{queue}_dead"));
+    if is_queue_name(&queue) && !named && !is_queue_name(&dead_letter) {
+        bail!(
+            "[pgmq] queue = \"{queue}\" leaves no room for its dead-letter queue's default name \
+             (\"{queue}_dead\" is over 47 characters): set [pgmq] dead_letter, or use a shorter queue name"
+        );
+    }
     for (key, name) in [("queue", &queue), ("dead_letter", &dead_letter)] {
         if !is_queue_name(name) {
             bail!(
@@ -1024,6 +1033,10 @@ mod tests {
             format!("[pgmq]\nqueue = \"rows_q\"\nbatch = 10\narchive_retention = \"2d\"\n{LOCAL}");
         let config = parse(&text).unwrap();
         assert_eq!(config.pgmq.queue, "rows_q");
+        assert_eq!(
+            config.pgmq.dead_letter, "rows_q_dead",
+            "the queue's own by default"
+        );
         assert_eq!(config.pgmq.batch, 10);
         assert_eq!(
             config.pgmq.archive_retention,
@@ -1042,6 +1055,10 @@ mod tests {
                 "not a queue name",
             ),
             ("dead_letter = \"a-b\"", "not a queue name"),
+            (
+                &format!("queue = \"{}\"", "q".repeat(45)),
+                "set [pgmq] dead_letter",
+            ),
             ("queue = \"x\"\ndead_letter = \"x\"", "both \"x\""),
             ("batch = 0", "batch"),
             ("visibility_timeout_s = 3", "at least 10"),

@@ -319,7 +319,7 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
 
 /// Whoever can write the queue can make the workflow work on any text: fails when `anon`,
 /// `authenticated` (Supabase's Data API roles, where they exist) or `PUBLIC` hold any right on
-/// the queues' tables.
+/// the queues' tables — granted to them, or inherited from a role they are members of.
 async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
     let tables: Vec<String> = [&pgmq.queue, &pgmq.dead_letter]
         .into_iter()
@@ -327,13 +327,21 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
         .collect();
     let found = client
         .query_typed(
-            "select coalesce(r.rolname, 'PUBLIC')::text, c.oid::regclass::text, \
-                    string_agg(distinct a.privilege_type, ', ')::text \
+            "select h.holder, c.oid::regclass::text, \
+                    string_agg(distinct h.privilege, ', ')::text \
              from unnest($1::text[]) as wanted(name) \
              join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
-             cross join lateral pg_catalog.aclexplode(c.relacl) as a \
-             left join pg_catalog.pg_roles as r on r.oid = a.grantee \
-             where a.grantee = 0 or r.rolname in ('anon', 'authenticated') \
+             cross join lateral ( \
+               select 'PUBLIC'::text as holder, a.privilege_type::text as privilege \
+               from pg_catalog.aclexplode(c.relacl) as a where a.grantee = 0 \
+               union all \
+               select r.rolname::text, p.privilege \
+               from pg_catalog.pg_roles as r \
+               cross join unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) \
+                 as p(privilege) \
+               where r.rolname in ('anon', 'authenticated') \
+                 and pg_catalog.has_table_privilege(r.oid, c.oid, p.privilege) \
+             ) as h \
              group by 1, 2 order by 1, 2",
             &[(&tables, Type::TEXT_ARRAY)],
         )
@@ -380,7 +388,8 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
                 ),
                 format!(
                     "revoke all on {} from {}; and leave \"Expose Queues via PostgREST\" off \
-                     for these queues",
+                     for these queues (a right anon or authenticated inherits from another role \
+                     is revoked from that role)",
                     tables.join(", "),
                     holders.join(", ")
                 ),

@@ -55,9 +55,10 @@ impl Answer {
             Err(RunError::Unavailable {
                 message,
                 retry_after,
+                fallback,
             }) => Answer::Unavailable {
                 message,
-                retry_after,
+                retry_after: retry_after.unwrap_or(fallback),
             },
             Err(RunError::Refused(message)) => Answer::Unprocessable(message),
             Err(e @ RunError::Abandoned) => Answer::Unavailable {

@@ -5,7 +5,7 @@
 //! visibility timeout. How and why this loses nothing is in docs/design.md ("The queue").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,7 +21,7 @@ use crate::metrics::NO_ROUTE;
 use crate::pipeline::{
     DuplicateReason, Ignored, Outcome, Pipeline, Plan, Planned, Routes, RunError,
 };
-use crate::rows::{Reachability, Rows};
+use crate::rows::{describe, Reachability, Rows};
 use crate::shutdown::Shutdown;
 use crate::webhook::payload;
 
@@ -48,6 +48,9 @@ pub struct ConsumerSettings {
 
 /// A message this process holds.
 struct Held {
+    /// Which hold this is: a message released and read again is a new hold, with a new token,
+    /// while one read again during its run (adopted) keeps its token.
+    token: u64,
     read_ct: i32,
     /// Its lease was found lost: another reader holds it, or it is gone.
     lost: bool,
@@ -55,7 +58,7 @@ struct Held {
     settling: bool,
 }
 
-/// A settle the database did not take (it went away): made again after reconnecting.
+/// A settle the database did not take (the connection went): made again after reconnecting.
 #[derive(Clone)]
 struct Unsettled {
     id: i64,
@@ -66,6 +69,25 @@ struct Unsettled {
     result: &'static str,
 }
 
+/// The statement that settles a message, once any dispatch again has been made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Statement {
+    /// Archived, counting as this result (`archived`, `redispatched`).
+    Archive(&'static str),
+    DeadLetter(&'static str),
+    /// Visible again after this long (whole seconds: pgmq's visibility is in seconds).
+    Retry(Duration),
+    /// Visible again at once.
+    Release,
+}
+
+impl Statement {
+    /// Whether it makes the message visible to other readers.
+    fn lets_go(&self) -> bool {
+        matches!(self, Statement::Retry(_) | Statement::Release)
+    }
+}
+
 pub struct Consumer {
     settings: ConsumerSettings,
     routes: Arc<Routes>,
@@ -74,6 +96,8 @@ pub struct Consumer {
     reachability: Arc<Reachability>,
     db: tokio::sync::Mutex<Option<Arc<Rows>>>,
     held: Mutex<HashMap<i64, Held>>,
+    /// The next hold's token.
+    holds: AtomicU64,
     unsettled: Mutex<Vec<Unsettled>>,
     /// Woken when a held message is settled: there may be room to read again.
     freed: Notify,
@@ -100,6 +124,7 @@ impl Consumer {
             reachability,
             db: tokio::sync::Mutex::new(None),
             held: Mutex::new(HashMap::new()),
+            holds: AtomicU64::new(0),
             unsettled: Mutex::new(Vec::new()),
             freed: Notify::new(),
             average_bytes: AtomicUsize::new(2048),
@@ -255,7 +280,7 @@ impl Consumer {
             // Its work is done; only its archive waits for the database.
             return;
         }
-        {
+        let token = {
             let mut held = self.held.lock().expect("held lock poisoned");
             if let Some(known) = held.get_mut(&message.id) {
                 tracing::info!(
@@ -267,56 +292,143 @@ impl Consumer {
                 known.lost = false;
                 return;
             }
+            let token = self.holds.fetch_add(1, Ordering::Relaxed);
             held.insert(
                 message.id,
                 Held {
+                    token,
                     read_ct: message.read_ct,
                     lost: false,
                     settling: false,
                 },
             );
-        }
+            token
+        };
+        self.start(message, token);
+    }
+
+    /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
+    /// lapses, and the message is read again), so that it never holds a place for ever.
+    fn start(self: &Arc<Self>, message: Message, token: u64) {
         let this = Arc::clone(self);
-        self.handlers
-            .spawn(async move { this.handle(message).await });
+        let id = message.id;
+        self.handlers.spawn(async move {
+            let run = tokio::spawn(Arc::clone(&this).handle(message, token));
+            if let Err(e) = run.await {
+                tracing::error!(msg_id = id, error = %e, "a queue message's handler failed; the message is read again when its lease lapses");
+                this.unhold(id, token);
+                this.freed.notify_waiters();
+            }
+        });
+    }
+
+    /// Forgets hold `token` of message `id`; a newer hold of it is left alone.
+    fn unhold(&self, id: i64, token: u64) {
+        let mut held = self.held.lock().expect("held lock poisoned");
+        if held.get(&id).is_some_and(|h| h.token == token) {
+            held.remove(&id);
+        }
     }
 
     /// Runs one message's row and settles the message.
-    async fn handle(self: Arc<Self>, message: Message) {
+    async fn handle(self: Arc<Self>, message: Message, token: u64) {
         let (route, row_id, end, plan) = self.run_row(&message).await;
-        let read_ct = {
-            let mut held = self.held.lock().expect("held lock poisoned");
-            let Some(entry) = held.get_mut(&message.id) else {
-                return;
-            };
-            entry.settling = true;
-            entry.read_ct
-        };
         let pgmq = &self.settings.pgmq;
-        let decided = settle(&end, read_ct, pgmq.backoff_base, pgmq.backoff_cap);
-        let result = self.apply(&message, read_ct, &decided, plan, &route).await;
-        self.held
-            .lock()
-            .expect("held lock poisoned")
-            .remove(&message.id);
-        self.freed.notify_waiters();
+        let backoff =
+            |read_ct| super::settle::backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap);
+        let Some((read_ct, lost)) = self.hold_state(message.id, token) else {
+            return;
+        };
+        // `None`: another reader holds the message now; the dispatch again is its to make.
+        let statement = match settle(&end, read_ct, pgmq.backoff_base, pgmq.backoff_cap) {
+            Settle::Archive => Some(Statement::Archive("archived")),
+            Settle::DeadLetter(reason) => Some(Statement::DeadLetter(reason)),
+            Settle::Retry(after) => Some(Statement::Retry(after)),
+            Settle::Release => Some(Statement::Release),
+            Settle::Redispatch if lost => None,
+            // Made while the loop still renews the lease; then the archive checks it once more.
+            Settle::Redispatch => Some(match self.redispatch(plan, &message).await {
+                Ok(()) => Statement::Archive("redispatched"),
+                Err(e) => {
+                    tracing::warn!(msg_id = message.id, error = %e, "could not dispatch the row again; the message is tried again later");
+                    Statement::Retry(backoff(read_ct))
+                }
+            }),
+        };
+        let begun = self.begin_settle(message.id, token);
+        let (result, dead_letter) = match (begun, &statement) {
+            (Some(read_ct), Some(statement)) => {
+                self.apply(&message, token, read_ct, statement, &route)
+                    .await
+            }
+            _ => ("lease_lost", None),
+        };
+        self.settled(&message, token, begun);
         if result == "deferred" {
             tracing::warn!(msg_id = message.id, %route, "a queue message's settle waits for the database");
             return;
         }
         self.pipeline.metrics().pgmq_message(&route, result);
-        let reason = match &decided {
-            Settle::DeadLetter(reason) => reason,
+        let reason = match &statement {
+            Some(Statement::DeadLetter(reason)) => reason,
             _ => "",
         };
         let id = row_id.as_deref().unwrap_or("");
         match result {
             "dead" => tracing::error!(msg_id = message.id, read_ct, %route, id, reason,
-                "queue message dead-lettered: `rowbranch queue redrive` brings it back"),
+                dead_letter_id = dead_letter,
+                "queue message dead-lettered: `rowbranch queue redrive --id <dead_letter_id>` brings it back"),
             "lease_lost" => tracing::warn!(msg_id = message.id, read_ct, %route, id,
                 "queue message's lease was lost: another reader settles it"),
             _ => tracing::info!(msg_id = message.id, read_ct, %route, id, result, ?end,
                 "queue message"),
+        }
+    }
+
+    /// The hold's `read_ct` now (an adoption may have raised it) and whether its lease was
+    /// found lost; `None` when the hold is gone.
+    fn hold_state(&self, id: i64, token: u64) -> Option<(i32, bool)> {
+        let held = self.held.lock().expect("held lock poisoned");
+        held.get(&id)
+            .filter(|h| h.token == token)
+            .map(|h| (h.read_ct, h.lost))
+    }
+
+    /// Marks the hold as settling (its final statement renews its lease, not the loop), and
+    /// answers the `read_ct` that statement is made with; `None` when the hold is gone.
+    fn begin_settle(&self, id: i64, token: u64) -> Option<i32> {
+        let mut held = self.held.lock().expect("held lock poisoned");
+        let entry = held.get_mut(&id).filter(|h| h.token == token)?;
+        entry.settling = true;
+        Some(entry.read_ct)
+    }
+
+    /// The hold's end, after its statement. A message read again while that statement was being
+    /// made (its lease lapsed meanwhile) is held by this process under the new read with no
+    /// handler: it is run again, which finds its row handled or dispatches it.
+    fn settled(self: &Arc<Self>, message: &Message, token: u64, settled_read: Option<i32>) {
+        let again = {
+            let mut held = self.held.lock().expect("held lock poisoned");
+            match held.get_mut(&message.id) {
+                Some(h) if h.token == token && settled_read.is_some_and(|n| n != h.read_ct) => {
+                    h.settling = false;
+                    h.lost = false;
+                    Some(h.read_ct)
+                }
+                Some(h) if h.token == token => {
+                    held.remove(&message.id);
+                    None
+                }
+                _ => None,
+            }
+        };
+        self.freed.notify_waiters();
+        if let Some(read_ct) = again {
+            let message = Message {
+                read_ct,
+                ..message.clone()
+            };
+            self.start(message, token);
         }
     }
 
@@ -377,7 +489,7 @@ impl Consumer {
                 let end = self.at_base_or_handled(&plan, &branch).await;
                 return (route, id, end, Some(plan.on_branch(branch)));
             }
-            Err(RunError::Unavailable { retry_after, .. }) => RunEnd::Retry(Some(retry_after)),
+            Err(RunError::Unavailable { retry_after, .. }) => RunEnd::Retry(retry_after),
             Err(RunError::Internal(_)) => RunEnd::Retry(None),
             Err(RunError::Refused(_)) => RunEnd::Refused("payload_refused"),
             Err(RunError::Abandoned) => RunEnd::NotStarted,
@@ -406,98 +518,95 @@ impl Consumer {
         }
     }
 
-    /// Makes the settle's statement; returns the `rowbranch_pgmq_messages_total` result. The
-    /// lease is checked (renewed) once more first: a message another reader holds now is left
-    /// to it, whatever this run did.
+    /// Makes the settle's statement; returns the `rowbranch_pgmq_messages_total` result and,
+    /// for a dead letter, its id in the dead-letter queue. The lease is checked and renewed in
+    /// the same statement first: a message another reader holds now is left to it, whatever
+    /// this run did.
     async fn apply(
         &self,
         message: &Message,
+        token: u64,
         read_ct: i32,
-        decided: &Settle,
-        plan: Option<Plan>,
+        statement: &Statement,
         route: &str,
-    ) -> &'static str {
+    ) -> (&'static str, Option<i64>) {
+        if statement.lets_go() {
+            // Once visible, the message may be read again at once: that is a new hold, not
+            // this one adopted.
+            self.unhold(message.id, token);
+        }
         let db = match self.db().await {
             Ok(db) => db,
-            Err(_) => return self.defer(message, decided, route),
+            Err(_) => return (self.defer(message, statement, route), None),
         };
         let client = db.client();
-        let vt = match decided {
-            Settle::Retry(after) => i32::try_from(after.as_secs()).unwrap_or(i32::MAX),
+        let vt = match statement {
+            Statement::Retry(after) => whole_seconds(*after),
+            Statement::Release => 0,
             _ => self.vt_seconds(),
         };
-        match queue::renew(client, self.queue(), &[message.id], vt).await {
-            Ok(found) if found.first().map(|(_, n)| *n) == Some(read_ct) => {}
-            Ok(_) => return "lease_lost",
+        match queue::renew(client, self.queue(), &[(message.id, read_ct)], vt).await {
+            Ok(found) if !found.is_empty() => {}
+            Ok(_) => return ("lease_lost", None),
             Err(e) => {
-                self.failed(&e).await;
-                return self.defer(message, decided, route);
+                return (
+                    self.statement_failed(&e, message, statement, route).await,
+                    None,
+                )
             }
         }
-        let settled = match decided {
-            Settle::Retry(_) => return "retried",
-            Settle::Release => queue::renew(client, self.queue(), &[message.id], 0)
+        let settled = match statement {
+            Statement::Retry(_) => return ("retried", None),
+            Statement::Release => return ("released", None),
+            Statement::Archive(result) => queue::archive(client, self.queue(), message.id)
                 .await
-                .map(|_| "released"),
-            Settle::Archive => queue::archive(client, self.queue(), message.id)
-                .await
-                .map(|_| "archived"),
-            Settle::DeadLetter(reason) => {
-                let letter = letter(reason, message);
-                queue::dead_letter(
-                    client,
-                    self.queue(),
-                    &self.settings.pgmq.dead_letter,
-                    message.id,
-                    &letter,
-                )
-                .await
-                .map(|_| "dead")
-            }
-            Settle::Redispatch => {
-                let Some(plan) = plan else {
-                    return "retried";
-                };
-                if let Err(e) = self.redispatch(&plan).await {
-                    tracing::warn!(msg_id = message.id, error = %e, "could not dispatch the row again; the message is tried again later");
-                    let wait = super::settle::backoff(
-                        read_ct,
-                        self.settings.pgmq.backoff_base,
-                        self.settings.pgmq.backoff_cap,
-                    );
-                    let _ = queue::renew(
-                        client,
-                        self.queue(),
-                        &[message.id],
-                        i32::try_from(wait.as_secs()).unwrap_or(i32::MAX),
-                    )
-                    .await;
-                    return "retried";
-                }
-                queue::archive(client, self.queue(), message.id)
-                    .await
-                    .map(|_| "redispatched")
-            }
+                .map(|_| (*result, None)),
+            Statement::DeadLetter(reason) => queue::dead_letter(
+                client,
+                self.queue(),
+                &self.settings.pgmq.dead_letter,
+                message.id,
+                &letter(reason, message),
+            )
+            .await
+            .map(|dead| ("dead", dead)),
         };
         match settled {
-            Ok(result) => result,
-            Err(e) => {
-                self.failed(&e).await;
-                self.defer(message, decided, route)
-            }
+            Ok(settled) => settled,
+            Err(e) => (
+                self.statement_failed(&e, message, statement, route).await,
+                None,
+            ),
         }
+    }
+
+    /// A statement that failed: when the connection is what failed, an archive or a dead letter
+    /// is kept for after reconnecting; any other error (a privilege, a missing queue) is
+    /// logged with its SQLSTATE and the message is read again when its lease lapses.
+    async fn statement_failed(
+        &self,
+        e: &tokio_postgres::Error,
+        message: &Message,
+        statement: &Statement,
+        route: &str,
+    ) -> &'static str {
+        self.failed(e).await;
+        if connection_lost(e) {
+            return self.defer(message, statement, route);
+        }
+        tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
+            error = %describe(e), "a queue message's settle failed; it is read again when its lease lapses");
+        "retried"
     }
 
     /// Keeps an archive or a dead letter the database did not take, for after reconnecting; a
     /// retry or a release needs nothing: the message's lease lapses by itself.
-    fn defer(&self, message: &Message, decided: &Settle, route: &str) -> &'static str {
-        let (letter, result) = match decided {
-            Settle::Archive => (None, "archived"),
-            // The dispatch was made; only its archive waits.
-            Settle::Redispatch => (None, "redispatched"),
-            Settle::DeadLetter(reason) => (Some(letter(reason, message)), "dead"),
-            Settle::Retry(_) => return "retried",
-            Settle::Release => return "released",
+    fn defer(&self, message: &Message, statement: &Statement, route: &str) -> &'static str {
+        let (letter, result) = match statement {
+            Statement::Archive(result) => (None, *result),
+            Statement::DeadLetter(reason) => (Some(letter(reason, message)), "dead"),
+            Statement::Retry(_) => return "retried",
+            Statement::Release => return "released",
         };
         self.unsettled
             .lock()
@@ -512,25 +621,27 @@ impl Consumer {
     }
 
     /// Makes the statements kept for after a reconnect. An archive of a message archived
-    /// already answers false: done, either way.
+    /// already answers false, and a dead letter is sent only with its archive: done, either
+    /// way, and nothing twice.
     async fn settle_unsettled(&self, db: &Rows) {
         let pending = std::mem::take(&mut *self.unsettled.lock().expect("unsettled lock poisoned"));
         for item in pending {
             let done = match &item.letter {
-                None => queue::archive(db.client(), self.queue(), item.id).await,
-                Some(letter) => {
-                    queue::dead_letter(
-                        db.client(),
-                        self.queue(),
-                        &self.settings.pgmq.dead_letter,
-                        item.id,
-                        letter,
-                    )
+                None => queue::archive(db.client(), self.queue(), item.id)
                     .await
-                }
+                    .map(|_| ()),
+                Some(letter) => queue::dead_letter(
+                    db.client(),
+                    self.queue(),
+                    &self.settings.pgmq.dead_letter,
+                    item.id,
+                    letter,
+                )
+                .await
+                .map(|_| ()),
             };
             match done {
-                Ok(_) => {
+                Ok(()) => {
                     let result = item.result;
                     self.pipeline.metrics().pgmq_message(&item.route, result);
                     tracing::info!(
@@ -539,30 +650,34 @@ impl Consumer {
                         "settled a queue message after reconnecting"
                     );
                 }
-                Err(e) => {
+                Err(e) if connection_lost(&e) => {
                     self.failed(&e).await;
                     self.unsettled
                         .lock()
                         .expect("unsettled lock poisoned")
                         .push(item);
                 }
+                Err(e) => tracing::error!(msg_id = item.id, code = e.code().map(|c| c.code()),
+                    error = %describe(&e), "a queue message's settle failed again; it is read again when its lease lapses"),
             }
         }
     }
 
     /// Dispatches the row again on its branch as it is, from the current base.
-    async fn redispatch(&self, plan: &Plan) -> Result<(), ForgeError> {
-        let forge = self.pipeline.forge();
-        let repo = &plan.route.repo;
-        let base = forge.base(repo).await?;
-        let payload = plan
-            .client_payload(&base)
-            .map_err(|e| ForgeError::Refused {
-                message: e.to_string(),
-            })?;
-        forge
-            .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
+    async fn redispatch(&self, plan: Option<Plan>, message: &Message) -> Result<(), RunError> {
+        let Some(plan) = plan else {
+            return Err(RunError::Internal(Arc::new(anyhow::anyhow!(
+                "message {} has no plan to dispatch again",
+                message.id
+            ))));
+        };
+        let base = self
+            .pipeline
+            .forge()
+            .base(&plan.route.repo)
             .await
+            .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
+        self.pipeline.redispatch(&plan, &base).await
     }
 
     /// Renews every held message's lease every third of the visibility timeout; a renewal that
@@ -582,14 +697,15 @@ impl Consumer {
                 continue;
             }
             let Ok(db) = self.db().await else { continue };
-            let wanted: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
-            match queue::renew(db.client(), self.queue(), &wanted, self.vt_seconds()).await {
+            match queue::renew(db.client(), self.queue(), &ids, self.vt_seconds()).await {
                 Ok(found) => {
                     let found: HashMap<i64, i32> = found.into_iter().collect();
                     let mut held = self.held.lock().expect("held lock poisoned");
                     for (id, read_ct) in ids {
                         if found.get(&id) != Some(&read_ct) {
-                            if let Some(entry) = held.get_mut(&id) {
+                            // Still the same read? An adoption meanwhile is renewed next time.
+                            if let Some(entry) = held.get_mut(&id).filter(|h| h.read_ct == read_ct)
+                            {
                                 entry.lost = true;
                             }
                         }
@@ -645,6 +761,23 @@ fn letter(reason: &str, message: &Message) -> String {
     json!({"reason": reason, "msg_id": message.id, "message": original}).to_string()
 }
 
+/// A wait in whole seconds, at least one: pgmq's visibility is set in seconds, and a backoff
+/// rounded down to none would read the message again at once.
+fn whole_seconds(wait: Duration) -> i32 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
+}
+
+/// Whether a statement failed because the connection did (it closed, or the server ended the
+/// session: SQLSTATE classes 08 and 57), rather than for what it asked.
+fn connection_lost(e: &tokio_postgres::Error) -> bool {
+    e.is_closed()
+        || match e.code() {
+            None => true,
+            Some(code) => code.code().starts_with("08") || code.code().starts_with("57"),
+        }
+}
+
 /// How long to wait before reaching for the database again after `failures` failures.
 fn reconnect_wait(failures: u32) -> Duration {
     Duration::from_millis(500)
@@ -668,6 +801,15 @@ mod tests {
         assert_eq!(letter["reason"], "bad_id");
         assert_eq!(letter["msg_id"], 7);
         assert_eq!(letter["message"]["record"]["id"], "a b");
+    }
+
+    #[test]
+    fn a_visibility_is_whole_seconds_and_never_none() {
+        assert_eq!(whole_seconds(Duration::from_millis(100)), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(5)), 5);
+        assert_eq!(whole_seconds(Duration::ZERO), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(u64::MAX)), i32::MAX);
     }
 
     #[test]

@@ -45,27 +45,47 @@ pub async fn read(
             id: row.get(0),
             read_ct: row.get(1),
             enqueued_at: row.get(2),
-            body: row.get(3),
+            // pgmq.send takes a NULL message; such a message is no row's event, and is
+            // dead-lettered as malformed like any other.
+            body: row
+                .get::<_, Option<String>>(3)
+                .unwrap_or_else(|| "null".to_owned()),
         })
         .collect())
 }
 
-/// `pgmq.set_vt` for each of `ids`, in one round trip: each message still there, with the
-/// `read_ct` it has now. A message missing from the answer is gone (archived, deleted).
+/// `pgmq.set_vt` for each held message that is still as this process read it (the same
+/// `read_ct`), in one round trip and one statement: the check and the new visibility go
+/// together, so a message another reader holds now (it read it again: another `read_ct`) keeps
+/// that reader's lease. The rows are locked while they change, so no read takes them in
+/// between. Answers the messages renewed; one missing was lost (another reader has it, or it is
+/// gone).
 pub async fn renew(
     client: &Client,
     queue: &str,
-    ids: &[i64],
+    held: &[(i64, i32)],
     vt: i32,
 ) -> Result<Vec<(i64, i32)>, tokio_postgres::Error> {
+    let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
+    let reads: Vec<i32> = held.iter().map(|(_, read_ct)| *read_ct).collect();
+    let sql = format!(
+        "with mine as ( \
+           select q.msg_id from {} as q \
+           join unnest($2::bigint[], $3::integer[]) as held(id, read_ct) \
+             on q.msg_id = held.id and q.read_ct = held.read_ct \
+           for update of q \
+         ) \
+         select m.msg_id, m.read_ct \
+         from mine, lateral pgmq.set_vt($1::text, mine.msg_id::bigint, $4::integer) as m",
+        table('q', queue)
+    );
     let rows = client
         .query_typed(
-            "select m.msg_id, m.read_ct \
-             from unnest($2::bigint[]) as held(id), \
-                  lateral pgmq.set_vt($1::text, held.id::bigint, $3::integer) as m",
+            &sql,
             &[
                 (&queue, Type::TEXT),
                 (&ids, Type::INT8_ARRAY),
+                (&reads, Type::INT4_ARRAY),
                 (&vt, Type::INT4),
             ],
         )
@@ -87,19 +107,23 @@ pub async fn archive(client: &Client, queue: &str, id: i64) -> Result<bool, toki
         .unwrap_or(false))
 }
 
-/// Sends `letter` (JSON text) to the dead-letter queue and archives message `id`, in one
-/// statement, so that either both happen or neither. False when the message was not there.
+/// Archives message `id` and, only when that archived it, sends `letter` (JSON text) to the
+/// dead-letter queue, in one statement: both happen or neither, and made again (after a lost
+/// answer) it sends nothing twice. The dead letter's own id, or `None` when the message was
+/// not there (archived already).
 pub async fn dead_letter(
     client: &Client,
     queue: &str,
     dead: &str,
     id: i64,
     letter: &str,
-) -> Result<bool, tokio_postgres::Error> {
+) -> Result<Option<i64>, tokio_postgres::Error> {
     let rows = client
         .query_typed(
-            "with sent as (select pgmq.send($1::text, $2::text::jsonb, 0::integer) as id) \
-             select pgmq.archive($3::text, $4::bigint) from sent",
+            "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
+                  sent as (select pgmq.send($1::text, $2::text::jsonb, 0::integer) as id \
+                           from gone where gone.archived) \
+             select sent.id from sent",
             &[
                 (&dead, Type::TEXT),
                 (&letter, Type::TEXT),
@@ -108,10 +132,7 @@ pub async fn dead_letter(
             ],
         )
         .await?;
-    Ok(rows
-        .first()
-        .and_then(|r| r.get::<_, Option<bool>>(0))
-        .unwrap_or(false))
+    Ok(rows.first().and_then(|r| r.get::<_, Option<i64>>(0)))
 }
 
 /// `pgmq.send` of `body` (JSON text) to `queue`: the new message's id.
@@ -153,24 +174,41 @@ pub async fn list(client: &Client) -> Result<Vec<(String, bool)>, tokio_postgres
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
-/// Deletes archived messages older than `retention_s` seconds: how many went. (pgmq has no
-/// function for it; the archive is a plain table.)
+/// How many archived messages one statement of [`forget_archived`] deletes, so that the
+/// renewals and reads sharing its connection never wait long behind it.
+const FORGET_BATCH: i32 = 1000;
+
+/// Deletes archived messages older than `retention_s` seconds, a batch per statement: how many
+/// went. (pgmq has no function for it; the archive is a plain table.)
 pub async fn forget_archived(
     client: &Client,
     queue: &str,
     retention_s: f64,
 ) -> Result<u64, tokio_postgres::Error> {
+    let archive = table('a', queue);
     let sql = format!(
         "with gone as ( \
-           delete from {} where archived_at < now() - ($1::double precision * interval '1 second') \
-           returning 1 \
-         ) select count(*) from gone",
-        table('a', queue)
+           delete from {archive} where msg_id in ( \
+             select msg_id from {archive} \
+             where archived_at < now() - ($1::double precision * interval '1 second') \
+             limit $2::integer \
+           ) returning 1 \
+         ) select count(*) from gone"
     );
-    let rows = client
-        .query_typed(&sql, &[(&retention_s, Type::FLOAT8)])
-        .await?;
-    Ok(rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64))
+    let mut total = 0;
+    loop {
+        let rows = client
+            .query_typed(
+                &sql,
+                &[(&retention_s, Type::FLOAT8), (&FORGET_BATCH, Type::INT4)],
+            )
+            .await?;
+        let gone = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+        total += gone;
+        if gone < FORGET_BATCH as u64 {
+            return Ok(total);
+        }
+    }
 }
 
 /// Moves dead letters back to `queue`: the original message of each (all, or the one with id

@@ -58,10 +58,13 @@ impl DuplicateReason {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum RunError {
     /// The forge is unavailable or rate limited; nothing is left claimed; safe to retry.
+    /// `retry_after` is the forge's own hint (GitHub's `Retry-After`), when it gave one;
+    /// `fallback` what to ask a caller to wait otherwise.
     #[error("{message}")]
     Unavailable {
         message: String,
-        retry_after: Duration,
+        retry_after: Option<Duration>,
+        fallback: Duration,
     },
     /// The payload cannot be sent as it is (our limits or the forge's); retrying will not help.
     #[error("{0}")]
@@ -102,6 +105,15 @@ impl RunWatch {
 }
 
 impl RunError {
+    /// A run that could not start because too many are waiting: try again after `wait`.
+    pub fn full(message: String, wait: Duration) -> RunError {
+        RunError::Unavailable {
+            message,
+            retry_after: None,
+            fallback: wait,
+        }
+    }
+
     pub fn from_forge(err: ForgeError, during: &str) -> RunError {
         match err {
             ForgeError::Unavailable {
@@ -109,13 +121,15 @@ impl RunError {
                 retry_after,
             } => RunError::Unavailable {
                 message: format!("{during}: {message}"),
-                retry_after: retry_after.unwrap_or(DEFAULT_RETRY_AFTER),
+                retry_after,
+                fallback: DEFAULT_RETRY_AFTER,
             },
             // Outside a dispatch, a refusal is the forge's state (an empty repository, a
             // conflicting ref), not the payload's: the row can go once that is fixed.
             ForgeError::Refused { message } => RunError::Unavailable {
                 message: format!("{during}: {message}"),
-                retry_after: REFUSED_RETRY_AFTER,
+                retry_after: None,
+                fallback: REFUSED_RETRY_AFTER,
             },
             ForgeError::Other(e) => RunError::Internal(Arc::new(e.context(during.to_owned()))),
             ForgeError::ShuttingDown => RunError::Abandoned,
@@ -129,6 +143,12 @@ pub async fn execute(
     plan: &Plan,
     watch: &RunWatch,
 ) -> Result<Outcome, RunError> {
+    // A row not yet started once the shutdown has begun is left for a redelivery or the
+    // sweep: its reads would only wait for GitHub slots that the claimed rows' dispatches need
+    // within the grace.
+    if watch.shutdown.is_draining() {
+        return Err(RunError::Abandoned);
+    }
     let route = &plan.route;
     let repo = &route.repo;
     // Steps 1 and 2, and the base for step 3: three reads, one round trip.
@@ -229,4 +249,41 @@ async fn dispatch_or_release(
         }
     }
     Err(failure)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_forge_passes_on_its_own_hint_and_nothing_else() {
+        let unavailable = |retry_after| ForgeError::Unavailable {
+            message: "503".into(),
+            retry_after,
+        };
+        let hinted = RunError::from_forge(unavailable(Some(Duration::from_secs(3))), "reading");
+        let unhinted = RunError::from_forge(unavailable(None), "reading");
+        let refused = RunError::from_forge(
+            ForgeError::Refused {
+                message: "empty".into(),
+            },
+            "claiming",
+        );
+        // GitHub's hint is the hint; without one, a queue backs off its own way and a webhook's
+        // sender is told the fallback.
+        for (error, hint, fallback) in [
+            (hinted, Some(Duration::from_secs(3)), DEFAULT_RETRY_AFTER),
+            (unhinted, None, DEFAULT_RETRY_AFTER),
+            (refused, None, REFUSED_RETRY_AFTER),
+        ] {
+            match error {
+                RunError::Unavailable {
+                    retry_after,
+                    fallback: given,
+                    ..
+                } => assert_eq!((retry_after, given), (hint, fallback)),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
 }

@@ -20,7 +20,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use crate::forge::Forge;
+use crate::forge::{Base, Forge};
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -148,14 +148,20 @@ impl Pipeline {
         let span = tracing::info_span!("run", id = %plan.id, branch = %plan.branch, repo = %plan.route.repo);
         let task = self.tasks.spawn(
             async move {
-                // Unregistered on drop, so a run that panics does not stay "under way" forever.
-                let _done = Unregister(Arc::clone(&this), done_key);
-                let start = std::time::Instant::now();
+                // Unregistered on drop, so a run that panics does not stay "under way" forever,
+                // and counted then as `failed_internal`.
+                let mut done = Unregister {
+                    pipeline: Arc::clone(&this),
+                    key: done_key,
+                    route: plan.route.table_name(),
+                    start: std::time::Instant::now(),
+                    counted: false,
+                };
                 let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
-                let took = start.elapsed();
+                let took = done.start.elapsed();
                 let ended = run_result(&result);
-                this.metrics
-                    .run_ended(&plan.route.table_name(), ended, took);
+                this.metrics.run_ended(&done.route, ended, took);
+                done.counted = true;
                 match &result {
                     Err(RunError::Abandoned) => tracing::error!(
                         "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
@@ -189,6 +195,26 @@ impl Pipeline {
         );
         self.metrics.runs_in_flight(runs.len());
         Ok(Submission { joined: false, run })
+    }
+
+    /// Dispatches `plan` again on the branch it already has (`plan.branch`), with `base` as
+    /// the payload's base: a claim whose dispatch may never have been made (a dead claim, found
+    /// by the sweep or by a queue message read again). The workflow's concurrency group and
+    /// guard absorb a second dispatch of a row that had one.
+    pub async fn redispatch(&self, plan: &Plan, base: &Base) -> Result<(), RunError> {
+        let payload = plan
+            .client_payload(base)
+            .map_err(|e| RunError::Refused(e.to_string()))?;
+        self.forge
+            .dispatch(
+                &plan.route.repo,
+                &plan.route.event_type,
+                &serde_json::Value::Object(payload),
+            )
+            .await
+            .map_err(|e| RunError::from_forge(e, "dispatching a claimed row again"))?;
+        tracing::info!(id = %plan.id, branch = %plan.branch, "dispatched a claimed row again");
+        Ok(())
     }
 
     /// Waits for every run under way; new runs can no longer be tracked after this.
@@ -225,13 +251,24 @@ fn run_result(result: &Result<Outcome, RunError>) -> &'static str {
     }
 }
 
-struct Unregister(Arc<Pipeline>, RowKey);
+struct Unregister {
+    pipeline: Arc<Pipeline>,
+    key: RowKey,
+    route: String,
+    start: std::time::Instant,
+    /// The run's end is in `rowbranch_runs_total`; when it is not at drop, the run panicked.
+    counted: bool,
+}
 
 impl Drop for Unregister {
     fn drop(&mut self) {
-        if let Ok(mut runs) = self.0.runs.lock() {
-            runs.remove(&self.1);
-            self.0.metrics.runs_in_flight(runs.len());
+        let metrics = &self.pipeline.metrics;
+        if !self.counted {
+            metrics.run_ended(&self.route, "failed_internal", self.start.elapsed());
+        }
+        if let Ok(mut runs) = self.pipeline.runs.lock() {
+            runs.remove(&self.key);
+            metrics.runs_in_flight(runs.len());
         }
     }
 }

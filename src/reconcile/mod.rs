@@ -245,6 +245,11 @@ async fn sweep_route(
     }
 }
 
+/// How long before the queue was read a row may have been created and still have committed
+/// after it (`created_at` is the INSERT's time, its message appears at its commit): such a row
+/// with no message seen is left to the consumer, not run or reported as never queued.
+const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
+
 /// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
 /// is still in the queue (visible or held), then those archived since the window's start with
 /// when. In that order, so that a message moving from the queue to the archive meanwhile is
@@ -256,6 +261,9 @@ struct QueueView {
     archived: HashMap<String, chrono::DateTime<chrono::Utc>>,
     /// Rows created since then are expected to have a message (queued or archived).
     expected_since: chrono::DateTime<chrono::Utc>,
+    /// Rows created since then may have committed after the queue was read: their message is
+    /// in the queue now, unseen by this view, so they are left to the consumer.
+    unseen_since: chrono::DateTime<chrono::Utc>,
     not_queued: std::sync::Mutex<Vec<String>>,
 }
 
@@ -274,6 +282,7 @@ impl QueueView {
     ) -> anyhow::Result<QueueView> {
         let client = rows.client();
         let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
+        let loaded_at = chrono::Utc::now();
         let queued = queue::queued_ids(client, &pgmq.queue, schema, table, id)
             .await
             .with_context(|| format!("reading the queue {}", pgmq.queue))?;
@@ -285,7 +294,8 @@ impl QueueView {
         Ok(QueueView {
             queued: queued.into_iter().collect(),
             archived: archived.into_iter().collect(),
-            expected_since: chrono::Utc::now() - retention,
+            expected_since: loaded_at - retention,
+            unseen_since: loaded_at - UNSEEN_MARGIN,
             not_queued: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -302,6 +312,9 @@ impl QueueView {
         if let Some(archived_at) = self.archived.get(&id) {
             row.created_at = row.created_at.max(*archived_at);
             return Queued::Archived;
+        }
+        if row.created_at >= self.unseen_since {
+            return Queued::InQueue;
         }
         if row.created_at >= self.expected_since {
             self.not_queued
@@ -395,7 +408,7 @@ impl Apply<'_> {
             branch: base.branch.clone(),
             sha: claimed_at,
         };
-        Ok(match redispatch(self.pipeline, &plan, &claimed).await {
+        Ok(match self.pipeline.redispatch(&plan, &claimed).await {
             Ok(()) => Settled::DeadClaim {
                 branch,
                 redispatched: true,
@@ -413,10 +426,7 @@ impl Apply<'_> {
                 async move {
                     let outcome = match run {
                         Ok(run) => run.outcome().await,
-                        Err(full) => Err(RunError::Unavailable {
-                            message: full.to_string(),
-                            retry_after: full.retry_after,
-                        }),
+                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after)),
                     };
                     match outcome {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
@@ -433,25 +443,6 @@ impl Apply<'_> {
             .collect()
             .await
     }
-}
-
-/// Dispatches a dead claim again, on the branch it already has (`plan.branch`), with the base
-/// it was claimed at.
-async fn redispatch(pipeline: &Pipeline, plan: &Plan, claimed: &Base) -> Result<(), RunError> {
-    let payload = plan
-        .client_payload(claimed)
-        .map_err(|e| RunError::Refused(e.to_string()))?;
-    pipeline
-        .forge()
-        .dispatch(
-            &plan.route.repo,
-            &plan.route.event_type,
-            &Value::Object(payload),
-        )
-        .await
-        .map_err(|e| RunError::from_forge(e, "re-dispatching a dead claim"))?;
-    tracing::info!(id = %plan.id, branch = %plan.branch, "re-dispatched a dead claim");
-    Ok(())
 }
 
 /// The summary as a table, for a terminal.

@@ -480,8 +480,11 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
         let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
         // anon is a role of the whole server: made once, never dropped; its grants here go
         // with this database. authenticated is not made: the revoke must not need it. And
-        // Supabase's pgmq_public, a function of which anon may execute.
+        // Supabase's pgmq_public, a function of which anon may execute. And a role of this
+        // test's own that anon is a member of, with a right on the dead letters: inherited.
         let q = format!("pgmq.q_{}", doctor.queue);
+        let dead_q = format!("pgmq.q_{}", doctor.dead);
+        let via = format!("rb_via_{}", doctor.queue);
         run_sql(
             &db,
             &format!(
@@ -489,6 +492,9 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
                  exception when duplicate_object or unique_violation then null; end $$;
                  grant select on {q} to anon;
                  grant insert on {q} to public;
+                 create role {via} nologin;
+                 grant select on {dead_q} to {via};
+                 grant {via} to anon;
                  create schema pgmq_public;
                  create function pgmq_public.pop() returns int language sql as 'select 1';"
             ),
@@ -498,12 +504,15 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
         report.fails(1);
         let (what, fix) = report.failed("the queue is open to the Data API's roles");
         for part in [
-            format!("anon has SELECT on {q}"),
+            // Its own SELECT, and PUBLIC's INSERT, which every role has.
+            format!("anon has INSERT, SELECT on {q}"),
             format!("PUBLIC has INSERT on {q}"),
+            format!("anon has SELECT on {dead_q}"),
             "pgmq_public lets them call pgmq".to_owned(),
         ] {
             assert!(what.contains(&part), "no {part:?}: {report}");
         }
+        assert!(fix.contains("inherits from another role"), "{report}");
         let revoke = fix
             .split_once("; and leave")
             .map(|(revoke, _)| revoke)
@@ -520,6 +529,20 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
         );
 
         run_sql(&db, revoke).await;
+        let report = doctor.run(Some(&url)).await;
+        report.fails(1);
+        let (what, _) = report.failed("the queue is open to the Data API's roles");
+        assert!(
+            what.contains(&format!("anon has SELECT on {dead_q}")) && !what.contains("PUBLIC"),
+            "the inherited right is still there: {report}"
+        );
+        run_sql(
+            &db,
+            &format!(
+                "revoke select on {dead_q} from {via}; revoke {via} from anon; drop role {via};"
+            ),
+        )
+        .await;
         let report = doctor.run(Some(&url)).await;
         report.all_pass();
         let exposed = report.passed("anon, authenticated and PUBLIC hold no rights");

@@ -260,6 +260,20 @@ async fn metric(served: &Served, name: &str, label: &str) -> f64 {
         .sum()
 }
 
+/// A counter once it has reached `at_least`: a message's end is counted just after its
+/// statement, so a moment after the queue shows it. Its value then, to compare exactly.
+async fn metric_once(served: &Served, name: &str, label: &str, at_least: f64) -> f64 {
+    eventually_within(
+        &format!("{name}{{{label}}} at {at_least}"),
+        Duration::from_secs(10),
+        || async {
+            let value = metric(served, name, label).await;
+            (value >= at_least).then_some(value)
+        },
+    )
+    .await
+}
+
 /// A local-forge config reading this test's queue; `forge` and `pgmq` add lines to their
 /// sections; `repo` is the repository's path.
 fn local_config(db: &QueueDb, repo: &str, forge: &str, pgmq: &str) -> String {
@@ -360,15 +374,22 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
         "each message read once"
     );
     assert!(db.dead_letters().await.is_empty());
-    let archived_metric = metric(
+    let archived_metric = metric_once(
         &served,
         "rowbranch_pgmq_messages_total",
         "result=\"archived\"",
+        50.0,
     )
     .await;
     assert_eq!(archived_metric, 50.0, "this process archived the 50");
     // Runs from the queue are runs, not deliveries.
-    let runs = metric(&served, "rowbranch_runs_total", "result=\"dispatched\"").await;
+    let runs = metric_once(
+        &served,
+        "rowbranch_runs_total",
+        "result=\"dispatched\"",
+        50.0,
+    )
+    .await;
     assert_eq!(runs, 50.0);
     assert_eq!(metric(&served, "rowbranch_deliveries_total", "").await, 0.0);
     stop(served).await;
@@ -492,8 +513,19 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
         "one dispatch per row: {seen:?}"
     );
     assert_eq!(helpers::branches(&repo).await.len(), 300);
-    let by_a = metric(&a, "rowbranch_pgmq_messages_total", "result=\"archived\"").await;
-    let by_b = metric(&b, "rowbranch_pgmq_messages_total", "result=\"archived\"").await;
+    let archived = |served| {
+        metric(
+            served,
+            "rowbranch_pgmq_messages_total",
+            "result=\"archived\"",
+        )
+    };
+    let (by_a, by_b) =
+        eventually_within("300 archives counted", Duration::from_secs(10), || async {
+            let (by_a, by_b) = (archived(&a).await, archived(&b).await);
+            (by_a + by_b >= 300.0).then_some((by_a, by_b))
+        })
+        .await;
     assert_eq!(by_a + by_b, 300.0);
     eprintln!("archived by the first process: {by_a}, by the second: {by_b}");
     stop(a).await;
@@ -602,11 +634,18 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         letter["message"]["record"]["message"], "An idea",
         "the message kept whole"
     );
-    let dead = metric(&served, "rowbranch_pgmq_messages_total", "result=\"dead\"").await;
+    let dead = metric_once(
+        &served,
+        "rowbranch_pgmq_messages_total",
+        "result=\"dead\"",
+        3.0,
+    )
+    .await;
     assert_eq!(dead, 3.0);
+    let logged = served.log();
     assert!(
-        served.log().contains("../x") || served.log().contains("bad_id"),
-        "logged"
+        logged.contains("../x") && logged.contains("dead_letter_id"),
+        "the bad id logged, and each dead letter's own id for redrive: {logged}"
     );
     stop(served).await;
 
@@ -738,6 +777,181 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
     assert_eq!(fake.dispatches(REPO).len(), 5, "one dispatch each");
     assert!(db.archived().await.values().all(|read_ct| *read_ct > 10));
     assert!(db.dead_letters().await.is_empty());
+    stop(served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_and_read_once() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let fake = github::fake().await;
+    // Two writes at once, then one a minute: the first row claims and dispatches, and the
+    // four after it wait on the pace for their claims.
+    let options = GithubOptions {
+        write_interval_ms: 60_000,
+        write_burst: 2,
+        extra_top: "shutdown_grace = \"5s\"\n".into(),
+        ..GithubOptions::default()
+    };
+    let config = format!(
+        "{}intake = \"pgmq\"\n\n[pgmq]\nqueue = \"{}\"\ndead_letter = \"{}\"\npoll_interval_ms = 50\n\
+         visibility_timeout_s = 600\n",
+        options.config_text(&fake),
+        db.queue,
+        db.dead
+    );
+    let mut served = child::serve(
+        Arc::new(tempfile::tempdir().unwrap()),
+        Start {
+            config: &config,
+            env: vec![
+                ("DATABASE_URL", db.url.clone()),
+                (
+                    "GITHUB_APP_PRIVATE_KEY",
+                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+                ),
+            ],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    db.insert(1..=1).await;
+    eventually_within(
+        "the first row dispatched",
+        Duration::from_secs(30),
+        || async { (fake.dispatches(REPO).len() == 1).then_some(()) },
+    )
+    .await;
+    db.insert(2..=5).await;
+    eventually_within("one dispatch, four held", Duration::from_secs(30), || async {
+        let held: i64 = db
+            .client
+            .query_one(
+                &format!(
+                    "select count(*) from pgmq.\"q_{}\" where read_ct = 1 and vt > now() + interval '1 minute'",
+                    db.queue
+                ),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        (fake.dispatches(REPO).len() == 1 && held == 4).then_some(())
+    })
+    .await;
+    served.signal(Signal::TERM);
+    assert_eq!(
+        served.exit_code(Duration::from_secs(30)).await,
+        Some(0),
+        "{}",
+        served.log()
+    );
+    let left: Vec<(i32, bool)> = db
+        .client
+        .query(
+            &format!(
+                "select read_ct, vt <= now() from pgmq.\"q_{}\" order by msg_id",
+                db.queue
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(
+        left,
+        vec![(1, true); 4],
+        "released: visible at once, read once; {}",
+        served.log()
+    );
+    assert_eq!(fake.dispatches(REPO).len(), 1);
+    assert_eq!(
+        served.log().matches("result=\"released\"").count(),
+        4,
+        "{}",
+        served.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_run_dispatches() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let dir = child::dir_with_repository().await;
+    let gate = dir.path().join("gate");
+    let config = local_config(
+        &db,
+        "repo.git",
+        &format!(
+            "on_dispatch = \"cat > /dev/null; while [ ! -e '{}' ]; do sleep 0.05; done\"",
+            gate.display()
+        ),
+        "visibility_timeout_s = 60",
+    );
+    let served = start(&dir, &db, &config).await;
+    db.insert(1..=1).await;
+    // The row's run is dispatching (its on_dispatch waits at the gate): its message is held.
+    eventually_within(
+        "the row's message held",
+        Duration::from_secs(30),
+        || async {
+            let held: i64 = db
+                .client
+                .query_one(
+                    &format!(
+                        "select count(*) from pgmq.\"q_{}\" where read_ct = 1 and vt > now()",
+                        db.queue
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            (held == 1 && helpers::branches(&dir.path().join("repo.git")).await.len() == 1)
+                .then_some(())
+        },
+    )
+    .await;
+    // Another reader takes it: visible now, then read for ten minutes.
+    let taken: i32 = db
+        .client
+        .query_one(
+            &format!(
+                "select m.read_ct from pgmq.set_vt('{q}'::text, (select msg_id from pgmq.\"q_{q}\"), 0) as s, \
+                 lateral pgmq.read('{q}'::text, 600, 1) as m",
+                q = db.queue
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(taken, 2);
+    std::fs::write(&gate, "").unwrap();
+    eventually_within("the lease found lost", Duration::from_secs(30), || async {
+        served.log().contains("lease was lost").then_some(())
+    })
+    .await;
+    assert_eq!(
+        helpers::dispatches(&dir.path().join("dispatches.jsonl")).len(),
+        1,
+        "the run that claimed dispatched"
+    );
+    assert_eq!(db.depth().await, 1, "left to the reader that holds it");
+    assert!(db.archived().await.is_empty(), "{}", served.log());
+    let lost = metric_once(
+        &served,
+        "rowbranch_pgmq_messages_total",
+        "result=\"lease_lost\"",
+        1.0,
+    )
+    .await;
+    assert_eq!(lost, 1.0);
     stop(served).await;
 }
 
@@ -912,12 +1126,16 @@ async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_ar
         return;
     };
     let trigger = format!("\"rowbranch_queue_{}\"", db.queue);
-    // 1–3: in the queue, nobody reading it. 4: inserted while the trigger was off.
+    // 1–3: in the queue, nobody reading it. 4: inserted ten minutes ago while the trigger was
+    // off. 7: inserted just now with the trigger off, as a row that commits while the sweep
+    // reads the queue looks: left to the consumer, not run or reported.
     db.insert(1..=3).await;
     db.client
         .batch_execute(&format!(
             "alter table public.feedbacks disable trigger {trigger}; \
-             insert into public.feedbacks (id, message) values (4, 'Row 4'); \
+             insert into public.feedbacks (id, message, created_at) \
+               values (4, 'Row 4', now() - interval '10 minutes'); \
+             insert into public.feedbacks (id, message) values (7, 'Row 7'); \
              alter table public.feedbacks enable trigger {trigger};"
         ))
         .await
@@ -971,8 +1189,8 @@ async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_ar
     );
     let summary: Value = serde_json::from_str(&stdout).unwrap();
     let route = &summary[0];
-    assert_eq!(route["rows_seen"], 6, "{route}");
-    assert_eq!(route["in_queue"], 3, "{route}");
+    assert_eq!(route["rows_seen"], 7, "{route}");
+    assert_eq!(route["in_queue"], 4, "1–3 and the row just made: {route}");
     assert_eq!(route["not_queued"], serde_json::json!(["4"]), "{route}");
     assert_eq!(
         route["dispatched_now"], 1,
