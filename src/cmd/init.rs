@@ -277,7 +277,8 @@ fn print_next_steps(dir: &Path, ctx: &SetupContext) {
         "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
 rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
   1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=…: run
+     button; GitHub then sends you to {url}/?code=…, where nothing answers yet (rowbranch is
+     deployed in step 3): copy the code from the address bar (it works once, for an hour) and run
        rowbranch init --dir {d} --manifest-code THE_CODE
      (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
      App into {d}/workflow.yml).

@@ -597,6 +597,16 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
             r#"{"type":"INSERT","table":"ideas","schema":"public","record":{"id":7,"message":"An idea"},"old_record":null}"#,
         )
         .await;
+    // pgmq.send takes an SQL NULL as a message, too.
+    let null: i64 = db
+        .client
+        .query_one(
+            "select pgmq.send($1::text, null::jsonb, 0::integer)",
+            &[&db.queue],
+        )
+        .await
+        .unwrap()
+        .get(0);
     db.insert(1..=3).await;
     let dir = child::dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
@@ -622,6 +632,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         reasons,
         BTreeMap::from([
             (malformed, "malformed".to_owned()),
+            (null, "malformed".to_owned()),
             (bad_id, "bad_id".to_owned()),
             (unrouted, "no_route".to_owned()),
         ])
@@ -638,10 +649,10 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         &served,
         "rowbranch_pgmq_messages_total",
         "result=\"dead\"",
-        3.0,
+        4.0,
     )
     .await;
-    assert_eq!(dead, 3.0);
+    assert_eq!(dead, 4.0);
     let logged = served.log();
     assert!(
         logged.contains("../x") && logged.contains("dead_letter_id"),
