@@ -62,7 +62,7 @@ pub fn bot_login(app_slug: &str) -> String {
 /// Whether claude-code-action lets a run started by the App `app_slug` through its human-actor
 /// check: `allowed_bots` is `*`, or a comma-separated list with an entry equal to the bot's
 /// login ignoring case and with or without `[bot]`; empty allows no bot. The same rules as
-/// `isAllowedBot` in the action's `src/github/validation/actor.ts`
+/// the check inline in `checkHumanActor`, in the action's `src/github/validation/actor.ts`
 /// (https://github.com/anthropics/claude-code-action/blob/v1/src/github/validation/actor.ts).
 /// The run's actor is taken to be `{slug}[bot]`; because the suffix is optional on both sides,
 /// an actor of plain `{slug}` is allowed by the same lists.
