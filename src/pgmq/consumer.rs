@@ -28,6 +28,9 @@ use crate::webhook::payload;
 /// About how many bytes of messages one read may bring in, so that a queue of big rows is read
 /// a few at a time.
 const BATCH_BYTES: usize = 4 << 20;
+/// The size a message is taken to have before any has been read: large, so that the first
+/// read of a queue of big rows brings in a few of them, not a whole batch.
+const FIRST_GUESS_BYTES: usize = 256 << 10;
 /// How often the queues' depth and age are sampled for the metrics.
 const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 /// How often archived messages past `archive_retention` are deleted.
@@ -127,7 +130,7 @@ impl Consumer {
             holds: AtomicU64::new(0),
             unsettled: Mutex::new(Vec::new()),
             freed: Notify::new(),
-            average_bytes: AtomicUsize::new(2048),
+            average_bytes: AtomicUsize::new(FIRST_GUESS_BYTES),
             connections: AtomicUsize::new(0),
             handlers: TaskTracker::new(),
         })
