@@ -84,9 +84,16 @@ pub enum ForgeError {
     /// redelivery or the sweep.
     #[error("rowbranch is shutting down; the row was not claimed")]
     ShuttingDown,
-    /// Anything else: a bug here or there. Logged with its chain, answered opaquely.
-    #[error(transparent)]
-    Other(#[from] anyhow::Error),
+    /// Anything else: a bug here or there. Logged with its chain, answered opaquely. The message
+    /// is the whole chain, so it is no source as well (that would print it twice).
+    #[error("{0:#}")]
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for ForgeError {
+    fn from(e: anyhow::Error) -> ForgeError {
+        ForgeError::Other(e)
+    }
 }
 
 /// The operations the pipeline needs from a forge. Each is one request on GitHub.
@@ -175,5 +182,22 @@ pub async fn open(
         ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(
             github, shutdown, metrics,
         )?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ForgeError;
+
+    #[test]
+    fn an_other_error_shows_its_whole_chain_once() {
+        let e = ForgeError::from(anyhow::anyhow!("the body did not parse").context("reading refs"));
+        assert_eq!(e.to_string(), "reading refs: the body did not parse");
+        assert!(std::error::Error::source(&e).is_none());
+        let wrapped = anyhow::Error::new(e).context("claiming");
+        assert_eq!(
+            format!("{wrapped:#}"),
+            "claiming: reading refs: the body did not parse"
+        );
     }
 }
