@@ -30,9 +30,13 @@ impl Sha {
         &self.0
     }
 
-    /// The first 12 digits, for people.
+    /// The first 12 digits, for people. Cut at the 12th character, not byte: a forge's answer
+    /// is not checked to be hex.
     pub fn short(&self) -> &str {
-        &self.0[..self.0.len().min(12)]
+        match self.0.char_indices().nth(12) {
+            Some((end, _)) => &self.0[..end],
+            None => &self.0,
+        }
     }
 }
 
@@ -187,7 +191,7 @@ pub async fn open(
 
 #[cfg(test)]
 mod tests {
-    use super::ForgeError;
+    use super::{ForgeError, Sha};
 
     #[test]
     fn an_other_error_shows_its_whole_chain_once() {
@@ -199,5 +203,18 @@ mod tests {
             format!("{wrapped:#}"),
             "claiming: reading refs: the body did not parse"
         );
+    }
+
+    #[test]
+    fn a_short_sha_is_its_first_twelve_characters() {
+        assert_eq!(
+            Sha::new("0123456789abcdef0123456789abcdef01234567").short(),
+            "0123456789ab"
+        );
+        assert_eq!(Sha::new("abc").short(), "abc");
+        assert_eq!(Sha::new("").short(), "");
+        // A character across byte 12 is kept whole, not cut in two.
+        assert_eq!(Sha::new("0123456789aé0123").short(), "0123456789aé");
+        assert_eq!(Sha::new("ééééééééééééé").short(), "éééééééééééé");
     }
 }
