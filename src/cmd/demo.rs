@@ -11,12 +11,13 @@ use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use super::Failure;
 use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
 use crate::http;
+use crate::startup;
 use crate::webhook::auth::{generate_secret, hub_signature_256};
-use crate::{startup, Failure};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
 #   ROWBRANCH_WEBHOOK_SECRET=<a secret of 24+ characters> rowbranch serve --config <this file>

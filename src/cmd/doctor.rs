@@ -3,9 +3,10 @@
 
 use anyhow::anyhow;
 
+use super::Failure;
 use crate::cli::DoctorArgs;
 use crate::config::{process_env, Config};
-use crate::{doctor, Failure};
+use crate::doctor;
 
 pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = match Config::load(&args.config.config, &process_env) {

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context};
 
+use super::Failure;
 use crate::cli::{InitArgs, IntakeArg, OwnerType};
 use crate::config::{is_queue_name, process_env, Intake};
 use crate::doctor::quietly;
@@ -13,7 +14,6 @@ use crate::identity::{BranchPrefix, EventType, RepoName};
 use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
 use crate::webhook::auth::generate_secret;
-use crate::Failure;
 
 /// GitHub refuses App names longer than this.
 const MAX_APP_NAME: usize = 34;

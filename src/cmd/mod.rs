@@ -1,4 +1,4 @@
-//! One module per command.
+//! One module per command, [`run`] to run the one asked for, and how a command fails.
 
 pub mod demo;
 pub mod doctor;
@@ -8,3 +8,56 @@ pub mod queue;
 pub mod reconcile;
 pub mod redo;
 pub mod serve;
+
+use crate::cli::{Cli, Command};
+use crate::config::ConfigError;
+
+/// Why a command failed, and so which exit code it ends with.
+#[derive(Debug)]
+pub enum Failure {
+    /// Bad usage or configuration: exit 2.
+    Usage(anyhow::Error),
+    /// Something went wrong while running: exit 1.
+    Runtime(anyhow::Error),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Usage(_) => 2,
+            Failure::Runtime(_) => 1,
+        }
+    }
+
+    pub fn error(&self) -> &anyhow::Error {
+        match self {
+            Failure::Usage(e) | Failure::Runtime(e) => e,
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Failure {
+        Failure::Runtime(e)
+    }
+}
+
+impl From<ConfigError> for Failure {
+    fn from(e: ConfigError) -> Failure {
+        Failure::Usage(e.into())
+    }
+}
+
+/// Runs one command.
+pub async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Serve(args) => serve::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
+        Command::Preview(args) => preview::run(args).await,
+        Command::Doctor(args) => doctor::run(args).await,
+        Command::Init(args) => init::run(args).await,
+        Command::Reconcile(args) => reconcile::run(args).await,
+        Command::Redo(args) => redo::run(args).await,
+        Command::Queue(args) => queue::run(args).await,
+    }
+}

@@ -3,12 +3,13 @@
 use anyhow::{anyhow, Context};
 use serde_json::Value;
 
+use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
 use crate::forge::{Base, Sha};
 use crate::pipeline::Planned;
+use crate::startup;
 use crate::webhook::payload;
-use crate::{startup, Failure};
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;

@@ -3,11 +3,11 @@
 
 use anyhow::{anyhow, Context};
 
+use super::Failure;
 use crate::cli::{QueueArgs, QueueCommand, RedriveArgs};
 use crate::config::{process_env, Config};
 use crate::pgmq::queue;
 use crate::rows::Rows;
-use crate::Failure;
 
 pub async fn run(args: QueueArgs) -> Result<(), Failure> {
     match args.command {

@@ -4,11 +4,12 @@ use std::io::IsTerminal;
 
 use anyhow::{anyhow, Context};
 
+use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
 use crate::reconcile::{self, Progress, SweepOptions};
 use crate::rows::Rows;
-use crate::{startup, Failure};
+use crate::startup;
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;

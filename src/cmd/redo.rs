@@ -5,12 +5,13 @@ use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{anyhow, Context};
 
+use super::Failure;
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
 use crate::identity::BranchName;
 use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
 use crate::rows::Rows;
-use crate::{startup, Failure};
+use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use anyhow::{anyhow, Context};
 use tokio::net::TcpListener;
 
+use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::{process_env, Config};
-use crate::{startup, Failure};
+use crate::startup;
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;

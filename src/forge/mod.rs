@@ -30,9 +30,13 @@ impl Sha {
         &self.0
     }
 
-    /// The first 12 digits, for people.
+    /// The first 12 digits, for people. Cut at the 12th character, not byte: a forge's answer
+    /// is not checked to be hex.
     pub fn short(&self) -> &str {
-        &self.0[..self.0.len().min(12)]
+        match self.0.char_indices().nth(12) {
+            Some((end, _)) => &self.0[..end],
+            None => &self.0,
+        }
     }
 }
 
@@ -84,9 +88,16 @@ pub enum ForgeError {
     /// redelivery or the sweep.
     #[error("rowbranch is shutting down; the row was not claimed")]
     ShuttingDown,
-    /// Anything else: a bug here or there. Logged with its chain, answered opaquely.
-    #[error(transparent)]
-    Other(#[from] anyhow::Error),
+    /// Anything else: a bug here or there. Logged with its chain, answered opaquely. The message
+    /// is the whole chain, so it is no source as well (that would print it twice).
+    #[error("{0:#}")]
+    Other(anyhow::Error),
+}
+
+impl From<anyhow::Error> for ForgeError {
+    fn from(e: anyhow::Error) -> ForgeError {
+        ForgeError::Other(e)
+    }
 }
 
 /// The operations the pipeline needs from a forge. Each is one request on GitHub.
@@ -175,5 +186,35 @@ pub async fn open(
         ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(
             github, shutdown, metrics,
         )?)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ForgeError, Sha};
+
+    #[test]
+    fn an_other_error_shows_its_whole_chain_once() {
+        let e = ForgeError::from(anyhow::anyhow!("the body did not parse").context("reading refs"));
+        assert_eq!(e.to_string(), "reading refs: the body did not parse");
+        assert!(std::error::Error::source(&e).is_none());
+        let wrapped = anyhow::Error::new(e).context("claiming");
+        assert_eq!(
+            format!("{wrapped:#}"),
+            "claiming: reading refs: the body did not parse"
+        );
+    }
+
+    #[test]
+    fn a_short_sha_is_its_first_twelve_characters() {
+        assert_eq!(
+            Sha::new("0123456789abcdef0123456789abcdef01234567").short(),
+            "0123456789ab"
+        );
+        assert_eq!(Sha::new("abc").short(), "abc");
+        assert_eq!(Sha::new("").short(), "");
+        // A character across byte 12 is kept whole, not cut in two.
+        assert_eq!(Sha::new("0123456789aé0123").short(), "0123456789aé");
+        assert_eq!(Sha::new("ééééééééééééé").short(), "éééééééééééé");
     }
 }

@@ -417,7 +417,14 @@ fn the_dockerignore_lets_in_only_paths_that_exist() {
             ".dockerignore lets in {path}, which is not there"
         );
     }
-    for needed in ["Cargo.toml", "Cargo.lock", "build.rs", "src", "templates"] {
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "build.rs",
+        "build",
+        "src",
+        "templates",
+    ] {
         assert!(
             patterns.contains(&&*format!("!{needed}")),
             "the build needs {needed}"

@@ -6,10 +6,8 @@ use std::process::Command;
 
 use tempfile::TempDir;
 
-// The build script itself, so that its rules are tried without building anything; its `main`
-// is cargo's to call, not these tests'.
-#[allow(dead_code)]
-#[path = "../../build.rs"]
+// The build script's rules (build.rs includes the same file), tried without building anything.
+#[path = "../../build/commit.rs"]
 mod build_script;
 
 fn git(dir: &Path, args: &[&str]) -> String {

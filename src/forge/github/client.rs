@@ -100,6 +100,39 @@ pub fn empty_repository(repo: &RepoName) -> Stop {
     })
 }
 
+/// Reads a listing of `repo` page by page: GETs `first`, hands each page to `take`, and follows
+/// `rel="next"` while `take` says to go on. GitHub is reported to send every matching ref at
+/// once, so a short page is not taken for the last one: only the missing link is.
+pub async fn pages<T, F>(
+    installation: &Installation,
+    operation: Operation,
+    repo: &RepoName,
+    first: &str,
+    mut take: F,
+) -> Attempt<()>
+where
+    T: DeserializeOwned,
+    F: FnMut(Vec<T>) -> bool,
+{
+    let mut path = first.to_owned();
+    loop {
+        let reply = installation
+            .send(operation, http::Method::GET, &path, None::<&()>)
+            .await?;
+        match reply.status.as_u16() {
+            200 => {}
+            404 => return Err(not_found(repo, &reply)),
+            409 => return Err(empty_repository(repo)),
+            _ => return reply.unexpected(),
+        }
+        let go_on = take(reply.json()?);
+        match reply.next_page() {
+            Some(next) if go_on => path = next,
+            _ => return Ok(()),
+        }
+    }
+}
+
 /// Characters kept as they are in a path segment or query value; everything else is
 /// percent-encoded (a default branch or a file name may hold anything git allows).
 const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC

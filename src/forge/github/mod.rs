@@ -158,7 +158,7 @@ impl GithubForge {
     ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
             let mut found = Vec::new();
-            wire::pages(
+            client::pages(
                 &installation,
                 Operation::MatchingRefs,
                 repo,
@@ -468,7 +468,7 @@ impl Forge for GithubForge {
             let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
             let mut heads = Vec::new();
-            wire::pages(
+            client::pages(
                 &installation,
                 Operation::ListPulls,
                 repo,

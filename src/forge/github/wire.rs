@@ -1,14 +1,10 @@
-//! What GitHub sends: the fields rowbranch reads of each answer (serde ignores the rest), and
-//! listings read page by page.
+//! What GitHub sends: the fields rowbranch reads of each answer (serde ignores the rest). Plain
+//! data: the requests that fetch them are the client's.
 
 use std::collections::BTreeMap;
 
-use http::Method;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
-use super::client::{empty_repository, not_found, Installation, Operation};
-use super::retry::Attempt;
 use crate::forge::Sha;
 use crate::identity::RepoName;
 
@@ -114,38 +110,5 @@ pub struct ManifestApp {
 impl std::fmt::Debug for ManifestApp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ManifestApp({}, id {})", self.name, self.id)
-    }
-}
-
-/// Reads a listing of `repo` page by page: GETs `first`, hands each page to `take`, and follows
-/// `rel="next"` while `take` says to go on. GitHub is reported to send every matching ref at
-/// once, so a short page is not taken for the last one: only the missing link is.
-pub async fn pages<T, F>(
-    installation: &Installation,
-    operation: Operation,
-    repo: &RepoName,
-    first: &str,
-    mut take: F,
-) -> Attempt<()>
-where
-    T: DeserializeOwned,
-    F: FnMut(Vec<T>) -> bool,
-{
-    let mut path = first.to_owned();
-    loop {
-        let reply = installation
-            .send(operation, Method::GET, &path, None::<&()>)
-            .await?;
-        match reply.status.as_u16() {
-            200 => {}
-            404 => return Err(not_found(repo, &reply)),
-            409 => return Err(empty_repository(repo)),
-            _ => return reply.unexpected(),
-        }
-        let go_on = take(reply.json()?);
-        match reply.next_page() {
-            Some(next) if go_on => path = next,
-            _ => return Ok(()),
-        }
     }
 }
