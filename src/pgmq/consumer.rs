@@ -65,11 +65,24 @@ struct Held {
 #[derive(Clone)]
 struct Unsettled {
     id: i64,
+    /// The read it is settled under: checked (and renewed) before the statement, so a
+    /// message another reader took meanwhile is left to it.
+    read_ct: i32,
     route: String,
     /// `None`: archive; `Some`: dead-letter with this letter.
     letter: Option<String>,
     /// What it counts as once made: `archived`, `redispatched` or `dead`.
     result: &'static str,
+}
+
+/// Where a settle stands when it begins.
+enum Begin {
+    /// The hold is gone (its handler panicked and let it go): nothing to settle.
+    Gone,
+    /// The message was read again by this process since the decision, under this `read_ct`.
+    ReadAgain(i32),
+    /// Settle it; `lost`: its lease was found lost.
+    Settle { lost: bool },
 }
 
 /// The statement that settles a message, once any dispatch again has been made.
@@ -99,6 +112,10 @@ pub struct Consumer {
     reachability: Arc<Reachability>,
     db: tokio::sync::Mutex<Option<Arc<Rows>>>,
     held: Mutex<HashMap<i64, Held>>,
+    /// Taken shared by a settle from its start to the end of its statement, and alone by the
+    /// renewal loop from the list it renews to the answer: so a renewal never lands after a
+    /// retry's or a release's statement and hides the message again for a whole lease.
+    leases: tokio::sync::RwLock<()>,
     /// The next hold's token.
     holds: AtomicU64,
     unsettled: Mutex<Vec<Unsettled>>,
@@ -127,6 +144,7 @@ impl Consumer {
             reachability,
             db: tokio::sync::Mutex::new(None),
             held: Mutex::new(HashMap::new()),
+            leases: tokio::sync::RwLock::new(()),
             holds: AtomicU64::new(0),
             unsettled: Mutex::new(Vec::new()),
             freed: Notify::new(),
@@ -273,15 +291,14 @@ impl Consumer {
         let average = self.average_bytes.load(Ordering::Relaxed);
         self.average_bytes
             .store((average * 7 + size) / 8 + 1, Ordering::Relaxed);
-        let deferred = self
-            .unsettled
-            .lock()
-            .expect("unsettled lock poisoned")
-            .iter()
-            .any(|u| u.id == message.id);
-        if deferred {
-            // Its work is done; only its archive waits for the database.
-            return;
+        {
+            let mut unsettled = self.unsettled.lock().expect("unsettled lock poisoned");
+            if let Some(item) = unsettled.iter_mut().find(|u| u.id == message.id) {
+                // Its work is done; only its archive waits for the database, now under this
+                // read.
+                item.read_ct = message.read_ct;
+                return;
+            }
         }
         let token = {
             let mut held = self.held.lock().expect("held lock poisoned");
@@ -358,15 +375,28 @@ impl Consumer {
                 }
             }),
         };
-        let begun = self.begin_settle(message.id, token);
-        let (result, dead_letter) = match (begun, &statement) {
-            (Some(read_ct), Some(statement)) => {
-                self.apply(&message, token, read_ct, statement, &route)
-                    .await
+        let lets_go = statement.as_ref().is_some_and(Statement::lets_go);
+        let leases = self.leases.read().await;
+        let lost = match self.begin_settle(message.id, token, read_ct, lets_go) {
+            Begin::Gone => {
+                self.freed.notify_waiters();
+                return;
             }
-            _ => ("lease_lost", None),
+            Begin::ReadAgain(read_ct) => {
+                drop(leases);
+                // Read again by this process while its run went on, after the decision: the
+                // decision is made again on a run of the new read.
+                self.rerun(&message, read_ct);
+                return;
+            }
+            Begin::Settle { lost } => lost,
         };
-        self.settled(&message, token, begun);
+        let (result, dead_letter) = match &statement {
+            Some(statement) => self.apply(&message, read_ct, lost, statement, &route).await,
+            None => ("lease_lost", None),
+        };
+        drop(leases);
+        self.settled(&message, token, read_ct);
         if result == "deferred" {
             tracing::warn!(msg_id = message.id, %route, "a queue message's settle waits for the database");
             return;
@@ -397,27 +427,34 @@ impl Consumer {
             .map(|h| (h.read_ct, h.lost))
     }
 
-    /// Marks the hold as settling (its final statement renews its lease, not the loop), and
-    /// answers the `read_ct` that statement is made with; `None` when the hold is gone.
-    fn begin_settle(&self, id: i64, token: u64) -> Option<i32> {
+    /// Begins the hold's settle, decided on read `read_ct`: marks it settling (its statement
+    /// renews its lease, not the loop), and lets it go at once when the statement makes the
+    /// message visible again (`lets_go`: a read of it after that is a new hold). One step
+    /// under the lock, so that no read of the message falls between the check and the change.
+    fn begin_settle(&self, id: i64, token: u64, read_ct: i32, lets_go: bool) -> Begin {
         let mut held = self.held.lock().expect("held lock poisoned");
-        let entry = held.get_mut(&id).filter(|h| h.token == token)?;
+        let Some(entry) = held.get_mut(&id).filter(|h| h.token == token) else {
+            return Begin::Gone;
+        };
+        if entry.read_ct != read_ct {
+            return Begin::ReadAgain(entry.read_ct);
+        }
         entry.settling = true;
-        Some(entry.read_ct)
+        let lost = entry.lost;
+        if lets_go {
+            held.remove(&id);
+        }
+        Begin::Settle { lost }
     }
 
     /// The hold's end, after its statement. A message read again while that statement was being
     /// made (its lease lapsed meanwhile) is held by this process under the new read with no
     /// handler: it is run again, which finds its row handled or dispatches it.
-    fn settled(self: &Arc<Self>, message: &Message, token: u64, settled_read: Option<i32>) {
+    fn settled(self: &Arc<Self>, message: &Message, token: u64, settled_read: i32) {
         let again = {
             let mut held = self.held.lock().expect("held lock poisoned");
-            match held.get_mut(&message.id) {
-                Some(h) if h.token == token && settled_read.is_some_and(|n| n != h.read_ct) => {
-                    h.settling = false;
-                    h.lost = false;
-                    Some(h.read_ct)
-                }
+            match held.get(&message.id) {
+                Some(h) if h.token == token && h.read_ct != settled_read => Some(h.read_ct),
                 Some(h) if h.token == token => {
                     held.remove(&message.id);
                     None
@@ -427,12 +464,29 @@ impl Consumer {
         };
         self.freed.notify_waiters();
         if let Some(read_ct) = again {
-            let message = Message {
-                read_ct,
-                ..message.clone()
-            };
-            self.start(message, token);
+            self.rerun(message, read_ct);
         }
+    }
+
+    /// Runs a held message again, under its new read and a new token (so that nothing the
+    /// earlier handler does to its own hold reaches this one).
+    fn rerun(self: &Arc<Self>, message: &Message, read_ct: i32) {
+        let token = self.holds.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut held = self.held.lock().expect("held lock poisoned");
+            let Some(entry) = held.get_mut(&message.id) else {
+                return;
+            };
+            entry.token = token;
+            entry.read_ct = read_ct;
+            entry.settling = false;
+            entry.lost = false;
+        }
+        let message = Message {
+            read_ct,
+            ..message.clone()
+        };
+        self.start(message, token);
     }
 
     /// Parses and plans the message as a webhook body, runs the row, and says how the run
@@ -528,19 +582,16 @@ impl Consumer {
     async fn apply(
         &self,
         message: &Message,
-        token: u64,
         read_ct: i32,
+        lost: bool,
         statement: &Statement,
         route: &str,
     ) -> (&'static str, Option<i64>) {
-        if statement.lets_go() {
-            // Once visible, the message may be read again at once: that is a new hold, not
-            // this one adopted.
-            self.unhold(message.id, token);
-        }
         let db = match self.db().await {
             Ok(db) => db,
-            Err(_) => return (self.defer(message, statement, route), None),
+            // A lease found lost is another reader's to settle, whenever the database is back.
+            Err(_) if lost => return ("lease_lost", None),
+            Err(_) => return (self.defer(message, read_ct, statement, route), None),
         };
         let client = db.client();
         let vt = match statement {
@@ -553,7 +604,8 @@ impl Consumer {
             Ok(_) => return ("lease_lost", None),
             Err(e) => {
                 return (
-                    self.statement_failed(&e, message, statement, route).await,
+                    self.statement_failed(&e, message, read_ct, statement, route)
+                        .await,
                     None,
                 )
             }
@@ -572,12 +624,14 @@ impl Consumer {
                 &letter(reason, message),
             )
             .await
-            .map(|dead| ("dead", dead)),
+            // Not there to archive, just after its lease was renewed: deleted by another.
+            .map(|dead| (if dead.is_some() { "dead" } else { "lease_lost" }, dead)),
         };
         match settled {
             Ok(settled) => settled,
             Err(e) => (
-                self.statement_failed(&e, message, statement, route).await,
+                self.statement_failed(&e, message, read_ct, statement, route)
+                    .await,
                 None,
             ),
         }
@@ -590,12 +644,13 @@ impl Consumer {
         &self,
         e: &tokio_postgres::Error,
         message: &Message,
+        read_ct: i32,
         statement: &Statement,
         route: &str,
     ) -> &'static str {
         self.failed(e).await;
-        if connection_lost(e) {
-            return self.defer(message, statement, route);
+        if transient(e) {
+            return self.defer(message, read_ct, statement, route);
         }
         tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
             error = %describe(e), "a queue message's settle failed; it is read again when its lease lapses");
@@ -604,7 +659,13 @@ impl Consumer {
 
     /// Keeps an archive or a dead letter the database did not take, for after reconnecting; a
     /// retry or a release needs nothing: the message's lease lapses by itself.
-    fn defer(&self, message: &Message, statement: &Statement, route: &str) -> &'static str {
+    fn defer(
+        &self,
+        message: &Message,
+        read_ct: i32,
+        statement: &Statement,
+        route: &str,
+    ) -> &'static str {
         let (letter, result) = match statement {
             Statement::Archive(result) => (None, *result),
             Statement::DeadLetter(reason) => (Some(letter(reason, message)), "dead"),
@@ -616,6 +677,7 @@ impl Consumer {
             .expect("unsettled lock poisoned")
             .push(Unsettled {
                 id: message.id,
+                read_ct,
                 route: route.to_owned(),
                 letter,
                 result,
@@ -623,29 +685,42 @@ impl Consumer {
         "deferred"
     }
 
-    /// Makes the statements kept for after a reconnect. An archive of a message archived
-    /// already answers false, and a dead letter is sent only with its archive: done, either
-    /// way, and nothing twice.
+    /// Makes the statements kept for after a reconnect, each once its lease is checked (and
+    /// renewed) under the read it was kept with: a message another reader took meanwhile is
+    /// left to it. An archive of a message archived already answers false, and a dead letter
+    /// is sent only with its archive: done, either way, and nothing twice.
     async fn settle_unsettled(&self, db: &Rows) {
         let pending = std::mem::take(&mut *self.unsettled.lock().expect("unsettled lock poisoned"));
         for item in pending {
-            let done = match &item.letter {
-                None => queue::archive(db.client(), self.queue(), item.id)
+            let client = db.client();
+            let done = match queue::renew(
+                client,
+                self.queue(),
+                &[(item.id, item.read_ct)],
+                self.vt_seconds(),
+            )
+            .await
+            {
+                Ok(found) if found.is_empty() => Ok(false),
+                Ok(_) => match &item.letter {
+                    None => queue::archive(client, self.queue(), item.id)
+                        .await
+                        .map(|_| true),
+                    Some(letter) => queue::dead_letter(
+                        client,
+                        self.queue(),
+                        &self.settings.pgmq.dead_letter,
+                        item.id,
+                        letter,
+                    )
                     .await
-                    .map(|_| ()),
-                Some(letter) => queue::dead_letter(
-                    db.client(),
-                    self.queue(),
-                    &self.settings.pgmq.dead_letter,
-                    item.id,
-                    letter,
-                )
-                .await
-                .map(|_| ()),
+                    .map(|_| true),
+                },
+                Err(e) => Err(e),
             };
             match done {
-                Ok(()) => {
-                    let result = item.result;
+                Ok(made) => {
+                    let result = if made { item.result } else { "lease_lost" };
                     self.pipeline.metrics().pgmq_message(&item.route, result);
                     tracing::info!(
                         msg_id = item.id,
@@ -653,7 +728,7 @@ impl Consumer {
                         "settled a queue message after reconnecting"
                     );
                 }
-                Err(e) if connection_lost(&e) => {
+                Err(e) if transient(&e) => {
                     self.failed(&e).await;
                     self.unsettled
                         .lock()
@@ -689,6 +764,7 @@ impl Consumer {
         let every = self.settings.pgmq.visibility_timeout / 3;
         loop {
             tokio::time::sleep(every).await;
+            let _alone = self.leases.write().await;
             let ids: Vec<(i64, i32)> = {
                 let held = self.held.lock().expect("held lock poisoned");
                 held.iter()
@@ -771,14 +847,22 @@ fn whole_seconds(wait: Duration) -> i32 {
     i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
 
-/// Whether a statement failed because the connection did (it closed, or the server ended the
-/// session: SQLSTATE classes 08 and 57), rather than for what it asked.
-fn connection_lost(e: &tokio_postgres::Error) -> bool {
-    e.is_closed()
-        || match e.code() {
-            None => true,
-            Some(code) => code.code().starts_with("08") || code.code().starts_with("57"),
-        }
+/// Whether a statement failed for a passing reason, worth making again as it is: the
+/// connection closed or the server ended the session (SQLSTATE classes 08 and 57), a deadlock
+/// or a serialization failure (40), the server short of resources (53), a lock not available
+/// (55P03) — rather than for what it asked (a privilege, a missing queue).
+fn transient(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    let Some(code) = e.code() else {
+        return true;
+    };
+    let code = code.code();
+    ["08", "57", "40", "53"]
+        .iter()
+        .any(|class| code.starts_with(class))
+        || code == "55P03"
 }
 
 /// How long to wait before reaching for the database again after `failures` failures.
