@@ -215,6 +215,31 @@ async fn an_open_files_limit_that_leaves_no_room_beyond_the_reserve_stops_serve(
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_wait_in_a_listen_backlog_of_1024() {
+    let dir = child::dir_with_repository().await;
+    // Eight served, for a minute each: the others can only wait in the backlog.
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 60000\nmax_connections = 8"),
+            env: vec![],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let mut waiting = Vec::new();
+    for n in 0..600 {
+        // With a backlog of 128 the 137th would not connect until a served one is cut.
+        let stream = tokio::time::timeout(PATIENCE, TcpStream::connect(served.addr))
+            .await
+            .unwrap_or_else(|_| panic!("connection {n} could not even connect"))
+            .unwrap();
+        waiting.push(stream);
+    }
+}
+
 /// `GET /healthz` without end on one connection, never reading an answer, until a write fails:
 /// the server has cut the connection. A small receive buffer, so that the answers back up soon.
 /// `served` is told when the first answer has arrived: the server has accepted the connection.
