@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 use super::Failure;
 use crate::cli::ServeArgs;
@@ -35,9 +35,8 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         .await
         .map_err(Failure::Usage)?;
     // Listening comes first: nothing here talks to GitHub, so the port answers at once.
-    let listener = TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("could not listen on {}", config.listen))?;
+    let listener =
+        listen(config.listen).with_context(|| format!("could not listen on {}", config.listen))?;
     let addr = listener.local_addr().context("no local address")?;
     tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
     let app = startup::app(config, forge, shared, args.insecure_no_auth).map_err(Failure::Usage)?;
@@ -60,6 +59,23 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         .context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
+/// would ask for 128, a flood of idle sockets fills that, and then a delivery cannot even
+/// connect until they are cut.
+const LISTEN_BACKLOG: u32 = 1024;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM.

@@ -111,13 +111,7 @@ pub async fn serve(
     app: Arc<App>,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let connections = conn::serve(
-        listener,
-        router(Arc::clone(&app)),
-        &app.config.webhook,
-        stop,
-    )
-    .await;
+    let connections = conn::serve(listener, router(Arc::clone(&app)), &app.config, stop).await?;
     app.shutdown.begin(app.config.shutdown_grace);
     let deadline = app.shutdown.deadline().expect("the shutdown has begun");
     let finished = tokio::time::timeout_at(deadline, async {

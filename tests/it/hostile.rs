@@ -3,13 +3,15 @@
 //! order of events is what is asserted; wall-clock bounds are generous.
 
 use std::collections::BTreeSet;
+use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use fake_github::{Op, TEST_APP_PRIVATE_KEY_PEM};
 use rustix::process::Signal;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 use crate::child::{self, Start};
 use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
@@ -47,15 +49,20 @@ async fn thirty_senders_that_hang_up_at_once_each_get_their_row_dispatched() {
         // The whole request, then the socket closed without reading a byte of the answer.
         drop(send_whole(addr, &delivery(&app.secret, id, "Hang up")).await);
     }
-    let dispatched = eventually("30 dispatches", || async {
-        let d = dispatched_branches(&fake);
-        (d.len() >= 30).then_some(d)
+    eventually("30 dispatches", || async {
+        (dispatched_branches(&fake).len() >= 30).then_some(())
     })
     .await;
     app.drained().await;
-    let unique: BTreeSet<_> = dispatched_branches(&fake).into_iter().collect();
-    assert_eq!(dispatched.len(), 30);
-    assert_eq!(unique.len(), 30, "no row dispatched twice");
+    // Counted once every run has ended: a second dispatch of a row would come before that.
+    let dispatched = dispatched_branches(&fake);
+    assert_eq!(
+        dispatched.len(),
+        30,
+        "no row dispatched twice: {dispatched:?}"
+    );
+    let unique: BTreeSet<_> = dispatched.into_iter().collect();
+    assert_eq!(unique.len(), 30, "every row dispatched");
     app.shutdown().await;
 }
 
@@ -146,8 +153,8 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
     )
     .await;
     assert!(
-        served.log().contains("connections=192"),
-        "the cap is the open-files limit less the reserve: {}",
+        served.log().contains("connections=208") && served.log().contains("reserve=48"),
+        "the cap is the open-files limit less the reserve (32, and 16 for git): {}",
         served.log()
     );
     let mut idle = Vec::new();
@@ -185,6 +192,219 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
     drop(idle);
 }
 
+#[tokio::test]
+async fn an_open_files_limit_that_leaves_no_room_beyond_the_reserve_stops_serve() {
+    let dir = child::dir_with_repository().await;
+    // The local forge's reserve is 48: a limit of 40 leaves nothing for connections.
+    let mut served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config(""),
+            env: vec![],
+            nofile: Some(40),
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let code = served.exit_code(PATIENCE).await;
+    let log = served.log();
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains("open-files limit (40)") && log.contains("48 file descriptors"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_wait_in_a_listen_backlog_of_1024() {
+    let dir = child::dir_with_repository().await;
+    // Eight served, for a minute each: the others can only wait in the backlog.
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 60000\nmax_connections = 8"),
+            env: vec![],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let mut waiting = Vec::new();
+    for n in 0..600 {
+        // With a backlog of 128 the 137th would not connect until a served one is cut.
+        let stream = tokio::time::timeout(PATIENCE, TcpStream::connect(served.addr))
+            .await
+            .unwrap_or_else(|_| panic!("connection {n} could not even connect"))
+            .unwrap();
+        waiting.push(stream);
+    }
+}
+
+/// `GET /healthz` without end on one connection, never reading an answer, until a write fails:
+/// the server has cut the connection. A small receive buffer, so that the answers back up soon.
+/// `served` is told when the first answer has arrived: the server has accepted the connection.
+async fn pipeline_without_reading(
+    addr: SocketAddr,
+    served: Option<tokio::sync::oneshot::Sender<()>>,
+) -> std::io::Error {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    let requests = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".repeat(1000);
+    if let Err(e) = stream.write_all(requests.as_bytes()).await {
+        return e;
+    }
+    // Readable (an answer waits) without reading it.
+    stream.readable().await.unwrap();
+    if let Some(served) = served {
+        let _ = served.send(());
+    }
+    loop {
+        if let Err(e) = stream.write_all(requests.as_bytes()).await {
+            return e;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_pipelines_requests_and_never_reads_is_cut() {
+    let dir = child::dir_with_repository().await;
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 1000"),
+            env: vec![],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let start = Instant::now();
+    // Its answers fill its socket and hyper's buffer; then hyper waits to write.
+    let error = tokio::time::timeout(
+        Duration::from_secs(30),
+        pipeline_without_reading(served.addr, None),
+    )
+    .await
+    .expect("a client that never reads kept its connection for 30 s");
+    println!("cut after {:?}: {error}", start.elapsed());
+    let health = reqwest::get(format!("{}/healthz", served.url))
+        .await
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_delivery() {
+    let dir = child::dir_with_repository().await;
+    let secret = random_secret();
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 1000\nmax_connections = 8"),
+            env: vec![],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    assert!(served.log().contains("connections=8"), "{}", served.log());
+    // Eight of them, each connecting again as soon as it is cut: the cap stays full of them.
+    let addr = served.addr;
+    let mut accepted = Vec::new();
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (served, first_answer) = tokio::sync::oneshot::channel();
+            accepted.push(first_answer);
+            tokio::spawn(async move {
+                pipeline_without_reading(addr, Some(served)).await;
+                loop {
+                    pipeline_without_reading(addr, None).await;
+                }
+            })
+        })
+        .collect();
+    // The delivery comes once all eight hold a connection.
+    for first_answer in accepted {
+        first_answer.await.expect("a non-reader was answered");
+    }
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let reply = client
+        .post(format!("{}/webhook", served.url))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {secret}"))
+        .body(insert(json!(8), "Behind the deaf ones").to_string())
+        .send()
+        .await
+        .expect("the delivery was answered within 40 s");
+    let status = reply.status().as_u16();
+    let body: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert!(
+        (status, body["outcome"].as_str()) == (200, Some("dispatched"))
+            || (status, body["outcome"].as_str()) == (202, Some("accepted")),
+        "{status} {body}"
+    );
+    for task in flood {
+        task.abort();
+    }
+    assert_eq!(
+        branches(&served.repo()).await,
+        ["feedback/8-behind-the-deaf-ones"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_kept_busy_within_every_timeout_is_closed_at_its_age() {
+    let dir = child::dir_with_repository().await;
+    // A connection lives six read timeouts: 12 s here.
+    let served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config("read_timeout_ms = 2000"),
+            env: vec![],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await;
+    let mut stream = TcpStream::connect(served.addr).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut answers = 0;
+    'connection: loop {
+        assert!(
+            Instant::now() < deadline,
+            "still open after {answers} answers"
+        );
+        if stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break;
+        }
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"{\"status\":\"ok\"}") {
+            let mut buf = [0u8; 1024];
+            match tokio::time::timeout(PATIENCE, stream.read(&mut buf))
+                .await
+                .expect("an answer or the end of the connection")
+            {
+                Ok(0) | Err(_) => break 'connection,
+                Ok(read) => answer.extend_from_slice(&buf[..read]),
+            }
+        }
+        answers += 1;
+        // A quarter of the read timeout between requests: never idle long enough to be cut.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    println!("closed after {answers} answers");
+    // It lived well past the read timeout: it was its age that closed it.
+    assert!(answers > 8, "closed after only {answers} answers");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_slow_connections_keep_the_peak_rss_under_64_mb() {
     let dir = child::dir_with_repository().await;
@@ -199,6 +419,7 @@ async fn five_hundred_slow_connections_keep_the_peak_rss_under_64_mb() {
         },
     )
     .await;
+    // Within max_body_bytes (256 KiB): each body is read, and held, as it comes.
     let head = raw_head(&secret, "Content-Length: 200000");
     let mut slow = Vec::new();
     for _ in 0..500 {
@@ -207,10 +428,12 @@ async fn five_hundred_slow_connections_keep_the_peak_rss_under_64_mb() {
         stream.write_all(b"{\"type\":\"INSERT\",").await.unwrap();
         slow.push(stream);
     }
-    // Every one of them is being read: a healthz still answers, and each trickles on.
-    for round in 0..3 {
+    // Every one of them is being read: a healthz still answers, and each sends on, 10 KB a
+    // round: 40 KB of body held for each of the 500, 20 MB in all.
+    let piece = vec![b' '; 10_000];
+    for round in 0..4 {
         for stream in &mut slow {
-            stream.write_all(b" ").await.unwrap();
+            stream.write_all(&piece).await.unwrap();
         }
         let health = reqwest::get(format!("{}/healthz", served.url))
             .await
@@ -463,13 +686,46 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
 
     let start = Instant::now();
     served.signal(Signal::TERM);
+    eventually("the shutdown to begin", || async {
+        served.log().contains("shutting down").then_some(())
+    })
+    .await;
+    // The trickling sender is given the grace, not cut at once: its socket stays open until
+    // the grace has run out (the state of the socket is looked at before the log, so a close
+    // seen before the log says so came first).
+    let mut seen_open = 0;
+    let deadline = Instant::now() + Duration::from_secs(35);
+    loop {
+        let mut byte = [0u8; 1];
+        let open = match trickler.try_read(&mut byte) {
+            Ok(read) => read > 0,
+            Err(e) => e.kind() == ErrorKind::WouldBlock,
+        };
+        let ran_out = served.log().contains("the shutdown grace ran out");
+        assert!(
+            open || ran_out,
+            "the trickling sender was cut before the grace ran out"
+        );
+        if ran_out {
+            break;
+        }
+        seen_open += 1;
+        assert!(Instant::now() < deadline, "the grace never ran out");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen_open > 0,
+        "the trickler was never seen open after SIGTERM"
+    );
     let code = served.exit_code(Duration::from_secs(35)).await;
     assert_eq!(code, Some(0), "{}", served.log());
-    let took = start.elapsed();
-    println!("exited {took:?} after SIGTERM");
+    println!("exited {:?} after SIGTERM", start.elapsed());
+    // And the server closed it when it was done.
+    let mut rest = Vec::new();
+    let end = tokio::time::timeout(PATIENCE, trickler.read_to_end(&mut rest)).await;
     assert!(
-        took >= Duration::from_secs(4),
-        "the trickling sender was given the grace, not cut at once: {took:?}"
+        end.is_ok(),
+        "the trickler's socket is still open after the exit"
     );
 
     let claimed: Vec<String> = crate::github::branches(&fake);
