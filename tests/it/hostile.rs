@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::child::{self, Start};
+use crate::child::{self, Served, Start};
 use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
 use crate::helpers::{
     branches, dispatches, eventually, insert, random_secret, raw_head, send_whole, PATIENCE,
@@ -162,25 +162,7 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
         idle.push(TcpStream::connect(served.addr).await.unwrap());
     }
     let start = Instant::now();
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(40))
-        .build()
-        .unwrap();
-    let reply = client
-        .post(format!("{}/webhook", served.url))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {secret}"))
-        .body(insert(json!(7), "Behind the idle ones").to_string())
-        .send()
-        .await
-        .expect("the delivery was answered within 40 s");
-    let status = reply.status().as_u16();
-    let body: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
-    assert!(
-        (status, body["outcome"].as_str()) == (200, Some("dispatched"))
-            || (status, body["outcome"].as_str()) == (202, Some("accepted")),
-        "{status} {body}"
-    );
+    delivered_within_40_s(&served, &secret, 7, "Behind the idle ones").await;
     println!(
         "answered after {:?} behind 400 idle connections",
         start.elapsed()
@@ -328,25 +310,7 @@ async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_de
     for first_answer in accepted {
         first_answer.await.expect("a non-reader was answered");
     }
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(40))
-        .build()
-        .unwrap();
-    let reply = client
-        .post(format!("{}/webhook", served.url))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {secret}"))
-        .body(insert(json!(8), "Behind the deaf ones").to_string())
-        .send()
-        .await
-        .expect("the delivery was answered within 40 s");
-    let status = reply.status().as_u16();
-    let body: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
-    assert!(
-        (status, body["outcome"].as_str()) == (200, Some("dispatched"))
-            || (status, body["outcome"].as_str()) == (202, Some("accepted")),
-        "{status} {body}"
-    );
+    delivered_within_40_s(&served, &secret, 8, "Behind the deaf ones").await;
     for task in flood {
         task.abort();
     }
@@ -751,4 +715,28 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
             );
         }
     }
+}
+
+/// Sends a real delivery of row `id` and checks it is answered within 40 s, dispatched (or
+/// accepted, to be dispatched).
+async fn delivered_within_40_s(served: &Served, secret: &str, id: u64, text: &str) {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(40))
+        .build()
+        .unwrap();
+    let reply = client
+        .post(format!("{}/webhook", served.url))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {secret}"))
+        .body(insert(json!(id), text).to_string())
+        .send()
+        .await
+        .expect("the delivery was answered within 40 s");
+    let status = reply.status().as_u16();
+    let body: serde_json::Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+    assert!(
+        (status, body["outcome"].as_str()) == (200, Some("dispatched"))
+            || (status, body["outcome"].as_str()) == (202, Some("accepted")),
+        "{status} {body}"
+    );
 }

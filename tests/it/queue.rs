@@ -299,6 +299,26 @@ async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {
     .await
 }
 
+/// `serve` with `config`, whose forge is the fake GitHub, reading `db`'s queue.
+async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
+    child::serve(
+        Arc::new(tempfile::tempdir().unwrap()),
+        Start {
+            config,
+            env: vec![
+                ("DATABASE_URL", db.url.clone()),
+                (
+                    "GITHUB_APP_PRIVATE_KEY",
+                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+                ),
+            ],
+            nofile: None,
+            secret: random_secret(),
+        },
+    )
+    .await
+}
+
 /// Stops `served` with SIGTERM and checks it exits 0.
 async fn stop(mut served: Served) {
     served.signal(Signal::TERM);
@@ -735,23 +755,7 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
         db.queue,
         db.dead
     );
-    let dir = Arc::new(tempfile::tempdir().unwrap());
-    let served = child::serve(
-        dir,
-        Start {
-            config: &config,
-            env: vec![
-                ("DATABASE_URL", db.url.clone()),
-                (
-                    "GITHUB_APP_PRIVATE_KEY",
-                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-                ),
-            ],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let served = serve_on_the_fake(&db, &config).await;
     db.insert(1..=5).await;
     eventually_within(
         "ten backoff rounds for each of the 5 rows",
@@ -812,22 +816,7 @@ async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_a
         db.queue,
         db.dead
     );
-    let mut served = child::serve(
-        Arc::new(tempfile::tempdir().unwrap()),
-        Start {
-            config: &config,
-            env: vec![
-                ("DATABASE_URL", db.url.clone()),
-                (
-                    "GITHUB_APP_PRIVATE_KEY",
-                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-                ),
-            ],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let mut served = serve_on_the_fake(&db, &config).await;
     db.insert(1..=1).await;
     eventually_within(
         "the first row dispatched",
