@@ -32,6 +32,44 @@ pub struct Start<'a> {
     pub secret: String,
 }
 
+/// `serve` on a new local repository (`dir_with_repository`), with `webhook` as its
+/// `[webhook]` lines, under the open-files limit `nofile` if any.
+pub async fn serve_local(webhook: &str, nofile: Option<u64>, secret: &str) -> Served {
+    serve(
+        dir_with_repository().await,
+        Start {
+            config: &local_config(webhook),
+            env: vec![],
+            nofile,
+            secret: secret.to_owned(),
+        },
+    )
+    .await
+}
+
+/// `serve` with `config`, whose forge is the fake GitHub: its test-only App key in the
+/// environment, and `env` besides.
+pub async fn serve_on_fake(
+    config: &str,
+    mut env: Vec<(&'static str, String)>,
+    secret: &str,
+) -> Served {
+    env.push((
+        "GITHUB_APP_PRIVATE_KEY",
+        fake_github::TEST_APP_PRIVATE_KEY_PEM.to_owned(),
+    ));
+    serve(
+        Arc::new(TempDir::new().expect("a temporary directory")),
+        Start {
+            config,
+            env,
+            nofile: None,
+            secret: secret.to_owned(),
+        },
+    )
+    .await
+}
+
 /// Starts `rowbranch serve` in `dir` and waits until it logs its address.
 pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
     let config = dir.path().join("rowbranch.toml");

@@ -7,13 +7,13 @@ use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use fake_github::{Op, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::Op;
 use rustix::process::Signal;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::child::{self, Served, Start};
+use crate::child::{self, Served};
 use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
 use crate::helpers::{
     branches, dispatches, eventually, insert, random_secret, raw_head, send_whole, PATIENCE,
@@ -68,17 +68,7 @@ async fn thirty_senders_that_hang_up_at_once_each_get_their_row_dispatched() {
 
 #[tokio::test]
 async fn a_delivery_without_any_credential_is_refused_before_its_body_is_read() {
-    let dir = child::dir_with_repository().await;
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config(""),
-            env: vec![],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let served = child::serve_local("", None, &random_secret()).await;
     let mut stream = TcpStream::connect(served.addr).await.unwrap();
     // Headers promise a body that never comes.
     stream
@@ -94,19 +84,9 @@ async fn a_delivery_without_any_credential_is_refused_before_its_body_is_read() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_trickled_a_byte_every_two_seconds_is_cut_within_twenty_seconds() {
-    let dir = child::dir_with_repository().await;
     let secret = random_secret();
     // The default read_timeout_ms (10 s).
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config(""),
-            env: vec![],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let served = child::serve_local("", None, &secret).await;
     let mut stream = TcpStream::connect(served.addr).await.unwrap();
     let body = insert(json!(1), "Trickle").to_string();
     let head = raw_head(&secret, &format!("Content-Length: {}", body.len()));
@@ -139,19 +119,9 @@ async fn a_body_trickled_a_byte_every_two_seconds_is_cut_within_twenty_seconds()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_delivery() {
-    let dir = child::dir_with_repository().await;
     let secret = random_secret();
     // A short read_timeout_ms: the idle ones are cut a cap's worth at a time, sooner.
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 5000"),
-            env: vec![],
-            nofile: Some(256),
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let served = child::serve_local("read_timeout_ms = 5000", Some(256), &secret).await;
     assert!(
         served.log().contains("connections=208") && served.log().contains("reserve=48"),
         "the cap is the open-files limit less the reserve (32, and 16 for git): {}",
@@ -176,18 +146,8 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
 
 #[tokio::test]
 async fn an_open_files_limit_that_leaves_no_room_beyond_the_reserve_stops_serve() {
-    let dir = child::dir_with_repository().await;
     // The local forge's reserve is 48: a limit of 40 leaves nothing for connections.
-    let mut served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config(""),
-            env: vec![],
-            nofile: Some(40),
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let mut served = child::serve_local("", Some(40), &random_secret()).await;
     let code = served.exit_code(PATIENCE).await;
     let log = served.log();
     assert_eq!(code, Some(1), "{log}");
@@ -199,16 +159,11 @@ async fn an_open_files_limit_that_leaves_no_room_beyond_the_reserve_stops_serve(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_cap_wait_in_a_listen_backlog_of_1024() {
-    let dir = child::dir_with_repository().await;
     // Eight served, for a minute each: the others can only wait in the backlog.
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 60000\nmax_connections = 8"),
-            env: vec![],
-            nofile: None,
-            secret: random_secret(),
-        },
+    let served = child::serve_local(
+        "read_timeout_ms = 60000\nmax_connections = 8",
+        None,
+        &random_secret(),
     )
     .await;
     let mut waiting = Vec::new();
@@ -250,17 +205,7 @@ async fn pipeline_without_reading(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_pipelines_requests_and_never_reads_is_cut() {
-    let dir = child::dir_with_repository().await;
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 1000"),
-            env: vec![],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let served = child::serve_local("read_timeout_ms = 1000", None, &random_secret()).await;
     let start = Instant::now();
     // Its answers fill its socket and hyper's buffer; then hyper waits to write.
     let error = tokio::time::timeout(
@@ -278,18 +223,9 @@ async fn a_client_that_pipelines_requests_and_never_reads_is_cut() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_delivery() {
-    let dir = child::dir_with_repository().await;
     let secret = random_secret();
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 1000\nmax_connections = 8"),
-            env: vec![],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let served =
+        child::serve_local("read_timeout_ms = 1000\nmax_connections = 8", None, &secret).await;
     assert!(served.log().contains("connections=8"), "{}", served.log());
     // Eight of them, each connecting again as soon as it is cut: the cap stays full of them.
     let addr = served.addr;
@@ -322,18 +258,8 @@ async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_de
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_kept_busy_within_every_timeout_is_closed_at_its_age() {
-    let dir = child::dir_with_repository().await;
     // A connection lives six read timeouts: 12 s here.
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 2000"),
-            env: vec![],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
+    let served = child::serve_local("read_timeout_ms = 2000", None, &random_secret()).await;
     let mut stream = TcpStream::connect(served.addr).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut answers = 0;
@@ -371,18 +297,8 @@ async fn a_connection_kept_busy_within_every_timeout_is_closed_at_its_age() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_slow_connections_keep_the_peak_rss_under_64_mb() {
-    let dir = child::dir_with_repository().await;
     let secret = random_secret();
-    let served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config("read_timeout_ms = 60000"),
-            env: vec![],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let served = child::serve_local("read_timeout_ms = 60000", None, &secret).await;
     // Within max_body_bytes (256 KiB): each body is read, and held, as it comes.
     let head = raw_head(&secret, "Content-Length: 200000");
     let mut slow = Vec::new();
@@ -470,21 +386,8 @@ async fn two_hundred_big_rows_waiting_on_a_slow_github_stay_under_160_mb() {
         respond_within_ms: 100,
         ..GithubOptions::default()
     };
-    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let secret = random_secret();
-    let served = child::serve(
-        dir,
-        Start {
-            config: &options.config_text(&fake),
-            env: vec![(
-                "GITHUB_APP_PRIVATE_KEY",
-                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-            )],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let served = child::serve_on_fake(&options.config_text(&fake), vec![], &secret).await;
     // A column of 80,000 numbers: about 160 KB of JSON, ten times that as parsed values.
     let numbers: Vec<u32> = (0..80_000).map(|n| n % 10).collect();
     let client = reqwest::Client::new();
@@ -530,18 +433,10 @@ async fn two_hundred_big_rows_waiting_on_a_slow_github_stay_under_160_mb() {
 async fn serve_answers_healthz_before_github_has_answered_anything() {
     let fake = fake().await;
     fake.slow_down(&Op::ALL, Duration::from_secs(8));
-    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
-    let served = child::serve(
-        dir,
-        Start {
-            config: &GithubOptions::default().config_text(&fake),
-            env: vec![(
-                "GITHUB_APP_PRIVATE_KEY",
-                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-            )],
-            nofile: None,
-            secret: random_secret(),
-        },
+    let served = child::serve_on_fake(
+        &GithubOptions::default().config_text(&fake),
+        vec![],
+        &random_secret(),
     )
     .await;
     let health = reqwest::get(format!("{}/healthz", served.url))
@@ -600,21 +495,8 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
         extra_webhook: "read_timeout_ms = 60000\n".into(),
         ..GithubOptions::default()
     };
-    let dir = std::sync::Arc::new(tempfile::tempdir().unwrap());
     let secret = random_secret();
-    let mut served = child::serve(
-        dir,
-        Start {
-            config: &options.config_text(&fake),
-            env: vec![(
-                "GITHUB_APP_PRIVATE_KEY",
-                TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-            )],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let mut served = child::serve_on_fake(&options.config_text(&fake), vec![], &secret).await;
     let client = reqwest::Client::new();
     let sends = (1..=10).map(|id| {
         client

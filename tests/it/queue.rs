@@ -17,7 +17,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fake_github::{Fault, Op, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::{Fault, Op};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -301,20 +301,10 @@ async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {
 
 /// `serve` with `config`, whose forge is the fake GitHub, reading `db`'s queue.
 async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
-    child::serve(
-        Arc::new(tempfile::tempdir().unwrap()),
-        Start {
-            config,
-            env: vec![
-                ("DATABASE_URL", db.url.clone()),
-                (
-                    "GITHUB_APP_PRIVATE_KEY",
-                    TEST_APP_PRIVATE_KEY_PEM.to_owned(),
-                ),
-            ],
-            nofile: None,
-            secret: random_secret(),
-        },
+    child::serve_on_fake(
+        config,
+        vec![("DATABASE_URL", db.url.clone())],
+        &random_secret(),
     )
     .await
 }
