@@ -7,10 +7,10 @@ use anyhow::{anyhow, Context};
 
 use super::Failure;
 use crate::cli::{InitArgs, IntakeArg, OwnerType};
-use crate::config::{is_queue_name, process_env, Intake};
+use crate::config::{process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
-use crate::identity::{BranchPrefix, EventType, RepoName};
+use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
 use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
 use crate::webhook::auth::generate_secret;
@@ -141,16 +141,14 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
              (or --intake pgmq, where rowbranch reads a queue and needs no public address)",
         )),
     };
-    let dead_letter = format!("{}_dead", args.queue);
-    for name in [&args.queue, &dead_letter] {
-        if !is_queue_name(name) {
-            return Err(usage(format!(
-                "--queue `{}`: a queue's name (and its dead-letter queue's, NAME_dead) is 1 to 47 \
-                 of a-z, 0-9 and _, not starting with a digit",
-                crate::identity::excerpt(&args.queue)
-            )));
-        }
-    }
+    let dead_letter = QueueName::parse(&args.queue).and_then(|queue| queue.default_dead_letter());
+    let Ok(dead_letter) = dead_letter else {
+        return Err(usage(format!(
+            "--queue `{}`: a queue's name (and its dead-letter queue's, NAME_dead) is 1 to 47 \
+             of a-z, 0-9 and _, not starting with a digit",
+            crate::identity::excerpt(&args.queue)
+        )));
+    };
     BranchPrefix::parse(&args.branch_prefix).map_err(|e| usage(format!("--branch-prefix: {e}")))?;
     EventType::parse(&args.event_type).map_err(|e| usage(format!("--event-type: {e}")))?;
     identifier("--schema", &args.schema, false)?;
@@ -194,7 +192,7 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         intake,
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
-        dead_letter,
+        dead_letter: dead_letter.to_string(),
     };
     // Every value is checked before GitHub is asked anything.
     ctx.check().map_err(

@@ -161,7 +161,10 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         }
     };
     let what = format!("{table}: trigger {TRIGGER_PREFIX}{}", pgmq.queue);
-    let Some(found) = found.iter().find(|t| t.args.first() == Some(&pgmq.queue)) else {
+    let Some(found) = found
+        .iter()
+        .find(|t| t.args.first().is_some_and(|arg| *arg == pgmq.queue))
+    else {
         out.push(Check::fail(
             format!("{what} is missing: its rows never reach the queue"),
             RUN_SETUP.to_owned(),

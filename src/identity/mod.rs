@@ -1,10 +1,13 @@
 //! Row identity: the checked id of a database row, the slug of its text, and the
 //! git branch name derived from both (plus the one rule for which existing branches belong to
-//! a row); and the forge-side names a route carries ([`RepoName`], [`EventType`]).
+//! a row); the forge-side names a route carries ([`RepoName`], [`EventType`]); and the name of
+//! the queue rows arrive on ([`QueueName`]).
 
 mod forge_names;
+mod queue_name;
 
 pub use forge_names::{EventType, EventTypeError, RepoName, RepoNameError};
+pub use queue_name::{QueueName, QueueNameError};
 
 use std::fmt;
 

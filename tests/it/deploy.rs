@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rowbranch::config::{env_route, Config};
+use rowbranch::config::Config;
 use serde_json::Value;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -304,7 +304,10 @@ fn fly_toml_serves_the_images_port_and_its_env_is_a_route_from_the_environment()
             _ => env.get(key).and_then(|v| v.as_str()).map(str::to_owned),
         }
     };
-    assert_eq!(value(env_route::REPO).as_deref(), Some("acme/app"));
+    assert_eq!(
+        value(rowbranch::config::env::REPO).as_deref(),
+        Some("acme/app")
+    );
     let config = Config::from_env(&value)
         .unwrap_or_else(|e| panic!("fly.toml's [env] is not a config: {e}"));
     assert_eq!(config.listen.port() as i64, image_port());

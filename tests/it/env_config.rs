@@ -132,7 +132,7 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
 fn rowbranch(dir: &Path, vars: &[(&str, String)]) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
     cmd.current_dir(dir).stdin(Stdio::null()).kill_on_drop(true);
-    for (name, _) in rowbranch::config::env_route::VARIABLES {
+    for name in rowbranch::config::env::ROUTE_VARIABLES {
         cmd.env_remove(name);
     }
     for name in [

@@ -1,0 +1,220 @@
+//! The route from the environment: each variable read, each refusal named by its variable, and
+//! [`Config::load`] choosing between it and a file.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::config::{Config, ConfigError, ForgeSettings, PrivateKeySource};
+use crate::event::EventKind;
+
+const SECRET: &str = "a-webhook-secret-of-32-characters";
+
+/// The least the route needs: the repository and the App.
+fn least() -> HashMap<&'static str, String> {
+    HashMap::from([
+        (REPO, "acme/app".to_owned()),
+        ("GITHUB_APP_ID", "123456".to_owned()),
+        (
+            "GITHUB_APP_PRIVATE_KEY",
+            "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----".to_owned(),
+        ),
+    ])
+}
+
+fn build(vars: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
+    Config::from_env(&|key: &str| vars.get(key).cloned())
+}
+
+#[test]
+fn the_repository_and_the_app_make_a_route_with_the_documented_defaults() {
+    let config = build(&least()).unwrap();
+    assert_eq!(config.routes.len(), 1);
+    let route = config
+        .route("public", "feedbacks")
+        .expect("the default table");
+    assert_eq!(route.repo.to_string(), "acme/app");
+    assert_eq!(route.id_column, "id");
+    assert_eq!(route.text_column.as_deref(), Some("message"));
+    assert_eq!(route.branch_prefix.to_string(), "feedback");
+    assert_eq!(route.event_type.to_string(), "feedback");
+    assert_eq!(route.events, vec![EventKind::Insert]);
+    assert_eq!(route.payload_template, None);
+    // Every other key as in a file that leaves it out.
+    assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+    assert_eq!(config.reconcile.every, None);
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("a route from the environment goes to GitHub");
+    };
+    assert_eq!(github.app_id, 123456);
+    assert!(matches!(github.key, PrivateKeySource::Pem(_)));
+    assert_eq!(github.api_url, "https://api.github.com");
+    assert_eq!(config.source, Path::new(SOURCE));
+    assert!(!format!("{config:?}").contains("not a key"));
+}
+
+#[test]
+fn each_variable_sets_its_part_of_the_route() {
+    let mut vars = least();
+    vars.extend([
+        ("ROWBRANCH_TABLE", "wishes".to_owned()),
+        ("ROWBRANCH_SCHEMA", "app".to_owned()),
+        ("ROWBRANCH_ID_COLUMN", "wish_id".to_owned()),
+        ("ROWBRANCH_TEXT_COLUMN", "title".to_owned()),
+        ("ROWBRANCH_BRANCH_PREFIX", "wish".to_owned()),
+        ("ROWBRANCH_EVENT_TYPE", "wish-made".to_owned()),
+        ("PORT", "9000".to_owned()),
+        (
+            "GITHUB_API_URL",
+            "https://ghe.example.com/api/v3".to_owned(),
+        ),
+        ("ROWBRANCH_WEBHOOK_SECRET", SECRET.to_owned()),
+        ("DATABASE_URL", "postgres://u:p@localhost/db".to_owned()),
+    ]);
+    let config = build(&vars).unwrap();
+    assert!(config.route("public", "feedbacks").is_none());
+    let route = config
+        .route("app", "wishes")
+        .expect("the route's own table");
+    assert_eq!(route.id_column, "wish_id");
+    assert_eq!(route.text_column.as_deref(), Some("title"));
+    assert_eq!(route.branch_prefix.to_string(), "wish");
+    assert_eq!(route.event_type.to_string(), "wish-made");
+    assert_eq!(config.listen, "0.0.0.0:9000".parse().unwrap());
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("github expected");
+    };
+    assert_eq!(github.api_url, "https://ghe.example.com/api/v3");
+    assert!(config.webhook.secrets.is_some());
+    assert!(config.database_url.is_some());
+}
+
+#[test]
+fn a_bad_value_is_named_by_its_variable() {
+    for (name, value) in [
+        (REPO, "acme"),
+        ("ROWBRANCH_BRANCH_PREFIX", "feed back"),
+        ("ROWBRANCH_EVENT_TYPE", &"e".repeat(101)),
+        ("GITHUB_APP_ID", "one"),
+        ("PORT", "http"),
+    ] {
+        let mut vars = least();
+        vars.insert(name, value.to_owned());
+        let err = build(&vars).unwrap_err().to_string();
+        assert!(err.contains(name), "{name}: {err}");
+        assert!(
+            err.starts_with("the config from the environment: "),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_missing_app_id_or_key_says_which_variable_to_set() {
+    for name in ["GITHUB_APP_ID", "GITHUB_APP_PRIVATE_KEY"] {
+        let mut vars = least();
+        vars.remove(name);
+        let err = build(&vars).unwrap_err().to_string();
+        assert!(err.contains(&format!("{name} is not set")), "{err}");
+    }
+}
+
+#[test]
+fn a_short_webhook_secret_is_refused_without_being_echoed() {
+    let mut vars = least();
+    vars.insert("ROWBRANCH_WEBHOOK_SECRET", "hunter2".to_owned());
+    let err = build(&vars).unwrap_err().to_string();
+    assert!(err.contains("ROWBRANCH_WEBHOOK_SECRET"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+}
+
+#[test]
+fn load_takes_the_environment_only_when_there_is_no_file_and_the_repository_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let vars = least();
+    let env = |key: &str| vars.get(key).cloned();
+
+    let config = Config::load(&path, &env).unwrap();
+    assert_eq!(config.source, Path::new(SOURCE));
+    assert_eq!(config.routes[0].repo.to_string(), "acme/app");
+
+    // Without ROWBRANCH_REPO, a missing file is the usual error, with this way out named.
+    let err = Config::load(&path, &|_| None).unwrap_err().to_string();
+    assert!(err.contains("cannot read the config file"), "{err}");
+    assert!(err.contains(REPO), "{err}");
+
+    // Another route variable alone is not enough, and says what is missing.
+    let table = |key: &str| (key == "ROWBRANCH_TABLE").then(|| "wishes".to_owned());
+    let err = Config::load(&path, &table).unwrap_err().to_string();
+    assert!(
+        err.contains("ROWBRANCH_TABLE is set but ROWBRANCH_REPO is not"),
+        "{err}"
+    );
+
+    // A file and the variables together: refused, naming the file and the variable.
+    std::fs::write(&path, crate::config::TEST_LOCAL_CONFIG).unwrap();
+    let err = Config::load(&path, &env).unwrap_err().to_string();
+    assert!(err.contains(&*path.to_string_lossy()), "{err}");
+    assert!(err.contains("unset ROWBRANCH_REPO"), "{err}");
+    // The file alone still loads.
+    let config = Config::load(&path, &|_| None).unwrap();
+    assert_eq!(config.source, path);
+}
+
+#[test]
+fn the_conflict_names_the_variables_to_unset_and_the_file_to_remove() {
+    let vars = HashMap::from([
+        (REPO, "acme/app".to_owned()),
+        ("ROWBRANCH_TABLE", "wishes".to_owned()),
+    ]);
+    let set = Overlay::read(&|key: &str| vars.get(key).cloned())
+        .route
+        .set();
+    assert_eq!(set, [REPO, "ROWBRANCH_TABLE"]);
+    let err = ConfigError::new("/etc/rowbranch/rowbranch.toml", conflict(&set)).to_string();
+    assert!(err.starts_with("/etc/rowbranch/rowbranch.toml: "), "{err}");
+    assert!(
+        err.contains("unset ROWBRANCH_REPO, ROWBRANCH_TABLE"),
+        "{err}"
+    );
+    assert!(err.contains("remove the file"), "{err}");
+}
+
+#[test]
+fn the_intake_and_the_queue_come_from_the_environment_too() {
+    let mut vars = least();
+    vars.extend([
+        ("ROWBRANCH_INTAKE", "pgmq".to_owned()),
+        ("ROWBRANCH_PGMQ_QUEUE", "feedback_rows".to_owned()),
+    ]);
+    let config = build(&vars).unwrap();
+    assert_eq!(config.routes[0].intake, crate::config::Intake::Pgmq);
+    assert_eq!(config.pgmq.queue, "feedback_rows");
+    assert!(!config.takes_webhooks());
+    vars.insert("ROWBRANCH_INTAKE", "kafka".to_owned());
+    let err = build(&vars).unwrap_err().to_string();
+    assert!(err.contains("\"kafka\" is not an intake"), "{err}");
+}
+
+#[test]
+fn variables_names_every_variable_the_config_reads_and_no_other() {
+    let asked = RefCell::new(Vec::new());
+    Overlay::read(&|key: &str| {
+        asked.borrow_mut().push(key.to_owned());
+        None
+    });
+    assert_eq!(asked.into_inner(), VARIABLES);
+}
+
+#[test]
+fn the_route_variables_set_are_listed_in_their_order() {
+    let all = Overlay::read(&|key: &str| Some(format!("{key}-value")));
+    assert_eq!(all.route.set(), ROUTE_VARIABLES);
+    for name in ROUTE_VARIABLES {
+        assert!(VARIABLES.contains(&name), "{name}");
+    }
+}

@@ -1,0 +1,282 @@
+//! The plain settings a config validates into: what the forge, the row reader, the server and
+//! the queue consumer are each built from, so that none of them sees the whole config. Every
+//! value here has been checked; the file's defaults live in `file`, not here.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::event::EventKind;
+use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
+use crate::webhook::auth::WebhookSecrets;
+
+/// Everything one run of rowbranch is configured with, checked.
+#[derive(Debug)]
+pub struct Config {
+    /// The file this came from, for messages.
+    pub source: PathBuf,
+    pub listen: SocketAddr,
+    /// On SIGTERM or SIGINT: how long in-flight requests and claimed rows get to finish.
+    pub shutdown_grace: Duration,
+    /// `GET /`'s live page of the last decisions; off when `None`.
+    pub status_page: Option<StatusPage>,
+    pub reconcile: ReconcileSettings,
+    pub forge: ForgeSettings,
+    pub webhook: WebhookSettings,
+    /// The queue the `pgmq` routes read; the defaults when the file has no `[pgmq]`.
+    pub pgmq: PgmqSettings,
+    pub routes: Vec<Arc<Route>>,
+    /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
+    pub database_url: Option<DatabaseUrl>,
+}
+
+impl Config {
+    /// Whether any route takes webhook deliveries (else `POST /webhook` is not served, and no
+    /// webhook secret is needed).
+    pub fn takes_webhooks(&self) -> bool {
+        self.routes.iter().any(|r| r.intake == Intake::Webhook)
+    }
+
+    /// Whether any route reads the queue.
+    pub fn reads_the_queue(&self) -> bool {
+        self.routes.iter().any(|r| r.intake == Intake::Pgmq)
+    }
+
+    /// The route whose table is `table` (`schema.table` or a bare table name), for `redo`.
+    pub fn route_for_table(&self, table: &str) -> Option<&Arc<Route>> {
+        self.routes.iter().find(|r| match table.split_once('.') {
+            Some((schema, name)) => r.schema == schema && r.table == name,
+            None => r.table == table,
+        })
+    }
+
+    /// The route for a table, if one takes it.
+    pub fn route(&self, schema: &str, table: &str) -> Option<&Arc<Route>> {
+        self.routes
+            .iter()
+            .find(|r| r.schema == schema && r.table == table)
+    }
+}
+
+/// The status page's settings.
+#[derive(Debug, Clone)]
+pub struct StatusPage {
+    /// `ROWBRANCH_STATUS_PASSWORD`: asked for with HTTP basic authentication (any user name).
+    pub password: Option<Password>,
+}
+
+/// A password; it never prints.
+#[derive(Clone)]
+pub struct Password(pub(super) String);
+
+impl Password {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Password {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+/// A database connection string; it carries a password, so it never prints.
+#[derive(Clone)]
+pub struct DatabaseUrl(pub(super) String);
+
+impl DatabaseUrl {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatabaseUrl(<redacted>)")
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ReconcileSettings {
+    /// A sweep on a schedule inside `serve`; off when `None`.
+    pub every: Option<Duration>,
+    pub window: Duration,
+    pub stale_claim_after: Duration,
+}
+
+/// Which forge, and what it is built from.
+#[derive(Debug)]
+pub enum ForgeSettings {
+    Local(LocalSettings),
+    Github(GithubSettings),
+}
+
+/// Rows accepted and not yet finished, at most, when the forge sets no other bound: the local
+/// forge has no pace to wait on, so its rows never queue for long.
+const LOCAL_QUEUE_CAPACITY: usize = 10_000;
+
+impl ForgeSettings {
+    /// The forge's web address, for links to branches: `https://github.com` for the public
+    /// API, `https://HOST` for GitHub Enterprise's `https://HOST/api/v3`; none for a local
+    /// repository.
+    pub fn web_url(&self) -> Option<String> {
+        let ForgeSettings::Github(github) = self else {
+            return None;
+        };
+        let api = github.api_url.as_str();
+        Some(match api.strip_suffix("/api/v3") {
+            Some(host) => host.to_owned(),
+            None if api == "https://api.github.com" => "https://github.com".to_owned(),
+            None => api.to_owned(),
+        })
+    }
+
+    /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
+    pub fn queue_capacity(&self) -> usize {
+        match self {
+            ForgeSettings::Local(_) => LOCAL_QUEUE_CAPACITY,
+            ForgeSettings::Github(github) => github.queue_capacity,
+        }
+    }
+}
+
+/// A git repository on this machine as the forge.
+#[derive(Debug, Clone)]
+pub struct LocalSettings {
+    pub path: PathBuf,
+    /// Run for each dispatch, the payload on its stdin; a non-zero exit fails the dispatch.
+    pub on_dispatch: Option<String>,
+}
+
+/// rowbranch as a GitHub App: everything the GitHub forge is built from.
+#[derive(Debug)]
+pub struct GithubSettings {
+    pub app_id: u64,
+    /// Where the key comes from; read when the GitHub forge starts.
+    pub key: PrivateKeySource,
+    pub api_url: String,
+    pub pace: PaceSettings,
+    /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
+    pub queue_capacity: usize,
+    /// GitHub requests open at once per installation, reads and writes together.
+    pub max_concurrent_requests: usize,
+    /// How long one GitHub operation may keep retrying.
+    pub retry_budget: Duration,
+    /// How long the default branch's head is reused for new claims.
+    pub base_cache: Duration,
+}
+
+/// The pace of one installation's writes (SPEC §5).
+#[derive(Debug, Clone, Copy)]
+pub struct PaceSettings {
+    /// Sustained: one write per interval.
+    pub interval: Duration,
+    /// Writes allowed back to back before the interval applies.
+    pub burst: u32,
+    /// Writes in any rolling hour.
+    pub hourly_max: u32,
+}
+
+/// The App's private key: PEM text from the environment, or a file. Never printed.
+pub enum PrivateKeySource {
+    Pem(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for PrivateKeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrivateKeySource::Pem(_) => f.write_str("Pem(<redacted>)"),
+            PrivateKeySource::File(path) => write!(f, "File({})", path.display()),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct WebhookSettings {
+    /// `None` only when no secret is set; `serve` then needs `--insecure-no-auth`.
+    pub secrets: Option<WebhookSecrets>,
+    pub respond_within: Duration,
+    pub max_body_bytes: usize,
+    /// The headers, and then the whole body, must each arrive within this.
+    pub read_timeout: Duration,
+    /// Connections open at once, at most (the open-files limit may lower it).
+    pub max_connections: usize,
+}
+
+/// One table wired to one repository.
+#[derive(Debug)]
+pub struct Route {
+    pub table: String,
+    pub schema: String,
+    pub repo: RepoName,
+    /// `INSERT` and/or `UPDATE`; never `DELETE` (a row that is gone has no work).
+    pub events: Vec<EventKind>,
+    pub id_column: String,
+    pub text_column: Option<String>,
+    pub branch_prefix: BranchPrefix,
+    pub slug_max_len: usize,
+    pub event_type: EventType,
+    /// The payload template's file; the built-in template when `None`. Read and compiled when
+    /// the pipeline's routes are built, not here.
+    pub payload_template: Option<PathBuf>,
+    pub created_column: String,
+    /// Where the route's rows come from: webhook deliveries, or the queue.
+    pub intake: Intake,
+}
+
+/// Where a route's rows come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Intake {
+    /// `POST /webhook`: a Supabase Database Webhook (pg_net).
+    Webhook,
+    /// The `[pgmq]` queue that the INSERT's own transaction fills.
+    Pgmq,
+}
+
+impl Intake {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Intake::Webhook => "webhook",
+            Intake::Pgmq => "pgmq",
+        }
+    }
+}
+
+/// The queue a `pgmq` route reads (SPEC §2, `[pgmq]`).
+#[derive(Debug, Clone)]
+pub struct PgmqSettings {
+    /// The queue's name, as pgmq stores it (`pgmq.q_{queue}`).
+    pub queue: QueueName,
+    /// Where messages refused for good go, with why; never `queue`.
+    pub dead_letter: QueueName,
+    /// Messages read at once, at most.
+    pub batch: usize,
+    /// How long to wait before reading again when the queue was empty.
+    pub poll_interval: Duration,
+    /// How long a message read is hidden from other readers; renewed while it is worked on.
+    pub visibility_timeout: Duration,
+    /// Archived messages older than this are deleted.
+    pub archive_retention: Duration,
+    /// A retried message waits `backoff_base × 2^(reads − 1)`, at most `backoff_cap`.
+    pub backoff_base: Duration,
+    pub backoff_cap: Duration,
+}
+
+impl Default for PgmqSettings {
+    /// The settings of a file with no `[pgmq]`.
+    fn default() -> PgmqSettings {
+        super::validate::pgmq(super::file::RawPgmq::default())
+            .unwrap_or_else(|e| panic!("the [pgmq] defaults are refused: {}", e.0))
+    }
+}
+
+impl Route {
+    /// `schema.table`, for messages.
+    pub fn table_name(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+}

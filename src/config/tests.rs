@@ -1,0 +1,269 @@
+//! The config file's keys, their defaults and their refusals, through [`Config::parse`].
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::*;
+use crate::event::EventKind;
+use crate::identity::QueueName;
+
+/// A GitHub route with the least the github forge needs.
+const GITHUB: &str = r#"
+    [github]
+    app_id = 123456
+    private_key_path = "app.pem"
+    [[routes]]
+    table = "feedbacks"
+    repo = "acme/app"
+    branch_prefix = "feedback"
+    event_type = "feedback"
+"#;
+const SECRET: &str = "a-webhook-secret-of-32-characters";
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &no_env)
+}
+
+const LOCAL: &str = TEST_LOCAL_CONFIG;
+
+#[test]
+fn a_minimal_github_config_gets_the_documented_defaults() {
+    let config = parse(GITHUB).unwrap();
+    assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(config.reconcile.every, None);
+    assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("the default forge is github");
+    };
+    assert_eq!(github.app_id, 123456);
+    assert_eq!(github.pace.burst, 10);
+    assert_eq!(github.pace.hourly_max, 450);
+    assert_eq!(github.retry_budget, Duration::from_secs(30));
+    assert!(
+        matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
+    );
+    let route = &config.routes[0];
+    assert_eq!(route.slug_max_len, 40);
+    assert_eq!(route.events, vec![EventKind::Insert]);
+    assert_eq!(route.payload_template, None);
+    assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+    assert_eq!(config.webhook.read_timeout, Duration::from_secs(10));
+    assert_eq!(config.webhook.max_connections, 512);
+    assert_eq!(github.max_concurrent_requests, 16);
+    assert_eq!(github.queue_capacity, 10_000);
+    assert_eq!(config.shutdown_grace, Duration::from_secs(20));
+}
+
+#[test]
+fn a_minimal_local_config_gets_the_defaults() {
+    let config = parse(LOCAL).unwrap();
+    let ForgeSettings::Local(LocalSettings { path, on_dispatch }) = &config.forge else {
+        panic!("local forge expected");
+    };
+    assert_eq!(path, Path::new("/etc/rowbranch/repo.git"));
+    assert!(on_dispatch.is_none());
+    let route = config.route("public", "feedbacks").unwrap();
+    assert_eq!(route.id_column, "id");
+    assert_eq!(route.text_column.as_deref(), Some("message"));
+    assert_eq!(route.created_column, "created_at");
+    assert!(config.route("public", "comments").is_none());
+}
+
+#[test]
+fn an_unknown_key_is_named_with_the_file() {
+    let err = parse(&LOCAL.replace("event_type", "evnt_type"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("/etc/rowbranch/rowbranch.toml"), "{err}");
+    assert!(err.contains("evnt_type"), "{err}");
+}
+
+#[test]
+fn a_secret_in_the_file_is_refused_with_the_variable_to_use() {
+    let err = parse(&format!("[webhook]\nsecret = \"x\"\n{LOCAL}"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ROWBRANCH_WEBHOOK_SECRET"), "{err}");
+}
+
+#[test]
+fn each_missing_required_route_key_is_named() {
+    for key in ["table", "repo", "branch_prefix", "event_type"] {
+        let text: String = LOCAL
+            .lines()
+            .filter(|l| !l.trim_start().starts_with(&format!("{key} =")))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains(&format!("`{key}` is missing")), "{key}: {err}");
+    }
+}
+
+#[test]
+fn bad_values_say_what_is_wrong() {
+    let cases = [
+        (LOCAL.replace("acme/app", "acme"), "owner/name"),
+        (
+            LOCAL.replace(
+                "branch_prefix = \"feedback\"",
+                "branch_prefix = \"feed back\"",
+            ),
+            "branch_prefix",
+        ),
+        (
+            format!("reconcile_every = \"soon\"\n{LOCAL}"),
+            "reconcile_every",
+        ),
+        (format!("listen = \"localhost\"\n{LOCAL}"), "HOST:PORT"),
+        (
+            LOCAL.replace("kind = \"local\"", "kind = \"gitlab\""),
+            "\"gitlab\" is not a forge",
+        ),
+        (format!("{LOCAL}\nevents = [\"DELETE\"]"), "DELETE"),
+        (format!("{LOCAL}\nslug_max_len = 500"), "slug_max_len"),
+        (
+            LOCAL.replace(
+                "event_type = \"feedback\"",
+                &format!("event_type = \"{}\"", "e".repeat(101)),
+            ),
+            "100 characters",
+        ),
+        (
+            "[forge]\nkind = \"local\"\npath = \"r.git\"".to_owned(),
+            "no [[routes]]",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains(expected), "expected {expected:?} in: {err}");
+    }
+}
+
+#[test]
+fn two_routes_for_one_table_are_refused() {
+    let route = LOCAL.split("[[routes]]").nth(1).unwrap();
+    let err = parse(&format!("{LOCAL}\n[[routes]]{route}"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("one table takes one route"), "{err}");
+}
+
+#[test]
+fn the_environment_beats_the_file() {
+    let env = |key: &str| match key {
+        "ROWBRANCH_LISTEN" => Some("127.0.0.1:9999".to_owned()),
+        "PORT" => Some("7000".to_owned()),
+        "GITHUB_APP_ID" => Some("42".to_owned()),
+        "GITHUB_APP_PRIVATE_KEY" => Some("-----BEGIN PRIVATE KEY-----".to_owned()),
+        "GITHUB_API_URL" => Some("https://ghe.example.com/api/v3/".to_owned()),
+        "ROWBRANCH_WEBHOOK_SECRET" => Some(SECRET.to_owned()),
+        _ => None,
+    };
+    let config = Config::parse(GITHUB, Path::new("rowbranch.toml"), &env).unwrap();
+    assert_eq!(config.listen, "127.0.0.1:9999".parse().unwrap());
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("github forge expected");
+    };
+    assert_eq!(github.app_id, 42);
+    assert!(matches!(github.key, PrivateKeySource::Pem(_)));
+    assert_eq!(github.api_url, "https://ghe.example.com/api/v3");
+    assert!(!format!("{config:?}").contains("BEGIN PRIVATE KEY"));
+    assert!(config.webhook.secrets.is_some());
+}
+
+#[test]
+fn port_alone_listens_on_every_interface() {
+    let env = |key: &str| (key == "PORT").then(|| "7000".to_owned());
+    let config = Config::parse(LOCAL, Path::new("rowbranch.toml"), &env).unwrap();
+    assert_eq!(config.listen, "0.0.0.0:7000".parse().unwrap());
+}
+
+#[test]
+fn a_short_webhook_secret_is_a_config_error() {
+    let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| "short".to_owned());
+    let err = Config::parse(LOCAL, Path::new("rowbranch.toml"), &env)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ROWBRANCH_WEBHOOK_SECRET"), "{err}");
+    assert!(
+        !err.contains("short\""),
+        "the secret must not be echoed: {err}"
+    );
+}
+
+#[test]
+fn a_payload_template_is_named_relative_to_the_config_and_not_read() {
+    let config = parse(&format!("{LOCAL}\npayload_template = \"payload.json.j2\"")).unwrap();
+    assert_eq!(
+        config.routes[0].payload_template.as_deref(),
+        Some(Path::new("/etc/rowbranch/payload.json.j2"))
+    );
+}
+
+#[test]
+fn an_empty_text_column_means_no_slug() {
+    let config = parse(&format!("{LOCAL}\ntext_column = \"\"")).unwrap();
+    assert_eq!(config.routes[0].text_column, None);
+}
+
+#[test]
+fn a_pgmq_route_reads_the_queue_of_the_pgmq_table() {
+    let config = parse(&format!("{LOCAL}\nintake = \"pgmq\"")).unwrap();
+    assert_eq!(config.routes[0].intake, Intake::Pgmq);
+    assert!(config.reads_the_queue() && !config.takes_webhooks());
+    assert_eq!(config.pgmq.queue, "rowbranch");
+    assert_eq!(config.pgmq.dead_letter, "rowbranch_dead");
+    assert_eq!(config.pgmq.visibility_timeout, Duration::from_secs(60));
+    assert_eq!(
+        config.pgmq.archive_retention,
+        Duration::from_secs(7 * 86_400)
+    );
+    let text =
+        format!("[pgmq]\nqueue = \"rows_q\"\nbatch = 10\narchive_retention = \"2d\"\n{LOCAL}");
+    let config = parse(&text).unwrap();
+    assert_eq!(config.pgmq.queue, "rows_q");
+    assert_eq!(
+        config.pgmq.dead_letter, "rows_q_dead",
+        "the queue's own by default"
+    );
+    assert_eq!(config.pgmq.batch, 10);
+    assert_eq!(
+        config.pgmq.archive_retention,
+        Duration::from_secs(2 * 86_400)
+    );
+    assert!(parse(LOCAL).unwrap().takes_webhooks());
+}
+
+#[test]
+fn queue_names_are_checked_as_pgmq_would_store_them() {
+    for (pgmq, expected) in [
+        ("queue = \"Rows\"", "not a queue name"),
+        ("queue = \"9rows\"", "not a queue name"),
+        (
+            &format!("queue = \"{}\"", "q".repeat(48)),
+            "not a queue name",
+        ),
+        ("dead_letter = \"a-b\"", "not a queue name"),
+        (
+            &format!("queue = \"{}\"", "q".repeat(45)),
+            "set [pgmq] dead_letter",
+        ),
+        ("queue = \"x\"\ndead_letter = \"x\"", "both \"x\""),
+        ("batch = 0", "batch"),
+        ("visibility_timeout_s = 3", "at least 10"),
+    ] {
+        let err = parse(&format!("[pgmq]\n{pgmq}\n{LOCAL}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "{pgmq}: {err}");
+    }
+    assert!(QueueName::parse(&"q".repeat(47)).is_ok() && QueueName::parse("_a1").is_ok());
+    let err = parse(&format!("{LOCAL}\nintake = \"kafka\""))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not an intake"), "{err}");
+}

@@ -1,0 +1,340 @@
+//! From the file's shape and the environment's overlay to the plain settings (SPEC §2). Each
+//! value is checked here, once, and a refusal names its key (or its variable) and says how to
+//! fix it; the first refusal, in the file's order, is the one reported.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, WEBHOOK_SECRET};
+use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
+use super::settings::{
+    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
+    Password, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
+    WebhookSettings,
+};
+use super::Invalid;
+use crate::event::EventKind;
+use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
+use crate::webhook::auth::WebhookSecrets;
+
+/// The config of the file `raw`, read from `path`, with the environment laid over it.
+/// Relative paths in the file are relative to `path`'s folder.
+pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Config, Invalid> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let listen = listen_address(&raw.listen, env)?;
+    let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
+    let reconcile = ReconcileSettings {
+        every: raw
+            .reconcile_every
+            .as_deref()
+            .map(|every| duration("reconcile_every", every))
+            .transpose()?,
+        window: duration("reconcile_window", &raw.reconcile_window)?,
+        stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
+    };
+    let forge = forge(raw.forge, raw.github, dir, env)?;
+    let webhook = webhook(raw.webhook, env)?;
+    let pgmq = pgmq(raw.pgmq)?;
+    let routes = routes(raw.routes, dir)?;
+    Ok(Config {
+        source: path.to_path_buf(),
+        listen,
+        shutdown_grace,
+        status_page: raw.status_page.then(|| StatusPage {
+            password: env.status_password.clone().map(Password),
+        }),
+        reconcile,
+        forge,
+        webhook,
+        pgmq,
+        routes,
+        database_url: env.database_url.clone().map(DatabaseUrl),
+    })
+}
+
+/// `ROWBRANCH_LISTEN`, else `PORT` on every interface, else the file's `listen`.
+fn listen_address(file: &str, env: &Overlay) -> Result<SocketAddr, Invalid> {
+    if let Some(addr) = &env.listen {
+        return addr.parse().map_err(|_| {
+            invalid!("{LISTEN}=`{addr}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
+        });
+    }
+    if let Some(port) = &env.port {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| invalid!("{PORT}=`{port}` is not a port number (0-65535)"))?;
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    file.parse().map_err(|_| {
+        invalid!("listen = `{file}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
+    })
+}
+
+fn duration(key: &str, value: &str) -> Result<Duration, Invalid> {
+    let d = humantime::parse_duration(value).map_err(|e| {
+        invalid!(
+            "{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\""
+        )
+    })?;
+    if d.is_zero() {
+        return Err(invalid!("{key} must be longer than zero"));
+    }
+    Ok(d)
+}
+
+/// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
+fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, Invalid> {
+    if value < T::from(1) {
+        return Err(invalid!("[github] {key} must be at least 1"));
+    }
+    Ok(value)
+}
+
+fn forge(
+    raw: RawForge,
+    github: RawGithub,
+    dir: &Path,
+    env: &Overlay,
+) -> Result<ForgeSettings, Invalid> {
+    match raw.kind.as_str() {
+        "local" => {
+            let path = raw.path.ok_or_else(|| {
+                invalid!("[forge] kind = \"local\" needs path = \"…\", the git repository to use as the forge")
+            })?;
+            Ok(ForgeSettings::Local(LocalSettings {
+                path: dir.join(path),
+                on_dispatch: raw.on_dispatch.filter(|c| !c.trim().is_empty()),
+            }))
+        }
+        "github" => {
+            if raw.path.is_some() || raw.on_dispatch.is_some() {
+                return Err(invalid!("[forge] path and on_dispatch belong to kind = \"local\"; remove them or set kind = \"local\""));
+            }
+            github_settings(github, dir, env).map(ForgeSettings::Github)
+        }
+        other => Err(invalid!(
+            "[forge] kind = \"{other}\" is not a forge: use \"github\" or \"local\""
+        )),
+    }
+}
+
+fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSettings, Invalid> {
+    let app_id = match &env.github_app_id {
+        Some(v) => v.parse().map_err(|_| {
+            invalid!("{GITHUB_APP_ID}=`{v}` is not a number: use the App ID from the App's settings page")
+        })?,
+        None => raw.app_id.ok_or_else(|| {
+            invalid!("[github] app_id is missing: set it (the App ID from the App's settings page) or set {GITHUB_APP_ID}")
+        })?,
+    };
+    let key = match (&env.github_app_private_key, raw.private_key_path) {
+        (Some(pem), _) => PrivateKeySource::Pem(pem.clone()),
+        (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
+        (None, None) => return Err(invalid!(
+            "no GitHub App private key: set [github] private_key_path or {GITHUB_APP_PRIVATE_KEY} (the PEM text)"
+        )),
+    };
+    let api_url = env.github_api_url.clone().unwrap_or(raw.api_url);
+    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
+        return Err(invalid!(
+            "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
+        ));
+    }
+    Ok(GithubSettings {
+        app_id,
+        key,
+        api_url: api_url.trim_end_matches('/').to_owned(),
+        pace: PaceSettings {
+            interval: Duration::from_millis(raw.write_interval_ms),
+            burst: at_least_one("write_burst", raw.write_burst)?,
+            hourly_max: at_least_one("write_hourly_max", raw.write_hourly_max)?,
+        },
+        queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
+        max_concurrent_requests: at_least_one(
+            "max_concurrent_requests",
+            raw.max_concurrent_requests,
+        )?,
+        retry_budget: Duration::from_millis(raw.retry_budget_ms),
+        base_cache: Duration::from_millis(raw.base_cache_ms),
+    })
+}
+
+fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
+    if raw.secret.is_some() {
+        return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
+    }
+    let secrets = env
+        .webhook_secret
+        .as_deref()
+        .map(WebhookSecrets::parse)
+        .transpose()
+        .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?;
+    if raw.max_body_bytes < 1024 {
+        return Err(invalid!("[webhook] max_body_bytes must be at least 1024"));
+    }
+    let read_timeout = Duration::from_millis(raw.read_timeout_ms);
+    if read_timeout < Duration::from_millis(100) {
+        return Err(invalid!(
+            "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
+        ));
+    }
+    if raw.max_connections == 0 {
+        return Err(invalid!("[webhook] max_connections must be at least 1"));
+    }
+    Ok(WebhookSettings {
+        secrets,
+        respond_within: Duration::from_millis(raw.respond_within_ms),
+        max_body_bytes: raw.max_body_bytes,
+        read_timeout,
+        max_connections: raw.max_connections,
+    })
+}
+
+/// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.
+pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, Invalid> {
+    let not_a_queue_name = |key: &str, name: &str| {
+        invalid!(
+            "[pgmq] {key} = \"{}\" is not a queue name rowbranch takes: use 1 to 47 of \
+             a-z, 0-9 and _, not starting with a digit (pgmq prefixes and lowercases it)",
+            excerpt(name)
+        )
+    };
+    let queue = QueueName::parse(&raw.queue).map_err(|_| not_a_queue_name("queue", &raw.queue))?;
+    let dead_letter = match &raw.dead_letter {
+        Some(name) => {
+            QueueName::parse(name).map_err(|_| not_a_queue_name("dead_letter", name))?
+        }
+        // The queue's own: what `init --queue` creates, and for the default queue, the
+        // default `rowbranch_dead`.
+        None => queue.default_dead_letter().map_err(|_| {
+            invalid!(
+                "[pgmq] queue = \"{queue}\" leaves no room for its dead-letter queue's default name \
+                 (\"{queue}_dead\" is over 47 characters): set [pgmq] dead_letter, or use a shorter queue name"
+            )
+        })?,
+    };
+    if queue == dead_letter {
+        return Err(invalid!("[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""));
+    }
+    if raw.batch == 0 || raw.batch > 1000 {
+        return Err(invalid!(
+            "[pgmq] batch = {}: read 1 to 1000 messages at once",
+            raw.batch
+        ));
+    }
+    let visibility_timeout = Duration::from_secs(raw.visibility_timeout_s);
+    if visibility_timeout < Duration::from_secs(10) {
+        return Err(invalid!(
+            "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
+             of it, and a shorter lease would be lost to a slow round trip"
+        ));
+    }
+    let backoff_base = Duration::from_millis(raw.backoff_base_ms);
+    let backoff_cap = Duration::from_millis(raw.backoff_cap_ms);
+    if backoff_base.is_zero() || backoff_cap < backoff_base {
+        return Err(invalid!(
+            "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
+        ));
+    }
+    Ok(PgmqSettings {
+        queue,
+        dead_letter,
+        batch: raw.batch,
+        // Never a busy loop, whatever the file says.
+        poll_interval: Duration::from_millis(raw.poll_interval_ms).max(Duration::from_millis(10)),
+        visibility_timeout,
+        archive_retention: duration("[pgmq] archive_retention", &raw.archive_retention)?,
+        backoff_base,
+        backoff_cap,
+    })
+}
+
+/// At least one route, and at most one per table.
+fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, Invalid> {
+    if raw.is_empty() {
+        return Err(invalid!(
+            "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
+        ));
+    }
+    let mut routes = Vec::with_capacity(raw.len());
+    let mut seen = HashSet::new();
+    for (i, raw_route) in raw.into_iter().enumerate() {
+        let number = i + 1;
+        let route =
+            route(raw_route, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
+        if !seen.insert((route.schema.clone(), route.table.clone())) {
+            return Err(invalid!(
+                "[[routes]] number {number}: table {} has a route already; one table takes one route",
+                route.table_name()
+            ));
+        }
+        routes.push(Arc::new(route));
+    }
+    Ok(routes)
+}
+
+fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
+    let required = |value: Option<String>, key: &str, example: &str| {
+        value
+            .filter(|v| !v.trim().is_empty())
+            .ok_or_else(|| invalid!("`{key}` is missing: e.g. {key} = \"{example}\""))
+    };
+    let table = required(raw.table, "table", "feedbacks")?;
+    let repo = required(raw.repo, "repo", "owner/name")?;
+    let repo = RepoName::parse(&repo).map_err(|e| invalid!("repo: {e}"))?;
+    let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
+    let branch_prefix =
+        BranchPrefix::parse(&prefix).map_err(|e| invalid!("branch_prefix = \"{prefix}\": {e}"))?;
+    let slug_max_len = raw.slug_max_len;
+    if slug_max_len > 100 {
+        return Err(invalid!(
+            "slug_max_len = {slug_max_len} is too long: branch names stay readable (and within \
+             git's limits) at 100 or less; 0 means no slug"
+        ));
+    }
+    let event_type = required(raw.event_type, "event_type", "feedback")?;
+    let event_type = EventType::parse(&event_type).map_err(|e| invalid!("event_type: {e}"))?;
+    let events = raw
+        .events
+        .iter()
+        .map(|e| match EventKind::parse(&e.to_ascii_uppercase()) {
+            Some(kind @ (EventKind::Insert | EventKind::Update)) => Ok(kind),
+            _ => Err(invalid!(
+                "events: `{e}` is not an event a route can take: use \"INSERT\" and/or \"UPDATE\""
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if events.is_empty() {
+        return Err(invalid!(
+            "events is empty: the route would take nothing; use [\"INSERT\"]"
+        ));
+    }
+    let intake = match raw.intake.as_str() {
+        "webhook" => Intake::Webhook,
+        "pgmq" => Intake::Pgmq,
+        other => {
+            return Err(invalid!(
+                "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
+                 Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
+            ))
+        }
+    };
+    Ok(Route {
+        table,
+        schema: raw.schema,
+        repo,
+        events,
+        id_column: raw.id_column,
+        // An empty text column means "no slug".
+        text_column: Some(raw.text_column).filter(|c| !c.trim().is_empty()),
+        branch_prefix,
+        slug_max_len,
+        event_type,
+        payload_template: raw.payload_template.map(|p| dir.join(p)),
+        created_column: raw.created_column,
+        intake,
+    })
+}
