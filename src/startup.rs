@@ -1,27 +1,418 @@
-//! From a loaded config to running parts: the forge its settings name, the routes with their
-//! payload templates compiled, the pipeline, the server, and the jobs that run beside the
-//! server in `serve` (a first look at each repository, the scheduled sweep). The commands call
-//! these; nothing below calls up.
+//! From a loaded config to a running process. [`Application::build`] takes the config and what
+//! the process supplies beside it ([`Env`]): it opens the forge, binds the listener, compiles
+//! the routes and makes the pipeline; [`Application::run`] then runs its parts until a shutdown
+//! signal — the server, the queue's consumer, a first look at each repository and the scheduled
+//! sweep, or the consumer alone. `serve`, `demo` and the tests all start rowbranch this way.
+//! The commands that run no server (`reconcile`, `redo`, `preview`) take the pieces they need
+//! from here: [`routes`], [`forge`], [`pipeline`]. Nothing below calls up.
 
 use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings};
 use crate::forge::{self, Forge};
-use crate::http::{self, App};
+use crate::http::{self, App, Connections};
 use crate::metrics::Metrics;
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
-use crate::rows::Rows;
+use crate::rows::{Reachability, Rows};
 use crate::shutdown::Shutdown;
 
 /// How long after start the first scheduled sweep runs.
 const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
+/// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
+/// would ask for 128, a flood of idle sockets fills that, and then a delivery cannot even
+/// connect until they are cut.
+const LISTEN_BACKLOG: u32 = 1024;
+/// File descriptors kept for the process itself whatever the config: the standard streams,
+/// the listener, the runtime's own, the log, DNS lookups, a git or `on_dispatch` process or two.
+const BASE_RESERVE: u64 = 32;
+/// For the local forge, which runs git (two pipes a command) and `on_dispatch` per row.
+const LOCAL_FORGE_RESERVE: u64 = 16;
+/// For each job that holds a PostgreSQL connection (the queue's consumer, the scheduled
+/// sweep): its connection, and the next one while it reconnects.
+const DATABASE_RESERVE: u64 = 2;
+
+/// What the process supplies beside the config: its open-files limit, the command line's
+/// choices, and — for the demo and the tests — a forge of their own and a free port. (The
+/// environment's variables are read into the config by `Config::load`.)
+pub struct Env {
+    /// The open-files limit; `None` when unlimited. The connection cap keeps within it.
+    pub open_files: Option<u64>,
+    /// `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
+    pub insecure_no_auth: bool,
+    /// Which parts run.
+    pub mode: Mode,
+    /// The forge to work on in place of the one the config names: the demo's repository, a
+    /// test's `FaultyForge`.
+    pub forge: Option<Arc<dyn Forge>>,
+}
+
+impl Env {
+    /// This process's: its open-files limit, serving on the config's `listen`, on the config's
+    /// forge, with credentials required.
+    pub fn process() -> Env {
+        Env {
+            open_files: rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
+            insecure_no_auth: false,
+            mode: Mode::Serve {
+                listen: Listen::Config,
+                warm_up: true,
+            },
+            forge: None,
+        }
+    }
+}
+
+/// Which parts of rowbranch a run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The server, and beside it the queue's consumer (when a route reads the queue and
+    /// `DATABASE_URL` is set) and the scheduled sweep (when the config asks for one): `serve`.
+    Serve {
+        listen: Listen,
+        /// A first look at each route's repository at start. Off in tests that count the
+        /// forge's calls: it would be one they did not make.
+        warm_up: bool,
+    },
+    /// The queue's consumer alone: no listener, no sweep. Needs a route that reads the queue,
+    /// and `DATABASE_URL`.
+    ConsumerOnly,
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listen {
+    /// The config's `listen` address.
+    Config,
+    /// A port of 127.0.0.1 that the system picks: [`Application::addr`] says which.
+    FreePort,
+}
+
+/// Why rowbranch could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The forge the config names could not be opened (a key that does not parse, a local
+    /// repository that is not one).
+    #[error(transparent)]
+    Forge(anyhow::Error),
+    /// A route's payload template could not be read or compiled; the error names the file.
+    #[error(transparent)]
+    Routes(anyhow::Error),
+    #[error("could not listen on {addr}")]
+    Listen {
+        addr: SocketAddr,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no local address")]
+    Address(#[source] io::Error),
+    #[error(
+        "the consumer alone needs a route that reads the queue (intake = \"pgmq\") and \
+         DATABASE_URL"
+    )]
+    NoQueue,
+    #[error(
+        "the open-files limit ({limit}) leaves no room for connections beyond the {reserve} \
+         file descriptors kept for GitHub, git and the database: raise it (`ulimit -n`, \
+         LimitNOFILE=) or lower [github] max_concurrent_requests"
+    )]
+    NoRoomForConnections { limit: u64, reserve: u64 },
+}
+
+/// rowbranch, built and ready to run: the parts every run shares, and what runs.
+pub struct Application {
+    config: Arc<Config>,
+    routes: Arc<Routes>,
+    pipeline: Arc<Pipeline>,
+    shutdown: Shutdown,
+    runs: Runs,
+}
+
+/// What [`Application::run`] runs.
+enum Runs {
+    /// The server, and the consumer when a route reads the queue.
+    Serve {
+        server: Server,
+        consumer: Option<Arc<Consumer>>,
+    },
+    ConsumerOnly(Arc<Consumer>),
+}
+
+/// The listener and the state of the requests it will take.
+struct Server {
+    listener: TcpListener,
+    addr: SocketAddr,
+    app: Arc<App>,
+    /// `max_connections`, before the open-files limit lowers it.
+    max_connections: usize,
+    /// File descriptors kept back from the open-files limit for what is not a connection.
+    reserve: u64,
+    open_files: Option<u64>,
+    /// Whether to take a first look at each route's repository.
+    warm_up: bool,
+}
+
+impl Application {
+    /// Opens the forge (or takes the one `env` supplies), binds the listener, compiles the
+    /// routes and makes the pipeline, the server's state and the consumer. Makes no request:
+    /// the port answers before GitHub is reached.
+    pub async fn build(config: Config, env: Env) -> Result<Application, StartupError> {
+        let consumer_settings = consumer_settings(&config);
+        if env.mode == Mode::ConsumerOnly && consumer_settings.is_none() {
+            return Err(StartupError::NoQueue);
+        }
+        let shared = Shared::default();
+        let forge = match env.forge {
+            Some(forge) => forge,
+            None => self::forge(&config, &shared)
+                .await
+                .map_err(StartupError::Forge)?,
+        };
+        let listener = match env.mode {
+            Mode::Serve {
+                listen: at,
+                warm_up,
+            } => {
+                let addr = match at {
+                    Listen::Config => config.listen,
+                    Listen::FreePort => SocketAddr::from(([127, 0, 0, 1], 0)),
+                };
+                Some((listen(addr)?, warm_up))
+            }
+            Mode::ConsumerOnly => None,
+        };
+        let routes = Arc::new(routes(&config).map_err(StartupError::Routes)?);
+        let pipeline = pipeline(&config, forge, &shared);
+        let config = Arc::new(config);
+        // The consumer finds whether the database answers; `/readyz` says so.
+        let database = Arc::new(Reachability::default());
+        let consumer = consumer_settings.map(|settings| {
+            Consumer::new(
+                settings,
+                Arc::clone(&routes),
+                Arc::clone(&pipeline),
+                shared.shutdown.clone(),
+                Arc::clone(&database),
+            )
+        });
+        let runs = match (listener, consumer) {
+            (Some((listener, warm_up)), consumer) => {
+                let addr = listener.local_addr().map_err(StartupError::Address)?;
+                let app = App::new(
+                    Arc::clone(&config),
+                    Arc::clone(&routes),
+                    Arc::clone(&pipeline),
+                    Arc::clone(&shared.metrics),
+                    shared.shutdown.clone(),
+                    database,
+                    env.insecure_no_auth,
+                );
+                let server = Server {
+                    listener,
+                    addr,
+                    app,
+                    max_connections: config.webhook.max_connections,
+                    reserve: reserve(&config),
+                    open_files: env.open_files,
+                    warm_up,
+                };
+                Runs::Serve { server, consumer }
+            }
+            (None, Some(consumer)) => Runs::ConsumerOnly(consumer),
+            // Said before anything was opened.
+            (None, None) => return Err(StartupError::NoQueue),
+        };
+        Ok(Application {
+            config,
+            routes,
+            pipeline,
+            shutdown: shared.shutdown,
+            runs,
+        })
+    }
+
+    /// The address the server listens on; `None` when the consumer runs alone.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        match &self.runs {
+            Runs::Serve { server, .. } => Some(server.addr),
+            Runs::ConsumerOnly(_) => None,
+        }
+    }
+
+    /// The pipeline every row runs through: to report the runs left at a second signal, or
+    /// for a test to wait for them.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// The server's routes over this application's state, for tests that send requests
+    /// without a socket; `None` when the consumer runs alone.
+    pub fn router(&self) -> Option<axum::Router> {
+        match &self.runs {
+            Runs::Serve { server, .. } => Some(http::router(Arc::clone(&server.app))),
+            Runs::ConsumerOnly(_) => None,
+        }
+    }
+
+    /// Runs until `shutdown` resolves, then shuts down within `shutdown_grace`.
+    ///
+    /// With the server: the consumer, the scheduled sweep and the first look beside it (see
+    /// [`Mode::Serve`]); at `shutdown` the jobs stop, and the server stops accepting and
+    /// finishes its requests and runs (see [`http::serve`]). An error, before anything starts,
+    /// when the open-files limit leaves no room for connections.
+    ///
+    /// The consumer alone: at `shutdown` it stops reading, and the runs under way get the
+    /// grace. Either way the consumer then settles the messages of the runs that ended; past
+    /// the grace, what is left is read again once its lease lapses.
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), StartupError> {
+        let consumer = match self.runs {
+            Runs::Serve { server, consumer } => {
+                let connections = server.connections()?;
+                let jobs = spawn_jobs(&self.config, self.routes, &self.pipeline, server.warm_up);
+                let consumer = consumer.map(|c| tokio::spawn(c.run()));
+                // The jobs stop first, so that they start no run once the server drains its
+                // runs; the consumer stops reading by itself once the shutdown begins.
+                let stop = async move {
+                    shutdown.await;
+                    jobs.iter().for_each(AbortHandle::abort);
+                };
+                http::serve(server.listener, server.app, connections, stop).await;
+                consumer
+            }
+            Runs::ConsumerOnly(consumer) => {
+                let consumer = tokio::spawn(consumer.run());
+                shutdown.await;
+                finish_runs(&self.pipeline, &self.shutdown, self.config.shutdown_grace).await;
+                Some(consumer)
+            }
+        };
+        if let Some(consumer) = consumer {
+            let deadline = self
+                .shutdown
+                .deadline()
+                .unwrap_or_else(tokio::time::Instant::now);
+            let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
+        }
+        Ok(())
+    }
+}
+
+/// Starts the jobs that run beside the server: the first look at each route's repository
+/// (when `warm_up`; in the background, so that the port answers at once even when GitHub is
+/// slow or down) and the scheduled sweep. Their handles, to stop them.
+fn spawn_jobs(
+    config: &Arc<Config>,
+    routes: Arc<Routes>,
+    pipeline: &Arc<Pipeline>,
+    warm_up: bool,
+) -> Vec<AbortHandle> {
+    let mut jobs = Vec::new();
+    if warm_up {
+        let job = tokio::spawn(self::warm_up(Arc::clone(config), Arc::clone(pipeline)));
+        jobs.push(job.abort_handle());
+    }
+    let sweeps = scheduled_reconcile(Arc::clone(config), routes, Arc::clone(pipeline));
+    jobs.push(tokio::spawn(sweeps).abort_handle());
+    jobs
+}
+
+/// Begins the shutdown and gives the runs under way the grace; what is still running when it
+/// ends is logged by id, and left (as [`http::serve`] does for the server's runs).
+async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) {
+    shutdown.begin(grace);
+    let deadline = shutdown.deadline().expect("the shutdown has begun");
+    if tokio::time::timeout_at(deadline, pipeline.drain())
+        .await
+        .is_err()
+    {
+        let left = pipeline.report_unfinished();
+        tracing::warn!(rows = left, "the shutdown grace ran out");
+    }
+}
+
+impl Server {
+    /// How many connections to serve at once: `max_connections`, or the open-files limit
+    /// less the reserve when that is lower. An error when the limit leaves no room at all.
+    fn connections(&self) -> Result<Connections, StartupError> {
+        Ok(Connections {
+            cap: cap(self.max_connections, self.reserve, self.open_files)?,
+            open_files_limit: self.open_files,
+            reserve: self.reserve,
+        })
+    }
+}
+
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`].
+fn listen(addr: SocketAddr) -> Result<TcpListener, StartupError> {
+    let bind = || {
+        let socket = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    };
+    bind().map_err(|source| StartupError::Listen { addr, source })
+}
+
+/// File descriptors kept back from the open-files limit for what is not a served connection:
+/// [`BASE_RESERVE`]; the forge's connections (GitHub: `max_concurrent_requests` for each
+/// installation — at most one per account owning a route's repository — and as many again for
+/// the App's own requests); and [`DATABASE_RESERVE`] for each job that reads the database.
+fn reserve(config: &Config) -> u64 {
+    let forge = match &config.forge {
+        ForgeSettings::Github(github) => {
+            let owners: std::collections::BTreeSet<String> = config
+                .routes
+                .iter()
+                .map(|route| route.repo.owner().to_ascii_lowercase())
+                .collect();
+            (github.max_concurrent_requests as u64).saturating_mul(owners.len() as u64 + 1)
+        }
+        ForgeSettings::Local(_) => LOCAL_FORGE_RESERVE,
+    };
+    let database_jobs = match config.database_url {
+        Some(_) => {
+            u64::from(config.reads_the_queue()) + u64::from(config.reconcile.every.is_some())
+        }
+        None => 0,
+    };
+    BASE_RESERVE
+        .saturating_add(forge)
+        .saturating_add(database_jobs * DATABASE_RESERVE)
+}
+
+/// How many connections are served at once: `max_connections`, or the open-files limit less
+/// the reserve when that is lower. An error when the limit leaves no room at all.
+fn cap(
+    max_connections: usize,
+    reserve: u64,
+    open_files: Option<u64>,
+) -> Result<usize, StartupError> {
+    let Some(limit) = open_files else {
+        return Ok(max_connections);
+    };
+    let room = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
+    if room == 0 {
+        return Err(StartupError::NoRoomForConnections { limit, reserve });
+    }
+    Ok(max_connections.min(room))
+}
 
 /// The config's routes with their payload templates read and compiled; an error names the file.
 pub fn routes(config: &Config) -> anyhow::Result<Routes> {
@@ -74,77 +465,18 @@ fn admission(settings: &ForgeSettings) -> Admission {
     }
 }
 
-/// The server's state over `forge`: the routes compiled and a pipeline of its own.
-pub fn app(
-    config: Config,
-    forge: Arc<dyn Forge>,
-    shared: Shared,
-    insecure_no_auth: bool,
-) -> anyhow::Result<Arc<App>> {
-    let routes = Arc::new(routes(&config)?);
-    let pipeline = pipeline(&config, forge, &shared);
-    Ok(App::new(
-        Arc::new(config),
-        routes,
-        pipeline,
-        shared.shutdown,
-        insecure_no_auth,
-    ))
-}
-
-/// Serves `app` on `listener` until `stop`, with the jobs that run beside the server: a first
-/// look at each route's repository (in the background, so that the port answers at once even
-/// when GitHub is slow or down) and the scheduled sweep (when the config asks for one). Then
-/// shuts down within `shutdown_grace` (see [`http::serve`]).
-pub async fn serve(
-    listener: TcpListener,
-    app: Arc<App>,
-    stop: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let warm_up = tokio::spawn(warm_up(Arc::clone(&app)));
-    let sweeps = tokio::spawn(scheduled_reconcile(Arc::clone(&app)));
-    let consumer = consumer(&app).map(|c| tokio::spawn(c.run()));
-    // The jobs stop first, so that they start no run once the server drains its runs; the
-    // consumer stops reading by itself once the shutdown begins.
-    let (stop_warm_up, stop_sweeps) = (warm_up.abort_handle(), sweeps.abort_handle());
-    let stop = async move {
-        stop.await;
-        stop_warm_up.abort();
-        stop_sweeps.abort();
-    };
-    let served = http::serve(listener, Arc::clone(&app), stop).await;
-    if let Some(consumer) = consumer {
-        // It settles the messages of the runs that ended; past the grace, what is left is
-        // read again once its lease lapses.
-        let deadline = app
-            .shutdown
-            .deadline()
-            .unwrap_or_else(tokio::time::Instant::now);
-        let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
-    }
-    served
-}
-
-/// The queue's consumer, when a route reads the queue and `DATABASE_URL` is set.
-fn consumer(app: &Arc<App>) -> Option<Arc<Consumer>> {
-    let config = &app.config;
+/// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set.
+fn consumer_settings(config: &Config) -> Option<ConsumerSettings> {
     let url = config
         .database_url
         .clone()
         .filter(|_| config.reads_the_queue())?;
-    let settings = ConsumerSettings {
+    Some(ConsumerSettings {
         url,
         pgmq: config.pgmq.clone(),
         queue_capacity: config.forge.queue_capacity(),
         window_rows: window_rows(config),
-    };
-    Some(Consumer::new(
-        settings,
-        Arc::clone(&app.routes),
-        Arc::clone(&app.pipeline),
-        app.shutdown.clone(),
-        Arc::clone(&app.database),
-    ))
+    })
 }
 
 /// How many rows this process can start within one visibility window at its pace: two writes
@@ -169,9 +501,9 @@ pub fn window_rows(config: &Config) -> usize {
 
 /// Reads each route's default branch once: a repository that cannot take claims yet (the App
 /// not installed, an empty repository) is worth saying at start, not at the first row.
-async fn warm_up(app: Arc<App>) {
-    for route in &app.config.routes {
-        if let Err(e) = app.pipeline.forge().base(&route.repo).await {
+async fn warm_up(config: Arc<Config>, pipeline: Arc<Pipeline>) {
+    for route in &config.routes {
+        if let Err(e) = pipeline.forge().base(&route.repo).await {
             tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
         }
     }
@@ -179,8 +511,7 @@ async fn warm_up(app: Arc<App>) {
 
 /// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
 /// pipeline so that a sweep and a webhook of the same row share one run.
-async fn scheduled_reconcile(app: Arc<App>) {
-    let config = &app.config;
+async fn scheduled_reconcile(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
     let (Some(every), Some(url)) = (config.reconcile.every, config.database_url.clone()) else {
         return;
     };
@@ -205,8 +536,7 @@ async fn scheduled_reconcile(app: Arc<App>) {
                 continue;
             }
         };
-        let summaries =
-            reconcile::sweep(&app.routes, &rows, &app.pipeline, &options, &|_| {}).await;
+        let summaries = reconcile::sweep(&routes, &rows, &pipeline, &options, &|_| {}).await;
         for s in summaries {
             if let Some(error) = &s.error {
                 tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
@@ -218,5 +548,81 @@ async fn scheduled_reconcile(app: Arc<App>) {
                 tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn config(text: &str, env: &[(&str, &str)]) -> Config {
+        let env = |key: &str| {
+            env.iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| (*v).to_owned())
+        };
+        Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &env).unwrap()
+    }
+
+    fn github(routes: &[&str], extra: &str) -> String {
+        let mut text = format!("[github]\napp_id = 1\nprivate_key_path = \"app.pem\"\n{extra}\n");
+        for (n, repo) in routes.iter().enumerate() {
+            text.push_str(&format!(
+                "[[routes]]\ntable = \"t{n}\"\nrepo = \"{repo}\"\nbranch_prefix = \"b\"\nevent_type = \"e\"\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn the_reserve_grows_with_the_concurrent_requests_and_the_installations() {
+        // One installation and the App's own requests, 16 each: 32 + 32.
+        assert_eq!(reserve(&config(&github(&["acme/app"], ""), &[])), 64);
+        // Three accounts (two repositories of acme share its installation): 32 + 16 × 4.
+        let three = github(&["acme/app", "acme/web", "Globex/api", "initech/ops"], "");
+        assert_eq!(reserve(&config(&three, &[])), 96);
+        let wide = github(&["acme/app", "globex/api"], "max_concurrent_requests = 50");
+        assert_eq!(reserve(&config(&wide, &[])), 32 + 50 * 3);
+    }
+
+    #[test]
+    fn the_reserve_counts_the_jobs_that_hold_a_database_connection() {
+        let url = [("DATABASE_URL", "postgres://u@db/x")];
+        let sweeping = github(&["acme/app"], "");
+        let sweeping = format!("reconcile_every = \"5m\"\n{sweeping}");
+        assert_eq!(reserve(&config(&sweeping, &url)), 64 + 2);
+        // Without DATABASE_URL the sweep does not run.
+        assert_eq!(reserve(&config(&sweeping, &[])), 64);
+        let local = crate::config::TEST_LOCAL_CONFIG;
+        assert_eq!(reserve(&config(local, &url)), 32 + 16);
+    }
+
+    #[test]
+    fn the_cap_never_exceeds_the_limit_less_the_reserve() {
+        assert_eq!(cap(512, 64, None).unwrap(), 512);
+        assert_eq!(cap(512, 64, Some(1 << 20)).unwrap(), 512);
+        assert_eq!(cap(512, 64, Some(256)).unwrap(), 192);
+        assert_eq!(cap(512, 96, Some(100)).unwrap(), 4);
+        assert_eq!(cap(3, 64, Some(100)).unwrap(), 3);
+        let none = cap(512, 96, Some(96)).unwrap_err().to_string();
+        assert!(none.contains("(96)") && none.contains("ulimit"), "{none}");
+        assert!(cap(512, 96, Some(20)).is_err());
+    }
+
+    #[tokio::test]
+    async fn the_consumer_alone_needs_a_route_on_the_queue_and_database_url() {
+        let text = crate::config::TEST_LOCAL_CONFIG;
+        let env = || Env {
+            mode: Mode::ConsumerOnly,
+            ..Env::process()
+        };
+        let webhooks_only = config(text, &[("DATABASE_URL", "postgres://u@db/x")]);
+        let refused = Application::build(webhooks_only, env()).await.err();
+        assert!(
+            matches!(refused, Some(StartupError::NoQueue)),
+            "{refused:?}"
+        );
     }
 }

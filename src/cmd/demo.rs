@@ -9,14 +9,12 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 use serde_json::{json, Value};
-use tokio::net::TcpListener;
 
 use super::Failure;
 use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
-use crate::http;
-use crate::startup;
+use crate::startup::{Application, Env, Listen, Mode};
 use crate::webhook::auth::{generate_secret, hub_signature_256};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
@@ -177,17 +175,25 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         .await?,
     );
     let dispatch_log = forge.dispatch_log().to_path_buf();
-    let listener = TcpListener::bind("127.0.0.1:0")
+    let env = Env {
+        // No first look at the repository: it was made a moment ago.
+        mode: Mode::Serve {
+            listen: Listen::FreePort,
+            warm_up: false,
+        },
+        forge: Some(forge),
+        ..Env::process()
+    };
+    let application = Application::build(config, env)
         .await
-        .context("could not bind a port")?;
+        .map_err(|e| Failure::Runtime(e.into()))?;
     let url = format!(
         "http://{}/webhook",
-        listener.local_addr().context("no address")?
+        application.addr().expect("the demo listens")
     );
     println!("  server      {url}\n");
-    let app = startup::app(config, forge, startup::Shared::default(), false)?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, app, async {
+    let server = tokio::spawn(application.run(async {
         let _ = stopped.await;
     }));
 

@@ -11,6 +11,7 @@ pub mod serve;
 
 use crate::cli::{Cli, Command};
 use crate::config::ConfigError;
+use crate::startup::StartupError;
 
 /// Why a command failed, and so which exit code it ends with.
 #[derive(Debug)]
@@ -45,6 +46,20 @@ impl From<anyhow::Error> for Failure {
 impl From<ConfigError> for Failure {
     fn from(e: ConfigError) -> Failure {
         Failure::Usage(e.into())
+    }
+}
+
+impl From<StartupError> for Failure {
+    /// What the config names or lacks is usage; what the machine refuses (a port, the
+    /// open-files limit) is a runtime failure.
+    fn from(e: StartupError) -> Failure {
+        match e {
+            StartupError::Forge(e) | StartupError::Routes(e) => Failure::Usage(e),
+            StartupError::NoQueue => Failure::Usage(e.into()),
+            StartupError::Listen { .. }
+            | StartupError::Address(_)
+            | StartupError::NoRoomForConnections { .. } => Failure::Runtime(e.into()),
+        }
     }
 }
 

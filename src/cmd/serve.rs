@@ -3,12 +3,11 @@
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context};
-use tokio::net::{TcpListener, TcpSocket};
 
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::{process_env, Config};
-use crate::startup;
+use crate::startup::{Application, Env};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
@@ -29,18 +28,17 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
-    let shared = startup::Shared::default();
     let grace = config.shutdown_grace;
-    let forge = startup::forge(&config, &shared)
-        .await
-        .map_err(Failure::Usage)?;
-    // Listening comes first: nothing here talks to GitHub, so the port answers at once.
-    let listener =
-        listen(config.listen).with_context(|| format!("could not listen on {}", config.listen))?;
-    let addr = listener.local_addr().context("no local address")?;
-    tracing::info!(%addr, routes = config.routes.len(), "listening; POST /webhook");
-    let app = startup::app(config, forge, shared, args.insecure_no_auth).map_err(Failure::Usage)?;
-    let pipeline = Arc::clone(&app.pipeline);
+    let routes = config.routes.len();
+    let env = Env {
+        insecure_no_auth: args.insecure_no_auth,
+        ..Env::process()
+    };
+    // Nothing here talks to GitHub: the port answers at once.
+    let application = Application::build(config, env).await?;
+    let addr = application.addr().expect("serve listens");
+    tracing::info!(%addr, routes, "listening; POST /webhook");
+    let pipeline = Arc::clone(application.pipeline());
     let stop = async move {
         signal().await;
         tracing::info!(
@@ -54,28 +52,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             std::process::exit(0);
         });
     };
-    startup::serve(listener, app, stop)
-        .await
-        .context("the server stopped")?;
+    application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
-/// would ask for 128, a flood of idle sockets fills that, and then a delivery cannot even
-/// connect until they are cut.
-const LISTEN_BACKLOG: u32 = 1024;
-
-fn listen(addr: std::net::SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
-    socket.set_reuseaddr(true)?;
-    socket.bind(addr)?;
-    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM.

@@ -28,69 +28,23 @@ use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{Config, ForgeSettings, WebhookSettings};
+use crate::config::WebhookSettings;
 
-/// File descriptors kept for the process itself whatever the config: the standard streams,
-/// the listener, the runtime's own, the log, DNS lookups, a git or `on_dispatch` process or two.
-const BASE_RESERVE: u64 = 32;
-/// For the local forge, which runs git (two pipes a command) and `on_dispatch` per row.
-const LOCAL_FORGE_RESERVE: u64 = 16;
-/// For each job that holds a PostgreSQL connection (the queue's consumer, the scheduled
-/// sweep): its connection, and the next one while it reconnects.
-const DATABASE_RESERVE: u64 = 2;
 /// hyper's buffers per connection, at most (its default is about 400 KiB): a request head
 /// larger than this is refused, and a body is read through it in pieces no larger.
 const MAX_BUF_SIZE: usize = 64 * 1024;
 /// A connection's life, in read timeouts (1 minute by default).
 const MAX_AGE_IN_READ_TIMEOUTS: u32 = 6;
 
-/// File descriptors kept back from the open-files limit for what is not a served connection:
-/// [`BASE_RESERVE`]; the forge's connections (GitHub: `max_concurrent_requests` for each
-/// installation — at most one per account owning a route's repository — and as many again for
-/// the App's own requests); and [`DATABASE_RESERVE`] for each job that reads the database.
-pub fn reserve(config: &Config) -> u64 {
-    let forge = match &config.forge {
-        ForgeSettings::Github(github) => {
-            let owners: std::collections::BTreeSet<String> = config
-                .routes
-                .iter()
-                .map(|route| route.repo.owner().to_ascii_lowercase())
-                .collect();
-            (github.max_concurrent_requests as u64).saturating_mul(owners.len() as u64 + 1)
-        }
-        ForgeSettings::Local(_) => LOCAL_FORGE_RESERVE,
-    };
-    let database_jobs = match config.database_url {
-        Some(_) => {
-            u64::from(config.reads_the_queue()) + u64::from(config.reconcile.every.is_some())
-        }
-        None => 0,
-    };
-    BASE_RESERVE
-        .saturating_add(forge)
-        .saturating_add(database_jobs * DATABASE_RESERVE)
-}
-
-/// How many connections are served at once: `max_connections`, or the open-files limit less
-/// the reserve when that is lower. An error when the limit leaves no room at all.
-pub fn cap(max_connections: usize, reserve: u64, open_files: Option<u64>) -> Result<usize, String> {
-    let Some(limit) = open_files else {
-        return Ok(max_connections);
-    };
-    let room = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
-    if room == 0 {
-        return Err(format!(
-            "the open-files limit ({limit}) leaves no room for connections beyond the {reserve} \
-             file descriptors kept for GitHub, git and the database: raise it (`ulimit -n`, \
-             LimitNOFILE=) or lower [github] max_concurrent_requests"
-        ));
-    }
-    Ok(max_connections.min(room))
-}
-
-/// The process's open-files limit; `None` when unlimited.
-fn open_files_limit() -> Option<u64> {
-    rustix::process::getrlimit(rustix::process::Resource::Nofile).current
+/// How many connections to serve at once, and what that number was made from (for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connections {
+    /// Served at once, at most: `max_connections`, or the open-files limit less the reserve.
+    pub cap: usize,
+    /// The process's open-files limit; `None` when unlimited.
+    pub open_files_limit: Option<u64>,
+    /// File descriptors kept back from that limit for what is not a served connection.
+    pub reserve: u64,
 }
 
 /// How long a connection is served before it is asked to close.
@@ -121,18 +75,19 @@ impl Open {
     }
 }
 
-/// Serves connections until `stop`; returns the open ones, to be shut down gracefully. An
-/// error, before accepting anything, when the open-files limit leaves no room.
+/// Serves connections until `stop`; returns the open ones, to be shut down gracefully.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    config: &Config,
+    settings: &WebhookSettings,
+    connections: Connections,
     stop: impl Future<Output = ()>,
-) -> io::Result<Open> {
-    let settings = &config.webhook;
-    let reserve = reserve(config);
-    let limit = open_files_limit();
-    let cap = cap(settings.max_connections, reserve, limit).map_err(io::Error::other)?;
+) -> Open {
+    let Connections {
+        cap,
+        open_files_limit: limit,
+        reserve,
+    } = connections;
     tracing::info!(
         connections = cap,
         max_connections = settings.max_connections,
@@ -218,7 +173,7 @@ pub async fn serve(
             drop(permit);
         });
     }
-    Ok(open)
+    open
 }
 
 /// Errors of one connection that went away while being accepted: nothing to wait out.
@@ -333,64 +288,15 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     use super::*;
+    use crate::config::Config;
 
-    fn config(text: &str, env: &[(&str, &str)]) -> Config {
-        let env = |key: &str| {
-            env.iter()
-                .find(|(k, _)| *k == key)
-                .map(|(_, v)| (*v).to_owned())
-        };
-        Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &env).unwrap()
-    }
-
-    fn github(routes: &[&str], extra: &str) -> String {
-        let mut text = format!("[github]\napp_id = 1\nprivate_key_path = \"app.pem\"\n{extra}\n");
-        for (n, repo) in routes.iter().enumerate() {
-            text.push_str(&format!(
-                "[[routes]]\ntable = \"t{n}\"\nrepo = \"{repo}\"\nbranch_prefix = \"b\"\nevent_type = \"e\"\n"
-            ));
-        }
-        text
-    }
-
-    #[test]
-    fn the_reserve_grows_with_the_concurrent_requests_and_the_installations() {
-        // One installation and the App's own requests, 16 each: 32 + 32.
-        assert_eq!(reserve(&config(&github(&["acme/app"], ""), &[])), 64);
-        // Three accounts (two repositories of acme share its installation): 32 + 16 × 4.
-        let three = github(&["acme/app", "acme/web", "Globex/api", "initech/ops"], "");
-        assert_eq!(reserve(&config(&three, &[])), 96);
-        let wide = github(&["acme/app", "globex/api"], "max_concurrent_requests = 50");
-        assert_eq!(reserve(&config(&wide, &[])), 32 + 50 * 3);
-    }
-
-    #[test]
-    fn the_reserve_counts_the_jobs_that_hold_a_database_connection() {
-        let url = [("DATABASE_URL", "postgres://u@db/x")];
-        let sweeping = github(&["acme/app"], "");
-        let sweeping = format!("reconcile_every = \"5m\"\n{sweeping}");
-        assert_eq!(reserve(&config(&sweeping, &url)), 64 + 2);
-        // Without DATABASE_URL the sweep does not run.
-        assert_eq!(reserve(&config(&sweeping, &[])), 64);
-        let local = crate::config::TEST_LOCAL_CONFIG;
-        assert_eq!(reserve(&config(local, &url)), 32 + 16);
-    }
-
-    #[test]
-    fn the_cap_never_exceeds_the_limit_less_the_reserve() {
-        assert_eq!(cap(512, 64, None), Ok(512));
-        assert_eq!(cap(512, 64, Some(1 << 20)), Ok(512));
-        assert_eq!(cap(512, 64, Some(256)), Ok(192));
-        assert_eq!(cap(512, 96, Some(100)), Ok(4));
-        assert_eq!(cap(3, 64, Some(100)), Ok(3));
-        let none = cap(512, 96, Some(96)).unwrap_err();
-        assert!(none.contains("(96)") && none.contains("ulimit"), "{none}");
-        assert!(cap(512, 96, Some(20)).is_err());
+    fn config(text: &str) -> Config {
+        Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap()
     }
 
     #[test]
     fn a_connection_lives_six_read_timeouts_and_may_then_finish_its_request() {
-        let settings = &config(crate::config::TEST_LOCAL_CONFIG, &[]).webhook;
+        let settings = &config(crate::config::TEST_LOCAL_CONFIG).webhook;
         assert_eq!(max_age(settings), Duration::from_secs(60));
         assert_eq!(closing_allowance(settings), Duration::from_millis(30_800));
     }

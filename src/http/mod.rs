@@ -1,6 +1,7 @@
-//! The HTTP server: `POST /webhook` and the probes. [`router`] for tests, [`serve`] for the
-//! binary, with shutdown injected. Every resource a sender can hold is bounded: connections
-//! (`max_connections`, within the open-files limit), the time to send headers and then the body
+//! The HTTP server: `POST /webhook` and the probes. [`serve`] serves an [`App`] on a listener
+//! until a stop signal; [`router`] is the same routes without a socket. `startup` builds the
+//! `App` from the parts it owns and says how many connections to serve. Every resource a sender
+//! can hold is bounded: connections (that number), the time to send headers and then the body
 //! (`read_timeout_ms` each), the body's size, and the time to shut down (`shutdown_grace`).
 
 mod answer;
@@ -9,6 +10,7 @@ mod ready;
 mod status;
 
 pub use answer::{Answer, RowRef};
+pub use conn::Connections;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,8 +28,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::metrics::{CONTENT_TYPE, NO_ROUTE};
+use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
 use crate::pipeline::{Pipeline, Planned, Routes};
+use crate::rows::Reachability;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
@@ -36,12 +39,13 @@ use status::{delivery_id, Decision, Decisions, Refusals};
 
 /// Everything a request needs.
 pub struct App {
-    pub config: Arc<Config>,
+    config: Arc<Config>,
     /// The config's routes with their payload templates compiled.
-    pub routes: Arc<Routes>,
-    pub pipeline: Arc<Pipeline>,
+    routes: Arc<Routes>,
+    pipeline: Arc<Pipeline>,
+    metrics: Arc<Metrics>,
     /// Begun when `serve` stops accepting; the pipeline and the forge see the same one.
-    pub shutdown: Shutdown,
+    shutdown: Shutdown,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
     readiness: Readiness,
@@ -50,7 +54,7 @@ pub struct App {
     /// The forge's web address, for the status page's links to branches.
     web_url: Option<String>,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
-    pub database: Arc<crate::rows::Reachability>,
+    database: Arc<Reachability>,
 }
 
 impl App {
@@ -58,7 +62,9 @@ impl App {
         config: Arc<Config>,
         routes: Arc<Routes>,
         pipeline: Arc<Pipeline>,
+        metrics: Arc<Metrics>,
         shutdown: Shutdown,
+        database: Arc<Reachability>,
         insecure_no_auth: bool,
     ) -> Arc<App> {
         Arc::new(App {
@@ -66,18 +72,19 @@ impl App {
             config,
             routes,
             pipeline,
+            metrics,
             shutdown,
             insecure_no_auth,
             readiness: Readiness::default(),
             decisions: Decisions::default(),
             refusals: Refusals::default(),
-            database: Arc::default(),
+            database,
         })
     }
 
     /// Counts, logs and remembers a delivery's answer.
     fn record(&self, decision: Decision) {
-        self.pipeline.metrics().delivery(
+        self.metrics.delivery(
             &decision.route,
             decision.status,
             decision.outcome,
@@ -103,15 +110,18 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Serves until `stop` resolves; then stops accepting, closes idle connections, begins the
-/// shutdown and gives in-flight requests and runs `shutdown_grace` to finish. What is still
-/// running when the grace ends is logged by id, and left.
+/// Serves at most `connections.cap` connections at once until `stop` resolves; then stops
+/// accepting, closes idle connections, begins the shutdown and gives in-flight requests and
+/// runs `shutdown_grace` to finish. What is still running when the grace ends is logged by id,
+/// and left.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
+    connections: Connections,
     stop: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let connections = conn::serve(listener, router(Arc::clone(&app)), &app.config, stop).await?;
+) {
+    let router = router(Arc::clone(&app));
+    let connections = conn::serve(listener, router, &app.config.webhook, connections, stop).await;
     app.shutdown.begin(app.config.shutdown_grace);
     let deadline = app.shutdown.deadline().expect("the shutdown has begun");
     let finished = tokio::time::timeout_at(deadline, async {
@@ -123,7 +133,6 @@ pub async fn serve(
         let left = app.pipeline.report_unfinished();
         tracing::warn!(rows = left, "the shutdown grace ran out");
     }
-    Ok(())
 }
 
 async fn healthz() -> Response {
@@ -170,11 +179,7 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<App>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, CONTENT_TYPE)],
-        app.pipeline.metrics().render(),
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, CONTENT_TYPE)], app.metrics.render()).into_response()
 }
 
 /// `GET /`: where GitHub sends the browser once the App is created from its manifest
@@ -211,8 +216,7 @@ async fn home(
         .iter()
         .map(|r| format!("{} → {}", r.table_name(), r.repo))
         .collect();
-    let metrics = app.pipeline.metrics();
-    let mut counters = metrics.totals();
+    let mut counters = app.metrics.totals();
     counters.push(("rows in flight".into(), app.pipeline.in_flight() as u64));
     let view = StatusView {
         routes: routes.join(", "),

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings, LocalSettings};
 use rowbranch::forge::local::create_repository;
-use rowbranch::{http, startup};
+use rowbranch::startup::{Application, Env, Listen, Mode};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
@@ -83,15 +82,19 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
         path: repo.clone(),
         on_dispatch: None,
     });
-    let shared = startup::Shared::default();
-    let forge = startup::forge(&config, &shared)
+    let env = Env {
+        mode: Mode::Serve {
+            listen: Listen::FreePort,
+            warm_up: false,
+        },
+        ..Env::process()
+    };
+    let application = Application::build(config, env)
         .await
-        .expect("the local forge opens");
-    let app = startup::app(config, forge, shared, false).expect("the route compiles");
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+        .expect("the local forge opens and the route compiles");
+    let url = format!("http://{}", application.addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, app, async {
+    let server = tokio::spawn(application.run(async {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::new();

@@ -11,12 +11,11 @@ use reqwest::header::HeaderMap;
 use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
-use rowbranch::http;
-use rowbranch::startup;
+use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -152,7 +151,7 @@ pub struct TestApp {
     forge: Option<Arc<FaultyForge>>,
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    server: Option<JoinHandle<Result<(), StartupError>>>,
 }
 
 /// An answer from the server.
@@ -288,14 +287,21 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     } else {
         (Arc::new(local), None)
     };
-    let app = startup::app(config, forge, startup::Shared::default(), false)
-        .expect("the test routes compile");
-    let listener = TcpListener::bind("127.0.0.1:0")
+    let env = Env {
+        forge: Some(forge),
+        // The config's `listen` is 127.0.0.1:0; no first look, which the forge would count.
+        mode: Mode::Serve {
+            listen: Listen::Config,
+            warm_up: false,
+        },
+        ..Env::process()
+    };
+    let application = Application::build(config, env)
         .await
-        .expect("could not bind");
-    let addr = listener.local_addr().expect("no local address");
+        .expect("the test routes compile");
+    let addr = application.addr().expect("a test app listens");
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, app, async {
+    let server = tokio::spawn(application.run(async {
         let _ = stopped.await;
     }));
     TestApp {

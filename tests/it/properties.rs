@@ -14,9 +14,9 @@ use proptest::prelude::*;
 use rowbranch::config::Config;
 use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId, Slug};
+use rowbranch::startup::{self, Application, Env, Listen, Mode};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature, WebhookSecrets};
 use rowbranch::webhook::payload;
-use rowbranch::{http as server, startup};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
@@ -248,14 +248,21 @@ proptest! {
         let config = Config::parse(text, Path::new("rowbranch.toml"), &env).unwrap();
         let routes = startup::routes(&config).unwrap();
         let forge = Arc::new(Recording::default());
-        let app = startup::app(config, forge.clone(), startup::Shared::default(), false).unwrap();
+        let env = Env {
+            forge: Some(forge.clone()),
+            mode: Mode::Serve { listen: Listen::FreePort, warm_up: false },
+            ..Env::process()
+        };
         let content_type = if json_type { "application/json" } else { "text/plain" };
         let response = runtime.block_on(async {
-            let response = server::router(app.clone())
+            let application = Application::build(config, env).await.unwrap();
+            let response = application
+                .router()
+                .expect("it serves")
                 .oneshot(request(&credential, content_type, &body))
                 .await
                 .unwrap();
-            app.pipeline.drain().await;
+            application.pipeline().drain().await;
             response
         });
         let status = response.status().as_u16();

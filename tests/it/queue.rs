@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fake_github::{Fault, Op};
+use rowbranch::startup::{Application, Env, Mode};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -1322,5 +1323,77 @@ async fn a_route_on_the_queue_without_database_url_exits_2_saying_what_to_set() 
     assert!(
         !stderr.contains("WEBHOOK_SECRET"),
         "no secret is asked for: {stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
+    let Some(db) = QueueDb::new(Install::Extension).await else {
+        return;
+    };
+    let dir = child::dir_with_repository().await;
+    // The config names a port that is free: the run must leave it so.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let text = local_config(&db, "repo.git", "", "visibility_timeout_s = 60").replace(
+        "listen = \"127.0.0.1:0\"",
+        &format!("listen = \"127.0.0.1:{port}\""),
+    );
+    let env = |key: &str| (key == "DATABASE_URL").then(|| db.url.clone());
+    let config = rowbranch::config::Config::parse(&text, &dir.path().join("rowbranch.toml"), &env)
+        .expect("the config parses");
+    let env = Env {
+        mode: Mode::ConsumerOnly,
+        ..Env::process()
+    };
+    let application = Application::build(config, env)
+        .await
+        .expect("the consumer alone builds");
+    assert_eq!(application.addr(), None);
+    assert!(application.router().is_none());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(application.run(async {
+        let _ = stopped.await;
+    }));
+
+    db.insert(1..=20).await;
+    let log = dir.path().join("dispatches.jsonl");
+    let seen = eventually_within(
+        "every row dispatched and its message settled",
+        Duration::from_secs(60),
+        || async {
+            let seen = per_row(&log);
+            (seen.len() == 20 && db.depth().await == 0).then_some(seen)
+        },
+    )
+    .await;
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=20)
+    );
+    assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
+    std::net::TcpListener::bind(("127.0.0.1", port)).expect("nothing listens on the config's port");
+
+    let _ = stop.send(());
+    tokio::time::timeout(helpers::PATIENCE, run)
+        .await
+        .expect("the run stops within the grace")
+        .expect("the run did not panic")
+        .expect("the run ends cleanly");
+    let archived = db.archived().await;
+    assert_eq!(
+        archived.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=20)
+    );
+    assert!(
+        archived.values().all(|read_ct| *read_ct == 1),
+        "each message read once"
+    );
+    assert!(db.dead_letters().await.is_empty());
+    assert_eq!(
+        helpers::branches(&dir.path().join("repo.git")).await.len(),
+        20
     );
 }

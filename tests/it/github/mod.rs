@@ -12,9 +12,8 @@ use std::time::Duration;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::pipeline::Pipeline;
-use rowbranch::{http, startup};
+use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
 use serde_json::Value;
-use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -92,7 +91,7 @@ pub struct GithubApp {
     pub secret: String,
     client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<std::io::Result<()>>>,
+    server: Option<JoinHandle<Result<(), StartupError>>>,
     pipeline: Arc<Pipeline>,
 }
 
@@ -113,18 +112,21 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
         &env(&secret),
     )
     .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let shared = startup::Shared::default();
-    let forge = startup::forge(&config, &shared)
+    let env = Env {
+        // The config's `listen` is 127.0.0.1:0; no first look, which the fake would count.
+        mode: Mode::Serve {
+            listen: Listen::Config,
+            warm_up: false,
+        },
+        ..Env::process()
+    };
+    let application = Application::build(config, env)
         .await
-        .expect("the GitHub forge opens");
-    let app = startup::app(config, forge, shared, false).expect("the routes compile");
-    let pipeline = Arc::clone(&app.pipeline);
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("could not bind");
-    let url = format!("http://{}", listener.local_addr().expect("no address"));
+        .expect("the GitHub forge opens and the routes compile");
+    let pipeline = Arc::clone(application.pipeline());
+    let url = format!("http://{}", application.addr().expect("it listens"));
     let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(listener, app, async {
+    let server = tokio::spawn(application.run(async {
         let _ = stopped.await;
     }));
     GithubApp {
