@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::reason::Reason;
+
 /// How a message's run ended, as far as the message is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
@@ -17,7 +19,8 @@ pub enum RunEnd {
     IgnoredEvent,
     /// No route reads this table from the queue.
     NoRoute,
-    /// Refused for good, with why (`malformed`, `bad_id`, `payload_refused`).
+    /// Refused for good, with why (`malformed`, `bad_id`, `missing_column`,
+    /// `payload_refused`): a [`Reason`]'s name.
     Refused(&'static str),
     /// Worth another try: GitHub unavailable, a 5xx, a bug, the pipeline full. GitHub's
     /// `Retry-After` when it gave one.
@@ -59,7 +62,7 @@ pub fn settle(end: &RunEnd, read_ct: i32, base: Duration, cap: Duration) -> Sett
         // and owes the dispatch; a claim that never dispatches is the sweep's dead claim.
         RunEnd::AtBase if read_ct <= 1 => Settle::Archive,
         RunEnd::AtBase => Settle::Redispatch,
-        RunEnd::NoRoute => Settle::DeadLetter("no_route"),
+        RunEnd::NoRoute => Settle::DeadLetter(Reason::NoRoute.as_str()),
         RunEnd::Refused(reason) => Settle::DeadLetter(reason),
         RunEnd::Retry(Some(after)) => Settle::Retry((*after).min(cap)),
         RunEnd::Retry(None) => Settle::Retry(backoff(read_ct, base, cap)),
@@ -91,6 +94,7 @@ mod tests {
             (RunEnd::NoRoute, 1, Settle::DeadLetter("no_route")),
             (RunEnd::Refused("malformed"), 1, Settle::DeadLetter("malformed")),
             (RunEnd::Refused("bad_id"), 4, Settle::DeadLetter("bad_id")),
+            (RunEnd::Refused("missing_column"), 1, Settle::DeadLetter("missing_column")),
             (RunEnd::Refused("payload_refused"), 1, Settle::DeadLetter("payload_refused")),
             (RunEnd::Retry(None), 1, Settle::Retry(Duration::from_secs(5))),
             (RunEnd::Retry(None), 2, Settle::Retry(Duration::from_secs(10))),

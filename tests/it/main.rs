@@ -22,6 +22,7 @@ mod observe;
 mod properties;
 mod queue;
 mod reconcile;
+mod refusals;
 mod rows;
 mod setup_queue;
 mod setup_sql;

@@ -35,6 +35,7 @@ async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
         .arg("--config")
         .arg(config)
         .env_remove("ROWBRANCH_WEBHOOK_SECRET")
+        .env_remove("DATABASE_URL")
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
     if let Some(secret) = secret {
         command.env("ROWBRANCH_WEBHOOK_SECRET", secret);
@@ -262,6 +263,7 @@ async fn a_github_that_does_not_answer_is_one_line_of_the_report_without_log_lin
         .args(["doctor", "--config"])
         .arg(&config)
         .env_remove("RUST_LOG")
+        .env_remove("DATABASE_URL")
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
         .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
         .output()
