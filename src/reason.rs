@@ -139,10 +139,7 @@ mod tests {
         assert_eq!(names.len(), Reason::ALL.len());
         for name in names {
             assert!(
-                !name.is_empty()
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_lowercase() || c == '_'),
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
                 "{name}"
             );
         }

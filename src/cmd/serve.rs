@@ -106,7 +106,9 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
                     e.context(format!("the route for {table} does not fit its table")),
                 ))
             }
-            None => tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table"),
+            None => {
+                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
+            }
         }
     }
     Ok(())

@@ -29,7 +29,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
+use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Pipeline, PlanError, Planned, Routes};
 use crate::reason::Reason;
 use crate::rows::Reachability;
@@ -284,9 +284,7 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
                 kind: matches!(refused, Answer::Unauthorized).then_some("missing"),
                 ..Seen::default()
             };
-            let decision =
-                Decision::new(delivery, NO_ROUTE.into(), seen, &refused, start.elapsed());
-            app.record(decision);
+            app.record(Decision::new(delivery, seen, &refused, start.elapsed()));
             refused.into_response()
         }
         Ok(bytes) => {
@@ -294,14 +292,7 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
             let decided = tokio::spawn(async move {
                 let mut seen = Seen::default();
                 let answer = decide(&app, headers, bytes, &mut seen).await;
-                let route = seen.route.clone().unwrap_or_else(|| NO_ROUTE.into());
-                app.record(Decision::new(
-                    delivery,
-                    route,
-                    seen,
-                    &answer,
-                    start.elapsed(),
-                ));
+                app.record(Decision::new(delivery, seen, &answer, start.elapsed()));
                 answer
             });
             decided.await.unwrap_or(Answer::Internal).into_response()

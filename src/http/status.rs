@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::answer::Answer;
-use crate::identity::excerpt;
+use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
 use crate::templates::pages::DecisionView;
 
@@ -21,8 +21,7 @@ const KEPT: usize = 200;
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// What a delivery named, as far as it was read before its answer: the route it found, and
-/// the table, id and column as they came (each cut short: never more than a few dozen
-/// characters of what a sender wrote).
+/// the table, id and column as they came (each cut short, its control characters escaped).
 #[derive(Debug, Clone, Default)]
 pub struct Seen {
     /// The route's `schema.table`, once one takes the table.
@@ -36,10 +35,32 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// The body's schema and table, as it named them.
+    /// The body's schema and table, as it named them: two names of at most 63 bytes each in
+    /// PostgreSQL, so longer is cut.
     pub fn table(&mut self, schema: &str, table: &str) {
-        self.table = Some(excerpt(&format!("{schema}.{table}")));
+        let named = printable(&format!("{schema}.{table}"));
+        self.table = Some(match named.char_indices().nth(TABLE_LIMIT) {
+            Some((cut, _)) => format!("{}…", &named[..cut]),
+            None => named,
+        });
     }
+}
+
+/// The longest `schema.table` a log line quotes as it came.
+const TABLE_LIMIT: usize = 128;
+
+/// `text` with its control characters escaped, so that what a sender wrote stays on its line of
+/// a text log.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// One delivery's decision, as the status page and the log show it.
@@ -71,19 +92,13 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub fn new(
-        delivery: String,
-        route: String,
-        seen: Seen,
-        answer: &Answer,
-        took: Duration,
-    ) -> Decision {
+    pub fn new(delivery: String, seen: Seen, answer: &Answer, took: Duration) -> Decision {
         let row = answer.row();
         let http_status = answer.status().as_u16();
         Decision {
             at: SystemTime::now(),
             delivery,
-            route,
+            route: seen.route.unwrap_or_else(|| NO_ROUTE.to_owned()),
             table: seen.table,
             id: row.map(|r| r.id.to_string()).or(seen.id),
             column: seen.column,
@@ -94,7 +109,7 @@ impl Decision {
             reason: answer.reason(),
             counted_reason: answer.body_reason().map_or("", Reason::as_str),
             kind: seen.kind,
-            detail: (!answer.status().is_success()).then(|| answer.message()),
+            detail: (!answer.status().is_success()).then(|| printable(&answer.message())),
             fix: None,
             took,
         }
@@ -191,8 +206,13 @@ impl Decisions {
 /// went unlogged since. Never a header's value.
 #[derive(Default)]
 pub struct Refusals {
-    last: Mutex<HashMap<(Reason, Option<&'static str>), (Instant, u64)>>,
+    /// For each reason (and a refused credential's kind): when it was last logged, and how
+    /// many went unlogged since.
+    last: Mutex<HashMap<RefusalKey, (Instant, u64)>>,
 }
+
+/// A reason, and for a 401 the credential's kind.
+type RefusalKey = (Reason, Option<&'static str>);
 
 impl Refusals {
     pub fn refused(&self, decision: &Decision) {
@@ -253,7 +273,6 @@ mod tests {
         for n in 0..250 {
             decisions.push(Decision::new(
                 format!("d{n}"),
-                "public.feedbacks".into(),
                 Seen::default(),
                 &Answer::Unauthorized,
                 Duration::ZERO,
@@ -263,6 +282,19 @@ mod tests {
         assert_eq!(kept.len(), 200);
         assert_eq!(kept[0].delivery, "d249");
         assert_eq!(kept[199].delivery, "d50");
+    }
+
+    #[test]
+    fn a_table_as_it_came_stays_on_one_line_and_short() {
+        let mut seen = Seen::default();
+        seen.table("public", "feed\nbacks");
+        assert_eq!(seen.table.as_deref(), Some("public.feed\\nbacks"));
+        seen.table("public", &"t".repeat(500));
+        let table = seen.table.unwrap();
+        assert!(
+            table.ends_with('…') && table.chars().count() == TABLE_LIMIT + 1,
+            "{table}"
+        );
     }
 
     #[test]

@@ -329,12 +329,17 @@ impl PlanError {
 /// How many of a record's column names a message lists.
 const LISTED_NAMES: usize = 20;
 
-/// Column names for a message: at most [`LISTED_NAMES`], each cut to a few dozen characters.
+/// Column names for a message: at most [`LISTED_NAMES`], each cut to a few dozen characters
+/// and with its control characters escaped.
 fn list_names(names: &[String]) -> String {
     if names.is_empty() {
         return "none".to_owned();
     }
-    let mut listed: Vec<String> = names.iter().take(LISTED_NAMES).map(|n| excerpt(n)).collect();
+    let mut listed: Vec<String> = names
+        .iter()
+        .take(LISTED_NAMES)
+        .map(|n| excerpt(&n.escape_debug().to_string()))
+        .collect();
     if names.len() > LISTED_NAMES {
         listed.push(format!("and {} more", names.len() - LISTED_NAMES));
     }

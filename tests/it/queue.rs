@@ -1462,14 +1462,22 @@ async fn a_row_without_the_routes_text_column_is_dead_lettered_missing_column_an
         .output()
         .await
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let log = served.dispatch_log();
-    eventually_within("the redriven row's dispatch", Duration::from_secs(30), || async {
-        helpers::dispatches(&log)
-            .iter()
-            .any(|d| d["client_payload"]["branch"] == "feedback/1-renamed-column")
-            .then_some(())
-    })
+    eventually_within(
+        "the redriven row's dispatch",
+        Duration::from_secs(30),
+        || async {
+            helpers::dispatches(&log)
+                .iter()
+                .any(|d| d["client_payload"]["branch"] == "feedback/1-renamed-column")
+                .then_some(())
+        },
+    )
     .await;
     stop(served).await;
 }

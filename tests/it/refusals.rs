@@ -55,16 +55,19 @@ async fn a_row_without_the_routes_text_column_is_a_422_missing_column_and_nothin
 
     let metrics = app.get("/metrics").await.text;
     let line = r#"rowbranch_deliveries_total{route="public.feedbacks",status="422",outcome="error",reason="missing_column"} 1"#;
-    assert!(metrics.lines().any(|l| l == line), "no {line} in:\n{metrics}");
+    assert!(
+        metrics.lines().any(|l| l == line),
+        "no {line} in:\n{metrics}"
+    );
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_route_without_a_text_column_takes_rows_with_none() {
-    let app = spawn_app(Options::default().routes(&FEEDBACK_ROUTE.replace(
-        "text_column = \"message\"",
-        "text_column = \"\"",
-    )))
+    let app = spawn_app(
+        Options::default()
+            .routes(&FEEDBACK_ROUTE.replace("text_column = \"message\"", "text_column = \"\"")),
+    )
     .await;
     let reply = app.post_json(&titled(json!(5))).await;
     reply.expect(200, "dispatched");
@@ -113,16 +116,34 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
     let bearer = format!("Bearer {secret}");
     let status = |response: reqwest::Result<reqwest::Response>| response.unwrap().status().as_u16();
     let json = "application/json";
-    assert_eq!(status(post(titled(json!(42)).to_string(), json, bearer.clone()).await), 422);
-    assert_eq!(status(post(insert(json!("a b"), "Hi").to_string(), json, bearer.clone()).await), 422);
+    assert_eq!(
+        status(post(titled(json!(42)).to_string(), json, bearer.clone()).await),
+        422
+    );
+    assert_eq!(
+        status(post(insert(json!("a b"), "Hi").to_string(), json, bearer.clone()).await),
+        422
+    );
     let comment = insert_of("comments", json!({"id": 9, "message": "Nice"}));
-    assert_eq!(status(post(comment.to_string(), json, bearer.clone()).await), 200);
-    assert_eq!(status(post(insert(json!(7), "Fine").to_string(), json, bearer.clone()).await), 200);
+    assert_eq!(
+        status(post(comment.to_string(), json, bearer.clone()).await),
+        200
+    );
+    assert_eq!(
+        status(post(insert(json!(7), "Fine").to_string(), json, bearer.clone()).await),
+        200
+    );
     for _ in 0..3 {
         let body = insert(json!(8), "Plain").to_string();
         assert_eq!(status(post(body, "text/plain", bearer.clone()).await), 415);
-        assert_eq!(status(post("not json".into(), json, bearer.clone()).await), 400);
-        assert_eq!(status(post(" ".repeat(4096), json, bearer.clone()).await), 413);
+        assert_eq!(
+            status(post("not json".into(), json, bearer.clone()).await),
+            400
+        );
+        assert_eq!(
+            status(post(" ".repeat(4096), json, bearer.clone()).await),
+            413
+        );
         let wrong = "Bearer a-wrong-secret-of-enough-length-00".to_owned();
         assert_eq!(status(post("{}".into(), json, wrong).await), 401);
     }
@@ -148,7 +169,10 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
         "unauthorized (wrong_secret)",
         "unauthorized (missing)",
     ] {
-        assert!(page.contains(shown), "{shown:?} not on the status page:\n{page}");
+        assert!(
+            page.contains(shown),
+            "{shown:?} not on the status page:\n{page}"
+        );
     }
 
     served.signal(rustix::process::Signal::TERM);
@@ -191,7 +215,10 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
     let fix = line["fix"].as_str().unwrap();
     assert!(fix.contains("`rowbranch reconcile"), "{line}");
     assert!(fix.contains("--since 48h`"), "{line}");
-    assert!(!log.contains("Button broken"), "the row's text is in the log");
+    assert!(
+        !log.contains("Button broken"),
+        "the row's text is in the log"
+    );
 
     let line = find("bad id", &|l| l["reason"] == "bad_id");
     assert_eq!(line["level"], "ERROR", "{line}");
@@ -217,12 +244,17 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
         assert!(line["detail"].is_string(), "{line}");
     }
     for kind in ["wrong_secret", "missing"] {
-        let line = find(kind, &|l| l["reason"] == "unauthorized" && l["kind"] == kind);
+        let line = find(kind, &|l| {
+            l["reason"] == "unauthorized" && l["kind"] == kind
+        });
         assert_eq!(line["level"], "WARN", "{line}");
         assert_eq!(line["http_status"], 401, "{line}");
     }
     assert!(!log.contains(&secret), "the secret is in the log");
-    assert!(!log.contains("a-wrong-secret"), "a sent credential is in the log");
+    assert!(
+        !log.contains("a-wrong-secret"),
+        "a sent credential is in the log"
+    );
 }
 
 /// A fresh schema on `DATABASE_URL`'s server with a `feedbacks` table of `title` and `body`, no
@@ -269,7 +301,10 @@ impl TitledTable {
         let path = dir.join("rowbranch.toml");
         let text = format!(
             "[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}",
-            FEEDBACK_ROUTE.replace("[[routes]]\n", &format!("[[routes]]\nschema = \"{schema}\"\n"))
+            FEEDBACK_ROUTE.replace(
+                "[[routes]]\n",
+                &format!("[[routes]]\nschema = \"{schema}\"\n")
+            )
         );
         std::fs::write(&path, text).unwrap();
         path
@@ -341,7 +376,10 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary[0]["reason"], "missing_column", "{summary}");
     assert!(
-        summary[0]["error"].as_str().unwrap().contains("\"message\""),
+        summary[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("\"message\""),
         "{summary}"
     );
     let out = rowbranch(&["reconcile"], &config, &table.url).await;
@@ -360,7 +398,9 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
     let out = rowbranch(&["doctor"], &config, &table.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains(&format!("✓ {name} has the route's columns: id, title, created_at")),
+        stdout.contains(&format!(
+            "✓ {name} has the route's columns: id, title, created_at"
+        )),
         "{stdout}"
     );
     table.drop().await;
@@ -389,4 +429,90 @@ async fn serve_starts_when_the_routes_table_is_not_in_the_database_and_says_so()
         "{log}"
     );
     table.drop().await;
+}
+
+/// The `.rs` files under `dir`.
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            sources(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The text of each tracing macro call in `text`: from its name to its closing parenthesis.
+fn tracing_calls(text: &str) -> Vec<&str> {
+    let mut calls = Vec::new();
+    for name in [
+        "trace!(", "debug!(", "info!(", "warn!(", "error!(", "span!(",
+    ] {
+        for (at, _) in text.match_indices(name) {
+            let mut depth = 0;
+            for (i, c) in text[at..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            calls.push(&text[at..at + i + 1]);
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    calls
+}
+
+/// Whether a macro call has a field named `status`: `status = …`, `%status`, `?status`, or the
+/// shorthand `status` alone between commas.
+fn names_a_status_field(call: &str) -> bool {
+    let bytes = call.as_bytes();
+    call.match_indices("status").any(|(at, _)| {
+        let before = call[..at].trim_end().chars().last();
+        let after = call[at + "status".len()..].trim_start();
+        let glued = at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+        let field_start = matches!(before, Some('(' | ',' | '%' | '?'));
+        let field_end = (after.starts_with('=') && !after.starts_with("=="))
+            || after.starts_with(',')
+            || after.starts_with(')');
+        !glued && field_start && field_end
+    })
+}
+
+#[test]
+fn no_log_line_has_a_field_named_status() {
+    assert!(names_a_status_field("tracing::info!(status = 200, \"x\")"));
+    assert!(names_a_status_field("warn!(id, %status, \"x\")"));
+    assert!(!names_a_status_field(
+        "info!(http_status = self.status, \"x\")"
+    ));
+    assert!(!names_a_status_field(
+        "warn!(exit_status = %out.status, \"x\")"
+    ));
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+        &mut files,
+    );
+    let mut found = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for call in tracing_calls(&text) {
+            if names_a_status_field(call) {
+                found.push(format!("{}: {call}", file.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "log services read a top-level `status` as the line's severity: name it http_status \
+         (or what it is the status of):\n{}",
+        found.join("\n")
+    );
 }
