@@ -6,7 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature};
 use serde_json::json;
 
-use crate::helpers::{insert, random_secret, random_whsec, spawn_app, Options, Reply, TestApp};
+use crate::support::app::{spawn_app, Options, TestApp};
+use crate::support::http::{insert, Reply};
+use crate::support::random::{random_secret, random_whsec};
 
 fn now() -> i64 {
     SystemTime::now()

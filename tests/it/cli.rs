@@ -9,7 +9,10 @@ use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use crate::helpers::{branches, dispatches, eventually, insert, random_secret, PATIENCE};
+use crate::support::http::insert;
+use crate::support::local::{branches, dispatches};
+use crate::support::random::random_secret;
+use crate::support::wait::{eventually, PATIENCE};
 
 const SUPABASE_INSERT: &str = include_str!("../fixtures/supabase-insert.json");
 

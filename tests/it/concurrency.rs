@@ -2,10 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::helpers::{
-    insert, raw_head, send_whole, spawn_app, spawn_two_apps, Options, Reply, TestApp,
-    GATED_DISPATCH,
-};
+use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
+use crate::support::http::{insert, raw_head, send_whole, Reply};
 use futures_util::future::join_all;
 use serde_json::json;
 

@@ -19,7 +19,10 @@ use tokio::net::TcpListener;
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
-use crate::helpers::{branches, dispatches, eventually, random_secret, reply, Reply, PATIENCE};
+use crate::support::http::{reply, Reply};
+use crate::support::local::{branches, dispatches};
+use crate::support::random::random_secret;
+use crate::support::wait::{eventually, PATIENCE};
 
 /// A route unlike the defaults in every part, so each variable is seen to be read.
 fn route_variables() -> Vec<(&'static str, String)> {

@@ -13,12 +13,12 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::child::{self, Served};
-use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
-use crate::helpers::{
-    branches, dispatches, eventually, insert, random_secret, raw_head, send_whole, PATIENCE,
-};
-
+use crate::support::child::{self, Served};
+use crate::support::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::support::http::{insert, raw_head, send_whole};
+use crate::support::local::{branches, dispatches};
+use crate::support::random::random_secret;
+use crate::support::wait::{eventually, PATIENCE};
 /// A complete, authenticated POST /webhook of row `id`, as raw bytes.
 fn delivery(secret: &str, id: u64, text: &str) -> Vec<u8> {
     let body = insert(json!(id), text).to_string();
@@ -575,7 +575,7 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
         "the trickler's socket is still open after the exit"
     );
 
-    let claimed: Vec<String> = crate::github::branches(&fake);
+    let claimed: Vec<String> = crate::support::github::branches(&fake);
     let dispatched: BTreeSet<String> = dispatched_branches(&fake).into_iter().collect();
     assert!(!claimed.is_empty());
     for branch in &claimed {

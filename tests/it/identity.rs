@@ -3,9 +3,8 @@
 
 use serde_json::json;
 
-use crate::faulty_forge::Op;
-use crate::helpers::{spawn_app, Options};
-
+use crate::support::app::{spawn_app, Options};
+use crate::support::faulty_forge::Op;
 #[tokio::test]
 async fn a_redelivery_is_answered_from_one_read_without_any_write() {
     let app = spawn_app(Options::default().faulty()).await;

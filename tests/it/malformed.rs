@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use crate::helpers::{insert, spawn_app, Options};
+use crate::support::app::{spawn_app, Options};
+use crate::support::http::insert;
 
 /// A body that is `insert(42)` with `record.id` replaced by `id` (raw JSON text).
 fn with_raw_id(id: &str) -> Vec<u8> {

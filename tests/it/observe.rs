@@ -11,10 +11,13 @@ use tokio::process::Command;
 
 use fake_github::{Fault, Op};
 
-use crate::child::{self, Start};
-use crate::github::{fake, spawn, GithubOptions};
-use crate::helpers::{eventually, insert, random_secret, spawn_app, Options, GATED_DISPATCH};
-
+use crate::support::app::{spawn_app, Options, GATED_DISPATCH};
+use crate::support::child::{self, Start};
+use crate::support::github::{fake, spawn, GithubOptions};
+use crate::support::http::insert;
+use crate::support::local::dir_with_repository;
+use crate::support::random::random_secret;
+use crate::support::wait::eventually;
 /// The value of the series `line` names (its whole label set), or `None`.
 fn series(text: &str, line: &str) -> Option<f64> {
     text.lines()
@@ -142,7 +145,7 @@ async fn github_requests_retries_tokens_and_the_rate_limit_are_counted() {
 
 #[tokio::test]
 async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let secret = random_secret();
     let mut served = child::serve(
         dir,

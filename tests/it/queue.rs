@@ -12,8 +12,8 @@
 //! rows in a table), never for a fixed time.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Deref;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,69 +21,54 @@ use fake_github::{Fault, Op};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio_postgres::{Client, Config};
 
-use crate::child::{self, Served, Start};
-use crate::github::{self, GithubOptions, REPO};
-use crate::helpers::{self, eventually_within, random_secret, FEEDBACK_ROUTE};
-use crate::setup_queue::{apply, connect, context, random_hex, template, Install};
+use crate::support::app::{spawn_app, Options, FEEDBACK_ROUTE};
+use crate::support::child::{self, Served, Start};
+use crate::support::db::{Install, Template, TestDb};
+use crate::support::github::{self, GithubOptions, REPO};
+use crate::support::http::{get, insert, Reply};
+use crate::support::local::{branches, dir_with_repository, dispatches};
+use crate::support::random::random_secret;
+use crate::support::setup::{apply, queue_context};
+use crate::support::wait::eventually_within;
 
 /// A test's database: `public.feedbacks` with the queue's trigger on it, and its queues.
 struct QueueDb {
-    /// `DATABASE_URL` for this database.
-    url: String,
-    client: Client,
+    db: TestDb,
     queue: String,
     dead: String,
-    /// Unique to this database: the prefix of its roles, `rbq_{tag}_…`.
-    tag: String,
-    admin: Config,
-    name: String,
+}
+
+/// The database itself: its client, its URL, its roles.
+impl Deref for QueueDb {
+    type Target = TestDb;
+
+    fn deref(&self) -> &TestDb {
+        &self.db
+    }
 }
 
 impl QueueDb {
     /// A new database from `install`'s template, or `None` (after saying why) when there is
     /// none; under `CI=true`, a panic.
     async fn new(install: Install) -> Option<QueueDb> {
-        let (url, template) = template(install)?;
-        let admin = Config::from_str(&url).expect("DATABASE_URL is a connection string");
-        let tag = random_hex(4);
-        let name = format!("rowbranch_consumer_{tag}");
-        connect(&admin)
-            .await
-            .batch_execute(&format!(
-                "create database \"{name}\" template \"{template}\""
-            ))
-            .await
-            .unwrap_or_else(|e| panic!("could not create the test database from {template}: {e}"));
-        let mut config = admin.clone();
-        config.dbname(&name);
-        let client = connect(&config).await;
-        let db = QueueDb {
-            url: database_url(&url, &name),
-            client,
-            queue: format!("rbq_{tag}"),
-            dead: format!("rbq_{tag}_dead"),
-            tag,
-            admin,
-            name,
-        };
-        db.client
-            .batch_execute(
-                "create table public.feedbacks ( \
-                   id bigint primary key, \
-                   message text, \
-                   created_at timestamptz not null default now())",
-            )
-            .await
-            .expect("could not create public.feedbacks");
+        let db = TestDb::create(Template::Pgmq(install)).await?;
+        let (queue, dead) = (format!("rbq_{}", db.tag), format!("rbq_{}_dead", db.tag));
+        let db = QueueDb { db, queue, dead };
+        db.execute(
+            "create table public.feedbacks ( \
+               id bigint primary key, \
+               message text, \
+               created_at timestamptz not null default now())",
+        )
+        .await;
         db.apply_setup_sql().await;
         Some(db)
     }
 
     /// Runs templates/supabase-queue.sql for `public.feedbacks` and this test's queues.
     async fn apply_setup_sql(&self) {
-        let ctx = context("public", "feedbacks", &self.queue, &self.dead);
+        let ctx = queue_context("public", "feedbacks", &self.queue, &self.dead);
         apply(&self.client, &ctx).await;
     }
 
@@ -169,60 +154,6 @@ impl QueueDb {
             })
             .collect()
     }
-
-    fn role(&self, name: &str) -> String {
-        format!("rbq_{}_{name}", self.tag)
-    }
-}
-
-impl Drop for QueueDb {
-    /// Drops the database and the test's roles, from a thread of its own (a test's runtime may
-    /// be gone, or panicking).
-    fn drop(&mut self) {
-        let (admin, name, prefix) = (self.admin.clone(), self.name.clone(), self.role(""));
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the cleanup");
-            runtime.block_on(async move {
-                let client = connect(&admin).await;
-                let _ = client
-                    .batch_execute(&format!("drop database if exists \"{name}\" with (force)"))
-                    .await;
-                let roles = client
-                    .query(
-                        "select rolname::text from pg_roles where starts_with(rolname, $1)",
-                        &[&prefix],
-                    )
-                    .await
-                    .unwrap_or_default();
-                for role in roles {
-                    let role: String = role.get(0);
-                    let _ = client.batch_execute(&format!("drop role \"{role}\"")).await;
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
-}
-
-/// `url` with its database replaced by `name` (a URL, or key=value pairs).
-fn database_url(url: &str, name: &str) -> String {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let (base, query) = url
-            .split_once('?')
-            .map_or((url, None), |(b, q)| (b, Some(q)));
-        let after_scheme = base.find("://").expect("a scheme") + 3;
-        let path = base[after_scheme..].find('/').map(|i| i + after_scheme);
-        let host_part = &base[..path.unwrap_or(base.len())];
-        match query {
-            Some(q) => format!("{host_part}/{name}?{q}"),
-            None => format!("{host_part}/{name}"),
-        }
-    } else {
-        format!("{url} dbname={name}")
-    }
 }
 
 /// The row id in a dispatch's payload.
@@ -236,7 +167,7 @@ fn payload_id(payload: &Value) -> String {
 /// How many lines of a JSON-lines log (`dispatches.jsonl`, `attempts.jsonl`) each row has.
 fn per_row(path: &Path) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for line in helpers::dispatches(path) {
+    for line in dispatches(path) {
         *out.entry(payload_id(&line["client_payload"])).or_default() += 1;
     }
     out
@@ -357,7 +288,7 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     let Some(db) = QueueDb::new(Install::Extension).await else {
         return;
     };
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
     let served = start(&dir, &db, &config).await;
     db.insert(1..=500).await;
@@ -421,7 +352,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
     let Some(db) = QueueDb::new(Install::Sql).await else {
         return;
     };
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     std::fs::write(dir.path().join("on-dispatch.sh"), BLOCKING_DISPATCH).unwrap();
     let attempts = dir.path().join("attempts.jsonl");
     let config = local_config(
@@ -442,7 +373,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
             "a dispatch blocked past the limit",
             Duration::from_secs(60),
             || async {
-                let n = helpers::dispatches(&attempts).len();
+                let n = dispatches(&attempts).len();
                 (n > limit).then_some(n)
             },
         )
@@ -468,7 +399,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
     );
     stop(served).await;
 
-    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    let branches = branches(&dir.path().join("repo.git")).await;
     assert_eq!(branches.len(), 150, "one branch per row: {branches:?}");
     let branch_ids: BTreeSet<String> = branches
         .iter()
@@ -505,7 +436,7 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
     let Some(db) = QueueDb::new(Install::Extension).await else {
         return;
     };
-    let first = child::dir_with_repository().await;
+    let first = dir_with_repository().await;
     let second = Arc::new(tempfile::tempdir().unwrap());
     let repo = first.path().join("repo.git");
     let config = local_config(
@@ -522,7 +453,7 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
         seen.values().all(|n| *n == 1),
         "one dispatch per row: {seen:?}"
     );
-    assert_eq!(helpers::branches(&repo).await.len(), 300);
+    assert_eq!(branches(&repo).await.len(), 300);
     let archived = |served| {
         metric(
             served,
@@ -575,7 +506,7 @@ async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still
     db.insert(3..=3).await;
     assert_eq!(db.depth().await, 2, "two committed rows, two messages");
 
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let served = start(
         &dir,
         &db,
@@ -618,7 +549,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         .unwrap()
         .get(0);
     db.insert(1..=3).await;
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
     let served = start(&dir, &db, &config).await;
     let log = served.dispatch_log();
@@ -704,7 +635,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         "the redriven row's dispatch",
         Duration::from_secs(30),
         || async {
-            helpers::dispatches(&log)
+            dispatches(&log)
                 .iter()
                 .any(|d| d["event_type"] == "idea" && payload_id(&d["client_payload"]) == "7")
                 .then_some(())
@@ -872,7 +803,7 @@ async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_r
     let Some(db) = QueueDb::new(Install::Extension).await else {
         return;
     };
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let gate = dir.path().join("gate");
     let config = local_config(
         &db,
@@ -902,8 +833,7 @@ async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_r
                 .await
                 .unwrap()
                 .get(0);
-            (held == 1 && helpers::branches(&dir.path().join("repo.git")).await.len() == 1)
-                .then_some(())
+            (held == 1 && branches(&dir.path().join("repo.git")).await.len() == 1).then_some(())
         },
     )
     .await;
@@ -928,7 +858,7 @@ async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_r
     })
     .await;
     assert_eq!(
-        helpers::dispatches(&dir.path().join("dispatches.jsonl")).len(),
+        dispatches(&dir.path().join("dispatches.jsonl")).len(),
         1,
         "the run that claimed dispatched"
     );
@@ -954,7 +884,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
     let Some(db) = QueueDb::new(Install::Extension).await else {
         return;
     };
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = local_config(
         &db,
         "repo.git",
@@ -965,7 +895,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
     db.insert(1..=200).await;
     let log = served.dispatch_log();
     eventually_within("the first dispatches", Duration::from_secs(30), || async {
-        (helpers::dispatches(&log).len() >= 30).then_some(())
+        (dispatches(&log).len() >= 30).then_some(())
     })
     .await;
     let terminated_at: chrono::DateTime<chrono::Utc> = db
@@ -1032,7 +962,7 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         )
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let served = start(
         &dir,
         &db,
@@ -1049,7 +979,7 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         sent.len() > 1000 && text.starts_with(sent.trim_end_matches('…')),
         "the text cut, not lost"
     );
-    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    let branches = branches(&dir.path().join("repo.git")).await;
     assert_eq!(branches.len(), 1);
     assert!(
         branches[0].starts_with("feedback/1-make-the-dashboard-faster"),
@@ -1060,7 +990,7 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
 
 impl Served {
     async fn branches_count(&self) -> usize {
-        helpers::branches(&self.repo()).await.len()
+        branches(&self.repo()).await.len()
     }
 }
 
@@ -1084,7 +1014,7 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
         ))
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let served = start(
         &dir,
         &db,
@@ -1146,7 +1076,7 @@ async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_ar
         ))
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let repo = dir.path().join("repo.git");
     for id in [5, 6] {
         let out = std::process::Command::new("git")
@@ -1205,11 +1135,10 @@ const IDEAS_FROM_THE_QUEUE: &str = "\n[[routes]]\ntable = \"ideas\"\nrepo = \"ac
 
 #[tokio::test]
 async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_reason() {
-    let app = helpers::spawn_app(
-        helpers::Options::default().routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}")),
-    )
-    .await;
-    let mut idea = helpers::insert(serde_json::json!(7), "An idea");
+    let app =
+        spawn_app(Options::default().routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}")))
+            .await;
+    let mut idea = insert(serde_json::json!(7), "An idea");
     idea["table"] = "ideas".into();
     let reply = app.post_json(&idea).await;
     reply.expect(200, "ignored");
@@ -1225,15 +1154,12 @@ async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_
 }
 
 /// `/readyz` once the consumer has tried the database.
-async fn readyz_once_the_database_was_tried(
-    client: &reqwest::Client,
-    served: &Served,
-) -> helpers::Reply {
+async fn readyz_once_the_database_was_tried(client: &reqwest::Client, served: &Served) -> Reply {
     eventually_within(
         "/readyz to report the database",
         Duration::from_secs(30),
         || async {
-            let reply = helpers::get(client, &format!("{}/readyz", served.url)).await;
+            let reply = get(client, &format!("{}/readyz", served.url)).await;
             (reply.body["database"] != "not reached yet").then_some(reply)
         },
     )
@@ -1251,7 +1177,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
         "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}intake = \"pgmq\"\n",
         FEEDBACK_ROUTE
     );
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let served = child::serve(
         Arc::clone(&dir),
         Start {
@@ -1266,7 +1192,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
     let webhook = client
         .post(format!("{}/webhook", served.url))
         .header("content-type", "application/json")
-        .body(helpers::insert(serde_json::json!(1), "Hi").to_string())
+        .body(insert(serde_json::json!(1), "Hi").to_string())
         .send()
         .await
         .unwrap();
@@ -1303,7 +1229,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
 
 #[tokio::test]
 async fn a_route_on_the_queue_without_database_url_exits_2_saying_what_to_set() {
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = format!(
         "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n"
     );

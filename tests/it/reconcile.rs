@@ -9,68 +9,36 @@ use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::rows::Rows;
 use rowbranch::startup;
 
-use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
-use crate::helpers::random_secret;
+use crate::support::db::{database_url, TestSchema};
+use crate::support::github::{dispatched_branches, fake, GithubOptions, REPO};
+use crate::support::random::random_secret;
 
-/// `DATABASE_URL`, or `None` after saying why; under `CI=true` a missing database fails.
-fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let hint = "start one with: eval \"$(scripts/test-postgres.sh)\"";
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DATABASE_URL is not set, and CI=true: the reconcile tests must run; {hint}"
-            );
-            eprintln!("skipping a reconcile test: DATABASE_URL is not set; {hint}");
-            None
-        }
-    }
+/// A fresh schema with a `feedbacks` table, dropped when the test ends; `None` (after saying
+/// why) without `DATABASE_URL`.
+async fn feedbacks() -> Option<TestSchema> {
+    let schema = TestSchema::create("reconcile_").await?;
+    schema
+        .execute(&format!(
+            "create table {}.feedbacks (id bigint primary key, message text,
+               created_at timestamptz not null default now());",
+            schema.name
+        ))
+        .await;
+    Some(schema)
 }
 
-/// A fresh schema with a `feedbacks` table, dropped when the test ends.
-struct Table {
-    client: tokio_postgres::Client,
-    schema: String,
-}
-
-impl Table {
-    async fn new(url: &str) -> Table {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("the test PostgreSQL accepts connections");
-        tokio::spawn(connection);
-        let schema = format!("reconcile_{}", &random_secret()[..12]);
-        client
-            .batch_execute(&format!(
-                "create schema {schema};
-                 create table {schema}.feedbacks (id bigint primary key, message text,
-                   created_at timestamptz not null default now());"
-            ))
-            .await
-            .unwrap();
-        Table { client, schema }
-    }
-
-    /// Rows `ids`, each created `age` ago.
-    async fn insert(&self, ids: std::ops::RangeInclusive<i64>, text: &str, age: Duration) {
-        let sql = format!(
-            "insert into {}.feedbacks (id, message, created_at)
-             select g, $1, now() - make_interval(secs => $2) from generate_series($3::bigint, $4::bigint) g",
-            self.schema
-        );
-        self.client
-            .execute(&sql, &[&text, &age.as_secs_f64(), ids.start(), ids.end()])
-            .await
-            .unwrap();
-    }
-
-    async fn drop(self) {
-        let _ = self
-            .client
-            .batch_execute(&format!("drop schema {} cascade", self.schema))
-            .await;
-    }
+/// Rows `ids`, each created `age` ago.
+async fn insert(table: &TestSchema, ids: std::ops::RangeInclusive<i64>, text: &str, age: Duration) {
+    let sql = format!(
+        "insert into {}.feedbacks (id, message, created_at)
+         select g, $1, now() - make_interval(secs => $2) from generate_series($3::bigint, $4::bigint) g",
+        table.name
+    );
+    table
+        .client
+        .execute(&sql, &[&text, &age.as_secs_f64(), ids.start(), ids.end()])
+        .await
+        .unwrap();
 }
 
 fn config(fake: &FakeGithub, schema: &str, url: &str) -> Config {
@@ -139,15 +107,15 @@ fn dispatched_ids(fake: &FakeGithub) -> Vec<String> {
 
 #[tokio::test]
 async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=10, "Make it faster", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 1..=10, "Make it faster", Duration::from_secs(60)).await;
     let fake = fake().await;
     finished(&fake, 1..=4);
     fake.add_pull(REPO, "feedback/5-old-text", PullState::Closed, true);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
 
     let summary = run(&config, &options()).await;
     assert_eq!(summary.rows_seen, 10);
@@ -163,18 +131,17 @@ async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
     assert_eq!(again.already_handled, 9);
     assert_eq!(fake.writes().len(), writes, "a second run writes nothing");
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sweeps_at_once_dispatch_no_row_twice() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=12, "Concurrent", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 1..=12, "Concurrent", Duration::from_secs(60)).await;
     let fake = fake().await;
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
     let opts = options();
     let (a, b) = tokio::join!(run(&config, &opts), run(&config, &opts));
     assert_eq!(a.dispatched_now + b.dispatched_now, 12, "{a:?} {b:?}");
@@ -182,27 +149,34 @@ async fn two_sweeps_at_once_dispatch_no_row_twice() {
     assert_eq!(branches.len(), 12);
     branches.dedup();
     assert_eq!(branches.len(), 12, "no row twice");
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(20..=20, "Lost dispatch", Duration::from_secs(2 * 3600))
-        .await;
-    table
-        .insert(21..=21, "Finished work", Duration::from_secs(2 * 3600))
-        .await;
-    table
-        .insert(22..=22, "Young claim", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(
+        &table,
+        20..=20,
+        "Lost dispatch",
+        Duration::from_secs(2 * 3600),
+    )
+    .await;
+    insert(
+        &table,
+        21..=21,
+        "Finished work",
+        Duration::from_secs(2 * 3600),
+    )
+    .await;
+    insert(&table, 22..=22, "Young claim", Duration::from_secs(60)).await;
     let fake = fake().await;
     fake.create_branch(REPO, "feedback/20-lost-dispatch", "main");
     finished(&fake, 21..=21);
     fake.create_branch(REPO, "feedback/22-young-claim", "main");
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
     let options = SweepOptions {
         window: Duration::from_secs(3 * 3600),
         ..options()
@@ -223,33 +197,39 @@ async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
     assert_eq!(summary.dead_claims_redispatched, 1, "{summary:?}");
     assert_eq!(summary.dispatched_now, 0);
     assert_eq!(dispatched_branches(&fake), ["feedback/20-lost-dispatch"]);
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_merged_row_whose_text_was_edited_is_not_dispatched() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(7..=7, "A completely new text", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(
+        &table,
+        7..=7,
+        "A completely new text",
+        Duration::from_secs(60),
+    )
+    .await;
     let fake = fake().await;
     fake.add_pull(REPO, "feedback/7-the-old-text", PullState::Closed, true);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
     let summary = run(&config, &options()).await;
     assert_eq!(summary.merged_before, 1);
     assert!(fake.dispatches(REPO).is_empty());
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table.insert(1..=5, "Dry", Duration::from_secs(60)).await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 1..=5, "Dry", Duration::from_secs(60)).await;
     let fake = fake().await;
     finished(&fake, 1..=2);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
     let summary = run(
         &config,
         &SweepOptions {
@@ -260,12 +240,13 @@ async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
     .await;
     assert_eq!(summary.would_dispatch, ["3", "4", "5"]);
     assert!(fake.writes().is_empty());
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_missing_table_is_an_error_that_names_it() {
-    let Some(url) = database_url() else { return };
+    let Some(url) = database_url() else {
+        return;
+    };
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
@@ -288,18 +269,18 @@ async fn a_missing_table_is_an_error_that_names_it() {
 /// `-redo-1`.
 #[tokio::test]
 async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(5..=5, "Fix login", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 5..=5, "Fix login", Duration::from_secs(60)).await;
     let fake = fake().await;
     fake.add_pull(REPO, "feedback/5-fix-login", PullState::Closed, true);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rowbranch.toml");
     let text = GithubOptions::default().config_text(&fake).replace(
         "[[routes]]\n",
-        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+        &format!("[[routes]]\nschema = \"{}\"\n", table.name),
     );
     std::fs::write(&path, text).unwrap();
     let redo = |yes: bool| {
@@ -339,7 +320,6 @@ async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
         dispatched_branches(&fake),
         ["feedback/5-fix-login", "feedback/5-fix-login-redo-1"]
     );
-    table.drop().await;
 }
 
 /// A measurement, not a check of speed: sweeps 200,000 rows with `--dry-run` against a local
@@ -348,11 +328,11 @@ async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
 #[tokio::test]
 #[ignore = "a benchmark: run it on purpose"]
 async fn sweep_of_200k_rows_dry_run_measured() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=200_000, "Row", Duration::from_secs(60))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 1..=200_000, "Row", Duration::from_secs(60)).await;
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo.git");
     let base = rowbranch::forge::local::create_repository(&repo)
@@ -379,7 +359,7 @@ async fn sweep_of_200k_rows_dry_run_measured() {
     let text = format!(
         "[forge]\nkind = \"local\"\npath = \"{}\"\n[[routes]]\nschema = \"{}\"\ntable = \"feedbacks\"\nrepo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
         repo.display(),
-        table.schema
+        table.name
     );
     let env = |key: &str| (key == "DATABASE_URL").then(|| url.clone());
     let config = Config::parse(&text, &dir.path().join("rowbranch.toml"), &env).unwrap();
@@ -403,7 +383,6 @@ async fn sweep_of_200k_rows_dry_run_measured() {
         .find(|l| l.starts_with("VmHWM"))
         .unwrap_or("VmHWM: ?");
     println!("swept 200000 rows (100000 branches) in {took:?}; peak resident {peak}");
-    table.drop().await;
 }
 
 /// The binary, as the issue's "done when" says: `reconcile --since 1h` dispatches exactly the
@@ -411,18 +390,18 @@ async fn sweep_of_200k_rows_dry_run_measured() {
 /// summary for scripts.
 #[tokio::test]
 async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=6, "From the table", Duration::from_secs(60))
-        .await;
-    table
-        .insert(
-            7..=7,
-            "Too old for the window",
-            Duration::from_secs(2 * 3600),
-        )
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 1..=6, "From the table", Duration::from_secs(60)).await;
+    insert(
+        &table,
+        7..=7,
+        "Too old for the window",
+        Duration::from_secs(2 * 3600),
+    )
+    .await;
     let fake = fake().await;
     finished(&fake, 1..=2);
     fake.add_pull(REPO, "feedback/3-merged", PullState::Closed, true);
@@ -435,7 +414,7 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
     .config_text(&fake)
     .replace(
         "[[routes]]\n",
-        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+        &format!("[[routes]]\nschema = \"{}\"\n", table.name),
     );
     std::fs::write(&path, text).unwrap();
     let reconcile = |json: bool| {
@@ -471,20 +450,19 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
     assert_eq!(summary[0]["merged_before"], 1);
     assert_eq!(fake.writes().len(), writes, "the second run writes nothing");
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(30..=30, "Redone", Duration::from_secs(2 * 3600))
-        .await;
+    let Some(table) = feedbacks().await else {
+        return;
+    };
+    let url = table.url.clone();
+    insert(&table, 30..=30, "Redone", Duration::from_secs(2 * 3600)).await;
     let fake = fake().await;
     fake.create_branch(REPO, "feedback/30-redone", "main");
     fake.create_branch(REPO, "feedback/30-redone-redo-1", "main");
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &url);
     let options = SweepOptions {
         window: Duration::from_secs(3 * 3600),
         ..options()
@@ -492,5 +470,4 @@ async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
     let summary = run(&config, &options).await;
     assert!(summary.dead_claims.is_empty(), "{summary:?}");
     assert!(fake.dispatches(REPO).is_empty());
-    table.drop().await;
 }

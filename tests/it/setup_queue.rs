@@ -13,263 +13,32 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
-use std::str::FromStr;
 
 use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
+
+use crate::support::db::{db_message, ident, literal, Install, Template, TestDb};
+use crate::support::setup::{
+    apply, create_table, insert_row, queue_context as context, queue_sql as render_sql, try_apply,
+    try_insert,
+};
 
 mod privileges;
 mod quoting;
 mod signatures;
 
-/// The two ways pgmq is installed, each in its template database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Install {
-    Sql,
-    Extension,
-}
-
-impl Install {
-    const BOTH: [Install; 2] = [Install::Sql, Install::Extension];
-
-    fn variable(self) -> &'static str {
-        match self {
-            Install::Sql => "PGMQ_SQL_TEMPLATE",
-            Install::Extension => "PGMQ_EXTENSION_TEMPLATE",
-        }
-    }
-}
-
-/// A test's own database, copied from a template with pgmq in it.
-pub(crate) struct Db {
-    pub(crate) client: Client,
-    install: Install,
-    /// Unique to this database: the prefix of its roles, `rb_{tag}_…`.
-    pub(crate) tag: String,
-}
-
-impl Db {
-    pub(crate) fn role(&self, name: &str) -> String {
-        format!("rb_{}_{name}", self.tag)
-    }
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|ci| ci == "true")
-}
-
-/// `DATABASE_URL` and the template for `install`, or `None` after saying why the test is skipped;
-/// under `CI=true`, a panic.
-pub(crate) fn template(install: Install) -> Option<(String, String)> {
-    let hint = "run `eval \"$(scripts/test-postgres.sh)\"` first: it starts a throwaway PostgreSQL with pgmq installed both ways";
-    let url = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty());
-    let template = std::env::var(install.variable())
-        .ok()
-        .filter(|t| !t.trim().is_empty());
-    match (url, template) {
-        (Some(url), Some(template)) => Some((url, template)),
-        (url, _) => {
-            let missing = if url.is_none() {
-                "DATABASE_URL"
-            } else {
-                install.variable()
-            };
-            if ci() {
-                panic!("{missing} is not set, and CI=true: the pgmq SQL tests must run; {hint}");
-            }
-            eprintln!("skipping the pgmq SQL test ({install:?}): {missing} is not set; {hint}");
-            None
-        }
-    }
-}
-
-pub(crate) fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).expect("no randomness");
-    hex::encode(buf)
-}
-
-/// `name` as a PostgreSQL quoted identifier; written here independently of the template.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// `text` as a standard string literal.
-pub(crate) fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-pub(crate) async fn connect(config: &Config) -> Client {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("could not connect to the test PostgreSQL (DATABASE_URL): {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// Runs `test` once for each way pgmq is installed (skipping one whose template is missing).
+/// Runs `test` once for each way pgmq is installed, in a database of its own (skipping one
+/// whose template is missing).
 async fn for_each_install<F, Fut>(test: F)
 where
-    F: Fn(Db) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
+    F: Fn(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
 {
     for install in Install::BOTH {
-        with_database(install, true, &test).await;
-    }
-}
-
-/// Runs `test` with a new database copied from `install`'s template database (or, without
-/// `with_pgmq`, from template0), then drops the database and the test's roles, whether the test
-/// passed or not. Skipped (or, under `CI=true`, failed) without that template, even when it is
-/// not copied.
-pub(crate) async fn with_database<F, Fut>(install: Install, with_pgmq: bool, test: &F)
-where
-    F: Fn(Db) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let Some((url, template)) = template(install) else {
-        return;
-    };
-    let admin_config = Config::from_str(&url)
-        .unwrap_or_else(|e| panic!("DATABASE_URL is not a PostgreSQL connection string: {e}"));
-    let admin = connect(&admin_config).await;
-    let tag = random_hex(4);
-    let name = format!("rowbranch_queue_{tag}");
-    let from = if with_pgmq {
-        format!(" template {}", ident(&template))
-    } else {
-        " template template0".to_owned()
-    };
-    admin
-        .batch_execute(&format!("create database {}{from}", ident(&name)))
-        .await
-        .unwrap_or_else(|e| panic!("could not create the test database {name}{from}: {e}"));
-
-    let mut config = admin_config.clone();
-    config.dbname(&name);
-    let client = connect(&config).await;
-    // The test runs as a task of its own, so that a panic comes back here as an error, and its
-    // client (its connection) is gone by the time the database is dropped.
-    let outcome = tokio::spawn(test(Db {
-        client,
-        install,
-        tag: tag.clone(),
-    }))
-    .await;
-
-    let dropped = admin
-        .batch_execute(&format!("drop database {} with (force)", ident(&name)))
-        .await;
-    let roles = admin
-        .query(
-            "select rolname::text from pg_roles where starts_with(rolname, $1)",
-            &[&format!("rb_{tag}_")],
-        )
-        .await
-        .expect("could not list the test's roles");
-    for role in roles {
-        let role: String = role.get(0);
-        admin
-            .batch_execute(&format!("drop role {}", ident(&role)))
-            .await
-            .unwrap_or_else(|e| panic!("could not drop the test role {role}: {e}"));
-    }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic.into_panic());
-    }
-    dropped.unwrap_or_else(|e| panic!("could not drop the test database {name}: {e}"));
-}
-
-pub(crate) fn context(schema: &str, table: &str, queue: &str, dead_letter: &str) -> SetupContext {
-    SetupContext {
-        schema: schema.to_owned(),
-        table: table.to_owned(),
-        queue: queue.to_owned(),
-        dead_letter: dead_letter.to_owned(),
-        ..SetupContext::example()
-    }
-}
-
-fn render_sql(ctx: &SetupContext) -> String {
-    render("supabase-queue.sql", ctx)
-        .unwrap_or_else(|e| panic!("supabase-queue.sql does not render: {e:#}"))
-}
-
-/// The database's error message, with its detail, for assertions and panics.
-pub(crate) fn db_message(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.detail().unwrap_or_default()),
-        None => error.to_string(),
-    }
-}
-
-/// Runs the rendered file; on failure, rolls its transaction back and returns the message.
-async fn try_apply(client: &Client, ctx: &SetupContext) -> Result<(), String> {
-    match client.batch_execute(&render_sql(ctx)).await {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // A script sent in one piece stops at the error, inside its transaction.
-            client.batch_execute("rollback").await.expect("rollback");
-            Err(db_message(&e))
+        if let Some(db) = TestDb::create(Template::Pgmq(install)).await {
+            test(db).await;
         }
-    }
-}
-
-pub(crate) async fn apply(client: &Client, ctx: &SetupContext) {
-    if let Err(message) = try_apply(client, ctx).await {
-        panic!(
-            "supabase-queue.sql failed for {:?}.{:?} → {:?}: {message}",
-            ctx.schema, ctx.table, ctx.queue
-        );
-    }
-}
-
-/// Creates `schema.table` as the tests' stand-in for a feedback table.
-pub(crate) async fn create_table(client: &Client, schema: &str, table: &str) {
-    let sql = format!(
-        "create schema if not exists {schema};
-         create table {schema}.{table} (
-             id bigint primary key,
-             message text,
-             created_at timestamptz not null default now()
-         );",
-        schema = ident(schema),
-        table = ident(table),
-    );
-    client
-        .batch_execute(&sql)
-        .await
-        .unwrap_or_else(|e| panic!("could not create {schema}.{table}: {}", db_message(&e)));
-}
-
-pub(crate) async fn try_insert(
-    client: &Client,
-    schema: &str,
-    table: &str,
-    id: i64,
-    message: &str,
-) -> Result<(), String> {
-    let sql = format!(
-        "insert into {}.{} (id, message) values ($1, $2)",
-        ident(schema),
-        ident(table)
-    );
-    client
-        .execute(&sql, &[&id, &message])
-        .await
-        .map(drop)
-        .map_err(|e| db_message(&e))
-}
-
-async fn insert_row(client: &Client, schema: &str, table: &str, id: i64, message: &str) {
-    if let Err(e) = try_insert(client, schema, table, id, message).await {
-        panic!("the insert into {schema}.{table} failed: {e}");
     }
 }
 
@@ -486,7 +255,7 @@ async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
             "select exists (select 1 from pg_extension where extname = 'pgmq')",
         )
         .await;
-        assert_eq!(extension, db.install == Install::Extension);
+        assert_eq!(extension, db.install == Some(Install::Extension));
     })
     .await;
 }
@@ -494,32 +263,32 @@ async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
 #[tokio::test]
 async fn without_pgmq_it_creates_the_extension_when_the_server_has_it() {
     // The extension's files are on the server whenever its template exists.
-    with_database(Install::Extension, false, &|db: Db| async move {
-        let c = &db.client;
-        assert!(!truth(c, "select to_regnamespace('pgmq') is not null").await);
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
-        assert!(
-            truth(
-                c,
-                "select exists (select 1 from pg_extension where extname = 'pgmq')"
-            )
-            .await
-        );
-        insert_row(c, "public", "feedbacks", 7, "Hello").await;
-        expect_insert(
-            &messages(c, "rowbranch").await[0],
-            "public",
-            "feedbacks",
-            7,
-            "Hello",
-        );
-    })
+    let Some(db) = TestDb::create(Template::WithoutPgmq(Install::Extension)).await else {
+        return;
+    };
+    let c = &db.client;
+    assert!(!truth(c, "select to_regnamespace('pgmq') is not null").await);
+    create_table(c, "public", "feedbacks").await;
+    apply(
+        c,
+        &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
+    )
     .await;
+    assert!(
+        truth(
+            c,
+            "select exists (select 1 from pg_extension where extname = 'pgmq')"
+        )
+        .await
+    );
+    insert_row(c, "public", "feedbacks", 7, "Hello").await;
+    expect_insert(
+        &messages(c, "rowbranch").await[0],
+        "public",
+        "feedbacks",
+        7,
+        "Hello",
+    );
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use rowbranch::templates::setup::{render, SetupContext};
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::git_http::{basic_auth, Access, GitHttp};
+use crate::support::git_http::{basic_auth, Access, GitHttp};
 
 /// Values unlike each other and unlike the defaults, so each one is seen to be filled in.
 fn context() -> SetupContext {

@@ -4,11 +4,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::faulty_forge::{Fault, Op, OTHER_DETAIL};
-use crate::helpers::{
-    insert, raw_head, raw_http, spawn_app, spawn_two_apps, Options, GATED_DISPATCH,
-};
-
+use crate::support::app::{spawn_app, spawn_two_apps, Options, GATED_DISPATCH};
+use crate::support::faulty_forge::{Fault, Op, OTHER_DETAIL};
+use crate::support::http::{insert, raw_head, raw_http};
 #[tokio::test]
 async fn a_new_row_is_dispatched_on_its_own_branch() {
     let app = spawn_app(Options::default()).await;
@@ -110,7 +108,7 @@ async fn a_claim_won_by_another_process_is_claim_taken_there() {
         }
     });
     // Once the slow app has looked and found nothing, the fast one claims and dispatches.
-    crate::helpers::eventually("the slow app's check", || async {
+    crate::support::wait::eventually("the slow app's check", || async {
         (slow.forge().calls(Op::Claim) == 1).then_some(())
     })
     .await;

@@ -10,9 +10,9 @@ use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::{fake, GithubOptions, INSTALLATION, REPO};
-use crate::helpers::{insert, random_secret};
-
+use crate::support::github::{fake, GithubOptions, INSTALLATION, REPO};
+use crate::support::http::insert;
+use crate::support::random::random_secret;
 const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";
 
 /// A workflow whose claude-code-action step allows `allowed_bots`.

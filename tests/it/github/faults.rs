@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use fake_github::{Fault, Op};
 use serde_json::json;
 
-use super::{branches, fake, spawn, GithubOptions, REPO};
+use crate::support::github::{branches, fake, spawn, GithubOptions, REPO};
 
 #[tokio::test]
 async fn a_refused_dispatch_releases_the_claim_and_a_redelivery_then_dispatches() {
@@ -165,7 +165,7 @@ async fn a_dispatch_failing_past_the_budget_releases_the_claim_and_answers_503()
 async fn a_missing_permission_is_not_retried() {
     let fake = fake().await;
     fake.set_installation_permissions(
-        super::INSTALLATION,
+        crate::support::github::INSTALLATION,
         &[("contents", "read"), ("pull_requests", "read")],
     );
     let app = spawn(&fake, GithubOptions::default()).await;
@@ -184,7 +184,7 @@ async fn a_missing_permission_is_not_retried() {
 #[tokio::test]
 async fn an_app_not_installed_on_the_repository_is_a_503_that_says_so() {
     let fake = fake().await;
-    fake.uninstall(super::INSTALLATION);
+    fake.uninstall(crate::support::github::INSTALLATION);
     let app = spawn(&fake, GithubOptions::default()).await;
     let reply = app.post_insert(json!(12), "Nowhere").await;
     reply.expect(503, "error");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use fake_github::Op;
 use serde_json::json;
 
-use super::{branches, dispatched_branches, fake, spawn, GithubOptions};
+use crate::support::github::{branches, dispatched_branches, fake, spawn, GithubOptions};
 
 #[tokio::test]
 async fn a_single_rows_claim_and_dispatch_go_at_once() {

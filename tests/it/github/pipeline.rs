@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use fake_github::{FakeGithub, PullState};
 use serde_json::json;
 
-use super::{branches, dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::support::github::{branches, dispatched_branches, fake, spawn, GithubOptions, REPO};
 
 #[tokio::test]
 async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {
@@ -145,7 +145,7 @@ async fn a_token_that_github_expired_is_minted_again_and_kept() {
 async fn the_installation_token_is_narrowed_to_the_routed_repository() {
     let fake = fake().await;
     fake.add_repo("acme/other");
-    fake.install("acme/other", super::INSTALLATION);
+    fake.install("acme/other", crate::support::github::INSTALLATION);
     let app = spawn(&fake, GithubOptions::default()).await;
     app.post_insert(json!(1), "One")
         .await

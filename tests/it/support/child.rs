@@ -1,16 +1,67 @@
-//! `rowbranch serve` as a child process, for what only a process has: its open-files limit, its
+//! rowbranch as a child process: the binary as a user runs it, with an environment of the
+//! test's choosing; and `rowbranch serve` for what only a process has: its open-files limit, its
 //! memory, its signals. Its log goes to a file the test reads while it runs.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
-use crate::helpers::eventually;
+use super::app::FEEDBACK_ROUTE;
+use super::local::dir_with_repository;
+use super::wait::eventually;
+
+/// Every variable rowbranch reads, besides those of the route from the environment.
+const VARIABLES: [&str; 10] = [
+    "ROWBRANCH_WEBHOOK_SECRET",
+    "ROWBRANCH_LISTEN",
+    "ROWBRANCH_LOG_FORMAT",
+    "ROWBRANCH_STATUS_PASSWORD",
+    "PORT",
+    "GITHUB_APP_ID",
+    "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_API_URL",
+    "DATABASE_URL",
+    "RUST_LOG",
+];
+
+/// The binary, run in `dir` with none of rowbranch's variables from the test's own environment
+/// (a test sets those it means), its input closed, and killed if the test drops it.
+pub fn rowbranch(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+    command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for name in VARIABLES.into_iter().chain(
+        rowbranch::config::env_route::VARIABLES
+            .iter()
+            .map(|(name, _)| *name),
+    ) {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// Runs `command` to its end, for at most a minute.
+pub async fn run(command: &mut Command) -> Output {
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the command did not finish in time")
+        .expect("could not run rowbranch")
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
 
 /// A running `rowbranch serve`.
 pub struct Served {
@@ -185,15 +236,6 @@ pub fn local_config(webhook: &str) -> String {
     format!(
         "listen = \"127.0.0.1:0\"\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n\
          [webhook]\n{webhook}\n{}",
-        crate::helpers::FEEDBACK_ROUTE
+        FEEDBACK_ROUTE
     )
-}
-
-/// A new directory holding a bare repository with one commit, as the local forge needs.
-pub async fn dir_with_repository() -> Arc<TempDir> {
-    let dir = tempfile::tempdir().expect("no temporary directory");
-    rowbranch::forge::local::create_repository(&dir.path().join("repo.git"))
-        .await
-        .expect("could not create the repository");
-    Arc::new(dir)
 }
