@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
-use crate::support::http::{insert, raw_head, send_whole, Reply};
+use crate::support::http::{delivery, insert, send_whole, Reply};
 use futures_util::future::join_all;
 use serde_json::json;
 
@@ -65,9 +65,8 @@ async fn fifty_copies_across_two_processes_sharing_a_repository_dispatch_exactly
 #[tokio::test]
 async fn a_client_that_disconnects_does_not_cancel_the_work() {
     let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let body = insert(json!(42), "Add dark mode!").to_string();
-    let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
+    let request = delivery(&app.secret, json!(42), "Add dark mode!");
+    let stream = send_whole(app.addr, &request).await;
     // Gone before any answer.
     drop(stream);
 
@@ -79,18 +78,16 @@ async fn a_client_that_disconnects_does_not_cancel_the_work() {
         lines[0]["client_payload"]["branch"],
         "feedback/42-add-dark-mode"
     );
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+        .await;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_client_that_disconnects_while_the_dispatch_runs_does_not_cancel_it() {
     let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let body = insert(json!(42), "Add dark mode!").to_string();
-    let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
+    let request = delivery(&app.secret, json!(42), "Add dark mode!");
+    let stream = send_whole(app.addr, &request).await;
     // The claim is made and the dispatch is held: the client leaves mid-run.
     app.wait_for_branches(1).await;
     drop(stream);

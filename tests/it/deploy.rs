@@ -5,12 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use rowbranch::config::{env_route, Config};
 use serde_json::Value;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::support::tools::{checked, have, output_text};
 
 /// The secrets of SPEC §2, which no committed file may set.
 const SECRETS: [&str; 4] = [
@@ -34,34 +36,6 @@ fn read(relative: &str) -> String {
 
 fn guide() -> String {
     read("docs/deploy.md")
-}
-
-/// Whether `tool` runs (`caddy version`, `hadolint --version`, …). When it does not: on CI
-/// (`CI=true`) the test fails, elsewhere it says why it skips.
-fn have(tool: &str, install: &str) -> bool {
-    let version = if tool == "caddy" {
-        "version"
-    } else {
-        "--version"
-    };
-    let why = match Command::new(tool).arg(version).output() {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => format!("`{tool} {version}` exited with {}", out.status),
-        Err(e) => format!("`{tool}` cannot be run: {e}"),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI must have it: {install}");
-    }
-    eprintln!("skipping: {why} (install it with `{install}`)");
-    false
-}
-
-fn output_text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The fenced blocks of markdown `text` whose first line is `# deploy/…`: that path, and the
@@ -440,12 +414,11 @@ fn hadolint_finds_nothing_in_the_dockerfile() {
     ) {
         return;
     }
-    let out = Command::new("hadolint")
-        .arg("--no-color")
-        .arg(root().join("Dockerfile"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hadolint:\n{}", output_text(&out));
+    checked(
+        Command::new("hadolint")
+            .arg("--no-color")
+            .arg(root().join("Dockerfile")),
+    );
 }
 
 #[test]
@@ -548,12 +521,11 @@ fn actionlint_finds_nothing_in_the_release_workflow() {
     ) {
         return;
     }
-    let out = Command::new("actionlint")
-        .arg("-no-color")
-        .arg(root().join(".github/workflows/release.yml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "actionlint:\n{}", output_text(&out));
+    checked(
+        Command::new("actionlint")
+            .arg("-no-color")
+            .arg(root().join(".github/workflows/release.yml")),
+    );
 }
 
 #[test]

@@ -78,6 +78,28 @@ impl Doctor {
         }
     }
 
+    /// Runs supabase-queue.sql again for a route on `events`, after which every check passes.
+    async fn passes_after_setup_sql(&self, db: &TestDb, url: &str, events: &[&str]) {
+        apply(&db.client, &setup(self, events)).await;
+        self.run(Some(url)).await.all_pass();
+    }
+
+    /// Hands rowbranch.enqueue() to a role of the test's own that is no superuser, and runs
+    /// supabase-queue.sql again to give it what it needs; the role.
+    async fn owner_not_superuser(&self, db: &TestDb) -> String {
+        let owner = db.role("owner");
+        run_sql(
+            db,
+            &format!(
+                "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
+                o = ident(&owner)
+            ),
+        )
+        .await;
+        apply(&db.client, &setup(self, &["INSERT"])).await;
+        owner
+    }
+
     /// The trigger as doctor names it.
     fn trigger(&self) -> String {
         format!(
@@ -158,6 +180,13 @@ impl Report {
         (line.what, fix)
     }
 
+    /// Exit 1 with one failed check, the one whose text holds `what`: its text and its fix.
+    #[track_caller]
+    fn fails_only(&self, what: &str) -> (String, String) {
+        self.fails(1);
+        self.failed(what)
+    }
+
     #[track_caller]
     fn has_none(&self, what: &str) {
         assert!(
@@ -204,12 +233,7 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// A database of the test's own from the template where pgmq is an extension, as on Supabase.
-async fn queue_db() -> Option<TestDb> {
-    TestDb::create(Template::Pgmq(Install::Extension)).await
-}
-
-/// `DATABASE_URL` (which `queue_db` made sure of), parsed.
+/// `DATABASE_URL` (which `set_up` made sure of), parsed.
 fn admin() -> tokio_postgres::Config {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     tokio_postgres::Config::from_str(&url).expect("DATABASE_URL parses")
@@ -268,13 +292,17 @@ async fn run_sql(db: &TestDb, sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)));
 }
 
-/// `public.feedbacks` with supabase-queue.sql applied for triggers on `sql_events`, and a
-/// config whose route takes `route_events`; the connection string as `DATABASE_URL`'s user.
-async fn set_up(db: &TestDb, sql_events: &[&str], route_events: &[&str]) -> (Doctor, String) {
+/// A database of the test's own (from the template where pgmq is an extension, as on
+/// Supabase) with `public.feedbacks` and supabase-queue.sql applied for triggers on
+/// `sql_events`; a config whose route takes `route_events`; and the connection string as
+/// `DATABASE_URL`'s user. `None` without the database.
+async fn set_up(sql_events: &[&str], route_events: &[&str]) -> Option<(TestDb, Doctor, String)> {
+    let db = TestDb::create(Template::Pgmq(Install::Extension)).await?;
     create_table(&db.client, "public", "feedbacks").await;
     let doctor = Doctor::new(&db.tag, route_events).await;
     apply(&db.client, &setup(&doctor, sql_events)).await;
-    (doctor, url(&db.name, None))
+    let url = url(&db.name, None);
+    Some((db, doctor, url))
 }
 
 fn setup(doctor: &Doctor, events: &[&str]) -> SetupContext {
@@ -319,10 +347,9 @@ async fn login_role(db: &TestDb, name: &str) -> (String, String) {
 
 #[tokio::test]
 async fn after_the_setup_sql_every_queue_check_passes_naming_the_trigger_and_its_owner() {
-    let Some(db) = queue_db().await else {
+    let Some((_db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let report = doctor.run(Some(&url)).await;
     report.all_pass();
     let owner = admin().get_user().expect("a user").to_owned();
@@ -347,10 +374,9 @@ async fn after_the_setup_sql_every_queue_check_passes_naming_the_trigger_and_its
 
 #[tokio::test]
 async fn a_disabled_trigger_fails_until_the_setup_sql_runs_again() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     // Disabled, and enabled for replication only (which an ordinary session never is).
     for how in ["disable trigger", "enable replica trigger"] {
@@ -360,27 +386,23 @@ async fn a_disabled_trigger_fails_until_the_setup_sql_runs_again() {
         )
         .await;
         let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&doctor.trigger());
+        let (what, fix) = report.fails_only(&doctor.trigger());
         assert!(what.ends_with(" is disabled"), "{how}: {report}");
         assert!(fix.contains("run supabase-queue.sql"), "{report}");
     }
 
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn a_missing_trigger_fails_and_the_checks_after_it_still_run() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     run_sql(&db, &format!("drop trigger {trigger} on public.feedbacks")).await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed(&format!(
+    let (what, fix) = report.fails_only(&format!(
         "\"public\".\"feedbacks\": trigger rowbranch_queue_{}",
         doctor.queue
     ));
@@ -392,32 +414,29 @@ async fn a_missing_trigger_fails_and_the_checks_after_it_still_run() {
     report.passed("DATABASE_URL's role may read, archive and dead-letter");
     report.passed("anon, authenticated and PUBLIC hold no rights");
 
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn a_route_that_takes_updates_fails_on_a_trigger_fired_only_on_insert() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT", "UPDATE"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT", "UPDATE"]).await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed(&doctor.trigger());
+    let (what, fix) = report.fails_only(&doctor.trigger());
     assert!(what.ends_with(" is not fired on UPDATE"), "{report}");
     assert!(fix.contains("run supabase-queue.sql"), "{report}");
 
-    apply(&db.client, &setup(&doctor, &["INSERT", "UPDATE"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor
+        .passes_after_setup_sql(&db, &url, &["INSERT", "UPDATE"])
+        .await;
 }
 
 #[tokio::test]
 async fn a_dropped_dead_letter_queue_fails_and_stops_the_queue_checks() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     run_sql(
         &db,
         &format!("select pgmq.drop_queue({}::text)", literal(&doctor.dead)),
@@ -433,16 +452,14 @@ async fn a_dropped_dead_letter_queue_fails_and_stops_the_queue_checks() {
     report.has_none("rowbranch.enqueue()");
     report.has_none("DATABASE_URL's role");
 
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let dead = literal(&doctor.dead);
     run_sql(
         &db,
@@ -450,8 +467,7 @@ async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
     )
     .await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (_, fix) = report.failed(&format!(
+    let (_, fix) = report.fails_only(&format!(
         "queue {} is unlogged: a crash of the database empties it",
         doctor.dead
     ));
@@ -463,16 +479,14 @@ async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
     report.passed(&doctor.trigger());
 
     run_sql(&db, &format!("select pgmq.drop_queue({dead}::text)")).await;
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clears_them() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     // anon is a role of the whole server: made once, never dropped; its grants here go
     // with this database. authenticated is not made: the revoke must not need it. And
     // Supabase's pgmq_public, a function of which anon may execute. And a role of this
@@ -496,8 +510,7 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
     )
     .await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed("the queue is open to the Data API's roles");
+    let (what, fix) = report.fails_only("the queue is open to the Data API's roles");
     for part in [
         // Its own SELECT, and PUBLIC's INSERT, which every role has.
         format!("anon has INSERT, SELECT on {q}"),
@@ -525,8 +538,7 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
 
     run_sql(&db, revoke).await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, _) = report.failed("the queue is open to the Data API's roles");
+    let (what, _) = report.fails_only("the queue is open to the Data API's roles");
     assert!(
         what.contains(&format!("anon has SELECT on {dead_q}")) && !what.contains("PUBLIC"),
         "the inherited right is still there: {report}"
@@ -544,10 +556,9 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
 
 #[tokio::test]
 async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, admin_url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, admin_url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let (role, password) = login_role(&db, "reader").await;
     let url = url(&db.name, Some((&role, &password)));
     let (queue, dead) = (&doctor.queue, &doctor.dead);
@@ -592,22 +603,11 @@ async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass(
 
 #[tokio::test]
 async fn an_owner_of_the_function_without_insert_on_the_queue_fails_naming_it() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-    let owner = db.role("owner");
+    let owner = doctor.owner_not_superuser(&db).await;
     let queue = &doctor.queue;
-    // An owner that is no superuser, given what it needs by running the file again.
-    run_sql(
-        &db,
-        &format!(
-            "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
-            o = ident(&owner)
-        ),
-    )
-    .await;
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
     let report = doctor.run(Some(&url)).await;
     report.all_pass();
     let trigger = report.passed(&doctor.trigger());
@@ -622,8 +622,7 @@ async fn an_owner_of_the_function_without_insert_on_the_queue_fails_naming_it() 
     )
     .await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed(&format!("rowbranch.enqueue()'s owner {owner}"));
+    let (what, fix) = report.fails_only(&format!("rowbranch.enqueue()'s owner {owner}"));
     assert_eq!(
         what,
         format!(
@@ -639,8 +638,7 @@ async fn an_owner_of_the_function_without_insert_on_the_queue_fails_naming_it() 
         .expect_err("an INSERT went through without the owner's right to send");
     assert!(refused.contains("permission denied"), "{refused}");
 
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
@@ -667,8 +665,7 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
     let password = "s3cret-never-printed";
     let url = format!("postgres://rowbranch:{password}@127.0.0.1:{port}/rowbranch?sslmode=disable");
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed("DATABASE_URL does not connect");
+    let (what, fix) = report.fails_only("DATABASE_URL does not connect");
     assert!(what.contains(&format!("127.0.0.1:{port}")), "{report}");
     assert!(fix.contains("host, port, user and password"), "{report}");
     report.has_none("exists, logged");
@@ -677,10 +674,9 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
 
 #[tokio::test]
 async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_would() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     let queue = literal(&doctor.queue);
     for (shape, expected) in [
@@ -705,8 +701,7 @@ async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_wo
         )
         .await;
         let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&doctor.trigger());
+        let (what, fix) = report.fails_only(&doctor.trigger());
         assert!(what.ends_with(expected), "{shape}: {report}");
         assert!(fix.contains("run supabase-queue.sql"), "{report}");
         // As it says: the table takes no row.
@@ -714,34 +709,22 @@ async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_wo
             .await
             .expect_err("the function refuses to run from this trigger");
     }
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-    doctor.run(Some(&url)).await.all_pass();
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn an_owner_of_the_function_that_may_not_execute_pgmq_send_fails_with_the_grant_to_make() {
-    let Some(db) = queue_db().await else {
+    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
         return;
     };
-    let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-    let owner = db.role("owner");
-    run_sql(
-        &db,
-        &format!(
-            "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
-            o = ident(&owner)
-        ),
-    )
-    .await;
-    apply(&db.client, &setup(&doctor, &["INSERT"])).await;
+    let owner = doctor.owner_not_superuser(&db).await;
     run_sql(
         &db,
         "revoke execute on all functions in schema pgmq from public",
     )
     .await;
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed(&format!("rowbranch.enqueue()'s owner {owner}"));
+    let (what, fix) = report.fails_only(&format!("rowbranch.enqueue()'s owner {owner}"));
     assert!(what.contains("EXECUTE on send"), "{report}");
     try_insert(&db.client, "public", "feedbacks", 1, "Lost")
         .await

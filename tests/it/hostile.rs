@@ -15,16 +15,10 @@ use tokio::net::{TcpSocket, TcpStream};
 
 use crate::support::child::{self, Served};
 use crate::support::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
-use crate::support::http::{insert, raw_head, send_whole};
+use crate::support::http::{delivery, insert, raw_head, send_whole};
 use crate::support::local::{branches, dispatches};
 use crate::support::random::random_secret;
 use crate::support::wait::{eventually, PATIENCE};
-/// A complete, authenticated POST /webhook of row `id`, as raw bytes.
-fn delivery(secret: &str, id: u64, text: &str) -> Vec<u8> {
-    let body = insert(json!(id), text).to_string();
-    let head = raw_head(secret, &format!("Content-Length: {}", body.len()));
-    format!("{head}{body}").into_bytes()
-}
 
 /// Reads until the server closes the connection (or `within` passes); what it sent.
 async fn until_closed(stream: &mut TcpStream, within: Duration) -> String {
@@ -47,7 +41,7 @@ async fn thirty_senders_that_hang_up_at_once_each_get_their_row_dispatched() {
     let addr = app.url.trim_start_matches("http://").parse().unwrap();
     for id in 1..=30 {
         // The whole request, then the socket closed without reading a byte of the answer.
-        drop(send_whole(addr, &delivery(&app.secret, id, "Hang up")).await);
+        drop(send_whole(addr, &delivery(&app.secret, json!(id), "Hang up")).await);
     }
     eventually("30 dispatches", || async {
         (dispatched_branches(&fake).len() >= 30).then_some(())

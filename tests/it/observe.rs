@@ -39,12 +39,8 @@ async fn metrics_follow_a_202_to_its_end_and_count_each_answer_in_its_series() {
     app.open_gate();
     app.wait_for_dispatches(1).await;
     // Row 2 dispatched at once, then a duplicate of it.
-    app.post_insert(json!(2), "At once")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(2), "At once")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(2), "At once").await;
+    app.duplicate(json!(2), "At once", "branch_exists").await;
     let text = eventually("the 202's run to be counted", || async {
         let text = app.get("/metrics").await.text;
         (series(
@@ -101,9 +97,7 @@ async fn github_requests_retries_tokens_and_the_rate_limit_are_counted() {
     let fake = fake().await;
     fake.inject(Op::CreateRef, Fault::Status(502), 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(7), "Counted")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(7), "Counted").await;
     let text = app.get("/metrics").await.text;
     for (line, value) in [
         (
@@ -318,12 +312,9 @@ async fn the_status_page_lists_the_latest_deliveries_in_a_real_browser() {
         return;
     };
     let app = spawn_app(Options::default().top("status_page = true")).await;
-    app.post_insert(json!(42), "Add dark mode")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(42), "Add dark mode")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(42), "Add dark mode").await;
+    app.duplicate(json!(42), "Add dark mode", "branch_exists")
+        .await;
     app.post_insert(json!("a b"), "Bad id")
         .await
         .expect(422, "error");
@@ -370,11 +361,7 @@ async fn the_status_page_lists_the_latest_deliveries_in_a_real_browser() {
     .await
     .unwrap()
     .unwrap();
-    assert!(
-        taken.status.success(),
-        "{}",
-        String::from_utf8_lossy(&taken.stderr)
-    );
+    assert!(taken.status.success(), "{}", child::stderr(&taken));
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 1000,
         "a screenshot at {}",

@@ -1143,9 +1143,7 @@ async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_
     let reply = app.post_json(&idea).await;
     reply.expect(200, "ignored");
     assert_eq!(reply.reason(), "pgmq_intake", "{:?}", reply.message());
-    app.post_insert(serde_json::json!(1), "Dark mode")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(serde_json::json!(1), "Dark mode").await;
     assert_eq!(
         app.branches().await,
         vec!["feedback/1-dark-mode".to_owned()]

@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 
 use crate::support::db::{admin_config, connect, TestSchema};
 use crate::support::random::random_hex;
+use crate::support::tools::checked;
 
 /// `Rows` on the test's database, as `reconcile` connects.
 async fn rows_of(schema: &TestSchema) -> Rows {
@@ -528,16 +529,7 @@ struct Certificates {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    checked(Command::new("openssl").args(args).current_dir(dir));
 }
 
 fn make_certificates(dir: &Path) -> Certificates {

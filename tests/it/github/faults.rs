@@ -25,9 +25,7 @@ async fn a_refused_dispatch_releases_the_claim_and_a_redelivery_then_dispatches(
         reply.text
     );
     assert!(branches(&fake).is_empty(), "the claim is released");
-    app.post_insert(json!(3), "Dark mode")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(3), "Dark mode").await;
     assert_eq!(branches(&fake), ["feedback/3-dark-mode"]);
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
@@ -38,9 +36,7 @@ async fn a_claim_applied_then_answered_502_is_dispatched_once() {
     let fake = fake().await;
     fake.inject(Op::CreateRef, Fault::AppliedThen(502), 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(4), "Export")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(4), "Export").await;
     assert_eq!(branches(&fake), ["feedback/4-export"]);
     assert_eq!(
         fake.requests_for(Op::CreateRef).len(),
@@ -56,9 +52,7 @@ async fn a_claim_whose_connection_dropped_after_it_applied_is_dispatched() {
     let fake = fake().await;
     fake.inject(Op::CreateRef, Fault::DropAfterApply, 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(4), "Export")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(4), "Export").await;
     assert_eq!(branches(&fake), ["feedback/4-export"]);
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
@@ -69,9 +63,7 @@ async fn a_dispatch_applied_then_answered_502_is_dispatched_at_most_twice() {
     let fake = fake().await;
     fake.inject(Op::Dispatch, Fault::AppliedThen(502), 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(5), "Search")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(5), "Search").await;
     let n = fake.dispatches(REPO).len();
     assert!((1..=2).contains(&n), "{n} dispatches");
     assert_eq!(branches(&fake), ["feedback/5-search"]);
@@ -89,9 +81,7 @@ async fn a_secondary_rate_limit_is_waited_for_as_retry_after_says() {
         1,
     );
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(6), "Paging")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(6), "Paging").await;
     let tries = fake.requests_for(Op::Dispatch);
     assert_eq!(tries.len(), 2);
     let waited = tries[1].at.duration_since(tries[0].at);
@@ -110,9 +100,7 @@ async fn an_exhausted_rate_limit_is_waited_for_until_its_reset() {
     );
     let app = spawn(&fake, GithubOptions::default()).await;
     let started = Instant::now();
-    app.post_insert(json!(8), "Limits")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(8), "Limits").await;
     assert!(
         started.elapsed() >= Duration::from_secs(1),
         "{:?}",
@@ -128,9 +116,7 @@ async fn server_errors_on_reads_are_retried() {
     fake.inject(Op::ListPulls, Fault::Status(500), 2);
     fake.inject(Op::GetRef, Fault::Status(502), 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(9), "Retry me")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(9), "Retry me").await;
     assert_eq!(fake.requests_for(Op::ListPulls).len(), 3);
     assert_eq!(fake.pending_faults(), 0);
     app.shutdown().await;
@@ -154,9 +140,7 @@ async fn a_dispatch_failing_past_the_budget_releases_the_claim_and_answers_503()
     );
     assert!(branches(&fake).is_empty(), "the claim is released");
     fake.clear_faults();
-    app.post_insert(json!(10), "Budget")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(10), "Budget").await;
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
 }
@@ -207,9 +191,7 @@ async fn a_claim_that_gives_up_after_a_lost_answer_dispatches_when_the_branch_is
         1,
     );
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(13), "Lost answer")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(13), "Lost answer").await;
     assert_eq!(branches(&fake), ["feedback/13-lost-answer"]);
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
@@ -224,9 +206,7 @@ async fn a_422_that_is_not_exists_looks_the_ref_up_and_tries_again() {
         1,
     );
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(14), "Update failed")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(14), "Update failed").await;
     assert_eq!(fake.requests_for(Op::CreateRef).len(), 2);
     assert_eq!(branches(&fake), ["feedback/14-update-failed"]);
     assert_eq!(fake.dispatches(REPO).len(), 1);

@@ -12,9 +12,7 @@ use crate::support::github::{branches, dispatched_branches, fake, spawn, GithubO
 async fn a_single_rows_claim_and_dispatch_go_at_once() {
     let fake = fake().await;
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "Now")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(1), "Now").await;
     let writes = fake.writes();
     assert_eq!(writes.len(), 2);
     let gap = writes[1].at.duration_since(writes[0].at);

@@ -29,9 +29,8 @@ async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {
     assert_eq!(payload["base"], "main");
     assert_eq!(payload["base_sha"], main);
     assert_eq!(payload["text"], "Add dark mode!");
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+        .await;
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
 }
@@ -77,15 +76,11 @@ async fn a_merged_pull_request_whose_branch_is_gone_is_a_duplicate_without_a_wri
 async fn an_edited_text_is_a_duplicate_of_the_row_not_a_new_one() {
     let fake = fake().await;
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     let reply = app.post_insert(json!(42), "Dark mode, please").await;
     reply.expect_duplicate("branch_exists");
     assert_eq!(reply.body["branch"], "feedback/42-add-dark-mode");
-    app.post_insert(json!(420), "Another row")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(420), "Another row").await;
     assert_eq!(
         branches(&fake),
         ["feedback/42-add-dark-mode", "feedback/420-another-row"]
@@ -118,21 +113,15 @@ async fn twenty_rows_mint_one_installation_token() {
 async fn a_token_that_github_expired_is_minted_again_and_kept() {
     let fake = fake().await;
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(1), "One").await;
     assert_eq!(fake.token_mints(), 1);
     fake.expire_tokens();
-    app.post_insert(json!(2), "Two")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(2), "Two").await;
     // Each request that met the 401 re-mints once (octocrab clears its cache and tries again):
     // the row's two concurrent reads at most, never a loop.
     let after_expiry = fake.token_mints();
     assert!((2..=3).contains(&after_expiry), "{after_expiry} mints");
-    app.post_insert(json!(3), "Three")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(3), "Three").await;
     assert_eq!(fake.token_mints(), after_expiry, "the new token is kept");
     assert_eq!(
         branches(&fake),
@@ -147,9 +136,7 @@ async fn the_installation_token_is_narrowed_to_the_routed_repository() {
     fake.add_repo("acme/other");
     fake.install("acme/other", crate::support::github::INSTALLATION);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(1), "One").await;
     let tokens = fake.tokens();
     assert_eq!(tokens.len(), 1);
     let narrowed: Vec<&str> = tokens[0]

@@ -246,6 +246,20 @@ impl TestApp {
         self.post_json(&insert(id, text)).await
     }
 
+    /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
+    pub async fn dispatched(&self, id: Value, text: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect(200, "dispatched");
+        reply
+    }
+
+    /// POSTs an INSERT of row `id` and checks it is answered `200 duplicate` for `reason`.
+    pub async fn duplicate(&self, id: Value, text: &str, reason: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect_duplicate(reason);
+        reply
+    }
+
     /// POSTs `body` as JSON with bearer auth.
     pub async fn post_json(&self, body: &Value) -> Reply {
         self.post_bytes(body.to_string()).await

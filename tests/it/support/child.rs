@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use super::app::FEEDBACK_ROUTE;
 use super::local::dir_with_repository;
-use super::wait::eventually;
+use super::wait::{eventually, PATIENCE};
 
 /// Every variable rowbranch reads, besides those of the route from the environment.
 const VARIABLES: [&str; 10] = [
@@ -53,6 +54,44 @@ pub async fn run(command: &mut Command) -> Output {
         .await
         .expect("the command did not finish in time")
         .expect("could not run rowbranch")
+}
+
+/// `rowbranch serve` in `dir` listening on `addr`, with `command`'s environment, once it answers
+/// `/healthz`; its log is piped, for [`terminate`].
+pub async fn serve_until_healthy(mut command: Command, addr: &str) -> Child {
+    let server = command
+        .arg("serve")
+        .env("ROWBRANCH_LISTEN", addr)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("could not start rowbranch serve");
+    let client = reqwest::Client::new();
+    eventually("the server to answer /healthz", || async {
+        let up = client.get(format!("http://{addr}/healthz")).send().await;
+        up.ok().filter(|r| r.status() == 200)
+    })
+    .await;
+    server
+}
+
+/// Stops a server started by [`serve_until_healthy`] with SIGTERM; its exit code and its log.
+pub async fn terminate(mut server: Child) -> (Option<i32>, String) {
+    let pid = server.id().expect("the server has a pid") as i32;
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+        .expect("could not signal the server");
+    let status = tokio::time::timeout(PATIENCE, server.wait())
+        .await
+        .expect("the server did not stop after SIGTERM")
+        .expect("could not wait for the server");
+    let mut log = String::new();
+    if let Some(mut err) = server.stderr.take() {
+        err.read_to_string(&mut log)
+            .await
+            .expect("could not read the log");
+    }
+    (status.code(), log)
 }
 
 pub fn stdout(out: &Output) -> String {

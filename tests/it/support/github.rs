@@ -150,6 +150,20 @@ impl GithubApp {
         post_webhook(&self.client, &self.url, &self.secret, &insert(id, text)).await
     }
 
+    /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
+    pub async fn dispatched(&self, id: Value, text: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect(200, "dispatched");
+        reply
+    }
+
+    /// POSTs an INSERT of row `id` and checks it is answered `200 duplicate` for `reason`.
+    pub async fn duplicate(&self, id: Value, text: &str, reason: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect_duplicate(reason);
+        reply
+    }
+
     pub async fn get(&self, path: &str) -> Reply {
         get(&self.client, &format!("{}{path}", self.url)).await
     }

@@ -120,11 +120,7 @@ pub async fn reply(response: reqwest::Response) -> Reply {
 /// Sends `request` as is over a new connection and returns everything the server answers
 /// until it closes (send `Connection: close`).
 pub async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).await.expect("could not connect");
-    stream
-        .write_all(request)
-        .await
-        .expect("could not send the request");
+    let mut stream = send_whole(addr, request).await;
     let mut answer = Vec::new();
     tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
         .await

@@ -12,4 +12,5 @@ pub mod http;
 pub mod local;
 pub mod random;
 pub mod setup;
+pub mod tools;
 pub mod wait;
