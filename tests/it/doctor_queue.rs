@@ -19,6 +19,7 @@ use tokio_postgres::config::Host;
 
 use crate::support::app::FEEDBACK_ROUTE;
 use crate::support::db::{db_message, ident, literal, Install, Template, TestDb};
+use crate::support::or_skip;
 use crate::support::setup::{apply, create_table, queue_context as context, try_insert};
 
 /// A config with one queue route for `public.feedbacks`, over a fresh local repository.
@@ -347,9 +348,7 @@ async fn login_role(db: &TestDb, name: &str) -> (String, String) {
 
 #[tokio::test]
 async fn after_the_setup_sql_every_queue_check_passes_naming_the_trigger_and_its_owner() {
-    let Some((_db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (_db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let report = doctor.run(Some(&url)).await;
     report.all_pass();
     let owner = admin().get_user().expect("a user").to_owned();
@@ -374,9 +373,7 @@ async fn after_the_setup_sql_every_queue_check_passes_naming_the_trigger_and_its
 
 #[tokio::test]
 async fn a_disabled_trigger_fails_until_the_setup_sql_runs_again() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     // Disabled, and enabled for replication only (which an ordinary session never is).
     for how in ["disable trigger", "enable replica trigger"] {
@@ -396,9 +393,7 @@ async fn a_disabled_trigger_fails_until_the_setup_sql_runs_again() {
 
 #[tokio::test]
 async fn a_missing_trigger_fails_and_the_checks_after_it_still_run() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     run_sql(&db, &format!("drop trigger {trigger} on public.feedbacks")).await;
     let report = doctor.run(Some(&url)).await;
@@ -419,9 +414,7 @@ async fn a_missing_trigger_fails_and_the_checks_after_it_still_run() {
 
 #[tokio::test]
 async fn a_route_that_takes_updates_fails_on_a_trigger_fired_only_on_insert() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT", "UPDATE"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT", "UPDATE"]).await);
     let report = doctor.run(Some(&url)).await;
     let (what, fix) = report.fails_only(&doctor.trigger());
     assert!(what.ends_with(" is not fired on UPDATE"), "{report}");
@@ -434,9 +427,7 @@ async fn a_route_that_takes_updates_fails_on_a_trigger_fired_only_on_insert() {
 
 #[tokio::test]
 async fn a_dropped_dead_letter_queue_fails_and_stops_the_queue_checks() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     run_sql(
         &db,
         &format!("select pgmq.drop_queue({}::text)", literal(&doctor.dead)),
@@ -457,9 +448,7 @@ async fn a_dropped_dead_letter_queue_fails_and_stops_the_queue_checks() {
 
 #[tokio::test]
 async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let dead = literal(&doctor.dead);
     run_sql(
         &db,
@@ -484,9 +473,7 @@ async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
 
 #[tokio::test]
 async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clears_them() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     // anon is a role of the whole server: made once, never dropped; its grants here go
     // with this database. authenticated is not made: the revoke must not need it. And
     // Supabase's pgmq_public, a function of which anon may execute. And a role of this
@@ -556,9 +543,7 @@ async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clea
 
 #[tokio::test]
 async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass() {
-    let Some((db, doctor, admin_url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, admin_url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let (role, password) = login_role(&db, "reader").await;
     let url = url(&db.name, Some((&role, &password)));
     let (queue, dead) = (&doctor.queue, &doctor.dead);
@@ -603,9 +588,7 @@ async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass(
 
 #[tokio::test]
 async fn an_owner_of_the_function_without_insert_on_the_queue_fails_naming_it() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let owner = doctor.owner_not_superuser(&db).await;
     let queue = &doctor.queue;
     let report = doctor.run(Some(&url)).await;
@@ -674,9 +657,7 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
 
 #[tokio::test]
 async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_would() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
     let queue = literal(&doctor.queue);
     for (shape, expected) in [
@@ -714,9 +695,7 @@ async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_wo
 
 #[tokio::test]
 async fn an_owner_of_the_function_that_may_not_execute_pgmq_send_fails_with_the_grant_to_make() {
-    let Some((db, doctor, url)) = set_up(&["INSERT"], &["INSERT"]).await else {
-        return;
-    };
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
     let owner = doctor.owner_not_superuser(&db).await;
     run_sql(
         &db,

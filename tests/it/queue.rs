@@ -28,6 +28,7 @@ use crate::support::db::{Install, Template, TestDb};
 use crate::support::github::{self, GithubOptions, REPO};
 use crate::support::http::{get, insert, Reply};
 use crate::support::local::{branches, dir_with_repository, dispatches};
+use crate::support::or_skip;
 use crate::support::random::random_secret;
 use crate::support::setup::{apply, queue_context};
 use crate::support::wait::eventually_within;
@@ -285,9 +286,7 @@ async fn all_dispatched(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopped() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let dir = dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
     let served = start(&dir, &db, &config).await;
@@ -349,9 +348,7 @@ fi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_one_branch_and_a_bounded_number_of_dispatches(
 ) {
-    let Some(db) = QueueDb::new(Install::Sql).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Sql).await);
     let dir = dir_with_repository().await;
     std::fs::write(dir.path().join("on-dispatch.sh"), BLOCKING_DISPATCH).unwrap();
     let attempts = dir.path().join("attempts.jsonl");
@@ -433,9 +430,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_row() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let first = dir_with_repository().await;
     let second = Arc::new(tempfile::tempdir().unwrap());
     let repo = first.path().join("repo.git");
@@ -475,9 +470,7 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still_inserts() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     // The setup SQL run a second time changes nothing that matters here.
     db.apply_setup_sql().await;
     let inserter = db.role("inserter");
@@ -524,9 +517,7 @@ async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_brings_one_back() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let malformed = db.send_raw(r#"{"hello":"world"}"#).await;
     let bad_id = db
         .send_raw(
@@ -658,9 +649,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_every_row_is_dispatched_when_it_returns(
 ) {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let fake = github::fake().await;
     for op in Op::ROW_READS {
         fake.inject(op, Fault::Status(503), 1_000_000);
@@ -718,9 +707,7 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_and_read_once() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let fake = github::fake().await;
     // Two writes at once, then one a minute: the first row claims and dispatches, and the
     // four after it wait on the pace for their claims.
@@ -800,9 +787,7 @@ async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_run_dispatches() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let dir = dir_with_repository().await;
     let gate = dir.path().join("gate");
     let config = local_config(
@@ -881,9 +866,7 @@ const SLOW_DISPATCH: &str = "cat > /dev/null; sleep 0.05";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_nothing() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let dir = dir_with_repository().await;
     let config = local_config(
         &db,
@@ -950,9 +933,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let text = "Make the dashboard faster. ".repeat(12_000);
     assert!(text.len() > 300_000);
     db.client
@@ -996,9 +977,7 @@ impl Served {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archived_messages_past_archive_retention_are_deleted_from_both_archives() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     db.insert(1..=2).await;
     // Two messages archived eight days ago, one of them a redriven dead letter, and one today.
     db.client
@@ -1042,9 +1021,7 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_archive_and_reports_rows_never_queued(
 ) {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let trigger = format!("\"rowbranch_queue_{}\"", db.queue);
     // 1–3: in the queue, nobody reading it. 4: inserted ten minutes ago while the trigger was
     // off. 7: inserted just now with the trigger off, as a row that commits while the sweep

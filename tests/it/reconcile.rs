@@ -11,6 +11,7 @@ use rowbranch::startup;
 
 use crate::support::db::{database_url, TestSchema};
 use crate::support::github::{dispatched_branches, fake, GithubOptions, REPO};
+use crate::support::or_skip;
 use crate::support::random::random_secret;
 
 /// A fresh schema with a `feedbacks` table, dropped when the test ends; `None` (after saying
@@ -107,9 +108,7 @@ fn dispatched_ids(fake: &FakeGithub) -> Vec<String> {
 
 #[tokio::test]
 async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 1..=10, "Make it faster", Duration::from_secs(60)).await;
     let fake = fake().await;
@@ -135,9 +134,7 @@ async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sweeps_at_once_dispatch_no_row_twice() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 1..=12, "Concurrent", Duration::from_secs(60)).await;
     let fake = fake().await;
@@ -153,9 +150,7 @@ async fn two_sweeps_at_once_dispatch_no_row_twice() {
 
 #[tokio::test]
 async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(
         &table,
@@ -201,9 +196,7 @@ async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
 
 #[tokio::test]
 async fn a_merged_row_whose_text_was_edited_is_not_dispatched() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(
         &table,
@@ -222,9 +215,7 @@ async fn a_merged_row_whose_text_was_edited_is_not_dispatched() {
 
 #[tokio::test]
 async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 1..=5, "Dry", Duration::from_secs(60)).await;
     let fake = fake().await;
@@ -244,9 +235,7 @@ async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
 
 #[tokio::test]
 async fn a_missing_table_is_an_error_that_names_it() {
-    let Some(url) = database_url() else {
-        return;
-    };
+    let url = or_skip!(database_url());
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Rows::connect(&url).await.unwrap();
@@ -269,9 +258,7 @@ async fn a_missing_table_is_an_error_that_names_it() {
 /// `-redo-1`.
 #[tokio::test]
 async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 5..=5, "Fix login", Duration::from_secs(60)).await;
     let fake = fake().await;
@@ -328,9 +315,7 @@ async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
 #[tokio::test]
 #[ignore = "a benchmark: run it on purpose"]
 async fn sweep_of_200k_rows_dry_run_measured() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 1..=200_000, "Row", Duration::from_secs(60)).await;
     let dir = tempfile::tempdir().unwrap();
@@ -390,9 +375,7 @@ async fn sweep_of_200k_rows_dry_run_measured() {
 /// summary for scripts.
 #[tokio::test]
 async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 1..=6, "From the table", Duration::from_secs(60)).await;
     insert(
@@ -454,9 +437,7 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
 
 #[tokio::test]
 async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
-    let Some(table) = feedbacks().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let url = table.url.clone();
     insert(&table, 30..=30, "Redone", Duration::from_secs(2 * 3600)).await;
     let fake = fake().await;

@@ -17,7 +17,8 @@ use rowbranch::config::{Config, Route};
 use rowbranch::rows::{Row, Rows};
 use serde_json::{json, Value};
 
-use crate::support::db::{admin_config, connect, TestSchema};
+use crate::support::db::{admin_config, column, connect, TestSchema};
+use crate::support::or_skip;
 use crate::support::random::random_hex;
 use crate::support::tools::checked;
 
@@ -128,9 +129,7 @@ async fn feedbacks_table(scratch: &TestSchema) {
 
 #[tokio::test]
 async fn pages_of_seven_give_all_25_rows_in_order_once() {
-    let Some(s) = TestSchema::create("rows_pages_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_pages_").await);
     feedbacks_table(&s).await;
     let rows = rows_of(&s).await;
     let route = feedbacks_route(&s);
@@ -164,9 +163,7 @@ async fn pages_of_seven_give_all_25_rows_in_order_once() {
 
 #[tokio::test]
 async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
-    let Some(s) = TestSchema::create("rows_ties_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_ties_").await);
     let t = s.table("feedbacks");
     // Rows 6..=12 share one created time, so the keyset runs on the id across 9 → 10,
     // where text would put "10" before "9".
@@ -207,9 +204,7 @@ async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
 
 #[tokio::test]
 async fn uuid_ids_page_in_uuid_order() {
-    let Some(s) = TestSchema::create("rows_uuid_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_uuid_").await);
     let t = s.table("feedbacks");
     s.execute(&format!(
         "create table {t} (id uuid primary key default gen_random_uuid(), message text,
@@ -219,17 +214,8 @@ async fn uuid_ids_page_in_uuid_order() {
            from generate_series(1, 23) i;"
     ))
     .await;
-    let expected: Vec<String> = s
-        .client
-        .query(
-            &format!("select id::text from {t} order by created_at, id"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
+    let by_keyset = format!("select id::text from {t} order by created_at, id");
+    let expected: Vec<String> = column(&s.client, &by_keyset).await;
     let rows = rows_of(&s).await;
     let route = feedbacks_route(&s);
     for page_size in [1, 4, 5, 23, 50] {
@@ -267,9 +253,7 @@ async fn uuid_ids_page_in_uuid_order() {
 
 #[tokio::test]
 async fn names_that_need_quoting_work() {
-    let Some(s) = TestSchema::create("my-app-").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("my-app-").await);
     let t = s.table("Feedback Items");
     s.execute(&format!(
         "create table {t} (\"ID\" bigint primary key, \"Say \"\"what\"\"\" text,
@@ -308,9 +292,7 @@ async fn names_that_need_quoting_work() {
 
 #[tokio::test]
 async fn a_missing_table_or_column_is_named() {
-    let Some(s) = TestSchema::create("rows_missing_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_missing_").await);
     feedbacks_table(&s).await;
     s.execute(&format!(
         "create table {} (id bigint, created_at text)",
@@ -396,9 +378,7 @@ async fn a_missing_table_or_column_is_named() {
 
 #[tokio::test]
 async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
-    let Some(s) = TestSchema::create("rows_by_id_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_by_id_").await);
     feedbacks_table(&s).await;
     let rows = rows_of(&s).await;
     let route = feedbacks_route(&s);
@@ -431,9 +411,7 @@ async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
 
 #[tokio::test]
 async fn a_timestamp_without_time_zone_is_read_as_utc() {
-    let Some(s) = TestSchema::create("rows_naive_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_naive_").await);
     let t = s.table("feedbacks");
     s.execute(&format!(
         "create table {t} (id bigint primary key, message text, created_at timestamp not null);
@@ -456,9 +434,7 @@ async fn a_timestamp_without_time_zone_is_read_as_utc() {
 /// with an index on (created_at, id).
 #[tokio::test]
 async fn two_hundred_thousand_rows_stream_in_pages() {
-    let Some(s) = TestSchema::create("rows_big_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_big_").await);
     const N: usize = 200_000;
     let t = s.table("feedbacks");
     let started = Instant::now();
@@ -648,9 +624,7 @@ async fn connect_eventually(url: &str) -> Rows {
 /// that reload without a restart), and back at the end.
 #[tokio::test]
 async fn tls_modes_against_a_server_with_its_own_ca() {
-    let Some(s) = TestSchema::create("rows_tls_").await else {
-        return;
-    };
+    let s = or_skip!(TestSchema::create("rows_tls_").await);
     if Command::new("openssl").arg("version").output().is_err() {
         eprintln!("skipping the TLS test: no openssl command to make certificates with");
         return;

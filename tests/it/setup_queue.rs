@@ -12,13 +12,13 @@
 //! `src/pgmq/signatures-1.4.4.txt` against this pgmq in `signatures`.
 
 use std::collections::BTreeSet;
-use std::future::Future;
 
 use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
 use tokio_postgres::Client;
 
-use crate::support::db::{db_message, ident, literal, Install, Template, TestDb};
+use crate::support::db::{column, db_message, ident, literal, scalar, Install, Template, TestDb};
+use crate::support::or_skip;
 use crate::support::setup::{
     apply, create_table, insert_row, queue_context as context, queue_sql as render_sql, try_apply,
     try_insert,
@@ -28,18 +28,26 @@ mod privileges;
 mod quoting;
 mod signatures;
 
-/// Runs `test` once for each way pgmq is installed, in a database of its own (skipping one
-/// whose template is missing).
-async fn for_each_install<F, Fut>(test: F)
-where
-    F: Fn(TestDb) -> Fut,
-    Fut: Future<Output = ()>,
-{
+/// A database of the test's own for each way pgmq is installed (none for one whose template is
+/// missing).
+async fn each_install() -> Vec<TestDb> {
+    let mut databases = Vec::new();
     for install in Install::BOTH {
-        if let Some(db) = TestDb::create(Template::Pgmq(install)).await {
-            test(db).await;
-        }
+        databases.extend(TestDb::create(Template::Pgmq(install)).await);
     }
+    databases
+}
+
+/// [`each_install`], each with `public.feedbacks` queueing to `rowbranch` (supabase-queue.sql
+/// applied, dead letters to `rowbranch_dead`).
+async fn each_install_queueing() -> Vec<TestDb> {
+    let databases = each_install().await;
+    for db in &databases {
+        create_table(&db.client, "public", "feedbacks").await;
+        let ctx = context("public", "feedbacks", "rowbranch", "rowbranch_dead");
+        apply(&db.client, &ctx).await;
+    }
+    databases
 }
 
 /// The messages in `queue`, oldest first, read from its table with the 1.4.4 columns.
@@ -60,19 +68,11 @@ async fn messages(client: &Client, queue: &str) -> Vec<Value> {
 }
 
 async fn count(client: &Client, sql: &str) -> i64 {
-    client
-        .query_one(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
-        .get(0)
+    scalar(client, sql).await
 }
 
 async fn truth(client: &Client, sql: &str) -> bool {
-    client
-        .query_one(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
-        .get(0)
+    scalar(client, sql).await
 }
 
 /// The triggers of `schema.table` that call rowbranch.enqueue(): (name, argument, tgtype,
@@ -169,7 +169,7 @@ fn expect_insert(message: &Value, schema: &str, table: &str, id: i64, text: &str
 
 #[tokio::test]
 async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_one_none() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let (schema, table) = ("my \"app\"", "feed backs");
         create_table(c, schema, table).await;
@@ -193,7 +193,11 @@ async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_on
         assert_eq!(messages(c, "rowbranch").await.len(), 2);
         c.batch_execute("rollback").await.unwrap();
         let queued = messages(c, "rowbranch").await;
-        assert_eq!(queued.len(), 1, "a rolled-back INSERT queues nothing: {queued:#?}");
+        assert_eq!(
+            queued.len(),
+            1,
+            "a rolled-back INSERT queues nothing: {queued:#?}"
+        );
         assert_eq!(queued[0]["record"]["id"], 42);
 
         // A statement of several rows queues each once.
@@ -211,13 +215,12 @@ async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_on
             .map(|m| m["record"]["id"].as_i64().unwrap())
             .collect();
         assert_eq!(ids, (100..150).collect::<BTreeSet<i64>>());
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let queue = format!("q{}", db.tag);
         let dead = format!("q{}_dead", db.tag);
@@ -256,16 +259,13 @@ async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
         )
         .await;
         assert_eq!(extension, db.install == Some(Install::Extension));
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn without_pgmq_it_creates_the_extension_when_the_server_has_it() {
     // The extension's files are on the server whenever its template exists.
-    let Some(db) = TestDb::create(Template::WithoutPgmq(Install::Extension)).await else {
-        return;
-    };
+    let db = or_skip!(TestDb::create(Template::WithoutPgmq(Install::Extension)).await);
     let c = &db.client;
     assert!(!truth(c, "select to_regnamespace('pgmq') is not null").await);
     create_table(c, "public", "feedbacks").await;
@@ -293,7 +293,7 @@ async fn without_pgmq_it_creates_the_extension_when_the_server_has_it() {
 
 #[tokio::test]
 async fn the_route_s_update_and_delete_events_send_the_old_and_new_rows() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         let ctx = SetupContext {
@@ -324,13 +324,12 @@ async fn the_route_s_update_and_delete_events_send_the_old_and_new_rows() {
         assert_eq!(queued[2]["type"], "DELETE");
         assert_eq!(queued[2]["record"], Value::Null);
         assert_eq!(queued[2]["old_record"]["message"], "Second");
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_queues_are_logged_and_an_unlogged_one_is_refused() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         let (queue, dead) = (format!("q{}", db.tag), format!("q{}_dead", db.tag));
@@ -369,13 +368,12 @@ async fn the_queues_are_logged_and_an_unlogged_one_is_refused() {
             .expect_err("an unlogged queue was accepted");
         assert!(refused.contains("unlogged"), "{refused}");
         assert!(queue_triggers(c, "public", "other").await.is_empty());
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_webhook_trigger_is_dropped_and_other_triggers_are_left() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         c.batch_execute(
@@ -393,25 +391,19 @@ async fn the_webhook_trigger_is_dropped_and_other_triggers_are_left() {
             &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
         )
         .await;
-        let names: Vec<String> = c
-            .query(
-                "select tgname::text from pg_trigger
-                 where tgrelid = 'public.feedbacks'::regclass and not tgisinternal order by 1",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let names: Vec<String> = column(
+            c,
+            "select tgname::text from pg_trigger
+             where tgrelid = 'public.feedbacks'::regclass and not tgisinternal order by 1",
+        )
+        .await;
         assert_eq!(names, ["audit", "rowbranch_queue_rowbranch"]);
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn two_deployments_with_their_own_queues_do_not_collide() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let (a, b) = (format!("a{}", db.tag), format!("b{}", db.tag));
         let (a_dead, b_dead) = (format!("{a}_dead"), format!("{b}_dead"));
@@ -433,8 +425,7 @@ async fn two_deployments_with_their_own_queues_do_not_collide() {
         expect_insert(&in_b[0], "public", "shared", 1, "For both");
         expect_insert(&in_b[1], "public", "only_b", 2, "For b");
         assert!(messages(c, &a_dead).await.is_empty() && messages(c, &b_dead).await.is_empty());
-    })
-    .await;
+    }
 }
 
 /// The removal the file documents, with the names put in where it says.
@@ -482,9 +473,9 @@ fn removal(sql: &str, schema: &str, table: &str, queue: &str, dead_letter: &str)
 
 #[tokio::test]
 async fn the_documented_removal_leaves_no_trigger_function_or_queue_behind() {
-    for_each_install(|db| async move {
+    let (schema, table) = ("my \"app\"", "feed backs");
+    for db in each_install().await {
         let c = &db.client;
-        let (schema, table) = ("my \"app\"", "feed backs");
         create_table(c, schema, table).await;
         let (queue, dead) = (format!("q{}", db.tag), format!("q{}_dead", db.tag));
         let ctx = context(schema, table, &queue, &dead);
@@ -527,6 +518,5 @@ async fn the_documented_removal_leaves_no_trigger_function_or_queue_behind() {
         // The table works as before, and pgmq is still there.
         insert_row(c, schema, table, 2, "After").await;
         assert!(truth(c, "select to_regnamespace('pgmq') is not null").await);
-    })
-    .await;
+    }
 }

@@ -17,6 +17,7 @@ use tokio_postgres::Client;
 
 use crate::support::app::{spawn_app, Options};
 use crate::support::db::{Template, TestDb};
+use crate::support::or_skip;
 use crate::support::random::random_secret;
 use crate::support::setup::{
     create_table, insert_row, table_exists, webhook_context as context,
@@ -91,26 +92,25 @@ fn render_sql(ctx: &SetupContext) -> String {
     render("supabase.sql", ctx).unwrap_or_else(|e| panic!("supabase.sql does not render: {e}"))
 }
 
-async fn calls(client: &Client) -> Vec<Call> {
-    client
-        .query(
-            "select args, url, method, headers, params, timeout_ms, payload
+async fn calls(db: &Client) -> Vec<Call> {
+    db.query(
+        "select args, url, method, headers, params, timeout_ms, payload
              from supabase_functions.calls order by n",
-            &[],
-        )
-        .await
-        .expect("could not read the recorded calls")
-        .iter()
-        .map(|row| Call {
-            args: row.get(0),
-            url: row.get(1),
-            method: row.get(2),
-            headers: row.get(3),
-            params: row.get(4),
-            timeout_ms: row.get(5),
-            payload: row.get(6),
-        })
-        .collect()
+        &[],
+    )
+    .await
+    .expect("could not read the recorded calls")
+    .iter()
+    .map(|row| Call {
+        args: row.get(0),
+        url: row.get(1),
+        method: row.get(2),
+        headers: row.get(3),
+        params: row.get(4),
+        timeout_ms: row.get(5),
+        payload: row.get(6),
+    })
+    .collect()
 }
 
 /// The one call an insert recorded, checked against what the trigger must send.
@@ -136,33 +136,26 @@ fn expect_one_call(calls: &[Call], url: &str, secret: &str) -> Value {
 
 #[tokio::test]
 async fn the_trigger_posts_each_insert_once_with_the_secret_and_a_5000_ms_timeout() {
-    let Some(db) = with_stand_in().await else {
-        return;
-    };
-    let client = &db.client;
+    let db = or_skip!(with_stand_in().await);
     let (schema, table) = ("app", "feedbacks");
-    create_table(client, schema, table).await;
+    create_table(&db, schema, table).await;
     let secret = random_secret();
     let url = "https://hooks.example.com";
     let sql = render_sql(&context(schema, table, url, Some(&secret)));
 
-    client
-        .batch_execute(&sql)
-        .await
-        .expect("supabase.sql failed");
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql).await.expect("supabase.sql failed");
+    db.batch_execute(&sql)
         .await
         .expect("supabase.sql failed when run a second time");
-    assert_eq!(rowbranch_triggers(client, schema, table).await, 1);
+    assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
     assert!(
-        calls(client).await.is_empty(),
+        calls(&db).await.is_empty(),
         "nothing is sent before an insert"
     );
 
-    insert_row(client, schema, table, 42, "Add dark mode").await;
+    insert_row(&db, schema, table, 42, "Add dark mode").await;
 
-    let payload = expect_one_call(&calls(client).await, url, &secret);
+    let payload = expect_one_call(&calls(&db).await, url, &secret);
     assert_eq!(payload["type"], "INSERT");
     assert_eq!(payload["schema"], schema);
     assert_eq!(payload["table"], table);
@@ -171,19 +164,16 @@ async fn the_trigger_posts_each_insert_once_with_the_secret_and_a_5000_ms_timeou
     assert!(payload["record"]["created_at"].is_string(), "{payload}");
     assert_eq!(payload["old_record"], Value::Null);
 
-    insert_row(client, schema, table, 43, "Export as CSV").await;
-    let all = calls(client).await;
+    insert_row(&db, schema, table, 43, "Export as CSV").await;
+    let all = calls(&db).await;
     assert_eq!(all.len(), 2, "each insert once: {all:#?}");
     assert_eq!(all[1].payload["record"]["id"], 43);
 }
 
 #[tokio::test]
 async fn schema_and_table_names_that_need_quoting_work_as_spelled() {
-    let Some(db) = with_stand_in().await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "app", "sentinel").await;
+    let db = or_skip!(with_stand_in().await);
+    create_table(&db, "app", "sentinel").await;
     let secret = random_secret();
     let url = "https://hooks.example.com";
     let names = [
@@ -192,39 +182,35 @@ async fn schema_and_table_names_that_need_quoting_work_as_spelled() {
         ("public", "Feedbacks"),
     ];
     for (n, (schema, table)) in names.into_iter().enumerate() {
-        create_table(client, schema, table).await;
+        create_table(&db, schema, table).await;
         let sql = render_sql(&context(schema, table, url, Some(&secret)));
-        client
-            .batch_execute(&sql)
+        db.batch_execute(&sql)
             .await
             .unwrap_or_else(|e| panic!("supabase.sql failed for {schema:?}.{table:?}: {e}"));
         assert_eq!(
-            rowbranch_triggers(client, schema, table).await,
+            rowbranch_triggers(&db, schema, table).await,
             1,
             "{schema:?}.{table:?}"
         );
-        insert_row(client, schema, table, 7, "Hello").await;
-        let calls = calls(client).await;
+        insert_row(&db, schema, table, 7, "Hello").await;
+        let calls = calls(&db).await;
         assert_eq!(calls.len(), n + 1, "{calls:#?}");
         let payload = &calls[n].payload;
         assert_eq!(payload["schema"], schema);
         assert_eq!(payload["table"], table);
         assert_eq!(payload["record"]["id"], 7);
     }
-    assert!(table_exists(client, "app", "sentinel").await);
+    assert!(table_exists(&db, "app", "sentinel").await);
     // The unquoted spelling is another table, which has no trigger.
-    assert_eq!(rowbranch_triggers(client, "public", "feedbacks").await, 0);
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 0);
 }
 
 #[tokio::test]
 async fn a_quote_or_backslash_in_the_url_or_secret_stays_inside_its_literal() {
-    let Some(db) = with_stand_in().await else {
-        return;
-    };
-    let client = &db.client;
+    let db = or_skip!(with_stand_in().await);
     let (schema, table) = ("public", "feedbacks");
-    create_table(client, schema, table).await;
-    create_table(client, "app", "sentinel").await;
+    create_table(&db, schema, table).await;
+    create_table(&db, "app", "sentinel").await;
     let secret = format!(
         "{}'); drop table app.sentinel; --\\' \"quoted\" \\\"}} é {}",
         random_secret(),
@@ -234,41 +220,34 @@ async fn a_quote_or_backslash_in_the_url_or_secret_stays_inside_its_literal() {
     let sql = render_sql(&context(schema, table, url, Some(&secret)));
 
     // E'' literals read the same whichever way standard_conforming_strings is set.
-    client
-        .batch_execute("set standard_conforming_strings = off")
+    db.batch_execute("set standard_conforming_strings = off")
         .await
         .expect("could not turn standard_conforming_strings off");
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql)
         .await
         .expect("supabase.sql failed with standard_conforming_strings off");
-    client
-        .batch_execute("set standard_conforming_strings = on")
+    db.batch_execute("set standard_conforming_strings = on")
         .await
         .expect("could not turn standard_conforming_strings on");
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql)
         .await
         .expect("supabase.sql failed with standard_conforming_strings on");
 
-    insert_row(client, schema, table, 1, "Hi").await;
-    expect_one_call(&calls(client).await, url, &secret);
-    assert!(table_exists(client, "app", "sentinel").await);
+    insert_row(&db, schema, table, 1, "Hi").await;
+    expect_one_call(&calls(&db).await, url, &secret);
+    assert!(table_exists(&db, "app", "sentinel").await);
 }
 
 #[tokio::test]
 async fn without_a_secret_the_placeholder_is_refused_until_replaced() {
-    let Some(db) = with_stand_in().await else {
-        return;
-    };
-    let client = &db.client;
+    let db = or_skip!(with_stand_in().await);
     let (schema, table) = ("public", "feedbacks");
-    create_table(client, schema, table).await;
+    create_table(&db, schema, table).await;
     let url = "https://hooks.example.com";
     let sql = render_sql(&context(schema, table, url, None));
     assert!(sql.contains(PLACEHOLDER), "{sql}");
 
-    let error = client
+    let error = db
         .batch_execute(&sql)
         .await
         .expect_err("a trigger sending the placeholder was installed");
@@ -278,18 +257,17 @@ async fn without_a_secret_the_placeholder_is_refused_until_replaced() {
         .unwrap_or_else(|| error.to_string());
     assert!(message.contains("placeholder"), "{message}");
     // A script sent in one piece stops at the error, inside its transaction.
-    client.batch_execute("rollback").await.expect("rollback");
-    assert_eq!(rowbranch_triggers(client, schema, table).await, 0);
+    db.batch_execute("rollback").await.expect("rollback");
+    assert_eq!(rowbranch_triggers(&db, schema, table).await, 0);
 
     // What the user does: put the secret in its place, everywhere it appears.
     let secret = random_secret();
-    client
-        .batch_execute(&sql.replace(PLACEHOLDER, &secret))
+    db.batch_execute(&sql.replace(PLACEHOLDER, &secret))
         .await
         .expect("supabase.sql failed once the placeholder was replaced");
-    assert_eq!(rowbranch_triggers(client, schema, table).await, 1);
-    insert_row(client, schema, table, 5, "Hi").await;
-    expect_one_call(&calls(client).await, url, &secret);
+    assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
+    insert_row(&db, schema, table, 5, "Hi").await;
+    expect_one_call(&calls(&db).await, url, &secret);
 }
 
 #[tokio::test]
@@ -300,15 +278,11 @@ async fn a_delivery_the_trigger_makes_is_dispatched_by_rowbranch() {
         app.shutdown().await;
         return;
     };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    create_table(&db, "public", "feedbacks").await;
     let sql = render_sql(&context("public", "feedbacks", &url, Some(&secret)));
-    client
-        .batch_execute(&sql)
-        .await
-        .expect("supabase.sql failed");
-    insert_row(client, "public", "feedbacks", 7, "Add dark mode").await;
-    let calls = calls(client).await;
+    db.batch_execute(&sql).await.expect("supabase.sql failed");
+    insert_row(&db, "public", "feedbacks", 7, "Add dark mode").await;
+    let calls = calls(&db).await;
     let payload = expect_one_call(&calls, &url, &secret);
     let headers = &calls[0].headers;
 

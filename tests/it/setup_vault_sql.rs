@@ -19,6 +19,7 @@ use tokio_postgres::Client;
 
 use crate::support::app::{spawn_app, Options};
 use crate::support::db::{ident, Template, TestDb};
+use crate::support::or_skip;
 use crate::support::random::{random_hex, random_whsec};
 use crate::support::setup::{
     create_table, insert_row, table_exists, webhook_context as context,
@@ -160,32 +161,31 @@ impl Queued {
     }
 }
 
-async fn queued(client: &Client) -> Vec<Queued> {
-    client
-        .query(
-            "select q.url, q.timeout_milliseconds,
+async fn queued(db: &Client) -> Vec<Queued> {
+    db.query(
+        "select q.url, q.timeout_milliseconds,
                     array(select key || ': ' || value from jsonb_each_text(q.headers)),
                     q.body
              from net.http_request_queue q order by q.id",
-            &[],
-        )
-        .await
-        .expect("could not read pg_net's queue")
-        .iter()
-        .map(|row| Queued {
-            url: row.get(0),
-            timeout_ms: row.get(1),
-            headers: row
-                .get::<_, Vec<String>>(2)
-                .into_iter()
-                .map(|h| {
-                    let (name, value) = h.split_once(": ").expect("key: value");
-                    (name.to_owned(), value.to_owned())
-                })
-                .collect(),
-            body: row.get(3),
-        })
-        .collect()
+        &[],
+    )
+    .await
+    .expect("could not read pg_net's queue")
+    .iter()
+    .map(|row| Queued {
+        url: row.get(0),
+        timeout_ms: row.get(1),
+        headers: row
+            .get::<_, Vec<String>>(2)
+            .into_iter()
+            .map(|h| {
+                let (name, value) = h.split_once(": ").expect("key: value");
+                (name.to_owned(), value.to_owned())
+            })
+            .collect(),
+        body: row.get(3),
+    })
+    .collect()
 }
 
 fn render_sql(schema: &str, table: &str, url: &str, secret: Option<&str>) -> String {
@@ -193,8 +193,8 @@ fn render_sql(schema: &str, table: &str, url: &str, secret: Option<&str>) -> Str
         .unwrap_or_else(|e| panic!("supabase-vault.sql does not render: {e}"))
 }
 
-async fn message(client: &Client, sql: &str) -> String {
-    let error = client
+async fn message(db: &Client, sql: &str) -> String {
+    let error = db
         .batch_execute(sql)
         .await
         .expect_err("the script was expected to stop");
@@ -202,7 +202,7 @@ async fn message(client: &Client, sql: &str) -> String {
         .as_db_error()
         .map(|e| e.message().to_owned())
         .unwrap_or_else(|| error.to_string());
-    client.batch_execute("rollback").await.expect("rollback");
+    db.batch_execute("rollback").await.expect("rollback");
     text
 }
 
@@ -251,50 +251,44 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
         app.shutdown().await;
         return;
     };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    create_table(&db, "public", "feedbacks").await;
     let sql = render_sql("public", "feedbacks", &url, Some(&secret));
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql)
         .await
         .expect("supabase-vault.sql failed");
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql)
         .await
         .expect("supabase-vault.sql failed when run a second time");
-    assert_eq!(rowbranch_triggers(client, "public", "feedbacks").await, 1);
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 1);
 
     // A role that may insert and may read nothing of Vault: its row is signed all the same.
-    client
-        .batch_execute(&format!(
-            "create role {r} nologin;
+    db.batch_execute(&format!(
+        "create role {r} nologin;
              grant usage on schema public to {r};
              grant insert on public.feedbacks to {r};",
-            r = ident(&role)
-        ))
-        .await
-        .expect("could not create the inserting role");
-    client
-        .batch_execute(&format!("set role {}", ident(&role)))
+        r = ident(&role)
+    ))
+    .await
+    .expect("could not create the inserting role");
+    db.batch_execute(&format!("set role {}", ident(&role)))
         .await
         .unwrap();
-    let denied = client
+    let denied = db
         .query("select decrypted_secret from vault.decrypted_secrets", &[])
         .await;
     assert!(denied.is_err(), "the inserting role read Vault");
-    let called = client.query("select rowbranch.signed_webhook()", &[]).await;
+    let called = db.query("select rowbranch.signed_webhook()", &[]).await;
     assert!(called.is_err(), "the trigger function was called directly");
-    insert_row(client, "public", "feedbacks", 7, text).await;
-    client.batch_execute("reset role").await.unwrap();
-    client
-        .batch_execute(&format!(
-            "drop owned by {r}; drop role {r};",
-            r = ident(&role)
-        ))
-        .await
-        .expect("could not drop the inserting role");
+    insert_row(&db, "public", "feedbacks", 7, text).await;
+    db.batch_execute("reset role").await.unwrap();
+    db.batch_execute(&format!(
+        "drop owned by {r}; drop role {r};",
+        r = ident(&role)
+    ))
+    .await
+    .expect("could not drop the inserting role");
 
-    let requests = queued(client).await;
+    let requests = queued(&db).await;
     assert_eq!(requests.len(), 1, "one INSERT, one request: {requests:#?}");
     expect_signed(&requests[0], &url, &secret);
     let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
@@ -337,11 +331,8 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
 
 #[tokio::test]
 async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secret_in_the_clear() {
-    let Some(db) = with_stand_in(STAND_IN).await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    let db = or_skip!(with_stand_in(STAND_IN).await);
+    create_table(&db, "public", "feedbacks").await;
     let url = "https://hooks.example.com";
     let (first, second) = (random_whsec(), random_whsec());
     let sql = render_sql("public", "feedbacks", url, Some(&first));
@@ -350,13 +341,12 @@ async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secre
         2,
         "only in the two Vault statements"
     );
-    client.batch_execute(&sql).await.expect("the first run");
-    client
-        .batch_execute(&render_sql("public", "feedbacks", url, Some(&second)))
+    db.batch_execute(&sql).await.expect("the first run");
+    db.batch_execute(&render_sql("public", "feedbacks", url, Some(&second)))
         .await
         .expect("the second run");
 
-    let stored = client
+    let stored = db
         .query(
             "select decrypted_secret from vault.decrypted_secrets
              where name = 'rowbranch_webhook_secret'",
@@ -368,7 +358,7 @@ async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secre
     assert_eq!(stored[0].get::<_, String>(0), second);
 
     // Neither secret is in the function, the trigger or the catalogs' text.
-    let definitions: String = client
+    let definitions: String = db
         .query_one(
             "select pg_get_functiondef('rowbranch.signed_webhook()'::regprocedure)
                  || (select string_agg(pg_get_triggerdef(oid), ' ')
@@ -387,35 +377,32 @@ async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secre
         assert!(!definitions.contains(secret.trim_start_matches("whsec_")));
     }
 
-    insert_row(client, "public", "feedbacks", 1, "Hi").await;
-    let requests = queued(client).await;
+    insert_row(&db, "public", "feedbacks", 1, "Hi").await;
+    let requests = queued(&db).await;
     assert_eq!(requests.len(), 1);
     expect_signed(&requests[0], url, &second);
 }
 
 #[tokio::test]
 async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_installed() {
-    let Some(db) = with_stand_in(STAND_IN).await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    let db = or_skip!(with_stand_in(STAND_IN).await);
+    create_table(&db, "public", "feedbacks").await;
     let url = "https://hooks.example.com";
     let without = render_sql("public", "feedbacks", url, None);
     assert!(without.contains(PLACEHOLDER));
-    let refused = message(client, &without).await;
+    let refused = message(&db, &without).await;
     assert!(refused.contains("placeholder"), "{refused}");
 
     let plain = render_sql("public", "feedbacks", url, Some(&"x".repeat(40)));
-    let refused = message(client, &plain).await;
+    let refused = message(&db, &plain).await;
     assert!(refused.contains("whsec_"), "{refused}");
 
     let not_base64 = render_sql("public", "feedbacks", url, Some("whsec_not base64 at all!"));
-    let refused = message(client, &not_base64).await;
+    let refused = message(&db, &not_base64).await;
     assert!(refused.contains("not base64"), "{refused}");
 
-    assert_eq!(rowbranch_triggers(client, "public", "feedbacks").await, 0);
-    let secrets: i64 = client
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 0);
+    let secrets: i64 = db
         .query_one("select count(*) from vault.secrets", &[])
         .await
         .unwrap()
@@ -424,28 +411,24 @@ async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_i
 
     // What the user does: the secret in the placeholder's place.
     let secret = random_whsec();
-    client
-        .batch_execute(&without.replace(PLACEHOLDER, &secret))
+    db.batch_execute(&without.replace(PLACEHOLDER, &secret))
         .await
         .expect("supabase-vault.sql failed once the placeholder was replaced");
-    insert_row(client, "public", "feedbacks", 2, "Hi").await;
-    expect_signed(&queued(client).await[0], url, &secret);
+    insert_row(&db, "public", "feedbacks", 2, "Hi").await;
+    expect_signed(&queued(&db).await[0], url, &secret);
 }
 
 #[tokio::test]
 async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
-    let Some(db) = with_stand_in(&stand_in_without_pg_net()).await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    let db = or_skip!(with_stand_in(&stand_in_without_pg_net()).await);
+    create_table(&db, "public", "feedbacks").await;
     let sql = render_sql(
         "public",
         "feedbacks",
         "https://h.example",
         Some(&random_whsec()),
     );
-    let refused = message(client, &sql).await;
+    let refused = message(&db, &sql).await;
     assert!(
         refused.contains("Integrations → Database Webhooks → Enable"),
         "{refused}"
@@ -454,31 +437,23 @@ async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
 
 #[tokio::test]
 async fn a_secret_gone_from_vault_never_fails_an_insert() {
-    let Some(db) = with_stand_in(STAND_IN).await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "public", "feedbacks").await;
+    let db = or_skip!(with_stand_in(STAND_IN).await);
+    create_table(&db, "public", "feedbacks").await;
     let sql = render_sql(
         "public",
         "feedbacks",
         "https://h.example",
         Some(&random_whsec()),
     );
-    client
-        .batch_execute(&sql)
+    db.batch_execute(&sql)
         .await
         .expect("supabase-vault.sql failed");
-    client
-        .batch_execute("delete from vault.secrets where name = 'rowbranch_webhook_secret'")
+    db.batch_execute("delete from vault.secrets where name = 'rowbranch_webhook_secret'")
         .await
         .unwrap();
-    insert_row(client, "public", "feedbacks", 3, "Still saved").await;
-    assert!(
-        queued(client).await.is_empty(),
-        "nothing unsigned is queued"
-    );
-    let saved: i64 = client
+    insert_row(&db, "public", "feedbacks", 3, "Still saved").await;
+    assert!(queued(&db).await.is_empty(), "nothing unsigned is queued");
+    let saved: i64 = db
         .query_one("select count(*) from public.feedbacks", &[])
         .await
         .unwrap()
@@ -488,35 +463,30 @@ async fn a_secret_gone_from_vault_never_fails_an_insert() {
 
 #[tokio::test]
 async fn names_and_urls_that_need_quoting_work_as_spelled() {
-    let Some(db) = with_stand_in(STAND_IN).await else {
-        return;
-    };
-    let client = &db.client;
-    create_table(client, "app", "sentinel").await;
+    let db = or_skip!(with_stand_in(STAND_IN).await);
+    create_table(&db, "app", "sentinel").await;
     let secret = random_whsec();
     let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
     let (schema, table) = ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y");
-    create_table(client, schema, table).await;
+    create_table(&db, schema, table).await;
     let sql = render_sql(schema, table, url, Some(&secret));
     for conforming in ["off", "on"] {
-        client
-            .batch_execute(&format!("set standard_conforming_strings = {conforming}"))
+        db.batch_execute(&format!("set standard_conforming_strings = {conforming}"))
             .await
             .unwrap();
-        client
-            .batch_execute(&sql)
+        db.batch_execute(&sql)
             .await
             .unwrap_or_else(|e| panic!("standard_conforming_strings {conforming}: {e}"));
     }
-    assert_eq!(rowbranch_triggers(client, schema, table).await, 1);
-    insert_row(client, schema, table, 9, "Hello").await;
-    let requests = queued(client).await;
+    assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
+    insert_row(&db, schema, table, 9, "Hello").await;
+    let requests = queued(&db).await;
     assert_eq!(requests.len(), 1);
     expect_signed(&requests[0], url, &secret);
     let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
     assert_eq!(body["schema"], schema);
     assert_eq!(body["table"], table);
-    assert!(table_exists(client, "app", "sentinel").await);
+    assert!(table_exists(&db, "app", "sentinel").await);
 }
 
 #[test]

@@ -7,8 +7,10 @@
 //! under `CI=true`, where it fails.
 
 use std::future::Future;
+use std::ops::Deref;
 use std::str::FromStr;
 
+use tokio_postgres::types::FromSqlOwned;
 use tokio_postgres::{Client, Config, NoTls};
 
 use super::random::random_hex;
@@ -110,6 +112,24 @@ pub fn db_message(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// The one value `sql` selects, which must succeed.
+pub async fn scalar<T: FromSqlOwned>(client: &Client, sql: &str) -> T {
+    client
+        .query_one(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
+        .get(0)
+}
+
+/// The first column of every row `sql` selects, which must succeed.
+pub async fn column<T: FromSqlOwned>(client: &Client, sql: &str) -> Vec<T> {
+    let rows = client
+        .query(sql, &[])
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)));
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
 /// Runs `sql`, which must succeed.
 pub async fn execute(client: &Client, sql: &str) {
     client
@@ -179,6 +199,15 @@ impl TestDb {
     }
 }
 
+/// The database's client, as a pooled connection derefs to its connection.
+impl Deref for TestDb {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
 impl Drop for TestDb {
     fn drop(&mut self) {
         let (admin, name, roles) = (self.admin.clone(), self.name.clone(), self.role(""));
@@ -240,6 +269,14 @@ impl TestSchema {
     /// Runs `sql`, which must succeed.
     pub async fn execute(&self, sql: &str) {
         execute(&self.client, sql).await;
+    }
+}
+
+impl Deref for TestSchema {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
     }
 }
 

@@ -14,3 +14,15 @@ pub mod random;
 pub mod setup;
 pub mod tools;
 pub mod wait;
+
+/// The value in `Some`, or else the end of the test: `None` means the test is skipped, and what
+/// returned it has said why (or, under `CI=true`, failed instead).
+macro_rules! or_skip {
+    ($option:expr) => {
+        match $option {
+            Some(value) => value,
+            None => return,
+        }
+    };
+}
+pub(crate) use or_skip;
