@@ -16,11 +16,11 @@ use serde_json::{json, Value};
 use tokio_postgres::Client;
 
 use crate::support::app::{spawn_app, Options};
-use crate::support::db::{Template, TestDb};
+use crate::support::db::{rows, Template, TestDb};
 use crate::support::or_skip;
 use crate::support::random::random_secret;
 use crate::support::setup::{
-    create_table, insert_row, table_exists, webhook_context as context,
+    apply_both_ways, create_table, insert_row, refusal, table_exists, webhook_context as context,
     webhook_triggers as rowbranch_triggers,
 };
 
@@ -92,25 +92,23 @@ fn render_sql(ctx: &SetupContext) -> String {
     render("supabase.sql", ctx).unwrap_or_else(|e| panic!("supabase.sql does not render: {e}"))
 }
 
+/// Every call recorded so far, oldest first.
 async fn calls(db: &Client) -> Vec<Call> {
-    db.query(
-        "select args, url, method, headers, params, timeout_ms, payload
-             from supabase_functions.calls order by n",
-        &[],
-    )
-    .await
-    .expect("could not read the recorded calls")
-    .iter()
-    .map(|row| Call {
-        args: row.get(0),
-        url: row.get(1),
-        method: row.get(2),
-        headers: row.get(3),
-        params: row.get(4),
-        timeout_ms: row.get(5),
-        payload: row.get(6),
-    })
-    .collect()
+    let sql = "select args, url, method, headers, params, timeout_ms, payload
+               from supabase_functions.calls order by n";
+    rows(db, sql)
+        .await
+        .iter()
+        .map(|row| Call {
+            args: row.get(0),
+            url: row.get(1),
+            method: row.get(2),
+            headers: row.get(3),
+            params: row.get(4),
+            timeout_ms: row.get(5),
+            payload: row.get(6),
+        })
+        .collect()
 }
 
 /// The one call an insert recorded, checked against what the trigger must send.
@@ -219,19 +217,7 @@ async fn a_quote_or_backslash_in_the_url_or_secret_stays_inside_its_literal() {
     let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
     let sql = render_sql(&context(schema, table, url, Some(&secret)));
 
-    // E'' literals read the same whichever way standard_conforming_strings is set.
-    db.batch_execute("set standard_conforming_strings = off")
-        .await
-        .expect("could not turn standard_conforming_strings off");
-    db.batch_execute(&sql)
-        .await
-        .expect("supabase.sql failed with standard_conforming_strings off");
-    db.batch_execute("set standard_conforming_strings = on")
-        .await
-        .expect("could not turn standard_conforming_strings on");
-    db.batch_execute(&sql)
-        .await
-        .expect("supabase.sql failed with standard_conforming_strings on");
+    apply_both_ways(&db, &sql).await;
 
     insert_row(&db, schema, table, 1, "Hi").await;
     expect_one_call(&calls(&db).await, url, &secret);
@@ -247,17 +233,9 @@ async fn without_a_secret_the_placeholder_is_refused_until_replaced() {
     let sql = render_sql(&context(schema, table, url, None));
     assert!(sql.contains(PLACEHOLDER), "{sql}");
 
-    let error = db
-        .batch_execute(&sql)
-        .await
-        .expect_err("a trigger sending the placeholder was installed");
-    let message = error
-        .as_db_error()
-        .map(|e| e.message().to_owned())
-        .unwrap_or_else(|| error.to_string());
+    // A trigger sending the placeholder is not installed.
+    let message = refusal(&db, &sql).await;
     assert!(message.contains("placeholder"), "{message}");
-    // A script sent in one piece stops at the error, inside its transaction.
-    db.batch_execute("rollback").await.expect("rollback");
     assert_eq!(rowbranch_triggers(&db, schema, table).await, 0);
 
     // What the user does: put the secret in its place, everywhere it appears.

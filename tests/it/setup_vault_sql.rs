@@ -18,11 +18,11 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use crate::support::app::{spawn_app, Options};
-use crate::support::db::{ident, Template, TestDb};
+use crate::support::db::{ident, rows, Template, TestDb};
 use crate::support::or_skip;
 use crate::support::random::{random_hex, random_whsec};
 use crate::support::setup::{
-    create_table, insert_row, table_exists, webhook_context as context,
+    apply_both_ways, create_table, insert_row, refusal, table_exists, webhook_context as context,
     webhook_triggers as rowbranch_triggers,
 };
 
@@ -129,10 +129,11 @@ create schema extensions;
 create extension pgcrypto with schema extensions;
 "#;
 
-/// A database of the test's own with `stand_in` in it.
-async fn with_stand_in(stand_in: &str) -> Option<TestDb> {
+/// A database of the test's own with `stand_in` in it, and a table `public.feedbacks`.
+async fn with_feedbacks(stand_in: &str) -> Option<TestDb> {
     let db = TestDb::create(Template::Plain).await?;
     db.execute(stand_in).await;
+    create_table(&db, "public", "feedbacks").await;
     Some(db)
 }
 
@@ -162,48 +163,35 @@ impl Queued {
 }
 
 async fn queued(db: &Client) -> Vec<Queued> {
-    db.query(
-        "select q.url, q.timeout_milliseconds,
-                    array(select key || ': ' || value from jsonb_each_text(q.headers)),
-                    q.body
-             from net.http_request_queue q order by q.id",
-        &[],
-    )
-    .await
-    .expect("could not read pg_net's queue")
-    .iter()
-    .map(|row| Queued {
-        url: row.get(0),
-        timeout_ms: row.get(1),
-        headers: row
-            .get::<_, Vec<String>>(2)
-            .into_iter()
-            .map(|h| {
-                let (name, value) = h.split_once(": ").expect("key: value");
-                (name.to_owned(), value.to_owned())
-            })
-            .collect(),
-        body: row.get(3),
-    })
-    .collect()
+    let sql = "select q.url, q.timeout_milliseconds,
+                      array(select key || ': ' || value from jsonb_each_text(q.headers)),
+                      q.body
+               from net.http_request_queue q order by q.id";
+    let mut requests = Vec::new();
+    for row in rows(db, sql).await {
+        let headers: Vec<String> = row.get(2);
+        let headers = headers.iter().map(|h| {
+            let (name, value) = h.split_once(": ").expect("key: value");
+            (name.to_owned(), value.to_owned())
+        });
+        requests.push(Queued {
+            url: row.get(0),
+            timeout_ms: row.get(1),
+            headers: headers.collect(),
+            body: row.get(3),
+        });
+    }
+    requests
+}
+
+/// supabase-vault.sql for `public.feedbacks`.
+fn feedbacks_sql(url: &str, secret: Option<&str>) -> String {
+    render_sql("public", "feedbacks", url, secret)
 }
 
 fn render_sql(schema: &str, table: &str, url: &str, secret: Option<&str>) -> String {
     render("supabase-vault.sql", &context(schema, table, url, secret))
         .unwrap_or_else(|e| panic!("supabase-vault.sql does not render: {e}"))
-}
-
-async fn message(db: &Client, sql: &str) -> String {
-    let error = db
-        .batch_execute(sql)
-        .await
-        .expect_err("the script was expected to stop");
-    let text = error
-        .as_db_error()
-        .map(|e| e.message().to_owned())
-        .unwrap_or_else(|| error.to_string());
-    db.batch_execute("rollback").await.expect("rollback");
-    text
 }
 
 fn now_secs() -> i64 {
@@ -247,12 +235,11 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
     let url = app.url.clone();
     let text = "Add \"dark\" mode\\ to <b>everything</b>\nété 日本語 🎉 & more";
     let role = format!("rowbranch_inserter_{}", random_hex(4));
-    let Some(db) = with_stand_in(STAND_IN).await else {
+    let Some(db) = with_feedbacks(STAND_IN).await else {
         app.shutdown().await;
         return;
     };
-    create_table(&db, "public", "feedbacks").await;
-    let sql = render_sql("public", "feedbacks", &url, Some(&secret));
+    let sql = feedbacks_sql(&url, Some(&secret));
     db.batch_execute(&sql)
         .await
         .expect("supabase-vault.sql failed");
@@ -331,18 +318,17 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
 
 #[tokio::test]
 async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secret_in_the_clear() {
-    let db = or_skip!(with_stand_in(STAND_IN).await);
-    create_table(&db, "public", "feedbacks").await;
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
     let url = "https://hooks.example.com";
     let (first, second) = (random_whsec(), random_whsec());
-    let sql = render_sql("public", "feedbacks", url, Some(&first));
+    let sql = feedbacks_sql(url, Some(&first));
     assert_eq!(
         sql.matches(&first).count(),
         2,
         "only in the two Vault statements"
     );
     db.batch_execute(&sql).await.expect("the first run");
-    db.batch_execute(&render_sql("public", "feedbacks", url, Some(&second)))
+    db.batch_execute(&feedbacks_sql(url, Some(&second)))
         .await
         .expect("the second run");
 
@@ -385,20 +371,19 @@ async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secre
 
 #[tokio::test]
 async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_installed() {
-    let db = or_skip!(with_stand_in(STAND_IN).await);
-    create_table(&db, "public", "feedbacks").await;
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
     let url = "https://hooks.example.com";
-    let without = render_sql("public", "feedbacks", url, None);
+    let without = feedbacks_sql(url, None);
     assert!(without.contains(PLACEHOLDER));
-    let refused = message(&db, &without).await;
+    let refused = refusal(&db, &without).await;
     assert!(refused.contains("placeholder"), "{refused}");
 
-    let plain = render_sql("public", "feedbacks", url, Some(&"x".repeat(40)));
-    let refused = message(&db, &plain).await;
+    let plain = feedbacks_sql(url, Some(&"x".repeat(40)));
+    let refused = refusal(&db, &plain).await;
     assert!(refused.contains("whsec_"), "{refused}");
 
-    let not_base64 = render_sql("public", "feedbacks", url, Some("whsec_not base64 at all!"));
-    let refused = message(&db, &not_base64).await;
+    let not_base64 = feedbacks_sql(url, Some("whsec_not base64 at all!"));
+    let refused = refusal(&db, &not_base64).await;
     assert!(refused.contains("not base64"), "{refused}");
 
     assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 0);
@@ -420,15 +405,9 @@ async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_i
 
 #[tokio::test]
 async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
-    let db = or_skip!(with_stand_in(&stand_in_without_pg_net()).await);
-    create_table(&db, "public", "feedbacks").await;
-    let sql = render_sql(
-        "public",
-        "feedbacks",
-        "https://h.example",
-        Some(&random_whsec()),
-    );
-    let refused = message(&db, &sql).await;
+    let db = or_skip!(with_feedbacks(&stand_in_without_pg_net()).await);
+    let sql = feedbacks_sql("https://h.example", Some(&random_whsec()));
+    let refused = refusal(&db, &sql).await;
     assert!(
         refused.contains("Integrations → Database Webhooks → Enable"),
         "{refused}"
@@ -437,14 +416,8 @@ async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
 
 #[tokio::test]
 async fn a_secret_gone_from_vault_never_fails_an_insert() {
-    let db = or_skip!(with_stand_in(STAND_IN).await);
-    create_table(&db, "public", "feedbacks").await;
-    let sql = render_sql(
-        "public",
-        "feedbacks",
-        "https://h.example",
-        Some(&random_whsec()),
-    );
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
+    let sql = feedbacks_sql("https://h.example", Some(&random_whsec()));
     db.batch_execute(&sql)
         .await
         .expect("supabase-vault.sql failed");
@@ -463,21 +436,14 @@ async fn a_secret_gone_from_vault_never_fails_an_insert() {
 
 #[tokio::test]
 async fn names_and_urls_that_need_quoting_work_as_spelled() {
-    let db = or_skip!(with_stand_in(STAND_IN).await);
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
     create_table(&db, "app", "sentinel").await;
     let secret = random_whsec();
     let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
     let (schema, table) = ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y");
     create_table(&db, schema, table).await;
     let sql = render_sql(schema, table, url, Some(&secret));
-    for conforming in ["off", "on"] {
-        db.batch_execute(&format!("set standard_conforming_strings = {conforming}"))
-            .await
-            .unwrap();
-        db.batch_execute(&sql)
-            .await
-            .unwrap_or_else(|e| panic!("standard_conforming_strings {conforming}: {e}"));
-    }
+    apply_both_ways(&db, &sql).await;
     assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
     insert_row(&db, schema, table, 9, "Hello").await;
     let requests = queued(&db).await;

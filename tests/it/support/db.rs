@@ -11,7 +11,7 @@ use std::ops::Deref;
 use std::str::FromStr;
 
 use tokio_postgres::types::FromSqlOwned;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::{Client, Config, NoTls, Row};
 
 use super::random::random_hex;
 
@@ -121,13 +121,21 @@ pub async fn scalar<T: FromSqlOwned>(client: &Client, sql: &str) -> T {
         .get(0)
 }
 
-/// The first column of every row `sql` selects, which must succeed.
-pub async fn column<T: FromSqlOwned>(client: &Client, sql: &str) -> Vec<T> {
-    let rows = client
+/// Every row `sql` selects, which must succeed.
+pub async fn rows(client: &Client, sql: &str) -> Vec<Row> {
+    client
         .query(sql, &[])
         .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)));
-    rows.iter().map(|row| row.get(0)).collect()
+        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
+}
+
+/// The first column of every row `sql` selects, which must succeed.
+pub async fn column<T: FromSqlOwned>(client: &Client, sql: &str) -> Vec<T> {
+    rows(client, sql)
+        .await
+        .iter()
+        .map(|row| row.get(0))
+        .collect()
 }
 
 /// Runs `sql`, which must succeed.
@@ -269,14 +277,6 @@ impl TestSchema {
     /// Runs `sql`, which must succeed.
     pub async fn execute(&self, sql: &str) {
         execute(&self.client, sql).await;
-    }
-}
-
-impl Deref for TestSchema {
-    type Target = Client;
-
-    fn deref(&self) -> &Client {
-        &self.client
     }
 }
 

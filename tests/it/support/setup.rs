@@ -48,6 +48,20 @@ pub async fn try_apply(client: &Client, ctx: &SetupContext) -> Result<(), String
     }
 }
 
+/// Runs a script that must stop with an error, and rolls its transaction back (a script sent in
+/// one piece stops at the error, inside it); the database's message.
+pub async fn refusal(client: &Client, sql: &str) -> String {
+    let error = client
+        .batch_execute(sql)
+        .await
+        .expect_err("the script was expected to stop");
+    client.batch_execute("rollback").await.expect("rollback");
+    match error.as_db_error() {
+        Some(db) => db.message().to_owned(),
+        None => error.to_string(),
+    }
+}
+
 /// Runs `supabase-queue.sql`, which must succeed.
 pub async fn apply(client: &Client, ctx: &SetupContext) {
     if let Err(message) = try_apply(client, ctx).await {
@@ -55,6 +69,22 @@ pub async fn apply(client: &Client, ctx: &SetupContext) {
             "supabase-queue.sql failed for {:?}.{:?} → {:?}: {message}",
             ctx.schema, ctx.table, ctx.queue
         );
+    }
+}
+
+/// Runs a rendered file with `standard_conforming_strings` off, then on: its `E''` literals must
+/// read the same either way.
+pub async fn apply_both_ways(client: &Client, sql: &str) {
+    for conforming in ["off", "on"] {
+        let setting = format!("set standard_conforming_strings = {conforming}");
+        client
+            .batch_execute(&setting)
+            .await
+            .unwrap_or_else(|e| panic!("{setting}: {e}"));
+        client
+            .batch_execute(sql)
+            .await
+            .unwrap_or_else(|e| panic!("with standard_conforming_strings {conforming}: {e}"));
     }
 }
 
