@@ -188,9 +188,9 @@ async fn serve_dispatches_a_row_once_and_stops_cleanly_on_sigterm() {
     create_repository(&repo).await.unwrap();
     let secret = random_secret();
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut command = rowbranch(dir.path());
-    command.env("ROWBRANCH_WEBHOOK_SECRET", &secret);
-    let server = child::serve_until_healthy(command, &addr).await;
+    let mut serve = rowbranch(dir.path());
+    serve.arg("serve").env("ROWBRANCH_WEBHOOK_SECRET", &secret);
+    let server = child::serve_until_healthy(&mut serve, &addr).await;
 
     let client = reqwest::Client::new();
     let url = format!("http://{addr}");

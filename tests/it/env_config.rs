@@ -144,7 +144,8 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
         ),
         ("GITHUB_API_URL", fake.url()),
     ]);
-    let server = child::serve_until_healthy(rowbranch(dir.path(), &vars), &addr).await;
+    let mut serve = rowbranch(dir.path(), &vars);
+    let server = child::serve_until_healthy(serve.arg("serve"), &addr).await;
     let client = reqwest::Client::new();
     let url = format!("http://{addr}");
     let answer = post_webhook(&client, &url, &secret, &wish(41, "Export to CSV")).await;

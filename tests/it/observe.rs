@@ -173,8 +173,7 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
         served.log().contains("run ended").then_some(())
     })
     .await;
-    served.signal(rustix::process::Signal::TERM);
-    assert_eq!(served.exit_code(Duration::from_secs(30)).await, Some(0));
+    served.stops_cleanly(Duration::from_secs(30)).await;
     let log = served.log();
     let lines: Vec<Value> = log
         .lines()

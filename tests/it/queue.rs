@@ -231,6 +231,11 @@ async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {
     .await
 }
 
+/// `serve` on the repository in `dir`, reading `db`'s queue with `pgmq`'s lines besides.
+async fn serve_reading(dir: &Arc<TempDir>, db: &QueueDb, pgmq: &str) -> Served {
+    start(dir, db, &local_config(db, "repo.git", "", pgmq)).await
+}
+
 /// `serve` with `config`, whose forge is the fake GitHub, reading `db`'s queue.
 async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
     child::serve_on_fake(
@@ -243,13 +248,7 @@ async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
 
 /// Stops `served` with SIGTERM and checks it exits 0.
 async fn stop(mut served: Served) {
-    served.signal(Signal::TERM);
-    assert_eq!(
-        served.exit_code(Duration::from_secs(20)).await,
-        Some(0),
-        "{}",
-        served.log()
-    );
+    served.stops_cleanly(Duration::from_secs(20)).await;
 }
 
 /// Waits until every row of `ids` has a dispatch line and the queue is empty; on a timeout,
@@ -500,12 +499,7 @@ async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still
     assert_eq!(db.depth().await, 2, "two committed rows, two messages");
 
     let dir = dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
-    )
-    .await;
+    let served = serve_reading(&dir, &db, "visibility_timeout_s = 60").await;
     let seen = all_dispatched(&db, &served, &all_ids(2..=3), Duration::from_secs(30)).await;
     assert!(
         !seen.contains_key("1"),
@@ -749,13 +743,7 @@ async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_a
         (fake.dispatches(REPO).len() == 1 && held == 4).then_some(())
     })
     .await;
-    served.signal(Signal::TERM);
-    assert_eq!(
-        served.exit_code(Duration::from_secs(30)).await,
-        Some(0),
-        "{}",
-        served.log()
-    );
+    served.stops_cleanly(Duration::from_secs(30)).await;
     let left: Vec<(i32, bool)> = db
         .client
         .query(
@@ -944,12 +932,7 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         .await
         .unwrap();
     let dir = dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
-    )
-    .await;
+    let served = serve_reading(&dir, &db, "visibility_timeout_s = 60").await;
     let log = served.dispatch_log();
     all_dispatched(&db, &served, &all_ids(1..=1), Duration::from_secs(30)).await;
     let line = std::fs::read_to_string(&log).unwrap();
@@ -994,12 +977,7 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
         .await
         .unwrap();
     let dir = dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "archive_retention = \"7d\""),
-    )
-    .await;
+    let served = serve_reading(&dir, &db, "archive_retention = \"7d\"").await;
     eventually_within(
         "the old archived messages deleted",
         Duration::from_secs(30),

@@ -56,11 +56,10 @@ pub async fn run(command: &mut Command) -> Output {
         .expect("could not run rowbranch")
 }
 
-/// `rowbranch serve` in `dir` listening on `addr`, with `command`'s environment, once it answers
-/// `/healthz`; its log is piped, for [`terminate`].
-pub async fn serve_until_healthy(mut command: Command, addr: &str) -> Child {
+/// `command` (a [`rowbranch`] `serve`) started listening on `addr`, once it answers `/healthz`;
+/// its log is piped, for [`terminate`].
+pub async fn serve_until_healthy(command: &mut Command, addr: &str) -> Child {
     let server = command
-        .arg("serve")
         .env("ROWBRANCH_LISTEN", addr)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -249,6 +248,13 @@ impl Served {
         let pid = rustix::process::Pid::from_raw(self.pid()).expect("a pid");
         rustix::process::kill_process_group(pid, signal)
             .expect("could not signal the child's process group");
+    }
+
+    /// Sends SIGTERM and checks the process exits 0 within `within`.
+    pub async fn stops_cleanly(&mut self, within: Duration) {
+        self.signal(rustix::process::Signal::TERM);
+        let code = self.exit_code(within).await;
+        assert_eq!(code, Some(0), "{}", self.log());
     }
 
     /// Waits for the process to exit, for at most `within`; its exit code.
