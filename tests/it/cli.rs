@@ -1,6 +1,8 @@
 //! The binary as a user runs it: exit codes, messages, `serve` end to end, `preview`, `demo`.
 
+use std::ffi::OsStr;
 use std::path::Path;
+use std::process::Output;
 
 use rowbranch::forge::local::create_repository;
 use serde_json::json;
@@ -39,6 +41,13 @@ fn rowbranch(dir: &Path) -> Command {
     let mut command = child::rowbranch(dir);
     command.env("TMPDIR", dir);
     command
+}
+
+/// `serve` with `args` and a webhook secret, run to its end: what it printed.
+async fn serve_with_a_secret(dir: &Path, args: &[&OsStr]) -> Output {
+    let mut serve = rowbranch(dir);
+    serve.arg("serve").args(args);
+    run(serve.env("ROWBRANCH_WEBHOOK_SECRET", random_secret())).await
 }
 
 #[tokio::test]
@@ -114,11 +123,7 @@ async fn serve_help_lists_every_environment_variable_the_config_reads() {
 async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     let dir = TempDir::new().unwrap();
     let missing = dir.path().join("nowhere.toml");
-    let out = run(rowbranch(dir.path())
-        .args(["serve", "--config"])
-        .arg(&missing)
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &["--config".as_ref(), missing.as_os_str()]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&*missing.to_string_lossy()),
@@ -132,10 +137,7 @@ async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     );
 
     // The default is ./rowbranch.toml.
-    let out = run(rowbranch(dir.path())
-        .arg("serve")
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &[]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("rowbranch.toml"), "{}", stderr(&out));
 }
@@ -147,11 +149,7 @@ async fn an_unknown_key_in_the_config_exits_two_naming_the_key_and_the_file() {
     let text = local_config("message")
         .replace("[[routes]]\n", "[[routes]]\nbranch_prefx = \"feedback\"\n");
     std::fs::write(&path, text).unwrap();
-    let out = run(rowbranch(dir.path())
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &["--config".as_ref(), path.as_os_str()]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("branch_prefx"), "{err}");

@@ -2,10 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
-use crate::support::http::{delivery, insert, send_whole, Reply};
 use futures_util::future::join_all;
 use serde_json::json;
+use tokio::net::TcpStream;
+
+use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
+use crate::support::http::{delivery, insert, send_whole, Reply};
 
 /// Sends `copies` identical deliveries of row 42 to each app at once; returns every answer.
 async fn burst(apps: &[&TestApp], copies: usize) -> Vec<Reply> {
@@ -33,6 +35,15 @@ fn tally(replies: &[Reply]) -> BTreeMap<String, usize> {
         *tally.entry(key).or_default() += 1;
     }
     tally
+}
+
+/// An app whose dispatches wait at the gate, and a connection that has sent it row 42 whole
+/// and not read the answer.
+async fn sent_to_a_gated_app() -> (TestApp, TcpStream) {
+    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
+    let request = delivery(&app.secret, json!(42), "Add dark mode!");
+    let stream = send_whole(app.addr, &request).await;
+    (app, stream)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,9 +75,7 @@ async fn fifty_copies_across_two_processes_sharing_a_repository_dispatch_exactly
 
 #[tokio::test]
 async fn a_client_that_disconnects_does_not_cancel_the_work() {
-    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let request = delivery(&app.secret, json!(42), "Add dark mode!");
-    let stream = send_whole(app.addr, &request).await;
+    let (app, stream) = sent_to_a_gated_app().await;
     // Gone before any answer.
     drop(stream);
 
@@ -85,9 +94,7 @@ async fn a_client_that_disconnects_does_not_cancel_the_work() {
 
 #[tokio::test]
 async fn a_client_that_disconnects_while_the_dispatch_runs_does_not_cancel_it() {
-    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let request = delivery(&app.secret, json!(42), "Add dark mode!");
-    let stream = send_whole(app.addr, &request).await;
+    let (app, stream) = sent_to_a_gated_app().await;
     // The claim is made and the dispatch is held: the client leaves mid-run.
     app.wait_for_branches(1).await;
     drop(stream);

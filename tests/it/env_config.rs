@@ -87,12 +87,9 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
     let client = reqwest::Client::new();
 
     let first = post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please")).await;
-    first.expect(200, "dispatched");
-    assert_eq!(
-        first.body["branch"], "wish/7-dark-mode-please",
-        "{}",
-        first.text
-    );
+    first
+        .expect(200, "dispatched")
+        .expect_branch("wish/7-dark-mode-please");
     assert_eq!(first.body["repo"], "acme/app");
     post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please"))
         .await
@@ -149,12 +146,9 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
     let client = reqwest::Client::new();
     let url = format!("http://{addr}");
     let answer = post_webhook(&client, &url, &secret, &wish(41, "Export to CSV")).await;
-    answer.expect(200, "dispatched");
-    assert_eq!(
-        answer.body["branch"], "wish/41-export-to-csv",
-        "{}",
-        answer.text
-    );
+    answer
+        .expect(200, "dispatched")
+        .expect_branch("wish/41-export-to-csv");
     post_webhook(&client, &url, &secret, &wish(41, "Export to CSV"))
         .await
         .expect_duplicate("branch_exists");

@@ -160,8 +160,9 @@ async fn the_health_probe_answers_ok() {
 #[tokio::test]
 async fn metrics_count_the_answers_by_status_outcome_and_reason() {
     let app = spawn_app(Options::default()).await;
-    app.dispatched(json!(1), "One").await;
-    app.dispatched(json!(2), "Two").await;
+    for (id, text) in [(1, "One"), (2, "Two")] {
+        app.dispatched(json!(id), text).await;
+    }
     app.duplicate(json!(1), "One", "branch_exists").await;
     app.post_insert(json!("a b"), "Bad")
         .await

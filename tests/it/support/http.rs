@@ -50,6 +50,13 @@ impl Reply {
         self
     }
 
+    /// Panics unless the answer names `branch` as the row's branch.
+    #[track_caller]
+    pub fn expect_branch(&self, branch: &str) -> &Reply {
+        assert_eq!(self.body["branch"], branch, "{}", self.text);
+        self
+    }
+
     /// Panics unless the answer is `200 duplicate` for `reason`.
     #[track_caller]
     pub fn expect_duplicate(&self, reason: &str) -> &Reply {
