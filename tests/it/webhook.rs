@@ -4,9 +4,16 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::app::{spawn_app, spawn_two_apps, Options, GATED_DISPATCH};
+use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
 use crate::support::faulty_forge::{Fault, Op, OTHER_DETAIL};
 use crate::support::http::{delivery, insert, raw_head, raw_http};
+/// An app on the faulty forge whose next `op` fails with `fault`.
+async fn failing_once(op: Op, fault: Fault) -> TestApp {
+    let app = spawn_app(Options::default().faulty()).await;
+    app.forge().fail_next(op, 1, fault);
+    app
+}
+
 #[tokio::test]
 async fn a_new_row_is_dispatched_on_its_own_branch() {
     let app = spawn_app(Options::default()).await;
@@ -309,8 +316,7 @@ async fn a_row_without_a_usable_id_is_a_422_that_says_why() {
 
 #[tokio::test]
 async fn a_bug_in_the_forge_is_a_500_that_says_nothing_more() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::RowBranches, 1, Fault::Other);
+    let app = failing_once(Op::RowBranches, Fault::Other).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     reply.expect(500, "error");
     assert_eq!(
@@ -326,8 +332,7 @@ async fn a_bug_in_the_forge_is_a_500_that_says_nothing_more() {
 
 #[tokio::test]
 async fn a_claim_the_forge_refuses_is_a_503_that_leaves_nothing_behind() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::Claim, 1, Fault::Refused);
+    let app = failing_once(Op::Claim, Fault::Refused).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     // A refusal outside the dispatch is the forge's state, not the row's: retry later.
     reply.expect(503, "error");
@@ -404,8 +409,7 @@ async fn an_unavailable_forge_is_a_503_with_its_retry_after() {
 
 #[tokio::test]
 async fn a_dispatch_the_forge_refuses_is_a_422_and_the_claim_is_released() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::Dispatch, 1, Fault::Refused);
+    let app = failing_once(Op::Dispatch, Fault::Refused).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     reply.expect(422, "error");
     assert!(reply.message().contains("refused"), "{}", reply.text);

@@ -6,12 +6,13 @@ use std::time::Duration;
 use fake_github::Op;
 use serde_json::json;
 
-use crate::support::github::{branches, dispatched_branches, fake, spawn, GithubOptions};
+use crate::support::github::{
+    branches, dispatched_branches, fake, on_a_fake, spawn, GithubOptions,
+};
 
 #[tokio::test]
 async fn a_single_rows_claim_and_dispatch_go_at_once() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
+    let (fake, app) = on_a_fake().await;
     app.dispatched(json!(1), "Now").await;
     let writes = fake.writes();
     assert_eq!(writes.len(), 2);

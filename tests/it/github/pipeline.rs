@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use fake_github::{FakeGithub, PullState};
 use serde_json::json;
 
-use crate::support::github::{branches, dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::support::github::{
+    branches, dispatched_branches, fake, on_a_fake, spawn, GithubOptions, REPO,
+};
 
 #[tokio::test]
 async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {
@@ -74,8 +76,7 @@ async fn a_merged_pull_request_whose_branch_is_gone_is_a_duplicate_without_a_wri
 
 #[tokio::test]
 async fn an_edited_text_is_a_duplicate_of_the_row_not_a_new_one() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
+    let (fake, app) = on_a_fake().await;
     app.dispatched(json!(42), "Add dark mode!").await;
     let reply = app.post_insert(json!(42), "Dark mode, please").await;
     reply.expect_duplicate("branch_exists");
@@ -111,8 +112,7 @@ async fn twenty_rows_mint_one_installation_token() {
 
 #[tokio::test]
 async fn a_token_that_github_expired_is_minted_again_and_kept() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
+    let (fake, app) = on_a_fake().await;
     app.dispatched(json!(1), "One").await;
     assert_eq!(fake.token_mints(), 1);
     fake.expire_tokens();
@@ -151,8 +151,7 @@ async fn the_installation_token_is_narrowed_to_the_routed_repository() {
 
 #[tokio::test]
 async fn readyz_says_whether_github_takes_the_apps_credentials() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
+    let (_fake, app) = on_a_fake().await;
     let ready = app.get("/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.text);
     app.shutdown().await;

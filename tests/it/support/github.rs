@@ -30,6 +30,13 @@ pub async fn fake() -> Arc<FakeGithub> {
     fake
 }
 
+/// rowbranch with the default options on a new [`fake`].
+pub async fn on_a_fake() -> (Arc<FakeGithub>, GithubApp) {
+    let fake = fake().await;
+    let app = spawn(&fake, GithubOptions::default()).await;
+    (fake, app)
+}
+
 /// How a test app talks to the fake.
 #[derive(Clone)]
 pub struct GithubOptions {
