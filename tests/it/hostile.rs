@@ -16,7 +16,7 @@ use tokio::net::{TcpSocket, TcpStream};
 use crate::support::child::{self, Served};
 use crate::support::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
 use crate::support::http::{delivery, insert, raw_head, send_whole};
-use crate::support::local::{branches, dispatches};
+use crate::support::local::dispatches;
 use crate::support::random::random_secret;
 use crate::support::wait::{eventually, PATIENCE};
 
@@ -131,10 +131,7 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
         "answered after {:?} behind 400 idle connections",
         start.elapsed()
     );
-    assert_eq!(
-        branches(&served.repo()).await,
-        ["feedback/7-behind-the-idle-ones"]
-    );
+    assert_eq!(served.branches().await, ["feedback/7-behind-the-idle-ones"]);
     drop(idle);
 }
 
@@ -244,10 +241,7 @@ async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_de
     for task in flood {
         task.abort();
     }
-    assert_eq!(
-        branches(&served.repo()).await,
-        ["feedback/8-behind-the-deaf-ones"]
-    );
+    assert_eq!(served.branches().await, ["feedback/8-behind-the-deaf-ones"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

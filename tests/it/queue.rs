@@ -292,7 +292,7 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     db.insert(1..=500).await;
     let seen = all_dispatched(&db, &served, &all_ids(1..=500), Duration::from_secs(120)).await;
     assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
-    assert_eq!(served.branches_count().await, 500);
+    assert_eq!(served.branches().await.len(), 500);
     stop(served).await;
 
     // Nothing reads the queue now: the rows wait in it.
@@ -302,7 +302,7 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     let seen = all_dispatched(&db, &served, &all_ids(1..=550), Duration::from_secs(60)).await;
     assert_eq!(seen.len(), 550);
     assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
-    assert_eq!(served.branches_count().await, 550);
+    assert_eq!(served.branches().await.len(), 550);
     let archived = db.archived().await;
     assert_eq!(
         archived.keys().cloned().collect::<BTreeSet<_>>(),
@@ -950,12 +950,6 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         "{branches:?}"
     );
     stop(served).await;
-}
-
-impl Served {
-    async fn branches_count(&self) -> usize {
-        branches(&self.repo()).await.len()
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
 use super::app::FEEDBACK_ROUTE;
-use super::local::dir_with_repository;
+use super::local::{branches, dir_with_repository};
 use super::wait::{eventually, PATIENCE};
 
 /// Every variable rowbranch reads, besides those of the route from the environment.
@@ -268,6 +268,11 @@ impl Served {
 
     pub fn repo(&self) -> PathBuf {
         self.dir.path().join("repo.git")
+    }
+
+    /// Short names of the branches in its repository, other than `main`, sorted.
+    pub async fn branches(&self) -> Vec<String> {
+        branches(&self.repo()).await
     }
 
     pub fn dispatch_log(&self) -> PathBuf {
