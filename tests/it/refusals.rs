@@ -5,15 +5,19 @@
 //! as the line's severity); refusals before a row is known are logged once a minute per reason.
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tokio::process::Command;
 
-use crate::child::{self, Start};
-use crate::helpers::{insert, random_secret, spawn_app, Options, FEEDBACK_ROUTE};
+use crate::support::app::{spawn_app, Options, FEEDBACK_ROUTE};
+use crate::support::child::{self, Start};
+use crate::support::db::TestSchema;
+use crate::support::http::insert;
+use crate::support::local::dir_with_repository;
+use crate::support::or_skip;
+use crate::support::random::random_secret;
 
 /// An INSERT into `public.{table}` of `record`, as Supabase's webhook posts it.
 fn insert_of(table: &str, record: Value) -> Value {
@@ -84,7 +88,7 @@ fn json_lines(log: &str) -> Vec<Value> {
 
 #[tokio::test]
 async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named() {
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let secret = random_secret();
     let config = format!(
         "listen = \"127.0.0.1:0\"\nstatus_page = true\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n\
@@ -257,85 +261,43 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
     );
 }
 
-/// A fresh schema on `DATABASE_URL`'s server with a `feedbacks` table of `title` and `body`, no
-/// `message`; `None` without a database.
-struct TitledTable {
-    url: String,
-    schema: String,
-    client: tokio_postgres::Client,
+/// A schema of the test's own with a `feedbacks` table of `title` and `body`, no `message`.
+async fn titled_table() -> Option<TestSchema> {
+    let schema = TestSchema::create("refusals_").await?;
+    schema
+        .execute(&format!(
+            "create table {t} (id bigint primary key, title text, body text,
+               created_at timestamptz not null default now());
+             insert into {t} (id, title, body) values (1, 'Button broken', 'x');",
+            t = schema.table("feedbacks")
+        ))
+        .await;
+    Some(schema)
 }
 
-impl TitledTable {
-    async fn new() -> Option<TitledTable> {
-        let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DATABASE_URL is not set, and CI=true"
-            );
-            eprintln!("skipped: DATABASE_URL is not set (eval \"$(scripts/test-postgres.sh)\")");
-            return None;
-        };
-        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-            .await
-            .expect("the test PostgreSQL accepts connections");
-        tokio::spawn(connection);
-        let schema = format!("refusals_{}", &random_secret()[..12]);
-        client
-            .batch_execute(&format!(
-                "create schema {schema};
-                 create table {schema}.feedbacks (id bigint primary key, title text, body text,
-                   created_at timestamptz not null default now());
-                 insert into {schema}.feedbacks (id, title, body) values (1, 'Button broken', 'x');"
-            ))
-            .await
-            .unwrap();
-        Some(TitledTable {
-            url,
-            schema,
-            client,
-        })
-    }
-
-    /// A local-forge config of one route for this table, its text in `message`, in `dir`.
-    fn config(&self, dir: &Path, schema: &str) -> std::path::PathBuf {
-        let path = dir.join("rowbranch.toml");
-        let text = format!(
-            "[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}",
-            FEEDBACK_ROUTE.replace(
-                "[[routes]]\n",
-                &format!("[[routes]]\nschema = \"{schema}\"\n")
-            )
-        );
-        std::fs::write(&path, text).unwrap();
-        path
-    }
-
-    async fn drop(self) {
-        let _ = self
-            .client
-            .batch_execute(&format!("drop schema {} cascade", self.schema))
-            .await;
-    }
+/// A local-forge config in `dir` of one route for `schema.feedbacks`, its text in `message`.
+fn config_for(dir: &Path, schema: &str) -> std::path::PathBuf {
+    let path = dir.join("rowbranch.toml");
+    let route = FEEDBACK_ROUTE.replace(
+        "[[routes]]\n",
+        &format!("[[routes]]\nschema = \"{schema}\"\n"),
+    );
+    let text = format!("[forge]\nkind = \"local\"\npath = \"repo.git\"\n{route}");
+    std::fs::write(&path, text).unwrap();
+    path
 }
 
 /// `rowbranch ARGS --config CONFIG` with `DATABASE_URL`, and a webhook secret.
 async fn rowbranch(args: &[&str], config: &Path, url: &str) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+    let mut command = child::rowbranch(config.parent().unwrap());
     command
         .args(args)
         .arg("--config")
         .arg(config)
-        .current_dir(config.parent().unwrap())
         .env("DATABASE_URL", url)
         .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
-        .env("ROWBRANCH_LISTEN", "127.0.0.1:0")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    tokio::time::timeout(Duration::from_secs(60), command.output())
-        .await
-        .expect("rowbranch did not finish in time")
-        .expect("rowbranch runs")
+        .env("ROWBRANCH_LISTEN", "127.0.0.1:0");
+    child::run(&mut command).await
 }
 
 fn text(out: &Output) -> String {
@@ -344,12 +306,10 @@ fn text(out: &Output) -> String {
 
 #[tokio::test]
 async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lacks() {
-    let Some(table) = TitledTable::new().await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
-    let config = table.config(dir.path(), &table.schema);
-    let name = format!("{}.feedbacks", table.schema);
+    let table = or_skip!(titled_table().await);
+    let dir = dir_with_repository().await;
+    let config = config_for(dir.path(), &table.name);
+    let name = format!("{}.feedbacks", table.name);
 
     let out = rowbranch(&["serve"], &config, &table.url).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -403,16 +363,13 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
         )),
         "{stdout}"
     );
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn serve_starts_when_the_routes_table_is_not_in_the_database_and_says_so() {
-    let Some(table) = TitledTable::new().await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
-    let config = std::fs::read_to_string(table.config(dir.path(), "no_such_schema")).unwrap();
+    let table = or_skip!(titled_table().await);
+    let dir = dir_with_repository().await;
+    let config = std::fs::read_to_string(config_for(dir.path(), "no_such_schema")).unwrap();
     let served = child::serve(
         Arc::clone(&dir),
         Start {
@@ -428,7 +385,6 @@ async fn serve_starts_when_the_routes_table_is_not_in_the_database_and_says_so()
         log.contains("ERROR") && log.contains("no schema \"no_such_schema\""),
         "{log}"
     );
-    table.drop().await;
 }
 
 /// The `.rs` files under `dir`.
