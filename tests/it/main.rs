@@ -8,6 +8,7 @@ mod concurrency;
 mod deploy;
 mod doctor_queue;
 mod env_config;
+mod explain;
 mod faulty_forge;
 mod git_http;
 mod github;
