@@ -8,110 +8,46 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::str::FromStr;
 use std::time::Duration;
 
-use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::templates::setup::{render, SetupContext};
+use fake_github::{PullState, TEST_APP_PRIVATE_KEY_PEM};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
-const REPO: &str = "acme/app";
-const INSTALLATION: u64 = 77;
+use crate::support::db::{Install, Template, TestDb, TestSchema};
+use crate::support::github::{fake as github, INSTALLATION, REPO};
+use crate::support::or_skip;
+use crate::support::random::random_hex;
+use crate::support::setup::{apply, queue_context};
 
-fn ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
+/// A fresh schema with a `feedbacks` table, dropped at the end of the test.
+async fn feedbacks() -> Option<TestSchema> {
+    let schema = TestSchema::create("explain_").await?;
+    schema
+        .execute(&format!(
+            "create table {} (id bigint primary key, message text, \
+             created_at timestamptz not null default now())",
+            schema.table("feedbacks")
+        ))
+        .await;
+    Some(schema)
 }
 
-/// An environment variable a test needs, or `None` after saying why it is skipped; under
-/// `CI=true` a missing one fails the test.
-fn needed(name: &str) -> Option<String> {
-    match std::env::var(name) {
-        Ok(value) if !value.trim().is_empty() => Some(value),
-        _ => {
-            let hint = "start one with: eval \"$(scripts/test-postgres.sh)\"";
-            assert!(
-                !ci(),
-                "{name} is not set, and CI=true: the explain tests must run; {hint}"
-            );
-            eprintln!("skipping an explain test: {name} is not set; {hint}");
-            None
-        }
-    }
-}
-
-fn random_tag() -> String {
-    let mut bytes = [0u8; 6];
-    getrandom::fill(&mut bytes).expect("randomness");
-    hex::encode(bytes)
-}
-
-async fn connect(url: &str) -> tokio_postgres::Client {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+/// Row `id` of `schema`'s feedbacks with `text`, created `age` ago.
+async fn insert(schema: &TestSchema, id: i64, text: &str, age: Duration) {
+    let sql = format!(
+        "insert into {} (id, message, created_at) values ($1, $2, now() - make_interval(secs => $3))",
+        schema.table("feedbacks")
+    );
+    schema
+        .client
+        .execute(&sql, &[&id, &text, &age.as_secs_f64()])
         .await
-        .expect("the test PostgreSQL accepts connections");
-    tokio::spawn(connection);
-    client
-}
-
-/// A fresh schema with a `feedbacks` table in `DATABASE_URL`'s database, dropped at the end.
-struct Table {
-    client: tokio_postgres::Client,
-    schema: String,
-    url: String,
-}
-
-impl Table {
-    async fn new() -> Option<Table> {
-        let url = needed("DATABASE_URL")?;
-        let client = connect(&url).await;
-        let schema = format!("explain_{}", random_tag());
-        client
-            .batch_execute(&format!(
-                "create schema {schema};
-                 create table {schema}.feedbacks (id bigint primary key, message text,
-                   created_at timestamptz not null default now());"
-            ))
-            .await
-            .unwrap();
-        Some(Table {
-            client,
-            schema,
-            url,
-        })
-    }
-
-    /// Row `id` with `text`, created `age` ago.
-    async fn insert(&self, id: i64, text: &str, age: Duration) {
-        let sql = format!(
-            "insert into {}.feedbacks (id, message, created_at)
-             values ($1, $2, now() - make_interval(secs => $3))",
-            self.schema
-        );
-        self.client
-            .execute(&sql, &[&id, &text, &age.as_secs_f64()])
-            .await
-            .unwrap();
-    }
-
-    async fn drop(self) {
-        let _ = self
-            .client
-            .batch_execute(&format!("drop schema {} cascade", self.schema))
-            .await;
-    }
+        .unwrap();
 }
 
 fn hours(n: u64) -> Duration {
     Duration::from_secs(n * 3600)
-}
-
-/// The fake with `acme/app` and the App installed on it (Actions: read included).
-async fn github() -> FakeGithub {
-    let fake = FakeGithub::start().await;
-    fake.add_repo(REPO);
-    fake.install(REPO, INSTALLATION);
-    fake
 }
 
 /// `rowbranch.toml` in `dir` for the fake and the feedback route on `schema`.
@@ -190,10 +126,8 @@ fn contains_all(text: &Explained, expected: &[&str]) {
 
 #[tokio::test]
 async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_run() {
-    let Some(table) = Table::new().await else {
-        return;
-    };
-    table.insert(42, "Add dark mode", hours(2)).await;
+    let table = or_skip!(feedbacks().await);
+    insert(&table, 42, "Add dark mode", hours(2)).await;
     let fake = github().await;
     let branch = "feedback/42-add-dark-mode";
     fake.create_branch(REPO, branch, "main");
@@ -218,7 +152,7 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
         None,
     );
     let dir = tempfile::tempdir().unwrap();
-    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.schema);
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
     let out = explain(&config, Some(&table.url), "42", true).await;
     assert_eq!(out.code, 0, "{out}");
@@ -227,7 +161,7 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
     assert_eq!(report["id"], "42");
     assert_eq!(
         report["route"]["table"],
-        format!("{}.feedbacks", table.schema)
+        format!("{}.feedbacks", table.name)
     );
     assert_eq!(report["route"]["intake"], "webhook");
     assert_eq!(report["row"]["status"], "found");
@@ -271,7 +205,7 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
     contains_all(
         &text,
         &[
-            &format!("row 42 of {}.feedbacks → acme/app (intake webhook)", table.schema),
+            &format!("row 42 of {}.feedbacks → acme/app (intake webhook)", table.name),
             "table       found, created ",
             "branch      feedback/42-add-dark-mode (from the row's id and text)",
             "forge       github: acme/app, default branch main at ",
@@ -290,20 +224,17 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
         fake.writes()
     );
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do() {
-    let Some(table) = Table::new().await else {
-        return;
-    };
-    table.insert(43, "Fix login", hours(3)).await;
-    table.insert(44, "Export CSV", hours(2)).await;
+    let table = or_skip!(feedbacks().await);
+    insert(&table, 43, "Fix login", hours(3)).await;
+    insert(&table, 44, "Export CSV", hours(2)).await;
     let fake = github().await;
     let claimed = fake.create_branch(REPO, "feedback/43-fix-login", "main");
     let dir = tempfile::tempdir().unwrap();
-    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.schema);
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
     let dead = explain(&config, Some(&table.url), "43", true).await;
     assert_eq!(dead.code, 0, "{dead}");
@@ -351,20 +282,17 @@ async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do(
         fake.writes()
     );
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
-    let Some(table) = Table::new().await else {
-        return;
-    };
+    let table = or_skip!(feedbacks().await);
     let fake = github().await;
     // The row was deleted after its work: its branch is still there.
     fake.create_branch(REPO, "feedback/999-gone", "main");
     fake.push_commit(REPO, "feedback/999-gone");
     let dir = tempfile::tempdir().unwrap();
-    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.schema);
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
     // `0999` typed as the bigint column types it is 999.
     let out = explain(&config, Some(&table.url), "0999", true).await;
@@ -400,15 +328,12 @@ async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
         fake.writes()
     );
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn without_actions_read_the_runs_are_not_permitted_and_the_rest_is_told() {
-    let Some(table) = Table::new().await else {
-        return;
-    };
-    table.insert(45, "Dark mode", hours(2)).await;
+    let table = or_skip!(feedbacks().await);
+    insert(&table, 45, "Dark mode", hours(2)).await;
     let fake = github().await;
     fake.set_installation_permissions(
         INSTALLATION,
@@ -418,7 +343,7 @@ async fn without_actions_read_the_runs_are_not_permitted_and_the_rest_is_told() 
     fake.push_commit(REPO, "feedback/45-dark-mode");
     fake.add_workflow_run(REPO, "rowbranch: feedback/45-dark-mode", "queued", None);
     let dir = tempfile::tempdir().unwrap();
-    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.schema);
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
     let out = explain(&config, Some(&table.url), "45", true).await;
     assert_eq!(out.code, 0, "not permitted is an answer:\n{out}");
@@ -440,7 +365,6 @@ async fn without_actions_read_the_runs_are_not_permitted_and_the_rest_is_told() 
         fake.writes()
     );
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
@@ -554,120 +478,44 @@ async fn on_the_local_forge_without_a_database_the_id_alone_finds_the_branches()
     );
 }
 
-/// A database of its own, copied from `PGMQ_SQL_TEMPLATE`, with `public.feedbacks` and the
-/// queue's trigger on it; dropped at the end.
-struct QueueDb {
-    admin: tokio_postgres::Client,
-    client: tokio_postgres::Client,
-    name: String,
-    url: String,
-    queue: String,
-    dead: String,
-}
-
-impl QueueDb {
-    async fn new() -> Option<QueueDb> {
-        let url = needed("DATABASE_URL")?;
-        let template = needed("PGMQ_SQL_TEMPLATE")?;
-        let admin = connect(&url).await;
-        let tag = random_tag();
-        let name = format!("rowbranch_explain_{tag}");
-        admin
-            .batch_execute(&format!(
-                "create database \"{name}\" template \"{template}\""
-            ))
-            .await
-            .unwrap_or_else(|e| panic!("could not create a database from {template}: {e}"));
-        let mut config = tokio_postgres::Config::from_str(&url).unwrap();
-        config.dbname(&name);
-        let (client, connection) = config.connect(tokio_postgres::NoTls).await.unwrap();
-        tokio::spawn(connection);
-        let (queue, dead) = (format!("rbx_{tag}"), format!("rbx_{tag}_dead"));
-        client
-            .batch_execute(
-                "create table public.feedbacks (id bigint primary key, message text, \
-                 created_at timestamptz not null default now())",
-            )
-            .await
-            .unwrap();
-        let ctx = SetupContext {
-            intake: rowbranch::config::Intake::Pgmq,
-            queue: queue.clone(),
-            dead_letter: dead.clone(),
-            ..SetupContext::example()
-        };
-        let sql = render("supabase-queue.sql", &ctx).expect("supabase-queue.sql renders");
-        client
-            .batch_execute(&sql)
-            .await
-            .expect("the queue's setup runs");
-        let url = match url.split_once('?') {
-            Some((base, query)) => format!("{}/{name}?{query}", base.rsplit_once('/').unwrap().0),
-            None => format!("{}/{name}", url.rsplit_once('/').unwrap().0),
-        };
-        Some(QueueDb {
-            admin,
-            client,
-            name,
-            url,
-            queue,
-            dead,
-        })
+/// Every message of the queue, its archive and the dead letters, with its read count and
+/// visibility: what a `pgmq.read` would change.
+async fn reads(db: &TestDb, queue: &str, dead: &str) -> Vec<(String, i64, i32, String)> {
+    let mut all = Vec::new();
+    for table in [
+        format!("q_{queue}"),
+        format!("a_{queue}"),
+        format!("q_{dead}"),
+    ] {
+        let sql = format!("select msg_id, read_ct, vt::text from pgmq.\"{table}\" order by msg_id");
+        let rows = db.query(&sql, &[]).await.unwrap();
+        all.extend(
+            rows.iter()
+                .map(|r| (table.clone(), r.get(0), r.get(1), r.get(2))),
+        );
     }
-
-    /// Every message of the queue, its archive and the dead letters, with its read count and
-    /// visibility: what a `pgmq.read` would change.
-    async fn reads(&self) -> Vec<(String, i64, i32, String)> {
-        let mut all = Vec::new();
-        for table in [
-            format!("q_{}", self.queue),
-            format!("a_{}", self.queue),
-            format!("q_{}", self.dead),
-        ] {
-            let rows = self
-                .client
-                .query(
-                    &format!(
-                        "select msg_id, read_ct, vt::text from pgmq.\"{table}\" order by msg_id"
-                    ),
-                    &[],
-                )
-                .await
-                .unwrap();
-            all.extend(
-                rows.iter()
-                    .map(|r| (table.clone(), r.get(0), r.get(1), r.get(2))),
-            );
-        }
-        all
-    }
-
-    async fn drop(self) {
-        drop(self.client);
-        let _ = self
-            .admin
-            .batch_execute(&format!("drop database \"{}\" with (force)", self.name))
-            .await;
-    }
+    all
 }
 
 #[tokio::test]
 async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread() {
-    let Some(db) = QueueDb::new().await else {
-        return;
-    };
-    db.client
-        .batch_execute(
-            "insert into public.feedbacks (id, message) values (5, 'Too long'), (6, 'Waiting')",
-        )
-        .await
-        .unwrap();
+    let db = or_skip!(TestDb::create(Template::Pgmq(Install::Sql)).await);
+    let queue = format!("rbx_{}", random_hex(4));
+    let dead = format!("{queue}_dead");
+    db.execute(
+        "create table public.feedbacks (id bigint primary key, message text, \
+         created_at timestamptz not null default now())",
+    )
+    .await;
+    apply(&db, &queue_context("public", "feedbacks", &queue, &dead)).await;
+    db.execute("insert into public.feedbacks (id, message) values (5, 'Too long'), (6, 'Waiting')")
+        .await;
     let first: i64 = db
         .client
         .query_one(
             &format!(
                 "select msg_id from pgmq.\"q_{}\" where message -> 'record' ->> 'id' = '5'",
-                db.queue
+                queue
             ),
             &[],
         )
@@ -679,7 +527,7 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
         .query_one(
             &format!(
                 "select message::text from pgmq.\"q_{}\" where msg_id = $1",
-                db.queue
+                queue
             ),
             &[&first],
         )
@@ -692,16 +540,11 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
         "msg_id": first,
         "message": serde_json::from_str::<Value>(&body).unwrap(),
     });
-    let dead_id = rowbranch::pgmq::queue::dead_letter(
-        &db.client,
-        &db.queue,
-        &db.dead,
-        first,
-        &letter.to_string(),
-    )
-    .await
-    .unwrap()
-    .expect("dead-lettered");
+    let dead_id =
+        rowbranch::pgmq::queue::dead_letter(&db.client, &queue, &dead, first, &letter.to_string())
+            .await
+            .unwrap()
+            .expect("dead-lettered");
 
     let dir = tempfile::tempdir().unwrap();
     rowbranch::forge::local::create_repository(&dir.path().join("repo.git"))
@@ -714,20 +557,21 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
             "[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n[pgmq]\nqueue = \"{}\"\n\
              dead_letter = \"{}\"\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"acme/app\"\n\
              branch_prefix = \"feedback\"\nevent_type = \"feedback\"\nintake = \"pgmq\"\n",
-            db.queue, db.dead
+            queue, dead
         ),
     )
     .unwrap();
-    let before = db.reads().await;
+    let before = reads(&db, &queue, &dead).await;
     assert_eq!(before.len(), 3, "{before:?}");
 
     let out = explain(&config, Some(&db.url), "5", true).await;
     assert_eq!(out.code, 0, "{out}");
     let report = out.json();
-    let queue = &report["queue"];
-    assert_eq!(queue["status"], "ok", "{out}");
-    assert_eq!(queue["queue"], db.queue.as_str());
-    let messages = queue["messages"].as_array().unwrap();
+    let section = &report["queue"];
+    assert_eq!(section["status"], "ok", "{out}");
+    assert_eq!(section["queue"], queue.as_str());
+    assert_eq!(section["dead_letter"], dead.as_str());
+    let messages = section["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 2, "{out}");
     assert_eq!(messages[0]["place"], "archive");
     assert_eq!(messages[0]["msg_id"], first);
@@ -759,7 +603,7 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
     assert_eq!(report["reconcile"]["verdict"], "in_queue");
 
     assert_eq!(
-        db.reads().await,
+        reads(&db, &queue, &dead).await,
         before,
         "explain read the queue as a consumer would"
     );
@@ -767,7 +611,6 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
         !dir.path().join("dispatches.jsonl").exists(),
         "explain dispatched"
     );
-    db.drop().await;
 }
 
 #[tokio::test]
