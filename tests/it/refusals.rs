@@ -366,7 +366,7 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
 }
 
 #[tokio::test]
-async fn serve_starts_when_the_routes_table_is_not_in_the_database_and_says_so() {
+async fn serve_starts_and_doctor_advises_when_the_routes_table_is_not_in_the_database() {
     let table = or_skip!(titled_table().await);
     let dir = dir_with_repository().await;
     let config = std::fs::read_to_string(config_for(dir.path(), "no_such_schema")).unwrap();
@@ -384,6 +384,14 @@ async fn serve_starts_when_the_routes_table_is_not_in_the_database_and_says_so()
     assert!(
         log.contains("ERROR") && log.contains("no schema \"no_such_schema\""),
         "{log}"
+    );
+    // doctor says so too, as advice: webhooks need no table, reconcile and redo do.
+    let out = rowbranch(&["doctor"], &dir.path().join("rowbranch.toml"), &table.url).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("! table no_such_schema.feedbacks does not exist"),
+        "{stdout}"
     );
 }
 
