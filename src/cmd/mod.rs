@@ -1,7 +1,9 @@
 //! One module per command, [`run`] to run the one asked for, and how a command fails.
 
+pub mod config;
 pub mod demo;
 pub mod doctor;
+pub mod healthcheck;
 pub mod init;
 pub mod preview;
 pub mod queue;
@@ -74,5 +76,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reconcile(args) => reconcile::run(args).await,
         Command::Redo(args) => redo::run(args).await,
         Command::Queue(args) => queue::run(args).await,
+        Command::Config(args) => config::run(args),
+        Command::Healthcheck(args) => healthcheck::run(args).await,
     }
 }
