@@ -22,7 +22,7 @@ use tracing::Instrument;
 
 use crate::forge::{Base, Forge};
 use crate::identity::{BranchPrefix, RepoName, RowId};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RunResult};
 use crate::shutdown::Shutdown;
 
 /// A run of one row that any number of deliveries can await.
@@ -168,9 +168,9 @@ impl Pipeline {
                     ),
                     // The one log line for a failed run; every delivery that awaited it gets
                     // its answer.
-                    Err(e) => tracing::error!(result = ended, error = %e,
+                    Err(e) => tracing::error!(result = ended.as_str(), error = %e,
                         duration_ms = took.as_millis() as u64, "the row's run failed"),
-                    Ok(_) => tracing::info!(result = ended,
+                    Ok(_) => tracing::info!(result = ended.as_str(),
                         duration_ms = took.as_millis() as u64, "the row's run ended"),
                 }
                 result
@@ -240,14 +240,14 @@ impl Pipeline {
 }
 
 /// How a run ended, as `rowbranch_runs_total{result}` names it.
-fn run_result(result: &Result<Outcome, RunError>) -> &'static str {
+fn run_result(result: &Result<Outcome, RunError>) -> RunResult {
     match result {
-        Ok(Outcome::Dispatched { .. }) => "dispatched",
-        Ok(Outcome::Duplicate { .. }) => "duplicate",
-        Err(RunError::Unavailable { .. }) => "failed_unavailable",
-        Err(RunError::Refused(_)) => "failed_refused",
-        Err(RunError::Internal(_)) => "failed_internal",
-        Err(RunError::Abandoned) => "abandoned",
+        Ok(Outcome::Dispatched { .. }) => RunResult::Dispatched,
+        Ok(Outcome::Duplicate { .. }) => RunResult::Duplicate,
+        Err(RunError::Unavailable { .. }) => RunResult::FailedUnavailable,
+        Err(RunError::Refused(_)) => RunResult::FailedRefused,
+        Err(RunError::Internal(_)) => RunResult::FailedInternal,
+        Err(RunError::Abandoned) => RunResult::Abandoned,
     }
 }
 
@@ -264,7 +264,7 @@ impl Drop for Unregister {
     fn drop(&mut self) {
         let metrics = &self.pipeline.metrics;
         if !self.counted {
-            metrics.run_ended(&self.route, "failed_internal", self.start.elapsed());
+            metrics.run_ended(&self.route, RunResult::FailedInternal, self.start.elapsed());
         }
         if let Ok(mut runs) = self.pipeline.runs.lock() {
             runs.remove(&self.key);
