@@ -20,6 +20,7 @@ mod malformed;
 mod observe;
 mod properties;
 mod queue;
+mod recipes;
 mod reconcile;
 mod rows;
 mod setup_queue;
