@@ -11,6 +11,7 @@ mod deploy;
 mod doctor_queue;
 mod env_config;
 mod github;
+mod healthcheck;
 mod hostile;
 mod identity;
 mod init;
