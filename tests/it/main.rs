@@ -16,6 +16,7 @@ mod hostile;
 mod identity;
 mod init;
 mod init_escaping;
+mod init_steps;
 mod layers;
 mod malformed;
 mod observe;
