@@ -63,12 +63,17 @@ pub(super) fn show(path: &Path, overlay: &Overlay) -> Result<Shown, ConfigError>
                 .route
                 .file(overlay)
                 .expect("the route from the environment was made once already");
-            (env::SOURCE_NAME.to_owned(), PathBuf::from(env::SOURCE), raw, None)
+            (
+                env::SOURCE_NAME.to_owned(),
+                PathBuf::from(env::SOURCE),
+                raw,
+                None,
+            )
         }
     };
     let dir = anchor.parent().unwrap_or(Path::new("."));
-    let (raw, origins) =
-        effective(raw, own.as_ref(), overlay, dir, &config).map_err(|e| ConfigError::new(&name, e))?;
+    let (raw, origins) = effective(raw, own.as_ref(), overlay, dir, &config)
+        .map_err(|e| ConfigError::new(&name, e))?;
     Ok(Shown {
         toml: write(raw, &origins, &name),
         secrets: secrets(overlay),
@@ -96,7 +101,10 @@ fn effective(
         origins.note("", "reconcile_every: off".to_owned());
     }
     if let Some(id) = &overlay.github_app_id {
-        raw.github.app_id = Some(id.parse().map_err(|_| invalid!("{}: not a number", env::GITHUB_APP_ID))?);
+        raw.github.app_id = Some(
+            id.parse()
+                .map_err(|_| invalid!("{}: not a number", env::GITHUB_APP_ID))?,
+        );
         origins.set("github", "app_id", Origin::Variable(env::GITHUB_APP_ID));
     }
     if let Some(url) = &overlay.github_api_url {
@@ -136,7 +144,10 @@ fn effective(
                     )
                 })?;
                 route.payload_template_inline = Some(text);
-                origins.note(&table, format!("payload_template_inline: the text of {file}"));
+                origins.note(
+                    &table,
+                    format!("payload_template_inline: the text of {file}"),
+                );
             }
             None if route.payload_template_inline.is_none() => {
                 origins.note(&table, "payload_template: the built-in template".to_owned());
@@ -161,7 +172,10 @@ fn mark_defaults(
     for (key, value) in &written {
         match value {
             toml::Value::Table(table) => {
-                let given = own.get(key).and_then(toml::Value::as_table).unwrap_or(&empty);
+                let given = own
+                    .get(key)
+                    .and_then(toml::Value::as_table)
+                    .unwrap_or(&empty);
                 for inner in table.keys() {
                     if !given.contains_key(inner) {
                         origins.set(key, inner, Origin::Default);
@@ -242,7 +256,10 @@ fn write(mut raw: RawConfig, origins: &Origins, source: &str) -> String {
         if let Some(i) = table.strip_prefix("routes.") {
             let i: usize = i.parse().expect("a route's number");
             if let Some(template) = &templates[i] {
-                out.push_str(&format!("payload_template_inline = {}\n", multiline(template)));
+                out.push_str(&format!(
+                    "payload_template_inline = {}\n",
+                    multiline(template)
+                ));
             }
         }
     };
@@ -301,7 +318,10 @@ fn secrets(overlay: &Overlay) -> Vec<(&'static str, &'static str)> {
     let state = |value: &Option<String>| if value.is_some() { "set" } else { "not set" };
     vec![
         (env::WEBHOOK_SECRET, state(&overlay.webhook_secret)),
-        (env::GITHUB_APP_PRIVATE_KEY, state(&overlay.github_app_private_key)),
+        (
+            env::GITHUB_APP_PRIVATE_KEY,
+            state(&overlay.github_app_private_key),
+        ),
         (env::DATABASE_URL, state(&overlay.database_url)),
         (env::STATUS_PASSWORD, state(&overlay.status_password)),
     ]

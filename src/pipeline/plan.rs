@@ -38,13 +38,16 @@ impl Routes {
             .map(|route| {
                 let payload = match &route.payload_template {
                     Some(PayloadTemplateSource::File(path)) => compile_file(route, path)?,
-                    Some(PayloadTemplateSource::Inline(text)) => PayloadTemplate::from_text(
-                        text,
-                        "payload_template_inline",
-                    )
-                    .with_context(|| {
-                        format!("payload_template_inline of the route for {}", route.table_name())
-                    })?,
+                    Some(PayloadTemplateSource::Inline(text)) => {
+                        PayloadTemplate::from_text(text, "payload_template_inline").with_context(
+                            || {
+                                format!(
+                                    "payload_template_inline of the route for {}",
+                                    route.table_name()
+                                )
+                            },
+                        )?
+                    }
                     None => PayloadTemplate::builtin(),
                 };
                 Ok(CompiledRoute {

@@ -386,7 +386,8 @@ fn the_image_runs_serve_as_a_non_root_user_on_port_8080() {
     // Its health check runs the binary, in exec form: there is no shell to run another way.
     let check = instruction(runtime, "HEALTHCHECK");
     assert!(
-        check.len() == 1 && check[0].ends_with(r#"CMD ["/usr/local/bin/rowbranch", "healthcheck"]"#),
+        check.len() == 1
+            && check[0].ends_with(r#"CMD ["/usr/local/bin/rowbranch", "healthcheck"]"#),
         "{check:?}"
     );
     // The runtime installs nothing: no git, no shell, no package manager.
@@ -516,7 +517,10 @@ fn systemd_accepts_the_unit_with_execstart_at_the_built_binary() {
     }
     let unit = read("deploy/rowbranch.service");
     let exec = "ExecStart=/usr/local/bin/rowbranch serve --config /etc/rowbranch/rowbranch.toml\n";
-    assert!(unit.contains(exec), "the unit runs `rowbranch serve` on init's config");
+    assert!(
+        unit.contains(exec),
+        "the unit runs `rowbranch serve` on init's config"
+    );
     let binary = built_binary();
     assert!(binary.is_file(), "{} is not there", binary.display());
     let unit = unit.replace(

@@ -88,7 +88,7 @@ async fn a_running_serve_is_healthy_found_by_url_by_listen_or_by_port() {
         ("ROWBRANCH_LISTEN", format!("localhost:{port}")),
         ("PORT", port.clone()),
     ] {
-        let out = healthcheck(dir.path(), &[], &[env.clone()]).await;
+        let out = healthcheck(dir.path(), &[], std::slice::from_ref(&env)).await;
         expect(&out, 0);
     }
 }
@@ -119,8 +119,15 @@ async fn a_closed_port_or_an_answer_other_than_200_is_unhealthy_with_the_reason(
     let started = Instant::now();
     let out = healthcheck(dir.path(), &["--url", &url], &[]).await;
     expect(&out, 1);
-    assert!(stderr(&out).contains("no answer within 3s"), "{}", stderr(&out));
-    assert!(started.elapsed() < Duration::from_secs(10), "a short timeout");
+    assert!(
+        stderr(&out).contains("no answer within 3s"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a short timeout"
+    );
 
     // A bad address is unhealthy too, never 2: Docker reserves it.
     let out = healthcheck(dir.path(), &[], &[("PORT", "http".to_owned())]).await;
@@ -202,7 +209,12 @@ async fn every_interface_of_ipv6_is_asked_on_its_loopback() {
     drop(listener);
     healthy_on(&format!("[::1]:{port}")).await;
     let dir = TempDir::new().unwrap();
-    let out = healthcheck(dir.path(), &[], &[("ROWBRANCH_LISTEN", format!("[::]:{port}"))]).await;
+    let out = healthcheck(
+        dir.path(),
+        &[],
+        &[("ROWBRANCH_LISTEN", format!("[::]:{port}"))],
+    )
+    .await;
     expect(&out, 0);
     assert!(stdout(&out).contains("http://[::1]:"), "{}", stdout(&out));
 }

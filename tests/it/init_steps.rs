@@ -39,7 +39,10 @@ async fn follow_the_first_step(intake: &[&str]) {
         &std::fs::read_to_string(root.join("setup/app-manifest.json")).unwrap(),
     )
     .unwrap();
-    let redirect = manifest["redirect_url"].as_str().unwrap().trim_end_matches('/');
+    let redirect = manifest["redirect_url"]
+        .as_str()
+        .unwrap()
+        .trim_end_matches('/');
     assert!(
         words.contains(&format!("{redirect}/?code=")),
         "the step names where GitHub sends the browser:\n{step}"
@@ -57,7 +60,10 @@ async fn follow_the_first_step(intake: &[&str]) {
         "step 1 promises a page that nothing serves at this point:\n{step}"
     );
     assert!(words.contains("nothing answers yet"), "{step}");
-    assert!(words.contains("copy the code from the address bar"), "{step}");
+    assert!(
+        words.contains("copy the code from the address bar"),
+        "{step}"
+    );
 
     // The command it gives, with that code, creates the App.
     let command = step
@@ -68,7 +74,13 @@ async fn follow_the_first_step(intake: &[&str]) {
     let args: Vec<String> = command
         .split_whitespace()
         .skip(1)
-        .map(|w| if w == "THE_CODE" { CODE.to_owned() } else { w.to_owned() })
+        .map(|w| {
+            if w == "THE_CODE" {
+                CODE.to_owned()
+            } else {
+                w.to_owned()
+            }
+        })
         .collect();
     assert!(args.iter().any(|w| w == CODE), "{command}");
     let mut finish = rowbranch(root);

@@ -48,7 +48,13 @@ impl Clone {
         let root = TempDir::new().unwrap();
         let setup = root.path().join("setup");
         let out = Command::new(BINARY)
-            .args(["init", "--repo", "acme/app", "--url", "https://hooks.example.com"])
+            .args([
+                "init",
+                "--repo",
+                "acme/app",
+                "--url",
+                "https://hooks.example.com",
+            ])
             .args(["--owner-type", "organization", "--table", TABLE])
             .args(["--text-column", TEXT_COLUMN, "--branch-prefix", "idea"])
             .arg("--dir")
@@ -124,7 +130,11 @@ fn config(dir: &Path, args: &[&str], env: &Env) -> toml::Table {
         .envs(env)
         .output()
         .unwrap();
-    assert!(out.status.success(), "config {args:?}: {}", output_text(&out));
+    assert!(
+        out.status.success(),
+        "config {args:?}: {}",
+        output_text(&out)
+    );
     parse(&String::from_utf8_lossy(&out.stdout))
 }
 
@@ -222,7 +232,9 @@ fn checked_by(words: &[&str]) -> Vec<String> {
     let (command, rest) = words.split_first().expect("a command");
     let command = match *command {
         "doctor" | "config" => "config",
-        other => panic!("the guide runs `rowbranch {other}` where `config` or `doctor` was expected"),
+        other => {
+            panic!("the guide runs `rowbranch {other}` where `config` or `doctor` was expected")
+        }
     };
     std::iter::once(command)
         .chain(rest.iter().copied())
@@ -275,7 +287,10 @@ fn the_fly_recipe_runs_the_config_init_wrote_from_one_secret() {
         clone.root.path(),
         &format!("{BINARY} {}", words[1..].join(" ")),
     );
-    for secret in ["< setup/rowbranch.env", "GITHUB_APP_PRIVATE_KEY=- < setup/app.pem"] {
+    for secret in [
+        "< setup/rowbranch.env",
+        "GITHUB_APP_PRIVATE_KEY=- < setup/app.pem",
+    ] {
         assert!(fly.contains(secret), "the guide sets the secret {secret}");
     }
     assert!(fly.contains("ROWBRANCH_STATUS_PASSWORD"));
@@ -284,7 +299,12 @@ fn the_fly_recipe_runs_the_config_init_wrote_from_one_secret() {
     // directory, with no config file in it.
     let (mut machine, _) = image();
     let fly_toml: toml::Table = read(clone.path("deploy/fly.toml")).parse().unwrap();
-    for (key, value) in fly_toml.get("env").and_then(|e| e.as_table()).into_iter().flatten() {
+    for (key, value) in fly_toml
+        .get("env")
+        .and_then(|e| e.as_table())
+        .into_iter()
+        .flatten()
+    {
         machine.insert(key.clone(), value.as_str().unwrap().to_owned());
     }
     let platform = machine.clone();
@@ -411,7 +431,9 @@ fn the_systemd_recipe_runs_the_config_init_wrote_from_etc() {
     assert_eq!(words[0], "serve");
     let mut service = Env::new();
     for file in setting("EnvironmentFile") {
-        service.extend(env_file(&read(machine.path().join(file.trim_start_matches('/')))));
+        service.extend(env_file(&read(
+            machine.path().join(file.trim_start_matches('/')),
+        )));
     }
     for pair in setting("Environment") {
         let (key, value) = pair.split_once('=').unwrap();
@@ -434,7 +456,10 @@ fn the_systemd_recipe_runs_the_config_init_wrote_from_etc() {
         .lines()
         .filter(|l| l.starts_with("sudo sh -c"))
         .collect();
-    assert!(checks.len() >= 2, "a `config` and a `doctor` line:\n{block}");
+    assert!(
+        checks.len() >= 2,
+        "a `config` and a `doctor` line:\n{block}"
+    );
     for line in checks {
         let line = on_machine(line)
             .replace("exec rowbranch doctor ", &format!("exec {BINARY} config "))
@@ -454,7 +479,12 @@ fn any_platform_takes_the_config_in_one_variable_and_refuses_it_beside_a_file() 
         .flat_map(|b| b.lines().map(str::to_owned).collect::<Vec<_>>())
         .find(|l| l.starts_with("rowbranch config "))
         .expect("the guide prints the variable's value");
-    let line = line.split('#').next().unwrap().trim().replacen("rowbranch", BINARY, 1);
+    let line = line
+        .split('#')
+        .next()
+        .unwrap()
+        .trim()
+        .replacen("rowbranch", BINARY, 1);
     shell(clone.root.path(), &line);
     let file = line.rsplit("> ").next().unwrap().trim();
     let value = read(clone.path(file));
@@ -468,7 +498,10 @@ fn any_platform_takes_the_config_in_one_variable_and_refuses_it_beside_a_file() 
     platform.extend(clone.secrets());
     platform.insert("ROWBRANCH_CONFIG".to_owned(), value);
     let empty = TempDir::new().unwrap();
-    assert_eq!(config(empty.path(), &[], &platform), clone.written(&expected));
+    assert_eq!(
+        config(empty.path(), &[], &platform),
+        clone.written(&expected)
+    );
 
     // With a file at --config as well, refused, naming both.
     let out = Command::new(BINARY)

@@ -10,7 +10,8 @@ use tempfile::TempDir;
 use crate::config::{env, Config, PayloadTemplateSource};
 
 const SECRET: &str = "a-webhook-secret-of-32-characters-long";
-const KEY: &str = "-----BEGIN RSA PRIVATE KEY-----\nnot-a-key-but-secret\n-----END RSA PRIVATE KEY-----";
+const KEY: &str =
+    "-----BEGIN RSA PRIVATE KEY-----\nnot-a-key-but-secret\n-----END RSA PRIVATE KEY-----";
 const TEMPLATE: &str = "{\n  \"id\": {{ id }},\n  \"who\": {{ record.author | tojson }}\n}\n";
 
 /// A config that sets a little of everything, with a template file beside it.
@@ -128,7 +129,10 @@ fn each_key_says_where_it_came_from_and_every_default_is_written_out() {
         "created_column = \"created_at\"  # default",
         "# payload_template: the built-in template",
     ] {
-        assert!(lines.contains(&expected), "no line {expected:?} in\n{printed}");
+        assert!(
+            lines.contains(&expected),
+            "no line {expected:?} in\n{printed}"
+        );
     }
     let key = dir.path().join("app.pem");
     assert!(
@@ -165,7 +169,11 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
     }
     // A key from the environment wins over the path, which is then not printed.
     assert!(!shown.toml.contains("private_key_path ="), "{}", shown.toml);
-    assert!(shown.toml.contains("GITHUB_APP_PRIVATE_KEY"), "{}", shown.toml);
+    assert!(
+        shown.toml.contains("GITHUB_APP_PRIVATE_KEY"),
+        "{}",
+        shown.toml
+    );
     assert_eq!(
         shown.secrets,
         [
@@ -194,7 +202,10 @@ fn the_route_from_the_environment_prints_as_the_config_it_stands_for() {
         "text_column = \"body\"  # env ROWBRANCH_TEXT_COLUMN",
         "branch_prefix = \"feedback\"  # default",
     ] {
-        assert!(printed.lines().any(|l| l == expected), "{expected}:\n{printed}");
+        assert!(
+            printed.lines().any(|l| l == expected),
+            "{expected}:\n{printed}"
+        );
     }
     let from_env = settings(load(&absent, &env));
     let mut carried = vars(&[
@@ -207,12 +218,19 @@ fn the_route_from_the_environment_prints_as_the_config_it_stands_for() {
 
 #[test]
 fn a_template_that_a_literal_string_cannot_hold_is_escaped_and_still_travels() {
-    for template in ["{\"a\": \"'''\"}\n", "{\"a\": \"it's\"}\n{# '#}'", "{\"a\":\r\t1}"] {
+    for template in [
+        "{\"a\": \"'''\"}\n",
+        "{\"a\": \"it's\"}\n{# '#}'",
+        "{\"a\":\r\t1}",
+    ] {
         let dir = TempDir::new().unwrap();
         let path = dir.path().join("rowbranch.toml");
         std::fs::write(
             &path,
-            format!("{}\npayload_template = \"p.j2\"\n", crate::config::TEST_LOCAL_CONFIG),
+            format!(
+                "{}\npayload_template = \"p.j2\"\n",
+                crate::config::TEST_LOCAL_CONFIG
+            ),
         )
         .unwrap();
         std::fs::write(dir.path().join("p.j2"), template).unwrap();
