@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::env::{self, Overlay};
 use super::file::RawConfig;
-use super::{Config, ConfigError, Invalid, Source};
+use super::{Config, ConfigError, ForgeSettings, Invalid, Source};
 
 /// What `rowbranch config` prints.
 pub struct Shown {
@@ -100,18 +100,17 @@ fn effective(
     if raw.reconcile_every.is_none() {
         origins.note("", "reconcile_every: off".to_owned());
     }
-    if let Some(id) = &overlay.github_app_id {
-        raw.github.app_id = Some(
-            id.parse()
-                .map_err(|_| invalid!("{}: not a number", env::GITHUB_APP_ID))?,
-        );
+    // The App's id and API as validated: the variables win over the file.
+    if let ForgeSettings::Github(github) = &config.forge {
+        raw.github.app_id = Some(github.app_id);
+        raw.github.api_url = github.api_url.clone();
+    }
+    if overlay.github_app_id.is_some() {
         origins.set("github", "app_id", Origin::Variable(env::GITHUB_APP_ID));
     }
-    if let Some(url) = &overlay.github_api_url {
-        raw.github.api_url = url.clone();
+    if overlay.github_api_url.is_some() {
         origins.set("github", "api_url", Origin::Variable(env::GITHUB_API_URL));
     }
-    raw.github.api_url = raw.github.api_url.trim_end_matches('/').to_owned();
     if overlay.github_app_private_key.is_some() {
         raw.github.private_key_path = None;
         origins.note(
