@@ -3,6 +3,7 @@
 pub mod config;
 pub mod demo;
 pub mod doctor;
+pub mod explain;
 pub mod healthcheck;
 pub mod init;
 pub mod preview;
@@ -78,5 +79,6 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Queue(args) => queue::run(args).await,
         Command::Config(args) => config::run(args),
         Command::Healthcheck(args) => healthcheck::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
     }
 }
