@@ -1,6 +1,7 @@
 //! rowbranch's integration tests: the real server on a free port over a fresh local git forge,
 //! and the binary as a user runs it. One binary, so the crate is linked once.
 
+mod alerts;
 mod auth;
 mod child;
 mod cli;
@@ -18,6 +19,7 @@ mod init;
 mod init_escaping;
 mod layers;
 mod malformed;
+mod metrics_at_start;
 mod observe;
 mod properties;
 mod queue;
