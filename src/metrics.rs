@@ -106,6 +106,7 @@ label_values! {
         ListPulls => "list_pulls",
         Compare => "compare",
         GetContents => "get_contents",
+        ListRuns => "list_runs",
     }
 }
 
