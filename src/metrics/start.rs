@@ -167,10 +167,11 @@ impl GithubOperation {
     /// The statuses `rowbranch_github_requests_total` has at 0 from the start for this
     /// operation: what GitHub answers when it does what was asked (for `get_ref`, also the 404
     /// of a branch not there, which a new row's claim expects), and `error` (no answer). Other
-    /// statuses appear when first answered. None for `get_contents`, which only `doctor` asks.
+    /// statuses appear when first answered. None for what `serve` never asks: `get_contents`
+    /// (`doctor`'s) and `list_runs` (`explain`'s).
     pub fn statuses_at_start(self) -> &'static [&'static str] {
         match self {
-            GithubOperation::GetContents => &[],
+            GithubOperation::GetContents | GithubOperation::ListRuns => &[],
             GithubOperation::GetRef => &["200", "404", "error"],
             GithubOperation::CreateRef => &["201", "error"],
             GithubOperation::DeleteRef | GithubOperation::Dispatch => &["204", "error"],
@@ -297,6 +298,7 @@ mod tests {
             r#"rowbranch_reconcile_rows_total{route="public.feedbacks",verdict="in_queue"}"#,
             r#"verdict="would_dispatch""#,
             r#"operation="get_contents""#,
+            r#"operation="list_runs""#,
             // A gauge whose 0 would be a claim, and the histograms.
             "rowbranch_github_rate_limit_remaining",
             "rowbranch_pgmq_queue_depth",

@@ -6,27 +6,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Whether `promtool` runs (Debian's `prometheus` package has it). When it does not: on CI
-/// (`CI=true`) the test fails, elsewhere it says why it skips.
-pub fn have_promtool() -> bool {
-    let why = match Command::new("promtool").arg("--version").output() {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => format!("`promtool --version` exited with {}", out.status),
-        Err(e) => format!("`promtool` cannot be run: {e}"),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI must have it: apt-get install prometheus");
-    }
-    eprintln!("skipping: {why} (install it with `apt-get install prometheus`)");
-    false
-}
+use crate::support::tools::{have, output_text};
 
-pub fn output_text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+/// Whether `promtool` runs (Debian's `prometheus` package has it); see [`have`].
+pub fn have_promtool() -> bool {
+    have("promtool", "apt-get install prometheus")
 }
 
 fn promtool(args: &[&str]) -> Output {

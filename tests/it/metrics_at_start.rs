@@ -9,10 +9,14 @@ use std::process::{Command, Stdio};
 
 use serde_json::json;
 
-use crate::alerts::{have_promtool, output_text};
-use crate::child::{self, Served, Start};
-use crate::github::{fake, spawn, GithubOptions};
-use crate::helpers::{insert, random_secret, spawn_app, Options, FEEDBACK_ROUTE};
+use crate::alerts::have_promtool;
+use crate::support::app::{spawn_app, Options, FEEDBACK_ROUTE};
+use crate::support::child::{self, Served, Start};
+use crate::support::github::{fake, spawn, GithubOptions};
+use crate::support::http::{free_port, insert};
+use crate::support::local::dir_with_repository;
+use crate::support::random::random_secret;
+use crate::support::tools::output_text;
 
 /// The answers counted for a webhook route, as `status,outcome,reason`.
 const ROUTE_ANSWERS: [&str; 11] = [
@@ -210,6 +214,14 @@ fn promtool_check_metrics(text: &str) {
     );
 }
 
+/// A `DATABASE_URL` nothing answers at: the consumer runs, and never samples a queue.
+fn unreachable_database() -> String {
+    format!(
+        "postgres://rowbranch:secret-password@127.0.0.1:{}/rows",
+        free_port()
+    )
+}
+
 async fn scrape(served: &Served) -> String {
     reqwest::get(format!("{}/metrics", served.url))
         .await
@@ -255,21 +267,14 @@ async fn serve_on_the_local_forge_shows_a_webhook_routes_counters_at_zero_before
 
 #[tokio::test]
 async fn serve_with_every_route_on_the_queue_counts_messages_and_no_deliveries() {
-    // A database that does not answer: the consumer runs, and samples no queue.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
     let only_queue = format!(
         "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n",
     );
     let served = child::serve(
-        child::dir_with_repository().await,
+        dir_with_repository().await,
         Start {
             config: &only_queue,
-            env: vec![(
-                "DATABASE_URL",
-                format!("postgres://rowbranch:secret-password@127.0.0.1:{port}/rows"),
-            )],
+            env: vec![("DATABASE_URL", unreachable_database())],
             nofile: None,
             secret: random_secret(),
         },
@@ -360,17 +365,11 @@ const IDEAS_FROM_THE_QUEUE: &str = "\n[[routes]]\ntable = \"ideas\"\nrepo = \"ac
 
 #[tokio::test]
 async fn every_answer_of_the_webhook_lands_on_a_series_there_from_the_start() {
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
     let app = spawn_app(
         Options::default()
             .routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}"))
             .max_body_bytes(1024)
-            .env(
-                "DATABASE_URL",
-                &format!("postgres://rowbranch:secret-password@127.0.0.1:{port}/rows"),
-            ),
+            .env("DATABASE_URL", &unreachable_database()),
     )
     .await;
     let text = app.get("/metrics").await.text;
