@@ -4,7 +4,7 @@
 //! are part of the contract (README, "Metrics"). Every counter exists at 0 from the start for
 //! the label sets its run can produce ([`Metrics::start_at_zero`]), so that an alert on its
 //! rise sees the first one; a gauge whose 0 would be a claim (the rate limit left, a queue's
-//! depth) appears once known. Beside them, the build and the process ([`process`]).
+//! depth) appears once known. Beside them, the build and the process (src/metrics/process.rs).
 
 mod process;
 mod start;
