@@ -4,6 +4,7 @@
 
 mod support;
 
+mod alerts;
 mod auth;
 mod cli;
 mod concurrency;
@@ -20,6 +21,7 @@ mod init_escaping;
 mod init_steps;
 mod layers;
 mod malformed;
+mod metrics_at_start;
 mod observe;
 mod properties;
 mod queue;
