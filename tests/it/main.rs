@@ -35,3 +35,4 @@ mod setup_workflow;
 mod spec_refs;
 mod version;
 mod webhook;
+mod workflow_bounds;
