@@ -195,6 +195,22 @@ fn every_action_in_every_workflow_init_writes_is_pinned_to_a_commit_with_its_rel
 }
 
 #[test]
+fn this_repositorys_own_workflows_pin_every_action_too() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".github/workflows");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).expect("the repository has .github/workflows") {
+        let path = entry.expect("a workflow file").path();
+        if path.extension().is_some_and(|e| e == "yml" || e == "yaml") {
+            let text = std::fs::read_to_string(&path).expect("a readable workflow");
+            let pins = assert_pinned(&text, &path.display().to_string());
+            assert!(!pins.is_empty(), "{}: no action at all?", path.display());
+            checked += 1;
+        }
+    }
+    assert!(checked >= 2, "ci.yml and release.yml at least");
+}
+
+#[test]
 fn a_reference_that_is_not_a_full_commit_with_a_release_is_caught() {
     let sha = "fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09";
     assert!(pin(&format!("        uses: actions/checkout@{sha} # v5.1.0")).is_ok());
