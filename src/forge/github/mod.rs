@@ -6,9 +6,11 @@ mod client;
 mod pace;
 mod retry;
 mod setup;
+mod transport;
 mod wire;
 
 pub use setup::{account_type, app_info, convert_manifest, installation_permissions, workflows};
+pub use transport::{ACCEPT_VALUE, API_VERSION, USER_AGENT_VALUE};
 pub use wire::{AppInfo, ManifestApp};
 
 use std::collections::HashMap;

@@ -115,6 +115,15 @@ fn now_secs() -> i64 {
     since.expect("the clock is past 1970").as_secs() as i64
 }
 
+/// A client as GitHub wants one: with a `User-Agent`, without which the fake, like GitHub,
+/// answers 403.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .user_agent("fake-github-tests")
+        .build()
+        .expect("a client")
+}
+
 /// A fake with `acme/widgets` and `acme/gadgets`, both under installation 77.
 async fn fake_with_repos() -> (FakeGithub, reqwest::Client) {
     let fake = FakeGithub::start().await;
@@ -122,7 +131,7 @@ async fn fake_with_repos() -> (FakeGithub, reqwest::Client) {
     fake.add_repo(OTHER_REPO);
     fake.install(REPO, INSTALLATION);
     fake.install(OTHER_REPO, INSTALLATION);
-    (fake, reqwest::Client::new())
+    (fake, client())
 }
 
 /// Mints a token through the API; returns the `Authorization` value.
@@ -176,6 +185,37 @@ async fn a_jwt_signed_with_another_key_is_refused() {
     assert_eq!(
         fake.requests()[0].auth,
         Auth::Rejected(answer.message().to_owned())
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_request_without_a_user_agent_is_refused_and_headers_are_recorded() {
+    let (fake, client) = fake_with_repos().await;
+    let url = format!("{}/app", fake.url());
+    let jwt = format!("Bearer {}", fake.app_jwt());
+    let bare = reqwest::Client::new();
+    let answer = call(&bare, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(answer.status, 403);
+    assert!(
+        answer.body.as_str().unwrap_or("").contains("User-Agent"),
+        "{:?}",
+        answer.body
+    );
+    let answer = call(&client, "GET", &url, Some(&jwt), None).await;
+    assert_eq!(answer.status, 200);
+    let requests = fake.requests();
+    assert_eq!(requests[0].status, Some(403));
+    assert_eq!(requests[0].header("user-agent"), None);
+    assert_eq!(requests[1].header("User-Agent"), Some("fake-github-tests"));
+    assert_eq!(
+        requests[1].header_values("accept"),
+        ["application/vnd.github+json"]
+    );
+    assert_eq!(
+        requests[1].header("authorization"),
+        None,
+        "the credential is not recorded"
     );
     fake.assert_no_unexpected();
 }
@@ -336,7 +376,7 @@ async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_instal
 #[tokio::test]
 async fn an_installation_on_all_repositories_covers_the_owners_repositories_added_later() {
     let fake = FakeGithub::start().await;
-    let client = reqwest::Client::new();
+    let client = client();
     fake.install_on_all_repositories("acme", INSTALLATION);
     fake.add_repo(REPO);
     fake.add_repo(OTHER_REPO);
@@ -1098,6 +1138,7 @@ async fn delay_after_apply_applies_at_once_and_answers_late() {
 
     // A client that gives up sooner gets no answer; the ref is created all the same.
     let impatient = reqwest::Client::builder()
+        .user_agent("fake-github-tests")
         .timeout(Duration::from_secs(5))
         .build()
         .expect("a client");
@@ -1335,7 +1376,7 @@ async fn a_path_prefix_is_served_like_github_enterprise() {
     let fake = FakeGithub::start_with_path_prefix("/api/v3").await;
     fake.add_repo(REPO);
     fake.install(REPO, INSTALLATION);
-    let client = reqwest::Client::new();
+    let client = client();
     assert!(fake.url().ends_with("/api/v3"));
     let auth = mint(&fake, &client, json!({})).await;
     let answer = call(

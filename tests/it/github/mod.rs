@@ -3,6 +3,7 @@
 
 mod doctor;
 mod faults;
+mod headers;
 mod pacing;
 mod pipeline;
 
