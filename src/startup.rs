@@ -504,7 +504,8 @@ pub fn window_rows(config: &Config) -> usize {
 async fn warm_up(config: Arc<Config>, pipeline: Arc<Pipeline>) {
     for route in &config.routes {
         if let Err(e) = pipeline.forge().base(&route.repo).await {
-            tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
+            tracing::warn!(repo = %route.repo, error = %format!("reading the default branch: {e}"),
+                "the forge cannot take claims for this route yet");
         }
     }
 }

@@ -270,12 +270,33 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
             message: format!("the App's JWT could not be made: {source}"),
         }),
         other => Stop::Retry {
-            message: format!("request failed: {other}"),
+            message: transport_failure(other),
             after: None,
             ambiguous: true,
             cause: Cause::NoAnswer,
         },
     }
+}
+
+/// What went wrong on the way to GitHub, once: whether the connection was never made, and the
+/// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
+/// the layers of wrapping each library adds ("Service Error: client error (Connect): tcp
+/// connect error: …").
+fn transport_failure(e: &octocrab::Error) -> String {
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    let mut connect = false;
+    while let Some(source) = innermost.source() {
+        if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
+            connect |= client.is_connect();
+        }
+        innermost = source;
+    }
+    let lead = if connect {
+        "could not connect"
+    } else {
+        "the connection failed"
+    };
+    format!("{lead}: {innermost}")
 }
 
 /// One installation: its client (with its token cache), the pacer of its writes and the bound
@@ -503,9 +524,8 @@ const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Ge
 /// key, or another RSA key's file, parses as a key but cannot sign, and would otherwise fail
 /// only at the first request. Never echoes the text.
 fn signing_key(app_id: AppId, pem: &str) -> anyhow::Result<EncodingKey> {
-    let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
-        anyhow!("the GitHub App private key does not parse ({e}): {NEW_KEY}")
-    })?;
+    let key = EncodingKey::from_rsa_pem(pem.as_bytes())
+        .map_err(|e| anyhow!("the GitHub App private key does not parse ({e}): {NEW_KEY}"))?;
     if let Err(e) = octocrab::auth::create_jwt(app_id, &key) {
         let what = if pem.contains("PUBLIC KEY-----") {
             "it is a public key, and GitHub needs the App's private key"

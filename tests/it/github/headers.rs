@@ -80,7 +80,15 @@ async fn every_request_names_rowbranch_the_media_type_and_the_api_version() {
     .await;
     fake.add_manifest_code("code");
     rowbranch(
-        &["init", "--dir", d, "--manifest-code", "code", "--api-url", &api],
+        &[
+            "init",
+            "--dir",
+            d,
+            "--manifest-code",
+            "code",
+            "--api-url",
+            &api,
+        ],
         &[],
     )
     .await;
@@ -105,7 +113,11 @@ async fn every_request_names_rowbranch_the_media_type_and_the_api_version() {
     let user_agent = format!("rowbranch/{}", env!("CARGO_PKG_VERSION"));
     for request in &requests {
         let what = format!("{} {} ({:?})", request.method, request.path, request.op);
-        assert_eq!(request.header_values("user-agent"), [user_agent.as_str()], "{what}");
+        assert_eq!(
+            request.header_values("user-agent"),
+            [user_agent.as_str()],
+            "{what}"
+        );
         assert_eq!(
             request.header_values("accept"),
             ["application/vnd.github+json"],

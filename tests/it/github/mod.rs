@@ -4,6 +4,7 @@
 mod doctor;
 mod faults;
 mod headers;
+mod outage;
 mod pacing;
 mod pipeline;
 
