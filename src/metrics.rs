@@ -4,10 +4,11 @@
 //! are part of the contract (README, "Metrics").
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -18,6 +19,122 @@ pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// The route label of what belongs to no route (an unauthenticated delivery, say).
 pub const NO_ROUTE: &str = "none";
+
+/// A label whose values are a fixed set: an enum, each variant with the text `/metrics` shows
+/// for it, and every variant in `ALL`. prometheus-client's own derive of `EncodeLabelValue`
+/// would show the variant's name (`LeaseLost`), not the contract's (`lease_lost`).
+macro_rules! label_values {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
+
+        impl $name {
+            /// Every value, in the order declared.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
+
+            /// The value as `/metrics` shows it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// How a queue message was settled (`rowbranch_pgmq_messages_total{result}`).
+    pub enum MessageResult {
+        /// Archived: its row is handled.
+        Archived => "archived",
+        /// Sent to the dead-letter queue, and archived.
+        Dead => "dead",
+        /// Left in the queue, visible again after a backoff.
+        Retried => "retried",
+        /// Dispatched again on its branch as it was, then archived.
+        Redispatched => "redispatched",
+        /// Another reader holds it now, or it is gone: left alone.
+        LeaseLost => "lease_lost",
+        /// Made visible again at once (at shutdown).
+        Released => "released",
+    }
+}
+
+label_values! {
+    /// How a row's run ended (`rowbranch_runs_total{result}`).
+    pub enum RunResult {
+        Dispatched => "dispatched",
+        Duplicate => "duplicate",
+        FailedUnavailable => "failed_unavailable",
+        FailedRefused => "failed_refused",
+        FailedInternal => "failed_internal",
+        Abandoned => "abandoned",
+    }
+}
+
+label_values! {
+    /// A request to GitHub, by what it does (`rowbranch_github_requests_total{operation}`).
+    pub enum GithubOperation {
+        GetApp => "get_app",
+        GetInstallation => "get_installation",
+        GetRepo => "get_repo",
+        GetRef => "get_ref",
+        MatchingRefs => "matching_refs",
+        CreateRef => "create_ref",
+        DeleteRef => "delete_ref",
+        Dispatch => "dispatch",
+        ListPulls => "list_pulls",
+        Compare => "compare",
+        GetContents => "get_contents",
+    }
+}
+
+label_values! {
+    /// Why a request to GitHub was tried again (`rowbranch_github_retries_total{cause}`).
+    pub enum RetryCause {
+        /// 429, or a 403 that is a rate limit.
+        RateLimited => "rate_limited",
+        /// A 5xx.
+        ServerError => "server_error",
+        /// A timeout or a lost connection.
+        NoAnswer => "no_answer",
+        /// GitHub answered, but what should be there is not (yet).
+        NotThereYet => "not_there_yet",
+    }
+}
+
+label_values! {
+    /// How one route's sweep ended (`rowbranch_reconcile_runs_total{result}`).
+    pub enum SweepResult {
+        Ok => "ok",
+        /// It stopped early.
+        Failed => "failed",
+    }
+}
+
+label_values! {
+    /// What a sweep made of one row (`rowbranch_reconcile_rows_total{verdict}`).
+    pub enum RowVerdict {
+        Handled => "handled",
+        MergedBefore => "merged_before",
+        Dispatched => "dispatched",
+        WouldDispatch => "would_dispatch",
+        DeadClaim => "dead_claim",
+        Failed => "failed",
+        InQueue => "in_queue",
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeliveryLabels {
@@ -30,7 +147,13 @@ struct DeliveryLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     route: String,
-    result: &'static str,
+    result: RunResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MessageLabels {
+    route: String,
+    result: MessageResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,18 +163,18 @@ struct RouteLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    operation: &'static str,
+    operation: GithubOperation,
     status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OperationLabels {
-    operation: &'static str,
+    operation: GithubOperation,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CauseLabels {
-    cause: &'static str,
+    cause: RetryCause,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -60,8 +183,8 @@ struct ResourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
+struct SweepLabels {
+    result: SweepResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -72,7 +195,7 @@ struct QueueLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerdictLabels {
     route: String,
-    verdict: &'static str,
+    verdict: RowVerdict,
 }
 
 /// Seconds, from 5 ms to about 80 s: a read, a paced write, a run that waited its turn.
@@ -93,9 +216,9 @@ pub struct Metrics {
     tokens_minted: Counter,
     write_queue_depth: Gauge,
     runs_in_flight: Gauge,
-    reconcile_runs: Family<ResultLabels, Counter>,
+    reconcile_runs: Family<SweepLabels, Counter>,
     reconcile_rows: Family<VerdictLabels, Counter>,
-    pgmq_messages: Family<RunLabels, Counter>,
+    pgmq_messages: Family<MessageLabels, Counter>,
     pgmq_queue_depth: Family<QueueLabels, Gauge>,
     pgmq_oldest_age: Family<QueueLabels, Gauge>,
     /// Deliveries by outcome and runs by result, summed over routes, for the status page.
@@ -215,16 +338,15 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    /// One queue message settled: `archived`, `dead`, `retried`, `redispatched`, `lease_lost`
-    /// or `released`.
-    pub fn pgmq_message(&self, route: &str, result: &'static str) {
+    /// One queue message settled.
+    pub fn pgmq_message(&self, route: &str, result: MessageResult) {
         self.pgmq_messages
-            .get_or_create(&RunLabels {
+            .get_or_create(&MessageLabels {
                 route: route.to_owned(),
                 result,
             })
             .inc();
-        self.add(format!("queue messages {result}"));
+        self.add(format!("queue messages {}", result.as_str()));
     }
 
     /// A sample of a queue: how many messages, and how old the oldest is.
@@ -266,9 +388,8 @@ impl Metrics {
         totals.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
-    /// One run's end: `dispatched`, `duplicate`, `failed_unavailable`, `failed_refused`,
-    /// `failed_internal` or `abandoned`.
-    pub fn run_ended(&self, route: &str, result: &'static str, took: Duration) {
+    /// One run's end.
+    pub fn run_ended(&self, route: &str, result: RunResult, took: Duration) {
         self.runs
             .get_or_create(&RunLabels {
                 route: route.to_owned(),
@@ -280,7 +401,7 @@ impl Metrics {
                 route: route.to_owned(),
             })
             .observe(took.as_secs_f64());
-        self.add(format!("runs {result}"));
+        self.add(format!("runs {}", result.as_str()));
     }
 
     pub fn runs_in_flight(&self, n: usize) {
@@ -289,7 +410,7 @@ impl Metrics {
     }
 
     /// One request's answer (`status` its code, or `error` when none came).
-    pub fn github_request(&self, operation: &'static str, status: &str, took: Duration) {
+    pub fn github_request(&self, operation: GithubOperation, status: &str, took: Duration) {
         self.github_requests
             .get_or_create(&RequestLabels {
                 operation,
@@ -301,8 +422,8 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// A retry: `rate_limited`, `server_error`, `no_answer` or `not_there_yet`.
-    pub fn github_retry(&self, cause: &'static str) {
+    /// A request to GitHub tried again.
+    pub fn github_retry(&self, cause: RetryCause) {
         self.github_retries
             .get_or_create(&CauseLabels { cause })
             .inc();
@@ -329,15 +450,15 @@ impl Metrics {
         }
     }
 
-    /// One route's sweep ended: `ok`, or `failed` when it stopped early.
-    pub fn reconcile_run(&self, result: &'static str) {
+    /// One route's sweep ended.
+    pub fn reconcile_run(&self, result: SweepResult) {
         self.reconcile_runs
-            .get_or_create(&ResultLabels { result })
+            .get_or_create(&SweepLabels { result })
             .inc();
     }
 
     /// One row a sweep settled.
-    pub fn reconcile_row(&self, route: &str, verdict: &'static str) {
+    pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
         self.reconcile_rows
             .get_or_create(&VerdictLabels {
                 route: route.to_owned(),
@@ -357,21 +478,28 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     #[test]
     fn each_series_renders_under_its_documented_name() {
         let m = Metrics::new();
         m.delivery("public.feedbacks", 200, "dispatched", "");
-        m.run_ended("public.feedbacks", "dispatched", Duration::from_millis(30));
-        m.github_request("create_ref", "201", Duration::from_millis(12));
-        m.github_retry("server_error");
+        m.run_ended(
+            "public.feedbacks",
+            RunResult::Dispatched,
+            Duration::from_millis(30),
+        );
+        m.github_request(GithubOperation::CreateRef, "201", Duration::from_millis(12));
+        m.github_retry(RetryCause::ServerError);
         m.rate_limit_remaining("core", 4999);
         m.token_minted();
         m.write_queue(true);
         m.runs_in_flight(3);
-        m.reconcile_run("ok");
-        m.reconcile_row("public.feedbacks", "handled");
+        m.reconcile_run(SweepResult::Ok);
+        m.reconcile_row("public.feedbacks", RowVerdict::Handled);
+        m.pgmq_message("public.feedbacks", MessageResult::LeaseLost);
         let text = m.render();
         for line in [
             r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="dispatched",reason=""} 1"#,
@@ -386,6 +514,7 @@ mod tests {
             "rowbranch_runs_in_flight 3",
             r#"rowbranch_reconcile_runs_total{result="ok"} 1"#,
             r#"rowbranch_reconcile_rows_total{route="public.feedbacks",verdict="handled"} 1"#,
+            r#"rowbranch_pgmq_messages_total{route="public.feedbacks",result="lease_lost"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
         }
@@ -401,5 +530,80 @@ mod tests {
         assert!(b
             .render()
             .contains("rowbranch_installation_tokens_minted_total 0"));
+    }
+
+    /// The values a label's enum lists, as text.
+    fn texts<T: Copy>(all: &[T], text: fn(T) -> &'static str) -> BTreeSet<&'static str> {
+        all.iter().map(|v| text(*v)).collect()
+    }
+
+    /// The plain words in backquotes on the README's row for `series`, less `others`.
+    fn documented(series: &str, others: &[&str]) -> BTreeSet<&'static str> {
+        const README: &str = include_str!("../README.md");
+        let row = README
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{series}{{")))
+            .unwrap_or_else(|| panic!("no README row for {series}"));
+        row.split('`')
+            .skip(3) // the row's start, the series, and the text between
+            .step_by(2)
+            .filter(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .filter(|w| !others.contains(w))
+            .collect()
+    }
+
+    #[test]
+    fn every_label_value_is_the_one_the_readme_documents() {
+        let cases: [(&str, BTreeSet<&str>, &[&str]); 6] = [
+            (
+                "rowbranch_pgmq_messages_total",
+                texts(MessageResult::ALL, MessageResult::as_str),
+                &[],
+            ),
+            (
+                "rowbranch_runs_total",
+                texts(RunResult::ALL, RunResult::as_str),
+                &[],
+            ),
+            (
+                "rowbranch_github_requests_total",
+                texts(GithubOperation::ALL, GithubOperation::as_str),
+                &["error"],
+            ),
+            (
+                "rowbranch_github_retries_total",
+                texts(RetryCause::ALL, RetryCause::as_str),
+                &[],
+            ),
+            (
+                "rowbranch_reconcile_runs_total",
+                texts(SweepResult::ALL, SweepResult::as_str),
+                &[],
+            ),
+            (
+                "rowbranch_reconcile_rows_total",
+                texts(RowVerdict::ALL, RowVerdict::as_str),
+                &[],
+            ),
+        ];
+        for (series, values, others) in cases {
+            assert_eq!(values, documented(series, others), "{series}");
+        }
+    }
+
+    #[test]
+    fn a_label_enum_renders_as_its_text() {
+        let m = Metrics::new();
+        for &result in MessageResult::ALL {
+            m.pgmq_message("public.t", result);
+        }
+        let text = m.render();
+        for result in MessageResult::ALL {
+            let line = format!(
+                r#"rowbranch_pgmq_messages_total{{route="public.t",result="{}"}} 1"#,
+                result.as_str()
+            );
+            assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
     }
 }

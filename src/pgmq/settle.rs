@@ -3,6 +3,31 @@
 
 use std::time::Duration;
 
+/// Why a message goes to the dead-letter queue: its dead letter's `reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadReason {
+    /// No route reads its table from the queue.
+    NoRoute,
+    /// Not a row's event.
+    Malformed,
+    /// Its row has no usable id.
+    BadId,
+    /// GitHub refused the dispatch's payload (a 422).
+    PayloadRefused,
+}
+
+impl DeadReason {
+    /// As the dead letter and the log line say it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadReason::NoRoute => "no_route",
+            DeadReason::Malformed => "malformed",
+            DeadReason::BadId => "bad_id",
+            DeadReason::PayloadRefused => "payload_refused",
+        }
+    }
+}
+
 /// How a message's run ended, as far as the message is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunEnd {
@@ -17,8 +42,8 @@ pub enum RunEnd {
     IgnoredEvent,
     /// No route reads this table from the queue.
     NoRoute,
-    /// Refused for good, with why (`malformed`, `bad_id`, `payload_refused`).
-    Refused(&'static str),
+    /// Refused for good, with why (`Malformed`, `BadId`, `PayloadRefused`).
+    Refused(DeadReason),
     /// Worth another try: GitHub unavailable, a 5xx, a bug, the pipeline full. GitHub's
     /// `Retry-After` when it gave one.
     Retry(Option<Duration>),
@@ -34,7 +59,7 @@ pub enum Settle {
     /// may have died between its claim and its dispatch.
     Redispatch,
     /// To the dead-letter queue with the reason, and archived, in one statement.
-    DeadLetter(&'static str),
+    DeadLetter(DeadReason),
     /// Left in the queue, visible again after this long.
     Retry(Duration),
     /// Made visible again at once (only if this process still holds it).
@@ -59,8 +84,8 @@ pub fn settle(end: &RunEnd, read_ct: i32, base: Duration, cap: Duration) -> Sett
         // and owes the dispatch; a claim that never dispatches is the sweep's dead claim.
         RunEnd::AtBase if read_ct <= 1 => Settle::Archive,
         RunEnd::AtBase => Settle::Redispatch,
-        RunEnd::NoRoute => Settle::DeadLetter("no_route"),
-        RunEnd::Refused(reason) => Settle::DeadLetter(reason),
+        RunEnd::NoRoute => Settle::DeadLetter(DeadReason::NoRoute),
+        RunEnd::Refused(reason) => Settle::DeadLetter(*reason),
         RunEnd::Retry(Some(after)) => Settle::Retry((*after).min(cap)),
         RunEnd::Retry(None) => Settle::Retry(backoff(read_ct, base, cap)),
         RunEnd::NotStarted => Settle::Release,
@@ -88,10 +113,10 @@ mod tests {
             (RunEnd::AtBase, 2, Settle::Redispatch),
             (RunEnd::AtBase, 9, Settle::Redispatch),
             (RunEnd::IgnoredEvent, 1, Settle::Archive),
-            (RunEnd::NoRoute, 1, Settle::DeadLetter("no_route")),
-            (RunEnd::Refused("malformed"), 1, Settle::DeadLetter("malformed")),
-            (RunEnd::Refused("bad_id"), 4, Settle::DeadLetter("bad_id")),
-            (RunEnd::Refused("payload_refused"), 1, Settle::DeadLetter("payload_refused")),
+            (RunEnd::NoRoute, 1, Settle::DeadLetter(DeadReason::NoRoute)),
+            (RunEnd::Refused(DeadReason::Malformed), 1, Settle::DeadLetter(DeadReason::Malformed)),
+            (RunEnd::Refused(DeadReason::BadId), 4, Settle::DeadLetter(DeadReason::BadId)),
+            (RunEnd::Refused(DeadReason::PayloadRefused), 1, Settle::DeadLetter(DeadReason::PayloadRefused)),
             (RunEnd::Retry(None), 1, Settle::Retry(Duration::from_secs(5))),
             (RunEnd::Retry(None), 2, Settle::Retry(Duration::from_secs(10))),
             (RunEnd::Retry(None), 4, Settle::Retry(Duration::from_secs(40))),

@@ -23,7 +23,7 @@ use tracing::Instrument;
 use crate::config::Intake;
 use crate::forge::{Base, Forge};
 use crate::identity::{BranchPrefix, RepoName, RowId};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RunResult};
 use crate::shutdown::Shutdown;
 
 /// A run of one row that any number of deliveries can await.
@@ -169,10 +169,10 @@ impl Pipeline {
                     ),
                     // The one log line for a failed run, whatever its retries were; every
                     // delivery that awaited it gets its answer.
-                    Err(e) => tracing::error!(result = ended, error = %e,
+                    Err(e) => tracing::error!(result = ended.as_str(), error = %e,
                         next = %next_step(&plan, e),
                         duration_ms = took.as_millis() as u64, "the row's run failed"),
-                    Ok(_) => tracing::info!(result = ended,
+                    Ok(_) => tracing::info!(result = ended.as_str(),
                         duration_ms = took.as_millis() as u64, "the row's run ended"),
                 }
                 result
@@ -263,14 +263,14 @@ fn next_step(plan: &Plan, error: &RunError) -> String {
 }
 
 /// How a run ended, as `rowbranch_runs_total{result}` names it.
-fn run_result(result: &Result<Outcome, RunError>) -> &'static str {
+fn run_result(result: &Result<Outcome, RunError>) -> RunResult {
     match result {
-        Ok(Outcome::Dispatched { .. }) => "dispatched",
-        Ok(Outcome::Duplicate { .. }) => "duplicate",
-        Err(RunError::Unavailable { .. }) => "failed_unavailable",
-        Err(RunError::Refused(_)) => "failed_refused",
-        Err(RunError::Internal(_)) => "failed_internal",
-        Err(RunError::Abandoned) => "abandoned",
+        Ok(Outcome::Dispatched { .. }) => RunResult::Dispatched,
+        Ok(Outcome::Duplicate { .. }) => RunResult::Duplicate,
+        Err(RunError::Unavailable { .. }) => RunResult::FailedUnavailable,
+        Err(RunError::Refused(_)) => RunResult::FailedRefused,
+        Err(RunError::Internal(_)) => RunResult::FailedInternal,
+        Err(RunError::Abandoned) => RunResult::Abandoned,
     }
 }
 
@@ -287,7 +287,7 @@ impl Drop for Unregister {
     fn drop(&mut self) {
         let metrics = &self.pipeline.metrics;
         if !self.counted {
-            metrics.run_ended(&self.route, "failed_internal", self.start.elapsed());
+            metrics.run_ended(&self.route, RunResult::FailedInternal, self.start.elapsed());
         }
         if let Ok(mut runs) = self.pipeline.runs.lock() {
             runs.remove(&self.key);

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
 use crate::forge::{Base, Sha};
+use crate::metrics::{RowVerdict, SweepResult};
 use crate::pgmq::queue;
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
 use crate::rows::{Row, Rows};
@@ -92,15 +93,15 @@ pub enum Settled {
 
 impl Settled {
     /// As `rowbranch_reconcile_rows_total{verdict}` names it.
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> RowVerdict {
         match self {
-            Settled::Handled => "handled",
-            Settled::MergedBefore => "merged_before",
-            Settled::Dispatched => "dispatched",
-            Settled::WouldDispatch(_) => "would_dispatch",
-            Settled::DeadClaim { .. } => "dead_claim",
-            Settled::Failed(_) => "failed",
-            Settled::InQueue => "in_queue",
+            Settled::Handled => RowVerdict::Handled,
+            Settled::MergedBefore => RowVerdict::MergedBefore,
+            Settled::Dispatched => RowVerdict::Dispatched,
+            Settled::WouldDispatch(_) => RowVerdict::WouldDispatch,
+            Settled::DeadClaim { .. } => RowVerdict::DeadClaim,
+            Settled::Failed(_) => RowVerdict::Failed,
+            Settled::InQueue => RowVerdict::InQueue,
         }
     }
 }
@@ -167,9 +168,11 @@ pub async fn sweep(
         if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
         }
-        pipeline
-            .metrics()
-            .reconcile_run(if swept.is_ok() { "ok" } else { "failed" });
+        pipeline.metrics().reconcile_run(if swept.is_ok() {
+            SweepResult::Ok
+        } else {
+            SweepResult::Failed
+        });
         summaries.push(summary);
     }
     summaries

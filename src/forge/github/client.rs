@@ -153,39 +153,8 @@ pub fn encode_query(value: &str) -> String {
     percent_encoding::utf8_percent_encode(value, KEEP).to_string()
 }
 
-/// What a request does, for `rowbranch_github_requests_total{operation}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    GetApp,
-    GetInstallation,
-    GetRepo,
-    GetRef,
-    MatchingRefs,
-    CreateRef,
-    DeleteRef,
-    Dispatch,
-    ListPulls,
-    Compare,
-    GetContents,
-}
-
-impl Operation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::GetApp => "get_app",
-            Operation::GetInstallation => "get_installation",
-            Operation::GetRepo => "get_repo",
-            Operation::GetRef => "get_ref",
-            Operation::MatchingRefs => "matching_refs",
-            Operation::CreateRef => "create_ref",
-            Operation::DeleteRef => "delete_ref",
-            Operation::Dispatch => "dispatch",
-            Operation::ListPulls => "list_pulls",
-            Operation::Compare => "compare",
-            Operation::GetContents => "get_contents",
-        }
-    }
-}
+/// What a request does: `rowbranch_github_requests_total{operation}` counts by it.
+pub use crate::metrics::GithubOperation as Operation;
 
 /// [`send`], counted: the answer's status (or `error`), how long it took, and the rate limit
 /// GitHub says is left.
@@ -212,7 +181,7 @@ async fn send_counted<B: Serialize + ?Sized>(
         }
         Err(_) => "error".to_owned(),
     };
-    metrics.github_request(operation.as_str(), &status, start.elapsed());
+    metrics.github_request(operation, &status, start.elapsed());
     result
 }
 

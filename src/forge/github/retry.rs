@@ -78,29 +78,8 @@ impl From<Stop> for ForgeError {
 /// One attempt's result: `?` passes a stop up to the retry loop.
 pub type Attempt<T> = Result<T, Stop>;
 
-/// Why an attempt is worth another, for `rowbranch_github_retries_total{cause}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cause {
-    /// 429, or a 403 that is a rate limit.
-    RateLimited,
-    /// A 5xx.
-    ServerError,
-    /// A timeout or a lost connection.
-    NoAnswer,
-    /// GitHub answered, but what should be there is not (yet).
-    NotThereYet,
-}
-
-impl Cause {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Cause::RateLimited => "rate_limited",
-            Cause::ServerError => "server_error",
-            Cause::NoAnswer => "no_answer",
-            Cause::NotThereYet => "not_there_yet",
-        }
-    }
-}
+/// Why an attempt is worth another: `rowbranch_github_retries_total{cause}` counts by it.
+pub use crate::metrics::RetryCause as Cause;
 
 /// The retry loop's budget, the shutdown whose grace cuts it short, and where retries count.
 #[derive(Debug, Clone)]
@@ -181,7 +160,7 @@ impl RetryPolicy {
                     () = self.shutdown.begun(), if !self.shutdown.is_draining() => {}
                 }
             }
-            self.metrics.github_retry(cause.as_str());
+            self.metrics.github_retry(cause);
             tracing::debug!(what, host = %self.host, attempt = n + 1,
                 wait_ms = wait.as_millis() as u64, %message, "retried");
         }

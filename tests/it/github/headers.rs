@@ -8,8 +8,9 @@ use fake_github::{FakeGithub, Op, TEST_APP_PRIVATE_KEY_PEM};
 use serde_json::json;
 use tokio::process::Command;
 
-use super::{fake, spawn, GithubOptions, REPO};
-use crate::helpers::random_secret;
+use crate::support::github::{fake, spawn, GithubOptions, REPO};
+use crate::support::random::random_secret;
+use crate::support::tools::output_text;
 
 /// Runs the binary with `args`; panics unless it exits 0.
 async fn rowbranch(args: &[&str], env: &[(&str, &str)]) {
@@ -21,12 +22,7 @@ async fn rowbranch(args: &[&str], env: &[(&str, &str)]) {
         .output()
         .await
         .expect("the binary runs");
-    assert!(
-        out.status.success(),
-        "{args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{args:?}: {}", output_text(&out));
 }
 
 #[tokio::test]

@@ -11,23 +11,17 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{fake, GithubOptions};
-use crate::child::serve_on_fake;
-use crate::helpers::{eventually, insert, random_secret};
-
-/// A port nothing listens on.
-fn closed_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::support::child::serve_on_fake;
+use crate::support::github::{fake, GithubOptions};
+use crate::support::http::{free_port, insert, post_webhook};
+use crate::support::random::random_secret;
+use crate::support::wait::eventually;
 
 #[tokio::test]
 async fn an_unreachable_github_is_one_line_per_failed_operation_and_none_from_the_client_library() {
     let fake = fake().await;
-    let host = format!("127.0.0.1:{}", closed_port());
+    // A port nothing listens on.
+    let host = format!("127.0.0.1:{}", free_port());
     let config = GithubOptions {
         retry_budget_ms: 3_000,
         respond_within_ms: 500,
@@ -43,19 +37,10 @@ async fn an_unreachable_github_is_one_line_per_failed_operation_and_none_from_th
         &secret,
     )
     .await;
-    let answer = reqwest::Client::new()
-        .post(format!("{}/webhook", served.url))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {secret}"))
-        .body(insert(json!(42), "Dark mode").to_string())
-        .send()
-        .await
-        .expect("rowbranch answers");
-    assert_eq!(
-        answer.status().as_u16(),
-        202,
-        "the row goes on in the background"
-    );
+    let url = format!("{}/webhook", served.url);
+    let body = insert(json!(42), "Dark mode");
+    let answer = post_webhook(&reqwest::Client::new(), &url, &secret, &body).await;
+    assert_eq!(answer.status, 202, "the row goes on in the background");
 
     let lines: Vec<Value> = eventually("the row's run and the first look to end", || async {
         let log = served.log();

@@ -1,0 +1,330 @@
+//! The consumer: reads the queue, runs each message's row through the same pipeline as a
+//! webhook's, and settles the message by how the run ended (`settle`): archived, dead-lettered,
+//! or left for later. A message leaves the queue only when its work is settled; while a run is
+//! under way its message stays hidden from other readers by a lease renewed every third of the
+//! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
+//! message's life, `statement` the statements that settle it, and what is held is in
+//! `pgmq::holds`. How and why this loses nothing is in docs/design.md ("The queue").
+
+mod handle;
+mod statement;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::task::TaskTracker;
+
+use super::holds::{Holds, Taken, Token};
+use super::queue::{self, Message};
+use crate::config::{DatabaseUrl, PgmqSettings};
+use crate::pipeline::{Pipeline, Routes};
+use crate::rows::{Reachability, Rows};
+use crate::shutdown::Shutdown;
+
+/// About how many bytes of messages one read may bring in, so that a queue of big rows is read
+/// a few at a time.
+const BATCH_BYTES: usize = 4 << 20;
+/// The size a message is taken to have before any has been read: large, so that the first
+/// read of a queue of big rows brings in a few of them, not a whole batch.
+const FIRST_GUESS_BYTES: usize = 256 << 10;
+/// How often the queues' depth and age are sampled for the metrics.
+const SAMPLE_EVERY: Duration = Duration::from_secs(15);
+/// How often archived messages past `archive_retention` are deleted.
+const FORGET_EVERY: Duration = Duration::from_secs(3600);
+/// The longest wait between attempts to reach the database.
+const RECONNECT_CAP: Duration = Duration::from_secs(30);
+
+/// What the consumer is built from.
+pub struct ConsumerSettings {
+    pub url: DatabaseUrl,
+    pub pgmq: PgmqSettings,
+    /// Rows accepted and not yet finished, at most (`queue_capacity`): held messages count.
+    pub queue_capacity: usize,
+    /// Rows this process can start within one visibility window, at its pace: no more are
+    /// held at once, so that none waits for its turn past its lease.
+    pub window_rows: usize,
+}
+
+pub struct Consumer {
+    settings: ConsumerSettings,
+    routes: Arc<Routes>,
+    pipeline: Arc<Pipeline>,
+    shutdown: Shutdown,
+    reachability: Arc<Reachability>,
+    /// The one connection, made again when it ends; locked while connecting, so that two
+    /// callers never open two.
+    link: tokio::sync::Mutex<Link>,
+    /// The messages held and the settles deferred: the consumer's state, behind one lock that
+    /// no await holds.
+    holds: Holds,
+    handlers: TaskTracker,
+}
+
+/// The database connection, if there is one.
+#[derive(Default)]
+struct Link {
+    rows: Option<Arc<Rows>>,
+    /// Connections opened so far: any after the first is a reconnection.
+    opened: usize,
+}
+
+impl Consumer {
+    pub fn new(
+        settings: ConsumerSettings,
+        routes: Arc<Routes>,
+        pipeline: Arc<Pipeline>,
+        shutdown: Shutdown,
+        reachability: Arc<Reachability>,
+    ) -> Arc<Consumer> {
+        Arc::new(Consumer {
+            settings,
+            routes,
+            pipeline,
+            shutdown,
+            reachability,
+            link: tokio::sync::Mutex::default(),
+            holds: Holds::new(FIRST_GUESS_BYTES),
+            handlers: TaskTracker::new(),
+        })
+    }
+
+    fn queue(&self) -> &str {
+        &self.settings.pgmq.queue
+    }
+
+    fn vt_seconds(&self) -> i32 {
+        i32::try_from(self.settings.pgmq.visibility_timeout.as_secs()).unwrap_or(i32::MAX)
+    }
+
+    /// The connection, made when there is none (or it ended).
+    async fn db(&self) -> anyhow::Result<Arc<Rows>> {
+        let mut link = self.link.lock().await;
+        if let Some(rows) = link.rows.as_ref().filter(|rows| !rows.is_closed()) {
+            return Ok(Arc::clone(rows));
+        }
+        link.rows = None;
+        match Rows::connect(self.settings.url.expose()).await {
+            Ok(rows) => {
+                let rows = Arc::new(rows);
+                link.rows = Some(Arc::clone(&rows));
+                link.opened += 1;
+                self.reachability.set(Ok(()));
+                if link.opened > 1 {
+                    tracing::info!(queue = self.queue(), "connected to the database again");
+                }
+                Ok(rows)
+            }
+            Err(e) => {
+                self.reachability.set(Err(format!("{e:#}")));
+                Err(e)
+            }
+        }
+    }
+
+    /// Forgets the connection after a failed statement, if the connection is what failed.
+    async fn failed(&self, e: &tokio_postgres::Error) {
+        let mut link = self.link.lock().await;
+        if link.rows.as_ref().is_some_and(|rows| rows.is_closed()) || e.is_closed() {
+            link.rows = None;
+            self.reachability
+                .set(Err(format!("the database connection ended: {e}")));
+        }
+    }
+
+    /// Reads and runs the queue until the shutdown begins; then stops reading, lets the runs
+    /// under way settle their messages within the grace, and releases the rest.
+    pub async fn run(self: Arc<Self>) {
+        let renewals = tokio::spawn(Arc::clone(&self).renew_leases());
+        let samples = tokio::spawn(Arc::clone(&self).sample());
+        let mut failures = 0u32;
+        while !self.shutdown.is_draining() {
+            let room = self.room();
+            if room == 0 {
+                self.wait(self.settings.pgmq.poll_interval).await;
+                continue;
+            }
+            let read = match self.db().await {
+                Ok(db) => {
+                    self.settle_deferred(&db).await;
+                    let qty = i32::try_from(room).unwrap_or(i32::MAX);
+                    queue::read(db.client(), self.queue(), self.vt_seconds(), qty)
+                        .await
+                        .map_err(|e| (Some(e), String::new()))
+                }
+                Err(e) => Err((None, format!("{e:#}"))),
+            };
+            match read {
+                Ok(messages) => {
+                    if failures > 0 {
+                        tracing::info!(queue = self.queue(), "reading the queue again");
+                    }
+                    failures = 0;
+                    if messages.is_empty() {
+                        self.wait(self.settings.pgmq.poll_interval).await;
+                    }
+                    for message in messages {
+                        self.take(message);
+                    }
+                }
+                Err((error, detail)) => {
+                    if let Some(e) = &error {
+                        self.failed(e).await;
+                    }
+                    failures += 1;
+                    let wait = reconnect_wait(failures);
+                    let detail = error.map_or(detail, |e| e.to_string());
+                    // Said once, then again only now and then: an outage is one event.
+                    if failures == 1 || failures.is_power_of_two() {
+                        tracing::warn!(queue = self.queue(), error = %detail, attempts = failures,
+                            retry_in_ms = wait.as_millis() as u64,
+                            "cannot read the queue; the rows wait in it");
+                    }
+                    self.wait(wait).await;
+                }
+            }
+        }
+        // Stop reading; what was read and not started is released by its handler.
+        self.handlers.close();
+        if let Some(deadline) = self.shutdown.deadline() {
+            let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
+        }
+        if let Ok(db) = self.db().await {
+            self.settle_deferred(&db).await;
+        }
+        renewals.abort();
+        samples.abort();
+    }
+
+    /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
+    async fn wait(&self, wait: Duration) {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            () = self.holds.freed() => {}
+            () = self.shutdown.begun() => {}
+        }
+    }
+
+    /// How many messages to read now: within `batch`, within `queue_capacity` (held messages
+    /// count, and rows from webhooks), within what this process can start in one visibility
+    /// window, and within [`BATCH_BYTES`] at the size messages have had.
+    fn room(&self) -> usize {
+        let held = self.holds.count();
+        let busy = held.max(self.pipeline.in_flight());
+        let by_bytes = (BATCH_BYTES / self.holds.average_bytes().max(1)).max(1);
+        self.settings
+            .pgmq
+            .batch
+            .min(self.settings.queue_capacity.saturating_sub(busy))
+            .min(self.settings.window_rows.saturating_sub(held))
+            .min(by_bytes)
+    }
+
+    /// Holds a message read and starts its handler; a message held already (read again after
+    /// its lease lapsed, a database outage, say) is adopted, not run twice.
+    fn take(self: &Arc<Self>, message: Message) {
+        match self.holds.take(&message) {
+            Taken::New(token) => self.start(message, token),
+            Taken::Adopted => tracing::info!(
+                msg_id = message.id,
+                read_ct = message.read_ct,
+                "read again a message held already: adopted, not run twice"
+            ),
+            // Its work is done; only its archive waits for the database, now under this read.
+            Taken::Deferred => {}
+        }
+    }
+
+    /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
+    /// lapses, and the message is read again), so that it never holds a place for ever.
+    fn start(self: &Arc<Self>, message: Message, token: Token) {
+        let this = Arc::clone(self);
+        let id = message.id;
+        self.handlers.spawn(async move {
+            let run = tokio::spawn(Arc::clone(&this).handle(message, token));
+            if let Err(e) = run.await {
+                tracing::error!(msg_id = id, error = %e, "a queue message's handler failed; the message is read again when its lease lapses");
+                this.holds.unhold(id, token);
+            }
+        });
+    }
+
+    /// Renews every held message's lease every third of the visibility timeout, in one
+    /// statement; a renewal that finds a message gone, or read again by another (another
+    /// `read_ct`), marks it lost. Its messages stay marked from the list to the answer, so a
+    /// settle of one of them waits for the answer rather than race it.
+    async fn renew_leases(self: Arc<Self>) {
+        let every = self.settings.pgmq.visibility_timeout / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let renewal = self.holds.begin_renewal();
+            if renewal.leases().is_empty() {
+                continue;
+            }
+            let Ok(db) = self.db().await else { continue };
+            let vt = self.vt_seconds();
+            match queue::renew(db.client(), self.queue(), renewal.leases(), vt).await {
+                Ok(renewed) => renewal.answered(&renewed),
+                Err(e) => {
+                    drop(renewal);
+                    self.failed(&e).await;
+                }
+            }
+        }
+    }
+
+    /// Samples the queues' depth and age for the metrics, and deletes old archived messages.
+    async fn sample(self: Arc<Self>) {
+        let mut forgot: Option<Instant> = None;
+        loop {
+            if let Ok(db) = self.db().await {
+                for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                    if let Ok((depth, age)) = queue::metrics(db.client(), name).await {
+                        self.pipeline.metrics().pgmq_queue(name, depth, age);
+                    }
+                }
+                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) {
+                    // Both archives hold whole rows: the queue's, and the dead letters redriven.
+                    let retention = self.settings.pgmq.archive_retention.as_secs_f64();
+                    let mut all = true;
+                    for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                        match queue::forget_archived(db.client(), name, retention).await {
+                            Ok(gone) if gone > 0 => tracing::info!(
+                                queue = name,
+                                messages = gone,
+                                "deleted archived messages past archive_retention"
+                            ),
+                            Ok(_) => {}
+                            Err(e) => {
+                                all = false;
+                                tracing::warn!(queue = name, error = %e, "could not delete old archived messages");
+                            }
+                        }
+                    }
+                    if all {
+                        forgot = Some(Instant::now());
+                    }
+                }
+            }
+            tokio::time::sleep(SAMPLE_EVERY).await;
+        }
+    }
+}
+
+/// How long to wait before reaching for the database again after `failures` failures.
+fn reconnect_wait(failures: u32) -> Duration {
+    Duration::from_millis(500)
+        .saturating_mul(1 << failures.min(6))
+        .min(RECONNECT_CAP)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnecting_backs_off_to_a_cap() {
+        assert_eq!(reconnect_wait(1), Duration::from_secs(1));
+        assert_eq!(reconnect_wait(2), Duration::from_secs(2));
+        assert_eq!(reconnect_wait(40), RECONNECT_CAP);
+    }
+}
