@@ -37,9 +37,8 @@ async fn an_unreachable_github_is_one_line_per_failed_operation_and_none_from_th
         &secret,
     )
     .await;
-    let url = format!("{}/webhook", served.url);
     let body = insert(json!(42), "Dark mode");
-    let answer = post_webhook(&reqwest::Client::new(), &url, &secret, &body).await;
+    let answer = post_webhook(&reqwest::Client::new(), &served.url, &secret, &body).await;
     assert_eq!(answer.status, 202, "the row goes on in the background");
 
     let lines: Vec<Value> = eventually("the row's run and the first look to end", || async {
