@@ -34,9 +34,9 @@ mod tests;
 mod validate;
 
 pub use settings::{
-    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
-    Password, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings,
+    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
+    ListenSetting, LocalSettings, PaceSettings, Password, PgmqSettings, PrivateKeySource,
+    ReconcileSettings, Route, StatusPage, WebhookSettings,
 };
 
 use env::Overlay;

@@ -285,7 +285,10 @@ fn fly_toml_serves_the_images_port_and_its_env_is_a_route_from_the_environment()
     let config = Config::from_env(&value)
         .unwrap_or_else(|e| panic!("fly.toml's [env] is not a config: {e}"));
     assert_eq!(config.listen.port() as i64, image_port());
-    assert!(config.listen.ip().is_unspecified(), "every interface");
+    assert!(
+        config.listen.ip().is_some_and(|ip| ip.is_unspecified()),
+        "every interface"
+    );
 }
 
 /// The Dockerfile's stages, each its instructions with their arguments, continuation lines

@@ -485,25 +485,35 @@ impl Apps {
 }
 
 /// Where a new key comes from, for every message about a key that cannot sign.
-const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Generate a private key \
-     gives a .pem file whose text starts with -----BEGIN RSA PRIVATE KEY----- (or -----BEGIN \
-     PRIVATE KEY-----)";
+pub const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Generate a \
+     private key gives a .pem file whose text starts with -----BEGIN RSA PRIVATE KEY----- (or \
+     -----BEGIN PRIVATE KEY-----)";
+
+/// The App's private key cannot be used: what is wrong with it, then where a good one comes
+/// from. Never holds the key's text.
+#[derive(Debug, thiserror::Error)]
+#[error("{problem}: {NEW_KEY}")]
+pub struct KeyError {
+    /// What is wrong, without the remedy (`doctor` prints that on its own line).
+    pub problem: String,
+}
 
 /// The App's key from its PEM text, proved by signing a JWT as every request will: a public
 /// key, or another RSA key's file, parses as a key but cannot sign, and would otherwise fail
-/// only at the first request. Never echoes the text.
-fn signing_key(app_id: AppId, pem: &str) -> anyhow::Result<EncodingKey> {
-    let key = EncodingKey::from_rsa_pem(pem.as_bytes())
-        .map_err(|e| anyhow!("the GitHub App private key does not parse ({e}): {NEW_KEY}"))?;
+/// only at the first request.
+fn signing_key(app_id: AppId, pem: &str) -> Result<EncodingKey, KeyError> {
+    let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| KeyError {
+        problem: format!("the GitHub App private key does not parse ({e})"),
+    })?;
     if let Err(e) = octocrab::auth::create_jwt(app_id, &key) {
         let what = if pem.contains("PUBLIC KEY-----") {
             "it is a public key, and GitHub needs the App's private key"
         } else {
             "it is not an RSA private key"
         };
-        return Err(anyhow!(
-            "the GitHub App private key cannot sign the App's JWT ({e}): {what}; {NEW_KEY}"
-        ));
+        return Err(KeyError {
+            problem: format!("the GitHub App private key cannot sign the App's JWT ({e}): {what}"),
+        });
     }
     Ok(key)
 }

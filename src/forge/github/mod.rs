@@ -9,6 +9,7 @@ mod setup;
 mod transport;
 mod wire;
 
+pub use client::KeyError;
 pub use setup::{account_type, app_info, convert_manifest, installation_permissions, workflows};
 pub use transport::{ACCEPT_VALUE, API_VERSION, USER_AGENT_VALUE};
 pub use wire::{AppInfo, ManifestApp};
