@@ -1,5 +1,5 @@
 //! Reading a route's table from PostgreSQL: the rows of a window for the reconcile sweep (§6), one
-//! row by its id for `redo` (§5).
+//! row by its id for `redo` (§5) and `explain` (§1).
 //!
 //! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it: a
 //! `postgres://` / `postgresql://` URL or `key=value` pairs. `sslmode` and `sslrootcert` mean what
@@ -143,6 +143,20 @@ impl Rows {
             page_size: page_size.max(1),
             plan: None,
             cursor: Cursor::First,
+        }
+    }
+
+    /// The id as the table's id column holds it, in the JSON `to_jsonb` gives (so as a webhook
+    /// would carry it): `042` is `42` for a bigint column, a uuid in its canonical spelling.
+    /// `Ok(None)` when the text is no value of the column's type (`abc` for a bigint id).
+    /// For `explain`, to name a row's branch without the row.
+    pub async fn typed_id(&self, route: &Route, id: &str) -> anyhow::Result<Option<Value>> {
+        let shape = Shape::read(&self.client, route).await?;
+        let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
+        match self.client.query_typed(&sql, &[(&id, Type::TEXT)]).await {
+            Ok(rows) => Ok(rows.first().and_then(|r| r.get::<_, Option<Value>>(0))),
+            Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => Ok(None),
+            Err(e) => Err(shape.query_error(&e)),
         }
     }
 
