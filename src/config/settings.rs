@@ -67,7 +67,7 @@ impl Config {
 pub struct ListenAddress {
     pub host: ListenHost,
     pub port: u16,
-    pub setting: ListenSetting,
+    pub origin: ListenOrigin,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +79,7 @@ pub enum ListenHost {
 
 /// Which setting chose the listen address: `ROWBRANCH_LISTEN`, else `PORT`, else the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenSetting {
+pub enum ListenOrigin {
     /// `ROWBRANCH_LISTEN`.
     Listen,
     /// `PORT`, on every interface.
@@ -118,12 +118,12 @@ impl fmt::Display for ListenAddress {
 }
 
 /// The setting's name: `ROWBRANCH_LISTEN`, `PORT` or `listen`.
-impl fmt::Display for ListenSetting {
+impl fmt::Display for ListenOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            ListenSetting::Listen => super::env::LISTEN,
-            ListenSetting::Port => super::env::PORT,
-            ListenSetting::File => "listen",
+            ListenOrigin::Listen => super::env::LISTEN,
+            ListenOrigin::Port => super::env::PORT,
+            ListenOrigin::File => "listen",
         })
     }
 }
@@ -288,12 +288,21 @@ pub struct Route {
     pub branch_prefix: BranchPrefix,
     pub slug_max_len: usize,
     pub event_type: EventType,
-    /// The payload template's file; the built-in template when `None`. Read and compiled when
-    /// the pipeline's routes are built, not here.
-    pub payload_template: Option<PathBuf>,
+    /// The payload template, a file or the config's own text; the built-in template when
+    /// `None`. Read and compiled when the pipeline's routes are built, not here.
+    pub payload_template: Option<PayloadTemplateSource>,
     pub created_column: String,
     /// Where the route's rows come from: webhook deliveries, or the queue.
     pub intake: Intake,
+}
+
+/// Where a route's payload template comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadTemplateSource {
+    /// `payload_template`: a file, relative to the config's folder.
+    File(PathBuf),
+    /// `payload_template_inline`: the template's text, carried in the config itself.
+    Inline(String),
 }
 
 /// Where a route's rows come from.

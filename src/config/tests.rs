@@ -199,7 +199,7 @@ fn a_listen_address_may_name_a_host_and_says_which_setting_chose_it() {
     };
     let named = listen("localhost:8080", &[]).unwrap();
     assert_eq!(named.host, ListenHost::Name("localhost".into()));
-    assert_eq!((named.port(), named.setting), (8080, ListenSetting::File));
+    assert_eq!((named.port(), named.origin), (8080, ListenOrigin::File));
     assert_eq!(named.to_string(), "localhost:8080");
     let from_env = listen(
         "127.0.0.1:1",
@@ -207,13 +207,13 @@ fn a_listen_address_may_name_a_host_and_says_which_setting_chose_it() {
     );
     let from_env = from_env.unwrap();
     assert_eq!(from_env.host, ListenHost::Name("rowbranch.internal".into()));
-    assert_eq!(from_env.setting, ListenSetting::Listen);
+    assert_eq!(from_env.origin, ListenOrigin::Listen);
     let v6 = listen("[::1]:8080", &[]).unwrap();
     assert_eq!(v6.ip(), Some("::1".parse().unwrap()));
     assert_eq!(v6.to_string(), "[::1]:8080");
     assert_eq!(
-        listen("127.0.0.1:1", &[("PORT", "7000")]).unwrap().setting,
-        ListenSetting::Port
+        listen("127.0.0.1:1", &[("PORT", "7000")]).unwrap().origin,
+        ListenOrigin::Port
     );
     for (bad, why) in [
         ("localhost", "no port"),
@@ -252,8 +252,31 @@ fn a_short_webhook_secret_is_a_config_error() {
 fn a_payload_template_is_named_relative_to_the_config_and_not_read() {
     let config = parse(&format!("{LOCAL}\npayload_template = \"payload.json.j2\"")).unwrap();
     assert_eq!(
-        config.routes[0].payload_template.as_deref(),
-        Some(Path::new("/etc/rowbranch/payload.json.j2"))
+        config.routes[0].payload_template,
+        Some(PayloadTemplateSource::File(
+            "/etc/rowbranch/payload.json.j2".into()
+        ))
+    );
+}
+#[test]
+fn a_payload_template_inline_is_the_template_itself_and_excludes_the_file() {
+    let template = "{\"id\": {{ id | tojson }}}\n";
+    let config = parse(&format!(
+        "{LOCAL}\npayload_template_inline = '''\n{template}'''"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.routes[0].payload_template,
+        Some(PayloadTemplateSource::Inline(template.to_owned()))
+    );
+    let err = parse(&format!(
+        "{LOCAL}\npayload_template = \"p.j2\"\npayload_template_inline = \"{{}}\""
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("payload_template and payload_template_inline are both set"),
+        "{err}"
     );
 }
 

@@ -12,8 +12,8 @@ use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, W
 use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
     Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
-    ListenSetting, LocalSettings, PaceSettings, Password, PgmqSettings, PrivateKeySource,
-    ReconcileSettings, Route, StatusPage, WebhookSettings,
+    ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
+    PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -58,7 +58,7 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
 /// `ROWBRANCH_LISTEN`, else `PORT` on every interface, else the file's `listen`.
 fn listen_address(file: &str, env: &Overlay) -> Result<ListenAddress, Invalid> {
     if let Some(addr) = &env.listen {
-        return host_port(addr, ListenSetting::Listen).map_err(|why| {
+        return host_port(addr, ListenOrigin::Listen).map_err(|why| {
             invalid!("{LISTEN}=`{addr}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
         });
     }
@@ -69,22 +69,22 @@ fn listen_address(file: &str, env: &Overlay) -> Result<ListenAddress, Invalid> {
         return Ok(ListenAddress {
             host: ListenHost::Ip(Ipv4Addr::UNSPECIFIED.into()),
             port,
-            setting: ListenSetting::Port,
+            origin: ListenOrigin::Port,
         });
     }
-    host_port(file, ListenSetting::File).map_err(|why| {
+    host_port(file, ListenOrigin::File).map_err(|why| {
         invalid!("listen = `{file}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
     })
 }
 
 /// `HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port. A name is only
 /// checked for its shape here; `serve` resolves it when it starts.
-fn host_port(text: &str, setting: ListenSetting) -> Result<ListenAddress, String> {
+fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(ListenAddress {
             host: ListenHost::Ip(addr.ip()),
             port: addr.port(),
-            setting,
+            origin,
         });
     }
     let (host, port) = text
@@ -110,7 +110,7 @@ fn host_port(text: &str, setting: ListenSetting) -> Result<ListenAddress, String
     Ok(ListenAddress {
         host: ListenHost::Name(host.to_ascii_lowercase()),
         port,
-        setting,
+        origin,
     })
 }
 
@@ -363,6 +363,17 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             ))
         }
     };
+    let payload_template = match (raw.payload_template, raw.payload_template_inline) {
+        (Some(_), Some(_)) => {
+            return Err(invalid!(
+                "payload_template and payload_template_inline are both set: keep the file, or \
+                 the template's text, not both"
+            ))
+        }
+        (Some(file), None) => Some(PayloadTemplateSource::File(dir.join(file))),
+        (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
+        (None, None) => None,
+    };
     Ok(Route {
         table,
         schema: raw.schema,
@@ -374,7 +385,7 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         branch_prefix,
         slug_max_len,
         event_type,
-        payload_template: raw.payload_template.map(|p| dir.join(p)),
+        payload_template,
         created_column: raw.created_column,
         intake,
     })
