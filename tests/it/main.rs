@@ -36,3 +36,4 @@ mod setup_workflow;
 mod spec_refs;
 mod version;
 mod webhook;
+mod workflow_bounds;
