@@ -98,11 +98,7 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
         Arc::clone(&dir),
         Start {
             config: &config,
-            // No database: this test is about deliveries alone.
-            env: vec![
-                ("ROWBRANCH_LOG_FORMAT", "json".into()),
-                ("DATABASE_URL", String::new()),
-            ],
+            env: vec![("ROWBRANCH_LOG_FORMAT", "json".into())],
             nofile: None,
             secret: secret.clone(),
         },
