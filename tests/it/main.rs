@@ -28,6 +28,7 @@ mod properties;
 mod queue;
 mod recipes;
 mod reconcile;
+mod refusals;
 mod rows;
 mod setup_queue;
 mod setup_sql;
