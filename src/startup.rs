@@ -17,13 +17,13 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings};
+use crate::db::{Database, Reachability};
 use crate::forge::{self, Forge};
 use crate::http::{self, App, Connections};
 use crate::metrics::Metrics;
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
-use crate::rows::{Reachability, Rows};
 use crate::shutdown::Shutdown;
 
 /// How long after start the first scheduled sweep runs.
@@ -529,10 +529,10 @@ async fn scheduled_reconcile(config: Arc<Config>, routes: Arc<Routes>, pipeline:
     loop {
         tokio::time::sleep_until(next).await;
         next = tokio::time::Instant::now() + every;
-        let rows = match Rows::connect(url.expose()).await {
+        let rows = match Database::connect(url.expose()).await {
             Ok(rows) => rows,
             Err(e) => {
-                tracing::error!(error = format!("{e:#}"), "the scheduled sweep failed");
+                tracing::error!(error = e.to_string(), "the scheduled sweep failed");
                 continue;
             }
         };

@@ -7,8 +7,8 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
+use crate::db::Database;
 use crate::reconcile::{self, Progress, SweepOptions};
-use crate::rows::Rows;
 use crate::startup;
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -35,7 +35,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let forge = startup::forge(&config, &shared)
         .await
         .map_err(Failure::Usage)?;
-    let rows = Rows::connect(url.expose())
+    let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
     let pipeline = startup::pipeline(&config, forge, &shared);

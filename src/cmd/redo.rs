@@ -8,9 +8,9 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
+use crate::db::Database;
 use crate::identity::BranchName;
 use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
-use crate::rows::Rows;
 use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
@@ -29,19 +29,23 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
             "DATABASE_URL is not set: redo reads the row from PostgreSQL"
         ))
     })?;
-    let rows = Rows::connect(url.expose())
+    let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
     let route = &compiled.route;
-    let row = rows.by_id(route, &args.id).await?.ok_or_else(|| {
-        anyhow!(
-            "{}.{} has no row with {} = {}",
-            route.schema,
-            route.table,
-            route.id_column,
-            args.id
-        )
-    })?;
+    let row = rows
+        .by_id(route, &args.id)
+        .await
+        .map_err(anyhow::Error::new)?
+        .ok_or_else(|| {
+            anyhow!(
+                "{}.{} has no row with {} = {}",
+                route.schema,
+                route.table,
+                route.id_column,
+                args.id
+            )
+        })?;
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)

@@ -1,16 +1,13 @@
 //! The table's shape: the route's table and columns as the catalog has them, the statements
-//! that read its rows and how a result row decodes; identifier quoting and error messages.
+//! that read its rows and how a result row decodes; how names show in messages.
 
-use std::fmt::Write as _;
-
-use anyhow::{anyhow, bail};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::config::Route;
 
-use super::Row;
+use super::{describe, quote_ident, Error, Result, Row};
 
 const TIMESTAMPTZ_OID: u32 = 1184;
 const TIMESTAMP_OID: u32 = 1114;
@@ -109,17 +106,23 @@ impl Shape {
     pub(super) fn decode(
         &self,
         row: &tokio_postgres::Row,
-    ) -> anyhow::Result<(Row, Option<CreatedValue>, String)> {
-        let bad = |e: tokio_postgres::Error| {
-            anyhow!(
+    ) -> Result<(Row, Option<CreatedValue>, String)> {
+        let bad = |cause: tokio_postgres::Error| Error::Query {
+            message: format!(
                 "could not read a row of table {}: {}",
                 self.name,
-                describe(&e)
-            )
+                describe(&cause)
+            ),
+            cause,
         };
         let record = match row.try_get::<_, Value>(0).map_err(bad)? {
             Value::Object(map) => map,
-            other => bail!("to_jsonb gave {other} for a row of table {}", self.name),
+            other => {
+                return Err(Error::Row(format!(
+                    "to_jsonb gave {other} for a row of table {}",
+                    self.name
+                )))
+            }
         };
         let created = match self.created_kind {
             CreatedKind::Tz => row
@@ -142,18 +145,16 @@ impl Shape {
         Ok((Row { record, created_at }, created, id))
     }
 
-    pub(super) fn query_error(&self, e: &tokio_postgres::Error) -> anyhow::Error {
-        anyhow!(
-            "could not read table {} (DATABASE_URL): {}",
-            self.name,
-            describe(e)
-        )
+    pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
+        Error::Query {
+            message: format!(
+                "could not read table {} (DATABASE_URL): {}",
+                self.name,
+                describe(&cause)
+            ),
+            cause,
+        }
     }
-}
-
-/// `name` as a PostgreSQL identifier: always quoted, `"` doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// A name for a message: bare when it needs no quoting, quoted otherwise.
@@ -181,42 +182,16 @@ pub(super) fn quoted_for_message(name: &str) -> String {
     format!("\"{name}\"")
 }
 
-/// A tokio-postgres error with its causes (its `Display` alone says only "db error").
-pub fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut text = format!("{}: {}", db.severity(), db.message());
-        if let Some(detail) = db.detail() {
-            let _ = write!(text, " ({detail})");
-        }
-        if let Some(hint) = db.hint() {
-            let _ = write!(text, "; hint: {hint}");
-        }
-        return text;
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            let _ = write!(text, ": {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
-}
-
 impl Shape {
     /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn read(
-        client: &tokio_postgres::Client,
-        route: &Route,
-    ) -> anyhow::Result<Shape> {
+    pub(super) async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Shape> {
         let name = table_for_message(&route.schema, &route.table);
-        let lookup_error = |e: tokio_postgres::Error| {
-            anyhow!(
+        let lookup_error = |cause: tokio_postgres::Error| Error::Query {
+            message: format!(
                 "could not look up table {name} in the database (DATABASE_URL): {}",
-                describe(&e)
-            )
+                describe(&cause)
+            ),
+            cause,
         };
         // Case-insensitively, so that a near miss can be named.
         let tables = client
@@ -247,20 +222,20 @@ impl Shape {
                     Some(other) => format!(" (did you mean schema = {other:?}?)"),
                     None => String::new(),
                 };
-                bail!(
+                return Err(Error::Table(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
-                );
+                )));
             }
             let hint = match tables.first() {
                 Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
                 None => String::new(),
             };
-            bail!(
+            return Err(Error::Table(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
                  that DATABASE_URL names the right database"
-            );
+            )));
         };
         let oid: u32 = table.get(0);
 
@@ -284,7 +259,7 @@ impl Shape {
                 base_type: row.get(2),
             })
             .collect();
-        let find = |wanted: &str, key: &str| -> anyhow::Result<&Column> {
+        let find = |wanted: &str, key: &str| -> Result<&Column> {
             if let Some(column) = columns.iter().find(|c| c.name == wanted) {
                 return Ok(column);
             }
@@ -297,12 +272,12 @@ impl Shape {
             if columns.len() > 20 {
                 names.push("…".into());
             }
-            bail!(
+            Err(Error::Table(format!(
                 "table {name} has no column {}{near}: check the route's `{key}` in the config \
                  (the table's columns: {})",
                 quoted_for_message(wanted),
                 names.join(", ")
-            )
+            )))
         };
         let id = find(&route.id_column, "id_column")?;
         let created = find(&route.created_column, "created_column")?;
@@ -313,13 +288,15 @@ impl Shape {
             TIMESTAMPTZ_OID => CreatedKind::Tz,
             TIMESTAMP_OID => CreatedKind::Naive,
             DATE_OID => CreatedKind::Date,
-            _ => bail!(
-                "column {} of table {name} is of type {}: the route's `created_column` must be \
-                 a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
-                 works too)",
-                quoted_for_message(&created.name),
-                created.type_sql
-            ),
+            _ => {
+                return Err(Error::Table(format!(
+                    "column {} of table {name} is of type {}: the route's `created_column` must be \
+                     a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
+                     works too)",
+                    quoted_for_message(&created.name),
+                    created.type_sql
+                )))
+            }
         };
         Ok(Shape {
             name,
@@ -341,9 +318,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quote_ident("feedbacks"), "\"feedbacks\"");
-        assert_eq!(quote_ident("Say \"what\""), "\"Say \"\"what\"\"\"");
+    fn names_in_messages_are_quoted_only_when_they_must_be() {
         assert_eq!(table_for_message("public", "feedbacks"), "public.feedbacks");
         assert_eq!(
             table_for_message("my-app", "Feedback Items"),

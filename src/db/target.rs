@@ -5,12 +5,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail};
 use tokio_postgres::config::{Host, SslMode};
 
-use super::shape::describe;
 use super::split::split_ssl_options;
 use super::tls::{tls_settings, Roots, Tls, Verify};
+use super::{describe, Error, Result};
 
 /// A parsed DATABASE_URL.
 pub(super) struct Target {
@@ -27,21 +26,23 @@ const URL_FORMS: &str = "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or key=val
 
 impl Target {
     /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
-    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> anyhow::Result<Target> {
+    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> Result<Target> {
         let url = database_url.trim();
         if url.is_empty() {
-            bail!("DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}");
+            return Err(Error::Url(format!(
+                "DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}"
+            )));
         }
         let lower = url.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
-            bail!(
+            return Err(Error::Url(format!(
                 "DATABASE_URL is a web address, not a database connection string (a Supabase \
                  project's API URL?): use {URL_FORMS}"
-            );
+            )));
         }
         let split = split_ssl_options(url);
         let secrets = split.secrets;
-        let redacted = |message: String| anyhow!(redact(&message, &secrets));
+        let redacted = |message: String| Error::Url(redact(&message, &secrets));
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(|e| {
             redacted(format!(
                 "DATABASE_URL is not a PostgreSQL connection string ({}): use {URL_FORMS}",
@@ -49,10 +50,12 @@ impl Target {
             ))
         })?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-            bail!("DATABASE_URL names no host: use {URL_FORMS}");
+            return Err(Error::Url(format!(
+                "DATABASE_URL names no host: use {URL_FORMS}"
+            )));
         }
         let tls = tls_settings(split.sslmode.as_deref(), split.sslrootcert.as_deref(), home)
-            .map_err(|e| redacted(format!("{e:#}")))?;
+            .map_err(|e| redacted(e.to_string()))?;
         config.ssl_mode(match &tls {
             Tls::Off => SslMode::Disable,
             Tls::On {
@@ -193,7 +196,7 @@ fn redact(message: &str, secrets: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Rows;
+    use super::super::Database;
     use super::*;
 
     const PASSWORD: &str = "Zq8-unusual-Passw0rd";
@@ -412,7 +415,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_connection_names_the_host_not_the_password() {
         // Port 1 on the loopback: nothing listens there.
-        let err = Rows::connect(&format!("postgres://u:{PASSWORD}@127.0.0.1:1/db"))
+        let err = Database::connect(&format!("postgres://u:{PASSWORD}@127.0.0.1:1/db"))
             .await
             .err()
             .unwrap()

@@ -28,9 +28,9 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::db::{Reachability, Unreachable};
 use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
 use crate::pipeline::{Pipeline, Planned, Routes};
-use crate::rows::Reachability;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
@@ -155,10 +155,10 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         let database = app
             .database
             .last()
-            .unwrap_or_else(|| Err("not reached yet".to_owned()));
+            .unwrap_or_else(|| Err(Unreachable("not reached yet".to_owned())));
         body["database"] = json!(database
             .as_ref()
-            .map_or_else(Clone::clone, |()| "ok".to_owned()));
+            .map_or_else(ToString::to_string, |()| "ok".to_owned()));
         if let Err(e) = database {
             if !app.config.takes_webhooks() {
                 ready = false;

@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::db::Row;
 use crate::forge::{Branch, Sha};
 use crate::identity::{BranchName, BranchPrefix, RowId};
 use crate::pipeline::{CompiledRoute, Plan};
-use crate::rows::Row;
 
 /// What the forge already has for a route, keyed by what follows `{prefix}/`, so that the
 /// keys that start with an id are contiguous and [`RowId::owns_tail`] picks the row's own.

@@ -18,11 +18,10 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
+use crate::db::{queue, Database, Row};
 use crate::forge::{Base, Sha};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pgmq::queue;
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
-use crate::rows::{Row, Rows};
 
 /// How a sweep runs.
 #[derive(Debug, Clone)]
@@ -153,7 +152,7 @@ pub struct Progress {
 /// its summary and does not keep the others from being swept.
 pub async fn sweep(
     routes: &Routes,
-    rows: &Rows,
+    rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
     progress: &(dyn Fn(Progress) + Sync),
@@ -180,7 +179,7 @@ pub async fn sweep(
 
 async fn sweep_route(
     compiled: &CompiledRoute,
-    rows: &Rows,
+    rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
     progress: &(dyn Fn(Progress) + Sync),
@@ -278,7 +277,7 @@ enum Queued {
 
 impl QueueView {
     async fn load(
-        rows: &Rows,
+        rows: &Database,
         route: &Route,
         pgmq: &PgmqSettings,
         since: chrono::DateTime<chrono::Utc>,

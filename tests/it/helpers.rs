@@ -557,3 +557,9 @@ pub fn raw_head(secret: &str, framing: &str) -> String {
          Authorization: Bearer {secret}\r\n{framing}\r\nConnection: close\r\n\r\n"
     )
 }
+
+/// `name` as a PostgreSQL quoted identifier (`"` doubled): the tests' one copy, written here
+/// independently of `rowbranch::db::quote_ident` and of the templates, which the tests check.
+pub fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}

@@ -1,4 +1,4 @@
-//! `rowbranch::rows` against a real PostgreSQL: keyset pages in the columns' own types, names that
+//! `rowbranch::db` against a real PostgreSQL: keyset pages in the columns' own types, names that
 //! need quoting, errors that name what is missing, `by_id`, the record's JSON, a 200,000-row
 //! table, and TLS with a CA of our own.
 //!
@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use rowbranch::config::{Config, Route};
-use rowbranch::rows::{Row, Rows};
+use rowbranch::db::{Database as Rows, Row};
 use serde_json::{json, Value};
 use tokio_postgres::{Client, NoTls};
+
+use crate::helpers::ident;
 
 /// `DATABASE_URL`, or `None` after saying why the test is skipped; under `CI=true`, a panic.
 fn database_url() -> Option<String> {
@@ -38,11 +40,6 @@ fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("randomness");
     hex::encode(buf)
-}
-
-/// A quoted identifier, written here on its own rather than taken from the module under test.
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 async fn admin(url: &str) -> Client {

@@ -9,7 +9,7 @@
 //! why and passes, except under `CI=true`, where it fails.
 //!
 //! Who may do what is in `privileges`, the quoting in `quoting`, and the check of
-//! `src/pgmq/signatures-1.4.4.txt` against this pgmq in `signatures`.
+//! `src/db/signatures-1.4.4.txt` against this pgmq in `signatures`.
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -92,10 +92,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-/// `name` as a PostgreSQL quoted identifier; written here independently of the template.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+pub(crate) use crate::helpers::ident;
 
 /// `text` as a standard string literal.
 pub(crate) fn literal(text: &str) -> String {

@@ -101,10 +101,7 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     hex::encode(buf)
 }
 
-/// `name` as a PostgreSQL quoted identifier; written here independently of the template.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+pub(crate) use crate::helpers::ident;
 
 pub(crate) async fn connect(config: &Config) -> Client {
     let (client, connection) = config
