@@ -148,9 +148,9 @@ async fn healthz() -> Response {
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let github = app.readiness.check(app.pipeline.forge()).await;
     let mut body =
-        json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
+        json!({ "github": github.as_ref().map_or_else(ToString::to_string, |()| "ok".to_owned()) });
     let mut ready = github.is_ok();
-    let mut message = github.err();
+    let mut message = github.err().map(|e| e.to_string());
     if app.config.reads_the_queue() {
         let database = app
             .database

@@ -196,9 +196,9 @@ enum Kept {
 
 /// A row's columns, as the webhook carried them or as the table gave them.
 trait Columns {
-    /// The column's value; `None` when the row has no such column; an error when its text is
-    /// no JSON value serde_json can hold (a number out of range, say).
-    fn get(&self, column: &str) -> Result<Option<Value>, String>;
+    /// The column's value; `None` when the row has no such column; [`PlanError::NotJson`] when
+    /// its text is no JSON value serde_json can hold (a number out of range, say).
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError>;
     /// The whole row as JSON text.
     fn whole(&self) -> Box<RawValue>;
 }
@@ -210,12 +210,14 @@ struct JsonColumns<'a> {
 }
 
 impl Columns for JsonColumns<'_> {
-    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
         self.fields
             .get(column)
             .map(|raw| serde_json::from_str(raw.get()))
             .transpose()
-            .map_err(|e| format!("`{column}`: {e}"))
+            .map_err(|e| PlanError::NotJson {
+                detail: format!("`{column}`: {e}"),
+            })
     }
 
     fn whole(&self) -> Box<RawValue> {
@@ -224,7 +226,7 @@ impl Columns for JsonColumns<'_> {
 }
 
 impl Columns for Map<String, Value> {
-    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
         Ok(Map::get(self, column).cloned())
     }
 
@@ -281,11 +283,7 @@ impl CompiledRoute {
 
     fn plan(&self, record: &dyn Columns) -> Result<Plan, PlanError> {
         let route = &self.route;
-        let column = |name: &str| {
-            record
-                .get(name)
-                .map_err(|detail| PlanError::NotJson { detail })
-        };
+        let column = |name: &str| record.get(name);
         let raw_id = column(&route.id_column)?.ok_or_else(|| PlanError::NoId {
             column: route.id_column.clone(),
             table: route.table_name(),

@@ -3,13 +3,13 @@
 //! account type of a repository's owner and the manifest conversion that finishes creating the
 //! App.
 
-use std::collections::BTreeMap;
-
 use base64::Engine;
 use http::Method;
 
 use super::client::{encode_path, encode_query, send, Operation, Reply};
-use super::wire::{Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
+use super::wire::{
+    Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp, Permissions,
+};
 use super::GithubForge;
 use crate::forge::ForgeError;
 use crate::identity::RepoName;
@@ -41,7 +41,7 @@ pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
 pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
-) -> Result<BTreeMap<String, String>, ForgeError> {
+) -> Result<Permissions, ForgeError> {
     let path = format!("/repos/{repo}/installation");
     let reply = forge
         .apps
