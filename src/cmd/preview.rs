@@ -6,7 +6,6 @@ use serde_json::Value;
 use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
-use crate::forge::{Base, Sha};
 use crate::pipeline::Planned;
 use crate::startup;
 use crate::webhook::payload;
@@ -35,13 +34,8 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         }
         Planned::Run(plan) => plan,
     };
-    // The base is known only when the branch is claimed; show where it will go.
-    let base = Base {
-        branch: "<default branch>".into(),
-        sha: Sha::new("<head of the default branch when claimed>"),
-    };
     let payload = plan
-        .client_payload(&base)
+        .preview_payload()
         .map_err(|e| refused(422, e.to_string()))?;
     let route = &plan.route;
     println!(

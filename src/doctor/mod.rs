@@ -14,7 +14,7 @@ use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateK
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError};
-use crate::identity::RepoName;
+use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::templates::setup::PLACEHOLDER_APP_ID;
@@ -285,7 +285,7 @@ async fn route_checks(
 /// initiated by non-human actor") and the run only marks the row done.
 fn bot_check(
     repo: &RepoName,
-    branch: &str,
+    branch: &RefName,
     path: &str,
     workflow: &str,
     app_slug: Option<&str>,

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 
 use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use crate::config::LocalSettings;
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 
 /// How long an `on_dispatch` command may run before it counts as a failed dispatch.
 const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -241,6 +241,9 @@ impl Forge for LocalForge {
         let head = self.git_ok(&["symbolic-ref", "HEAD"]).await?;
         let head = head.trim();
         let branch = head.strip_prefix("refs/heads/").unwrap_or(head).to_owned();
+        let branch = RefName::parse(&branch).map_err(|e| ForgeError::Refused {
+            message: format!("the repository's default branch: {e}"),
+        })?;
         let sha = self
             .git(&[
                 "rev-parse",
@@ -335,7 +338,7 @@ impl Forge for LocalForge {
             .filter_map(|line| line.split_once(' '))
             .filter_map(|(name, sha)| {
                 Some(Branch {
-                    name: name.strip_prefix("refs/heads/")?.to_owned(),
+                    name: BranchName::listed(prefix, name.strip_prefix("refs/heads/")?)?,
                     sha: Sha::new(sha),
                 })
             })
@@ -345,8 +348,9 @@ impl Forge for LocalForge {
     async fn pull_request_heads(
         &self,
         _repo: &RepoName,
+        _prefix: &BranchPrefix,
         _since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         Ok(Vec::new())
     }
 
@@ -439,7 +443,7 @@ pub async fn create_repository(path: &Path) -> anyhow::Result<Base> {
     ])
     .await?;
     Ok(Base {
-        branch: "main".into(),
+        branch: RefName::parse("main").expect("main is a branch name"),
         sha: Sha::new(commit),
     })
 }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::config::ForgeSettings;
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -49,15 +49,14 @@ impl fmt::Display for Sha {
 /// The branch a claim starts from: the repository's default branch and its head commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Base {
-    pub branch: String,
+    pub branch: RefName,
     pub sha: Sha,
 }
 
-/// A branch and the commit it points at, as a listing gives them.
+/// A branch under a route's prefix and the commit it points at, as a listing gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Branch {
-    /// The short name, without `refs/heads/`.
-    pub name: String,
+    pub name: BranchName,
     pub sha: Sha,
 }
 
@@ -153,12 +152,14 @@ pub trait Forge: Send + Sync {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError>;
 
-    /// The head branches of pull requests (any state) created at or after `since`.
+    /// The head branches under `prefix` of pull requests (any state) created at or after
+    /// `since`.
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError>;
+    ) -> Result<Vec<BranchName>, ForgeError>;
 
     /// How many commits `branch` has that the base branch has not.
     async fn ahead_by(

@@ -343,6 +343,19 @@ impl Plan {
 
     /// The `client_payload` to dispatch once the branch is claimed at `base`.
     pub fn client_payload(&self, base: &Base) -> Result<Map<String, Value>, PayloadError> {
+        self.render(base.branch.as_str(), base.sha.as_str())
+    }
+
+    /// The `client_payload` as `preview` shows it: the base, known only when the branch is
+    /// claimed, says where it will go.
+    pub fn preview_payload(&self) -> Result<Map<String, Value>, PayloadError> {
+        self.render(
+            "<default branch>",
+            "<head of the default branch when claimed>",
+        )
+    }
+
+    fn render(&self, base: &str, base_sha: &str) -> Result<Map<String, Value>, PayloadError> {
         let whole;
         let record = match &self.record {
             Kept::Columns(columns) => columns,
@@ -355,8 +368,8 @@ impl Plan {
         self.payload.render(&PayloadContext {
             id: self.id.as_str(),
             branch: self.branch.as_str(),
-            base: &base.branch,
-            base_sha: base.sha.as_str(),
+            base,
+            base_sha,
             repo: route.repo.to_string(),
             schema: &route.schema,
             table: &route.table,
@@ -387,6 +400,7 @@ mod tests {
     use super::*;
     use crate::event::EventKind;
     use crate::forge::Sha;
+    use crate::identity::RefName;
 
     fn routes() -> Routes {
         test_routes()
@@ -477,7 +491,7 @@ mod tests {
             json!({"id": "9", "message": "Hi"}),
         ));
         let base = Base {
-            branch: "main".into(),
+            branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();
@@ -499,7 +513,7 @@ mod tests {
             json!({"id": 1, "message": text}),
         ));
         let base = Base {
-            branch: "main".into(),
+            branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();

@@ -27,7 +27,7 @@ use self::client::{
 use self::retry::{Attempt, Cause, RetryPolicy, Stop};
 use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use crate::config::{GithubSettings, PrivateKeySource};
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -103,7 +103,7 @@ impl GithubForge {
 
     /// The default branch's name, read from the repository.
     /// (https://docs.github.com/rest/repos/repos#get-a-repository)
-    async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
+    async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<RefName> {
         let reply = installation
             .send(
                 Operation::GetRepo,
@@ -113,7 +113,14 @@ impl GithubForge {
             )
             .await?;
         match reply.status.as_u16() {
-            200 => Ok(reply.json::<wire::Repo>()?.default_branch),
+            200 => {
+                let name = reply.json::<wire::Repo>()?.default_branch;
+                RefName::parse(&name).map_err(|e| {
+                    Stop::Fail(ForgeError::Refused {
+                        message: format!("the default branch of {repo}: {e}"),
+                    })
+                })
+            }
             404 => Err(not_found(repo, &reply)),
             _ => reply.unexpected(),
         }
@@ -154,6 +161,7 @@ impl GithubForge {
         &self,
         what: &str,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         first: &str,
     ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
@@ -165,8 +173,9 @@ impl GithubForge {
                 first,
                 |refs: Vec<wire::Ref>| {
                     found.extend(refs.into_iter().filter_map(|r| {
+                        let name = r.name.strip_prefix("refs/heads/")?;
                         Some(Branch {
-                            name: r.name.strip_prefix("refs/heads/")?.to_owned(),
+                            name: BranchName::listed(prefix, name)?,
                             sha: r.object.sha,
                         })
                     }));
@@ -192,11 +201,11 @@ impl Forge for GithubForge {
     ) -> Result<Vec<BranchName>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
         let refs = self
-            .matching_refs("listing the row's branches", repo, &path)
+            .matching_refs("listing the row's branches", repo, prefix, &path)
             .await?;
         Ok(refs
             .iter()
-            .filter_map(|b| BranchName::existing(prefix, id, &b.name))
+            .filter_map(|b| BranchName::existing(prefix, id, b.name.as_str()))
             .collect())
     }
 
@@ -263,7 +272,7 @@ impl Forge for GithubForge {
                         Some(known) => known,
                         None => (Self::default_branch(&installation, repo).await?, Instant::now()),
                     };
-                    match Self::branch_sha(&installation, repo, &branch).await? {
+                    match Self::branch_sha(&installation, repo, branch.as_str()).await? {
                         Some(sha) => Ok((Base { branch, sha }, branch_read)),
                         None => Err(Stop::Fail(ForgeError::Refused {
                             message: format!("the default branch `{branch}` of {repo} does not exist: push a first commit"),
@@ -451,7 +460,7 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/");
-        self.matching_refs("listing the prefix's branches", repo, &path)
+        self.matching_refs("listing the prefix's branches", repo, prefix, &path)
             .await
     }
 
@@ -462,8 +471,9 @@ impl Forge for GithubForge {
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         self.read("listing pull requests", repo, |installation| async move {
             let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
@@ -479,7 +489,7 @@ impl Forge for GithubForge {
                         pulls
                             .into_iter()
                             .filter(|p| p.created_at >= since && p.head.is_in(repo))
-                            .map(|p| p.head.name),
+                            .filter_map(|p| BranchName::listed(prefix, &p.head.name)),
                     );
                     !older
                 },
@@ -501,7 +511,7 @@ impl Forge for GithubForge {
         self.read("comparing with the base", repo, |installation| async move {
             let path = format!(
                 "/repos/{repo}/compare/{}...{}",
-                encode_path(&base.branch),
+                encode_path(base.branch.as_str()),
                 encode_path(branch.as_str())
             );
             let reply = installation

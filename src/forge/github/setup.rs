@@ -12,7 +12,7 @@ use super::wire::{
 };
 use super::GithubForge;
 use crate::forge::ForgeError;
-use crate::identity::RepoName;
+use crate::identity::{RefName, RepoName};
 
 fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
     if reply.status.is_success() {
@@ -64,14 +64,14 @@ pub async fn installation_permissions(
 pub async fn workflows(
     forge: &GithubForge,
     repo: &RepoName,
-    branch: &str,
+    branch: &RefName,
 ) -> Result<Vec<(String, String)>, ForgeError> {
     let installation = forge
         .apps
         .installation(repo)
         .await
         .map_err(ForgeError::from)?;
-    let at = encode_query(branch);
+    let at = encode_query(branch.as_str());
     let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
     let reply = installation
         .send(Operation::GetContents, Method::GET, &path, None::<&()>)
