@@ -9,20 +9,20 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings};
 use crate::db::{Database, Reachability};
-use crate::forge::{self, Forge};
+use crate::forge::{self, Forge, OpenError};
 use crate::http::{self, App, Connections};
 use crate::metrics::Metrics;
 use crate::pgmq::{Consumer, ConsumerSettings};
-use crate::pipeline::{Admission, Pipeline, Routes};
+use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
 use crate::reconcile::{self, SweepOptions};
 use crate::shutdown::Shutdown;
 
@@ -103,10 +103,10 @@ pub enum StartupError {
     /// The forge the config names could not be opened (a key that does not parse, a local
     /// repository that is not one).
     #[error(transparent)]
-    Forge(anyhow::Error),
+    Forge(#[from] OpenError),
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
-    Routes(anyhow::Error),
+    Routes(#[from] RoutesError),
     #[error("could not listen on {addr}")]
     Listen {
         addr: SocketAddr,
@@ -414,9 +414,21 @@ fn cap(
     Ok(max_connections.min(room))
 }
 
+/// The config's routes could not be compiled: the config file, then the route and its
+/// template.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", config.display())]
+pub struct RoutesError {
+    config: PathBuf,
+    source: RouteError,
+}
+
 /// The config's routes with their payload templates read and compiled; an error names the file.
-pub fn routes(config: &Config) -> anyhow::Result<Routes> {
-    Routes::compile(&config.routes).with_context(|| config.source.display().to_string())
+pub fn routes(config: &Config) -> Result<Routes, RoutesError> {
+    Routes::compile(&config.routes).map_err(|source| RoutesError {
+        config: config.source.clone(),
+        source,
+    })
 }
 
 /// What the parts of one process share: its shutdown and its metrics.
@@ -428,7 +440,7 @@ pub struct Shared {
 
 /// The forge the config names, for its routes, its waits bounded by the shutdown's grace.
 /// Makes no request.
-pub async fn forge(config: &Config, shared: &Shared) -> anyhow::Result<Arc<dyn Forge>> {
+pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, OpenError> {
     forge::open(
         &config.forge,
         shared.shutdown.clone(),

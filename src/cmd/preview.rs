@@ -12,7 +12,7 @@ use crate::webhook::payload;
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))
         .map_err(Failure::Usage)?;

@@ -30,11 +30,11 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             })?,
         None => config.reconcile.window,
     };
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.into()))?;
     let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;

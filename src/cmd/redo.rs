@@ -15,7 +15,7 @@ use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
         Failure::Usage(anyhow!(
@@ -50,7 +50,7 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.into()))?;
     let taken = forge
         .row_branches(&route.repo, &route.branch_prefix, &plan.id)
         .await

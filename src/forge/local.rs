@@ -13,7 +13,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
-use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use super::{Base, Branch, Claim, Forge, ForgeError, OpenError, Sha};
 use crate::config::LocalSettings;
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 
@@ -40,7 +40,7 @@ pub struct LocalForge {
 impl LocalForge {
     /// Opens the repository at the settings' `path` (bare, or a work tree with `.git`). Fails
     /// with a message that names the path when it is not a git repository.
-    pub async fn open(settings: &LocalSettings) -> anyhow::Result<LocalForge> {
+    pub async fn open(settings: &LocalSettings) -> Result<LocalForge, OpenError> {
         let path = settings.path.as_path();
         let dot_git = path.join(".git");
         let git_dir = if dot_git.is_dir() {
@@ -59,12 +59,8 @@ impl LocalForge {
             .await
             .ok()
             .filter(|out| out.status.success())
-            .ok_or_else(|| {
-                anyhow!(
-                    "{} is not a git repository: create one with `git init --bare {}` and make a first commit",
-                    path.display(),
-                    path.display()
-                )
+            .ok_or_else(|| OpenError::NotARepository {
+                path: path.to_path_buf(),
             })?;
         Ok(forge)
     }

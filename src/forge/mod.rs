@@ -5,6 +5,7 @@ pub mod github;
 pub mod local;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,13 +176,61 @@ pub trait Forge: Send + Sync {
     }
 }
 
+/// Why the forge the config names could not be opened; each message says what to fix. The
+/// causes are part of the message (a cause's text, not a source), so it reads whole wherever
+/// it is shown.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The local forge's path is not a git repository.
+    #[error(
+        "{} is not a git repository: create one with `git init --bare {}` and make a first commit",
+        path.display(),
+        path.display()
+    )]
+    NotARepository { path: PathBuf },
+    #[error(
+        "cannot read the GitHub App private key {}: {cause} (set [github] private_key_path, or \
+         GITHUB_APP_PRIVATE_KEY to the PEM text)",
+        path.display()
+    )]
+    KeyUnreadable {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    #[error(
+        "the GitHub App private key does not parse ({cause}): use the .pem file GitHub \
+         generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
+    )]
+    KeyInvalid {
+        cause: octocrab::jsonwebtoken::errors::Error,
+    },
+    /// `api_url` is no URL octocrab takes; `cause` is its error with its causes.
+    #[error("api_url `{api_url}` is not a URL: {cause}")]
+    ApiUrl { api_url: String, cause: String },
+    /// octocrab could not build its client; `cause` is its error with its causes.
+    #[error("could not build the GitHub client: {cause}")]
+    Client { cause: String },
+}
+
+/// An error and its causes, `: `-separated.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace, and
 /// its requests count in `metrics`.
 pub async fn open(
     settings: &ForgeSettings,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Arc<dyn Forge>> {
+) -> Result<Arc<dyn Forge>, OpenError> {
     match settings {
         ForgeSettings::Local(local) => Ok(Arc::new(local::LocalForge::open(local).await?)),
         ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(

@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -14,7 +13,8 @@ use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
 use crate::templates::{
-    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, TemplateFileError,
+    MAX_TEXT_JSON_BYTES,
 };
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
@@ -32,7 +32,7 @@ pub struct CompiledRoute {
 impl Routes {
     /// Reads and compiles each route's payload template (the built-in one when none is named);
     /// the error names the file and, for a syntax error, the line.
-    pub fn compile(routes: &[Arc<Route>]) -> anyhow::Result<Routes> {
+    pub fn compile(routes: &[Arc<Route>]) -> Result<Routes, RouteError> {
         let routes = routes
             .iter()
             .map(|route| {
@@ -45,7 +45,7 @@ impl Routes {
                     payload: Arc::new(payload),
                 })
             })
-            .collect::<anyhow::Result<_>>()?;
+            .collect::<Result<_, RouteError>>()?;
         Ok(Routes { routes })
     }
 
@@ -96,9 +96,19 @@ impl Routes {
     }
 }
 
-fn compile_file(route: &Route, path: &Path) -> anyhow::Result<PayloadTemplate> {
-    PayloadTemplate::from_file(path)
-        .with_context(|| format!("payload_template of the route for {}", route.table_name()))
+/// A route whose payload template could not be used: the route, then the file and why.
+#[derive(Debug, thiserror::Error)]
+#[error("payload_template of the route for {table}")]
+pub struct RouteError {
+    table: String,
+    source: TemplateFileError,
+}
+
+fn compile_file(route: &Route, path: &Path) -> Result<PayloadTemplate, RouteError> {
+    PayloadTemplate::from_file(path).map_err(|source| RouteError {
+        table: route.table_name(),
+        source,
+    })
 }
 
 /// What to do with an event.

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use http::{HeaderMap, StatusCode};
 use octocrab::models::{AppId, InstallationId};
 use octocrab::secrecy::ExposeSecret;
@@ -22,7 +22,7 @@ use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
 use super::wire;
 use crate::config::PaceSettings;
-use crate::forge::ForgeError;
+use crate::forge::{with_causes, ForgeError, OpenError};
 use crate::identity::RepoName;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -326,23 +326,23 @@ pub struct Limits {
 impl Apps {
     /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
     /// and no retries of octocrab's own (they would re-send a dispatch).
-    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> anyhow::Result<Apps> {
-        let key =
-            octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
-                anyhow!(
-                    "the GitHub App private key does not parse ({e}): use the .pem file GitHub \
-                 generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
-                )
-            })?;
+    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
+        let key = octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes())
+            .map_err(|cause| OpenError::KeyInvalid { cause })?;
         let app = Octocrab::builder()
             .base_uri(api_url)
-            .with_context(|| format!("api_url `{api_url}` is not a URL"))?
+            .map_err(|e| OpenError::ApiUrl {
+                api_url: api_url.to_owned(),
+                cause: with_causes(&e),
+            })?
             .app(AppId(app_id), key)
             .set_connect_timeout(Some(CONNECT_TIMEOUT))
             .set_read_timeout(Some(REQUEST_TIMEOUT))
             .set_write_timeout(Some(REQUEST_TIMEOUT))
             .build()
-            .context("could not build the GitHub client")?;
+            .map_err(|e| OpenError::Client {
+                cause: with_causes(&e),
+            })?;
         Ok(Apps {
             app,
             pace: limits.pace,

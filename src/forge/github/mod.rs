@@ -25,7 +25,7 @@ use self::client::{
     empty_repository, encode_path, not_found, Apps, Installation, Limits, Operation,
 };
 use self::retry::{Attempt, Cause, RetryPolicy, Stop};
-use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use super::{Base, Branch, Claim, Forge, ForgeError, OpenError, Sha};
 use crate::config::{GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
@@ -58,16 +58,15 @@ impl GithubForge {
         settings: &GithubSettings,
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<GithubForge> {
+    ) -> Result<GithubForge, OpenError> {
         let pem = match &settings.key {
             PrivateKeySource::Pem(pem) => pem.clone(),
-            PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read the GitHub App private key {}: {e} (set [github] \
-                     private_key_path, or GITHUB_APP_PRIVATE_KEY to the PEM text)",
-                    path.display()
-                )
-            })?,
+            PrivateKeySource::File(path) => {
+                std::fs::read_to_string(path).map_err(|cause| OpenError::KeyUnreadable {
+                    path: path.clone(),
+                    cause,
+                })?
+            }
         };
         let limits = Limits {
             pace: settings.pace,
