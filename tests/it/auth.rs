@@ -6,7 +6,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature};
 use serde_json::json;
 
-use crate::helpers::{insert, random_secret, random_whsec, spawn_app, Options, Reply, TestApp};
+use crate::support::app::{spawn_app, Options, TestApp};
+use crate::support::http::{insert, Reply};
+use crate::support::random::{random_secret, random_whsec};
 
 fn now() -> i64 {
     SystemTime::now()
@@ -34,27 +36,24 @@ async fn post_standard_webhooks(app: &TestApp, secret: &str, id: u64, timestamp:
     .await
 }
 
+/// POSTs `body` as JSON with `header` as its one credential.
+async fn post_with(app: &TestApp, body: impl Into<Vec<u8>>, header: (&str, &str)) -> Reply {
+    app.post_raw(body, &[("content-type", "application/json"), header])
+        .await
+}
+
 async fn post_hub_signed(app: &TestApp, secret: &str, id: u64) -> Reply {
     let body = insert(json!(id), "Signed row").to_string();
     let signature = hub_signature_256(secret, body.as_bytes());
-    app.post_raw(
-        body,
-        &[
-            ("content-type", "application/json"),
-            ("x-hub-signature-256", &signature),
-        ],
-    )
-    .await
+    post_with(app, body, ("x-hub-signature-256", &signature)).await
 }
 
 async fn post_bearer(app: &TestApp, token: &str, id: u64) -> Reply {
     let auth = format!("Bearer {token}");
-    app.post_raw(
+    post_with(
+        app,
         insert(json!(id), "Signed row").to_string(),
-        &[
-            ("content-type", "application/json"),
-            ("authorization", &auth),
-        ],
+        ("authorization", &auth),
     )
     .await
 }
@@ -78,12 +77,10 @@ async fn a_bearer_token_is_accepted() {
         .expect(200, "dispatched");
     // The scheme is case-insensitive, as HTTP auth schemes are.
     let auth = format!("bearer {secret}");
-    app.post_raw(
+    post_with(
+        &app,
         insert(json!(2), "x").to_string(),
-        &[
-            ("content-type", "application/json"),
-            ("authorization", &auth),
-        ],
+        ("authorization", &auth),
     )
     .await
     .expect(200, "dispatched");
@@ -171,38 +168,14 @@ async fn missing_or_wrong_credentials_are_a_401_without_detail() {
     // A prefix of the secret, or the secret with another scheme, is not the secret.
     expect_unauthorized(&post_bearer(&app, &secret[..30], 42).await, &secret);
     let basic = format!("Basic {secret}");
-    let reply = app
-        .post_raw(
-            body.clone(),
-            &[
-                ("content-type", "application/json"),
-                ("authorization", &basic),
-            ],
-        )
-        .await;
+    let reply = post_with(&app, body.clone(), ("authorization", &basic)).await;
     expect_unauthorized(&reply, &secret);
 
     // Signed with the right secret, but over another body.
     let signature = hub_signature_256(&secret, b"{}");
-    let reply = app
-        .post_raw(
-            body.clone(),
-            &[
-                ("content-type", "application/json"),
-                ("x-hub-signature-256", &signature),
-            ],
-        )
-        .await;
+    let reply = post_with(&app, body.clone(), ("x-hub-signature-256", &signature)).await;
     expect_unauthorized(&reply, &secret);
-    let reply = app
-        .post_raw(
-            body,
-            &[
-                ("content-type", "application/json"),
-                ("x-hub-signature-256", "sha256=nothex"),
-            ],
-        )
-        .await;
+    let reply = post_with(&app, body, ("x-hub-signature-256", "sha256=nothex")).await;
     expect_unauthorized(&reply, &secret);
 
     assert!(app.branches().await.is_empty());

@@ -1,15 +1,19 @@
 //! The binary as a user runs it: exit codes, messages, `serve` end to end, `preview`, `demo`.
 
+use std::ffi::OsStr;
 use std::path::Path;
-use std::process::{Output, Stdio};
-use std::time::Duration;
+use std::process::Output;
 
 use rowbranch::forge::local::create_repository;
-use serde_json::{json, Value};
+use serde_json::json;
 use tempfile::TempDir;
 use tokio::process::Command;
 
-use crate::helpers::{branches, dispatches, eventually, insert, random_secret, PATIENCE};
+use crate::support::child::{self, run, stderr, stdout};
+use crate::support::http::{free_port, insert, post_webhook};
+use crate::support::local::{branches, dispatches};
+use crate::support::random::random_secret;
+use crate::support::wait::eventually;
 
 const SUPABASE_INSERT: &str = include_str!("../fixtures/supabase-insert.json");
 
@@ -32,33 +36,18 @@ event_type = "feedback"
     )
 }
 
-/// The binary with an environment that holds none of rowbranch's variables.
+/// The binary in `dir`, its temporary files there too.
 fn rowbranch(dir: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
-    cmd.current_dir(dir)
-        .env_remove("ROWBRANCH_WEBHOOK_SECRET")
-        .env_remove("ROWBRANCH_LISTEN")
-        .env_remove("PORT")
-        .env_remove("RUST_LOG")
-        .env("TMPDIR", dir)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    cmd
+    let mut command = child::rowbranch(dir);
+    command.env("TMPDIR", dir);
+    command
 }
 
-async fn run(cmd: &mut Command) -> Output {
-    tokio::time::timeout(Duration::from_secs(60), cmd.output())
-        .await
-        .expect("the command did not finish in time")
-        .expect("could not run rowbranch")
-}
-
-fn stdout(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
+/// `serve` with `args` and a webhook secret, run to its end: what it printed.
+async fn serve_with_a_secret(dir: &Path, args: &[&OsStr]) -> Output {
+    let mut serve = rowbranch(dir);
+    serve.arg("serve").args(args);
+    run(serve.env("ROWBRANCH_WEBHOOK_SECRET", random_secret())).await
 }
 
 #[tokio::test]
@@ -114,11 +103,7 @@ async fn serve_help_lists_every_environment_variable_the_config_reads() {
 async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     let dir = TempDir::new().unwrap();
     let missing = dir.path().join("nowhere.toml");
-    let out = run(rowbranch(dir.path())
-        .args(["serve", "--config"])
-        .arg(&missing)
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &["--config".as_ref(), missing.as_os_str()]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains(&*missing.to_string_lossy()),
@@ -132,10 +117,7 @@ async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     );
 
     // The default is ./rowbranch.toml.
-    let out = run(rowbranch(dir.path())
-        .arg("serve")
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &[]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("rowbranch.toml"), "{}", stderr(&out));
 }
@@ -147,11 +129,7 @@ async fn an_unknown_key_in_the_config_exits_two_naming_the_key_and_the_file() {
     let text = local_config("message")
         .replace("[[routes]]\n", "[[routes]]\nbranch_prefx = \"feedback\"\n");
     std::fs::write(&path, text).unwrap();
-    let out = run(rowbranch(dir.path())
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret()))
-    .await;
+    let out = serve_with_a_secret(dir.path(), &["--config".as_ref(), path.as_os_str()]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("branch_prefx"), "{err}");
@@ -180,15 +158,6 @@ async fn serve_without_a_secret_or_insecure_no_auth_exits_two() {
     assert!(!stderr(&out).contains("hunter2"), "{}", stderr(&out));
 }
 
-/// A free port on 127.0.0.1, as far as anyone can tell before using it.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test]
 async fn serve_dispatches_a_row_once_and_stops_cleanly_on_sigterm() {
     let dir = TempDir::new().unwrap();
@@ -197,62 +166,26 @@ async fn serve_dispatches_a_row_once_and_stops_cleanly_on_sigterm() {
     create_repository(&repo).await.unwrap();
     let secret = random_secret();
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut server = rowbranch(dir.path())
-        .arg("serve")
-        .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
-        .env("ROWBRANCH_LISTEN", &addr)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut serve = rowbranch(dir.path());
+    serve.arg("serve").env("ROWBRANCH_WEBHOOK_SECRET", &secret);
+    let server = child::serve_until_healthy(&mut serve, &addr).await;
 
     let client = reqwest::Client::new();
-    eventually("the server to answer /healthz", || async {
-        let up = client.get(format!("http://{addr}/healthz")).send().await;
-        up.ok().filter(|r| r.status() == 200)
-    })
-    .await;
-    let deliver = || async {
-        let response = client
-            .post(format!("http://{addr}/webhook"))
-            .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {secret}"))
-            .body(insert(json!(42), "Add dark mode!").to_string())
-            .send()
-            .await
-            .unwrap();
-        (
-            response.status().as_u16(),
-            serde_json::from_str::<Value>(&response.text().await.unwrap()).unwrap(),
-        )
-    };
-    let (status, body) = deliver().await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["outcome"], "dispatched", "{body}");
-    assert_eq!(body["branch"], "feedback/42-add-dark-mode");
-    assert_eq!(body["id"], "42");
-    assert_eq!(body["repo"], "acme/app");
-    let (status, body) = deliver().await;
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["outcome"], "duplicate", "{body}");
-    assert_eq!(body["reason"], "branch_exists", "{body}");
+    let url = format!("http://{addr}");
+    let row = insert(json!(42), "Add dark mode!");
+    let reply = post_webhook(&client, &url, &secret, &row).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.body["outcome"], "dispatched", "{}", reply.text);
+    assert_eq!(reply.body["branch"], "feedback/42-add-dark-mode");
+    assert_eq!(reply.body["id"], "42");
+    assert_eq!(reply.body["repo"], "acme/app");
+    let reply = post_webhook(&client, &url, &secret, &row).await;
+    assert_eq!(reply.status, 200, "{}", reply.text);
+    assert_eq!(reply.body["outcome"], "duplicate", "{}", reply.text);
+    assert_eq!(reply.body["reason"], "branch_exists", "{}", reply.text);
 
-    let pid = server.id().expect("the server has a pid").to_string();
-    let killed = std::process::Command::new("kill")
-        .arg(&pid)
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(PATIENCE, server.wait())
-        .await
-        .expect("the server did not stop after SIGTERM")
-        .unwrap();
-    let mut log = String::new();
-    if let Some(mut err) = server.stderr.take() {
-        use tokio::io::AsyncReadExt;
-        err.read_to_string(&mut log).await.unwrap();
-    }
-    assert_eq!(status.code(), Some(0), "{log}");
+    let (code, log) = child::terminate(server).await;
+    assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains(&secret), "the log shows the secret:\n{log}");
     assert_eq!(branches(&repo).await, ["feedback/42-add-dark-mode"]);
     let log = dir.path().join("dispatches.jsonl");

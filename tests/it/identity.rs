@@ -3,23 +3,19 @@
 
 use serde_json::json;
 
-use crate::faulty_forge::Op;
-use crate::helpers::{spawn_app, Options};
-
+use crate::support::app::{spawn_app, Options};
+use crate::support::faulty_forge::Op;
 #[tokio::test]
 async fn a_redelivery_is_answered_from_one_read_without_any_write() {
     let app = spawn_app(Options::default().faulty()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     assert_eq!(app.forge().calls(Op::Claim), 1);
     assert_eq!(app.forge().calls(Op::Dispatch), 1);
 
     app.forge().reset_counts();
     for _ in 0..3 {
-        app.post_insert(json!(42), "Add dark mode!")
-            .await
-            .expect_duplicate("branch_exists");
+        app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+            .await;
     }
     assert_eq!(app.forge().calls(Op::RowBranches), 3);
     assert_eq!(app.forge().writes(), 0, "no claim, dispatch or release");
@@ -30,9 +26,7 @@ async fn a_redelivery_is_answered_from_one_read_without_any_write() {
 #[tokio::test]
 async fn an_edited_text_does_not_make_a_handled_row_new() {
     let app = spawn_app(Options::default().faulty()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     app.forge().reset_counts();
     let reply = app.post_insert(json!(42), "Add a dark theme, please").await;
     reply.expect_duplicate("branch_exists");
@@ -40,9 +34,7 @@ async fn an_edited_text_does_not_make_a_handled_row_new() {
     assert_eq!(reply.body["branch"], "feedback/42-add-dark-mode");
     assert_eq!(app.forge().writes(), 0);
     // Without any text at all, the same.
-    app.post_insert(json!(42), "")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "", "branch_exists").await;
     assert_eq!(app.branches().await, ["feedback/42-add-dark-mode"]);
     app.shutdown().await;
 }
@@ -50,19 +42,13 @@ async fn an_edited_text_does_not_make_a_handled_row_new() {
 #[tokio::test]
 async fn a_number_and_the_same_number_as_a_string_are_one_row() {
     let app = spawn_app(Options::default()).await;
-    app.post_insert(json!(7), "Seven")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(7), "Seven").await;
     let reply = app.post_insert(json!("7"), "Seven").await;
     reply.expect_duplicate("branch_exists");
     assert_eq!(reply.body["id"], "7");
 
-    app.post_insert(json!("8"), "Eight")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(8), "Eight")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!("8"), "Eight").await;
+    app.duplicate(json!(8), "Eight", "branch_exists").await;
     assert_eq!(
         app.branches().await,
         ["feedback/7-seven", "feedback/8-eight"]
@@ -74,26 +60,14 @@ async fn a_number_and_the_same_number_as_a_string_are_one_row() {
 #[tokio::test]
 async fn a_row_whose_id_starts_like_another_rows_id_is_another_row() {
     let app = spawn_app(Options::default()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(420), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
+    app.dispatched(json!(420), "Add dark mode!").await;
     // The other way round: 73's listing also matches `feedback/730…`, which is not its own.
-    app.post_insert(json!(730), "Faster search")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(73), "Faster search")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(730), "Faster search").await;
+    app.dispatched(json!(73), "Faster search").await;
     // Without a slug, the bare `{prefix}/{id}` branch too.
-    app.post_insert(json!(9), "")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(90), "")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(9), "").await;
+    app.dispatched(json!(90), "").await;
     assert_eq!(
         app.branches().await,
         [
@@ -116,8 +90,7 @@ async fn a_uuid_row_gets_one_branch() {
     let reply = app.post_insert(json!(id), "Export to CSV").await;
     reply.expect(200, "dispatched");
     assert_eq!(reply.body["branch"], format!("feedback/{id}-export-to-csv"));
-    app.post_insert(json!(id), "Export to CSV (edited)")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(id), "Export to CSV (edited)", "branch_exists")
+        .await;
     app.shutdown().await;
 }

@@ -3,7 +3,7 @@
 //! under another name than the one asked for.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
@@ -11,6 +11,8 @@ use rowbranch::config::{Config, ForgeSettings, Intake};
 use rowbranch::templates::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
+
+use crate::support::setup::posted_manifest;
 
 fn rowbranch(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))
@@ -29,18 +31,38 @@ fn init(dir: &Path, extra: &[&str]) -> Output {
 
 /// `init` for `acme/app` with only these flags besides.
 fn init_asking(dir: &Path, extra: &[&str]) -> Output {
-    let dir = dir.to_str().unwrap();
-    let mut args = vec![
-        "init",
-        "--dir",
-        dir,
-        "--repo",
-        "acme/app",
-        "--url",
-        "https://hooks.example.com",
-    ];
-    args.extend_from_slice(extra);
+    init_in(dir, &[&["--url", "https://hooks.example.com"], extra])
+}
+
+/// `init --dir DIR --repo acme/app` and the flags of each of `flags`.
+fn init_in(dir: &Path, flags: &[&[&str]]) -> Output {
+    let mut args = vec!["init", "--dir", dir.to_str().unwrap(), "--repo", "acme/app"];
+    for more in flags {
+        args.extend_from_slice(more);
+    }
     rowbranch(&args)
+}
+
+/// Runs `init` (one of the functions above) into a folder it makes, `setup`, which must
+/// succeed: the temporary folder it is in, `setup`, and what `init` printed.
+fn into_new_folder(init: fn(&Path, &[&str]) -> Output) -> (tempfile::TempDir, PathBuf, Output) {
+    let dir = tempfile::tempdir().unwrap();
+    let setup = dir.path().join("setup");
+    let out = init(&setup, &[]);
+    assert!(out.status.success(), "{}", text(&out));
+    (dir, setup, out)
+}
+
+/// Checks that what `init` printed names each of `steps`.
+#[track_caller]
+fn expect_next_steps(out: &Output, steps: &[&str]) {
+    for step in steps {
+        assert!(
+            text(out).contains(step),
+            "next steps miss {step:?}:\n{}",
+            text(out)
+        );
+    }
 }
 
 /// The forms the page has, by where they post.
@@ -70,10 +92,7 @@ fn secret(dir: &Path) -> String {
 
 #[test]
 fn init_writes_the_templates_and_the_page_filled_in_for_the_repository() {
-    let dir = tempfile::tempdir().unwrap();
-    let setup = dir.path().join("setup");
-    let out = init(&setup, &[]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (_dir, setup, out) = into_new_folder(init);
     for name in [
         "rowbranch.toml",
         "workflow.yml",
@@ -104,42 +123,28 @@ fn init_writes_the_templates_and_the_page_filled_in_for_the_repository() {
         workflow.contains("rowbranch-acme[bot]"),
         "allowed_bots names the App"
     );
-    for step in [
-        "create-app.html",
-        "--manifest-code",
-        "Install",
-        "ANTHROPIC_API_KEY",
-        "create and approve pull requests",
-        ".github/workflows/rowbranch.yml",
-        "Integrations → Database Webhooks → Enable",
-        "supabase-vault.sql",
-        "the organization acme",
-        "rowbranch doctor",
-    ] {
-        assert!(
-            text(&out).contains(step),
-            "next steps miss {step:?}:\n{}",
-            text(&out)
-        );
-    }
+    expect_next_steps(
+        &out,
+        &[
+            "create-app.html",
+            "--manifest-code",
+            "Install",
+            "ANTHROPIC_API_KEY",
+            "create and approve pull requests",
+            ".github/workflows/rowbranch.yml",
+            "Integrations → Database Webhooks → Enable",
+            "supabase-vault.sql",
+            "the organization acme",
+            "rowbranch doctor",
+        ],
+    );
 }
 
 #[test]
 fn the_written_config_parses_and_routes_the_table_to_the_repository() {
     let dir = tempfile::tempdir().unwrap();
-    let out = init(
-        dir.path(),
-        &[
-            "--table",
-            "ideas",
-            "--text-column",
-            "body",
-            "--branch-prefix",
-            "idea",
-            "--event-type",
-            "idea",
-        ],
-    );
+    let flags = "--table ideas --text-column body --branch-prefix idea --event-type idea";
+    let out = init(dir.path(), &flags.split(' ').collect::<Vec<_>>());
     assert!(out.status.success(), "{}", text(&out));
     let secret = secret(dir.path());
     let env = |key: &str| match key {
@@ -217,22 +222,8 @@ fn the_manifest_asks_for_the_least_permissions_and_no_webhook() {
         ["https://github.com/organizations/acme/settings/apps/new"]
     );
     assert!(page.contains("can be installed only on the account that owns it"));
-    let value = page
-        .split("name=\"manifest\" value=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap();
-    let unescaped = value
-        .replace("&quot;", "\"")
-        .replace("&#x2f;", "/")
-        .replace("&#x27;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&");
-    let posted: Value =
-        serde_json::from_str(&unescaped).expect("the page carries the manifest as JSON");
+    let posted: Value = serde_json::from_str(&posted_manifest(&page))
+        .expect("the page carries the manifest as JSON");
     assert_eq!(posted, manifest);
 }
 
@@ -480,23 +471,12 @@ fn names_postgresql_would_cut_or_urls_with_a_query_are_refused() {
         assert!(text(&out).contains(says), "{extra:?}: {}", text(&out));
     }
     let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap();
     for url in [
         "https://hooks.example.com/?a=1",
         "https://",
         "https://h.example/a b",
     ] {
-        let out = rowbranch(&[
-            "init",
-            "--dir",
-            d,
-            "--repo",
-            "acme/app",
-            "--owner-type",
-            "user",
-            "--url",
-            url,
-        ]);
+        let out = init_for_a_user(dir.path(), &["--url", url]);
         assert_eq!(out.status.code(), Some(2), "{url}: {}", text(&out));
         assert!(text(&out).contains("--url"), "{}", text(&out));
     }
@@ -554,30 +534,26 @@ async fn an_app_github_created_under_another_name_gets_its_own_bot_into_the_work
     fake.assert_no_unexpected();
 }
 
+/// `init` for `acme/app`, owned by a user, with only `extra` besides.
+fn init_for_a_user(dir: &Path, extra: &[&str]) -> Output {
+    init_in(dir, &[&["--owner-type", "user"], extra])
+}
+
 /// `init --intake pgmq` for `acme/app`, without `--url`.
 fn init_queue(dir: &Path, extra: &[&str]) -> Output {
-    let d = dir.to_str().unwrap();
-    let mut args = vec![
-        "init",
-        "--dir",
-        d,
-        "--repo",
-        "acme/app",
-        "--owner-type",
-        "organization",
-        "--intake",
-        "pgmq",
-    ];
-    args.extend_from_slice(extra);
-    rowbranch(&args)
+    let queue = ["--owner-type", "organization", "--intake", "pgmq"];
+    init_in(dir, &[&queue, extra])
 }
 
 #[test]
 fn the_queue_intake_writes_the_queue_sql_and_a_config_whose_route_reads_the_queue() {
-    let dir = tempfile::tempdir().unwrap();
-    let setup = dir.path().join("setup");
-    let out = init_queue(&setup, &[]);
-    assert!(out.status.success(), "{}", text(&out));
+    let (_dir, setup, out) = into_new_folder(init_queue);
+    for name in ["supabase.sql", "supabase-vault.sql", "rowbranch.env"] {
+        assert!(
+            !setup.join(name).exists(),
+            "{name} is for the webhook intake, and no secret is needed"
+        );
+    }
     for name in [
         "rowbranch.toml",
         "workflow.yml",
@@ -587,12 +563,6 @@ fn the_queue_intake_writes_the_queue_sql_and_a_config_whose_route_reads_the_queu
         "create-app.html",
     ] {
         assert!(setup.join(name).is_file(), "{name} missing");
-    }
-    for name in ["supabase.sql", "supabase-vault.sql", "rowbranch.env"] {
-        assert!(
-            !setup.join(name).exists(),
-            "{name} is for the webhook intake, and no secret is needed"
-        );
     }
     let config = Config::load(&setup.join("rowbranch.toml"), &|_| None).unwrap();
     assert_eq!(config.routes[0].intake, Intake::Pgmq);
@@ -612,21 +582,18 @@ fn the_queue_intake_writes_the_queue_sql_and_a_config_whose_route_reads_the_queu
     let sql = std::fs::read_to_string(setup.join("supabase-queue.sql")).unwrap();
     assert!(sql.contains("execute function rowbranch.enqueue(E'rowbranch')"));
     assert!(sql.contains("pg_catalog.set_config('rowbranch.queue', E'rowbranch', true)"));
-    for step in [
-        "create-app.html",
-        "--manifest-code",
-        "supabase-queue.sql",
-        "Integrations → Queues",
-        "DATABASE_URL",
-        "sslmode=verify-full",
-        "rowbranch doctor",
-    ] {
-        assert!(
-            text(&out).contains(step),
-            "next steps miss {step:?}:\n{}",
-            text(&out)
-        );
-    }
+    expect_next_steps(
+        &out,
+        &[
+            "create-app.html",
+            "--manifest-code",
+            "supabase-queue.sql",
+            "Integrations → Queues",
+            "DATABASE_URL",
+            "sslmode=verify-full",
+            "rowbranch doctor",
+        ],
+    );
     assert!(!text(&out).contains("Database Webhooks"), "{}", text(&out));
 }
 
@@ -659,16 +626,7 @@ fn a_bad_queue_name_or_a_webhook_without_a_url_is_a_usage_error_that_says_what_t
         !dir.path().join("rowbranch.toml").exists(),
         "nothing written"
     );
-    let d = dir.path().to_str().unwrap();
-    let out = rowbranch(&[
-        "init",
-        "--dir",
-        d,
-        "--repo",
-        "acme/app",
-        "--owner-type",
-        "user",
-    ]);
+    let out = init_for_a_user(dir.path(), &[]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains("--url") && text(&out).contains("--intake pgmq"),

@@ -10,6 +10,8 @@ use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::support::setup::posted_manifest;
+
 /// Printable text: no control, format, private-use or unassigned character (Unicode's `C`
 /// categories), and no line or paragraph separator.
 const PRINTABLE: &str = "[^\\p{C}\\p{Zl}\\p{Zp}]";
@@ -80,15 +82,6 @@ fn html_escaped(text: &str) -> String {
         .replace('/', "&#x2f;")
 }
 
-fn html_unescaped(text: &str) -> String {
-    text.replace("&quot;", "\"")
-        .replace("&#x27;", "'")
-        .replace("&#x2f;", "/")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
-}
-
 fn rendered(name: &str, ctx: &SetupContext) -> String {
     render(name, ctx).unwrap_or_else(|e| panic!("{name} does not render for {ctx:?}: {e:#}"))
 }
@@ -137,14 +130,20 @@ fn manifest_shape(ctx: &SetupContext) -> (Value, Value) {
     (manifest, example)
 }
 
-fn check_config(ctx: &SetupContext) {
-    let text = rendered("rowbranch.toml", ctx);
-    let example_text = rendered("rowbranch.toml", &example_for(ctx));
+/// `name` rendered for `ctx` and for the example, which has as many lines: no line was added.
+fn rendered_with_example(name: &str, ctx: &SetupContext) -> (String, String) {
+    let text = rendered(name, ctx);
+    let example_text = rendered(name, &example_for(ctx));
     assert_eq!(
         text.lines().count(),
         example_text.lines().count(),
         "no line added"
     );
+    (text, example_text)
+}
+
+fn check_config(ctx: &SetupContext) {
+    let (text, example_text) = rendered_with_example("rowbranch.toml", ctx);
     let mut config: toml::Table =
         toml::from_str(&text).unwrap_or_else(|e| panic!("not TOML: {e}\n{text}"));
     let example: toml::Table = toml::from_str(&example_text).unwrap();
@@ -184,13 +183,7 @@ fn check_config(ctx: &SetupContext) {
 }
 
 fn check_workflow(ctx: &SetupContext) {
-    let text = rendered("workflow.yml", ctx);
-    let example_text = rendered("workflow.yml", &example_for(ctx));
-    assert_eq!(
-        text.lines().count(),
-        example_text.lines().count(),
-        "no line added"
-    );
+    let (text, example_text) = rendered_with_example("workflow.yml", ctx);
     assert_eq!(
         text.lines().next().unwrap(),
         format!(
@@ -237,14 +230,7 @@ fn check_page(ctx: &SetupContext) {
         );
     }
     // The page posts exactly the manifest.
-    let value = page
-        .split("name=\"manifest\" value=\"")
-        .nth(1)
-        .unwrap()
-        .split('"')
-        .next()
-        .unwrap();
-    assert_eq!(html_unescaped(value), rendered("app-manifest.json", ctx));
+    assert_eq!(posted_manifest(&page), rendered("app-manifest.json", ctx));
 }
 
 proptest! {

@@ -1,17 +1,16 @@
-//! rowbranch's integration tests: the real server on a free port over a fresh local git forge,
-//! and the binary as a user runs it. One binary, so the crate is linked once.
+//! rowbranch's integration tests: the real server on a free port over a fresh local git forge
+//! or the fake GitHub, and the binary as a user runs it. One binary, so the crate is linked
+//! once. What the tests share is in `support`.
+
+mod support;
 
 mod auth;
-mod child;
 mod cli;
 mod concurrency;
 mod deploy;
 mod doctor_queue;
 mod env_config;
-mod faulty_forge;
-mod git_http;
 mod github;
-mod helpers;
 mod hostile;
 mod identity;
 mod init;

@@ -3,7 +3,8 @@
 
 use serde_json::json;
 
-use crate::helpers::{insert, spawn_app, Options};
+use crate::support::app::{spawn_app, Options};
+use crate::support::http::insert;
 
 /// A body that is `insert(42)` with `record.id` replaced by `id` (raw JSON text).
 fn with_raw_id(id: &str) -> Vec<u8> {
@@ -143,9 +144,7 @@ async fn twenty_kinds_of_malformed_input_get_their_4xx_and_the_server_stays_up()
     assert!(app.branches().await.is_empty());
     assert!(app.dispatches().is_empty());
     // And a good row still goes through.
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     app.shutdown().await;
 }
 
@@ -161,15 +160,10 @@ async fn the_health_probe_answers_ok() {
 #[tokio::test]
 async fn metrics_count_the_answers_by_status_outcome_and_reason() {
     let app = spawn_app(Options::default()).await;
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(2), "Two")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(1), "One")
-        .await
-        .expect_duplicate("branch_exists");
+    for (id, text) in [(1, "One"), (2, "Two")] {
+        app.dispatched(json!(id), text).await;
+    }
+    app.duplicate(json!(1), "One", "branch_exists").await;
     app.post_insert(json!("a b"), "Bad")
         .await
         .expect(422, "error");

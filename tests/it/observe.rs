@@ -11,10 +11,13 @@ use tokio::process::Command;
 
 use fake_github::{Fault, Op};
 
-use crate::child::{self, Start};
-use crate::github::{fake, spawn, GithubOptions};
-use crate::helpers::{eventually, insert, random_secret, spawn_app, Options, GATED_DISPATCH};
-
+use crate::support::app::{spawn_app, Options, GATED_DISPATCH};
+use crate::support::child::{self, Start};
+use crate::support::github::{fake, spawn, GithubOptions};
+use crate::support::http::insert;
+use crate::support::local::dir_with_repository;
+use crate::support::random::random_secret;
+use crate::support::wait::eventually;
 /// The value of the series `line` names (its whole label set), or `None`.
 fn series(text: &str, line: &str) -> Option<f64> {
     text.lines()
@@ -36,12 +39,8 @@ async fn metrics_follow_a_202_to_its_end_and_count_each_answer_in_its_series() {
     app.open_gate();
     app.wait_for_dispatches(1).await;
     // Row 2 dispatched at once, then a duplicate of it.
-    app.post_insert(json!(2), "At once")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(2), "At once")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(2), "At once").await;
+    app.duplicate(json!(2), "At once", "branch_exists").await;
     let text = eventually("the 202's run to be counted", || async {
         let text = app.get("/metrics").await.text;
         (series(
@@ -98,9 +97,7 @@ async fn github_requests_retries_tokens_and_the_rate_limit_are_counted() {
     let fake = fake().await;
     fake.inject(Op::CreateRef, Fault::Status(502), 1);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(7), "Counted")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(7), "Counted").await;
     let text = app.get("/metrics").await.text;
     for (line, value) in [
         (
@@ -142,7 +139,7 @@ async fn github_requests_retries_tokens_and_the_rate_limit_are_counted() {
 
 #[tokio::test]
 async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let secret = random_secret();
     let mut served = child::serve(
         dir,
@@ -176,8 +173,7 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
         served.log().contains("run ended").then_some(())
     })
     .await;
-    served.signal(rustix::process::Signal::TERM);
-    assert_eq!(served.exit_code(Duration::from_secs(30)).await, Some(0));
+    served.stops_cleanly(Duration::from_secs(30)).await;
     let log = served.log();
     let lines: Vec<Value> = log
         .lines()
@@ -219,15 +215,13 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
         .filter(|l| l["level"] == "WARN" && l["kind"] == "wrong_secret")
         .collect();
     assert_eq!(refusals.len(), 1, "{log}");
-    assert!(!log.contains(&secret), "the secret is in the log");
-    assert!(
-        !log.contains("a-wrong-secret"),
-        "a sent credential is in the log"
-    );
-    assert!(
-        !log.contains("never reaches the log"),
-        "the row's text is in the log"
-    );
+    for (leak, what) in [
+        (secret.as_str(), "the secret"),
+        ("a-wrong-secret", "a sent credential"),
+        ("never reaches the log", "the row's text"),
+    ] {
+        assert!(!log.contains(leak), "{what} is in the log");
+    }
 }
 
 #[tokio::test]
@@ -315,12 +309,9 @@ async fn the_status_page_lists_the_latest_deliveries_in_a_real_browser() {
         return;
     };
     let app = spawn_app(Options::default().top("status_page = true")).await;
-    app.post_insert(json!(42), "Add dark mode")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(42), "Add dark mode")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(42), "Add dark mode").await;
+    app.duplicate(json!(42), "Add dark mode", "branch_exists")
+        .await;
     app.post_insert(json!("a b"), "Bad id")
         .await
         .expect(422, "error");
@@ -367,11 +358,7 @@ async fn the_status_page_lists_the_latest_deliveries_in_a_real_browser() {
     .await
     .unwrap()
     .unwrap();
-    assert!(
-        taken.status.success(),
-        "{}",
-        String::from_utf8_lossy(&taken.stderr)
-    );
+    assert!(taken.status.success(), "{}", child::stderr(&taken));
     assert!(
         std::fs::metadata(&shot).unwrap().len() > 1000,
         "a screenshot at {}",

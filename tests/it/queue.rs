@@ -12,8 +12,8 @@
 //! rows in a table), never for a fixed time.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Deref;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,69 +22,55 @@ use rowbranch::startup::{Application, Env, Mode};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio_postgres::{Client, Config};
 
-use crate::child::{self, Served, Start};
-use crate::github::{self, GithubOptions, REPO};
-use crate::helpers::{self, eventually_within, random_secret, FEEDBACK_ROUTE};
-use crate::setup_queue::{apply, connect, context, random_hex, template, Install};
+use crate::support::app::{spawn_app, Options, FEEDBACK_ROUTE};
+use crate::support::child::{self, Served, Start};
+use crate::support::db::{Install, Template, TestDb};
+use crate::support::github::{self, GithubOptions, REPO};
+use crate::support::http::{get, insert, Reply};
+use crate::support::local::{branches, dir_with_repository, dispatches};
+use crate::support::or_skip;
+use crate::support::random::random_secret;
+use crate::support::setup::{apply, queue_context};
+use crate::support::wait::{eventually_within, PATIENCE};
 
 /// A test's database: `public.feedbacks` with the queue's trigger on it, and its queues.
 struct QueueDb {
-    /// `DATABASE_URL` for this database.
-    url: String,
-    client: Client,
+    db: TestDb,
     queue: String,
     dead: String,
-    /// Unique to this database: the prefix of its roles, `rbq_{tag}_…`.
-    tag: String,
-    admin: Config,
-    name: String,
+}
+
+/// The database itself: its client, its URL, its roles.
+impl Deref for QueueDb {
+    type Target = TestDb;
+
+    fn deref(&self) -> &TestDb {
+        &self.db
+    }
 }
 
 impl QueueDb {
     /// A new database from `install`'s template, or `None` (after saying why) when there is
     /// none; under `CI=true`, a panic.
     async fn new(install: Install) -> Option<QueueDb> {
-        let (url, template) = template(install)?;
-        let admin = Config::from_str(&url).expect("DATABASE_URL is a connection string");
-        let tag = random_hex(4);
-        let name = format!("rowbranch_consumer_{tag}");
-        connect(&admin)
-            .await
-            .batch_execute(&format!(
-                "create database \"{name}\" template \"{template}\""
-            ))
-            .await
-            .unwrap_or_else(|e| panic!("could not create the test database from {template}: {e}"));
-        let mut config = admin.clone();
-        config.dbname(&name);
-        let client = connect(&config).await;
-        let db = QueueDb {
-            url: database_url(&url, &name),
-            client,
-            queue: format!("rbq_{tag}"),
-            dead: format!("rbq_{tag}_dead"),
-            tag,
-            admin,
-            name,
-        };
-        db.client
-            .batch_execute(
-                "create table public.feedbacks ( \
-                   id bigint primary key, \
-                   message text, \
-                   created_at timestamptz not null default now())",
-            )
-            .await
-            .expect("could not create public.feedbacks");
+        let db = TestDb::create(Template::Pgmq(install)).await?;
+        let (queue, dead) = (format!("rbq_{}", db.tag), format!("rbq_{}_dead", db.tag));
+        let db = QueueDb { db, queue, dead };
+        db.execute(
+            "create table public.feedbacks ( \
+               id bigint primary key, \
+               message text, \
+               created_at timestamptz not null default now())",
+        )
+        .await;
         db.apply_setup_sql().await;
         Some(db)
     }
 
     /// Runs templates/supabase-queue.sql for `public.feedbacks` and this test's queues.
     async fn apply_setup_sql(&self) {
-        let ctx = context("public", "feedbacks", &self.queue, &self.dead);
+        let ctx = queue_context("public", "feedbacks", &self.queue, &self.dead);
         apply(&self.client, &ctx).await;
     }
 
@@ -170,60 +156,6 @@ impl QueueDb {
             })
             .collect()
     }
-
-    fn role(&self, name: &str) -> String {
-        format!("rbq_{}_{name}", self.tag)
-    }
-}
-
-impl Drop for QueueDb {
-    /// Drops the database and the test's roles, from a thread of its own (a test's runtime may
-    /// be gone, or panicking).
-    fn drop(&mut self) {
-        let (admin, name, prefix) = (self.admin.clone(), self.name.clone(), self.role(""));
-        let cleanup = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime for the cleanup");
-            runtime.block_on(async move {
-                let client = connect(&admin).await;
-                let _ = client
-                    .batch_execute(&format!("drop database if exists \"{name}\" with (force)"))
-                    .await;
-                let roles = client
-                    .query(
-                        "select rolname::text from pg_roles where starts_with(rolname, $1)",
-                        &[&prefix],
-                    )
-                    .await
-                    .unwrap_or_default();
-                for role in roles {
-                    let role: String = role.get(0);
-                    let _ = client.batch_execute(&format!("drop role \"{role}\"")).await;
-                }
-            });
-        });
-        let _ = cleanup.join();
-    }
-}
-
-/// `url` with its database replaced by `name` (a URL, or key=value pairs).
-fn database_url(url: &str, name: &str) -> String {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let (base, query) = url
-            .split_once('?')
-            .map_or((url, None), |(b, q)| (b, Some(q)));
-        let after_scheme = base.find("://").expect("a scheme") + 3;
-        let path = base[after_scheme..].find('/').map(|i| i + after_scheme);
-        let host_part = &base[..path.unwrap_or(base.len())];
-        match query {
-            Some(q) => format!("{host_part}/{name}?{q}"),
-            None => format!("{host_part}/{name}"),
-        }
-    } else {
-        format!("{url} dbname={name}")
-    }
 }
 
 /// The row id in a dispatch's payload.
@@ -237,7 +169,7 @@ fn payload_id(payload: &Value) -> String {
 /// How many lines of a JSON-lines log (`dispatches.jsonl`, `attempts.jsonl`) each row has.
 fn per_row(path: &Path) -> BTreeMap<String, usize> {
     let mut out = BTreeMap::new();
-    for line in helpers::dispatches(path) {
+    for line in dispatches(path) {
         *out.entry(payload_id(&line["client_payload"])).or_default() += 1;
     }
     out
@@ -300,6 +232,11 @@ async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {
     .await
 }
 
+/// `serve` on the repository in `dir`, reading `db`'s queue with `pgmq`'s lines besides.
+async fn serve_reading(dir: &Arc<TempDir>, db: &QueueDb, pgmq: &str) -> Served {
+    start(dir, db, &local_config(db, "repo.git", "", pgmq)).await
+}
+
 /// `serve` with `config`, whose forge is the fake GitHub, reading `db`'s queue.
 async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
     child::serve_on_fake(
@@ -312,13 +249,7 @@ async fn serve_on_the_fake(db: &QueueDb, config: &str) -> Served {
 
 /// Stops `served` with SIGTERM and checks it exits 0.
 async fn stop(mut served: Served) {
-    served.signal(Signal::TERM);
-    assert_eq!(
-        served.exit_code(Duration::from_secs(20)).await,
-        Some(0),
-        "{}",
-        served.log()
-    );
+    served.stops_cleanly(Duration::from_secs(20)).await;
 }
 
 /// Waits until every row of `ids` has a dispatch line and the queue is empty; on a timeout,
@@ -355,16 +286,14 @@ async fn all_dispatched(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopped() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
     let served = start(&dir, &db, &config).await;
     db.insert(1..=500).await;
     let seen = all_dispatched(&db, &served, &all_ids(1..=500), Duration::from_secs(120)).await;
     assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
-    assert_eq!(served.branches_count().await, 500);
+    assert_eq!(served.branches().await.len(), 500);
     stop(served).await;
 
     // Nothing reads the queue now: the rows wait in it.
@@ -374,7 +303,7 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     let seen = all_dispatched(&db, &served, &all_ids(1..=550), Duration::from_secs(60)).await;
     assert_eq!(seen.len(), 550);
     assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
-    assert_eq!(served.branches_count().await, 550);
+    assert_eq!(served.branches().await.len(), 550);
     let archived = db.archived().await;
     assert_eq!(
         archived.keys().cloned().collect::<BTreeSet<_>>(),
@@ -419,10 +348,8 @@ fi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_one_branch_and_a_bounded_number_of_dispatches(
 ) {
-    let Some(db) = QueueDb::new(Install::Sql).await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Sql).await);
+    let dir = dir_with_repository().await;
     std::fs::write(dir.path().join("on-dispatch.sh"), BLOCKING_DISPATCH).unwrap();
     let attempts = dir.path().join("attempts.jsonl");
     let config = local_config(
@@ -443,7 +370,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
             "a dispatch blocked past the limit",
             Duration::from_secs(60),
             || async {
-                let n = helpers::dispatches(&attempts).len();
+                let n = dispatches(&attempts).len();
                 (n > limit).then_some(n)
             },
         )
@@ -469,7 +396,7 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
     );
     stop(served).await;
 
-    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    let branches = branches(&dir.path().join("repo.git")).await;
     assert_eq!(branches.len(), 150, "one branch per row: {branches:?}");
     let branch_ids: BTreeSet<String> = branches
         .iter()
@@ -503,10 +430,8 @@ async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_row() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
-    let first = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let first = dir_with_repository().await;
     let second = Arc::new(tempfile::tempdir().unwrap());
     let repo = first.path().join("repo.git");
     let config = local_config(
@@ -523,7 +448,7 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
         seen.values().all(|n| *n == 1),
         "one dispatch per row: {seen:?}"
     );
-    assert_eq!(helpers::branches(&repo).await.len(), 300);
+    assert_eq!(branches(&repo).await.len(), 300);
     let archived = |served| {
         metric(
             served,
@@ -545,9 +470,7 @@ async fn two_serve_processes_on_one_queue_give_one_branch_and_one_dispatch_per_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still_inserts() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     // The setup SQL run a second time changes nothing that matters here.
     db.apply_setup_sql().await;
     let inserter = db.role("inserter");
@@ -576,13 +499,8 @@ async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still
     db.insert(3..=3).await;
     assert_eq!(db.depth().await, 2, "two committed rows, two messages");
 
-    let dir = child::dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
-    )
-    .await;
+    let dir = dir_with_repository().await;
+    let served = serve_reading(&dir, &db, "visibility_timeout_s = 60").await;
     let seen = all_dispatched(&db, &served, &all_ids(2..=3), Duration::from_secs(30)).await;
     assert!(
         !seen.contains_key("1"),
@@ -594,9 +512,7 @@ async fn a_rolled_back_insert_sends_nothing_and_a_role_without_pgmq_rights_still
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_brings_one_back() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let malformed = db.send_raw(r#"{"hello":"world"}"#).await;
     let bad_id = db
         .send_raw(
@@ -619,7 +535,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         .unwrap()
         .get(0);
     db.insert(1..=3).await;
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
     let served = start(&dir, &db, &config).await;
     let log = served.dispatch_log();
@@ -705,7 +621,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
         "the redriven row's dispatch",
         Duration::from_secs(30),
         || async {
-            helpers::dispatches(&log)
+            dispatches(&log)
                 .iter()
                 .any(|d| d["event_type"] == "idea" && payload_id(&d["client_payload"]) == "7")
                 .then_some(())
@@ -728,9 +644,7 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_every_row_is_dispatched_when_it_returns(
 ) {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let fake = github::fake().await;
     for op in Op::ROW_READS {
         fake.inject(op, Fault::Status(503), 1_000_000);
@@ -788,9 +702,7 @@ async fn github_unavailable_for_ten_backoff_rounds_dead_letters_nothing_and_ever
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_and_read_once() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let fake = github::fake().await;
     // Two writes at once, then one a minute: the first row claims and dispatches, and the
     // four after it wait on the pace for their claims.
@@ -832,13 +744,7 @@ async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_a
         (fake.dispatches(REPO).len() == 1 && held == 4).then_some(())
     })
     .await;
-    served.signal(Signal::TERM);
-    assert_eq!(
-        served.exit_code(Duration::from_secs(30)).await,
-        Some(0),
-        "{}",
-        served.log()
-    );
+    served.stops_cleanly(Duration::from_secs(30)).await;
     let left: Vec<(i32, bool)> = db
         .client
         .query(
@@ -870,10 +776,8 @@ async fn at_shutdown_messages_waiting_on_the_pace_are_released_visible_at_once_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_run_dispatches() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
     let gate = dir.path().join("gate");
     let config = local_config(
         &db,
@@ -903,8 +807,7 @@ async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_r
                 .await
                 .unwrap()
                 .get(0);
-            (held == 1 && helpers::branches(&dir.path().join("repo.git")).await.len() == 1)
-                .then_some(())
+            (held == 1 && branches(&dir.path().join("repo.git")).await.len() == 1).then_some(())
         },
     )
     .await;
@@ -929,7 +832,7 @@ async fn a_message_another_reader_takes_during_its_run_is_not_archived_but_its_r
     })
     .await;
     assert_eq!(
-        helpers::dispatches(&dir.path().join("dispatches.jsonl")).len(),
+        dispatches(&dir.path().join("dispatches.jsonl")).len(),
         1,
         "the run that claimed dispatched"
     );
@@ -952,10 +855,8 @@ const SLOW_DISPATCH: &str = "cat > /dev/null; sleep 0.05";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_nothing() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
     let config = local_config(
         &db,
         "repo.git",
@@ -966,7 +867,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
     db.insert(1..=200).await;
     let log = served.dispatch_log();
     eventually_within("the first dispatches", Duration::from_secs(30), || async {
-        (helpers::dispatches(&log).len() >= 30).then_some(())
+        (dispatches(&log).len() >= 30).then_some(())
     })
     .await;
     let terminated_at: chrono::DateTime<chrono::Utc> = db
@@ -1021,9 +922,7 @@ async fn the_consumers_connection_terminated_mid_batch_reconnects_and_loses_noth
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let text = "Make the dashboard faster. ".repeat(12_000);
     assert!(text.len() > 300_000);
     db.client
@@ -1033,13 +932,8 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         )
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "visibility_timeout_s = 60"),
-    )
-    .await;
+    let dir = dir_with_repository().await;
+    let served = serve_reading(&dir, &db, "visibility_timeout_s = 60").await;
     let log = served.dispatch_log();
     all_dispatched(&db, &served, &all_ids(1..=1), Duration::from_secs(30)).await;
     let line = std::fs::read_to_string(&log).unwrap();
@@ -1050,7 +944,7 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
         sent.len() > 1000 && text.starts_with(sent.trim_end_matches('…')),
         "the text cut, not lost"
     );
-    let branches = helpers::branches(&dir.path().join("repo.git")).await;
+    let branches = branches(&dir.path().join("repo.git")).await;
     assert_eq!(branches.len(), 1);
     assert!(
         branches[0].starts_with("feedback/1-make-the-dashboard-faster"),
@@ -1059,17 +953,9 @@ async fn a_300_kb_row_is_dispatched_with_its_text_cut_to_fit_the_payload() {
     stop(served).await;
 }
 
-impl Served {
-    async fn branches_count(&self) -> usize {
-        helpers::branches(&self.repo()).await.len()
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn archived_messages_past_archive_retention_are_deleted_from_both_archives() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     db.insert(1..=2).await;
     // Two messages archived eight days ago, one of them a redriven dead letter, and one today.
     db.client
@@ -1085,13 +971,8 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
         ))
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
-    let served = start(
-        &dir,
-        &db,
-        &local_config(&db, "repo.git", "", "archive_retention = \"7d\""),
-    )
-    .await;
+    let dir = dir_with_repository().await;
+    let served = serve_reading(&dir, &db, "archive_retention = \"7d\"").await;
     eventually_within(
         "the old archived messages deleted",
         Duration::from_secs(30),
@@ -1113,9 +994,7 @@ async fn archived_messages_past_archive_retention_are_deleted_from_both_archives
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_archive_and_reports_rows_never_queued(
 ) {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
     let trigger = format!("\"rowbranch_queue_{}\"", db.queue);
     // 1–3: in the queue, nobody reading it. 4: inserted ten minutes ago while the trigger was
     // off. 7: inserted just now with the trigger off, as a row that commits while the sweep
@@ -1147,7 +1026,7 @@ async fn the_sweep_leaves_queued_rows_to_the_consumer_dates_claims_from_their_ar
         ))
         .await
         .unwrap();
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let repo = dir.path().join("repo.git");
     for id in [5, 6] {
         let out = std::process::Command::new("git")
@@ -1206,18 +1085,15 @@ const IDEAS_FROM_THE_QUEUE: &str = "\n[[routes]]\ntable = \"ideas\"\nrepo = \"ac
 
 #[tokio::test]
 async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_reason() {
-    let app = helpers::spawn_app(
-        helpers::Options::default().routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}")),
-    )
-    .await;
-    let mut idea = helpers::insert(serde_json::json!(7), "An idea");
+    let app =
+        spawn_app(Options::default().routes(&format!("{FEEDBACK_ROUTE}{IDEAS_FROM_THE_QUEUE}")))
+            .await;
+    let mut idea = insert(serde_json::json!(7), "An idea");
     idea["table"] = "ideas".into();
     let reply = app.post_json(&idea).await;
     reply.expect(200, "ignored");
     assert_eq!(reply.reason(), "pgmq_intake", "{:?}", reply.message());
-    app.post_insert(serde_json::json!(1), "Dark mode")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(serde_json::json!(1), "Dark mode").await;
     assert_eq!(
         app.branches().await,
         vec!["feedback/1-dark-mode".to_owned()]
@@ -1226,15 +1102,12 @@ async fn a_webhook_for_a_table_whose_route_reads_the_queue_is_ignored_with_that_
 }
 
 /// `/readyz` once the consumer has tried the database.
-async fn readyz_once_the_database_was_tried(
-    client: &reqwest::Client,
-    served: &Served,
-) -> helpers::Reply {
+async fn readyz_once_the_database_was_tried(client: &reqwest::Client, served: &Served) -> Reply {
     eventually_within(
         "/readyz to report the database",
         Duration::from_secs(30),
         || async {
-            let reply = helpers::get(client, &format!("{}/readyz", served.url)).await;
+            let reply = get(client, &format!("{}/readyz", served.url)).await;
             (reply.body["database"] != "not reached yet").then_some(reply)
         },
     )
@@ -1252,7 +1125,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
         "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}intake = \"pgmq\"\n",
         FEEDBACK_ROUTE
     );
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let served = child::serve(
         Arc::clone(&dir),
         Start {
@@ -1267,7 +1140,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
     let webhook = client
         .post(format!("{}/webhook", served.url))
         .header("content-type", "application/json")
-        .body(helpers::insert(serde_json::json!(1), "Hi").to_string())
+        .body(insert(serde_json::json!(1), "Hi").to_string())
         .send()
         .await
         .unwrap();
@@ -1304,7 +1177,7 @@ async fn with_every_route_on_the_queue_webhook_is_404_and_readyz_needs_the_datab
 
 #[tokio::test]
 async fn a_route_on_the_queue_without_database_url_exits_2_saying_what_to_set() {
-    let dir = child::dir_with_repository().await;
+    let dir = dir_with_repository().await;
     let config = format!(
         "listen = \"127.0.0.1:0\"\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n"
     );
@@ -1328,10 +1201,8 @@ async fn a_route_on_the_queue_without_database_url_exits_2_saying_what_to_set() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
-    let Some(db) = QueueDb::new(Install::Extension).await else {
-        return;
-    };
-    let dir = child::dir_with_repository().await;
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
     // The config names a port that is free: the run must leave it so.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -1377,7 +1248,7 @@ async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
     std::net::TcpListener::bind(("127.0.0.1", port)).expect("nothing listens on the config's port");
 
     let _ = stop.send(());
-    tokio::time::timeout(helpers::PATIENCE, run)
+    tokio::time::timeout(PATIENCE, run)
         .await
         .expect("the run stops within the grace")
         .expect("the run did not panic")
@@ -1392,8 +1263,5 @@ async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
         "each message read once"
     );
     assert!(db.dead_letters().await.is_empty());
-    assert_eq!(
-        helpers::branches(&dir.path().join("repo.git")).await.len(),
-        20
-    );
+    assert_eq!(branches(&dir.path().join("repo.git")).await.len(), 20);
 }

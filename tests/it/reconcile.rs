@@ -1,6 +1,8 @@
 //! The sweep against a real PostgreSQL and the fake GitHub: the table is the ground truth, and
 //! a second run, or two at once, writes nothing more.
 
+use std::ops::RangeInclusive;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
@@ -8,69 +10,49 @@ use rowbranch::config::Config;
 use rowbranch::db::Database;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::startup;
+use tokio::process::Command;
 
-use crate::github::{dispatched_branches, fake, GithubOptions, REPO};
-use crate::helpers::random_secret;
+use crate::support::child;
+use crate::support::db::{database_url, TestSchema};
+use crate::support::github::{dispatched_branches, fake, GithubOptions, REPO};
+use crate::support::or_skip;
+use crate::support::random::random_secret;
+use crate::support::tools::output_text;
 
-/// `DATABASE_URL`, or `None` after saying why; under `CI=true` a missing database fails.
-fn database_url() -> Option<String> {
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let hint = "start one with: eval \"$(scripts/test-postgres.sh)\"";
-            assert!(
-                std::env::var("CI").as_deref() != Ok("true"),
-                "DATABASE_URL is not set, and CI=true: the reconcile tests must run; {hint}"
-            );
-            eprintln!("skipping a reconcile test: DATABASE_URL is not set; {hint}");
-            None
-        }
+/// How long ago a row was created: within the sweep's hour, or before it.
+const A_MINUTE: Duration = Duration::from_secs(60);
+const TWO_HOURS: Duration = Duration::from_secs(2 * 3600);
+
+/// A fresh schema with a `feedbacks` table, dropped when the test ends, holding `rows`: each
+/// range of ids with its text, created that long ago. `None` (after saying why) without
+/// `DATABASE_URL`.
+async fn feedbacks(rows: &[(RangeInclusive<i64>, &str, Duration)]) -> Option<TestSchema> {
+    let schema = TestSchema::create("reconcile_").await?;
+    schema
+        .execute(&format!(
+            "create table {}.feedbacks (id bigint primary key, message text,
+               created_at timestamptz not null default now());",
+            schema.name
+        ))
+        .await;
+    for (ids, text, age) in rows {
+        insert(&schema, ids.clone(), text, *age).await;
     }
+    Some(schema)
 }
 
-/// A fresh schema with a `feedbacks` table, dropped when the test ends.
-struct Table {
-    client: tokio_postgres::Client,
-    schema: String,
-}
-
-impl Table {
-    async fn new(url: &str) -> Table {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .expect("the test PostgreSQL accepts connections");
-        tokio::spawn(connection);
-        let schema = format!("reconcile_{}", &random_secret()[..12]);
-        client
-            .batch_execute(&format!(
-                "create schema {schema};
-                 create table {schema}.feedbacks (id bigint primary key, message text,
-                   created_at timestamptz not null default now());"
-            ))
-            .await
-            .unwrap();
-        Table { client, schema }
-    }
-
-    /// Rows `ids`, each created `age` ago.
-    async fn insert(&self, ids: std::ops::RangeInclusive<i64>, text: &str, age: Duration) {
-        let sql = format!(
-            "insert into {}.feedbacks (id, message, created_at)
-             select g, $1, now() - make_interval(secs => $2) from generate_series($3::bigint, $4::bigint) g",
-            self.schema
-        );
-        self.client
-            .execute(&sql, &[&text, &age.as_secs_f64(), ids.start(), ids.end()])
-            .await
-            .unwrap();
-    }
-
-    async fn drop(self) {
-        let _ = self
-            .client
-            .batch_execute(&format!("drop schema {} cascade", self.schema))
-            .await;
-    }
+/// Rows `ids`, each created `age` ago.
+async fn insert(table: &TestSchema, ids: RangeInclusive<i64>, text: &str, age: Duration) {
+    let sql = format!(
+        "insert into {}.feedbacks (id, message, created_at)
+         select g, $1, now() - make_interval(secs => $2) from generate_series($3::bigint, $4::bigint) g",
+        table.name
+    );
+    table
+        .client
+        .execute(&sql, &[&text, &age.as_secs_f64(), ids.start(), ids.end()])
+        .await
+        .unwrap();
 }
 
 fn config(fake: &FakeGithub, schema: &str, url: &str) -> Config {
@@ -118,6 +100,15 @@ async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
     summaries.remove(0)
 }
 
+/// The binary in `dir`, with `DATABASE_URL` at `url` and the App's key, as a user runs it.
+fn rowbranch_on(dir: &Path, url: &str) -> Command {
+    let mut command = child::rowbranch(dir);
+    command
+        .env("DATABASE_URL", url)
+        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+    command
+}
+
 /// Branches for rows `ids` that the workflow finished (one commit ahead of base).
 fn finished(fake: &FakeGithub, ids: std::ops::RangeInclusive<i64>) {
     for id in ids {
@@ -139,15 +130,11 @@ fn dispatched_ids(fake: &FakeGithub) -> Vec<String> {
 
 #[tokio::test]
 async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=10, "Make it faster", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(feedbacks(&[(1..=10, "Make it faster", A_MINUTE)]).await);
     let fake = fake().await;
     finished(&fake, 1..=4);
     fake.add_pull(REPO, "feedback/5-old-text", PullState::Closed, true);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
 
     let summary = run(&config, &options()).await;
     assert_eq!(summary.rows_seen, 10);
@@ -163,18 +150,13 @@ async fn rows_without_a_branch_or_pull_request_are_dispatched_once() {
     assert_eq!(again.already_handled, 9);
     assert_eq!(fake.writes().len(), writes, "a second run writes nothing");
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_sweeps_at_once_dispatch_no_row_twice() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=12, "Concurrent", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(feedbacks(&[(1..=12, "Concurrent", A_MINUTE)]).await);
     let fake = fake().await;
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
     let opts = options();
     let (a, b) = tokio::join!(run(&config, &opts), run(&config, &opts));
     assert_eq!(a.dispatched_now + b.dispatched_now, 12, "{a:?} {b:?}");
@@ -182,27 +164,23 @@ async fn two_sweeps_at_once_dispatch_no_row_twice() {
     assert_eq!(branches.len(), 12);
     branches.dedup();
     assert_eq!(branches.len(), 12, "no row twice");
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(20..=20, "Lost dispatch", Duration::from_secs(2 * 3600))
-        .await;
-    table
-        .insert(21..=21, "Finished work", Duration::from_secs(2 * 3600))
-        .await;
-    table
-        .insert(22..=22, "Young claim", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(
+        feedbacks(&[
+            (20..=20, "Lost dispatch", TWO_HOURS),
+            (21..=21, "Finished work", TWO_HOURS),
+            (22..=22, "Young claim", A_MINUTE)
+        ])
+        .await
+    );
     let fake = fake().await;
     fake.create_branch(REPO, "feedback/20-lost-dispatch", "main");
     finished(&fake, 21..=21);
     fake.create_branch(REPO, "feedback/22-young-claim", "main");
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
     let options = SweepOptions {
         window: Duration::from_secs(3 * 3600),
         ..options()
@@ -223,33 +201,25 @@ async fn a_stale_claim_is_dispatched_again_and_a_finished_row_is_not() {
     assert_eq!(summary.dead_claims_redispatched, 1, "{summary:?}");
     assert_eq!(summary.dispatched_now, 0);
     assert_eq!(dispatched_branches(&fake), ["feedback/20-lost-dispatch"]);
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_merged_row_whose_text_was_edited_is_not_dispatched() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(7..=7, "A completely new text", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(feedbacks(&[(7..=7, "A completely new text", A_MINUTE)]).await);
     let fake = fake().await;
     fake.add_pull(REPO, "feedback/7-the-old-text", PullState::Closed, true);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
     let summary = run(&config, &options()).await;
     assert_eq!(summary.merged_before, 1);
     assert!(fake.dispatches(REPO).is_empty());
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table.insert(1..=5, "Dry", Duration::from_secs(60)).await;
+    let table = or_skip!(feedbacks(&[(1..=5, "Dry", A_MINUTE)]).await);
     let fake = fake().await;
     finished(&fake, 1..=2);
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
     let summary = run(
         &config,
         &SweepOptions {
@@ -260,12 +230,11 @@ async fn a_dry_run_lists_what_it_would_dispatch_and_writes_nothing() {
     .await;
     assert_eq!(summary.would_dispatch, ["3", "4", "5"]);
     assert!(fake.writes().is_empty());
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_missing_table_is_an_error_that_names_it() {
-    let Some(url) = database_url() else { return };
+    let url = or_skip!(database_url());
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
     let rows = Database::connect(&url).await.unwrap();
@@ -288,34 +257,26 @@ async fn a_missing_table_is_an_error_that_names_it() {
 /// `-redo-1`.
 #[tokio::test]
 async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(5..=5, "Fix login", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(feedbacks(&[(5..=5, "Fix login", A_MINUTE)]).await);
     let fake = fake().await;
     fake.add_pull(REPO, "feedback/5-fix-login", PullState::Closed, true);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rowbranch.toml");
     let text = GithubOptions::default().config_text(&fake).replace(
         "[[routes]]\n",
-        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+        &format!("[[routes]]\nschema = \"{}\"\n", table.name),
     );
     std::fs::write(&path, text).unwrap();
     let redo = |yes: bool| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"));
-        command
-            .args(["redo", "--table", "feedbacks", "--id", "5", "--config"])
-            .arg(&path)
-            .env("DATABASE_URL", &url)
-            .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
-            .stdin(std::process::Stdio::null());
+        let mut command = rowbranch_on(dir.path(), &table.url);
+        command.args(["redo", "--table", "feedbacks", "--id", "5", "--config"]);
+        command.arg(&path);
         if yes {
             command.arg("--yes");
         }
-        command.output()
+        async move { child::run(&mut command).await }
     };
-    let asked = redo(false).await.unwrap();
+    let asked = redo(false).await;
     assert_eq!(
         asked.status.code(),
         Some(2),
@@ -323,23 +284,18 @@ async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
     );
     assert!(fake.writes().is_empty());
 
-    let first = redo(true).await.unwrap();
-    let out = String::from_utf8_lossy(&first.stdout);
-    assert!(
-        first.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    let first = redo(true).await;
+    assert!(first.status.success(), "{}", output_text(&first));
+    let out = child::stdout(&first);
     assert!(out.contains("feedback/5-fix-login"), "{out}");
-    let second = redo(true).await.unwrap();
-    let out = String::from_utf8_lossy(&second.stdout);
+    let second = redo(true).await;
+    let out = child::stdout(&second);
     assert!(second.status.success(), "{out}");
     assert!(out.contains("feedback/5-fix-login-redo-1"), "{out}");
     assert_eq!(
         dispatched_branches(&fake),
         ["feedback/5-fix-login", "feedback/5-fix-login-redo-1"]
     );
-    table.drop().await;
 }
 
 /// A measurement, not a check of speed: sweeps 200,000 rows with `--dry-run` against a local
@@ -348,11 +304,7 @@ async fn redo_claims_a_merged_row_again_and_then_the_next_redo_branch() {
 #[tokio::test]
 #[ignore = "a benchmark: run it on purpose"]
 async fn sweep_of_200k_rows_dry_run_measured() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=200_000, "Row", Duration::from_secs(60))
-        .await;
+    let table = or_skip!(feedbacks(&[(1..=200_000, "Row", A_MINUTE)]).await);
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo.git");
     let base = rowbranch::forge::local::create_repository(&repo)
@@ -379,9 +331,9 @@ async fn sweep_of_200k_rows_dry_run_measured() {
     let text = format!(
         "[forge]\nkind = \"local\"\npath = \"{}\"\n[[routes]]\nschema = \"{}\"\ntable = \"feedbacks\"\nrepo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
         repo.display(),
-        table.schema
+        table.name
     );
-    let env = |key: &str| (key == "DATABASE_URL").then(|| url.clone());
+    let env = |key: &str| (key == "DATABASE_URL").then(|| table.url.clone());
     let config = Config::parse(&text, &dir.path().join("rowbranch.toml"), &env).unwrap();
     let started = Instant::now();
     let summary = run(
@@ -403,7 +355,6 @@ async fn sweep_of_200k_rows_dry_run_measured() {
         .find(|l| l.starts_with("VmHWM"))
         .unwrap_or("VmHWM: ?");
     println!("swept 200000 rows (100000 branches) in {took:?}; peak resident {peak}");
-    table.drop().await;
 }
 
 /// The binary, as the issue's "done when" says: `reconcile --since 1h` dispatches exactly the
@@ -411,18 +362,13 @@ async fn sweep_of_200k_rows_dry_run_measured() {
 /// summary for scripts.
 #[tokio::test]
 async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(1..=6, "From the table", Duration::from_secs(60))
-        .await;
-    table
-        .insert(
-            7..=7,
-            "Too old for the window",
-            Duration::from_secs(2 * 3600),
-        )
-        .await;
+    let table = or_skip!(
+        feedbacks(&[
+            (1..=6, "From the table", A_MINUTE),
+            (7..=7, "Too old for the window", TWO_HOURS)
+        ])
+        .await
+    );
     let fake = fake().await;
     finished(&fake, 1..=2);
     fake.add_pull(REPO, "feedback/3-merged", PullState::Closed, true);
@@ -435,33 +381,27 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
     .config_text(&fake)
     .replace(
         "[[routes]]\n",
-        &format!("[[routes]]\nschema = \"{}\"\n", table.schema),
+        &format!("[[routes]]\nschema = \"{}\"\n", table.name),
     );
     std::fs::write(&path, text).unwrap();
     let reconcile = |json: bool| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+        let mut command = rowbranch_on(dir.path(), &table.url);
         command
             .args(["reconcile", "--since", "1h", "--config"])
-            .arg(&path)
-            .env("DATABASE_URL", &url)
-            .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+            .arg(&path);
         if json {
             command.arg("--json");
         }
-        command.output()
+        async move { child::run(&mut command).await }
     };
-    let first = reconcile(false).await.unwrap();
-    let out = String::from_utf8_lossy(&first.stdout);
-    assert!(
-        first.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    let first = reconcile(false).await;
+    assert!(first.status.success(), "{}", output_text(&first));
+    let out = child::stdout(&first);
     assert!(out.contains("dispatched"), "a summary table: {out}");
     assert_eq!(dispatched_ids(&fake), ["4", "5", "6"]);
 
     let writes = fake.writes().len();
-    let second = reconcile(true).await.unwrap();
+    let second = reconcile(true).await;
     assert!(second.status.success());
     let summary: serde_json::Value =
         serde_json::from_slice(&second.stdout).expect("--json is JSON");
@@ -471,20 +411,15 @@ async fn the_reconcile_command_dispatches_once_and_then_writes_nothing() {
     assert_eq!(summary[0]["merged_before"], 1);
     assert_eq!(fake.writes().len(), writes, "the second run writes nothing");
     fake.assert_no_unexpected();
-    table.drop().await;
 }
 
 #[tokio::test]
 async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
-    let Some(url) = database_url() else { return };
-    let table = Table::new(&url).await;
-    table
-        .insert(30..=30, "Redone", Duration::from_secs(2 * 3600))
-        .await;
+    let table = or_skip!(feedbacks(&[(30..=30, "Redone", TWO_HOURS)]).await);
     let fake = fake().await;
     fake.create_branch(REPO, "feedback/30-redone", "main");
     fake.create_branch(REPO, "feedback/30-redone-redo-1", "main");
-    let config = config(&fake, &table.schema, &url);
+    let config = config(&fake, &table.name, &table.url);
     let options = SweepOptions {
         window: Duration::from_secs(3 * 3600),
         ..options()
@@ -492,5 +427,4 @@ async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
     let summary = run(&config, &options).await;
     assert!(summary.dead_claims.is_empty(), "{summary:?}");
     assert!(fake.dispatches(REPO).is_empty());
-    table.drop().await;
 }

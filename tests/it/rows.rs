@@ -7,7 +7,6 @@
 //! new schema with a random name, dropped at the end whether it passed or not, so the tests run
 //! concurrently without seeing each other's tables.
 
-use std::future::Future;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
@@ -17,97 +16,17 @@ use chrono::{DateTime, TimeZone, Utc};
 use rowbranch::config::{Config, Route};
 use rowbranch::db::{Database as Rows, Row};
 use serde_json::{json, Value};
-use tokio_postgres::{Client, NoTls};
 
-use crate::helpers::ident;
+use crate::support::db::{admin_config, column, connect, TestSchema};
+use crate::support::or_skip;
+use crate::support::random::random_hex;
+use crate::support::tools::checked;
 
-/// `DATABASE_URL`, or `None` after saying why the test is skipped; under `CI=true`, a panic.
-fn database_url() -> Option<String> {
-    let hint = "start a throwaway PostgreSQL with `eval \"$(scripts/test-postgres.sh)\"`";
-    match std::env::var("DATABASE_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if std::env::var("CI").as_deref() == Ok("true") => {
-            panic!("CI=true but DATABASE_URL is not set: the rows tests must run; {hint}")
-        }
-        _ => {
-            eprintln!("skipping a rows test: DATABASE_URL is not set; {hint}");
-            None
-        }
-    }
-}
-
-fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).expect("randomness");
-    hex::encode(buf)
-}
-
-async fn admin(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+/// `Rows` on the test's database, as `reconcile` connects.
+async fn rows_of(schema: &TestSchema) -> Rows {
+    Rows::connect(&schema.url)
         .await
-        .unwrap_or_else(|e| panic!("could not connect to DATABASE_URL for the test setup: {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// One test's schema: its name, a setup connection, and the URL.
-struct Scratch {
-    url: String,
-    schema: String,
-    db: Client,
-}
-
-impl Scratch {
-    /// `"schema"."name"`.
-    fn table(&self, name: &str) -> String {
-        format!("{}.{}", ident(&self.schema), ident(name))
-    }
-
-    async fn sql(&self, sql: &str) {
-        self.db
-            .batch_execute(sql)
-            .await
-            .unwrap_or_else(|e| panic!("{sql}: {e:?}"));
-    }
-
-    async fn rows(&self) -> Rows {
-        Rows::connect(&self.url)
-            .await
-            .unwrap_or_else(|e| panic!("Rows::connect: {e:#}"))
-    }
-}
-
-/// Runs `test` in a new schema named `{prefix}{random}`, then drops the schema, also after a
-/// panic (which is then passed on).
-async fn with_schema<F, Fut>(prefix: &str, test: F)
-where
-    F: FnOnce(Scratch) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let Some(url) = database_url() else {
-        return;
-    };
-    let schema = format!("{prefix}{}", random_hex(6));
-    let db = admin(&url).await;
-    db.batch_execute(&format!("create schema {}", ident(&schema)))
-        .await
-        .unwrap();
-    let outcome = tokio::spawn(test(Scratch {
-        url: url.clone(),
-        schema: schema.clone(),
-        db,
-    }))
-    .await;
-    admin(&url)
-        .await
-        .batch_execute(&format!("drop schema {} cascade", ident(&schema)))
-        .await
-        .unwrap();
-    if let Err(e) = outcome {
-        std::panic::resume_unwind(e.into_panic());
-    }
+        .unwrap_or_else(|e| panic!("Rows::connect: {e:#}"))
 }
 
 /// A route as the config file would give it.
@@ -136,9 +55,9 @@ fn route(
     config.routes[0].clone()
 }
 
-fn feedbacks_route(scratch: &Scratch) -> Arc<Route> {
+fn feedbacks_route(scratch: &TestSchema) -> Arc<Route> {
     route(
-        &scratch.schema,
+        &scratch.name,
         "feedbacks",
         "id",
         Some("message"),
@@ -192,10 +111,10 @@ fn int_ids(rows: &[Row]) -> Vec<i64> {
 
 /// `feedbacks`: ids 1..=25 created a minute apart (inserted in random order), and row 26 with
 /// no created time.
-async fn feedbacks_table(scratch: &Scratch) {
+async fn feedbacks_table(scratch: &TestSchema) {
     let t = scratch.table("feedbacks");
     scratch
-        .sql(&format!(
+        .execute(&format!(
             "create table {t} (id bigint primary key, message text, score integer, \
                  ratio numeric, ok boolean, tags text[], meta jsonb, created_at timestamptz);
              insert into {t} (id, message, score, ratio, ok, tags, meta, created_at)
@@ -210,388 +129,368 @@ async fn feedbacks_table(scratch: &Scratch) {
 
 #[tokio::test]
 async fn pages_of_seven_give_all_25_rows_in_order_once() {
-    with_schema("rows_pages_", |s| async move {
-        feedbacks_table(&s).await;
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        rows.check(&route).await.unwrap();
+    let s = or_skip!(TestSchema::create("rows_pages_").await);
+    feedbacks_table(&s).await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    rows.check(&route).await.unwrap();
 
-        let pages = sweep_pages(&rows, &route, long_ago(), 7).await;
-        let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
-        assert_eq!(sizes, vec![7, 7, 7, 4]);
-        let all: Vec<Row> = pages.into_iter().flatten().collect();
-        assert_eq!(
-            int_ids(&all),
-            (1..=25).collect::<Vec<_>>(),
-            "row 26 has no created time: outside every window"
-        );
-        for row in &all {
-            let id = row.record["id"].as_i64().unwrap();
-            assert_eq!(row.created_at, at(id * 60));
-        }
+    let pages = sweep_pages(&rows, &route, long_ago(), 7).await;
+    let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![7, 7, 7, 4]);
+    let all: Vec<Row> = pages.into_iter().flatten().collect();
+    assert_eq!(
+        int_ids(&all),
+        (1..=25).collect::<Vec<_>>(),
+        "row 26 has no created time: outside every window"
+    );
+    for row in &all {
+        let id = row.record["id"].as_i64().unwrap();
+        assert_eq!(row.created_at, at(id * 60));
+    }
 
-        // The window from row 11's creation on.
-        let window = sweep_pages(&rows, &route, at(11 * 60), 7).await;
-        let ids = int_ids(&window.into_iter().flatten().collect::<Vec<_>>());
-        assert_eq!(ids, (11..=25).collect::<Vec<_>>());
+    // The window from row 11's creation on.
+    let window = sweep_pages(&rows, &route, at(11 * 60), 7).await;
+    let ids = int_ids(&window.into_iter().flatten().collect::<Vec<_>>());
+    assert_eq!(ids, (11..=25).collect::<Vec<_>>());
 
-        // A window after every row, and a page bigger than the table.
-        assert!(sweep_pages(&rows, &route, at(26 * 60), 7).await.is_empty());
-        let one = sweep_pages(&rows, &route, long_ago(), 100).await;
-        assert_eq!(one.len(), 1);
-        assert_eq!(one[0].len(), 25);
-    })
-    .await;
+    // A window after every row, and a page bigger than the table.
+    assert!(sweep_pages(&rows, &route, at(26 * 60), 7).await.is_empty());
+    let one = sweep_pages(&rows, &route, long_ago(), 100).await;
+    assert_eq!(one.len(), 1);
+    assert_eq!(one[0].len(), 25);
 }
 
 #[tokio::test]
 async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
-    with_schema("rows_ties_", |s| async move {
-        let t = s.table("feedbacks");
-        // Rows 6..=12 share one created time, so the keyset runs on the id across 9 → 10,
-        // where text would put "10" before "9".
-        s.sql(&format!(
-            "create table {t} (id integer primary key, message text, created_at timestamptz not null);
-             insert into {t} select i, 'm' || i,
-                 timestamptz '2024-01-01 00:00:00+00'
-                   + (case when i between 6 and 12 then 6 else i end) * interval '1 second'
-               from generate_series(1, 12) i order by random();"
-        ))
-        .await;
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        for page_size in 1..=13 {
-            let pages = sweep_pages(&rows, &route, long_ago(), page_size).await;
-            let all: Vec<Row> = pages.iter().flatten().cloned().collect();
-            assert_eq!(
-                int_ids(&all),
-                (1..=12).collect::<Vec<_>>(),
-                "page size {page_size}"
-            );
-            assert_eq!(pages.len(), 12usize.div_ceil(page_size), "page size {page_size}");
-        }
-        let three = sweep_pages(&rows, &route, long_ago(), 3).await;
-        assert_eq!(int_ids(&three[2]), vec![7, 8, 9]);
-        assert_eq!(int_ids(&three[3]), vec![10, 11, 12]);
-        // A window that starts on the tie takes all of it.
-        let tie = sweep_pages(&rows, &route, at(6), 2).await;
-        assert_eq!(
-            int_ids(&tie.into_iter().flatten().collect::<Vec<_>>()),
-            (6..=12).collect::<Vec<_>>()
-        );
-    })
+    let s = or_skip!(TestSchema::create("rows_ties_").await);
+    let t = s.table("feedbacks");
+    // Rows 6..=12 share one created time, so the keyset runs on the id across 9 → 10,
+    // where text would put "10" before "9".
+    s.execute(&format!(
+        "create table {t} (id integer primary key, message text, created_at timestamptz not null);
+         insert into {t} select i, 'm' || i,
+             timestamptz '2024-01-01 00:00:00+00'
+               + (case when i between 6 and 12 then 6 else i end) * interval '1 second'
+           from generate_series(1, 12) i order by random();"
+    ))
     .await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    for page_size in 1..=13 {
+        let pages = sweep_pages(&rows, &route, long_ago(), page_size).await;
+        let all: Vec<Row> = pages.iter().flatten().cloned().collect();
+        assert_eq!(
+            int_ids(&all),
+            (1..=12).collect::<Vec<_>>(),
+            "page size {page_size}"
+        );
+        assert_eq!(
+            pages.len(),
+            12usize.div_ceil(page_size),
+            "page size {page_size}"
+        );
+    }
+    let three = sweep_pages(&rows, &route, long_ago(), 3).await;
+    assert_eq!(int_ids(&three[2]), vec![7, 8, 9]);
+    assert_eq!(int_ids(&three[3]), vec![10, 11, 12]);
+    // A window that starts on the tie takes all of it.
+    let tie = sweep_pages(&rows, &route, at(6), 2).await;
+    assert_eq!(
+        int_ids(&tie.into_iter().flatten().collect::<Vec<_>>()),
+        (6..=12).collect::<Vec<_>>()
+    );
 }
 
 #[tokio::test]
 async fn uuid_ids_page_in_uuid_order() {
-    with_schema("rows_uuid_", |s| async move {
-        let t = s.table("feedbacks");
-        s.sql(&format!(
-            "create table {t} (id uuid primary key default gen_random_uuid(), message text,
-                               created_at timestamptz not null);
-             insert into {t} (message, created_at)
-               select 'm' || i, timestamptz '2024-01-01 00:00:00+00' + (i / 5) * interval '1 second'
-               from generate_series(1, 23) i;"
-        ))
-        .await;
-        let expected: Vec<String> =
-            s.db.query(
-                &format!("select id::text from {t} order by created_at, id"),
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        for page_size in [1, 4, 5, 23, 50] {
-            let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), page_size)
-                .await
-                .into_iter()
-                .flatten()
-                .collect();
-            let ids: Vec<String> = all
-                .iter()
-                .map(|r| {
-                    r.record["id"]
-                        .as_str()
-                        .expect("a uuid is a string")
-                        .to_owned()
-                })
-                .collect();
-            assert_eq!(ids, expected, "page size {page_size}");
-        }
-        let first = &expected[0];
-        let row = rows.by_id(&route, first).await.unwrap().unwrap();
-        assert_eq!(row.record["id"], json!(first));
-        assert!(rows
-            .by_id(&route, "00000000-0000-0000-0000-000000000000")
-            .await
-            .unwrap()
-            .is_none());
-        let err = rows
-            .by_id(&route, "not-a-uuid")
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("uuid"), "{err}");
-    })
+    let s = or_skip!(TestSchema::create("rows_uuid_").await);
+    let t = s.table("feedbacks");
+    s.execute(&format!(
+        "create table {t} (id uuid primary key default gen_random_uuid(), message text,
+                           created_at timestamptz not null);
+         insert into {t} (message, created_at)
+           select 'm' || i, timestamptz '2024-01-01 00:00:00+00' + (i / 5) * interval '1 second'
+           from generate_series(1, 23) i;"
+    ))
     .await;
+    let by_keyset = format!("select id::text from {t} order by created_at, id");
+    let expected: Vec<String> = column(&s.client, &by_keyset).await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    for page_size in [1, 4, 5, 23, 50] {
+        let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), page_size)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let ids: Vec<String> = all
+            .iter()
+            .map(|r| {
+                r.record["id"]
+                    .as_str()
+                    .expect("a uuid is a string")
+                    .to_owned()
+            })
+            .collect();
+        assert_eq!(ids, expected, "page size {page_size}");
+    }
+    let first = &expected[0];
+    let row = rows.by_id(&route, first).await.unwrap().unwrap();
+    assert_eq!(row.record["id"], json!(first));
+    assert!(rows
+        .by_id(&route, "00000000-0000-0000-0000-000000000000")
+        .await
+        .unwrap()
+        .is_none());
+    let err = rows
+        .by_id(&route, "not-a-uuid")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("uuid"), "{err}");
 }
 
 #[tokio::test]
 async fn names_that_need_quoting_work() {
-    with_schema("my-app-", |s| async move {
-        let t = s.table("Feedback Items");
-        s.sql(&format!(
-            "create table {t} (\"ID\" bigint primary key, \"Say \"\"what\"\"\" text,
-                               \"Created At\" timestamptz not null, r text);
-             insert into {t} select i, 'text ' || i,
-                 timestamptz '2024-01-01 00:00:00+00' + i * interval '1 minute', 'column r'
-               from generate_series(1, 9) i;"
-        ))
-        .await;
-        let rows = s.rows().await;
-        let route = route(
-            &s.schema,
-            "Feedback Items",
-            "ID",
-            Some("Say \"what\""),
-            "Created At",
-        );
-        rows.check(&route).await.unwrap_or_else(|e| panic!("{e:#}"));
-        let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), 4)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        let ids: Vec<i64> = all
-            .iter()
-            .map(|r| r.record["ID"].as_i64().unwrap())
-            .collect();
-        assert_eq!(ids, (1..=9).collect::<Vec<_>>());
-        // A column named like the query's alias does not stand in for the row.
-        assert_eq!(all[0].record["r"], json!("column r"));
-        assert_eq!(all[0].record["Say \"what\""], json!("text 1"));
-        let row = rows.by_id(&route, "3").await.unwrap().unwrap();
-        assert_eq!(row.record["Say \"what\""], json!("text 3"));
-        assert_eq!(row.created_at, at(180));
-    })
+    let s = or_skip!(TestSchema::create("my-app-").await);
+    let t = s.table("Feedback Items");
+    s.execute(&format!(
+        "create table {t} (\"ID\" bigint primary key, \"Say \"\"what\"\"\" text,
+                           \"Created At\" timestamptz not null, r text);
+         insert into {t} select i, 'text ' || i,
+             timestamptz '2024-01-01 00:00:00+00' + i * interval '1 minute', 'column r'
+           from generate_series(1, 9) i;"
+    ))
     .await;
+    let rows = rows_of(&s).await;
+    let route = route(
+        &s.name,
+        "Feedback Items",
+        "ID",
+        Some("Say \"what\""),
+        "Created At",
+    );
+    rows.check(&route).await.unwrap_or_else(|e| panic!("{e:#}"));
+    let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), 4)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let ids: Vec<i64> = all
+        .iter()
+        .map(|r| r.record["ID"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=9).collect::<Vec<_>>());
+    // A column named like the query's alias does not stand in for the row.
+    assert_eq!(all[0].record["r"], json!("column r"));
+    assert_eq!(all[0].record["Say \"what\""], json!("text 1"));
+    let row = rows.by_id(&route, "3").await.unwrap().unwrap();
+    assert_eq!(row.record["Say \"what\""], json!("text 3"));
+    assert_eq!(row.created_at, at(180));
 }
 
 #[tokio::test]
 async fn a_missing_table_or_column_is_named() {
-    with_schema("rows_missing_", |s| async move {
-        feedbacks_table(&s).await;
-        s.sql(&format!(
-            "create table {} (id bigint, created_at text)",
-            s.table("texty")
-        ))
-        .await;
-        let rows = s.rows().await;
-        let schema = s.schema.as_str();
-        let cases = [
-            (
-                route(schema, "nope", "id", Some("message"), "created_at"),
-                vec![format!("table {schema}.nope does not exist")],
-            ),
-            (
-                route(schema, "Feedbacks", "id", Some("message"), "created_at"),
-                vec![
-                    "\"Feedbacks\" does not exist".into(),
-                    "table = \"feedbacks\"".into(),
-                ],
-            ),
-            (
-                route(
-                    "no_such_schema",
-                    "feedbacks",
-                    "id",
-                    Some("message"),
-                    "created_at",
-                ),
-                vec!["no schema \"no_such_schema\"".into()],
-            ),
-            (
-                route(schema, "feedbacks", "id", Some("message"), "inserted_at"),
-                vec![
-                    format!("table {schema}.feedbacks has no column \"inserted_at\""),
-                    "created_column".into(),
-                ],
-            ),
-            (
-                route(schema, "feedbacks", "uid", Some("message"), "created_at"),
-                vec![
-                    format!("table {schema}.feedbacks has no column \"uid\""),
-                    "id_column".into(),
-                ],
-            ),
-            (
-                route(schema, "feedbacks", "id", Some("body"), "created_at"),
-                vec![
-                    format!("table {schema}.feedbacks has no column \"body\""),
-                    "text_column".into(),
-                ],
-            ),
-            (
-                route(schema, "feedbacks", "ID", Some("message"), "created_at"),
-                vec!["did you mean id_column = \"id\"".into()],
-            ),
-            (
-                route(schema, "texty", "id", None, "created_at"),
-                vec!["is of type text".into(), "created_column".into()],
-            ),
-        ];
-        for (route, expected) in cases {
-            let errors = [
-                rows.check(&route).await.unwrap_err(),
-                rows.since(&route, long_ago(), 10)
-                    .next_page()
-                    .await
-                    .unwrap_err(),
-                rows.by_id(&route, "1").await.unwrap_err(),
-            ];
-            for err in errors {
-                let err = format!("{err:#}");
-                for part in &expected {
-                    assert!(err.contains(part.as_str()), "expected {part:?} in: {err}");
-                }
-            }
-            eprintln!("{}", rows.check(&route).await.unwrap_err());
-        }
-        // Without a text column, the check does not look for one.
-        rows.check(&route(schema, "feedbacks", "id", None, "created_at"))
-            .await
-            .unwrap();
-    })
+    let s = or_skip!(TestSchema::create("rows_missing_").await);
+    feedbacks_table(&s).await;
+    s.execute(&format!(
+        "create table {} (id bigint, created_at text)",
+        s.table("texty")
+    ))
     .await;
+    let rows = rows_of(&s).await;
+    let schema = s.name.as_str();
+    let cases = [
+        (
+            route(schema, "nope", "id", Some("message"), "created_at"),
+            vec![format!("table {schema}.nope does not exist")],
+        ),
+        (
+            route(schema, "Feedbacks", "id", Some("message"), "created_at"),
+            vec![
+                "\"Feedbacks\" does not exist".into(),
+                "table = \"feedbacks\"".into(),
+            ],
+        ),
+        (
+            route(
+                "no_such_schema",
+                "feedbacks",
+                "id",
+                Some("message"),
+                "created_at",
+            ),
+            vec!["no schema \"no_such_schema\"".into()],
+        ),
+        (
+            route(schema, "feedbacks", "id", Some("message"), "inserted_at"),
+            vec![
+                format!("table {schema}.feedbacks has no column \"inserted_at\""),
+                "created_column".into(),
+            ],
+        ),
+        (
+            route(schema, "feedbacks", "uid", Some("message"), "created_at"),
+            vec![
+                format!("table {schema}.feedbacks has no column \"uid\""),
+                "id_column".into(),
+            ],
+        ),
+        (
+            route(schema, "feedbacks", "id", Some("body"), "created_at"),
+            vec![
+                format!("table {schema}.feedbacks has no column \"body\""),
+                "text_column".into(),
+            ],
+        ),
+        (
+            route(schema, "feedbacks", "ID", Some("message"), "created_at"),
+            vec!["did you mean id_column = \"id\"".into()],
+        ),
+        (
+            route(schema, "texty", "id", None, "created_at"),
+            vec!["is of type text".into(), "created_column".into()],
+        ),
+    ];
+    for (route, expected) in cases {
+        let errors = [
+            rows.check(&route).await.unwrap_err(),
+            rows.since(&route, long_ago(), 10)
+                .next_page()
+                .await
+                .unwrap_err(),
+            rows.by_id(&route, "1").await.unwrap_err(),
+        ];
+        for err in errors {
+            let err = format!("{err:#}");
+            for part in &expected {
+                assert!(err.contains(part.as_str()), "expected {part:?} in: {err}");
+            }
+        }
+        eprintln!("{}", rows.check(&route).await.unwrap_err());
+    }
+    // Without a text column, the check does not look for one.
+    rows.check(&route(schema, "feedbacks", "id", None, "created_at"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
-    with_schema("rows_by_id_", |s| async move {
-        feedbacks_table(&s).await;
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        let row = rows.by_id(&route, "7").await.unwrap().expect("row 7");
-        let record = Value::Object(row.record.clone());
-        assert_eq!(record["id"], json!(7));
-        assert_eq!(record["message"], json!("message 7"));
-        assert_eq!(record["score"], json!(70));
-        assert_eq!(record["ratio"].as_f64(), Some(1.75));
-        assert!(record["ratio"].is_number(), "{record}");
-        assert_eq!(record["ok"], json!(false));
-        assert_eq!(record["tags"], json!(["a", "b"]));
-        assert_eq!(record["meta"], json!({"n": 7}));
-        assert!(record["created_at"].is_string(), "{record}");
-        assert_eq!(row.created_at, at(7 * 60));
-        // The same row as the sweep reads it.
-        let swept = sweep_pages(&rows, &route, at(7 * 60), 1).await;
-        assert_eq!(swept[0][0].record, row.record);
+    let s = or_skip!(TestSchema::create("rows_by_id_").await);
+    feedbacks_table(&s).await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    let row = rows.by_id(&route, "7").await.unwrap().expect("row 7");
+    let record = Value::Object(row.record.clone());
+    assert_eq!(record["id"], json!(7));
+    assert_eq!(record["message"], json!("message 7"));
+    assert_eq!(record["score"], json!(70));
+    assert_eq!(record["ratio"].as_f64(), Some(1.75));
+    assert!(record["ratio"].is_number(), "{record}");
+    assert_eq!(record["ok"], json!(false));
+    assert_eq!(record["tags"], json!(["a", "b"]));
+    assert_eq!(record["meta"], json!({"n": 7}));
+    assert!(record["created_at"].is_string(), "{record}");
+    assert_eq!(row.created_at, at(7 * 60));
+    // The same row as the sweep reads it.
+    let swept = sweep_pages(&rows, &route, at(7 * 60), 1).await;
+    assert_eq!(swept[0][0].record, row.record);
 
-        assert!(rows.by_id(&route, "999").await.unwrap().is_none());
-        let err = rows.by_id(&route, "abc").await.unwrap_err().to_string();
-        assert!(err.contains("bigint"), "{err}");
-        eprintln!("{err}");
-        let err = rows.by_id(&route, "26").await.unwrap_err().to_string();
-        assert!(
-            err.contains("\"created_at\"") && err.contains("NULL"),
-            "{err}"
-        );
-    })
-    .await;
+    assert!(rows.by_id(&route, "999").await.unwrap().is_none());
+    let err = rows.by_id(&route, "abc").await.unwrap_err().to_string();
+    assert!(err.contains("bigint"), "{err}");
+    eprintln!("{err}");
+    let err = rows.by_id(&route, "26").await.unwrap_err().to_string();
+    assert!(
+        err.contains("\"created_at\"") && err.contains("NULL"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn a_timestamp_without_time_zone_is_read_as_utc() {
-    with_schema("rows_naive_", |s| async move {
-        let t = s.table("feedbacks");
-        s.sql(&format!(
-            "create table {t} (id bigint primary key, message text, created_at timestamp not null);
-             insert into {t} select i, 'm', timestamp '2024-01-01 00:00:00' + i * interval '1 second'
-               from generate_series(1, 10) i;"
-        ))
-        .await;
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        let all: Vec<Row> = sweep_pages(&rows, &route, at(5), 2)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
-        assert_eq!(int_ids(&all), (5..=10).collect::<Vec<_>>());
-        assert_eq!(all[0].created_at, at(5));
-    })
+    let s = or_skip!(TestSchema::create("rows_naive_").await);
+    let t = s.table("feedbacks");
+    s.execute(&format!(
+        "create table {t} (id bigint primary key, message text, created_at timestamp not null);
+         insert into {t} select i, 'm', timestamp '2024-01-01 00:00:00' + i * interval '1 second'
+           from generate_series(1, 10) i;"
+    ))
     .await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    let all: Vec<Row> = sweep_pages(&rows, &route, at(5), 2)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(int_ids(&all), (5..=10).collect::<Vec<_>>());
+    assert_eq!(all[0].created_at, at(5));
 }
 
 /// Measured, not asserted on time: how long 200,000 rows take in pages of 1,000, without and
 /// with an index on (created_at, id).
 #[tokio::test]
 async fn two_hundred_thousand_rows_stream_in_pages() {
-    with_schema("rows_big_", |s| async move {
-        const N: usize = 200_000;
-        let t = s.table("feedbacks");
-        let started = Instant::now();
-        s.sql(&format!(
-            "create table {t} (id bigint primary key, message text not null,
-                               created_at timestamptz not null);
-             insert into {t} select i, 'feedback number ' || i,
-                 timestamptz '2024-01-01 00:00:00+00' + (i / 4) * interval '1 millisecond'
-               from generate_series(1, {N}) i;
-             analyze {t};"
-        ))
-        .await;
-        eprintln!("200k rows: made the table in {:?}", started.elapsed());
-        let rows = s.rows().await;
-        let route = feedbacks_route(&s);
-        for label in [
-            "without an index on (created_at, id)",
-            "with an index on (created_at, id)",
-        ] {
-            if label.starts_with("with ") {
-                s.sql(&format!("create index on {t} (created_at, id)"))
-                    .await;
-            }
-            let started = Instant::now();
-            let mut sweep = rows.since(&route, long_ago(), 1_000);
-            let mut seen = vec![false; N + 1];
-            let (mut count, mut pages, mut peak) = (0usize, 0usize, 0usize);
-            let mut last: Option<(DateTime<Utc>, i64)> = None;
-            loop {
-                let page = sweep.next_page().await.unwrap_or_else(|e| panic!("{e:#}"));
-                if page.is_empty() {
-                    break;
-                }
-                pages += 1;
-                peak = peak.max(page.len());
-                for row in &page {
-                    let id = row.record["id"].as_i64().unwrap();
-                    let key = (row.created_at, id);
-                    assert!(last.is_none_or(|last| last < key), "out of order at {id}");
-                    last = Some(key);
-                    assert!(
-                        !std::mem::replace(&mut seen[id as usize], true),
-                        "{id} twice"
-                    );
-                    count += 1;
-                }
-            }
-            let took = started.elapsed();
-            assert_eq!(count, N);
-            assert_eq!(peak, 1_000);
-            eprintln!(
-                "200k rows {label}: {count} rows in {pages} pages in {took:?} \
-                 ({:.0} rows/s); the largest page held {peak} rows",
-                count as f64 / took.as_secs_f64()
-            );
-        }
-    })
+    let s = or_skip!(TestSchema::create("rows_big_").await);
+    const N: usize = 200_000;
+    let t = s.table("feedbacks");
+    let started = Instant::now();
+    s.execute(&format!(
+        "create table {t} (id bigint primary key, message text not null,
+                           created_at timestamptz not null);
+         insert into {t} select i, 'feedback number ' || i,
+             timestamptz '2024-01-01 00:00:00+00' + (i / 4) * interval '1 millisecond'
+           from generate_series(1, {N}) i;
+         analyze {t};"
+    ))
     .await;
+    eprintln!("200k rows: made the table in {:?}", started.elapsed());
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    for label in [
+        "without an index on (created_at, id)",
+        "with an index on (created_at, id)",
+    ] {
+        if label.starts_with("with ") {
+            s.execute(&format!("create index on {t} (created_at, id)"))
+                .await;
+        }
+        let started = Instant::now();
+        let mut sweep = rows.since(&route, long_ago(), 1_000);
+        let mut seen = vec![false; N + 1];
+        let (mut count, mut pages, mut peak) = (0usize, 0usize, 0usize);
+        let mut last: Option<(DateTime<Utc>, i64)> = None;
+        loop {
+            let page = sweep.next_page().await.unwrap_or_else(|e| panic!("{e:#}"));
+            if page.is_empty() {
+                break;
+            }
+            pages += 1;
+            peak = peak.max(page.len());
+            for row in &page {
+                let id = row.record["id"].as_i64().unwrap();
+                let key = (row.created_at, id);
+                assert!(last.is_none_or(|last| last < key), "out of order at {id}");
+                last = Some(key);
+                assert!(
+                    !std::mem::replace(&mut seen[id as usize], true),
+                    "{id} twice"
+                );
+                count += 1;
+            }
+        }
+        let took = started.elapsed();
+        assert_eq!(count, N);
+        assert_eq!(peak, 1_000);
+        eprintln!(
+            "200k rows {label}: {count} rows in {pages} pages in {took:?} \
+             ({:.0} rows/s); the largest page held {peak} rows",
+            count as f64 / took.as_secs_f64()
+        );
+    }
 }
 
 // ---- TLS ------------------------------------------------------------------------------------
@@ -606,16 +505,7 @@ struct Certificates {
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("openssl runs");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    checked(Command::new("openssl").args(args).current_dir(dir));
 }
 
 fn make_certificates(dir: &Path) -> Certificates {
@@ -734,88 +624,85 @@ async fn connect_eventually(url: &str) -> Rows {
 /// that reload without a restart), and back at the end.
 #[tokio::test]
 async fn tls_modes_against_a_server_with_its_own_ca() {
-    if database_url().is_none() {
-        return;
-    }
+    let s = or_skip!(TestSchema::create("rows_tls_").await);
     if Command::new("openssl").arg("version").output().is_err() {
         eprintln!("skipping the TLS test: no openssl command to make certificates with");
         return;
     }
-    with_schema("rows_tls_", |s| async move {
-        let superuser: bool =
-            s.db.query_one(
-                "select rolsuper from pg_roles where rolname = current_user",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        if !superuser {
-            eprintln!(
-                "skipping the TLS test: DATABASE_URL's user may not change the server's settings"
-            );
-            return;
-        }
-        feedbacks_table(&s).await;
-        let route = feedbacks_route(&s);
-        // Another run of this test against the same server waits for this one.
-        let lock = admin(&s.url).await;
-        lock.batch_execute("select pg_advisory_lock(7273010)")
-            .await
-            .unwrap();
+    let superuser: bool = s
+        .client
+        .query_one(
+            "select rolsuper from pg_roles where rolname = current_user",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    if !superuser {
+        eprintln!(
+            "skipping the TLS test: DATABASE_URL's user may not change the server's settings"
+        );
+        return;
+    }
+    feedbacks_table(&s).await;
+    let route = feedbacks_route(&s);
+    // Another run of this test against the same server waits for this one.
+    let lock = connect(&admin_config(&s.url)).await;
+    lock.batch_execute("select pg_advisory_lock(7273010)")
+        .await
+        .unwrap();
 
-        let dir = tempfile::tempdir().unwrap();
-        let certs = make_certificates(dir.path());
-        let data: String =
-            s.db.query_one("select current_setting('data_directory')", &[])
-                .await
-                .unwrap()
-                .get(0);
-        if hand_to_server(dir.path(), &data).is_none() {
-            eprintln!(
-                "skipping the TLS test: the server's data directory {data} is not on this machine, \
-                 or this test may not give the server's user a key file"
-            );
-            lock.batch_execute("select pg_advisory_unlock(7273010)")
-                .await
-                .unwrap();
-            return;
-        }
-        let quote = |p: &Path| p.display().to_string().replace('\'', "''");
-        let (crt, key) = (quote(&certs.server_crt), quote(&certs.server_key));
-        for sql in [
-            format!("alter system set ssl_cert_file = '{crt}'"),
-            format!("alter system set ssl_key_file = '{key}'"),
-            "alter system set ssl = on".to_owned(),
-            "select pg_reload_conf()".to_owned(),
-        ] {
-            s.db.batch_execute(&sql).await.unwrap();
-        }
-
-        let checks = tokio::spawn(tls_checks(
-            s.url.clone(),
-            route,
-            certs.ca.clone(),
-            certs.other_ca.clone(),
-        ));
-        let outcome = checks.await;
-
-        for sql in [
-            "alter system reset ssl",
-            "alter system reset ssl_cert_file",
-            "alter system reset ssl_key_file",
-            "select pg_reload_conf()",
-        ] {
-            s.db.batch_execute(sql).await.unwrap();
-        }
+    let dir = tempfile::tempdir().unwrap();
+    let certs = make_certificates(dir.path());
+    let data: String = s
+        .client
+        .query_one("select current_setting('data_directory')", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if hand_to_server(dir.path(), &data).is_none() {
+        eprintln!(
+            "skipping the TLS test: the server's data directory {data} is not on this machine, \
+             or this test may not give the server's user a key file"
+        );
         lock.batch_execute("select pg_advisory_unlock(7273010)")
             .await
             .unwrap();
-        if let Err(e) = outcome {
-            std::panic::resume_unwind(e.into_panic());
-        }
-    })
-    .await;
+        return;
+    }
+    let quote = |p: &Path| p.display().to_string().replace('\'', "''");
+    let (crt, key) = (quote(&certs.server_crt), quote(&certs.server_key));
+    for sql in [
+        format!("alter system set ssl_cert_file = '{crt}'"),
+        format!("alter system set ssl_key_file = '{key}'"),
+        "alter system set ssl = on".to_owned(),
+        "select pg_reload_conf()".to_owned(),
+    ] {
+        s.client.batch_execute(&sql).await.unwrap();
+    }
+
+    let checks = tokio::spawn(tls_checks(
+        s.url.clone(),
+        route,
+        certs.ca.clone(),
+        certs.other_ca.clone(),
+    ));
+    let outcome = checks.await;
+
+    for sql in [
+        "alter system reset ssl",
+        "alter system reset ssl_cert_file",
+        "alter system reset ssl_key_file",
+        "select pg_reload_conf()",
+    ] {
+        s.client.batch_execute(sql).await.unwrap();
+    }
+    lock.batch_execute("select pg_advisory_unlock(7273010)")
+        .await
+        .unwrap();
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
 }
 
 async fn tls_checks(
@@ -869,7 +756,7 @@ async fn tls_checks(
     rows.check(&route).await.unwrap();
 
     // Each connection names itself, so the server can say whether it is encrypted.
-    let observer = admin(&url).await;
+    let observer = connect(&admin_config(&url)).await;
     let ok = [
         // The chain only: `localhost` is not on the certificate, and need not be.
         (

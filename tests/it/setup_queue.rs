@@ -12,262 +12,42 @@
 //! `src/db/signatures-1.4.4.txt` against this pgmq in `signatures`.
 
 use std::collections::BTreeSet;
-use std::future::Future;
-use std::str::FromStr;
 
 use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
-use tokio_postgres::{Client, Config, NoTls};
+use tokio_postgres::Client;
+
+use crate::support::db::{column, db_message, ident, literal, scalar, Install, Template, TestDb};
+use crate::support::or_skip;
+use crate::support::setup::{
+    apply, create_table, insert_row, queue_context as context, queue_sql as render_sql, try_apply,
+    try_insert,
+};
 
 mod privileges;
 mod quoting;
 mod signatures;
 
-/// The two ways pgmq is installed, each in its template database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Install {
-    Sql,
-    Extension,
-}
-
-impl Install {
-    const BOTH: [Install; 2] = [Install::Sql, Install::Extension];
-
-    fn variable(self) -> &'static str {
-        match self {
-            Install::Sql => "PGMQ_SQL_TEMPLATE",
-            Install::Extension => "PGMQ_EXTENSION_TEMPLATE",
-        }
-    }
-}
-
-/// A test's own database, copied from a template with pgmq in it.
-pub(crate) struct Db {
-    pub(crate) client: Client,
-    install: Install,
-    /// Unique to this database: the prefix of its roles, `rb_{tag}_…`.
-    pub(crate) tag: String,
-}
-
-impl Db {
-    pub(crate) fn role(&self, name: &str) -> String {
-        format!("rb_{}_{name}", self.tag)
-    }
-}
-
-fn ci() -> bool {
-    std::env::var("CI").is_ok_and(|ci| ci == "true")
-}
-
-/// `DATABASE_URL` and the template for `install`, or `None` after saying why the test is skipped;
-/// under `CI=true`, a panic.
-pub(crate) fn template(install: Install) -> Option<(String, String)> {
-    let hint = "run `eval \"$(scripts/test-postgres.sh)\"` first: it starts a throwaway PostgreSQL with pgmq installed both ways";
-    let url = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty());
-    let template = std::env::var(install.variable())
-        .ok()
-        .filter(|t| !t.trim().is_empty());
-    match (url, template) {
-        (Some(url), Some(template)) => Some((url, template)),
-        (url, _) => {
-            let missing = if url.is_none() {
-                "DATABASE_URL"
-            } else {
-                install.variable()
-            };
-            if ci() {
-                panic!("{missing} is not set, and CI=true: the pgmq SQL tests must run; {hint}");
-            }
-            eprintln!("skipping the pgmq SQL test ({install:?}): {missing} is not set; {hint}");
-            None
-        }
-    }
-}
-
-pub(crate) fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).expect("no randomness");
-    hex::encode(buf)
-}
-
-pub(crate) use crate::helpers::ident;
-
-/// `text` as a standard string literal.
-pub(crate) fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
-}
-
-pub(crate) async fn connect(config: &Config) -> Client {
-    let (client, connection) = config
-        .connect(NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("could not connect to the test PostgreSQL (DATABASE_URL): {e}"));
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    client
-}
-
-/// Runs `test` once for each way pgmq is installed (skipping one whose template is missing).
-async fn for_each_install<F, Fut>(test: F)
-where
-    F: Fn(Db) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
+/// A database of the test's own for each way pgmq is installed (none for one whose template is
+/// missing).
+async fn each_install() -> Vec<TestDb> {
+    let mut databases = Vec::new();
     for install in Install::BOTH {
-        with_database(install, true, &test).await;
+        databases.extend(TestDb::create(Template::Pgmq(install)).await);
     }
+    databases
 }
 
-/// Runs `test` with a new database copied from `install`'s template database (or, without
-/// `with_pgmq`, from template0), then drops the database and the test's roles, whether the test
-/// passed or not. Skipped (or, under `CI=true`, failed) without that template, even when it is
-/// not copied.
-pub(crate) async fn with_database<F, Fut>(install: Install, with_pgmq: bool, test: &F)
-where
-    F: Fn(Db) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let Some((url, template)) = template(install) else {
-        return;
-    };
-    let admin_config = Config::from_str(&url)
-        .unwrap_or_else(|e| panic!("DATABASE_URL is not a PostgreSQL connection string: {e}"));
-    let admin = connect(&admin_config).await;
-    let tag = random_hex(4);
-    let name = format!("rowbranch_queue_{tag}");
-    let from = if with_pgmq {
-        format!(" template {}", ident(&template))
-    } else {
-        " template template0".to_owned()
-    };
-    admin
-        .batch_execute(&format!("create database {}{from}", ident(&name)))
-        .await
-        .unwrap_or_else(|e| panic!("could not create the test database {name}{from}: {e}"));
-
-    let mut config = admin_config.clone();
-    config.dbname(&name);
-    let client = connect(&config).await;
-    // The test runs as a task of its own, so that a panic comes back here as an error, and its
-    // client (its connection) is gone by the time the database is dropped.
-    let outcome = tokio::spawn(test(Db {
-        client,
-        install,
-        tag: tag.clone(),
-    }))
-    .await;
-
-    let dropped = admin
-        .batch_execute(&format!("drop database {} with (force)", ident(&name)))
-        .await;
-    let roles = admin
-        .query(
-            "select rolname::text from pg_roles where starts_with(rolname, $1)",
-            &[&format!("rb_{tag}_")],
-        )
-        .await
-        .expect("could not list the test's roles");
-    for role in roles {
-        let role: String = role.get(0);
-        admin
-            .batch_execute(&format!("drop role {}", ident(&role)))
-            .await
-            .unwrap_or_else(|e| panic!("could not drop the test role {role}: {e}"));
+/// [`each_install`], each with `public.feedbacks` queueing to `rowbranch` (supabase-queue.sql
+/// applied, dead letters to `rowbranch_dead`).
+async fn each_install_queueing() -> Vec<TestDb> {
+    let databases = each_install().await;
+    for db in &databases {
+        create_table(&db.client, "public", "feedbacks").await;
+        let ctx = context("public", "feedbacks", "rowbranch", "rowbranch_dead");
+        apply(&db.client, &ctx).await;
     }
-    if let Err(panic) = outcome {
-        std::panic::resume_unwind(panic.into_panic());
-    }
-    dropped.unwrap_or_else(|e| panic!("could not drop the test database {name}: {e}"));
-}
-
-pub(crate) fn context(schema: &str, table: &str, queue: &str, dead_letter: &str) -> SetupContext {
-    SetupContext {
-        schema: schema.to_owned(),
-        table: table.to_owned(),
-        queue: queue.to_owned(),
-        dead_letter: dead_letter.to_owned(),
-        ..SetupContext::example()
-    }
-}
-
-fn render_sql(ctx: &SetupContext) -> String {
-    render("supabase-queue.sql", ctx)
-        .unwrap_or_else(|e| panic!("supabase-queue.sql does not render: {e:#}"))
-}
-
-/// The database's error message, with its detail, for assertions and panics.
-pub(crate) fn db_message(error: &tokio_postgres::Error) -> String {
-    match error.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.detail().unwrap_or_default()),
-        None => error.to_string(),
-    }
-}
-
-/// Runs the rendered file; on failure, rolls its transaction back and returns the message.
-async fn try_apply(client: &Client, ctx: &SetupContext) -> Result<(), String> {
-    match client.batch_execute(&render_sql(ctx)).await {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // A script sent in one piece stops at the error, inside its transaction.
-            client.batch_execute("rollback").await.expect("rollback");
-            Err(db_message(&e))
-        }
-    }
-}
-
-pub(crate) async fn apply(client: &Client, ctx: &SetupContext) {
-    if let Err(message) = try_apply(client, ctx).await {
-        panic!(
-            "supabase-queue.sql failed for {:?}.{:?} → {:?}: {message}",
-            ctx.schema, ctx.table, ctx.queue
-        );
-    }
-}
-
-/// Creates `schema.table` as the tests' stand-in for a feedback table.
-pub(crate) async fn create_table(client: &Client, schema: &str, table: &str) {
-    let sql = format!(
-        "create schema if not exists {schema};
-         create table {schema}.{table} (
-             id bigint primary key,
-             message text,
-             created_at timestamptz not null default now()
-         );",
-        schema = ident(schema),
-        table = ident(table),
-    );
-    client
-        .batch_execute(&sql)
-        .await
-        .unwrap_or_else(|e| panic!("could not create {schema}.{table}: {}", db_message(&e)));
-}
-
-pub(crate) async fn try_insert(
-    client: &Client,
-    schema: &str,
-    table: &str,
-    id: i64,
-    message: &str,
-) -> Result<(), String> {
-    let sql = format!(
-        "insert into {}.{} (id, message) values ($1, $2)",
-        ident(schema),
-        ident(table)
-    );
-    client
-        .execute(&sql, &[&id, &message])
-        .await
-        .map(drop)
-        .map_err(|e| db_message(&e))
-}
-
-async fn insert_row(client: &Client, schema: &str, table: &str, id: i64, message: &str) {
-    if let Err(e) = try_insert(client, schema, table, id, message).await {
-        panic!("the insert into {schema}.{table} failed: {e}");
-    }
+    databases
 }
 
 /// The messages in `queue`, oldest first, read from its table with the 1.4.4 columns.
@@ -288,19 +68,11 @@ async fn messages(client: &Client, queue: &str) -> Vec<Value> {
 }
 
 async fn count(client: &Client, sql: &str) -> i64 {
-    client
-        .query_one(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
-        .get(0)
+    scalar(client, sql).await
 }
 
 async fn truth(client: &Client, sql: &str) -> bool {
-    client
-        .query_one(sql, &[])
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {}", db_message(&e)))
-        .get(0)
+    scalar(client, sql).await
 }
 
 /// The triggers of `schema.table` that call rowbranch.enqueue(): (name, argument, tgtype,
@@ -397,7 +169,7 @@ fn expect_insert(message: &Value, schema: &str, table: &str, id: i64, text: &str
 
 #[tokio::test]
 async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_one_none() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let (schema, table) = ("my \"app\"", "feed backs");
         create_table(c, schema, table).await;
@@ -421,7 +193,11 @@ async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_on
         assert_eq!(messages(c, "rowbranch").await.len(), 2);
         c.batch_execute("rollback").await.unwrap();
         let queued = messages(c, "rowbranch").await;
-        assert_eq!(queued.len(), 1, "a rolled-back INSERT queues nothing: {queued:#?}");
+        assert_eq!(
+            queued.len(),
+            1,
+            "a rolled-back INSERT queues nothing: {queued:#?}"
+        );
         assert_eq!(queued[0]["record"]["id"], 42);
 
         // A statement of several rows queues each once.
@@ -439,13 +215,12 @@ async fn an_insert_queues_one_message_with_the_webhook_body_and_a_rolled_back_on
             .map(|m| m["record"]["id"].as_i64().unwrap())
             .collect();
         assert_eq!(ids, (100..150).collect::<BTreeSet<i64>>());
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let queue = format!("q{}", db.tag);
         let dead = format!("q{}_dead", db.tag);
@@ -483,45 +258,42 @@ async fn applied_twice_it_ends_in_the_same_state_and_keeps_what_is_queued() {
             "select exists (select 1 from pg_extension where extname = 'pgmq')",
         )
         .await;
-        assert_eq!(extension, db.install == Install::Extension);
-    })
-    .await;
+        assert_eq!(extension, db.install == Some(Install::Extension));
+    }
 }
 
 #[tokio::test]
 async fn without_pgmq_it_creates_the_extension_when_the_server_has_it() {
     // The extension's files are on the server whenever its template exists.
-    with_database(Install::Extension, false, &|db: Db| async move {
-        let c = &db.client;
-        assert!(!truth(c, "select to_regnamespace('pgmq') is not null").await);
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
-        assert!(
-            truth(
-                c,
-                "select exists (select 1 from pg_extension where extname = 'pgmq')"
-            )
-            .await
-        );
-        insert_row(c, "public", "feedbacks", 7, "Hello").await;
-        expect_insert(
-            &messages(c, "rowbranch").await[0],
-            "public",
-            "feedbacks",
-            7,
-            "Hello",
-        );
-    })
+    let db = or_skip!(TestDb::create(Template::WithoutPgmq(Install::Extension)).await);
+    let c = &db.client;
+    assert!(!truth(c, "select to_regnamespace('pgmq') is not null").await);
+    create_table(c, "public", "feedbacks").await;
+    apply(
+        c,
+        &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
+    )
     .await;
+    assert!(
+        truth(
+            c,
+            "select exists (select 1 from pg_extension where extname = 'pgmq')"
+        )
+        .await
+    );
+    insert_row(c, "public", "feedbacks", 7, "Hello").await;
+    expect_insert(
+        &messages(c, "rowbranch").await[0],
+        "public",
+        "feedbacks",
+        7,
+        "Hello",
+    );
 }
 
 #[tokio::test]
 async fn the_route_s_update_and_delete_events_send_the_old_and_new_rows() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         let ctx = SetupContext {
@@ -552,13 +324,12 @@ async fn the_route_s_update_and_delete_events_send_the_old_and_new_rows() {
         assert_eq!(queued[2]["type"], "DELETE");
         assert_eq!(queued[2]["record"], Value::Null);
         assert_eq!(queued[2]["old_record"]["message"], "Second");
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_queues_are_logged_and_an_unlogged_one_is_refused() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         let (queue, dead) = (format!("q{}", db.tag), format!("q{}_dead", db.tag));
@@ -597,13 +368,12 @@ async fn the_queues_are_logged_and_an_unlogged_one_is_refused() {
             .expect_err("an unlogged queue was accepted");
         assert!(refused.contains("unlogged"), "{refused}");
         assert!(queue_triggers(c, "public", "other").await.is_empty());
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_webhook_trigger_is_dropped_and_other_triggers_are_left() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "public", "feedbacks").await;
         c.batch_execute(
@@ -621,25 +391,19 @@ async fn the_webhook_trigger_is_dropped_and_other_triggers_are_left() {
             &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
         )
         .await;
-        let names: Vec<String> = c
-            .query(
-                "select tgname::text from pg_trigger
-                 where tgrelid = 'public.feedbacks'::regclass and not tgisinternal order by 1",
-                &[],
-            )
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let names: Vec<String> = column(
+            c,
+            "select tgname::text from pg_trigger
+             where tgrelid = 'public.feedbacks'::regclass and not tgisinternal order by 1",
+        )
+        .await;
         assert_eq!(names, ["audit", "rowbranch_queue_rowbranch"]);
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn two_deployments_with_their_own_queues_do_not_collide() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         let (a, b) = (format!("a{}", db.tag), format!("b{}", db.tag));
         let (a_dead, b_dead) = (format!("{a}_dead"), format!("{b}_dead"));
@@ -661,8 +425,7 @@ async fn two_deployments_with_their_own_queues_do_not_collide() {
         expect_insert(&in_b[0], "public", "shared", 1, "For both");
         expect_insert(&in_b[1], "public", "only_b", 2, "For b");
         assert!(messages(c, &a_dead).await.is_empty() && messages(c, &b_dead).await.is_empty());
-    })
-    .await;
+    }
 }
 
 /// The removal the file documents, with the names put in where it says.
@@ -710,9 +473,9 @@ fn removal(sql: &str, schema: &str, table: &str, queue: &str, dead_letter: &str)
 
 #[tokio::test]
 async fn the_documented_removal_leaves_no_trigger_function_or_queue_behind() {
-    for_each_install(|db| async move {
+    let (schema, table) = ("my \"app\"", "feed backs");
+    for db in each_install().await {
         let c = &db.client;
-        let (schema, table) = ("my \"app\"", "feed backs");
         create_table(c, schema, table).await;
         let (queue, dead) = (format!("q{}", db.tag), format!("q{}_dead", db.tag));
         let ctx = context(schema, table, &queue, &dead);
@@ -755,6 +518,5 @@ async fn the_documented_removal_leaves_no_trigger_function_or_queue_behind() {
         // The table works as before, and pgmq is still there.
         insert_row(c, schema, table, 2, "After").await;
         assert!(truth(c, "select to_regnamespace('pgmq') is not null").await);
-    })
-    .await;
+    }
 }

@@ -17,10 +17,13 @@ use rowbranch::webhook::auth::standard_webhooks_signature;
 use serde_json::Value;
 use tokio_postgres::Client;
 
-use crate::helpers::{random_whsec, spawn_app, Options};
-use crate::setup_sql::{
-    context, create_table, ident, insert_row, random_hex, rowbranch_triggers, table_exists,
-    with_database_having,
+use crate::support::app::{spawn_app, Options};
+use crate::support::db::{ident, rows, Template, TestDb};
+use crate::support::or_skip;
+use crate::support::random::{random_hex, random_whsec};
+use crate::support::setup::{
+    apply_both_ways, create_table, insert_row, refusal, table_exists, webhook_context as context,
+    webhook_triggers as rowbranch_triggers,
 };
 
 const PLACEHOLDER: &str = "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET";
@@ -126,6 +129,14 @@ create schema extensions;
 create extension pgcrypto with schema extensions;
 "#;
 
+/// A database of the test's own with `stand_in` in it, and a table `public.feedbacks`.
+async fn with_feedbacks(stand_in: &str) -> Option<TestDb> {
+    let db = TestDb::create(Template::Plain).await?;
+    db.execute(stand_in).await;
+    create_table(&db, "public", "feedbacks").await;
+    Some(db)
+}
+
 /// Only the Vault part of the stand-in: a project without pg_net.
 fn stand_in_without_pg_net() -> String {
     let end = STAND_IN.find("-- pg_net's queue").unwrap();
@@ -151,50 +162,36 @@ impl Queued {
     }
 }
 
-async fn queued(client: &Client) -> Vec<Queued> {
-    client
-        .query(
-            "select q.url, q.timeout_milliseconds,
-                    array(select key || ': ' || value from jsonb_each_text(q.headers)),
-                    q.body
-             from net.http_request_queue q order by q.id",
-            &[],
-        )
-        .await
-        .expect("could not read pg_net's queue")
-        .iter()
-        .map(|row| Queued {
+async fn queued(db: &Client) -> Vec<Queued> {
+    let sql = "select q.url, q.timeout_milliseconds,
+                      array(select key || ': ' || value from jsonb_each_text(q.headers)),
+                      q.body
+               from net.http_request_queue q order by q.id";
+    let mut requests = Vec::new();
+    for row in rows(db, sql).await {
+        let headers: Vec<String> = row.get(2);
+        let headers = headers.iter().map(|h| {
+            let (name, value) = h.split_once(": ").expect("key: value");
+            (name.to_owned(), value.to_owned())
+        });
+        requests.push(Queued {
             url: row.get(0),
             timeout_ms: row.get(1),
-            headers: row
-                .get::<_, Vec<String>>(2)
-                .into_iter()
-                .map(|h| {
-                    let (name, value) = h.split_once(": ").expect("key: value");
-                    (name.to_owned(), value.to_owned())
-                })
-                .collect(),
+            headers: headers.collect(),
             body: row.get(3),
-        })
-        .collect()
+        });
+    }
+    requests
+}
+
+/// supabase-vault.sql for `public.feedbacks`.
+fn feedbacks_sql(url: &str, secret: Option<&str>) -> String {
+    render_sql("public", "feedbacks", url, secret)
 }
 
 fn render_sql(schema: &str, table: &str, url: &str, secret: Option<&str>) -> String {
     render("supabase-vault.sql", &context(schema, table, url, secret))
         .unwrap_or_else(|e| panic!("supabase-vault.sql does not render: {e}"))
-}
-
-async fn message(client: &Client, sql: &str) -> String {
-    let error = client
-        .batch_execute(sql)
-        .await
-        .expect_err("the script was expected to stop");
-    let text = error
-        .as_db_error()
-        .map(|e| e.message().to_owned())
-        .unwrap_or_else(|| error.to_string());
-    client.batch_execute("rollback").await.expect("rollback");
-    text
 }
 
 fn now_secs() -> i64 {
@@ -236,71 +233,59 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
     let secret = random_whsec();
     let app = spawn_app(Options::default().secret_env(&secret)).await;
     let url = app.url.clone();
-    let recorded = std::sync::Arc::new(std::sync::Mutex::new(None));
-    let record = recorded.clone();
     let text = "Add \"dark\" mode\\ to <b>everything</b>\nété 日本語 🎉 & more";
     let role = format!("rowbranch_inserter_{}", random_hex(4));
-    with_database_having(STAND_IN.to_owned(), move |client| async move {
-        create_table(&client, "public", "feedbacks").await;
-        let sql = render_sql("public", "feedbacks", &url, Some(&secret));
-        client
-            .batch_execute(&sql)
-            .await
-            .expect("supabase-vault.sql failed");
-        client
-            .batch_execute(&sql)
-            .await
-            .expect("supabase-vault.sql failed when run a second time");
-        assert_eq!(rowbranch_triggers(&client, "public", "feedbacks").await, 1);
-
-        // A role that may insert and may read nothing of Vault: its row is signed all the same.
-        client
-            .batch_execute(&format!(
-                "create role {r} nologin;
-                 grant usage on schema public to {r};
-                 grant insert on public.feedbacks to {r};",
-                r = ident(&role)
-            ))
-            .await
-            .expect("could not create the inserting role");
-        client
-            .batch_execute(&format!("set role {}", ident(&role)))
-            .await
-            .unwrap();
-        let denied = client
-            .query("select decrypted_secret from vault.decrypted_secrets", &[])
-            .await;
-        assert!(denied.is_err(), "the inserting role read Vault");
-        let called = client.query("select rowbranch.signed_webhook()", &[]).await;
-        assert!(called.is_err(), "the trigger function was called directly");
-        insert_row(&client, "public", "feedbacks", 7, text).await;
-        client.batch_execute("reset role").await.unwrap();
-        client
-            .batch_execute(&format!(
-                "drop owned by {r}; drop role {r};",
-                r = ident(&role)
-            ))
-            .await
-            .expect("could not drop the inserting role");
-
-        let requests = queued(&client).await;
-        assert_eq!(requests.len(), 1, "one INSERT, one request: {requests:#?}");
-        expect_signed(&requests[0], &url, &secret);
-        let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
-        assert_eq!(body["type"], "INSERT");
-        assert_eq!(body["schema"], "public");
-        assert_eq!(body["table"], "feedbacks");
-        assert_eq!(body["record"]["id"], 7);
-        assert_eq!(body["record"]["message"], text);
-        assert_eq!(body["old_record"], Value::Null);
-        *record.lock().unwrap() = requests.into_iter().next();
-    })
-    .await;
-    let Some(request) = recorded.lock().unwrap().take() else {
-        // Skipped: no DATABASE_URL.
+    let Some(db) = with_feedbacks(STAND_IN).await else {
         app.shutdown().await;
         return;
     };
+    let sql = feedbacks_sql(&url, Some(&secret));
+    db.batch_execute(&sql)
+        .await
+        .expect("supabase-vault.sql failed");
+    db.batch_execute(&sql)
+        .await
+        .expect("supabase-vault.sql failed when run a second time");
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 1);
+
+    // A role that may insert and may read nothing of Vault: its row is signed all the same.
+    db.batch_execute(&format!(
+        "create role {r} nologin;
+             grant usage on schema public to {r};
+             grant insert on public.feedbacks to {r};",
+        r = ident(&role)
+    ))
+    .await
+    .expect("could not create the inserting role");
+    db.batch_execute(&format!("set role {}", ident(&role)))
+        .await
+        .unwrap();
+    let denied = db
+        .query("select decrypted_secret from vault.decrypted_secrets", &[])
+        .await;
+    assert!(denied.is_err(), "the inserting role read Vault");
+    let called = db.query("select rowbranch.signed_webhook()", &[]).await;
+    assert!(called.is_err(), "the trigger function was called directly");
+    insert_row(&db, "public", "feedbacks", 7, text).await;
+    db.batch_execute("reset role").await.unwrap();
+    db.batch_execute(&format!(
+        "drop owned by {r}; drop role {r};",
+        r = ident(&role)
+    ))
+    .await
+    .expect("could not drop the inserting role");
+
+    let requests = queued(&db).await;
+    assert_eq!(requests.len(), 1, "one INSERT, one request: {requests:#?}");
+    expect_signed(&requests[0], &url, &secret);
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["type"], "INSERT");
+    assert_eq!(body["schema"], "public");
+    assert_eq!(body["table"], "feedbacks");
+    assert_eq!(body["record"]["id"], 7);
+    assert_eq!(body["record"]["message"], text);
+    assert_eq!(body["old_record"], Value::Null);
+    let request = requests.into_iter().next().expect("one request");
 
     // Sent as pg_net sends it: those headers, those bytes.
     let headers: Vec<(&str, &str)> = request
@@ -333,181 +318,141 @@ async fn the_vault_trigger_signs_each_insert_and_rowbranch_accepts_exactly_those
 
 #[tokio::test]
 async fn running_it_again_updates_the_one_secret_and_the_database_keeps_no_secret_in_the_clear() {
-    with_database_having(STAND_IN.to_owned(), |client| async move {
-        create_table(&client, "public", "feedbacks").await;
-        let url = "https://hooks.example.com";
-        let (first, second) = (random_whsec(), random_whsec());
-        let sql = render_sql("public", "feedbacks", url, Some(&first));
-        assert_eq!(
-            sql.matches(&first).count(),
-            2,
-            "only in the two Vault statements"
-        );
-        client.batch_execute(&sql).await.expect("the first run");
-        client
-            .batch_execute(&render_sql("public", "feedbacks", url, Some(&second)))
-            .await
-            .expect("the second run");
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
+    let url = "https://hooks.example.com";
+    let (first, second) = (random_whsec(), random_whsec());
+    let sql = feedbacks_sql(url, Some(&first));
+    assert_eq!(
+        sql.matches(&first).count(),
+        2,
+        "only in the two Vault statements"
+    );
+    db.batch_execute(&sql).await.expect("the first run");
+    db.batch_execute(&feedbacks_sql(url, Some(&second)))
+        .await
+        .expect("the second run");
 
-        let stored = client
-            .query(
-                "select decrypted_secret from vault.decrypted_secrets
-                 where name = 'rowbranch_webhook_secret'",
-                &[],
-            )
-            .await
-            .unwrap();
-        assert_eq!(stored.len(), 1, "one secret of that name");
-        assert_eq!(stored[0].get::<_, String>(0), second);
+    let stored = db
+        .query(
+            "select decrypted_secret from vault.decrypted_secrets
+             where name = 'rowbranch_webhook_secret'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1, "one secret of that name");
+    assert_eq!(stored[0].get::<_, String>(0), second);
 
-        // Neither secret is in the function, the trigger or the catalogs' text.
-        let definitions: String = client
-            .query_one(
-                "select pg_get_functiondef('rowbranch.signed_webhook()'::regprocedure)
-                     || (select string_agg(pg_get_triggerdef(oid), ' ')
-                         from pg_trigger where tgname = 'rowbranch_webhook')",
-                &[],
-            )
-            .await
-            .unwrap()
-            .get(0);
-        assert!(
-            definitions.contains(&format!("{url}/webhook")),
-            "{definitions}"
-        );
-        for secret in [&first, &second] {
-            assert!(!definitions.contains(secret.as_str()), "{definitions}");
-            assert!(!definitions.contains(secret.trim_start_matches("whsec_")));
-        }
+    // Neither secret is in the function, the trigger or the catalogs' text.
+    let definitions: String = db
+        .query_one(
+            "select pg_get_functiondef('rowbranch.signed_webhook()'::regprocedure)
+                 || (select string_agg(pg_get_triggerdef(oid), ' ')
+                     from pg_trigger where tgname = 'rowbranch_webhook')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        definitions.contains(&format!("{url}/webhook")),
+        "{definitions}"
+    );
+    for secret in [&first, &second] {
+        assert!(!definitions.contains(secret.as_str()), "{definitions}");
+        assert!(!definitions.contains(secret.trim_start_matches("whsec_")));
+    }
 
-        insert_row(&client, "public", "feedbacks", 1, "Hi").await;
-        let requests = queued(&client).await;
-        assert_eq!(requests.len(), 1);
-        expect_signed(&requests[0], url, &second);
-    })
-    .await;
+    insert_row(&db, "public", "feedbacks", 1, "Hi").await;
+    let requests = queued(&db).await;
+    assert_eq!(requests.len(), 1);
+    expect_signed(&requests[0], url, &second);
 }
 
 #[tokio::test]
 async fn a_placeholder_or_a_secret_that_is_not_whsec_is_refused_and_nothing_is_installed() {
-    with_database_having(STAND_IN.to_owned(), |client| async move {
-        create_table(&client, "public", "feedbacks").await;
-        let url = "https://hooks.example.com";
-        let without = render_sql("public", "feedbacks", url, None);
-        assert!(without.contains(PLACEHOLDER));
-        let refused = message(&client, &without).await;
-        assert!(refused.contains("placeholder"), "{refused}");
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
+    let url = "https://hooks.example.com";
+    let without = feedbacks_sql(url, None);
+    assert!(without.contains(PLACEHOLDER));
+    let refused = refusal(&db, &without).await;
+    assert!(refused.contains("placeholder"), "{refused}");
 
-        let plain = render_sql("public", "feedbacks", url, Some(&"x".repeat(40)));
-        let refused = message(&client, &plain).await;
-        assert!(refused.contains("whsec_"), "{refused}");
+    let plain = feedbacks_sql(url, Some(&"x".repeat(40)));
+    let refused = refusal(&db, &plain).await;
+    assert!(refused.contains("whsec_"), "{refused}");
 
-        let not_base64 = render_sql("public", "feedbacks", url, Some("whsec_not base64 at all!"));
-        let refused = message(&client, &not_base64).await;
-        assert!(refused.contains("not base64"), "{refused}");
+    let not_base64 = feedbacks_sql(url, Some("whsec_not base64 at all!"));
+    let refused = refusal(&db, &not_base64).await;
+    assert!(refused.contains("not base64"), "{refused}");
 
-        assert_eq!(rowbranch_triggers(&client, "public", "feedbacks").await, 0);
-        let secrets: i64 = client
-            .query_one("select count(*) from vault.secrets", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(secrets, 0, "the transaction left nothing behind");
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 0);
+    let secrets: i64 = db
+        .query_one("select count(*) from vault.secrets", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(secrets, 0, "the transaction left nothing behind");
 
-        // What the user does: the secret in the placeholder's place.
-        let secret = random_whsec();
-        client
-            .batch_execute(&without.replace(PLACEHOLDER, &secret))
-            .await
-            .expect("supabase-vault.sql failed once the placeholder was replaced");
-        insert_row(&client, "public", "feedbacks", 2, "Hi").await;
-        expect_signed(&queued(&client).await[0], url, &secret);
-    })
-    .await;
+    // What the user does: the secret in the placeholder's place.
+    let secret = random_whsec();
+    db.batch_execute(&without.replace(PLACEHOLDER, &secret))
+        .await
+        .expect("supabase-vault.sql failed once the placeholder was replaced");
+    insert_row(&db, "public", "feedbacks", 2, "Hi").await;
+    expect_signed(&queued(&db).await[0], url, &secret);
 }
 
 #[tokio::test]
 async fn without_pg_net_the_script_says_to_turn_database_webhooks_on() {
-    with_database_having(stand_in_without_pg_net(), |client| async move {
-        create_table(&client, "public", "feedbacks").await;
-        let sql = render_sql(
-            "public",
-            "feedbacks",
-            "https://h.example",
-            Some(&random_whsec()),
-        );
-        let refused = message(&client, &sql).await;
-        assert!(
-            refused.contains("Integrations → Database Webhooks → Enable"),
-            "{refused}"
-        );
-    })
-    .await;
+    let db = or_skip!(with_feedbacks(&stand_in_without_pg_net()).await);
+    let sql = feedbacks_sql("https://h.example", Some(&random_whsec()));
+    let refused = refusal(&db, &sql).await;
+    assert!(
+        refused.contains("Integrations → Database Webhooks → Enable"),
+        "{refused}"
+    );
 }
 
 #[tokio::test]
 async fn a_secret_gone_from_vault_never_fails_an_insert() {
-    with_database_having(STAND_IN.to_owned(), |client| async move {
-        create_table(&client, "public", "feedbacks").await;
-        let sql = render_sql(
-            "public",
-            "feedbacks",
-            "https://h.example",
-            Some(&random_whsec()),
-        );
-        client
-            .batch_execute(&sql)
-            .await
-            .expect("supabase-vault.sql failed");
-        client
-            .batch_execute("delete from vault.secrets where name = 'rowbranch_webhook_secret'")
-            .await
-            .unwrap();
-        insert_row(&client, "public", "feedbacks", 3, "Still saved").await;
-        assert!(
-            queued(&client).await.is_empty(),
-            "nothing unsigned is queued"
-        );
-        let saved: i64 = client
-            .query_one("select count(*) from public.feedbacks", &[])
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(saved, 1);
-    })
-    .await;
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
+    let sql = feedbacks_sql("https://h.example", Some(&random_whsec()));
+    db.batch_execute(&sql)
+        .await
+        .expect("supabase-vault.sql failed");
+    db.batch_execute("delete from vault.secrets where name = 'rowbranch_webhook_secret'")
+        .await
+        .unwrap();
+    insert_row(&db, "public", "feedbacks", 3, "Still saved").await;
+    assert!(queued(&db).await.is_empty(), "nothing unsigned is queued");
+    let saved: i64 = db
+        .query_one("select count(*) from public.feedbacks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(saved, 1);
 }
 
 #[tokio::test]
 async fn names_and_urls_that_need_quoting_work_as_spelled() {
-    with_database_having(STAND_IN.to_owned(), |client| async move {
-        create_table(&client, "app", "sentinel").await;
-        let secret = random_whsec();
-        let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
-        let (schema, table) = ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y");
-        create_table(&client, schema, table).await;
-        let sql = render_sql(schema, table, url, Some(&secret));
-        for conforming in ["off", "on"] {
-            client
-                .batch_execute(&format!("set standard_conforming_strings = {conforming}"))
-                .await
-                .unwrap();
-            client
-                .batch_execute(&sql)
-                .await
-                .unwrap_or_else(|e| panic!("standard_conforming_strings {conforming}: {e}"));
-        }
-        assert_eq!(rowbranch_triggers(&client, schema, table).await, 1);
-        insert_row(&client, schema, table, 9, "Hello").await;
-        let requests = queued(&client).await;
-        assert_eq!(requests.len(), 1);
-        expect_signed(&requests[0], url, &secret);
-        let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
-        assert_eq!(body["schema"], schema);
-        assert_eq!(body["table"], table);
-        assert!(table_exists(&client, "app", "sentinel").await);
-    })
-    .await;
+    let db = or_skip!(with_feedbacks(STAND_IN).await);
+    create_table(&db, "app", "sentinel").await;
+    let secret = random_whsec();
+    let url = "https://hooks.example.com/o'neil\\'); drop table app.sentinel; --";
+    let (schema, table) = ("We\"ird", "x\"; drop table app.sentinel; -- select 1 \"y");
+    create_table(&db, schema, table).await;
+    let sql = render_sql(schema, table, url, Some(&secret));
+    apply_both_ways(&db, &sql).await;
+    assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
+    insert_row(&db, schema, table, 9, "Hello").await;
+    let requests = queued(&db).await;
+    assert_eq!(requests.len(), 1);
+    expect_signed(&requests[0], url, &secret);
+    let body: Value = serde_json::from_slice(&requests[0].body).unwrap();
+    assert_eq!(body["schema"], schema);
+    assert_eq!(body["table"], table);
+    assert!(table_exists(&db, "app", "sentinel").await);
 }
 
 #[test]

@@ -14,7 +14,8 @@ use rowbranch::templates::setup::{render, SetupContext};
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::git_http::{basic_auth, Access, GitHttp};
+use crate::support::git_http::{basic_auth, Access, GitHttp};
+use crate::support::tools::{checked, have};
 
 /// Values unlike each other and unlike the defaults, so each one is seen to be filled in.
 fn context() -> SetupContext {
@@ -326,21 +327,6 @@ fn the_header_says_what_to_set_up_and_how_to_keep_push_workflows_off_the_bots_br
     );
 }
 
-/// Whether `tool` runs. When it does not: on CI (`CI=true`) the test fails, elsewhere it says
-/// why it skips.
-fn have(tool: &str, install: &str) -> bool {
-    let why = match Command::new(tool).arg("--version").output() {
-        Ok(out) if out.status.success() => return true,
-        Ok(out) => format!("`{tool} --version` exited with {}", out.status),
-        Err(e) => format!("`{tool}` cannot be run: {e}"),
-    };
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}; CI must have it: {install}");
-    }
-    eprintln!("skipping: {why} (install it with `{install}`)");
-    false
-}
-
 #[test]
 fn actionlint_finds_nothing_wrong_with_the_workflow() {
     if !have(
@@ -617,19 +603,6 @@ impl Scope<'_> {
         }
         out + rest
     }
-}
-
-fn checked(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?} cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 #[cfg(unix)]

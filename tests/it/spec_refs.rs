@@ -3,15 +3,21 @@
 
 use std::path::{Path, PathBuf};
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("a readable directory") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
+/// The Rust files under `dir`, at any depth.
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("a readable directory") {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
         }
     }
+    found
 }
 
 /// The section numbers cited as `SPEC §n` (or `SPEC.md §n`) in `text`.
@@ -37,9 +43,7 @@ fn cited(text: &str) -> Vec<u32> {
 fn every_spec_reference_names_a_section_of_docs_spec() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let spec = std::fs::read_to_string(root.join("docs/spec.md")).expect("docs/spec.md exists");
-    let mut sources = Vec::new();
-    files(&root.join("src"), &mut sources);
-    files(&root.join("tests"), &mut sources);
+    let sources = [files(&root.join("src")), files(&root.join("tests"))].concat();
     let mut checked = 0;
     let mut missing = Vec::new();
     for file in sources {

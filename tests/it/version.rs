@@ -6,29 +6,21 @@ use std::process::Command;
 
 use tempfile::TempDir;
 
+use crate::support::tools::checked;
+
 // The build script's rules (build.rs includes the same file), tried without building anything.
 #[path = "../../build/commit.rs"]
 mod build_script;
 
 fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args([
-            "-c",
-            "user.name=rowbranch",
-            "-c",
-            "user.email=rowbranch@example.com",
-        ])
-        .args(args)
-        .output()
-        .expect("git runs");
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    checked(
+        Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(["-c", "user.name=rowbranch"])
+            .args(["-c", "user.email=rowbranch@example.com"])
+            .args(args),
+    )
 }
 
 /// A new repository with one commit; returns its full sha.

@@ -4,10 +4,15 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::faulty_forge::{Fault, Op, OTHER_DETAIL};
-use crate::helpers::{
-    insert, raw_head, raw_http, spawn_app, spawn_two_apps, Options, GATED_DISPATCH,
-};
+use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
+use crate::support::faulty_forge::{Fault, Op, OTHER_DETAIL};
+use crate::support::http::{delivery, insert, raw_head, raw_http};
+/// An app on the faulty forge whose next `op` fails with `fault`.
+async fn failing_once(op: Op, fault: Fault) -> TestApp {
+    let app = spawn_app(Options::default().faulty()).await;
+    app.forge().fail_next(op, 1, fault);
+    app
+}
 
 #[tokio::test]
 async fn a_new_row_is_dispatched_on_its_own_branch() {
@@ -34,9 +39,7 @@ async fn a_new_row_is_dispatched_on_its_own_branch() {
 #[tokio::test]
 async fn a_redelivery_is_a_duplicate_because_the_branch_exists() {
     let app = spawn_app(Options::default()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     let again = app.post_insert(json!(42), "Add dark mode!").await;
     again.expect_duplicate("branch_exists");
     assert_eq!(again.body["id"], "42");
@@ -59,9 +62,7 @@ async fn a_row_whose_merged_pull_request_deleted_its_branch_is_a_duplicate() {
     assert!(app.branches().await.is_empty());
 
     // `feedback/6-x` is not `feedback/6-x-y`: row 6 is new.
-    app.post_insert(json!(6), "x")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(6), "x").await;
     app.shutdown().await;
 }
 
@@ -110,7 +111,7 @@ async fn a_claim_won_by_another_process_is_claim_taken_there() {
         }
     });
     // Once the slow app has looked and found nothing, the fast one claims and dispatches.
-    crate::helpers::eventually("the slow app's check", || async {
+    crate::support::wait::eventually("the slow app's check", || async {
         (slow.forge().calls(Op::Claim) == 1).then_some(())
     })
     .await;
@@ -128,18 +129,14 @@ async fn a_claim_won_by_another_process_is_claim_taken_there() {
 async fn a_copy_that_arrives_while_the_row_is_being_handled_joins_it_in_flight() {
     let app = spawn_app(Options::default().on_dispatch(GATED_DISPATCH)).await;
     let first = tokio::spawn({
-        let body = insert(json!(42), "Add dark mode!").to_string();
-        let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-        let addr = app.addr;
-        async move { raw_http(addr, format!("{head}{body}").as_bytes()).await }
+        let (addr, request) = (app.addr, delivery(&app.secret, json!(42), "Add dark mode!"));
+        async move { raw_http(addr, &request).await }
     });
     // The branch is claimed and the dispatch is held at the gate: the run is under way.
     app.wait_for_branches(1).await;
     let second = tokio::spawn({
-        let body = insert(json!(42), "Add dark mode!").to_string();
-        let head = raw_head(&app.secret, &format!("Content-Length: {}", body.len()));
-        let addr = app.addr;
-        async move { raw_http(addr, format!("{head}{body}").as_bytes()).await }
+        let (addr, request) = (app.addr, delivery(&app.secret, json!(42), "Add dark mode!"));
+        async move { raw_http(addr, &request).await }
     });
     // Settling time for the second copy to reach the server; not an assertion.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -229,9 +226,8 @@ async fn a_slow_dispatch_is_accepted_and_finishes_in_the_background() {
         "feedback/42-add-dark-mode"
     );
     assert_eq!(app.branches().await, ["feedback/42-add-dark-mode"]);
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+        .await;
     app.shutdown().await;
 }
 
@@ -320,8 +316,7 @@ async fn a_row_without_a_usable_id_is_a_422_that_says_why() {
 
 #[tokio::test]
 async fn a_bug_in_the_forge_is_a_500_that_says_nothing_more() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::RowBranches, 1, Fault::Other);
+    let app = failing_once(Op::RowBranches, Fault::Other).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     reply.expect(500, "error");
     assert_eq!(
@@ -337,17 +332,14 @@ async fn a_bug_in_the_forge_is_a_500_that_says_nothing_more() {
 
 #[tokio::test]
 async fn a_claim_the_forge_refuses_is_a_503_that_leaves_nothing_behind() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::Claim, 1, Fault::Refused);
+    let app = failing_once(Op::Claim, Fault::Refused).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     // A refusal outside the dispatch is the forge's state, not the row's: retry later.
     reply.expect(503, "error");
     assert_eq!(reply.headers["retry-after"], "60");
     assert_eq!(app.forge().calls(Op::Dispatch), 0);
     assert!(app.branches().await.is_empty());
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     app.shutdown().await;
 }
 
@@ -376,9 +368,7 @@ async fn a_failing_on_dispatch_is_a_503_that_leaves_no_claim_and_a_redelivery_th
     assert!(app.dispatches().is_empty());
 
     std::fs::write(app.dir.path().join("ok"), b"").unwrap();
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     assert_eq!(app.branches().await, ["feedback/42-add-dark-mode"]);
     app.expect_dispatches(1).await;
     app.shutdown().await;
@@ -412,17 +402,14 @@ async fn an_unavailable_forge_is_a_503_with_its_retry_after() {
         "only the first delivery claimed"
     );
 
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(42), "Add dark mode!").await;
     app.expect_dispatches(1).await;
     app.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_dispatch_the_forge_refuses_is_a_422_and_the_claim_is_released() {
-    let app = spawn_app(Options::default().faulty()).await;
-    app.forge().fail_next(Op::Dispatch, 1, Fault::Refused);
+    let app = failing_once(Op::Dispatch, Fault::Refused).await;
     let reply = app.post_insert(json!(42), "Add dark mode!").await;
     reply.expect(422, "error");
     assert!(reply.message().contains("refused"), "{}", reply.text);
@@ -502,9 +489,7 @@ async fn a_body_that_is_not_json_by_its_content_type_is_a_415() {
 async fn the_dispatch_line_is_in_the_log_when_the_webhook_answers_dispatched() {
     let app = spawn_app(Options::default()).await;
     for id in 1..=100 {
-        app.post_insert(json!(id), "Row")
-            .await
-            .expect(200, "dispatched");
+        app.dispatched(json!(id), "Row").await;
         assert_eq!(app.dispatches().len(), id as usize, "after row {id}");
     }
     app.shutdown().await;

@@ -60,50 +60,116 @@ impl Answer {
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+
+    /// The body, which must be a JSON array.
+    fn list(&self) -> &Vec<Value> {
+        self.body.as_array().expect("array")
+    }
 }
 
-async fn try_call(
-    client: &reqwest::Client,
-    method: &str,
-    url: &str,
-    auth: Option<&str>,
-    body: Option<Value>,
-) -> Result<Answer, reqwest::Error> {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
-    let mut request = client
-        .request(method, url)
-        .header("accept", "application/vnd.github+json");
-    if let Some(auth) = auth {
-        request = request.header("authorization", auth);
-    }
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(serde_json::to_vec(&body).expect("json"));
-    }
-    let response = request.send().await?;
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let bytes = response.bytes().await?;
-    let body = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    Ok(Answer {
-        status,
-        headers,
-        body,
-    })
+/// A client of the fake that sends the same credentials (or none) with each request.
+#[derive(Clone)]
+struct Client {
+    http: reqwest::Client,
+    /// The fake's URL, which a path is relative to.
+    base: String,
+    auth: Option<String>,
 }
 
-async fn call(
-    client: &reqwest::Client,
-    method: &str,
-    url: &str,
-    auth: Option<&str>,
-    body: Option<Value>,
-) -> Answer {
-    try_call(client, method, url, auth, body)
-        .await
-        .expect("the fake answers")
+impl Client {
+    /// A client without credentials.
+    fn anonymous(fake: &FakeGithub) -> Client {
+        Client {
+            http: reqwest::Client::new(),
+            base: fake.url(),
+            auth: None,
+        }
+    }
+
+    /// A client that sends `auth` as its `Authorization`.
+    fn with(fake: &FakeGithub, auth: &str) -> Client {
+        Client {
+            auth: Some(auth.to_owned()),
+            ..Client::anonymous(fake)
+        }
+    }
+
+    /// The App itself: a JWT the fake accepts.
+    fn app(fake: &FakeGithub) -> Client {
+        Client::with(fake, &format!("Bearer {}", fake.app_jwt()))
+    }
+
+    /// The same client over `http` (one with a timeout, say).
+    fn over(self, http: reqwest::Client) -> Client {
+        Client { http, ..self }
+    }
+
+    /// `method` of `path` (below the fake's URL, or a whole URL), with `body` as JSON.
+    async fn try_send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Answer, reqwest::Error> {
+        let url = if path.starts_with("http") {
+            path.to_owned()
+        } else {
+            format!("{}{path}", self.base)
+        };
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("a method");
+        let mut request = self
+            .http
+            .request(method, url)
+            .header("accept", "application/vnd.github+json");
+        if let Some(auth) = &self.auth {
+            request = request.header("authorization", auth);
+        }
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&body).expect("json"));
+        }
+        let response = request.send().await?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await?;
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Ok(Answer {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn send(&self, method: &str, path: &str, body: Option<Value>) -> Answer {
+        self.try_send(method, path, body)
+            .await
+            .expect("the fake answers")
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send("GET", path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Answer {
+        self.send("POST", path, Some(body)).await
+    }
+
+    async fn delete(&self, path: &str) -> Answer {
+        self.send("DELETE", path, None).await
+    }
+
+    /// Mints an installation token through the API, with `body`; a client that sends it.
+    async fn mint(&self, body: Option<Value>) -> Client {
+        let answer = self.send("POST", &tokens_path(INSTALLATION), body).await;
+        assert_eq!(answer.status, 201, "{:?}", answer.body);
+        let token = answer.body["token"].as_str().expect("a token");
+        Client {
+            auth: Some(format!("token {token}")),
+            ..self.clone()
+        }
+    }
 }
 
 fn jwt_with(claims: &Value) -> String {
@@ -116,61 +182,55 @@ fn now_secs() -> i64 {
 }
 
 /// A fake with `acme/widgets` and `acme/gadgets`, both under installation 77.
-async fn fake_with_repos() -> (FakeGithub, reqwest::Client) {
+async fn fake_with_repos() -> FakeGithub {
     let fake = FakeGithub::start().await;
     fake.add_repo(REPO);
     fake.add_repo(OTHER_REPO);
     fake.install(REPO, INSTALLATION);
     fake.install(OTHER_REPO, INSTALLATION);
-    (fake, reqwest::Client::new())
+    fake
 }
 
-/// Mints a token through the API; returns the `Authorization` value.
-async fn mint(fake: &FakeGithub, client: &reqwest::Client, body: Value) -> String {
-    let url = format!(
-        "{}/app/installations/{INSTALLATION}/access_tokens",
-        fake.url()
-    );
-    let auth = format!("Bearer {}", fake.app_jwt());
-    let answer = call(client, "POST", &url, Some(&auth), Some(body)).await;
-    assert_eq!(answer.status, 201, "{:?}", answer.body);
-    format!("token {}", answer.body["token"].as_str().expect("a token"))
+/// `fake_with_repos` and a client holding an unnarrowed installation token.
+async fn fake_and_token() -> (FakeGithub, Client) {
+    let fake = fake_with_repos().await;
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
+    (fake, token)
 }
 
-fn repo_url(fake: &FakeGithub, repo: &str, rest: &str) -> String {
-    format!("{}/repos/{repo}{rest}", fake.url())
+/// `/repos/{repo}{rest}`.
+fn repo(repo: &str, rest: &str) -> String {
+    format!("/repos/{repo}{rest}")
+}
+
+fn tokens_path(installation: u64) -> String {
+    format!("/app/installations/{installation}/access_tokens")
+}
+
+/// The ref-creating body for branch `name` at `sha`.
+fn new_ref(name: &str, sha: &str) -> Value {
+    json!({"ref": format!("refs/heads/{name}"), "sha": sha})
 }
 
 #[tokio::test]
 async fn a_jwt_signed_with_another_key_is_refused() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     let now = now_secs();
     let claims = json!({"iat": now - 60, "exp": now + 540, "iss": fake.app_id()});
     let other = EncodingKey::from_rsa_pem(OTHER_TEST_ONLY_KEY_PEM.as_bytes()).expect("key");
     let forged = encode(&Header::new(Algorithm::RS256), &claims, &other).expect("sign");
-    let answer = call(
-        &client,
-        "GET",
-        &format!("{}/app", fake.url()),
-        Some(&format!("Bearer {forged}")),
-        None,
-    )
-    .await;
+    let answer = Client::with(&fake, &format!("Bearer {forged}"))
+        .get("/app")
+        .await;
     assert_eq!(answer.status, 401);
     assert_eq!(answer.message(), "A JSON web token could not be decoded");
 
     // The public key used as an HMAC secret (algorithm confusion) is no better.
     let hmac = EncodingKey::from_secret(TEST_APP_PUBLIC_KEY_PEM.as_bytes());
     let confused = encode(&Header::new(Algorithm::HS256), &claims, &hmac).expect("sign");
-    let url = repo_url(&fake, REPO, "/installation");
-    let answer = call(
-        &client,
-        "GET",
-        &url,
-        Some(&format!("Bearer {confused}")),
-        None,
-    )
-    .await;
+    let answer = Client::with(&fake, &format!("Bearer {confused}"))
+        .get(&repo(REPO, "/installation"))
+        .await;
     assert_eq!(answer.status, 401);
     assert!(fake.jwt_requests().is_empty());
     assert_eq!(
@@ -182,55 +242,46 @@ async fn a_jwt_signed_with_another_key_is_refused() {
 
 #[tokio::test]
 async fn a_jwt_whose_exp_is_twenty_minutes_ahead_is_refused() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     let now = now_secs();
-    let url = format!("{}/app", fake.url());
-    let too_long = jwt_with(&json!({"iat": now, "exp": now + 20 * 60, "iss": fake.app_id()}));
-    let answer = call(&client, "GET", &url, Some(&too_long), None).await;
-    assert_eq!(answer.status, 401);
-    assert_eq!(
-        answer.message(),
-        "'Expiration time' claim ('exp') is too far in the future"
-    );
-
-    let expired = jwt_with(&json!({"iat": now - 700, "exp": now - 100, "iss": fake.app_id()}));
-    assert_eq!(
-        call(&client, "GET", &url, Some(&expired), None)
-            .await
-            .status,
-        401
-    );
-    let future = jwt_with(&json!({"iat": now + 300, "exp": now + 500, "iss": fake.app_id()}));
-    assert_eq!(
-        call(&client, "GET", &url, Some(&future), None).await.status,
-        401
-    );
-    let stranger = jwt_with(&json!({"iat": now - 60, "exp": now + 540, "iss": 1}));
-    assert_eq!(
-        call(&client, "GET", &url, Some(&stranger), None)
-            .await
-            .status,
-        401
-    );
+    let id = json!(fake.app_id());
+    let too_long = "'Expiration time' claim ('exp') is too far in the future";
+    for (claims, message) in [
+        (
+            json!({"iat": now, "exp": now + 20 * 60, "iss": id}),
+            Some(too_long),
+        ),
+        // Expired, issued in the future, issued by another App.
+        (json!({"iat": now - 700, "exp": now - 100, "iss": id}), None),
+        (json!({"iat": now + 300, "exp": now + 500, "iss": id}), None),
+        (json!({"iat": now - 60, "exp": now + 540, "iss": 1}), None),
+    ] {
+        let answer = Client::with(&fake, &jwt_with(&claims)).get("/app").await;
+        assert_eq!(answer.status, 401, "{claims}");
+        if let Some(message) = message {
+            assert_eq!(answer.message(), message);
+        }
+    }
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn a_valid_jwt_reads_the_app_with_a_numeric_or_string_issuer() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.set_app_id(123456);
     let now = now_secs();
-    let url = format!("{}/app", fake.url());
     for iss in [json!(123456), json!("123456"), json!(fake.client_id())] {
         let jwt = jwt_with(&json!({"iat": now - 60, "exp": now + 540, "iss": iss}));
-        let answer = call(&client, "GET", &url, Some(&jwt), None).await;
+        let answer = Client::with(&fake, &jwt).get("/app").await;
         assert_eq!(answer.status, 200, "{:?}", answer.body);
         assert_eq!(answer.body["id"], 123456);
         assert_eq!(answer.body["slug"], "rowbranch-test");
     }
     // An installation token is not a JWT.
     let token = fake.issue_token(INSTALLATION, None);
-    let answer = call(&client, "GET", &url, Some(&format!("token {token}")), None).await;
+    let answer = Client::with(&fake, &format!("token {token}"))
+        .get("/app")
+        .await;
     assert_eq!(answer.status, 401);
     assert_eq!(fake.jwt_requests().len(), 3);
     fake.assert_no_unexpected();
@@ -238,10 +289,11 @@ async fn a_valid_jwt_reads_the_app_with_a_numeric_or_string_issuer() {
 
 #[tokio::test]
 async fn an_account_is_a_user_an_organization_or_the_apps_bot_and_others_404() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.add_account("octo-cat", "User");
     fake.add_account("Big-Org", "Organization");
-    let user = |login: &str| format!("{}/users/{login}", fake.url());
+    // No credentials needed: the endpoint is public.
+    let anyone = Client::anonymous(&fake);
     for (login, kind, canonical) in [
         ("octo-cat", "User", "octo-cat"),
         ("OCTO-CAT", "User", "octo-cat"),
@@ -250,13 +302,12 @@ async fn an_account_is_a_user_an_organization_or_the_apps_bot_and_others_404() {
         ("acme", "Organization", "acme"),
         ("rowbranch-test[bot]", "Bot", "rowbranch-test[bot]"),
     ] {
-        // No credentials needed: the endpoint is public.
-        let answer = call(&client, "GET", &user(login), None, None).await;
+        let answer = anyone.get(&format!("/users/{login}")).await;
         assert_eq!(answer.status, 200, "{login}: {:?}", answer.body);
         assert_eq!(answer.body["type"], kind, "{login}");
         assert_eq!(answer.body["login"], canonical, "{login}");
     }
-    let answer = call(&client, "GET", &user("nobody-here"), None, None).await;
+    let answer = anyone.get("/users/nobody-here").await;
     assert_eq!(answer.status, 404);
     assert_eq!(answer.message(), "Not Found");
     assert_eq!(
@@ -266,9 +317,7 @@ async fn an_account_is_a_user_an_organization_or_the_apps_bot_and_others_404() {
 
     // The repository's owner and the installation's account carry the same type.
     fake.add_account("acme", "User");
-    let auth = format!("Bearer {}", fake.app_jwt());
-    let url = repo_url(&fake, REPO, "/installation");
-    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    let answer = Client::app(&fake).get(&repo(REPO, "/installation")).await;
     assert_eq!(answer.body["account"]["type"], "User");
     assert_eq!(answer.body["target_type"], "User");
     fake.assert_no_unexpected();
@@ -276,139 +325,90 @@ async fn an_account_is_a_user_an_organization_or_the_apps_bot_and_others_404() {
 
 #[tokio::test]
 async fn a_manifest_code_for_a_renamed_app_gives_that_slug_then_and_afterwards() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.add_manifest_code_for_app("code-1", "Rowbranch Acme 2", "rowbranch-acme-2");
-    let url = format!("{}/app-manifests/code-1/conversions", fake.url());
-    let answer = call(&client, "POST", &url, None, None).await;
+    let anyone = Client::anonymous(&fake);
+    let conversion = "/app-manifests/code-1/conversions";
+    let answer = anyone.send("POST", conversion, None).await;
     assert_eq!(answer.status, 201, "{:?}", answer.body);
     assert_eq!(answer.body["slug"], "rowbranch-acme-2");
     assert_eq!(answer.body["name"], "Rowbranch Acme 2");
     assert_eq!(answer.body["id"], fake.app_id());
     assert!(answer.body["pem"].as_str().unwrap().contains("PRIVATE KEY"));
     // The code works once.
-    assert_eq!(call(&client, "POST", &url, None, None).await.status, 404);
+    assert_eq!(anyone.send("POST", conversion, None).await.status, 404);
     // The App keeps that slug, and its bot is found by it.
-    let jwt = format!("Bearer {}", fake.app_jwt());
-    let app = call(
-        &client,
-        "GET",
-        &format!("{}/app", fake.url()),
-        Some(&jwt),
-        None,
-    )
-    .await;
+    let app = Client::app(&fake).get("/app").await;
     assert_eq!(app.body["slug"], "rowbranch-acme-2");
     assert_eq!(fake.app_slug(), "rowbranch-acme-2");
-    let bot = format!("{}/users/rowbranch-acme-2[bot]", fake.url());
-    assert_eq!(
-        call(&client, "GET", &bot, None, None).await.body["type"],
-        "Bot"
-    );
+    let bot = anyone.get("/users/rowbranch-acme-2[bot]").await;
+    assert_eq!(bot.body["type"], "Bot");
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn the_repository_installation_is_found_or_404s_when_the_app_is_not_installed() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.add_repo("acme/elsewhere");
-    let auth = format!("Bearer {}", fake.app_jwt());
-    let answer = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/installation"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let app = Client::app(&fake);
+    let answer = app.get(&repo(REPO, "/installation")).await;
     assert_eq!(answer.status, 200);
     assert_eq!(answer.body["id"], INSTALLATION);
     assert_eq!(answer.body["account"]["login"], "acme");
     assert_eq!(answer.body["permissions"]["contents"], "write");
     assert_eq!(answer.body["repository_selection"], "selected");
-    let url = repo_url(&fake, "acme/elsewhere", "/installation");
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        404
-    );
+    let elsewhere = app.get(&repo("acme/elsewhere", "/installation")).await;
+    assert_eq!(elsewhere.status, 404);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn an_installation_on_all_repositories_covers_the_owners_repositories_added_later() {
     let fake = FakeGithub::start().await;
-    let client = reqwest::Client::new();
     fake.install_on_all_repositories("acme", INSTALLATION);
     fake.add_repo(REPO);
     fake.add_repo(OTHER_REPO);
     fake.add_repo("elsewhere/tools");
-    let jwt = format!("Bearer {}", fake.app_jwt());
-    let url = repo_url(&fake, REPO, "/installation");
-    let found = call(&client, "GET", &url, Some(&jwt), None).await;
+    let app = Client::app(&fake);
+    let found = app.get(&repo(REPO, "/installation")).await;
     assert_eq!(found.status, 200);
     assert_eq!(found.body["id"], INSTALLATION);
     assert_eq!(found.body["repository_selection"], "all");
-    let url = repo_url(&fake, "elsewhere/tools", "/installation");
-    let other_owner = call(&client, "GET", &url, Some(&jwt), None).await;
+    let other_owner = app.get(&repo("elsewhere/tools", "/installation")).await;
     assert_eq!(other_owner.status, 404);
 
     // Unnarrowed, a token reaches every repository of the owner and says "all".
-    let url = format!(
-        "{}/app/installations/{INSTALLATION}/access_tokens",
-        fake.url()
-    );
-    let wide = call(&client, "POST", &url, Some(&jwt), None).await;
+    let wide = app.send("POST", &tokens_path(INSTALLATION), None).await;
     assert_eq!(wide.status, 201);
     assert_eq!(wide.body["repository_selection"], "all");
-    let wide = format!("token {}", wide.body["token"].as_str().expect("a token"));
-    for (repo, status) in [(REPO, 200), (OTHER_REPO, 200), ("elsewhere/tools", 404)] {
-        let answer = call(
-            &client,
-            "GET",
-            &repo_url(&fake, repo, ""),
-            Some(&wide),
-            None,
-        )
-        .await;
-        assert_eq!(answer.status, status, "{repo}");
+    let wide = Client::with(
+        &fake,
+        &format!("token {}", wide.body["token"].as_str().expect("a token")),
+    );
+    for (name, status) in [(REPO, 200), (OTHER_REPO, 200), ("elsewhere/tools", 404)] {
+        assert_eq!(wide.get(&repo(name, "")).await.status, status, "{name}");
     }
     // Narrowed to one, it says "selected" and reaches only that one.
     let body = json!({"repositories": ["widgets"]});
-    let narrow = call(&client, "POST", &url, Some(&jwt), Some(body)).await;
+    let narrow = app.post(&tokens_path(INSTALLATION), body).await;
     assert_eq!(narrow.status, 201);
     assert_eq!(narrow.body["repository_selection"], "selected");
     assert_eq!(narrow.body["repositories"][0]["full_name"], REPO);
-    let narrow = format!("token {}", narrow.body["token"].as_str().expect("a token"));
-    let own = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, ""),
-        Some(&narrow),
-        None,
-    )
-    .await;
-    assert_eq!(own.status, 200);
-    let url_other = repo_url(&fake, OTHER_REPO, "");
-    let other = call(&client, "GET", &url_other, Some(&narrow), None).await;
-    assert_eq!(other.status, 404);
+    let narrow = Client::with(
+        &fake,
+        &format!("token {}", narrow.body["token"].as_str().expect("a token")),
+    );
+    assert_eq!(narrow.get(&repo(REPO, "")).await.status, 200);
+    assert_eq!(narrow.get(&repo(OTHER_REPO, "")).await.status, 404);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowed() {
-    let (fake, client) = fake_with_repos().await;
-    let url = format!(
-        "{}/app/installations/{INSTALLATION}/access_tokens",
-        fake.url()
-    );
-    let auth = format!("Bearer {}", fake.app_jwt());
-    let answer = call(
-        &client,
-        "POST",
-        &url,
-        Some(&auth),
-        Some(json!({"repositories": ["widgets"]})),
-    )
-    .await;
+    let fake = fake_with_repos().await;
+    let app = Client::app(&fake);
+    let narrowed = json!({"repositories": ["widgets"]});
+    let answer = app.post(&tokens_path(INSTALLATION), narrowed).await;
     assert_eq!(answer.status, 201);
     let token = answer.body["token"].as_str().expect("token");
     assert!(token.starts_with("ghs_"));
@@ -422,61 +422,26 @@ async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowe
     assert_eq!(minted[0].repositories.as_ref().map(|r| r.len()), Some(1));
 
     for scheme in ["token", "Bearer"] {
-        let auth = format!("{scheme} {token}");
-        let own = call(
-            &client,
-            "GET",
-            &repo_url(&fake, REPO, ""),
-            Some(&auth),
-            None,
-        )
-        .await;
+        let client = Client::with(&fake, &format!("{scheme} {token}"));
+        let own = client.get(&repo(REPO, "")).await;
         assert_eq!(own.status, 200);
         assert_eq!(own.body["full_name"], REPO);
         assert_eq!(own.body["default_branch"], "main");
         assert_eq!(own.body["private"], true);
-        let other = call(
-            &client,
-            "GET",
-            &repo_url(&fake, OTHER_REPO, ""),
-            Some(&auth),
-            None,
-        )
-        .await;
+        let other = client.get(&repo(OTHER_REPO, "")).await;
         assert_eq!(other.status, 404);
         assert_eq!(other.message(), "Not Found");
     }
 
     // Unnarrowed, the same installation reaches both; an unknown installation is 404.
-    let wide = mint(&fake, &client, json!({})).await;
-    let other = call(
-        &client,
-        "GET",
-        &repo_url(&fake, OTHER_REPO, ""),
-        Some(&wide),
-        None,
-    )
-    .await;
-    assert_eq!(other.status, 200);
-    let url = format!("{}/app/installations/999/access_tokens", fake.url());
-    assert_eq!(
-        call(&client, "POST", &url, Some(&auth), None).await.status,
-        404
-    );
+    let wide = app.mint(Some(json!({}))).await;
+    assert_eq!(wide.get(&repo(OTHER_REPO, "")).await.status, 200);
+    let unknown = app.send("POST", &tokens_path(999), None).await;
+    assert_eq!(unknown.status, 404);
     // Narrowing to a repository outside the installation is refused.
     fake.add_repo("acme/private-stuff");
-    let url = format!(
-        "{}/app/installations/{INSTALLATION}/access_tokens",
-        fake.url()
-    );
-    let answer = call(
-        &client,
-        "POST",
-        &url,
-        Some(&auth),
-        Some(json!({"repositories": ["private-stuff"]})),
-    )
-    .await;
+    let outside = json!({"repositories": ["private-stuff"]});
+    let answer = app.post(&tokens_path(INSTALLATION), outside).await;
     assert_eq!(answer.status, 422);
     assert_eq!(fake.token_mints(), 2);
     fake.assert_no_unexpected();
@@ -484,18 +449,12 @@ async fn a_minted_token_works_on_its_repository_and_404s_on_another_when_narrowe
 
 #[tokio::test]
 async fn without_credentials_a_private_repository_is_404_for_reads_and_writes() {
-    let (fake, client) = fake_with_repos().await;
-    let read = call(&client, "GET", &repo_url(&fake, REPO, ""), None, None).await;
+    let fake = fake_with_repos().await;
+    let anyone = Client::anonymous(&fake);
+    let read = anyone.get(&repo(REPO, "")).await;
     assert_eq!((read.status, read.message()), (404, "Not Found"));
-    let url = repo_url(&fake, REPO, "/dispatches");
-    let write = call(
-        &client,
-        "POST",
-        &url,
-        None,
-        Some(json!({"event_type": "go"})),
-    )
-    .await;
+    let dispatch = json!({"event_type": "go"});
+    let write = anyone.post(&repo(REPO, "/dispatches"), dispatch).await;
     assert_eq!((write.status, write.message()), (404, "Not Found"));
     assert!(fake.dispatches(REPO).is_empty());
     let log = fake.requests();
@@ -505,85 +464,59 @@ async fn without_credentials_a_private_repository_is_404_for_reads_and_writes() 
 
 #[tokio::test]
 async fn an_expired_token_gets_401_bad_credentials() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
-    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        200
-    );
+    let (fake, token) = fake_and_token().await;
+    let main = repo(REPO, "/git/ref/heads/main");
+    assert_eq!(token.get(&main).await.status, 200);
     fake.expire_tokens();
-    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    let answer = token.get(&main).await;
     assert_eq!(answer.status, 401);
     assert_eq!(answer.message(), "Bad credentials");
-    let unknown = call(&client, "GET", &url, Some("token ghs_nonsense"), None).await;
+    let unknown = Client::with(&fake, "token ghs_nonsense").get(&main).await;
     assert_eq!(unknown.status, 401);
 
     // A short lifetime runs out by itself.
     fake.set_token_ttl(Duration::from_millis(300));
-    let auth = mint(&fake, &client, json!({})).await;
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        200
-    );
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
+    assert_eq!(token.get(&main).await.status, 200);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        401
-    );
+    assert_eq!(token.get(&main).await.status, 401);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn a_missing_permission_gets_403_resource_not_accessible() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.set_installation_permissions(INSTALLATION, &[("contents", "read")]);
-    let auth = mint(&fake, &client, json!({})).await;
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
-    let body = json!({"ref": "refs/heads/x", "sha": sha});
-    let answer = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    let answer = token
+        .post(&repo(REPO, "/git/refs"), new_ref("x", &sha))
+        .await;
     assert_eq!(answer.status, 403);
     assert_eq!(answer.message(), "Resource not accessible by integration");
     assert_eq!(
         answer.header("x-accepted-github-permissions"),
         Some("contents=write")
     );
-    let pulls = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/pulls"),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(pulls.status, 403);
-    let read = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/git/ref/heads/main"),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(read.status, 200);
+    assert_eq!(token.get(&repo(REPO, "/pulls")).await.status, 403);
+    let main = repo(REPO, "/git/ref/heads/main");
+    assert_eq!(token.get(&main).await.status, 200);
     assert_eq!(fake.refs(REPO), vec!["main"]);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn creating_a_ref_twice_gives_201_then_422_reference_already_exists() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
-    let body = json!({"ref": "refs/heads/feedback/42", "sha": sha});
-    let first = call(&client, "POST", &url, Some(&auth), Some(body.clone())).await;
+    let refs = repo(REPO, "/git/refs");
+    let body = new_ref("feedback/42", &sha);
+    let first = token.post(&refs, body.clone()).await;
     assert_eq!(first.status, 201);
     assert_eq!(first.body["ref"], "refs/heads/feedback/42");
     assert_eq!(first.body["object"]["sha"], sha.as_str());
     assert_eq!(first.body["object"]["type"], "commit");
-    let second = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    let second = token.post(&refs, body).await;
     assert_eq!(second.status, 422);
     assert_eq!(second.message(), "Reference already exists");
     assert_eq!(fake.refs(REPO), vec!["feedback/42", "main"]);
@@ -593,19 +526,12 @@ async fn creating_a_ref_twice_gives_201_then_422_reference_already_exists() {
 
 #[tokio::test]
 async fn of_fifty_concurrent_creates_exactly_one_gets_201() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..50 {
-        let (client, url, auth) = (client.clone(), url.clone(), auth.clone());
-        let body = json!({"ref": "refs/heads/race", "sha": sha});
-        set.spawn(async move {
-            call(&client, "POST", &url, Some(&auth), Some(body))
-                .await
-                .status
-        });
+        let (token, body) = (token.clone(), new_ref("race", &sha));
+        set.spawn(async move { token.post(&repo(REPO, "/git/refs"), body).await.status });
     }
     let statuses = set.join_all().await;
     assert_eq!(statuses.iter().filter(|s| **s == 201).count(), 1);
@@ -615,72 +541,52 @@ async fn of_fifty_concurrent_creates_exactly_one_gets_201() {
 
 #[tokio::test]
 async fn create_ref_refuses_an_unknown_sha_a_bad_name_and_an_empty_repository() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.add_empty_repo("acme/empty");
     fake.install("acme/empty", INSTALLATION);
-    let auth = mint(&fake, &client, json!({})).await;
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
-    let unknown = json!({"ref": "refs/heads/x", "sha": "0123456789012345678901234567890123456789"});
-    let answer = call(&client, "POST", &url, Some(&auth), Some(unknown)).await;
-    assert_eq!(
-        (answer.status, answer.message()),
-        (422, "Object does not exist")
-    );
-    let bad = json!({"ref": "heads/x", "sha": sha});
-    let answer = call(&client, "POST", &url, Some(&auth), Some(bad)).await;
-    assert_eq!(
-        (answer.status, answer.message()),
-        (422, "heads/x is not a valid ref name.")
-    );
-    let empty = repo_url(&fake, "acme/empty", "/git/refs");
-    let answer = call(
-        &client,
-        "POST",
-        &empty,
-        Some(&auth),
-        Some(json!({"ref": "refs/heads/x", "sha": sha})),
-    )
-    .await;
-    assert_eq!(
-        (answer.status, answer.message()),
-        (409, "Git Repository is empty.")
-    );
+    let unknown = "0123456789012345678901234567890123456789";
+    for (target, body, status, message) in [
+        (REPO, new_ref("x", unknown), 422, "Object does not exist"),
+        (
+            REPO,
+            json!({"ref": "heads/x", "sha": sha}),
+            422,
+            "heads/x is not a valid ref name.",
+        ),
+        (
+            "acme/empty",
+            new_ref("x", &sha),
+            409,
+            "Git Repository is empty.",
+        ),
+    ] {
+        let answer = token.post(&repo(target, "/git/refs"), body).await;
+        assert_eq!((answer.status, answer.message()), (status, message));
+    }
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.create_branch(REPO, "feedback/420-x", "main");
-    let missing = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/git/ref/heads/feedback/42"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let missing = token.get(&repo(REPO, "/git/ref/heads/feedback/42")).await;
     assert_eq!(missing.status, 404);
     assert_eq!(missing.message(), "Not Found");
     assert!(missing.body["documentation_url"].is_string());
-    let found = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/git/ref/heads/feedback/420-x"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let found = token
+        .get(&repo(REPO, "/git/ref/heads/feedback/420-x"))
+        .await;
     assert_eq!(found.status, 200);
     assert_eq!(found.body["ref"], "refs/heads/feedback/420-x");
 
-    let url = repo_url(&fake, REPO, "/git/refs/heads/feedback/420-x");
-    let deleted = call(&client, "DELETE", &url, Some(&auth), None).await;
+    let branch = repo(REPO, "/git/refs/heads/feedback/420-x");
+    let deleted = token.delete(&branch).await;
     assert_eq!(deleted.status, 204);
     assert_eq!(deleted.body, Value::String(String::new()));
-    let again = call(&client, "DELETE", &url, Some(&auth), None).await;
+    let again = token.delete(&branch).await;
     assert_eq!(
         (again.status, again.message()),
         (422, "Reference does not exist")
@@ -691,79 +597,48 @@ async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
 
 #[tokio::test]
 async fn a_default_branch_other_than_main_is_reported_read_from_and_not_deletable() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     let main = fake.branch_sha(REPO, "main").expect("main");
     fake.create_branch(REPO, "trunk", "main");
     fake.set_default_branch(REPO, "trunk");
-    let repo = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, ""),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(repo.body["default_branch"], "trunk");
+    let answer = token.get(&repo(REPO, "")).await;
+    assert_eq!(answer.body["default_branch"], "trunk");
 
     // Workflows land on the default branch, contents are read from it, pulls go into it.
     let trunk = fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
     assert_eq!(fake.branch_sha(REPO, "trunk"), Some(trunk.clone()));
     assert_eq!(fake.branch_sha(REPO, "main"), Some(main));
     let path = "/contents/.github/workflows/rowbranch.yml";
-    let file = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, path),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(file.status, 200);
-    let on_main = repo_url(&fake, REPO, &format!("{path}?ref=main"));
-    let missing = call(&client, "GET", &on_main, Some(&auth), None).await;
-    assert_eq!(missing.status, 404);
+    assert_eq!(token.get(&repo(REPO, path)).await.status, 200);
+    let on_main = repo(REPO, &format!("{path}?ref=main"));
+    assert_eq!(token.get(&on_main).await.status, 404);
     fake.add_pull(REPO, "feedback/1", PullState::Open, false);
-    let pulls = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/pulls"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let pulls = token.get(&repo(REPO, "/pulls")).await;
     assert_eq!(pulls.body[0]["base"]["ref"], "trunk");
     assert_eq!(pulls.body[0]["base"]["sha"], trunk.as_str());
 
     // The default branch cannot be deleted; `main` now can.
-    let url = repo_url(&fake, REPO, "/git/refs/heads/trunk");
-    let refused = call(&client, "DELETE", &url, Some(&auth), None).await;
-    assert_eq!(refused.status, 422);
-    let url = repo_url(&fake, REPO, "/git/refs/heads/main");
-    let deleted = call(&client, "DELETE", &url, Some(&auth), None).await;
-    assert_eq!(deleted.status, 204);
+    for (branch, status) in [("trunk", 422), ("main", 204)] {
+        let answer = token
+            .delete(&repo(REPO, &format!("/git/refs/heads/{branch}")))
+            .await;
+        assert_eq!(answer.status, status, "{branch}");
+    }
     assert_eq!(fake.refs(REPO), vec!["trunk"]);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn matching_refs_for_prefix_42_returns_42_and_420_x() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     for b in ["feedback/42", "feedback/420-x", "feedback/5", "other/42"] {
         fake.create_branch(REPO, b, "main");
     }
-    let url = repo_url(
-        &fake,
-        REPO,
-        "/git/matching-refs/heads/feedback/42?per_page=1",
-    );
-    let answer = call(&client, "GET", &url, Some(&auth), None).await;
+    let path = repo(REPO, "/git/matching-refs/heads/feedback/42?per_page=1");
+    let answer = token.get(&path).await;
     assert_eq!(answer.status, 200);
     let names: Vec<&str> = answer
-        .body
-        .as_array()
-        .expect("array")
+        .list()
         .iter()
         .map(|r| r["ref"].as_str().unwrap_or(""))
         .collect();
@@ -771,34 +646,30 @@ async fn matching_refs_for_prefix_42_returns_42_and_420_x() {
         names,
         vec!["refs/heads/feedback/42", "refs/heads/feedback/420-x"]
     );
-    let none = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/git/matching-refs/heads/nothing"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let none = token
+        .get(&repo(REPO, "/git/matching-refs/heads/nothing"))
+        .await;
     assert_eq!((none.status, none.body.clone()), (200, json!([])));
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filters() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.create_branch(REPO, "feedback/1", "main");
     let one = fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
     fake.add_pull(REPO, "feedback/2", PullState::Open, false);
     fake.add_pull(REPO, "feedback/10", PullState::Closed, false);
 
-    let url = repo_url(&fake, REPO, "/pulls?head=feedback/1&state=all");
-    let all = call(&client, "GET", &url, Some(&auth), None).await;
-    assert_eq!(all.body.as_array().expect("array").len(), 3);
+    let all = token
+        .get(&repo(REPO, "/pulls?head=feedback/1&state=all"))
+        .await;
+    assert_eq!(all.list().len(), 3);
 
-    let url = repo_url(&fake, REPO, "/pulls?head=acme:feedback/1&state=all");
-    let filtered = call(&client, "GET", &url, Some(&auth), None).await;
-    let list = filtered.body.as_array().expect("array");
+    let filtered = token
+        .get(&repo(REPO, "/pulls?head=acme:feedback/1&state=all"))
+        .await;
+    let list = filtered.list();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["number"], one);
     assert_eq!(list[0]["state"], "closed");
@@ -808,30 +679,28 @@ async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filt
     assert_eq!(list[0]["base"]["ref"], "main");
 
     // `state` defaults to open.
-    let url = repo_url(&fake, REPO, "/pulls");
-    let open = call(&client, "GET", &url, Some(&auth), None).await;
-    assert_eq!(open.body.as_array().expect("array").len(), 1);
+    let open = token.get(&repo(REPO, "/pulls")).await;
+    assert_eq!(open.list().len(), 1);
     assert_eq!(open.body[0]["merged_at"], Value::Null);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_branch() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.create_branch(REPO, "feedback/3", "main");
     let head = fake.push_commit(REPO, "feedback/3");
     let number = fake.add_pull(REPO, "feedback/3", PullState::Open, false);
     fake.set_pull_state(REPO, number, PullState::Closed, true);
     fake.delete_branch(REPO, "feedback/3");
     assert_eq!(fake.refs(REPO), vec!["main"]);
-    let url = repo_url(&fake, REPO, "/git/ref/heads/feedback/3");
-    let gone = call(&client, "GET", &url, Some(&auth), None).await;
+    let gone = token.get(&repo(REPO, "/git/ref/heads/feedback/3")).await;
     assert_eq!(gone.status, 404);
 
-    let url = repo_url(&fake, REPO, "/pulls?head=acme:feedback/3&state=all");
-    let listed = call(&client, "GET", &url, Some(&auth), None).await;
-    let list = listed.body.as_array().expect("array");
+    let listed = token
+        .get(&repo(REPO, "/pulls?head=acme:feedback/3&state=all"))
+        .await;
+    let list = listed.list();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["number"], number);
     assert_eq!(list[0]["state"], "closed");
@@ -839,9 +708,8 @@ async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_bran
     assert!(list[0]["closed_at"].is_string());
     assert_eq!(list[0]["head"]["ref"], "feedback/3");
     assert_eq!(list[0]["head"]["sha"], head.as_str());
-    let open = repo_url(&fake, REPO, "/pulls");
-    let none = call(&client, "GET", &open, Some(&auth), None).await;
-    assert_eq!(none.body, json!([]));
+    let open = repo(REPO, "/pulls");
+    assert_eq!(token.get(&open).await.body, json!([]));
     let pulls = fake.pulls(REPO);
     assert_eq!(pulls[0].state, PullState::Closed);
     assert!(pulls[0].merged_at.is_some());
@@ -850,7 +718,7 @@ async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_bran
 
     // Reopened, it is open and unmerged again.
     fake.set_pull_state(REPO, number, PullState::Open, false);
-    let reopened = call(&client, "GET", &open, Some(&auth), None).await;
+    let reopened = token.get(&open).await;
     assert_eq!(reopened.body[0]["number"], number);
     assert_eq!(reopened.body[0]["merged_at"], Value::Null);
     assert_eq!(reopened.body[0]["closed_at"], Value::Null);
@@ -859,23 +727,20 @@ async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_bran
 
 #[tokio::test]
 async fn listing_pulls_paginates_with_an_absolute_link_header() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     for i in 0..5 {
         fake.add_pull(REPO, &format!("b/{i}"), PullState::Open, false);
     }
-    let mut url = repo_url(&fake, REPO, "/pulls?state=all&per_page=2");
+    let mut url = repo(REPO, "/pulls?state=all&per_page=2");
     let mut numbers = Vec::new();
     let mut pages = 0;
     loop {
-        let answer = call(&client, "GET", &url, Some(&auth), None).await;
+        let answer = token.get(&url).await;
         assert_eq!(answer.status, 200);
         pages += 1;
         numbers.extend(
             answer
-                .body
-                .as_array()
-                .expect("array")
+                .list()
                 .iter()
                 .map(|p| p["number"].as_u64().unwrap_or(0)),
         );
@@ -890,46 +755,33 @@ async fn listing_pulls_paginates_with_an_absolute_link_header() {
     }
     assert_eq!(pages, 3);
     assert_eq!(numbers, vec![5, 4, 3, 2, 1], "newest first");
-    let big = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/pulls?state=all&per_page=500"),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(big.body.as_array().expect("array").len(), 5);
+    let big = token
+        .get(&repo(REPO, "/pulls?state=all&per_page=500"))
+        .await;
+    assert_eq!(big.list().len(), 5);
     assert!(big.header("link").is_none());
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn compare_after_push_commit_is_ahead_by_one() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.create_branch(REPO, "feedback/7", "main");
-    let url = repo_url(&fake, REPO, "/compare/main...feedback/7");
-    let same = call(&client, "GET", &url, Some(&auth), None).await;
+    let compare = repo(REPO, "/compare/main...feedback/7");
+    let same = token.get(&compare).await;
     assert_eq!(same.body["status"], "identical");
     fake.push_commit(REPO, "feedback/7");
-    let ahead = call(&client, "GET", &url, Some(&auth), None).await;
+    let ahead = token.get(&compare).await;
     assert_eq!(ahead.status, 200);
     assert_eq!(ahead.body["status"], "ahead");
     assert_eq!(ahead.body["ahead_by"], 1);
     assert_eq!(ahead.body["behind_by"], 0);
     assert_eq!(ahead.body["total_commits"], 1);
     fake.push_commit(REPO, "main");
-    let diverged = call(&client, "GET", &url, Some(&auth), None).await;
+    let diverged = token.get(&compare).await;
     assert_eq!(diverged.body["status"], "diverged");
     assert_eq!(diverged.body["behind_by"], 1);
-    let reverse = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/compare/feedback/7...main"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let reverse = token.get(&repo(REPO, "/compare/feedback/7...main")).await;
     assert_eq!(
         (
             reverse.body["ahead_by"].clone(),
@@ -937,33 +789,23 @@ async fn compare_after_push_commit_is_ahead_by_one() {
         ),
         (json!(1), json!(1))
     );
-    let unknown = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/compare/main...nope"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let unknown = token.get(&repo(REPO, "/compare/main...nope")).await;
     assert_eq!(unknown.status, 404);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn a_dispatch_with_eleven_payload_keys_is_422_and_a_valid_one_is_recorded() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
-    let url = repo_url(&fake, REPO, "/dispatches");
+    let (fake, token) = fake_and_token().await;
+    let dispatches = repo(REPO, "/dispatches");
     let eleven: serde_json::Map<String, Value> =
         (0..11).map(|i| (format!("k{i}"), json!(i))).collect();
-    let answer = call(
-        &client,
-        "POST",
-        &url,
-        Some(&auth),
-        Some(json!({"event_type": "go", "client_payload": eleven})),
-    )
-    .await;
+    let answer = token
+        .post(
+            &dispatches,
+            json!({"event_type": "go", "client_payload": eleven}),
+        )
+        .await;
     assert_eq!(answer.status, 422);
     assert!(
         answer.message().contains("No more than 10 properties"),
@@ -977,45 +819,38 @@ async fn a_dispatch_with_eleven_payload_keys_is_422_and_a_valid_one_is_recorded(
         json!({"event_type": "go", "client_payload": "text"}),
         json!({"event_type": "go", "client_payload": {"big": "y".repeat(70_000)}}),
     ] {
-        assert_eq!(
-            call(&client, "POST", &url, Some(&auth), Some(bad))
-                .await
-                .status,
-            422
-        );
+        assert_eq!(token.post(&dispatches, bad).await.status, 422);
     }
     assert!(fake.dispatches(REPO).is_empty());
 
     let good = json!({"event_type": "rowbranch", "client_payload": {"branch": "feedback/1"}});
-    let answer = call(&client, "POST", &url, Some(&auth), Some(good)).await;
-    assert_eq!(answer.status, 204);
-    let dispatches = fake.dispatches(REPO);
-    assert_eq!(dispatches.len(), 1);
-    assert_eq!(dispatches[0].event_type, "rowbranch");
+    assert_eq!(token.post(&dispatches, good).await.status, 204);
+    let dispatched = fake.dispatches(REPO);
+    assert_eq!(dispatched.len(), 1);
+    assert_eq!(dispatched[0].event_type, "rowbranch");
     assert_eq!(
-        dispatches[0].client_payload,
+        dispatched[0].client_payload,
         json!({"branch": "feedback/1"})
     );
-    assert_eq!(dispatches[0].installation_id, Some(INSTALLATION));
+    assert_eq!(dispatched[0].installation_id, Some(INSTALLATION));
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn an_applied_then_502_on_create_ref_leaves_the_ref_created() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.inject(Op::CreateRef, Fault::AppliedThen(502), 1);
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
-    let body = json!({"ref": "refs/heads/feedback/9", "sha": sha});
-    let answer = call(&client, "POST", &url, Some(&auth), Some(body.clone())).await;
+    let refs = repo(REPO, "/git/refs");
+    let body = new_ref("feedback/9", &sha);
+    let answer = token.post(&refs, body.clone()).await;
     assert_eq!(answer.status, 502);
     assert!(answer
         .header("content-type")
         .unwrap_or("")
         .starts_with("text/html"));
     assert_eq!(fake.branch_sha(REPO, "feedback/9"), Some(sha));
-    let again = call(&client, "POST", &url, Some(&auth), Some(body)).await;
+    let again = token.post(&refs, body).await;
     assert_eq!(
         (again.status, again.message()),
         (422, "Reference already exists")
@@ -1026,31 +861,20 @@ async fn an_applied_then_502_on_create_ref_leaves_the_ref_created() {
 
 #[tokio::test]
 async fn drop_after_apply_closes_the_connection_without_an_answer_but_applies() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.inject(Op::Dispatch, Fault::DropAfterApply, 1);
     fake.inject(Op::CreateRef, Fault::DropBeforeApply, 1);
-    let url = repo_url(&fake, REPO, "/dispatches");
-    let result = try_call(
-        &client,
-        "POST",
-        &url,
-        Some(&auth),
-        Some(json!({"event_type": "go"})),
-    )
-    .await;
+    let dispatch = Some(json!({"event_type": "go"}));
+    let result = token
+        .try_send("POST", &repo(REPO, "/dispatches"), dispatch)
+        .await;
     assert!(result.is_err(), "no answer expected");
     assert_eq!(fake.dispatches(REPO).len(), 1, "applied all the same");
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
-    let result = try_call(
-        &client,
-        "POST",
-        &url,
-        Some(&auth),
-        Some(json!({"ref": "refs/heads/lost", "sha": sha})),
-    )
-    .await;
+    let create = Some(new_ref("lost", &sha));
+    let result = token
+        .try_send("POST", &repo(REPO, "/git/refs"), create)
+        .await;
     assert!(result.is_err(), "no answer expected");
     assert_eq!(fake.refs(REPO), vec!["main"], "not applied");
 
@@ -1058,31 +882,22 @@ async fn drop_after_apply_closes_the_connection_without_an_answer_but_applies() 
     assert_eq!(writes.len(), 2, "sent once each, not retried");
     assert!(writes.iter().all(|w| w.dropped && w.status.is_none()));
     // The server goes on answering on fresh connections.
-    let answer = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/git/ref/heads/main"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let answer = token.get(&repo(REPO, "/git/ref/heads/main")).await;
     assert_eq!(answer.status, 200);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test(start_paused = true)]
 async fn delay_after_apply_applies_at_once_and_answers_late() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     let sha = fake.branch_sha(REPO, "main").expect("main");
-    let url = repo_url(&fake, REPO, "/git/refs");
+    let refs = repo(REPO, "/git/refs");
     let fault = Fault::DelayAfterApply(Duration::from_secs(60));
     fake.inject(Op::CreateRef, fault.clone(), 2);
     let started = tokio::time::Instant::now();
     let pending = {
-        let (client, url, auth) = (client.clone(), url.clone(), auth.clone());
-        let body = json!({"ref": "refs/heads/feedback/8", "sha": sha});
-        tokio::spawn(async move { call(&client, "POST", &url, Some(&auth), Some(body)).await })
+        let (token, refs, body) = (token.clone(), refs.clone(), new_ref("feedback/8", &sha));
+        tokio::spawn(async move { token.post(&refs, body).await })
     };
     for _ in 0..1000 {
         if fake.branch_sha(REPO, "feedback/8").is_some() {
@@ -1101,8 +916,8 @@ async fn delay_after_apply_applies_at_once_and_answers_late() {
         .timeout(Duration::from_secs(5))
         .build()
         .expect("a client");
-    let body = json!({"ref": "refs/heads/feedback/9", "sha": sha});
-    let result = try_call(&impatient, "POST", &url, Some(&auth), Some(body)).await;
+    let body = Some(new_ref("feedback/9", &sha));
+    let result = token.over(impatient).try_send("POST", &refs, body).await;
     assert!(result.is_err(), "no answer within the client's timeout");
     assert_eq!(fake.branch_sha(REPO, "feedback/9"), Some(sha));
     let log = fake.requests_for(Op::CreateRef);
@@ -1113,38 +928,29 @@ async fn delay_after_apply_applies_at_once_and_answers_late() {
 
 #[tokio::test]
 async fn rate_limit_faults_answer_like_github() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
-    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
-    fake.inject(
-        Op::GetRef,
+    let (fake, token) = fake_and_token().await;
+    let main = repo(REPO, "/git/ref/heads/main");
+    for fault in [
         Fault::SecondaryRateLimit {
             retry_after_secs: 7,
         },
-        1,
-    );
-    fake.inject(Op::GetRef, Fault::PrimaryRateLimit { reset_in_secs: 30 }, 1);
-    fake.inject(
-        Op::GetRef,
+        Fault::PrimaryRateLimit { reset_in_secs: 30 },
         Fault::TooManyRequests {
             retry_after_secs: 3,
         },
-        1,
-    );
-    fake.inject(Op::GetRef, Fault::Status(500), 1);
-    fake.inject(
-        Op::GetRef,
+        Fault::Status(500),
         Fault::Unprocessable("Reference update failed".into()),
-        1,
-    );
+    ] {
+        fake.inject(Op::GetRef, fault, 1);
+    }
 
-    let secondary = call(&client, "GET", &url, Some(&auth), None).await;
+    let secondary = token.get(&main).await;
     assert_eq!(secondary.status, 403);
     assert!(secondary
         .message()
         .starts_with("You have exceeded a secondary rate limit"));
     assert_eq!(secondary.header("retry-after"), Some("7"));
-    let primary = call(&client, "GET", &url, Some(&auth), None).await;
+    let primary = token.get(&main).await;
     assert_eq!(primary.status, 403);
     assert!(primary.message().starts_with(&format!(
         "API rate limit exceeded for installation ID {INSTALLATION}"
@@ -1155,53 +961,45 @@ async fn rate_limit_faults_answer_like_github() {
         .and_then(|v| v.parse().ok())
         .expect("reset");
     assert!((reset - now_secs() - 30).abs() <= 2);
-    let too_many = call(&client, "GET", &url, Some(&auth), None).await;
+    let too_many = token.get(&main).await;
     assert_eq!(
         (too_many.status, too_many.header("retry-after")),
         (429, Some("3"))
     );
-    let server = call(&client, "GET", &url, Some(&auth), None).await;
+    let server = token.get(&main).await;
     assert_eq!((server.status, server.message()), (500, "Server Error"));
-    let failed = call(&client, "GET", &url, Some(&auth), None).await;
+    let failed = token.get(&main).await;
     assert_eq!(
         (failed.status, failed.message()),
         (422, "Reference update failed")
     );
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        200
-    );
+    assert_eq!(token.get(&main).await.status, 200);
     fake.assert_no_unexpected();
 }
 
 #[tokio::test]
 async fn rate_limit_headers_count_down_per_installation_and_run_out() {
-    let (fake, client) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.set_rate_limit(3);
-    let auth = mint(&fake, &client, json!({})).await;
-    let url = repo_url(&fake, REPO, "");
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
     let mut remaining = Vec::new();
     for _ in 0..3 {
-        let answer = call(&client, "GET", &url, Some(&auth), None).await;
+        let answer = token.get(&repo(REPO, "")).await;
         assert_eq!(answer.status, 200);
         assert_eq!(answer.header("x-ratelimit-limit"), Some("3"));
         assert!(answer
             .header("x-ratelimit-reset")
             .and_then(|v| v.parse::<i64>().ok())
             .is_some());
-        remaining.push(
-            answer
-                .header("x-ratelimit-remaining")
-                .unwrap_or("")
-                .to_owned(),
-        );
+        let left = answer.header("x-ratelimit-remaining").unwrap_or("");
+        remaining.push(left.to_owned());
     }
     assert_eq!(remaining, vec!["2", "1", "0"]);
-    let refused = call(&client, "GET", &url, Some(&auth), None).await;
+    let refused = token.get(&repo(REPO, "")).await;
     assert_eq!(refused.status, 403);
     assert!(refused.message().starts_with("API rate limit exceeded"));
     // Other answers carry the headers too.
-    let unexpected = call(&client, "GET", &format!("{}/x", fake.url()), None, None).await;
+    let unexpected = Client::anonymous(&fake).get("/x").await;
     assert!(unexpected.header("x-ratelimit-remaining").is_some());
     fake.with_state(|s| s.unexpected.clear());
     fake.assert_no_unexpected();
@@ -1209,29 +1007,20 @@ async fn rate_limit_headers_count_down_per_installation_and_run_out() {
 
 #[tokio::test]
 async fn a_delayed_request_does_not_hold_up_others() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.inject(Op::GetRef, Fault::Delay(Duration::from_millis(600)), 1);
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let slow = {
-        let (client, auth, order) = (client.clone(), auth.clone(), order.clone());
-        let url = repo_url(&fake, REPO, "/git/ref/heads/main");
+        let (token, order) = (token.clone(), order.clone());
         tokio::spawn(async move {
-            let status = call(&client, "GET", &url, Some(&auth), None).await.status;
+            let status = token.get(&repo(REPO, "/git/ref/heads/main")).await.status;
             order.lock().expect("lock").push("slow");
             status
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = tokio::time::Instant::now();
-    let quick = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, ""),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let quick = token.get(&repo(REPO, "")).await;
     order.lock().expect("lock").push("quick");
     assert_eq!(quick.status, 200);
     assert_eq!(slow.await.expect("join"), 200);
@@ -1244,27 +1033,17 @@ async fn a_delayed_request_does_not_hold_up_others() {
 
 #[tokio::test]
 async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base64() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     let yaml = format!(
         "name: rowbranch\non:\n  repository_dispatch:\n{}",
         "# padding\n".repeat(20)
     );
     fake.add_workflow(REPO, "rowbranch.yml", &yaml);
     fake.add_workflow(REPO, ".github/workflows/ci.yml", "name: ci\n");
-    let dir = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/contents/.github/workflows"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let dir = token.get(&repo(REPO, "/contents/.github/workflows")).await;
     assert_eq!(dir.status, 200);
     let names: Vec<&str> = dir
-        .body
-        .as_array()
-        .expect("array")
+        .list()
         .iter()
         .map(|e| e["name"].as_str().unwrap_or(""))
         .collect();
@@ -1272,12 +1051,8 @@ async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base6
     assert_eq!(dir.body[1]["type"], "file");
     assert_eq!(dir.body[1]["path"], ".github/workflows/rowbranch.yml");
 
-    let url = repo_url(
-        &fake,
-        REPO,
-        "/contents/.github/workflows/rowbranch.yml?ref=main",
-    );
-    let file = call(&client, "GET", &url, Some(&auth), None).await;
+    let path = "/contents/.github/workflows/rowbranch.yml?ref=main";
+    let file = token.get(&repo(REPO, path)).await;
     assert_eq!(file.body["encoding"], "base64");
     let content = file.body["content"].as_str().expect("content");
     assert!(content.lines().all(|l| l.len() <= 60));
@@ -1288,14 +1063,7 @@ async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base6
     )
     .expect("base64");
     assert_eq!(decoded, yaml.as_bytes());
-    let missing = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, "/contents/nope.yml"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let missing = token.get(&repo(REPO, "/contents/nope.yml")).await;
     assert_eq!(missing.status, 404);
     let before = fake.create_branch(REPO, "old", "main");
     assert_eq!(fake.branch_sha(REPO, "old"), Some(before));
@@ -1304,8 +1072,8 @@ async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base6
 
 #[tokio::test]
 async fn an_unexpected_request_is_answered_501_and_recorded() {
-    let (fake, client) = fake_with_repos().await;
-    let answer = call(&client, "GET", &format!("{}/x", fake.url()), None, None).await;
+    let fake = fake_with_repos().await;
+    let answer = Client::anonymous(&fake).get("/x").await;
     assert_eq!(answer.status, 501);
     assert_eq!(answer.message(), "fake GitHub: unexpected request GET /x");
     assert_eq!(fake.unexpected(), vec!["GET /x"]);
@@ -1317,16 +1085,8 @@ async fn an_unexpected_request_is_answered_501_and_recorded() {
 #[tokio::test]
 #[should_panic(expected = "unexpected request")]
 async fn assert_no_unexpected_panics_after_an_unexpected_request() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
-    call(
-        &client,
-        "PUT",
-        &repo_url(&fake, REPO, "/git/refs"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let (fake, token) = fake_and_token().await;
+    token.send("PUT", &repo(REPO, "/git/refs"), None).await;
     fake.assert_no_unexpected();
 }
 
@@ -1335,27 +1095,11 @@ async fn a_path_prefix_is_served_like_github_enterprise() {
     let fake = FakeGithub::start_with_path_prefix("/api/v3").await;
     fake.add_repo(REPO);
     fake.install(REPO, INSTALLATION);
-    let client = reqwest::Client::new();
     assert!(fake.url().ends_with("/api/v3"));
-    let auth = mint(&fake, &client, json!({})).await;
-    let answer = call(
-        &client,
-        "GET",
-        &repo_url(&fake, REPO, ""),
-        Some(&auth),
-        None,
-    )
-    .await;
-    assert_eq!(answer.status, 200);
+    let token = Client::app(&fake).mint(Some(json!({}))).await;
+    assert_eq!(token.get(&repo(REPO, "")).await.status, 200);
     let root = fake.url().trim_end_matches("/api/v3").to_owned();
-    let outside = call(
-        &client,
-        "GET",
-        &format!("{root}/repos/{REPO}"),
-        Some(&auth),
-        None,
-    )
-    .await;
+    let outside = token.get(&format!("{root}/repos/{REPO}")).await;
     assert_eq!(outside.status, 501);
     assert_eq!(fake.unexpected().len(), 1);
 }
@@ -1365,7 +1109,7 @@ async fn octocrab_reads_and_writes_through_the_fake() {
     use octocrab::models::repos::Object;
     use octocrab::params::repos::Reference;
 
-    let (fake, _) = fake_with_repos().await;
+    let fake = fake_with_repos().await;
     fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
     fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
     let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
@@ -1458,22 +1202,15 @@ async fn octocrab_reads_and_writes_through_the_fake() {
 
 #[tokio::test(start_paused = true)]
 async fn under_a_paused_clock_an_injected_delay_passes_in_tokio_time_only() {
-    let (fake, client) = fake_with_repos().await;
-    let auth = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.inject(Op::GetRef, Fault::Delay(Duration::from_secs(30)), 1);
     let started = tokio::time::Instant::now();
     let wall = std::time::Instant::now();
-    let url = repo_url(&fake, REPO, "/git/ref/heads/main");
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        200
-    );
+    let main = repo(REPO, "/git/ref/heads/main");
+    assert_eq!(token.get(&main).await.status, 200);
     assert!(started.elapsed() >= Duration::from_secs(30));
     assert!(wall.elapsed() < Duration::from_secs(10));
-    assert_eq!(
-        call(&client, "GET", &url, Some(&auth), None).await.status,
-        200
-    );
+    assert_eq!(token.get(&main).await.status, 200);
     let log = fake.requests_for(Op::GetRef);
     assert!(log[1].at_tokio - log[0].at_tokio >= Duration::from_secs(30));
     fake.assert_no_unexpected();
@@ -1481,15 +1218,13 @@ async fn under_a_paused_clock_an_injected_delay_passes_in_tokio_time_only() {
 
 #[tokio::test]
 async fn a_slow_down_delays_every_request_of_its_operations_and_in_flight_counts_them() {
-    let (fake, client) = fake_with_repos().await;
-    let token = mint(&fake, &client, json!({})).await;
+    let (fake, token) = fake_and_token().await;
     fake.slow_down(&[Op::GetRepo], Duration::from_millis(300));
-    let url = repo_url(&fake, REPO, "");
     let start = std::time::Instant::now();
     let calls: Vec<_> = (0..5)
         .map(|_| {
-            let (client, url, token) = (client.clone(), url.clone(), token.clone());
-            tokio::spawn(async move { call(&client, "GET", &url, Some(&token), None).await })
+            let token = token.clone();
+            tokio::spawn(async move { token.get(&repo(REPO, "")).await })
         })
         .collect();
     for answer in calls {
@@ -1506,10 +1241,7 @@ async fn a_slow_down_delays_every_request_of_its_operations_and_in_flight_counts
     assert_eq!(fake.answered(), 6, "the mint and the five reads");
     fake.slow_down(&[Op::GetRepo], Duration::ZERO);
     let start = std::time::Instant::now();
-    assert_eq!(
-        call(&client, "GET", &url, Some(&token), None).await.status,
-        200
-    );
+    assert_eq!(token.get(&repo(REPO, "")).await.status, 200);
     assert!(
         start.elapsed() < Duration::from_millis(300),
         "no longer delayed"

@@ -3,15 +3,16 @@
 //! `serve`'s logs, which never show a token, a key or a secret.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
+use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::{fake, GithubOptions, INSTALLATION, REPO};
-use crate::helpers::{insert, random_secret};
+use crate::support::child;
+use crate::support::github::{fake, GithubOptions, INSTALLATION, REPO};
+use crate::support::http::{free_port, insert, post_webhook, webhook};
+use crate::support::random::random_secret;
+use crate::support::tools::output_text;
 
 const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";
 
@@ -28,21 +29,28 @@ fn write_config(dir: &Path, fake: &FakeGithub, options: &GithubOptions) -> std::
     path
 }
 
-async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+/// `rowbranch doctor` for `config`, in its folder, with nothing of rowbranch's set.
+fn doctor_command(config: &Path) -> Command {
+    let mut command = child::rowbranch(config.parent().expect("the config's folder"));
+    command.args(["doctor", "--config"]).arg(config);
     command
-        .arg("doctor")
-        .arg("--config")
-        .arg(config)
-        .env_remove("ROWBRANCH_WEBHOOK_SECRET")
-        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+}
+
+/// `doctor` with the App's key and `secret` set: its exit code, and its output and errors.
+async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
+    let mut command = doctor_command(config);
+    command.env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
     if let Some(secret) = secret {
         command.env("ROWBRANCH_WEBHOOK_SECRET", secret);
     }
-    let out = command.output().await.expect("the binary runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text)
+    let out = child::run(&mut command).await;
+    (out.status.code().unwrap_or(-1), output_text(&out))
+}
+
+/// `doctor` without the App's key or id, as before the App is created: what it printed.
+async fn doctor_before_the_app(config: &Path) -> Output {
+    let mut command = doctor_command(config);
+    child::run(command.env("ROWBRANCH_WEBHOOK_SECRET", random_secret())).await
 }
 
 #[tokio::test]
@@ -113,19 +121,14 @@ async fn doctor_checks_allowed_bots_the_way_claude_code_action_compares_names() 
 /// the fake; returns the folder.
 async fn init_then_create_app(fake: &FakeGithub) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: Vec<String>| async move {
-        let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-            .args(&args)
-            .env_remove("GITHUB_API_URL")
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{args:?}: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+    let folder = dir.path().to_owned();
+    let run = |args: Vec<String>| {
+        let mut command = child::rowbranch(&folder);
+        command.args(&args);
+        async move {
+            let out = child::run(&mut command).await;
+            assert!(out.status.success(), "{args:?}: {}", output_text(&out));
+        }
     };
     let d = dir.path().to_str().unwrap().to_owned();
     run(vec![
@@ -190,31 +193,13 @@ async fn the_workflow_init_wrote_lets_the_renamed_app_start_the_work_and_the_one
 async fn before_the_app_is_created_doctor_says_to_finish_creating_it() {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-        .args(["init", "--dir"])
-        .arg(dir.path())
-        .args([
-            "--repo",
-            REPO,
-            "--url",
-            "https://hooks.example.com",
-            "--api-url",
-        ])
-        .arg(fake.url())
-        .output()
-        .await
-        .unwrap();
+    let mut init = child::rowbranch(dir.path());
+    init.args(["init", "--dir"]).arg(dir.path());
+    init.args(["--repo", REPO, "--url", "https://hooks.example.com"]);
+    let out = child::run(init.arg("--api-url").arg(fake.url())).await;
     assert!(out.status.success());
     let config = dir.path().join("rowbranch.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-        .args(["doctor", "--config"])
-        .arg(&config)
-        .env_remove("GITHUB_APP_PRIVATE_KEY")
-        .env_remove("GITHUB_APP_ID")
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
-        .output()
-        .await
-        .unwrap();
+    let out = doctor_before_the_app(&config).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -230,15 +215,7 @@ async fn before_the_app_is_created_doctor_says_to_finish_creating_it() {
         .unwrap()
         .replace("app_id = 123456", "app_id = 4242");
     std::fs::write(&config, with_id).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-        .args(["doctor", "--config"])
-        .arg(&config)
-        .env_remove("GITHUB_APP_PRIVATE_KEY")
-        .env_remove("GITHUB_APP_ID")
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
-        .output()
-        .await
-        .unwrap();
+    let out = doctor_before_the_app(&config).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("app.pem does not exist"), "{text}");
     assert!(text.contains("--manifest-code CODE"), "{text}");
@@ -248,25 +225,15 @@ async fn before_the_app_is_created_doctor_says_to_finish_creating_it() {
 async fn a_github_that_does_not_answer_is_one_line_of_the_report_without_log_lines() {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let text = GithubOptions::default()
         .config_text(&fake)
         .replace(&fake.url(), &format!("http://127.0.0.1:{port}"));
     let config = dir.path().join("rowbranch.toml");
     std::fs::write(&config, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-        .args(["doctor", "--config"])
-        .arg(&config)
-        .env_remove("RUST_LOG")
-        .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
-        .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
-        .output()
-        .await
-        .unwrap();
+    let mut command = doctor_command(&config);
+    command.env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+    let out = child::run(command.env("ROWBRANCH_WEBHOOK_SECRET", random_secret())).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
@@ -329,16 +296,9 @@ async fn a_key_that_does_not_parse_is_named() {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &fake, &GithubOptions::default());
-    let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
-        .args(["doctor", "--config"])
-        .arg(&config)
-        .env(
-            "GITHUB_APP_PRIVATE_KEY",
-            "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n",
-        )
-        .output()
-        .await
-        .unwrap();
+    let not_a_key = "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n";
+    let mut command = doctor_command(&config);
+    let out = child::run(command.env("GITHUB_APP_PRIVATE_KEY", not_a_key)).await;
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(
@@ -356,65 +316,25 @@ async fn serve_logs_never_show_tokens_keys_or_secrets() {
     let fake = fake().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &fake, &GithubOptions::default());
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let secret = random_secret();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut serve = child::rowbranch(dir.path());
+    serve
         .args(["serve", "--config"])
         .arg(&config)
-        .env("ROWBRANCH_LISTEN", format!("127.0.0.1:{port}"))
         .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM)
-        .env("RUST_LOG", "debug")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        .env("RUST_LOG", "debug");
+    let server = child::serve_until_healthy(&mut serve, &addr).await;
     let client = reqwest::Client::new();
-    let url = format!("http://127.0.0.1:{port}/webhook");
-    let mut answered = None;
-    for _ in 0..100 {
-        let sent = client
-            .post(&url)
-            .header("content-type", "application/json")
-            .header("authorization", format!("Bearer {secret}"))
-            .body(insert(serde_json::json!(1), "Log me").to_string())
-            .send()
-            .await;
-        if let Ok(response) = sent {
-            answered = Some(response.status().as_u16());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(answered, Some(200));
+    let url = format!("http://{addr}");
+    let row = insert(serde_json::json!(1), "Log me");
+    assert_eq!(post_webhook(&client, &url, &secret, &row).await.status, 200);
     // A refused delivery too: its header must not be echoed either.
-    let wrong = format!("Bearer wrong-{secret}");
-    let _ = client
-        .post(&url)
-        .header("content-type", "application/json")
-        .header("authorization", &wrong)
-        .body("{}")
+    let _ = webhook(&client, &url, &format!("wrong-{secret}"), "{}")
         .send()
         .await;
-    Command::new("kill")
-        .arg(child.id().unwrap().to_string())
-        .status()
-        .await
-        .unwrap();
-    let mut logs = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut logs)
-        .await
-        .unwrap();
-    child.wait().await.unwrap();
+    let (_, logs) = child::terminate(server).await;
 
     assert!(
         logs.contains("dispatched"),

@@ -6,15 +6,14 @@ use std::time::Duration;
 use fake_github::Op;
 use serde_json::json;
 
-use super::{branches, dispatched_branches, fake, spawn, GithubOptions};
+use crate::support::github::{
+    branches, dispatched_branches, fake, on_a_fake, spawn, GithubOptions,
+};
 
 #[tokio::test]
 async fn a_single_rows_claim_and_dispatch_go_at_once() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "Now")
-        .await
-        .expect(200, "dispatched");
+    let (fake, app) = on_a_fake().await;
+    app.dispatched(json!(1), "Now").await;
     let writes = fake.writes();
     assert_eq!(writes.len(), 2);
     let gap = writes[1].at.duration_since(writes[0].at);

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use fake_github::{FakeGithub, PullState};
 use serde_json::json;
 
-use super::{branches, dispatched_branches, fake, spawn, GithubOptions, REPO};
+use crate::support::github::{
+    branches, dispatched_branches, fake, on_a_fake, spawn, GithubOptions, REPO,
+};
 
 #[tokio::test]
 async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {
@@ -29,9 +31,8 @@ async fn a_new_row_is_claimed_at_the_default_branch_head_and_dispatched() {
     assert_eq!(payload["base"], "main");
     assert_eq!(payload["base_sha"], main);
     assert_eq!(payload["text"], "Add dark mode!");
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect_duplicate("branch_exists");
+    app.duplicate(json!(42), "Add dark mode!", "branch_exists")
+        .await;
     assert_eq!(fake.dispatches(REPO).len(), 1);
     app.shutdown().await;
 }
@@ -75,17 +76,12 @@ async fn a_merged_pull_request_whose_branch_is_gone_is_a_duplicate_without_a_wri
 
 #[tokio::test]
 async fn an_edited_text_is_a_duplicate_of_the_row_not_a_new_one() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(42), "Add dark mode!")
-        .await
-        .expect(200, "dispatched");
+    let (fake, app) = on_a_fake().await;
+    app.dispatched(json!(42), "Add dark mode!").await;
     let reply = app.post_insert(json!(42), "Dark mode, please").await;
     reply.expect_duplicate("branch_exists");
     assert_eq!(reply.body["branch"], "feedback/42-add-dark-mode");
-    app.post_insert(json!(420), "Another row")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(420), "Another row").await;
     assert_eq!(
         branches(&fake),
         ["feedback/42-add-dark-mode", "feedback/420-another-row"]
@@ -116,23 +112,16 @@ async fn twenty_rows_mint_one_installation_token() {
 
 #[tokio::test]
 async fn a_token_that_github_expired_is_minted_again_and_kept() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
+    let (fake, app) = on_a_fake().await;
+    app.dispatched(json!(1), "One").await;
     assert_eq!(fake.token_mints(), 1);
     fake.expire_tokens();
-    app.post_insert(json!(2), "Two")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(2), "Two").await;
     // Each request that met the 401 re-mints once (octocrab clears its cache and tries again):
     // the row's two concurrent reads at most, never a loop.
     let after_expiry = fake.token_mints();
     assert!((2..=3).contains(&after_expiry), "{after_expiry} mints");
-    app.post_insert(json!(3), "Three")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(3), "Three").await;
     assert_eq!(fake.token_mints(), after_expiry, "the new token is kept");
     assert_eq!(
         branches(&fake),
@@ -145,11 +134,9 @@ async fn a_token_that_github_expired_is_minted_again_and_kept() {
 async fn the_installation_token_is_narrowed_to_the_routed_repository() {
     let fake = fake().await;
     fake.add_repo("acme/other");
-    fake.install("acme/other", super::INSTALLATION);
+    fake.install("acme/other", crate::support::github::INSTALLATION);
     let app = spawn(&fake, GithubOptions::default()).await;
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
+    app.dispatched(json!(1), "One").await;
     let tokens = fake.tokens();
     assert_eq!(tokens.len(), 1);
     let narrowed: Vec<&str> = tokens[0]
@@ -164,8 +151,7 @@ async fn the_installation_token_is_narrowed_to_the_routed_repository() {
 
 #[tokio::test]
 async fn readyz_says_whether_github_takes_the_apps_credentials() {
-    let fake = fake().await;
-    let app = spawn(&fake, GithubOptions::default()).await;
+    let (_fake, app) = on_a_fake().await;
     let ready = app.get("/readyz").await;
     assert_eq!(ready.status, 200, "{}", ready.text);
     app.shutdown().await;

@@ -4,9 +4,9 @@ use super::*;
 
 #[tokio::test]
 async fn a_role_with_insert_on_the_table_and_no_rights_on_pgmq_inserts_and_is_queued() {
-    for_each_install(|db| async move {
-        let c = &db.client;
+    for db in each_install().await {
         let (schema, table) = ("app", "feedbacks");
+        let c = &db.client;
         create_table(c, schema, table).await;
         apply(c, &context(schema, table, "rowbranch", "rowbranch_dead")).await;
         // Like Supabase's anon and authenticated: INSERT on the table, nothing on pgmq.
@@ -56,20 +56,13 @@ async fn a_role_with_insert_on_the_table_and_no_rights_on_pgmq_inserts_and_is_qu
         let queued = messages(c, "rowbranch").await;
         assert_eq!(queued.len(), 1, "{queued:#?}");
         expect_insert(&queued[0], schema, table, 9, "From the browser");
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn no_other_role_can_attach_the_function_to_write_the_queue() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
         let other = db.role("other");
         c.batch_execute(&format!(
             "create role {r} nologin;
@@ -119,20 +112,13 @@ async fn no_other_role_can_attach_the_function_to_write_the_queue() {
             db_message(&without_execute)
         );
         assert!(messages(c, "rowbranch").await.is_empty());
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_function_is_security_definer_with_an_empty_search_path_on_an_after_row_trigger() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
         let row = c
             .query_one(
                 "select p.prosecdef, p.proconfig, l.lanname::text,
@@ -162,17 +148,14 @@ async fn the_function_is_security_definer_with_an_empty_search_path_on_an_after_
         // pg_trigger.tgtype: 1 row, 2 before, 4 insert, 8 delete, 16 update, 64 instead.
         assert_eq!(*tgtype, 1 | 4, "an AFTER INSERT FOR EACH ROW trigger");
         assert_eq!(enabled, "O", "the trigger is enabled");
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn the_function_s_owner_gets_exactly_what_sending_needs() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
         let ctx = context("public", "feedbacks", "rowbranch", "rowbranch_dead");
-        apply(c, &ctx).await;
         // A less privileged owner than the one that ran the file (a superuser here).
         let owner = db.role("owner");
         c.batch_execute(&format!(
@@ -232,20 +215,13 @@ async fn the_function_s_owner_gets_exactly_what_sending_needs() {
             let sql = format!("select {}", what.replace("OWNER", &o));
             assert_eq!(truth(c, &sql).await, expected, "{what}");
         }
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn only_its_owners_and_pg_monitor_can_read_the_queue() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
         let plain = db.role("plain");
         c.batch_execute(&format!("create role {} nologin", ident(&plain)))
             .await
@@ -268,28 +244,21 @@ async fn only_its_owners_and_pg_monitor_can_read_the_queue() {
             )
             .await
         );
-    })
-    .await;
+    }
 }
 
 #[tokio::test]
 async fn a_dropped_queue_makes_every_insert_fail_as_the_file_says() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
-        apply(
-            c,
-            &context("public", "feedbacks", "rowbranch", "rowbranch_dead"),
-        )
-        .await;
         c.batch_execute("select pgmq.drop_queue('rowbranch'::text)")
             .await
             .unwrap();
-        let failed = try_insert(c, "public", "feedbacks", 1, "Lost?")
-            .await
-            .expect_err("an INSERT succeeded with its queue dropped");
-        assert!(failed.contains("does not exist"), "{failed}");
+        let failed = try_insert(c, "public", "feedbacks", 1, "Lost?").await;
+        assert!(
+            failed.as_ref().is_err_and(|e| e.contains("does not exist")),
+            "an INSERT with its queue dropped: {failed:?}"
+        );
         assert_eq!(count(c, "select count(*) from public.feedbacks").await, 0);
-    })
-    .await;
+    }
 }

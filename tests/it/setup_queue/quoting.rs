@@ -10,7 +10,7 @@ use super::*;
 
 #[tokio::test]
 async fn names_of_any_printable_characters_stay_inside_their_quotes() {
-    for_each_install(|db| async move {
+    for db in each_install().await {
         let c = &db.client;
         create_table(c, "app", "sentinel").await;
         let mut names = vec![
@@ -57,8 +57,7 @@ async fn names_of_any_printable_characters_stay_inside_their_quotes() {
             .await
             .unwrap();
         assert!(truth(c, "select to_regclass('app.sentinel') is not null").await);
-    })
-    .await;
+    }
 }
 
 #[test]

@@ -80,10 +80,8 @@ async fn columns_of(client: &Client, relation: &str) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn the_listed_1_4_4_signatures_resolve_on_this_pgmq_with_their_columns() {
-    for_each_install(|db| async move {
+    for db in each_install_queueing().await {
         let c = &db.client;
-        create_table(c, "public", "feedbacks").await;
-        apply(c, &context("public", "feedbacks", "rowbranch", "rowbranch_dead")).await;
         let (_, listed) = signatures();
         assert!(listed.len() >= 12, "{listed:#?}");
         let mut names = BTreeSet::new();
@@ -101,8 +99,7 @@ async fn the_listed_1_4_4_signatures_resolve_on_this_pgmq_with_their_columns() {
                         .await
                         .unwrap_or_else(|e| panic!("{short}: {}", db_message(&e)));
                     // Every argument cast as listed: the call resolves to one function.
-                    let args: Vec<String> =
-                        types.iter().map(|t| format!("null::{t}")).collect();
+                    let args: Vec<String> = types.iter().map(|t| format!("null::{t}")).collect();
                     let call = format!("select * from pgmq.{name}({})", args.join(", "));
                     let statement = c
                         .prepare(&call)
@@ -119,7 +116,8 @@ async fn the_listed_1_4_4_signatures_resolve_on_this_pgmq_with_their_columns() {
                             Signature::Columns(n, cols) if n == &format!("type {of}") => Some(cols),
                             _ => None,
                         });
-                        let listed_type = listed_type.unwrap_or_else(|| panic!("no type line for {of}"));
+                        let listed_type =
+                            listed_type.unwrap_or_else(|| panic!("no type line for {of}"));
                         for (column, _) in listed_type {
                             assert!(returned.contains(&column.as_str()), "{call}: {returned:?}");
                         }
@@ -142,18 +140,32 @@ async fn the_listed_1_4_4_signatures_resolve_on_this_pgmq_with_their_columns() {
                         .replace("<queue>", "rowbranch");
                     let actual = columns_of(c, &relation).await;
                     for column in columns {
-                        assert!(actual.contains(column), "{relation} has no {column:?}: {actual:?}");
+                        assert!(
+                            actual.contains(column),
+                            "{relation} has no {column:?}: {actual:?}"
+                        );
                     }
                 }
             }
         }
-        for name in ["send", "read", "set_vt", "archive", "delete", "metrics", "list_queues"] {
+        for name in [
+            "send",
+            "read",
+            "set_vt",
+            "archive",
+            "delete",
+            "metrics",
+            "list_queues",
+        ] {
             assert!(names.contains(name), "pgmq.{name} is not listed");
         }
 
         // On a pgmq 1.4.4 the list is exactly what pg_catalog says of those functions.
         let version: Option<String> = c
-            .query_opt("select extversion::text from pg_extension where extname = 'pgmq'", &[])
+            .query_opt(
+                "select extversion::text from pg_extension where extname = 'pgmq'",
+                &[],
+            )
             .await
             .unwrap()
             .map(|r| r.get(0));
@@ -185,6 +197,5 @@ async fn the_listed_1_4_4_signatures_resolve_on_this_pgmq_with_their_columns() {
                 .collect();
             assert_eq!(file, catalog, "the list differs from this pgmq 1.4.4");
         }
-    })
-    .await;
+    }
 }

@@ -3,23 +3,24 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use reqwest::header::HeaderMap;
 use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
 use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tempfile::TempDir;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::faulty_forge::FaultyForge;
+use super::faulty_forge::FaultyForge;
+use super::http::{get, insert, reply, Reply};
+use super::local::{branches, dispatches};
+use super::random::random_secret;
+use super::wait::{eventually, PATIENCE};
 
 /// The route most tests use: `public.feedbacks` → `acme/app`, branches `feedback/…`.
 pub const FEEDBACK_ROUTE: &str = r#"
@@ -30,9 +31,6 @@ text_column = "message"
 branch_prefix = "feedback"
 event_type = "feedback"
 "#;
-
-/// How long a test waits for background work before it gives up.
-pub const PATIENCE: Duration = Duration::from_secs(15);
 
 /// How a test app is configured.
 #[derive(Clone)]
@@ -154,84 +152,6 @@ pub struct TestApp {
     server: Option<JoinHandle<Result<(), StartupError>>>,
 }
 
-/// An answer from the server.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: HeaderMap,
-    pub text: String,
-    /// The body as JSON, or `Null` when it is not JSON.
-    pub body: Value,
-}
-
-impl Reply {
-    pub fn outcome(&self) -> &str {
-        self.body["outcome"].as_str().unwrap_or("")
-    }
-
-    pub fn reason(&self) -> &str {
-        self.body["reason"].as_str().unwrap_or("")
-    }
-
-    pub fn message(&self) -> &str {
-        self.body["message"].as_str().unwrap_or("")
-    }
-
-    /// Panics with the whole answer unless it is `status` with `outcome`.
-    #[track_caller]
-    pub fn expect(&self, status: u16, outcome: &str) -> &Reply {
-        assert!(
-            self.status == status && self.outcome() == outcome,
-            "expected {status} {outcome}, got {} {}",
-            self.status,
-            self.text
-        );
-        assert!(
-            !self.message().is_empty(),
-            "every answer has a message: {}",
-            self.text
-        );
-        self
-    }
-
-    /// Panics unless the answer is `200 duplicate` for `reason`.
-    #[track_caller]
-    pub fn expect_duplicate(&self, reason: &str) -> &Reply {
-        self.expect(200, "duplicate");
-        assert_eq!(self.reason(), reason, "{}", self.text);
-        self
-    }
-}
-
-/// A Supabase INSERT into `public.feedbacks`.
-pub fn insert(id: Value, text: &str) -> Value {
-    json!({
-        "type": "INSERT",
-        "table": "feedbacks",
-        "schema": "public",
-        "record": { "id": id, "message": text, "created_at": "2026-12-02T09:30:00.000000+00:00" },
-        "old_record": null
-    })
-}
-
-/// A fresh random secret of 48 hex characters.
-pub fn random_secret() -> String {
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).expect("no randomness");
-    hex::encode(bytes)
-}
-
-/// A fresh random Standard Webhooks secret: `whsec_` and base64 of 24 random bytes.
-pub fn random_whsec() -> String {
-    use base64::Engine as _;
-    let mut bytes = [0u8; 24];
-    getrandom::fill(&mut bytes).expect("no randomness");
-    format!(
-        "whsec_{}",
-        base64::engine::general_purpose::STANDARD.encode(bytes)
-    )
-}
-
 /// An `on_dispatch` command that holds each dispatch until the test calls
 /// [`TestApp::open_gate`] (or 20 s pass), then succeeds.
 pub const GATED_DISPATCH: &str = "i=0; while [ ! -e gate-open ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; cat >/dev/null";
@@ -331,6 +251,20 @@ impl TestApp {
         self.post_json(&insert(id, text)).await
     }
 
+    /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
+    pub async fn dispatched(&self, id: Value, text: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect(200, "dispatched");
+        reply
+    }
+
+    /// POSTs an INSERT of row `id` and checks it is answered `200 duplicate` for `reason`.
+    pub async fn duplicate(&self, id: Value, text: &str, reason: &str) -> Reply {
+        let reply = self.post_insert(id, text).await;
+        reply.expect_duplicate(reason);
+        reply
+    }
+
     /// POSTs `body` as JSON with bearer auth.
     pub async fn post_json(&self, body: &Value) -> Reply {
         self.post_bytes(body.to_string()).await
@@ -427,139 +361,4 @@ impl TestApp {
             forge.verify();
         }
     }
-}
-
-/// GETs `url` and reads the whole answer.
-pub async fn get(client: &reqwest::Client, url: &str) -> Reply {
-    reply(client.get(url).send().await.expect("the request failed")).await
-}
-
-pub async fn reply(response: reqwest::Response) -> Reply {
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let text = response.text().await.expect("the answer was cut off");
-    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Reply {
-        status,
-        headers,
-        text,
-        body,
-    }
-}
-
-/// Short names of a repository's branches other than `main`, sorted.
-pub async fn branches(repo: &Path) -> Vec<String> {
-    let out = tokio::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(["for-each-ref", "--format=%(refname:strip=2)", "refs/heads/"])
-        .output()
-        .await
-        .expect("could not run git");
-    assert!(out.status.success(), "git for-each-ref failed");
-    let mut names: Vec<String> = String::from_utf8(out.stdout)
-        .expect("branch names are UTF-8")
-        .lines()
-        .filter(|b| *b != "main")
-        .map(str::to_owned)
-        .collect();
-    names.sort();
-    names
-}
-
-/// The lines of a dispatch log, parsed; none when it does not exist yet.
-pub fn dispatches(log: &Path) -> Vec<Value> {
-    match std::fs::read_to_string(log) {
-        Ok(text) => text
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("a dispatch line is not JSON"))
-            .collect(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-        Err(e) => panic!("could not read {}: {e}", log.display()),
-    }
-}
-
-/// Waits until `pipeline` has no row under way, for at most [`PATIENCE`] × 8 (a paced burst
-/// takes a while).
-pub async fn drained(pipeline: &rowbranch::pipeline::Pipeline) {
-    let deadline = Instant::now() + PATIENCE * 8;
-    while pipeline.in_flight() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "{} rows still under way after {:?}",
-            pipeline.in_flight(),
-            PATIENCE * 8
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// Polls `check` until it returns `Some`, for at most [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    eventually_within(what, PATIENCE, check).await
-}
-
-/// Polls `check` until it returns `Some`, for at most `limit`.
-pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "gave up waiting for {what} after {limit:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-/// Sends `request` as is over a new connection and returns everything the server answers
-/// until it closes (send `Connection: close`).
-pub async fn raw_http(addr: SocketAddr, request: &[u8]) -> String {
-    let mut stream = TcpStream::connect(addr).await.expect("could not connect");
-    stream
-        .write_all(request)
-        .await
-        .expect("could not send the request");
-    let mut answer = Vec::new();
-    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut answer))
-        .await
-        .expect("no answer in time")
-        .expect("the answer could not be read");
-    String::from_utf8_lossy(&answer).into_owned()
-}
-
-/// Opens a connection and writes `request` whole, leaving the answer unread.
-pub async fn send_whole(addr: SocketAddr, request: &[u8]) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).await.expect("could not connect");
-    stream
-        .write_all(request)
-        .await
-        .expect("could not send the request");
-    stream.flush().await.expect("could not send the request");
-    stream
-}
-
-/// The head of a raw POST /webhook with a JSON body, bearer auth and `Connection: close`;
-/// `framing` is the Content-Length or Transfer-Encoding line.
-pub fn raw_head(secret: &str, framing: &str) -> String {
-    format!(
-        "POST /webhook HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
-         Authorization: Bearer {secret}\r\n{framing}\r\nConnection: close\r\n\r\n"
-    )
-}
-
-/// `name` as a PostgreSQL quoted identifier (`"` doubled): the tests' one copy, written here
-/// independently of `rowbranch::db::quote_ident` and of the templates, which the tests check.
-pub fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }

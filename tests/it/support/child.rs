@@ -1,16 +1,104 @@
-//! `rowbranch serve` as a child process, for what only a process has: its open-files limit, its
+//! rowbranch as a child process: the binary as a user runs it, with an environment of the
+//! test's choosing; and `rowbranch serve` for what only a process has: its open-files limit, its
 //! memory, its signals. Its log goes to a file the test reads while it runs.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use tempfile::TempDir;
+use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 
-use crate::helpers::eventually;
+use super::app::FEEDBACK_ROUTE;
+use super::local::{branches, dir_with_repository};
+use super::wait::{eventually, PATIENCE};
+
+/// Every variable rowbranch reads, besides those of the route from the environment.
+const VARIABLES: [&str; 10] = [
+    "ROWBRANCH_WEBHOOK_SECRET",
+    "ROWBRANCH_LISTEN",
+    "ROWBRANCH_LOG_FORMAT",
+    "ROWBRANCH_STATUS_PASSWORD",
+    "PORT",
+    "GITHUB_APP_ID",
+    "GITHUB_APP_PRIVATE_KEY",
+    "GITHUB_API_URL",
+    "DATABASE_URL",
+    "RUST_LOG",
+];
+
+/// The binary, run in `dir` with none of rowbranch's variables from the test's own environment
+/// (a test sets those it means), its input closed, and killed if the test drops it.
+pub fn rowbranch(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
+    command
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    for name in VARIABLES
+        .into_iter()
+        .chain(rowbranch::config::env::VARIABLES.iter().copied())
+    {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// Runs `command` to its end, for at most a minute.
+pub async fn run(command: &mut Command) -> Output {
+    tokio::time::timeout(Duration::from_secs(60), command.output())
+        .await
+        .expect("the command did not finish in time")
+        .expect("could not run rowbranch")
+}
+
+/// `command` (a [`rowbranch`] `serve`) started listening on `addr`, once it answers `/healthz`;
+/// its log is piped, for [`terminate`].
+pub async fn serve_until_healthy(command: &mut Command, addr: &str) -> Child {
+    let server = command
+        .env("ROWBRANCH_LISTEN", addr)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("could not start rowbranch serve");
+    let client = reqwest::Client::new();
+    eventually("the server to answer /healthz", || async {
+        let up = client.get(format!("http://{addr}/healthz")).send().await;
+        up.ok().filter(|r| r.status() == 200)
+    })
+    .await;
+    server
+}
+
+/// Stops a server started by [`serve_until_healthy`] with SIGTERM; its exit code and its log.
+pub async fn terminate(mut server: Child) -> (Option<i32>, String) {
+    let pid = server.id().expect("the server has a pid") as i32;
+    let pid = rustix::process::Pid::from_raw(pid).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+        .expect("could not signal the server");
+    let status = tokio::time::timeout(PATIENCE, server.wait())
+        .await
+        .expect("the server did not stop after SIGTERM")
+        .expect("could not wait for the server");
+    let mut log = String::new();
+    if let Some(mut err) = server.stderr.take() {
+        err.read_to_string(&mut log)
+            .await
+            .expect("could not read the log");
+    }
+    (status.code(), log)
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
 
 /// A running `rowbranch serve`.
 pub struct Served {
@@ -161,6 +249,13 @@ impl Served {
             .expect("could not signal the child's process group");
     }
 
+    /// Sends SIGTERM and checks the process exits 0 within `within`.
+    pub async fn stops_cleanly(&mut self, within: Duration) {
+        self.signal(rustix::process::Signal::TERM);
+        let code = self.exit_code(within).await;
+        assert_eq!(code, Some(0), "{}", self.log());
+    }
+
     /// Waits for the process to exit, for at most `within`; its exit code.
     pub async fn exit_code(&mut self, within: Duration) -> Option<i32> {
         tokio::time::timeout(within, self.child.wait())
@@ -174,6 +269,11 @@ impl Served {
         self.dir.path().join("repo.git")
     }
 
+    /// Short names of the branches in its repository, other than `main`, sorted.
+    pub async fn branches(&self) -> Vec<String> {
+        branches(&self.repo()).await
+    }
+
     pub fn dispatch_log(&self) -> PathBuf {
         self.dir.path().join("dispatches.jsonl")
     }
@@ -185,15 +285,6 @@ pub fn local_config(webhook: &str) -> String {
     format!(
         "listen = \"127.0.0.1:0\"\n\n[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n\
          [webhook]\n{webhook}\n{}",
-        crate::helpers::FEEDBACK_ROUTE
+        FEEDBACK_ROUTE
     )
-}
-
-/// A new directory holding a bare repository with one commit, as the local forge needs.
-pub async fn dir_with_repository() -> Arc<TempDir> {
-    let dir = tempfile::tempdir().expect("no temporary directory");
-    rowbranch::forge::local::create_repository(&dir.path().join("repo.git"))
-        .await
-        .expect("could not create the repository");
-    Arc::new(dir)
 }
