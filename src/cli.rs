@@ -76,6 +76,13 @@ pub enum Command {
     Redo(RedoArgs),
     /// The queue of the routes with `intake = "pgmq"` (reads DATABASE_URL).
     Queue(QueueArgs),
+    /// What happened to one row, from the sources of truth: the row in its table, its branch,
+    /// its branches, pull requests and workflow runs on the forge, its queue message, and what
+    /// `reconcile` and `redo` would do with it now. Reads only; writes nothing anywhere.
+    ///
+    /// Exits 0 when it could answer (a row the table does not have included), 1 when a source
+    /// could not be reached (the message says which), 2 for usage.
+    Explain(ExplainArgs),
 }
 
 #[derive(Debug, Args)]
@@ -282,6 +289,21 @@ pub struct RedoArgs {
     /// Do not ask before acting.
     #[arg(long)]
     pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The route's table (`table` or `schema.table`).
+    #[arg(long, value_name = "TABLE")]
+    pub table: String,
+    /// The row's id, as its id column holds it.
+    #[arg(long, value_name = "ID")]
+    pub id: String,
+    /// Print the answer as JSON (its shape is in docs/spec.md §1).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[cfg(test)]

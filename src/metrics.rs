@@ -97,6 +97,7 @@ label_values! {
         ListPulls => "list_pulls",
         Compare => "compare",
         GetContents => "get_contents",
+        ListRuns => "list_runs",
     }
 }
 

@@ -1,5 +1,6 @@
 //! `rowbranch doctor`: checks the setup end to end, one line per check, with the fix for each
-//! failure. Exits 1 if any check fails, 2 if the config itself does not load.
+//! failure (and for an advice, `!`). Exits 1 if any check fails, 2 if the config itself does
+//! not load.
 
 use anyhow::anyhow;
 
@@ -19,7 +20,13 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let checks = doctor::checks(&config).await;
     let failed = checks.iter().filter(|c| !c.ok).count();
     for check in &checks {
-        println!("{} {}", if check.ok { "✓" } else { "✗" }, check.what);
+        // `!`: passed, with advice for something only an optional feature needs.
+        let mark = match (check.ok, &check.fix) {
+            (false, _) => "✗",
+            (true, Some(_)) => "!",
+            (true, None) => "✓",
+        };
+        println!("{mark} {}", check.what);
         if let Some(fix) = &check.fix {
             println!("    fix: {fix}");
         }

@@ -2,6 +2,7 @@
 
 pub mod demo;
 pub mod doctor;
+pub mod explain;
 pub mod init;
 pub mod preview;
 pub mod queue;
@@ -75,5 +76,6 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reconcile(args) => reconcile::run(args).await,
         Command::Redo(args) => redo::run(args).await,
         Command::Queue(args) => queue::run(args).await,
+        Command::Explain(args) => explain::run(args).await,
     }
 }

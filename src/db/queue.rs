@@ -304,6 +304,109 @@ pub async fn archived_ids(
         .collect())
 }
 
+/// Where a row's message is, as `explain` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RowMessage {
+    /// `queue` (waiting, or held by a reader), `archive` (settled), `dead_letter` (refused
+    /// for good, with why) or `dead_letter_archive` (a dead letter redriven or removed).
+    pub place: &'static str,
+    pub msg_id: i64,
+    /// How often it was read: each `pgmq.read` counts one.
+    pub read_ct: i32,
+    pub enqueued_at: DateTime<Utc>,
+    /// In the queue: when it is visible again to readers (in the past: visible now).
+    pub visible_at: Option<DateTime<Utc>>,
+    /// In an archive: when it went there.
+    pub archived_at: Option<DateTime<Utc>>,
+    /// A dead letter's reason (`bad_id`, `payload_refused`, …).
+    pub reason: Option<String>,
+    /// A dead letter's original message id in the queue.
+    pub original_msg_id: Option<i64>,
+}
+
+/// The messages of row `id` (its id as text, as `->>` gives it) of `schema.table` in the
+/// queue, its archive, the dead-letter queue and that one's archive, oldest first. Plain
+/// SELECTs of the tables: nothing is read the way `pgmq.read` reads (which counts a read and
+/// hides the message), locked or changed. A table that does not exist (a queue never made) is
+/// left out. The archives have no index on the message: each is scanned, which `explain`
+/// can afford once.
+pub async fn row_messages(
+    client: &Client,
+    queue: &QueueName,
+    dead: &QueueName,
+    schema: &str,
+    table_name: &str,
+    id_column: &str,
+    id: &str,
+) -> Result<Vec<RowMessage>> {
+    // (place, table, where the row's event is in the message, which columns it has)
+    let sources = [
+        ("queue", table('q', queue), "m.message", false),
+        ("archive", table('a', queue), "m.message", true),
+        (
+            "dead_letter",
+            table('q', dead),
+            "(m.message -> 'message')",
+            false,
+        ),
+        (
+            "dead_letter_archive",
+            table('a', dead),
+            "(m.message -> 'message')",
+            true,
+        ),
+    ];
+    let mut found = Vec::new();
+    for (place, relation, event, archived) in sources {
+        let exists = client
+            .query_typed(
+                "select to_regclass($1::text) is not null",
+                &[(&relation, Type::TEXT)],
+            )
+            .await?;
+        if !exists.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            continue;
+        }
+        let when = if archived {
+            "null::timestamptz, m.archived_at"
+        } else {
+            "m.vt, null::timestamptz"
+        };
+        let sql = format!(
+            "select m.msg_id, m.read_ct, m.enqueued_at, {when},                     m.message ->> 'reason', m.message ->> 'msg_id'              from {relation} as m              where {event} ->> 'schema' = $1::text and {event} ->> 'table' = $2::text                and {event} -> 'record' ->> $3::text = $4::text              order by m.msg_id"
+        );
+        let rows = client
+            .query_typed(
+                &sql,
+                &[
+                    (&schema, Type::TEXT),
+                    (&table_name, Type::TEXT),
+                    (&id_column, Type::TEXT),
+                    (&id, Type::TEXT),
+                ],
+            )
+            .await?;
+        let dead_letter = place.starts_with("dead_letter");
+        found.extend(rows.iter().map(|r| {
+            RowMessage {
+                place,
+                msg_id: r.get(0),
+                read_ct: r.get(1),
+                enqueued_at: r.get(2),
+                visible_at: r.get(3),
+                archived_at: r.get(4),
+                reason: r.get::<_, Option<String>>(5).filter(|_| dead_letter),
+                original_msg_id: r
+                    .get::<_, Option<String>>(6)
+                    .filter(|_| dead_letter)
+                    .and_then(|id| id.parse().ok()),
+            }
+        }));
+    }
+    found.sort_by_key(|m| m.enqueued_at);
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     //! Every `pgmq.` call in src/ (in a string literal: the SQL) against the pgmq 1.4.4

@@ -1,5 +1,5 @@
 //! Reading a route's table: the rows of a window for the reconcile sweep (§6), one row by its id
-//! for `redo` (§5).
+//! for `redo` (§5) and `explain` (§1).
 //!
 //! A row is `to_jsonb(row)`, the shape Supabase's webhook carries (numbers stay
 //! numbers, uuids and timestamps are strings). The sweep pages with a keyset on
@@ -54,6 +54,20 @@ impl Database {
             page_size: page_size.max(1),
             plan: None,
             cursor: Cursor::First,
+        }
+    }
+
+    /// The id as the table's id column holds it, in the JSON `to_jsonb` gives (so as a webhook
+    /// would carry it): `042` is `42` for a bigint column, a uuid in its canonical spelling.
+    /// `Ok(None)` when the text is no value of the column's type (`abc` for a bigint id).
+    /// For `explain`, to name a row's branch without the row.
+    pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
+        let shape = Shape::read(&self.client, route).await?;
+        let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
+        match self.client.query_typed(&sql, &[(&id, Type::TEXT)]).await {
+            Ok(rows) => Ok(rows.first().and_then(|r| r.get::<_, Option<Value>>(0))),
+            Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => Ok(None),
+            Err(e) => Err(shape.query_error(e)),
         }
     }
 

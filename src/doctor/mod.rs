@@ -52,6 +52,15 @@ impl Check {
         }
     }
 
+    /// Passed, with advice: something only an optional feature needs is missing.
+    pub(super) fn advise(what: impl Into<String>, fix: impl Into<String>) -> Check {
+        Check {
+            ok: true,
+            what: what.into(),
+            fix: Some(fix.into()),
+        }
+    }
+
     pub(super) fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
         Check {
             ok: false,
@@ -233,6 +242,17 @@ async fn route_checks(
         "pull_requests",
         &["read", "write"],
     ));
+    // Only `explain` reads workflow runs: without it the rows still run, so this advises.
+    out.push(match permissions.get("actions").map(String::as_str) {
+        Some(level @ ("read" | "write")) => Check::pass(format!("{repo}: actions: {level}")),
+        other => Check::advise(
+            format!(
+                "{repo}: actions is {}: `rowbranch explain` cannot list the row's workflow runs",
+                other.unwrap_or("not granted")
+            ),
+            "in the App's settings grant Actions: read, then accept the new permissions on the installation",
+        ),
+    });
     let base = match forge.base(repo).await {
         Ok(base) => {
             out.push(Check::pass(format!(

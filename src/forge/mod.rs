@@ -61,6 +61,65 @@ pub struct Branch {
     pub sha: Sha,
 }
 
+/// A pull request, as `explain` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PullRequest {
+    pub number: u64,
+    /// The head branch's short name.
+    pub head: String,
+    /// `open` or `closed`, as GitHub says.
+    pub state: String,
+    pub merged: bool,
+    pub merged_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Its page, for people.
+    pub url: String,
+}
+
+/// A workflow run, as `explain` shows it. A run that `repository_dispatch` started runs on
+/// the default branch: the row's branch is only in its title (the workflow's `run-name`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WorkflowRun {
+    /// GitHub's run id (above 2^31 on github.com).
+    pub id: u64,
+    pub run_number: u64,
+    /// The workflow's name.
+    pub name: Option<String>,
+    /// GitHub's `display_title`: the `run-name` the workflow sets.
+    pub title: String,
+    /// `queued`, `in_progress`, `completed`, …
+    pub status: Option<String>,
+    /// Once completed: `success`, `failure`, `cancelled`, …
+    pub conclusion: Option<String>,
+    pub event: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Its page, for people.
+    pub url: String,
+}
+
+impl WorkflowRun {
+    /// Whether the run's title names a branch of row `id`: any word of it that the prefix
+    /// owns for the row (`rowbranch: feedback/42-add-dark-mode`, a redo's branch too), by the
+    /// one rule of SPEC §4, so `feedback/420-x` is not row 42's.
+    pub fn names_row(&self, prefix: &BranchPrefix, id: &RowId) -> bool {
+        self.title
+            .split(|c: char| !(c.is_ascii_alphanumeric() || "._-/".contains(c)))
+            .any(|word| prefix.owns(id, word))
+    }
+}
+
+/// What a forge can show of something it may not keep, or may not let the App read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Listing<T> {
+    /// What the forge has (perhaps nothing).
+    Found(Vec<T>),
+    /// The forge keeps no such thing: the local forge has no pull requests and no runs.
+    NotKept,
+    /// The App may not read it: what GitHub says the request needs
+    /// (`X-Accepted-GitHub-Permissions`, e.g. `actions=read`).
+    NotPermitted { needs: String },
+}
+
 /// What a claim (an atomic create-if-absent of a branch) found out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Claim {
@@ -170,6 +229,46 @@ pub trait Forge: Send + Sync {
         branch: &BranchName,
     ) -> Result<u64, ForgeError>;
 
+    /// The branches of row `id` under `prefix`, with the commit each points at, for
+    /// `explain`. By default from the prefix's listing; a forge that can ask for the row's own
+    /// (GitHub's matching refs) does.
+    async fn row_branch_heads(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+    ) -> Result<Vec<Branch>, ForgeError> {
+        let all = self.prefix_branches(repo, prefix).await?;
+        Ok(all
+            .into_iter()
+            .filter(|b| prefix.owns(id, b.name.as_str()))
+            .collect())
+    }
+
+    /// The pull requests (any state, the repository's own heads) from a branch of row `id`,
+    /// created at or after `since`, for `explain`.
+    async fn row_pull_requests(
+        &self,
+        _repo: &RepoName,
+        _prefix: &BranchPrefix,
+        _id: &RowId,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        Ok(Listing::NotKept)
+    }
+
+    /// The `repository_dispatch` workflow runs whose title names a branch of row `id`
+    /// ([`WorkflowRun::names_row`]), created at or after `since`, newest first, for `explain`.
+    async fn row_workflow_runs(
+        &self,
+        _repo: &RepoName,
+        _prefix: &BranchPrefix,
+        _id: &RowId,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<WorkflowRun>, ForgeError> {
+        Ok(Listing::NotKept)
+    }
+
     /// Whether the forge can be reached with valid credentials (`GET /readyz`).
     async fn ready(&self) -> Result<(), ForgeError> {
         Ok(())
@@ -241,7 +340,8 @@ pub async fn open(
 
 #[cfg(test)]
 mod tests {
-    use super::{ForgeError, Sha};
+    use super::{ForgeError, Sha, WorkflowRun};
+    use crate::identity::{BranchPrefix, RowId};
 
     #[test]
     fn an_other_error_shows_its_whole_chain_once() {
@@ -253,6 +353,35 @@ mod tests {
             format!("{wrapped:#}"),
             "claiming: reading refs: the body did not parse"
         );
+    }
+
+    #[test]
+    fn a_run_is_the_rows_when_its_title_names_one_of_its_branches() {
+        let prefix = BranchPrefix::parse("feedback").unwrap();
+        let id = RowId::parse(&serde_json::json!(42)).unwrap();
+        let run = |title: &str| WorkflowRun {
+            id: 1,
+            run_number: 1,
+            name: None,
+            title: title.into(),
+            status: None,
+            conclusion: None,
+            event: "repository_dispatch".into(),
+            created_at: chrono::Utc::now(),
+            url: String::new(),
+        };
+        for (title, ours) in [
+            ("rowbranch: feedback/42-add-dark-mode", true),
+            ("rowbranch: feedback/42", true),
+            ("rowbranch: feedback/42-add-dark-mode-redo-1", true),
+            ("Work on \"feedback/42-x\", again", true),
+            ("rowbranch: feedback/420-other-row", false),
+            ("rowbranch: feedback/4", false),
+            ("rowbranch: other/42-x", false),
+            ("rowbranch: ", false),
+        ] {
+            assert_eq!(run(title).names_row(&prefix, &id), ours, "{title}");
+        }
     }
 
     #[test]

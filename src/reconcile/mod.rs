@@ -251,7 +251,7 @@ async fn sweep_route(
 /// How long before the queue was read a row may have been created and still have committed
 /// after it (`created_at` is the INSERT's time, its message appears at its commit): such a row
 /// with no message seen is left to the consumer, not run or reported as never queued.
-const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
+pub const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
 /// is still in the queue (visible or held), then those archived since the window's start with
@@ -340,7 +340,7 @@ impl QueueView {
 }
 
 /// A JSON id as the queue's `->>` gives it: a string as it is, a number in its digits.
-fn id_text(value: &Value) -> Option<String> {
+pub fn id_text(value: &Value) -> Option<String> {
     match value {
         Value::String(s) => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),

@@ -209,9 +209,13 @@ fn the_manifest_asks_for_the_least_permissions_and_no_webhook() {
     assert_eq!(manifest["hook_attributes"]["active"], false);
     assert_eq!(manifest["default_events"], serde_json::json!([]));
     let permissions = manifest["default_permissions"].as_object().unwrap();
-    assert_eq!(permissions.len(), 3, "{permissions:?}");
+    assert_eq!(permissions.len(), 4, "{permissions:?}");
     assert_eq!(permissions["contents"], "write");
     assert_eq!(permissions["pull_requests"], "read");
+    assert_eq!(
+        permissions["actions"], "read",
+        "explain lists the row's workflow runs"
+    );
     assert_eq!(permissions["metadata"], "read");
 
     // The page posts exactly that manifest to GitHub's manifest flow, on the organization that

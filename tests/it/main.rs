@@ -10,6 +10,7 @@ mod concurrency;
 mod deploy;
 mod doctor_queue;
 mod env_config;
+mod explain;
 mod github;
 mod hostile;
 mod identity;

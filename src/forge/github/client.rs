@@ -66,6 +66,19 @@ impl Reply {
         Err(classify(self.status, &self.headers, &self.message()))
     }
 
+    /// For a 403 that is a permission the installation lacks (not a rate limit): what GitHub
+    /// says the endpoint accepts, from `X-Accepted-GitHub-Permissions` (`actions=read`).
+    pub fn missing_permission(&self) -> Option<String> {
+        if self.status != StatusCode::FORBIDDEN {
+            return None;
+        }
+        let header = |name: &str| self.headers.get(name).and_then(|v| v.to_str().ok());
+        if header("x-ratelimit-remaining") == Some("0") || header("retry-after").is_some() {
+            return None;
+        }
+        header("x-accepted-github-permissions").map(str::to_owned)
+    }
+
     /// The `rel="next"` page of a paginated answer.
     pub fn next_page(&self) -> Option<String> {
         let link = self.headers.get("link")?.to_str().ok()?;
@@ -129,6 +142,41 @@ where
         match reply.next_page() {
             Some(next) if go_on => path = next,
             _ => return Ok(()),
+        }
+    }
+}
+
+/// [`pages`] for a listing the installation may not be permitted to read: each page's body
+/// (of any shape) goes to `take`; a 403 for a missing permission ends the listing with what
+/// GitHub says it needs (`Some("actions=read")`), which is an answer, not a failure.
+pub async fn permitted_pages<P, F>(
+    installation: &Installation,
+    operation: Operation,
+    repo: &RepoName,
+    first: &str,
+    mut take: F,
+) -> Attempt<Option<String>>
+where
+    P: DeserializeOwned,
+    F: FnMut(P) -> bool,
+{
+    let mut path = first.to_owned();
+    loop {
+        let reply = installation
+            .send(operation, http::Method::GET, &path, None::<&()>)
+            .await?;
+        match reply.status.as_u16() {
+            200 => {}
+            404 => return Err(not_found(repo, &reply)),
+            _ => match reply.missing_permission() {
+                Some(needs) => return Ok(Some(needs)),
+                None => return reply.unexpected(),
+            },
+        }
+        let go_on = take(reply.json()?);
+        match reply.next_page() {
+            Some(next) if go_on => path = next,
+            _ => return Ok(None),
         }
     }
 }

@@ -25,7 +25,9 @@ use self::client::{
     empty_repository, encode_path, not_found, Apps, Installation, Limits, Operation,
 };
 use self::retry::{Attempt, Cause, RetryPolicy, Stop};
-use super::{Base, Branch, Claim, Forge, ForgeError, OpenError, Sha};
+use super::{
+    Base, Branch, Claim, Forge, ForgeError, Listing, OpenError, PullRequest, Sha, WorkflowRun,
+};
 use crate::config::{GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
@@ -521,6 +523,129 @@ impl Forge for GithubForge {
                 404 => Err(not_found(repo, &reply)),
                 _ => reply.unexpected(),
             }
+        })
+        .await
+    }
+
+    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/{id}`, with each branch's commit.
+    /// (https://docs.github.com/rest/git/refs#list-matching-references)
+    async fn row_branch_heads(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+    ) -> Result<Vec<Branch>, ForgeError> {
+        let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
+        let refs = self
+            .matching_refs("listing the row's branches", repo, prefix, &path)
+            .await?;
+        Ok(refs
+            .into_iter()
+            .filter(|b| prefix.owns(id, b.name.as_str()))
+            .collect())
+    }
+
+    /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
+    /// the pull requests are older than `since`: a branch deleted once its pull request merged
+    /// is found too. Only heads in the repository's own account count.
+    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
+    async fn row_pull_requests(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        self.read("listing pull requests", repo, |installation| async move {
+            let first =
+                format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
+            let mut found = Vec::new();
+            let refused = client::permitted_pages(
+                &installation,
+                Operation::ListPulls,
+                repo,
+                &first,
+                |pulls: Vec<wire::Pull>| {
+                    let older = pulls.last().is_some_and(|p| p.created_at < since);
+                    found.extend(
+                        pulls
+                            .into_iter()
+                            .filter(|p| {
+                                p.created_at >= since
+                                    && p.head.is_in(repo)
+                                    && prefix.owns(id, &p.head.name)
+                            })
+                            .map(|p| PullRequest {
+                                number: p.number,
+                                head: p.head.name,
+                                state: p.state,
+                                merged: p.merged_at.is_some(),
+                                merged_at: p.merged_at,
+                                created_at: p.created_at,
+                                url: p.html_url,
+                            }),
+                    );
+                    !older
+                },
+            )
+            .await?;
+            Ok(match refused {
+                Some(needs) => Listing::NotPermitted { needs },
+                None => Listing::Found(found),
+            })
+        })
+        .await
+    }
+
+    /// `GET /repos/{o}/{r}/actions/runs?event=repository_dispatch`, newest first, page by page
+    /// until the runs are older than `since` (GitHub gives at most 1,000 with a filter). A
+    /// dispatched run runs on the default branch, so the row's runs are told by their title,
+    /// the workflow's `run-name`. Needs the App's Actions: read; without it the answer is
+    /// "not permitted", not a failure.
+    /// (https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository)
+    async fn row_workflow_runs(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<WorkflowRun>, ForgeError> {
+        self.read("listing workflow runs", repo, |installation| async move {
+            let first =
+                format!("/repos/{repo}/actions/runs?event=repository_dispatch&per_page=100");
+            let mut found = Vec::new();
+            let refused = client::permitted_pages(
+                &installation,
+                Operation::ListRuns,
+                repo,
+                &first,
+                |page: wire::WorkflowRuns| {
+                    let runs = page.workflow_runs;
+                    let older = runs.last().is_none_or(|r| r.created_at < since);
+                    found.extend(
+                        runs.into_iter()
+                            .filter(|r| r.created_at >= since)
+                            .map(|r| WorkflowRun {
+                                id: r.id,
+                                run_number: r.run_number,
+                                name: r.name,
+                                title: r.display_title,
+                                status: r.status,
+                                conclusion: r.conclusion,
+                                event: r.event,
+                                created_at: r.created_at,
+                                url: r.html_url,
+                            })
+                            .filter(|r| r.names_row(prefix, id)),
+                    );
+                    !older
+                },
+            )
+            .await?;
+            Ok(match refused {
+                Some(needs) => Listing::NotPermitted { needs },
+                None => Listing::Found(found),
+            })
         })
         .await
     }

@@ -30,11 +30,20 @@ pub struct RefObject {
     pub sha: Sha,
 }
 
-/// A pull request of `GET /repos/{o}/{r}/pulls`.
+/// A pull request of `GET /repos/{o}/{r}/pulls`. The fields after `head` are only shown
+/// (`explain`), so an answer without them still reads.
 #[derive(Deserialize)]
 pub struct Pull {
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub head: PullHead,
+    #[serde(default)]
+    pub number: u64,
+    #[serde(default)]
+    pub state: String,
+    #[serde(default)]
+    pub merged_at: Option<chrono::DateTime<chrono::Utc>>,
+    #[serde(default)]
+    pub html_url: String,
 }
 
 #[derive(Deserialize)]
@@ -61,6 +70,30 @@ impl PullHead {
 #[derive(Deserialize)]
 pub struct Comparison {
     pub ahead_by: u64,
+}
+
+/// `GET /repos/{o}/{r}/actions/runs`: one page.
+#[derive(Deserialize)]
+pub struct WorkflowRuns {
+    pub workflow_runs: Vec<WorkflowRun>,
+}
+
+/// A run of that listing: the fields `explain` shows.
+#[derive(Deserialize)]
+pub struct WorkflowRun {
+    pub id: u64,
+    #[serde(default)]
+    pub run_number: u64,
+    pub name: Option<String>,
+    #[serde(default)]
+    pub display_title: String,
+    pub status: Option<String>,
+    pub conclusion: Option<String>,
+    #[serde(default)]
+    pub event: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    #[serde(default)]
+    pub html_url: String,
 }
 
 /// `GET /repos/{o}/{r}/installation`.

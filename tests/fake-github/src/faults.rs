@@ -34,6 +34,8 @@ pub enum Op {
     Compare,
     /// `GET /repos/{o}/{r}/contents/{path}`.
     GetContents,
+    /// `GET /repos/{o}/{r}/actions/runs`.
+    ListRuns,
     /// `POST /app-manifests/{code}/conversions` (no authentication).
     ManifestConversion,
     /// `GET /users/{username}` (no authentication needed).
@@ -42,7 +44,7 @@ pub enum Op {
 
 impl Op {
     /// Every operation the fake knows.
-    pub const ALL: [Op; 13] = [
+    pub const ALL: [Op; 14] = [
         Op::GetApp,
         Op::GetInstallation,
         Op::MintToken,
@@ -55,6 +57,7 @@ impl Op {
         Op::ListPulls,
         Op::Compare,
         Op::GetContents,
+        Op::ListRuns,
         Op::ManifestConversion,
     ];
 
@@ -80,6 +83,7 @@ impl Op {
             }
             Op::CreateRef | Op::DeleteRef | Op::Dispatch => Some(("contents", "write")),
             Op::ListPulls => Some(("pull_requests", "read")),
+            Op::ListRuns => Some(("actions", "read")),
         }
     }
 
@@ -104,6 +108,9 @@ impl Op {
             Op::ListPulls => "https://docs.github.com/rest/pulls/pulls#list-pull-requests",
             Op::Compare => "https://docs.github.com/rest/commits/commits#compare-two-commits",
             Op::GetContents => "https://docs.github.com/rest/repos/contents#get-repository-content",
+            Op::ListRuns => {
+                "https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository"
+            }
             Op::ManifestConversion => {
                 "https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest"
             }

@@ -29,7 +29,7 @@ pub use faults::{Fault, Op};
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
     Account, Auth, Commit, DispatchRecord, InFlight, Installation, Pull, PullState, Repo,
-    RequestRecord, State, Token,
+    RequestRecord, State, Token, WorkflowRun,
 };
 
 use conn::{ConnKill, KillableListener};
@@ -184,7 +184,8 @@ impl FakeGithub {
     // ----- installations -----
 
     /// Installs the App on this repository under `installation_id` (creating the installation
-    /// on the repository's owner with contents:write, metadata:read, pull_requests:read, and
+    /// on the repository's owner with contents:write, metadata:read, pull_requests:read,
+    /// actions:read, and
     /// `repository_selection: "selected"`), or adds the repository to it.
     pub fn install(&self, repo: &str, installation_id: u64) {
         self.shared.with(|s| {
@@ -465,6 +466,91 @@ impl FakeGithub {
     /// The repository's pull requests, in the order they were added.
     pub fn pulls(&self, repo: &str) -> Vec<Pull> {
         self.shared.with(|s| s.repo_or_panic(repo).pulls.clone())
+    }
+
+    // ----- workflow runs -----
+
+    /// Adds a `repository_dispatch` run of the workflow `rowbranch`, titled `display_title`
+    /// (what the workflow's `run-name` makes it), on the default branch at its head, as GitHub
+    /// runs a dispatched workflow. `status` is `queued`, `in_progress`, `completed`, `waiting`,
+    /// `requested` or `pending`; `conclusion` is set only once `completed`. Returns its id.
+    pub fn add_workflow_run(
+        &self,
+        repo: &str,
+        display_title: &str,
+        status: &str,
+        conclusion: Option<&str>,
+    ) -> u64 {
+        self.add_workflow_run_for(
+            repo,
+            "repository_dispatch",
+            display_title,
+            status,
+            conclusion,
+        )
+    }
+
+    /// [`add_workflow_run`](Self::add_workflow_run) for another event (`push`, `schedule`, …).
+    pub fn add_workflow_run_for(
+        &self,
+        repo: &str,
+        event: &str,
+        display_title: &str,
+        status: &str,
+        conclusion: Option<&str>,
+    ) -> u64 {
+        assert!(
+            [
+                "queued",
+                "in_progress",
+                "completed",
+                "waiting",
+                "requested",
+                "pending"
+            ]
+            .contains(&status),
+            "fake GitHub: a run's status is not {status}"
+        );
+        assert_eq!(
+            conclusion.is_some(),
+            status == "completed",
+            "fake GitHub: a run has a conclusion once, and only once, it is completed"
+        );
+        self.shared.with(|s| {
+            let id = s.next_run_id;
+            s.next_run_id += 1;
+            let r = s.repo_or_panic(repo);
+            // Creation times strictly increase, so "newest first" is well defined.
+            let created = r
+                .runs
+                .iter()
+                .map(|run| run.created_at + Duration::from_secs(1))
+                .max()
+                .map_or_else(SystemTime::now, |next| next.max(SystemTime::now()));
+            let head_branch = r.default_branch.clone();
+            let head_sha = r.branch_sha(&head_branch).unwrap_or_default().to_owned();
+            let run_number = r.runs.len() as u64 + 1;
+            r.runs.push(WorkflowRun {
+                id,
+                run_number,
+                name: "rowbranch".to_owned(),
+                display_title: display_title.to_owned(),
+                status: status.to_owned(),
+                conclusion: conclusion.map(str::to_owned),
+                event: event.to_owned(),
+                head_branch,
+                head_sha,
+                path: ".github/workflows/rowbranch.yml".to_owned(),
+                created_at: created,
+                updated_at: created,
+            });
+            id
+        })
+    }
+
+    /// The repository's workflow runs, oldest first.
+    pub fn workflow_runs(&self, repo: &str) -> Vec<WorkflowRun> {
+        self.shared.with(|s| s.repo_or_panic(repo).runs.clone())
     }
 
     // ----- inspection -----

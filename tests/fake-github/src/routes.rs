@@ -41,6 +41,7 @@ pub(crate) enum RepoRoute {
     ListPulls,
     Compare(String),
     Contents(String),
+    ListRuns,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +71,7 @@ impl Route {
                 RepoRoute::ListPulls => Op::ListPulls,
                 RepoRoute::Compare(_) => Op::Compare,
                 RepoRoute::Contents(_) => Op::GetContents,
+                RepoRoute::ListRuns => Op::ListRuns,
             },
         }
     }
@@ -192,6 +194,8 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
                 RepoRoute::ListPulls
             } else if get && rest.starts_with("compare/") {
                 RepoRoute::Compare(tail(rest, "compare/")?)
+            } else if get && rest == "actions/runs" {
+                RepoRoute::ListRuns
             } else if get && rest == "contents" {
                 RepoRoute::Contents(String::new())
             } else if get && rest.starts_with("contents/") {
@@ -715,6 +719,7 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
                 RepoRoute::ListPulls => list_pulls(s, &key, ctx),
                 RepoRoute::Compare(spec) => compare(s, &key, spec),
                 RepoRoute::Contents(path) => contents(s, &key, path, ctx),
+                RepoRoute::ListRuns => list_runs(s, &key, ctx),
             }
         }
     }
@@ -1073,6 +1078,75 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
         parts.push(&page_part);
         format!(
             "<{}/repositories/{}/pulls?{}>",
+            s.base_url,
+            repo.id,
+            parts.join("&")
+        )
+    };
+    let mut links = Vec::new();
+    if page > 1 {
+        links.push(format!("{}; rel=\"prev\"", link_to((page - 1).min(last))));
+    }
+    if page < last {
+        links.push(format!("{}; rel=\"next\"", link_to(page + 1)));
+        links.push(format!("{}; rel=\"last\"", link_to(last)));
+    }
+    if page > 1 {
+        links.push(format!("{}; rel=\"first\"", link_to(1)));
+    }
+    if !links.is_empty() {
+        reply.set_header("link", links.join(", "));
+    }
+    reply
+}
+
+/// `GET /repos/{o}/{r}/actions/runs`: `{total_count, workflow_runs}`, newest first, filtered by
+/// `event`, `branch` (the run's head branch: the default branch for a dispatched run) and
+/// `status` (a status or a conclusion, as GitHub takes either), `per_page` (30, at most 100)
+/// and `page` as GitHub pages, with a `Link` header.
+fn list_runs(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
+    let repo = &s.repos[key];
+    let params = query_pairs(ctx.query);
+    let per_page = match param(&params, "per_page").and_then(|v| v.parse::<usize>().ok()) {
+        None | Some(0) => 30,
+        Some(n) => n.min(100),
+    };
+    let page = param(&params, "page")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let event = param(&params, "event");
+    let branch = param(&params, "branch");
+    let status = param(&params, "status");
+    let runs: Vec<_> = repo
+        .runs
+        .iter()
+        .rev()
+        .filter(|r| event.is_none_or(|e| r.event == e))
+        .filter(|r| branch.is_none_or(|b| r.head_branch == b))
+        .filter(|r| status.is_none_or(|st| r.status == st || r.conclusion.as_deref() == Some(st)))
+        .collect();
+    let total = runs.len();
+    let last = total.div_ceil(per_page).max(1);
+    let owner_kind = s.account_kind(&repo.owner);
+    let items: Vec<Value> = runs
+        .iter()
+        .skip((page - 1).saturating_mul(per_page))
+        .take(per_page)
+        .map(|r| shapes::workflow_run(&s.base_url, repo, owner_kind, &s.app_slug, r))
+        .collect();
+    let mut reply = Reply::json(200, json!({"total_count": total, "workflow_runs": items}));
+    let link_to = |n: usize| {
+        let mut parts: Vec<&str> = ctx
+            .query
+            .unwrap_or("")
+            .split('&')
+            .filter(|p| !p.is_empty() && !p.starts_with("page="))
+            .collect();
+        let page_part = format!("page={n}");
+        parts.push(&page_part);
+        format!(
+            "<{}/repositories/{}/actions/runs?{}>",
             s.base_url,
             repo.id,
             parts.join("&")

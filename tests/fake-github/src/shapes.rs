@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::auth::epoch_secs;
-use crate::state::{Account, Installation, Pull, Repo};
+use crate::state::{Account, Installation, Pull, Repo, WorkflowRun};
 
 pub(crate) const APP_OWNER: &str = "rowbranch-test-owner";
 
@@ -320,6 +320,88 @@ pub(crate) fn pull(base: &str, repo: &Repo, owner_kind: &str, p: &Pull) -> Value
     })
 }
 
+/// A workflow run (`workflow-run`), as `GET /repos/{o}/{r}/actions/runs` lists it.
+pub(crate) fn workflow_run(
+    base: &str,
+    repo: &Repo,
+    owner_kind: &str,
+    app_slug: &str,
+    run: &WorkflowRun,
+) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let id = run.id;
+    let workflow_id = stable_id(&run.path);
+    let runs = format!("{api}/actions/runs/{id}");
+    let check_suite_id = id + 1_000_000_000;
+    // A dispatch the App sent: its bot is the actor.
+    let actor = user(base, &format!("{app_slug}[bot]"), "Bot");
+    let minimal_repo = json!({
+        "id": repo.id,
+        "node_id": node_id("R", &repo.id.to_string()),
+        "name": repo.name,
+        "full_name": repo.full_name(),
+        "private": true,
+        "owner": user(base, &repo.owner, owner_kind),
+        "html_url": html,
+        "description": null,
+        "fork": false,
+        "url": api,
+    });
+    let commit_time = repo
+        .commits
+        .get(&run.head_sha)
+        .map_or(run.created_at, |c| c.time);
+    let who = json!({"name": "rowbranch test", "email": "test@example.invalid"});
+    let first = json!({
+        "id": id,
+        "name": run.name,
+        "node_id": node_id("WFR", &id.to_string()),
+        "head_branch": run.head_branch,
+        "head_sha": run.head_sha,
+        "path": run.path,
+        "display_title": run.display_title,
+        "run_number": run.run_number,
+        "event": run.event,
+        "status": run.status,
+        "conclusion": run.conclusion,
+        "workflow_id": workflow_id,
+        "check_suite_id": check_suite_id,
+        "check_suite_node_id": node_id("CS", &check_suite_id.to_string()),
+        "url": runs,
+        "html_url": format!("{html}/actions/runs/{id}"),
+        "pull_requests": [],
+        "created_at": rfc3339(run.created_at),
+        "updated_at": rfc3339(run.updated_at),
+        "actor": actor,
+        "run_attempt": 1,
+        "referenced_workflows": [],
+        "run_started_at": rfc3339(run.created_at),
+        "triggering_actor": actor,
+    });
+    let more = json!({
+        "jobs_url": format!("{runs}/jobs"),
+        "logs_url": format!("{runs}/logs"),
+        "check_suite_url": format!("{api}/check-suites/{check_suite_id}"),
+        "artifacts_url": format!("{runs}/artifacts"),
+        "cancel_url": format!("{runs}/cancel"),
+        "rerun_url": format!("{runs}/rerun"),
+        "previous_attempt_url": null,
+        "workflow_url": format!("{api}/actions/workflows/{workflow_id}"),
+        "head_commit": {
+            "id": run.head_sha,
+            "tree_id": object_id("tree", run.head_sha.as_bytes()),
+            "message": repo.commits.get(&run.head_sha).map(|c| c.message.clone()).unwrap_or_default(),
+            "timestamp": rfc3339(commit_time),
+            "author": who,
+            "committer": who,
+        },
+        "repository": minimal_repo,
+        "head_repository": minimal_repo,
+    });
+    merge(first, more)
+}
+
 pub(crate) fn permissions_json(perms: &BTreeMap<String, String>) -> Value {
     Value::Object(
         perms
@@ -373,7 +455,7 @@ pub(crate) fn app(base: &str, app_id: u64, client_id: &str, name: &str, slug: &s
         "html_url": format!("https://github.com/apps/{slug}"),
         "created_at": "2025-01-01T00:00:00Z",
         "updated_at": "2025-01-01T00:00:00Z",
-        "permissions": {"contents": "write", "metadata": "read", "pull_requests": "read"},
+        "permissions": {"actions": "read", "contents": "write", "metadata": "read", "pull_requests": "read"},
         "events": [],
         "installations_count": 1,
     })

@@ -11,7 +11,8 @@ use serde_json::Value;
 use crate::faults::{Fault, FaultEntry, Op};
 
 /// Permissions every new installation gets: what rowbranch needs.
-pub(crate) const DEFAULT_PERMISSIONS: [(&str, &str); 3] = [
+pub(crate) const DEFAULT_PERMISSIONS: [(&str, &str); 4] = [
+    ("actions", "read"),
     ("contents", "write"),
     ("metadata", "read"),
     ("pull_requests", "read"),
@@ -91,6 +92,29 @@ pub struct Pull {
     pub merged_at: Option<SystemTime>,
 }
 
+/// A workflow run of the fake, as a test added it: GitHub starts the runs, the fake only keeps
+/// them. Like every `repository_dispatch` run, it runs on the default branch.
+#[derive(Clone, Debug)]
+pub struct WorkflowRun {
+    /// Above 2^31, as github.com's run ids are.
+    pub id: u64,
+    pub run_number: u64,
+    /// The workflow's name.
+    pub name: String,
+    /// The `run-name` the workflow sets (or the event's title).
+    pub display_title: String,
+    /// `queued`, `in_progress`, `completed`, `waiting`, `requested` or `pending`.
+    pub status: String,
+    /// Set once `completed`: `success`, `failure`, `cancelled`, …
+    pub conclusion: Option<String>,
+    pub event: String,
+    pub head_branch: String,
+    pub head_sha: String,
+    pub path: String,
+    pub created_at: SystemTime,
+    pub updated_at: SystemTime,
+}
+
 /// A `repository_dispatch` the fake accepted.
 #[derive(Clone, Debug)]
 pub struct DispatchRecord {
@@ -112,6 +136,8 @@ pub struct Repo {
     pub commits: HashMap<String, Commit>,
     pub pulls: Vec<Pull>,
     pub dispatches: Vec<DispatchRecord>,
+    /// Workflow runs, oldest first.
+    pub runs: Vec<WorkflowRun>,
     pub next_number: u64,
     pub created_at: SystemTime,
 }
@@ -343,6 +369,7 @@ pub struct State {
     pub unexpected: Vec<String>,
     pub next_repo_id: u64,
     pub next_pull_id: u64,
+    pub next_run_id: u64,
     /// Codes GitHub would hand back after "create an App from a manifest", each with the name
     /// and slug the App was created under (the person creating it may rename it); each works once.
     pub manifest_codes: BTreeMap<String, (String, String)>,
@@ -403,6 +430,7 @@ impl State {
             unexpected: Vec::new(),
             next_repo_id: 700_001,
             next_pull_id: 2_000_000_001,
+            next_run_id: 10_000_000_001,
         }
     }
 
@@ -475,6 +503,7 @@ impl State {
             commits: HashMap::new(),
             pulls: Vec::new(),
             dispatches: Vec::new(),
+            runs: Vec::new(),
             next_number: 1,
             created_at: SystemTime::now(),
         };

@@ -69,6 +69,7 @@ async fn doctor_passes_every_check_when_the_setup_is_complete() {
         "✓ acme/app: the App is installed",
         "✓ acme/app: contents: write",
         "✓ acme/app: pull_requests: read",
+        "✓ acme/app: actions: read",
         "✓ acme/app: default branch main",
         "✓ acme/app: .github/workflows/rowbranch.yml runs on repository_dispatch `feedback`",
         "✓ acme/app: .github/workflows/rowbranch.yml runs no claude-code-action step",
@@ -264,6 +265,7 @@ async fn doctor_names_each_failure_with_its_fix_and_exits_one() {
         "✗ webhook secret is not set",
         "✗ acme/app: contents is read, needs write",
         "✗ acme/app: pull_requests is not granted, needs read",
+        "! acme/app: actions is not granted: `rowbranch explain` cannot list the row's workflow runs",
         "✗ acme/app: no workflow on main listens to repository_dispatch `feedback`",
         "fix: ",
     ] {
