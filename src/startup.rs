@@ -16,11 +16,11 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
-use crate::config::{Config, ForgeSettings};
+use crate::config::{Config, ForgeSettings, Intake};
 use crate::db::{Database, Reachability};
 use crate::forge::{self, Forge, OpenError};
 use crate::http::{self, App, Connections};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
 use crate::reconcile::{self, SweepOptions};
@@ -171,6 +171,7 @@ impl Application {
             return Err(StartupError::NoQueue);
         }
         let shared = Shared::default();
+        let github = env.forge.is_none() && matches!(config.forge, ForgeSettings::Github(_));
         let forge = match env.forge {
             Some(forge) => forge,
             None => self::forge(&config, &shared)
@@ -204,6 +205,10 @@ impl Application {
                 Arc::clone(&database),
             )
         });
+        let serves = listener.is_some();
+        shared
+            .metrics
+            .start_at_zero(&metrics_scope(&config, serves, consumer.is_some(), github));
         let runs = match (listener, consumer) {
             (Some((listener, warm_up)), consumer) => {
                 let addr = listener.local_addr().map_err(StartupError::Address)?;
@@ -414,20 +419,45 @@ fn cap(
     Ok(max_connections.min(room))
 }
 
+/// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
+/// routes, and whether the consumer, the scheduled sweep (beside the server) and GitHub run.
+fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) -> metrics::Scope {
+    let tables = |intake: Intake| -> Vec<String> {
+        config
+            .routes
+            .iter()
+            .filter(|r| r.intake == intake)
+            .map(|r| r.table_name())
+            .collect()
+    };
+    metrics::Scope {
+        webhook_routes: if serves {
+            tables(Intake::Webhook)
+        } else {
+            Vec::new()
+        },
+        queue_routes: tables(Intake::Pgmq),
+        consumer,
+        sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
+        github,
+    }
+}
+
 /// The config's routes could not be compiled: the config file, then the route and its
 /// template.
 #[derive(Debug, thiserror::Error)]
 #[error("{}", config.display())]
 pub struct RoutesError {
     config: PathBuf,
-    source: RouteError,
+    /// Boxed: the route's error is large, and a start that fails is rare.
+    source: Box<RouteError>,
 }
 
 /// The config's routes with their payload templates read and compiled; an error names the file.
 pub fn routes(config: &Config) -> Result<Routes, RoutesError> {
     Routes::compile(&config.routes).map_err(|source| RoutesError {
         config: config.source.clone(),
-        source,
+        source: Box::new(source),
     })
 }
 

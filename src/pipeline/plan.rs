@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::{Intake, Route};
+use crate::config::{Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
@@ -37,7 +37,16 @@ impl Routes {
             .iter()
             .map(|route| {
                 let payload = match &route.payload_template {
-                    Some(path) => compile_file(route, path)?,
+                    Some(PayloadTemplateSource::File(path)) => compile_file(route, path)?,
+                    Some(PayloadTemplateSource::Inline(text)) => {
+                        PayloadTemplate::from_text(text, "payload_template_inline").map_err(
+                            |source| RouteError {
+                                key: "payload_template_inline",
+                                table: route.table_name(),
+                                source,
+                            },
+                        )?
+                    }
                     None => PayloadTemplate::builtin(),
                 };
                 Ok(CompiledRoute {
@@ -96,16 +105,20 @@ impl Routes {
     }
 }
 
-/// A route whose payload template could not be used: the route, then the file and why.
+/// A route whose payload template could not be used: the key and the route, then the template
+/// and why.
 #[derive(Debug, thiserror::Error)]
-#[error("payload_template of the route for {table}")]
+#[error("{key} of the route for {table}")]
 pub struct RouteError {
+    /// `payload_template` or `payload_template_inline`.
+    key: &'static str,
     table: String,
     source: TemplateFileError,
 }
 
 fn compile_file(route: &Route, path: &Path) -> Result<PayloadTemplate, RouteError> {
     PayloadTemplate::from_file(path).map_err(|source| RouteError {
+        key: "payload_template",
         table: route.table_name(),
         source,
     })

@@ -69,7 +69,8 @@ pub struct PayloadContext<'a> {
     pub record: &'a Map<String, Value>,
 }
 
-/// Why a user's payload template could not be used: the file, then what is wrong with it.
+/// Why a user's payload template could not be used: the file (or, for one in the config, where
+/// it is), then what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateFileError {
     #[error("cannot read {}", path.display())]
@@ -79,6 +80,11 @@ pub enum TemplateFileError {
     },
     #[error("{}", path.display())]
     Invalid { path: PathBuf, source: PayloadError },
+    #[error("{origin}")]
+    InvalidText {
+        origin: String,
+        source: PayloadError,
+    },
 }
 
 /// Why a payload cannot be sent; the text is the 422 message.
@@ -121,6 +127,17 @@ impl PayloadTemplate {
         PayloadTemplate::compile(source, path.display().to_string()).map_err(|source| {
             TemplateFileError::Invalid {
                 path: path.to_path_buf(),
+                source,
+            }
+        })
+    }
+
+    /// Compiles a template carried in the config itself (`payload_template_inline`); the
+    /// message names `origin`, and the line of a syntax error.
+    pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
+        PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
+            TemplateFileError::InvalidText {
+                origin: origin.to_owned(),
                 source,
             }
         })
