@@ -59,7 +59,7 @@ impl From<StartupError> for Failure {
         match e {
             StartupError::Forge(e) => Failure::Usage(e.into()),
             StartupError::Routes(e) => Failure::Usage(e.into()),
-            StartupError::NoQueue => Failure::Usage(e.into()),
+            StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
             StartupError::Listen { .. }
             | StartupError::Address(_)
             | StartupError::NoRoomForConnections { .. } => Failure::Runtime(e.into()),

@@ -296,16 +296,15 @@ pub enum OpenError {
         path: PathBuf,
         cause: std::io::Error,
     },
-    #[error(
-        "the GitHub App private key does not parse ({cause}): use the .pem file GitHub \
-         generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
-    )]
-    KeyInvalid {
-        cause: octocrab::jsonwebtoken::errors::Error,
-    },
-    /// `api_url` is no URL octocrab takes; `cause` is its error with its causes.
+    /// The key does not parse, or cannot sign the App's JWT.
+    #[error(transparent)]
+    Key(#[from] github::KeyError),
+    /// `api_url` is no URL; `cause` is its error with its causes.
     #[error("api_url `{api_url}` is not a URL: {cause}")]
     ApiUrl { api_url: String, cause: String },
+    /// The system's CA certificates, for GitHub's, could not be loaded.
+    #[error("no TLS roots for GitHub's certificate: {cause}")]
+    TlsRoots { cause: String },
     /// octocrab could not build its client; `cause` is its error with its causes.
     #[error("could not build the GitHub client: {cause}")]
     Client { cause: String },
