@@ -18,8 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
-use crate::db::Misfit;
-use crate::db::{queue, Database, Row};
+use crate::db::{self, queue, Database, Misfit, Row};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
@@ -174,7 +173,13 @@ pub async fn sweep(
             summary.error = Some(format!("{e:#}"));
             summary.reason = e
                 .chain()
-                .any(|cause| matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_))))
+                .any(|cause| {
+                    matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_)))
+                        || matches!(
+                            cause.downcast_ref(),
+                            Some(db::Error::Table(Misfit::MissingColumn(_)))
+                        )
+                })
                 .then(|| Reason::MissingColumn.as_str());
         }
         pipeline.metrics().reconcile_run(if swept.is_ok() {
