@@ -2,7 +2,7 @@
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
 //! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
-//! table.
+//! table and that row level security lets the role see its rows.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -24,6 +24,7 @@ use crate::templates::setup::PLACEHOLDER_APP_ID;
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, ClaudeStep};
 
 mod queue;
+mod row_security;
 mod tables;
 
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed

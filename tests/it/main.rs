@@ -29,6 +29,7 @@ mod queue;
 mod recipes;
 mod reconcile;
 mod refusals;
+mod row_security;
 mod rows;
 mod setup_queue;
 mod setup_sql;
