@@ -8,7 +8,7 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config};
+use crate::config::{process_env, Config, ForgeSettings, PrivateKeySource};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
 
@@ -32,6 +32,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
              credentials (never on a public address)"
         )));
     }
+    warn_if_key_exposed(&config);
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
     }
@@ -65,6 +66,34 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Says once, at start, when the App's private key file is open to group or others, as ssh says
+/// of a private key: whoever can read it can act as the App on every repository it is installed
+/// on. A key that cannot be read at all is the forge's error, not this warning.
+fn warn_if_key_exposed(config: &Config) {
+    let ForgeSettings::Github(github) = &config.forge else {
+        return;
+    };
+    let PrivateKeySource::File(path) = &github.key else {
+        return;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(metadata) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = %format!("{mode:04o}"),
+                fix = %format!("chmod 600 {}", path.display()),
+                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
+            );
+        }
+    }
 }
 
 /// How long `serve` gives the database at start to say whether the routes fit their tables.

@@ -37,6 +37,7 @@ mod shape;
 mod split;
 mod target;
 mod tls;
+pub mod transit;
 mod visibility;
 
 use std::path::PathBuf;

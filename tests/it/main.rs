@@ -12,6 +12,7 @@ mod deploy;
 mod doctor_queue;
 mod env_config;
 mod explain;
+mod exposure;
 mod first_run;
 mod github;
 mod healthcheck;
