@@ -5,6 +5,7 @@
 mod support;
 
 mod alerts;
+mod app_jwt;
 mod auth;
 mod cli;
 mod concurrency;

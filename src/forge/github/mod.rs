@@ -3,6 +3,7 @@
 //! one retry policy.
 
 mod client;
+mod jwt;
 mod pace;
 mod retry;
 mod setup;
