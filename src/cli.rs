@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::DEFAULT_PATH;
+use crate::config::{
+    DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+};
 
 /// What `rowbranch --version` prints after the name: the version and the commit it was built
 /// from (`unknown` when the build could not tell; see build.rs).
@@ -155,7 +157,8 @@ Environment (each wins over the config file):
   ROWBRANCH_CONFIG           the whole config's TOML text, when there is no config file
   ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
                              required unless --insecure-no-auth
-  ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
+  ROWBRANCH_LISTEN           HOST:PORT to listen on, e.g. 0.0.0.0:8080 or localhost:8080;
+                             wins over PORT
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
@@ -299,6 +302,26 @@ pub struct InitArgs {
     /// The repository_dispatch event type the workflow listens to.
     #[arg(long, default_value = "feedback")]
     pub event_type: String,
+    /// The most turns Claude takes in one run: the workflow's --max-turns, and the route's
+    /// max_turns, which doctor holds the committed workflow to.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_TURNS,
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "manifest_code"
+    )]
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job runs (1 to 360): its timeout-minutes, and the
+    /// route's work_timeout_minutes, which doctor holds the committed workflow to.
+    #[arg(
+        long,
+        value_name = "MINUTES",
+        default_value_t = DEFAULT_WORK_TIMEOUT_MINUTES,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORK_TIMEOUT_MINUTES)),
+        conflicts_with = "manifest_code"
+    )]
+    pub work_timeout_minutes: u32,
     /// Overwrite files that exist.
     #[arg(long)]
     pub force: bool,

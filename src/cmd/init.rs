@@ -10,6 +10,7 @@ use anyhow::{anyhow, Context};
 
 use super::Failure;
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
+use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
@@ -48,9 +49,6 @@ const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
 /// The files that carry the webhook secret: readable by their owner only.
 const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
-
-/// The secret's file: read by the shell (`set -a; . ./rowbranch.env`), readable by its owner.
-const ENV_FILE: &str = "rowbranch.env";
 
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {
@@ -230,6 +228,8 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
+        max_turns: args.max_turns,
+        work_timeout_minutes: args.work_timeout_minutes,
     };
     // Every value is checked before GitHub is asked anything.
     ctx.check().map_err(

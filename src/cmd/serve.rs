@@ -6,6 +6,7 @@ use anyhow::{anyhow, Context};
 
 use super::Failure;
 use crate::cli::ServeArgs;
+use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config};
 use crate::startup::{Application, Env};
 
@@ -19,10 +20,14 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     if config.takes_webhooks() && config.webhook.secrets.is_none() && !args.insecure_no_auth {
+        let set = secret_from_init(&config.source).unwrap_or_else(|| {
+            "set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several separated by spaces \
+             to rotate)"
+                .to_owned()
+        });
         return Err(Failure::Usage(anyhow!(
-            "no webhook secret: set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several \
-             separated by spaces to rotate), or pass --insecure-no-auth to accept deliveries \
-             without credentials (never on a public address)"
+            "no webhook secret: {set}; or pass --insecure-no-auth to accept deliveries without \
+             credentials (never on a public address)"
         )));
     }
     if config.reconcile.every.is_some() && config.database_url.is_none() {

@@ -2,7 +2,8 @@
 //! the queue consumer are each built from, so that none of them sees the whole config. Every
 //! value here has been checked; the file's defaults live in `file`, not here.
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use crate::webhook::auth::WebhookSecrets;
 pub struct Config {
     /// The file this came from, for messages.
     pub source: PathBuf,
-    pub listen: SocketAddr,
+    pub listen: ListenAddress,
     /// On SIGTERM or SIGINT: how long in-flight requests and claimed rows get to finish.
     pub shutdown_grace: Duration,
     /// `GET /`'s live page of the last decisions; off when `None`.
@@ -56,6 +57,74 @@ impl Config {
         self.routes
             .iter()
             .find(|r| r.schema == schema && r.table == table)
+    }
+}
+
+/// Where `serve` listens, as the config says: an address, or a host name that `serve`
+/// resolves when it starts (`localhost:8080`); and the setting that said so, which the
+/// messages about it name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddress {
+    pub host: ListenHost,
+    pub port: u16,
+    pub origin: ListenOrigin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenHost {
+    Ip(IpAddr),
+    /// A host name, resolved when `serve` starts.
+    Name(String),
+}
+
+/// Which setting chose the listen address: `ROWBRANCH_LISTEN`, else `PORT`, else the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenOrigin {
+    /// `ROWBRANCH_LISTEN`.
+    Listen,
+    /// `PORT`, on every interface.
+    Port,
+    /// The file's `listen`.
+    File,
+}
+
+impl ListenAddress {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The address, when it is one rather than a name.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match &self.host {
+            ListenHost::Ip(ip) => Some(*ip),
+            ListenHost::Name(_) => None,
+        }
+    }
+
+    /// The socket address, when the host is an address rather than a name.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        self.ip().map(|ip| SocketAddr::new(ip, self.port))
+    }
+}
+
+/// `HOST:PORT`, an IPv6 address in brackets: as it is written in the config.
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            ListenHost::Ip(ip) => SocketAddr::new(*ip, self.port).fmt(f),
+            ListenHost::Name(name) => write!(f, "{name}:{}", self.port),
+        }
+    }
+}
+
+/// The setting's name: `ROWBRANCH_LISTEN`, `PORT` or `listen`.
+impl fmt::Display for ListenOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ListenOrigin::Listen => super::env::LISTEN,
+            ListenOrigin::Port => super::env::PORT,
+            ListenOrigin::File => "listen",
+        })
     }
 }
 
@@ -225,7 +294,24 @@ pub struct Route {
     pub created_column: String,
     /// Where the route's rows come from: webhook deliveries, or the queue.
     pub intake: Intake,
+    /// The most turns Claude may take in one run of the route's workflow (its `--max-turns`);
+    /// `doctor` holds the committed workflow to it.
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job may run (its `timeout-minutes`); `doctor`
+    /// holds the committed workflow to it.
+    pub work_timeout_minutes: u32,
 }
+
+/// The route's `max_turns` when the file does not set it, and `init --max-turns`'s default.
+pub const DEFAULT_MAX_TURNS: u32 = 30;
+
+/// The route's `work_timeout_minutes` when the file does not set it, and `init
+/// --work-timeout-minutes`'s default.
+pub const DEFAULT_WORK_TIMEOUT_MINUTES: u32 = 30;
+
+/// The longest a job may run on a GitHub-hosted runner, and so the most `timeout-minutes` can
+/// bound (https://docs.github.com/en/actions/reference/limits).
+pub const MAX_WORK_TIMEOUT_MINUTES: u32 = 360;
 
 /// Where a route's payload template comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,7 +17,7 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use super::actions::{self, ActionsSetup};
-use crate::config::Intake;
+use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
 
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
 pub const FILES: &[(&str, &str)] = &[
@@ -114,6 +114,12 @@ pub struct SetupContext {
     pub queue: String,
     /// The pgmq queue rowbranch moves messages it refuses for good into.
     pub dead_letter: String,
+    /// The most turns Claude takes in one run: the workflow's `--max-turns`, the route's
+    /// `max_turns`.
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job runs: its `timeout-minutes`, the route's
+    /// `work_timeout_minutes`.
+    pub work_timeout_minutes: u32,
 }
 
 /// Why a value cannot go into the setup files.
@@ -155,6 +161,8 @@ impl SetupContext {
             events: vec!["INSERT".into()],
             queue: "rowbranch".into(),
             dead_letter: "rowbranch_dead".into(),
+            max_turns: DEFAULT_MAX_TURNS,
+            work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
         }
     }
 
@@ -296,7 +304,7 @@ mod tests {
         let text = render("rowbranch.toml", &SetupContext::example()).unwrap();
         let config =
             Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.reconcile.every, None);
         assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
         let ForgeSettings::Github(github) = &config.forge else {

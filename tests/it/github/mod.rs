@@ -3,6 +3,9 @@
 //! coming from the fake.
 
 mod doctor;
+mod doctor_bounds;
 mod faults;
+mod headers;
+mod outage;
 mod pacing;
 mod pipeline;
