@@ -168,10 +168,17 @@ pub(super) fn print_steps(dir: &Path, ctx: &SetupContext) {
     let repo = &ctx.repo;
     let setup = &ctx.actions;
     let first_run = match &setup.install {
-        Install::Git { rev, .. } => format!(
-            "The first run builds rowbranch at {rev} (up to half an hour); later runs take it from\n     \
-             the cache in seconds."
-        ),
+        Install::Git { url, rev } => {
+            let whose = if rev == OWN_COMMIT {
+                ", the commit this rowbranch was built from"
+            } else {
+                ""
+            };
+            format!(
+                "The first run builds rowbranch from {url}\n     at {rev}{whose}\n     \
+                 (up to half an hour); later runs take it from the cache in seconds."
+            )
+        }
         Install::Release { .. } => {
             "Each run downloads rowbranch's release and checks its SHA-256 first.".to_owned()
         }
