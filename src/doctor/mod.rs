@@ -1,7 +1,8 @@
 //! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
-//! route's `max_turns` and `work_timeout_minutes`.
+//! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
+//! table.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -23,6 +24,7 @@ use crate::templates::setup::PLACEHOLDER_APP_ID;
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, ClaudeStep};
 
 mod queue;
+mod tables;
 
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
 /// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
@@ -98,6 +100,7 @@ async fn all_checks(config: &Config) -> Vec<Check> {
     if config.reads_the_queue() {
         queue::checks(config, &mut out).await;
     }
+    tables::checks(config, &mut out).await;
     out
 }
 

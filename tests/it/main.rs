@@ -29,6 +29,7 @@ mod properties;
 mod queue;
 mod recipes;
 mod reconcile;
+mod refusals;
 mod rows;
 mod setup_kick_sql;
 mod setup_queue;
