@@ -1,18 +1,22 @@
 //! `rowbranch init`: writes the setup files filled in for one repository and table, and prints
-//! the steps that remain; `--manifest-code` finishes creating the GitHub App.
+//! the steps that remain; `--manifest-code` finishes creating the GitHub App; `--host actions`
+//! writes the setup that runs rowbranch in the repository's GitHub Actions ([`actions`]).
 
-use std::path::Path;
+mod actions;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 
 use super::Failure;
-use crate::cli::{InitArgs, IntakeArg, OwnerType};
+use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
-use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
+use crate::templates::actions::ActionsSetup;
+use crate::templates::setup::{render, Host, OwnerKind, SetupContext, SetupError};
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
 use crate::webhook::auth::generate_secret;
 
@@ -50,6 +54,16 @@ pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {
         Some(code) => finish_app(&args, code).await,
         None => write_setup(&args).await,
+    }
+}
+
+/// The folder `init` writes to: `--dir`, else the current folder, or `setup` for
+/// `--host actions`, whose files are copied into the repository from there.
+fn out_dir(args: &InitArgs) -> PathBuf {
+    match (&args.dir, args.host) {
+        (Some(dir), _) => dir.clone(),
+        (None, HostArg::Server) => PathBuf::from("."),
+        (None, HostArg::Actions) => PathBuf::from("setup"),
     }
 }
 
@@ -129,9 +143,19 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
     let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
-    let intake = match args.intake {
-        IntakeArg::Webhook => Intake::Webhook,
-        IntakeArg::Pgmq => Intake::Pgmq,
+    let host = match args.host {
+        HostArg::Server => {
+            actions::refuse_actions_flags(args)?;
+            Host::Server
+        }
+        HostArg::Actions => {
+            actions::refuse_server_flags(args)?;
+            Host::Actions
+        }
+    };
+    let intake = match (args.intake, host) {
+        (Some(IntakeArg::Pgmq), _) | (None, Host::Actions) => Intake::Pgmq,
+        (Some(IntakeArg::Webhook), _) | (None, Host::Server) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
         (Some(url), _) => public_url(url)?,
@@ -168,10 +192,19 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
             .take(MAX_APP_NAME)
             .collect(),
     };
-    let app_slug = slug::slugify(&app_name);
+    let mut app_slug = slug::slugify(&app_name);
     if app_slug.is_empty() {
         return Err(usage("--app-name needs at least one letter or digit"));
     }
+    let actions = match host {
+        Host::Server => ActionsSetup::example(),
+        Host::Actions => {
+            // No App: the drain job's GITHUB_TOKEN sends the dispatch, and its bot is the
+            // work workflow's actor.
+            app_slug = crate::templates::actions::ACTIONS_BOT.to_owned();
+            actions::setup(args, &api_url(args))?
+        }
+    };
     let mut ctx = SetupContext {
         owner: repo.owner().to_owned(),
         owner_kind: OwnerKind::User,
@@ -190,6 +223,8 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
             Intake::Pgmq => None,
         },
         intake,
+        host,
+        actions,
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
@@ -210,19 +245,26 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         ))
         },
     )?;
-    ctx.owner_kind = owner_kind(args, repo.owner()).await?;
+    if host == Host::Server {
+        // Only an App needs to know its owner's kind; --host actions asks GitHub nothing.
+        ctx.owner_kind = owner_kind(args, repo.owner()).await?;
+    }
     Ok(ctx)
 }
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
-    let dir = &args.dir;
-    let mut names: Vec<&str> = OUTPUTS.to_vec();
-    match args.intake {
-        IntakeArg::Webhook => {
+    let dir = &out_dir(args);
+    let mut names: Vec<&str> = match args.host {
+        HostArg::Server => OUTPUTS.to_vec(),
+        HostArg::Actions => actions::outputs(args),
+    };
+    match (args.host, args.intake) {
+        (HostArg::Actions, _) => {}
+        (HostArg::Server, Some(IntakeArg::Pgmq)) => names.extend(QUEUE_SQL),
+        (HostArg::Server, Some(IntakeArg::Webhook) | None) => {
             names.extend(WEBHOOK_SQL);
             names.push(ENV_FILE);
         }
-        IntakeArg::Pgmq => names.extend(QUEUE_SQL),
     }
     if !args.force {
         let existing: Vec<&str> = names
@@ -259,9 +301,10 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     for name in &names {
         println!("  {name}");
     }
-    match ctx.intake {
-        Intake::Webhook => print_next_steps(dir, &ctx),
-        Intake::Pgmq => print_queue_steps(dir, &ctx),
+    match (ctx.host, ctx.intake) {
+        (Host::Actions, _) => actions::print_steps(dir, &ctx),
+        (Host::Server, Intake::Webhook) => print_next_steps(dir, &ctx),
+        (Host::Server, Intake::Pgmq) => print_queue_steps(dir, &ctx),
     }
     Ok(())
 }
@@ -354,7 +397,7 @@ fn plausible_slug(slug: &str) -> bool {
 
 async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     let api_url = api_url(args);
-    let dir = &args.dir;
+    let dir = &out_dir(args);
     let key_path = dir.join("app.pem");
     if key_path.exists() && !args.force {
         return Err(usage(format!(
