@@ -252,9 +252,6 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     let delivery = delivery_id(&headers);
     match read(&app, &headers, body).await {
         Err(refused) => {
-            if matches!(refused, Answer::Unauthorized) {
-                app.refusals.refused("missing");
-            }
             let decision = Decision::new(delivery, NO_ROUTE.into(), &refused, start.elapsed());
             app.record(decision);
             refused.into_response()
@@ -272,8 +269,8 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     }
 }
 
-/// Content type, declared size and the presence of a credential — from the headers alone —
-/// then the body, within `read_timeout_ms` and `max_body_bytes`.
+/// Content type, declared size and the credentials as far as the headers can tell — from the
+/// headers alone — then the body, within `read_timeout_ms` and `max_body_bytes`.
 async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answer> {
     let webhook = &app.config.webhook;
     if !is_json(headers) {
@@ -286,9 +283,19 @@ async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answe
     if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
         return Err(Answer::TooLarge(webhook.max_body_bytes));
     }
-    // Without any credential there is nothing to check the body against: refused unread.
-    let open = webhook.secrets.is_none() && app.insecure_no_auth;
-    if !open && !auth::carries_credentials(headers) {
+    // Credentials the body cannot make right are refused unread: none at all, a wrong bearer
+    // token, a malformed or stale signature, a scheme not accepted. A signature that may
+    // match waits for the body, and `decide` has the last word.
+    let refusal = match &webhook.secrets {
+        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
+            auth::Head::Refused(why) => Some(why.kind()),
+            auth::Head::Valid | auth::Head::NeedsBody => None,
+        },
+        None if app.insecure_no_auth => None,
+        None => (!auth::carries_credentials(headers)).then_some("missing"),
+    };
+    if let Some(kind) = refusal {
+        app.refusals.refused(kind);
         return Err(Answer::Unauthorized);
     }
     match tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes)).await {

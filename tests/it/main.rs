@@ -7,6 +7,7 @@ mod support;
 mod auth;
 mod cli;
 mod concurrency;
+mod credentials;
 mod deploy;
 mod doctor_queue;
 mod env_config;
