@@ -154,6 +154,11 @@ pub struct ServeArgs {
     /// Anyone who can reach the port can then create branches: never on a public address.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve the status page (status_page = true) without ROWBRANCH_STATUS_PASSWORD, or with
+    /// one shorter than 16 characters. Anyone who can reach the port then reads row ids and
+    /// branch names: only on a private address.
+    #[arg(long)]
+    pub insecure_public_status: bool,
 }
 
 #[derive(Debug, Args)]

@@ -6,6 +6,7 @@
 
 mod answer;
 mod conn;
+mod login;
 mod ready;
 mod status;
 
@@ -34,6 +35,7 @@ use crate::rows::Reachability;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
+use login::{Attempt, Logins, Verdict};
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals};
 
@@ -51,6 +53,8 @@ pub struct App {
     readiness: Readiness,
     decisions: Decisions,
     refusals: Refusals,
+    /// Wrong status page passwords, counted to slow a guesser down.
+    logins: Logins,
     /// The forge's web address, for the status page's links to branches.
     web_url: Option<String>,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
@@ -78,6 +82,7 @@ impl App {
             readiness: Readiness::default(),
             decisions: Decisions::default(),
             refusals: Refusals::default(),
+            logins: Logins::default(),
             database,
         })
     }
@@ -201,13 +206,35 @@ async fn home(
             .into_response();
     };
     if let Some(password) = &page.password {
-        if !auth::basic_password_matches(&headers, password.expose()) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
-                "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
-            )
-                .into_response();
+        let attempt = if auth::basic_password_matches(&headers, password.expose()) {
+            Attempt::Right
+        } else if headers.contains_key(header::AUTHORIZATION) {
+            Attempt::Wrong
+        } else {
+            Attempt::None
+        };
+        match app.logins.judge(attempt, Instant::now()) {
+            Verdict::Allowed => {}
+            Verdict::Refused => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
+                    "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
+                )
+                    .into_response();
+            }
+            Verdict::Locked(left) => {
+                let secs = left.as_secs_f64().ceil().max(1.0) as u64;
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, secs.to_string())],
+                    format!(
+                        "too many wrong passwords for the status page within a minute: retry \
+                         after {secs} s"
+                    ),
+                )
+                    .into_response();
+            }
         }
     }
     let routes: Vec<String> = app
