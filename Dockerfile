@@ -18,12 +18,16 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM gcr.io/distroless/cc-debian13:nonroot
 COPY --from=build /usr/local/bin/rowbranch /usr/local/bin/rowbranch
-# A config file mounted here is ./rowbranch.toml; without one, ROWBRANCH_REPO and its companions
-# make the config (docs/spec.md §2).
+# A config file mounted here is ./rowbranch.toml; without one, ROWBRANCH_CONFIG holds the whole
+# config (docs/spec.md §2).
 WORKDIR /etc/rowbranch
 # rowbranch speaks plain HTTP on 0.0.0.0:$PORT; TLS is the platform's or a proxy's.
 ENV PORT=8080
 EXPOSE 8080
+# No shell and no curl here, and an exec-form check cannot expand $PORT: `rowbranch healthcheck`
+# finds serve's address as serve does and asks its /healthz (exit 0 healthy, 1 not).
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["/usr/local/bin/rowbranch", "healthcheck"]
 # The image's `nonroot` user, by number so that a runtime can tell it is not root.
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/rowbranch"]

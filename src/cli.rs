@@ -83,6 +83,35 @@ pub enum Command {
     /// Exits 0 when it could answer (a row the table does not have included), 1 when a source
     /// could not be reached (the message says which), 2 for usage.
     Explain(ExplainArgs),
+    /// Print the effective config: what `serve` would run, the environment laid over it and
+    /// every default written out, as TOML rowbranch reads back.
+    ///
+    /// Paths are made absolute and a payload template file is carried inline, so the output
+    /// can be carried whole in ROWBRANCH_CONFIG. Secrets are never printed; standard error
+    /// says which are set.
+    Config(ConfigArgs),
+    /// Ask a running `serve` for /healthz: exit 0 when it answers 200, 1 otherwise (with the
+    /// reason on standard error), within 3 seconds. The container image's health check.
+    ///
+    /// Without --url it asks where `serve` listens: ROWBRANCH_LISTEN, else 0.0.0.0:PORT, else
+    /// the config's `listen`, with 0.0.0.0 and :: asked on 127.0.0.1 and ::1. It needs no
+    /// secret and no valid config: of the config it reads `listen` alone.
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ConfigArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+}
+
+#[derive(Debug, Args)]
+pub struct HealthcheckArgs {
+    /// The address to ask instead, plain HTTP, e.g. http://127.0.0.1:8080/healthz.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    #[command(flatten)]
+    pub config: ConfigArg,
 }
 
 #[derive(Debug, Args)]
@@ -122,6 +151,7 @@ pub struct ConfigArg {
 /// variable the config reads.
 const SERVE_ENVIRONMENT: &str = "\
 Environment (each wins over the config file):
+  ROWBRANCH_CONFIG           the whole config's TOML text, when there is no config file
   ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
                              required unless --insecure-no-auth
   ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)

@@ -1,7 +1,15 @@
 //! The process's metrics, in one registry per server (tests start many servers in one process),
 //! rendered as Prometheus text at `GET /metrics`. Label values come from fixed sets — a route's
 //! `schema.table`, a GitHub operation, a status code — never a row id or a branch. The names
-//! are part of the contract (README, "Metrics").
+//! are part of the contract (README, "Metrics"). Every counter exists at 0 from the start for
+//! the label sets its run can produce ([`Metrics::start_at_zero`]), so that an alert on its
+//! rise sees the first one; a gauge whose 0 would be a claim (the rate limit left, a queue's
+//! depth) appears once known. Beside them, the build and the process (src/metrics/process.rs).
+
+mod process;
+mod start;
+
+pub use start::{AnswerLabels, Scope, QUEUE_ROUTE_ANSWERS, ROUTE_ANSWERS, UNROUTED_ANSWERS};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,6 +21,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
 pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
@@ -135,6 +144,12 @@ label_values! {
         Failed => "failed",
         InQueue => "in_queue",
     }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -336,6 +351,15 @@ impl Metrics {
             "Age of the oldest message in the queue, as last sampled",
             m.pgmq_oldest_age.clone(),
         );
+        registry.register(
+            "rowbranch_build",
+            "The version of rowbranch running, and the commit it was built from",
+            Info::new(BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("ROWBRANCH_COMMIT"),
+            }),
+        );
+        registry.register_collector(Box::new(process::ProcessCollector));
         Metrics { registry, ..m }
     }
 
@@ -605,6 +629,32 @@ mod tests {
                 result.as_str()
             );
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn the_build_and_the_process_are_shown() {
+        let text = Metrics::new().render();
+        let build = format!(
+            r#"rowbranch_build_info{{version="{}",commit="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION"),
+            env!("ROWBRANCH_COMMIT")
+        );
+        assert!(text.lines().any(|l| l == build), "no {build} in:\n{text}");
+        assert!(text.contains("# TYPE rowbranch_build_info gauge"), "{text}");
+        if cfg!(target_os = "linux") {
+            for name in [
+                "process_cpu_seconds_total",
+                "process_resident_memory_bytes",
+                "process_start_time_seconds",
+                "process_open_fds",
+                "process_max_fds",
+            ] {
+                assert!(
+                    text.lines().any(|l| l.starts_with(&format!("{name} "))),
+                    "no {name} in:\n{text}"
+                );
+            }
         }
     }
 }

@@ -16,10 +16,10 @@ use anyhow::Context;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
-use crate::config::{Config, ForgeSettings};
+use crate::config::{Config, ForgeSettings, Intake};
 use crate::forge::{self, Forge};
 use crate::http::{self, App, Connections};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Metrics};
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, Routes};
 use crate::reconcile::{self, SweepOptions};
@@ -171,6 +171,7 @@ impl Application {
             return Err(StartupError::NoQueue);
         }
         let shared = Shared::default();
+        let github = env.forge.is_none() && matches!(config.forge, ForgeSettings::Github(_));
         let forge = match env.forge {
             Some(forge) => forge,
             None => self::forge(&config, &shared)
@@ -204,6 +205,10 @@ impl Application {
                 Arc::clone(&database),
             )
         });
+        let serves = listener.is_some();
+        shared
+            .metrics
+            .start_at_zero(&metrics_scope(&config, serves, consumer.is_some(), github));
         let runs = match (listener, consumer) {
             (Some((listener, warm_up)), consumer) => {
                 let addr = listener.local_addr().map_err(StartupError::Address)?;
@@ -412,6 +417,30 @@ fn cap(
         return Err(StartupError::NoRoomForConnections { limit, reserve });
     }
     Ok(max_connections.min(room))
+}
+
+/// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
+/// routes, and whether the consumer, the scheduled sweep (beside the server) and GitHub run.
+fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) -> metrics::Scope {
+    let tables = |intake: Intake| -> Vec<String> {
+        config
+            .routes
+            .iter()
+            .filter(|r| r.intake == intake)
+            .map(|r| r.table_name())
+            .collect()
+    };
+    metrics::Scope {
+        webhook_routes: if serves {
+            tables(Intake::Webhook)
+        } else {
+            Vec::new()
+        },
+        queue_routes: tables(Intake::Pgmq),
+        consumer,
+        sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
+        github,
+    }
 }
 
 /// The config's routes with their payload templates read and compiled; an error names the file.

@@ -37,7 +37,9 @@ const WEBHOOK_SQL: &[&str] = &["supabase-vault.sql", "supabase.sql"];
 const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
 
 /// Where GitHub sends the browser after creating the App, for the queue intake without
-/// `--url`: `rowbranch serve` on this machine, at its default address.
+/// `--url`: this machine, at `serve`'s default address. Nothing answers there while the App is
+/// created (`serve` needs its key and the database first), so the steps say to copy the code
+/// from the address bar, as for the webhook.
 const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
 /// The files that carry a webhook secret: readable by their owner only.
@@ -333,8 +335,9 @@ fn print_queue_steps(dir: &Path, ctx: &SetupContext) {
         "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
 the queue and its trigger, then rowbranch reading it, then the workflow.
   1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=… (rowbranch serve shows the command there;
-     if nothing answers, copy the code from the address bar) and run
+     button; GitHub then sends you to {url}/?code=…, where nothing answers yet
+     (rowbranch starts in step 5, once it has the App's key and the database):
+     copy the code from the address bar (it works once, for an hour) and run
        rowbranch init --dir {d} --manifest-code THE_CODE
      (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
      App into {d}/workflow.yml).

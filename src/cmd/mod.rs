@@ -1,8 +1,10 @@
 //! One module per command, [`run`] to run the one asked for, and how a command fails.
 
+pub mod config;
 pub mod demo;
 pub mod doctor;
 pub mod explain;
+pub mod healthcheck;
 pub mod init;
 pub mod preview;
 pub mod queue;
@@ -75,6 +77,8 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reconcile(args) => reconcile::run(args).await,
         Command::Redo(args) => redo::run(args).await,
         Command::Queue(args) => queue::run(args).await,
+        Command::Config(args) => config::run(args),
+        Command::Healthcheck(args) => healthcheck::run(args).await,
         Command::Explain(args) => explain::run(args).await,
     }
 }

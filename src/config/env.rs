@@ -25,6 +25,10 @@ pub const STATUS_PASSWORD: &str = "ROWBRANCH_STATUS_PASSWORD";
 /// password.
 pub const DATABASE_URL: &str = "DATABASE_URL";
 
+/// The whole config as TOML text, for platforms that take only environment variables and
+/// secrets: used when there is no file at `--config`'s path (SPEC §2).
+pub const CONFIG: &str = "ROWBRANCH_CONFIG";
+
 /// The variable whose presence (with no config file) selects the route from the environment.
 pub const REPO: &str = "ROWBRANCH_REPO";
 pub const TABLE: &str = "ROWBRANCH_TABLE";
@@ -57,7 +61,8 @@ pub const ROUTE_VARIABLES: [&str; 9] = [
 ];
 
 /// Every variable the config reads: what `serve --help` lists.
-pub const VARIABLES: [&str; 17] = [
+pub const VARIABLES: [&str; 18] = [
+    CONFIG,
     LISTEN,
     PORT,
     GITHUB_APP_ID,
@@ -85,6 +90,8 @@ pub(super) const SOURCE_NAME: &str = "the config from the environment";
 
 /// What the environment says, each variable read once. It holds secrets, so it has no `Debug`.
 pub(super) struct Overlay {
+    /// `ROWBRANCH_CONFIG`: a config's whole text, in place of a file.
+    pub config: Option<String>,
     pub listen: Option<String>,
     pub port: Option<String>,
     pub github_app_id: Option<String>,
@@ -112,6 +119,7 @@ pub(super) struct RouteVariables {
 impl Overlay {
     pub fn read(env: super::Env) -> Overlay {
         Overlay {
+            config: env(CONFIG),
             listen: env(LISTEN),
             port: env(PORT),
             github_app_id: env(GITHUB_APP_ID),
@@ -213,6 +221,24 @@ pub(super) fn conflict(set: &[&str]) -> Invalid {
         "{names} configure a route from the environment, and this file configures the routes \
          too: to use the file, unset {names}; to use the environment, remove the file (or move \
          it away from where --config points)"
+    )
+}
+
+/// The refusal for `ROWBRANCH_CONFIG` while a file is at `--config`'s path too.
+pub(super) fn config_and_file() -> Invalid {
+    invalid!(
+        "{CONFIG} holds a config, and this file is one too: rowbranch takes one config. To use \
+         the file, unset {CONFIG}; to use the variable, remove the file (or move it away from \
+         where --config points)"
+    )
+}
+
+/// The refusal for `ROWBRANCH_CONFIG` together with the route variables.
+pub(super) fn config_and_route(set: &[&str]) -> Invalid {
+    let names = set.join(", ");
+    invalid!(
+        "{CONFIG} holds a config, and {names} configure a route from the environment too: \
+         rowbranch takes one config. Unset {names}, and put the route in {CONFIG}'s [[routes]]"
     )
 }
 

@@ -7,13 +7,13 @@
 //! a bad one with its key. `None` marks a key with no default: required, or off.
 //!
 //! The struct names show in serde's messages for a value of the wrong type ("expected struct
-//! RawForge"), which is why they keep them.
+//! RawForge"), which is why they keep them. Serialized, the shape is what `rowbranch config`
+//! prints (`show`), and what the spec's tables are checked against.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// The whole file.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawConfig {
     /// `HOST:PORT` that `serve` listens on; `ROWBRANCH_LISTEN`, or `PORT`, wins over it.
@@ -54,8 +54,7 @@ impl Default for RawConfig {
 }
 
 /// `[forge]`: which forge; `path` and `on_dispatch` belong to the local one.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawForge {
     /// `"github"` for a GitHub App, `"local"` for a git repository on this machine.
@@ -77,8 +76,7 @@ impl Default for RawForge {
 }
 
 /// `[github]`: the App, and the pace and limits of its requests.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawGithub {
     /// The App's id; required, here or in `GITHUB_APP_ID`.
@@ -121,8 +119,7 @@ impl Default for RawGithub {
 }
 
 /// `[webhook]`: how deliveries are read and answered.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawWebhook {
     /// Taken only to be refused with a better message than "unknown key": the secret comes from
@@ -162,8 +159,7 @@ impl Default for RawWebhook {
 
 /// `[pgmq]`: the queue the `intake = "pgmq"` routes read. SPEC §2 says why each default is
 /// what it is.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawPgmq {
     /// The queue the trigger sends each row to (`pgmq.q_{queue}`).
@@ -201,8 +197,7 @@ impl Default for RawPgmq {
 
 /// One `[[routes]]` table: one table wired to one repository. The environment's single route
 /// (`ROWBRANCH_REPO`) is one of these too.
-#[derive(Deserialize)]
-#[cfg_attr(test, derive(serde::Serialize))]
+#[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRoute {
     /// The table the route takes; required.
@@ -222,8 +217,12 @@ pub(super) struct RawRoute {
     pub slug_max_len: usize,
     /// The `repository_dispatch` event type; required.
     pub event_type: Option<String>,
-    /// A template for `client_payload`; the built-in template when `None`.
+    /// A template file for `client_payload`; the built-in template when neither this nor
+    /// `payload_template_inline` is set.
     pub payload_template: Option<String>,
+    /// The template itself, for a config carried whole in one variable (`ROWBRANCH_CONFIG`),
+    /// where no file can travel beside it.
+    pub payload_template_inline: Option<String>,
     /// The rows' creation time, read by reconcile.
     pub created_column: String,
     /// `"webhook"` (`POST /webhook`) or `"pgmq"` (the `[pgmq]` queue).
@@ -243,6 +242,7 @@ impl Default for RawRoute {
             slug_max_len: 40,
             event_type: None,
             payload_template: None,
+            payload_template_inline: None,
             created_column: "created_at".into(),
             intake: "webhook".into(),
         }

@@ -8,14 +8,16 @@
 //!   `ROWBRANCH_REPO` writes into the file's shape in place of a file;
 //! - `validate`: the two together into the settings of `settings`, re-exported here.
 //!
-//! [`Config::load`] reads the file; [`Config::parse`] only checks text.
+//! [`Config::load`] reads the file (or `ROWBRANCH_CONFIG`, or the route from the environment:
+//! one of them, never two); [`Config::parse`] only checks text; [`Config::show`] writes the
+//! effective config back out as TOML (`show`).
 //!
 //! A new key is a field of its table in `file` with its default in the `Default` beside it, a
 //! row in `docs/spec.md` §2 (`spec_tables` fails until both agree), and the field of the
 //! settings it lands in, filled (and bounded, if it has bounds) in `validate`.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// An [`Invalid`] from `format!` arguments.
 macro_rules! invalid {
@@ -27,6 +29,7 @@ macro_rules! invalid {
 pub mod env;
 mod file;
 mod settings;
+mod show;
 #[cfg(test)]
 mod spec_tables;
 #[cfg(test)]
@@ -35,9 +38,11 @@ mod validate;
 
 pub use settings::{
     Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
-    Password, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings,
+    Password, PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route,
+    StatusPage, WebhookSettings,
 };
+
+pub use show::Shown;
 
 use env::Overlay;
 
@@ -72,6 +77,71 @@ impl Invalid {
     }
 }
 
+/// Where a config comes from, before it is validated: one of three, never two.
+enum Source {
+    /// TOML text: the file's at `--config`, or `ROWBRANCH_CONFIG`'s. `path` names it in
+    /// messages, and its folder anchors relative paths (the working directory for the
+    /// variable's).
+    Text { text: String, path: PathBuf },
+    /// The one route that `ROWBRANCH_REPO` and its companions describe.
+    Environment,
+}
+
+impl Source {
+    fn find(path: &Path, overlay: &Overlay) -> Result<Source, ConfigError> {
+        let route_variables = overlay.route.set();
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                let refused = if overlay.config.is_some() {
+                    Some(env::config_and_file())
+                } else if !route_variables.is_empty() {
+                    Some(env::conflict(&route_variables))
+                } else {
+                    None
+                };
+                match refused {
+                    Some(problem) => Err(ConfigError::new(path.display(), problem)),
+                    None => Ok(Source::Text {
+                        text,
+                        path: path.to_owned(),
+                    }),
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match (&overlay.config, route_variables.first()) {
+                    (Some(_), Some(_)) => Err(ConfigError::new(
+                        env::CONFIG,
+                        env::config_and_route(&route_variables),
+                    )),
+                    (Some(text), None) => Ok(Source::Text {
+                        text: text.clone(),
+                        path: PathBuf::from(env::CONFIG),
+                    }),
+                    (None, Some(&env::REPO)) => Ok(Source::Environment),
+                    (None, Some(_)) => Err(ConfigError::new(
+                        path.display(),
+                        env::repo_missing(&route_variables),
+                    )),
+                    (None, None) => Err(ConfigError::new(
+                        path.display(),
+                        invalid!(
+                            "cannot read the config file: {e} (pass --config FILE, or run \
+                             `rowbranch init` to write one; or set {} to the config's text, or \
+                             {} to configure one route from the environment)",
+                            env::CONFIG,
+                            env::REPO
+                        ),
+                    )),
+                }
+            }
+            Err(e) => Err(ConfigError::new(
+                path.display(),
+                invalid!("cannot read the config file: {e}"),
+            )),
+        }
+    }
+}
+
 /// Reads one environment variable; injected so tests and the demo need not touch the process's.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -81,47 +151,23 @@ pub fn process_env(key: &str) -> Option<String> {
 }
 
 impl Config {
-    /// Reads and validates the file at `path`, with `env` laid over it; when there is no file
-    /// there and `ROWBRANCH_REPO` is set, the route from the environment alone
-    /// ([`Config::from_env`]). A file and the route's variables together are refused, naming
-    /// both.
+    /// Reads and validates the file at `path`, with `env` laid over it. When there is no file
+    /// there, the config is `ROWBRANCH_CONFIG`'s text, or else, when `ROWBRANCH_REPO` is set,
+    /// the route from the environment alone ([`Config::from_env`]). Two of these together are
+    /// refused, naming both.
     pub fn load(path: &Path, env: Env) -> Result<Config, ConfigError> {
         let overlay = Overlay::read(env);
-        let route_variables = overlay.route.set();
-        let text = match std::fs::read_to_string(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return match route_variables.first() {
-                    Some(&env::REPO) => Config::from_overlay(&overlay),
-                    Some(_) => Err(ConfigError::new(
-                        path.display(),
-                        env::repo_missing(&route_variables),
-                    )),
-                    None => Err(ConfigError::new(
-                        path.display(),
-                        invalid!(
-                            "cannot read the config file: {e} (pass --config FILE, or run \
-                             `rowbranch init` to write one; or set {} to configure one route \
-                             from the environment)",
-                            env::REPO
-                        ),
-                    )),
-                };
-            }
-            Err(e) => {
-                return Err(ConfigError::new(
-                    path.display(),
-                    invalid!("cannot read the config file: {e}"),
-                ))
-            }
-        };
-        if !route_variables.is_empty() {
-            return Err(ConfigError::new(
-                path.display(),
-                env::conflict(&route_variables),
-            ));
+        match Source::find(path, &overlay)? {
+            Source::Text { text, path } => Config::from_text(&text, &path, &overlay),
+            Source::Environment => Config::from_overlay(&overlay),
         }
-        Config::from_text(&text, path, &overlay)
+    }
+
+    /// What `rowbranch config` prints: the config [`Config::load`] would load, with the
+    /// environment laid over it and every default written out, as TOML that
+    /// [`Config::parse`] takes back; secrets only as set or not.
+    pub fn show(path: &Path, env: Env) -> Result<Shown, ConfigError> {
+        show::show(path, &Overlay::read(env))
     }
 
     /// Validates `text` as if read from `path` (relative paths are relative to its folder).
@@ -149,6 +195,53 @@ impl Config {
             .file(overlay)
             .and_then(|raw| validate::config(raw, overlay, Path::new(env::SOURCE)))
             .map_err(|e| ConfigError::new(env::SOURCE_NAME, e))
+    }
+}
+
+/// Where `serve` listens, as written, and the setting that says so: what `rowbranch
+/// healthcheck` asks. Found the way `serve` finds it — `ROWBRANCH_LISTEN`, else `PORT`, else
+/// the config's `listen`, else the default — without validating anything: of the config (the
+/// file at `path`, or `ROWBRANCH_CONFIG`) only `listen` is read, and a config that does not
+/// parse counts as one without it.
+pub struct ListenSetting {
+    /// `HOST:PORT`, unchecked.
+    pub address: String,
+    /// `ROWBRANCH_LISTEN`, `PORT`, `listen in FILE` or `the default`.
+    pub from: String,
+}
+
+impl ListenSetting {
+    pub fn find(path: &Path, env: Env) -> ListenSetting {
+        let overlay = Overlay::read(env);
+        if let Some(address) = overlay.listen {
+            return ListenSetting {
+                address,
+                from: env::LISTEN.to_owned(),
+            };
+        }
+        if let Some(port) = overlay.port {
+            return ListenSetting {
+                address: format!("0.0.0.0:{port}"),
+                from: env::PORT.to_owned(),
+            };
+        }
+        let (text, name) = match std::fs::read_to_string(path) {
+            Ok(text) => (Some(text), path.display().to_string()),
+            Err(_) => (overlay.config, env::CONFIG.to_owned()),
+        };
+        let written = text
+            .and_then(|text| text.parse::<toml::Table>().ok())
+            .and_then(|table| table.get("listen")?.as_str().map(str::to_owned));
+        match written {
+            Some(address) => ListenSetting {
+                address,
+                from: format!("listen in {name}"),
+            },
+            None => ListenSetting {
+                address: file::RawConfig::default().listen,
+                from: "the default".to_owned(),
+            },
+        }
     }
 }
 

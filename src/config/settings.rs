@@ -219,12 +219,21 @@ pub struct Route {
     pub branch_prefix: BranchPrefix,
     pub slug_max_len: usize,
     pub event_type: EventType,
-    /// The payload template's file; the built-in template when `None`. Read and compiled when
-    /// the pipeline's routes are built, not here.
-    pub payload_template: Option<PathBuf>,
+    /// The payload template, a file or the config's own text; the built-in template when
+    /// `None`. Read and compiled when the pipeline's routes are built, not here.
+    pub payload_template: Option<PayloadTemplateSource>,
     pub created_column: String,
     /// Where the route's rows come from: webhook deliveries, or the queue.
     pub intake: Intake,
+}
+
+/// Where a route's payload template comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PayloadTemplateSource {
+    /// `payload_template`: a file, relative to the config's folder.
+    File(PathBuf),
+    /// `payload_template_inline`: the template's text, carried in the config itself.
+    Inline(String),
 }
 
 /// Where a route's rows come from.

@@ -180,7 +180,11 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
         ("off", "Top level", "reconcile_every") => {
             assert_eq!(parse(GITHUB).unwrap().reconcile.every, None);
         }
-        ("the built-in template", "`[[routes]]`", "payload_template") => {
+        (
+            "the built-in template",
+            "`[[routes]]`",
+            "payload_template" | "payload_template_inline",
+        ) => {
             assert_eq!(parse(GITHUB).unwrap().routes[0].payload_template, None);
         }
         ("`\"{queue}_dead\"`", "`[pgmq]`", "dead_letter") => {

@@ -199,8 +199,31 @@ fn a_short_webhook_secret_is_a_config_error() {
 fn a_payload_template_is_named_relative_to_the_config_and_not_read() {
     let config = parse(&format!("{LOCAL}\npayload_template = \"payload.json.j2\"")).unwrap();
     assert_eq!(
-        config.routes[0].payload_template.as_deref(),
-        Some(Path::new("/etc/rowbranch/payload.json.j2"))
+        config.routes[0].payload_template,
+        Some(PayloadTemplateSource::File(
+            "/etc/rowbranch/payload.json.j2".into()
+        ))
+    );
+}
+#[test]
+fn a_payload_template_inline_is_the_template_itself_and_excludes_the_file() {
+    let template = "{\"id\": {{ id | tojson }}}\n";
+    let config = parse(&format!(
+        "{LOCAL}\npayload_template_inline = '''\n{template}'''"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.routes[0].payload_template,
+        Some(PayloadTemplateSource::Inline(template.to_owned()))
+    );
+    let err = parse(&format!(
+        "{LOCAL}\npayload_template = \"p.j2\"\npayload_template_inline = \"{{}}\""
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("payload_template and payload_template_inline are both set"),
+        "{err}"
     );
 }
 

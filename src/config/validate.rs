@@ -12,8 +12,8 @@ use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, W
 use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
     Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
-    Password, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings,
+    Password, PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route,
+    StatusPage, WebhookSettings,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -368,6 +368,17 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             ))
         }
     };
+    let payload_template = match (raw.payload_template, raw.payload_template_inline) {
+        (Some(_), Some(_)) => {
+            return Err(invalid!(
+                "payload_template and payload_template_inline are both set: keep the file, or \
+                 the template's text, not both"
+            ))
+        }
+        (Some(file), None) => Some(PayloadTemplateSource::File(dir.join(file))),
+        (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
+        (None, None) => None,
+    };
     Ok(Route {
         table,
         schema: raw.schema,
@@ -379,7 +390,7 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         branch_prefix,
         slug_max_len,
         event_type,
-        payload_template: raw.payload_template.map(|p| dir.join(p)),
+        payload_template,
         created_column: raw.created_column,
         intake,
     })

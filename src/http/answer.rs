@@ -189,3 +189,131 @@ impl IntoResponse for Answer {
         response
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::{Config, Route};
+    use crate::event::EventKind;
+    use crate::identity::BranchPrefix;
+    use crate::metrics::{AnswerLabels, QUEUE_ROUTE_ANSWERS, ROUTE_ANSWERS, UNROUTED_ANSWERS};
+
+    /// The test config's one route, reading its rows by `intake`.
+    fn route(intake: &str) -> Arc<Route> {
+        let text = format!(
+            "{}    intake = \"{intake}\"\n",
+            crate::config::TEST_LOCAL_CONFIG
+        );
+        let config = Config::parse(&text, Path::new("rowbranch.toml"), &|_| None)
+            .expect("the test config parses");
+        Arc::clone(&config.routes[0])
+    }
+
+    fn row() -> RowRef {
+        let id = RowId::parse(&json!(42)).unwrap();
+        let prefix = BranchPrefix::parse("feedback").unwrap();
+        RowRef {
+            branch: BranchName::new(&prefix, &id, None),
+            id,
+            repo: RepoName::parse("acme/app").unwrap(),
+        }
+    }
+
+    /// One answer of each kind the webhook gives, and each reason.
+    fn every_answer() -> Vec<Answer> {
+        let second = Duration::from_secs(1);
+        let mut answers = vec![
+            Answer::Dispatched(row()),
+            Answer::Ignored(Ignored::NoRoute {
+                table: "public.other".into(),
+            }),
+            Answer::Ignored(Ignored::Event {
+                route: route("webhook"),
+                kind: EventKind::Update,
+            }),
+            // A webhook delivery of a queue route's table; the other way round (`webhook_intake`)
+            // is a queue message's, never an answer.
+            Answer::Ignored(Ignored::OtherIntake {
+                route: route("pgmq"),
+            }),
+            Answer::Accepted(row(), second),
+            Answer::BadRequest("not JSON".into()),
+            Answer::TimedOut(second),
+            Answer::Unauthorized,
+            Answer::TooLarge(1),
+            Answer::UnsupportedMediaType,
+            Answer::Unprocessable("a bad id".into()),
+            Answer::Internal,
+            Answer::Unavailable {
+                message: "down".into(),
+                retry_after: second,
+            },
+        ];
+        for reason in [
+            DuplicateReason::BranchExists,
+            DuplicateReason::PullRequest,
+            DuplicateReason::ClaimTaken,
+            DuplicateReason::InFlight,
+        ] {
+            // A reason not listed above stops this from compiling.
+            match reason {
+                DuplicateReason::BranchExists
+                | DuplicateReason::PullRequest
+                | DuplicateReason::ClaimTaken
+                | DuplicateReason::InFlight => {}
+            }
+            answers.push(Answer::Duplicate(row(), reason));
+        }
+        for answer in &answers {
+            // A kind of answer not listed above stops this from compiling.
+            match answer {
+                Answer::Dispatched(_)
+                | Answer::Duplicate(..)
+                | Answer::Ignored(Ignored::NoRoute { .. })
+                | Answer::Ignored(Ignored::Event { .. })
+                | Answer::Ignored(Ignored::OtherIntake { .. })
+                | Answer::Accepted(..)
+                | Answer::BadRequest(_)
+                | Answer::TimedOut(_)
+                | Answer::Unauthorized
+                | Answer::TooLarge(_)
+                | Answer::UnsupportedMediaType
+                | Answer::Unprocessable(_)
+                | Answer::Internal
+                | Answer::Unavailable { .. } => {}
+            }
+        }
+        answers
+    }
+
+    #[test]
+    fn every_answer_is_counted_in_a_series_that_exists_from_the_start() {
+        let at_start: Vec<&AnswerLabels> = ROUTE_ANSWERS
+            .iter()
+            .chain(UNROUTED_ANSWERS)
+            .chain(QUEUE_ROUTE_ANSWERS)
+            .collect();
+        let answers = every_answer();
+        for answer in &answers {
+            let labels = (answer.status().as_u16(), answer.outcome(), answer.reason());
+            assert!(
+                at_start.contains(&&labels),
+                "{answer:?} is counted as {labels:?}, which src/metrics.rs does not list"
+            );
+        }
+        // And nothing is listed that no answer gives.
+        for listed in at_start {
+            assert!(
+                answers
+                    .iter()
+                    .any(|a| (a.status().as_u16(), a.outcome(), a.reason()) == *listed),
+                "src/metrics.rs lists {listed:?}, which no answer gives"
+            );
+        }
+    }
+}

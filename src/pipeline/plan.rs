@@ -9,7 +9,7 @@ use anyhow::Context;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::{Intake, Route};
+use crate::config::{Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{BranchName, IdError, RowId, Slug};
@@ -37,7 +37,17 @@ impl Routes {
             .iter()
             .map(|route| {
                 let payload = match &route.payload_template {
-                    Some(path) => compile_file(route, path)?,
+                    Some(PayloadTemplateSource::File(path)) => compile_file(route, path)?,
+                    Some(PayloadTemplateSource::Inline(text)) => {
+                        PayloadTemplate::from_text(text, "payload_template_inline").with_context(
+                            || {
+                                format!(
+                                    "payload_template_inline of the route for {}",
+                                    route.table_name()
+                                )
+                            },
+                        )?
+                    }
                     None => PayloadTemplate::builtin(),
                 };
                 Ok(CompiledRoute {

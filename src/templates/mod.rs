@@ -109,6 +109,13 @@ impl PayloadTemplate {
             .with_context(|| path.display().to_string())
     }
 
+    /// Compiles a template carried in the config itself (`payload_template_inline`); the
+    /// message names `origin`, and the line of a syntax error.
+    pub fn from_text(source: &str, origin: &str) -> anyhow::Result<PayloadTemplate> {
+        PayloadTemplate::compile(source.to_owned(), origin.to_owned())
+            .with_context(|| origin.to_owned())
+    }
+
     fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {
         let mut env = Environment::new();
         // Every printed value is JSON-encoded, so row text cannot break out of its string.

@@ -254,7 +254,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Config, ForgeSettings, PrivateKeySource};
+    use crate::config::{Config, ForgeSettings, PayloadTemplateSource, PrivateKeySource};
     use crate::event::EventKind;
 
     #[test]
@@ -277,8 +277,10 @@ mod tests {
         assert_eq!(route.slug_max_len, 40);
         assert_eq!(route.events, vec![EventKind::Insert]);
         assert_eq!(
-            route.payload_template.as_deref(),
-            Some(Path::new("/etc/rowbranch/payload.json.j2")),
+            route.payload_template,
+            Some(PayloadTemplateSource::File(
+                "/etc/rowbranch/payload.json.j2".into()
+            )),
             "the config uses the payload template written beside it"
         );
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));

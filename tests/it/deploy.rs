@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rowbranch::config::Config;
 use serde_json::Value;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
@@ -177,13 +176,36 @@ fn compose_host_files(doc: &Yaml) -> BTreeSet<String> {
 }
 
 #[test]
-fn every_file_the_compose_recipe_mounts_or_reads_is_shown_in_the_guide() {
+fn every_file_the_compose_recipe_mounts_or_reads_is_shown_in_the_guide_or_written_by_init() {
     let doc = yaml("deploy/compose.yaml");
-    let files = compose_host_files(&doc);
+    let mut files = compose_host_files(&doc);
+    // The config `init` wrote and the template it names, from `init --dir setup`'s folder.
+    let setup = TempDir::new().unwrap();
+    let init = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
+        .args(["init", "--repo", "acme/app", "--url", "https://h.example"])
+        .args(["--owner-type", "user", "--dir"])
+        .arg(setup.path())
+        .output()
+        .unwrap();
+    assert!(init.status.success(), "{}", output_text(&init));
+    let written: BTreeSet<String> = files
+        .iter()
+        .filter_map(|file| file.strip_prefix("../setup/"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        written,
+        BTreeSet::from(["rowbranch.toml".to_owned(), "payload.json.j2".to_owned()]),
+        "compose.yaml mounts the config and its template"
+    );
+    for name in &written {
+        assert!(setup.path().join(name).is_file(), "init writes no {name}");
+    }
+    files.retain(|file| !file.starts_with("../setup/"));
     assert_eq!(
         files,
         BTreeSet::from(["Caddyfile".to_owned(), "rowbranch.env".to_owned()]),
-        "the files compose.yaml reads"
+        "the files of deploy/ compose.yaml reads"
     );
     let shown: Vec<String> = shown_files(&guide()).into_iter().map(|(p, _)| p).collect();
     for file in files {
@@ -226,6 +248,11 @@ fn the_compose_recipe_publishes_only_caddy_and_sets_no_secret() {
         let key = key.as_str().unwrap_or("");
         assert!(!SECRETS.contains(&key), "compose.yaml sets {key}");
     }
+    // The image has no shell: the check runs the binary, in exec form.
+    assert_eq!(
+        strings(&rowbranch["healthcheck"]["test"]),
+        ["CMD", "/usr/local/bin/rowbranch", "healthcheck"]
+    );
     // The Caddyfile proxies to the service's name, on the image's port.
     let caddyfile = read("deploy/Caddyfile");
     assert!(
@@ -241,7 +268,7 @@ fn fly() -> toml::Table {
 }
 
 #[test]
-fn fly_toml_serves_the_images_port_and_its_env_is_a_route_from_the_environment() {
+fn fly_toml_serves_the_images_port_and_holds_no_config_and_no_secret() {
     let fly = fly();
     let service = fly["http_service"].as_table().expect("[http_service]");
     assert_eq!(service["internal_port"].as_integer(), Some(image_port()));
@@ -265,27 +292,16 @@ fn fly_toml_serves_the_images_port_and_its_env_is_a_route_from_the_environment()
         "[build] dockerfile, relative to fly.toml, is {dockerfile}"
     );
 
-    // The [env] table, with the secrets Fly would add, is a config rowbranch takes.
-    let env = fly["env"].as_table().expect("[env]");
-    for key in env.keys() {
+    // The config travels in the secret ROWBRANCH_CONFIG (docs/deploy.md): nothing of it here.
+    let env = fly.get("env").and_then(|env| env.as_table()).cloned();
+    for key in env.unwrap_or_default().keys() {
         assert!(!SECRETS.contains(&key.as_str()), "fly.toml sets {key}");
+        assert!(
+            key != rowbranch::config::env::CONFIG
+                && !rowbranch::config::env::ROUTE_VARIABLES.contains(&key.as_str()),
+            "fly.toml sets {key}: the config is the one init wrote"
+        );
     }
-    let value = |key: &str| -> Option<String> {
-        match key {
-            "ROWBRANCH_WEBHOOK_SECRET" => Some("a-webhook-secret-of-32-characters".to_owned()),
-            "GITHUB_APP_PRIVATE_KEY" => Some("-----BEGIN RSA PRIVATE KEY-----".to_owned()),
-            "PORT" => Some(image_port().to_string()),
-            _ => env.get(key).and_then(|v| v.as_str()).map(str::to_owned),
-        }
-    };
-    assert_eq!(
-        value(rowbranch::config::env::REPO).as_deref(),
-        Some("acme/app")
-    );
-    let config = Config::from_env(&value)
-        .unwrap_or_else(|e| panic!("fly.toml's [env] is not a config: {e}"));
-    assert_eq!(config.listen.port() as i64, image_port());
-    assert!(config.listen.ip().is_unspecified(), "every interface");
 }
 
 /// The Dockerfile's stages, each its instructions with their arguments, continuation lines
@@ -367,6 +383,13 @@ fn the_image_runs_serve_as_a_non_root_user_on_port_8080() {
         [r#"["/usr/local/bin/rowbranch"]"#]
     );
     assert_eq!(instruction(runtime, "CMD"), [r#"["serve"]"#]);
+    // Its health check runs the binary, in exec form: there is no shell to run another way.
+    let check = instruction(runtime, "HEALTHCHECK");
+    assert!(
+        check.len() == 1
+            && check[0].ends_with(r#"CMD ["/usr/local/bin/rowbranch", "healthcheck"]"#),
+        "{check:?}"
+    );
     // The runtime installs nothing: no git, no shell, no package manager.
     assert!(instruction(runtime, "RUN").is_empty());
     // CI runs the image's very build.
@@ -493,11 +516,20 @@ fn systemd_accepts_the_unit_with_execstart_at_the_built_binary() {
         return;
     }
     let unit = read("deploy/rowbranch.service");
-    let exec = "ExecStart=/usr/local/bin/rowbranch serve\n";
-    assert!(unit.contains(exec), "the unit runs `rowbranch serve`");
+    let exec = "ExecStart=/usr/local/bin/rowbranch serve --config /etc/rowbranch/rowbranch.toml\n";
+    assert!(
+        unit.contains(exec),
+        "the unit runs `rowbranch serve` on init's config"
+    );
     let binary = built_binary();
     assert!(binary.is_file(), "{} is not there", binary.display());
-    let unit = unit.replace(exec, &format!("ExecStart={} serve\n", binary.display()));
+    let unit = unit.replace(
+        exec,
+        &format!(
+            "ExecStart={} serve --config /etc/rowbranch/rowbranch.toml\n",
+            binary.display()
+        ),
+    );
     let (ok, said) = verify(&unit);
     // systemd-analyze exits 0 on an unknown key or a bad value, so anything said is a failure.
     assert!(ok && said.is_empty(), "systemd-analyze verify:\n{said}");

@@ -116,6 +116,11 @@ async fn four_hundred_idle_connections_under_256_open_files_do_not_lock_out_a_de
     let secret = random_secret();
     // A short read_timeout_ms: the idle ones are cut a cap's worth at a time, sooner.
     let served = child::serve_local("read_timeout_ms = 5000", Some(256), &secret).await;
+    // The cap is logged once the server runs, a moment after the address.
+    eventually("the connection cap in the log", || async {
+        served.log().contains("connections=").then_some(())
+    })
+    .await;
     assert!(
         served.log().contains("connections=208") && served.log().contains("reserve=48"),
         "the cap is the open-files limit less the reserve (32, and 16 for git): {}",
@@ -217,6 +222,10 @@ async fn clients_that_never_read_filling_the_connection_cap_do_not_lock_out_a_de
     let secret = random_secret();
     let served =
         child::serve_local("read_timeout_ms = 1000\nmax_connections = 8", None, &secret).await;
+    eventually("the connection cap in the log", || async {
+        served.log().contains("connections=").then_some(())
+    })
+    .await;
     assert!(served.log().contains("connections=8"), "{}", served.log());
     // Eight of them, each connecting again as soon as it is cut: the cap stays full of them.
     let addr = served.addr;

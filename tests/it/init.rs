@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::config::{Config, ForgeSettings, Intake};
+use rowbranch::config::{Config, ForgeSettings, Intake, PayloadTemplateSource};
 use rowbranch::templates::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
@@ -177,10 +177,9 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
     assert!(format!("{:?}", github.key).contains("app.pem"));
 
     // The config uses the payload template written beside it, so an edit there takes effect.
-    let template = route
-        .payload_template
-        .clone()
-        .expect("the config names the payload template");
+    let Some(PayloadTemplateSource::File(template)) = route.payload_template.clone() else {
+        panic!("the config names the payload template's file");
+    };
     assert_eq!(template, dir.path().join("payload.json.j2"));
     let edited = std::fs::read_to_string(&template).unwrap().replace(
         "\"id\": {{ id }},",

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod alerts;
 mod auth;
 mod cli;
 mod concurrency;
@@ -13,15 +14,19 @@ mod doctor_queue;
 mod env_config;
 mod explain;
 mod github;
+mod healthcheck;
 mod hostile;
 mod identity;
 mod init;
 mod init_escaping;
+mod init_steps;
 mod layers;
 mod malformed;
+mod metrics_at_start;
 mod observe;
 mod properties;
 mod queue;
+mod recipes;
 mod reconcile;
 mod rows;
 mod setup_queue;

@@ -1,0 +1,108 @@
+//! `rowbranch healthcheck`: asks a running `serve` for `/healthz`, as a container's health
+//! check. The image has no shell or curl, and an exec-form `HEALTHCHECK` cannot expand `$PORT`,
+//! so without `--url` it finds `serve`'s address the way `serve` does. It needs no secret and
+//! no valid config, and every failure exits 1: Docker reserves 2.
+
+use std::time::Duration;
+
+use anyhow::anyhow;
+
+use super::Failure;
+use crate::cli::HealthcheckArgs;
+use crate::config::{process_env, ListenSetting};
+
+/// Long enough for a loaded process to answer, short of Docker's default 30 s timeout and of
+/// the recipes' 5 s.
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
+    let url = match args.url {
+        Some(url) => url,
+        None => {
+            let listen = ListenSetting::find(&args.config.config, &process_env);
+            probe_url(&listen.address).map_err(|problem| {
+                unhealthy(format!(
+                    "{} (from {}): {problem}",
+                    listen.address, listen.from
+                ))
+            })?
+        }
+    };
+    let client = reqwest::Client::builder()
+        // A proxy from the environment would answer for rowbranch.
+        .no_proxy()
+        .timeout(TIMEOUT)
+        .build()
+        .map_err(|e| unhealthy(format!("no HTTP client: {e}")))?;
+    let answer = client.get(&url).send().await.map_err(|e| {
+        let why = if e.is_timeout() {
+            format!("no answer within {}s", TIMEOUT.as_secs())
+        } else if e.is_connect() {
+            format!("cannot connect: {}", root_cause(&e))
+        } else {
+            root_cause(&e)
+        };
+        unhealthy(format!("{url}: {why}"))
+    })?;
+    let status = answer.status();
+    if status != reqwest::StatusCode::OK {
+        return Err(unhealthy(format!("{url} answered {status}")));
+    }
+    println!("{url} answered {status}");
+    Ok(())
+}
+
+fn unhealthy(reason: String) -> Failure {
+    Failure::Runtime(anyhow!("unhealthy: {reason}"))
+}
+
+/// The innermost error's words ("Connection refused (os error 111)"), not reqwest's wrapping.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+/// `http://HOST:PORT/healthz` for a listen address, asking an unspecified address (every
+/// interface) on loopback: 0.0.0.0 on 127.0.0.1, :: on ::1.
+fn probe_url(listen: &str) -> Result<String, String> {
+    let (host, port) = listen
+        .rsplit_once(':')
+        .ok_or_else(|| "not HOST:PORT".to_owned())?;
+    port.parse::<u16>()
+        .map_err(|_| format!("`{port}` is not a port number"))?;
+    let host = match host {
+        "" | "0.0.0.0" => "127.0.0.1",
+        "::" | "[::]" => "[::1]",
+        other => other,
+    };
+    Ok(format!("http://{host}:{port}/healthz"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::probe_url;
+
+    #[test]
+    fn every_interface_is_asked_on_loopback_and_other_hosts_as_written() {
+        for (listen, url) in [
+            ("0.0.0.0:8080", "http://127.0.0.1:8080/healthz"),
+            ("[::]:9000", "http://[::1]:9000/healthz"),
+            ("127.0.0.1:8081", "http://127.0.0.1:8081/healthz"),
+            ("[::1]:8082", "http://[::1]:8082/healthz"),
+            ("localhost:8083", "http://localhost:8083/healthz"),
+            (":8084", "http://127.0.0.1:8084/healthz"),
+        ] {
+            assert_eq!(probe_url(listen).as_deref(), Ok(url), "{listen}");
+        }
+    }
+
+    #[test]
+    fn an_address_without_a_port_number_is_refused() {
+        for listen in ["8080", "0.0.0.0:http", "0.0.0.0:70000"] {
+            assert!(probe_url(listen).is_err(), "{listen}");
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The process's own series, under the names Prometheus' client libraries give them
+//! (`process_resident_memory_bytes`, `process_open_fds`, …; Prometheus' "Writing client
+//! libraries", process metrics), read from `/proc/self` at each scrape: a few small files and one
+//! directory listing. Where there is no `/proc` (not Linux) there are none of them.
+
+use std::fs;
+use std::sync::OnceLock;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+/// Encodes the process's series at each scrape.
+#[derive(Debug, Default)]
+pub struct ProcessCollector;
+
+/// One reading of the process.
+#[derive(Debug, Default, PartialEq)]
+struct Sample {
+    cpu_seconds: Option<f64>,
+    resident_bytes: Option<f64>,
+    start_time_seconds: Option<f64>,
+    open_fds: Option<f64>,
+    max_fds: Option<f64>,
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let sample = Sample::read();
+        if let Some(seconds) = sample.cpu_seconds {
+            let metric = ConstCounter::new(seconds);
+            metric.encode(encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "Total user and system CPU time spent in seconds.",
+                None,
+                metric.metric_type(),
+            )?)?;
+        }
+        for (name, help, value) in [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                sample.resident_bytes,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                sample.start_time_seconds,
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                sample.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                sample.max_fds,
+            ),
+        ] {
+            if let Some(value) = value {
+                let metric = ConstGauge::new(value);
+                metric.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    metric.metric_type(),
+                )?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Sample {
+    /// Nothing when there is no `/proc/self/stat` to read (not Linux).
+    fn read() -> Sample {
+        let Some(stat) = fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|text| Stat::parse(&text))
+        else {
+            return Sample::default();
+        };
+        let ticks = rustix::param::clock_ticks_per_second() as f64;
+        Sample {
+            cpu_seconds: Some((stat.utime_ticks + stat.stime_ticks) as f64 / ticks),
+            resident_bytes: Some(stat.rss_pages as f64 * rustix::param::page_size() as f64),
+            start_time_seconds: boot_time().map(|boot| boot + stat.start_ticks as f64 / ticks),
+            open_fds: fs::read_dir("/proc/self/fd")
+                .ok()
+                .map(|entries| entries.count() as f64),
+            // The soft limit, as the Go client reports it; none when unlimited.
+            max_fds: rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                .current
+                .map(|n| n as f64),
+        }
+    }
+}
+
+/// The fields of `/proc/self/stat` read here (proc_pid_stat(5)).
+#[derive(Debug, PartialEq)]
+struct Stat {
+    utime_ticks: u64,
+    stime_ticks: u64,
+    /// Since the machine booted.
+    start_ticks: u64,
+    rss_pages: u64,
+}
+
+impl Stat {
+    /// The second field is the command's name in parentheses, which may itself hold spaces and
+    /// parentheses: the fields are counted from after its last `)`, where the third begins.
+    fn parse(text: &str) -> Option<Stat> {
+        let (_, rest) = text.rsplit_once(')')?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Field N of proc_pid_stat(5) is fields[N - 3].
+        let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+        Some(Stat {
+            utime_ticks: field(14)?,
+            stime_ticks: field(15)?,
+            start_ticks: field(22)?,
+            rss_pages: field(24)?,
+        })
+    }
+}
+
+/// When the machine booted, in seconds since the epoch (`btime` of `/proc/stat`); read once.
+fn boot_time() -> Option<f64> {
+    static BOOT: OnceLock<Option<f64>> = OnceLock::new();
+    *BOOT.get_or_init(|| {
+        let text = fs::read_to_string("/proc/stat").ok()?;
+        text.lines()
+            .find_map(|line| line.strip_prefix("btime "))?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stat_fields_are_counted_from_after_the_name() {
+        // A name with a space and a parenthesis; utime 7, stime 3, starttime 12345, rss 2048.
+        let text = "4242 (rb (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 7 3 0 0 20 0 9 0 \
+                    12345 123456789 2048 18446744073709551615 1 1 0 0 0 0 0 4096 17475 0 0 0 \
+                    17 1 0 0 0 0 0\n";
+        assert_eq!(
+            Stat::parse(text),
+            Some(Stat {
+                utime_ticks: 7,
+                stime_ticks: 3,
+                start_ticks: 12345,
+                rss_pages: 2048,
+            })
+        );
+        assert_eq!(Stat::parse("4242 (cut short) S 1 2"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_process_reads_as_itself() {
+        let sample = Sample::read();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        let started = sample.start_time_seconds.expect("a start time");
+        assert!(
+            started <= now + 1.0 && started > now - 86_400.0,
+            "{sample:?}"
+        );
+        assert!(
+            sample.resident_bytes.expect("a resident size") > 1e6,
+            "{sample:?}"
+        );
+        assert!(sample.open_fds.expect("open files") >= 3.0, "{sample:?}");
+        assert!(
+            sample.cpu_seconds.expect("CPU seconds") >= 0.0,
+            "{sample:?}"
+        );
+    }
+}
