@@ -152,14 +152,16 @@ pub struct ConfigArg {
 const SERVE_ENVIRONMENT: &str = "\
 Environment (each wins over the config file):
   ROWBRANCH_CONFIG           the whole config's TOML text, when there is no config file
-  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
-                             required unless --insecure-no-auth
+  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces (a signing
+                             key and a bearer secret, or to rotate); required unless
+                             --insecure-no-auth
   ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
-  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
+  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true), 16 characters or
+                             more; required unless --insecure-public-status
   DATABASE_URL               PostgreSQL: the queue (intake = \"pgmq\") and the scheduled
                              sweep (reconcile_every)
   RUST_LOG                   the log level, e.g. info or rowbranch=debug
