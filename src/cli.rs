@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::DEFAULT_PATH;
+use crate::config::{
+    DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+};
 
 /// What `rowbranch --version` prints after the name: the version and the commit it was built
 /// from (`unknown` when the build could not tell; see build.rs).
@@ -271,6 +273,26 @@ pub struct InitArgs {
     /// The repository_dispatch event type the workflow listens to.
     #[arg(long, default_value = "feedback")]
     pub event_type: String,
+    /// The most turns Claude takes in one run: the workflow's --max-turns, and the route's
+    /// max_turns, which doctor holds the committed workflow to.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_MAX_TURNS,
+        value_parser = clap::value_parser!(u32).range(1..),
+        conflicts_with = "manifest_code"
+    )]
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job runs (1 to 360): its timeout-minutes, and the
+    /// route's work_timeout_minutes, which doctor holds the committed workflow to.
+    #[arg(
+        long,
+        value_name = "MINUTES",
+        default_value_t = DEFAULT_WORK_TIMEOUT_MINUTES,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_WORK_TIMEOUT_MINUTES)),
+        conflicts_with = "manifest_code"
+    )]
+    pub work_timeout_minutes: u32,
     /// Overwrite files that exist.
     #[arg(long)]
     pub force: bool,

@@ -204,6 +204,8 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
+        max_turns: args.max_turns,
+        work_timeout_minutes: args.work_timeout_minutes,
     };
     // Every value is checked before GitHub is asked anything.
     ctx.check().map_err(

@@ -227,6 +227,10 @@ pub(super) struct RawRoute {
     pub created_column: String,
     /// `"webhook"` (`POST /webhook`) or `"pgmq"` (the `[pgmq]` queue).
     pub intake: String,
+    /// The most turns Claude may take in one run of the workflow.
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job may run.
+    pub work_timeout_minutes: u32,
 }
 
 impl Default for RawRoute {
@@ -245,6 +249,8 @@ impl Default for RawRoute {
             payload_template_inline: None,
             created_column: "created_at".into(),
             intake: "webhook".into(),
+            max_turns: super::DEFAULT_MAX_TURNS,
+            work_timeout_minutes: super::DEFAULT_WORK_TIMEOUT_MINUTES,
         }
     }
 }

@@ -39,7 +39,8 @@ mod validate;
 pub use settings::{
     Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
     Password, PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route,
-    StatusPage, WebhookSettings,
+    StatusPage, WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES,
+    MAX_WORK_TIMEOUT_MINUTES,
 };
 
 pub use show::Shown;

@@ -225,7 +225,24 @@ pub struct Route {
     pub created_column: String,
     /// Where the route's rows come from: webhook deliveries, or the queue.
     pub intake: Intake,
+    /// The most turns Claude may take in one run of the route's workflow (its `--max-turns`);
+    /// `doctor` holds the committed workflow to it.
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job may run (its `timeout-minutes`); `doctor`
+    /// holds the committed workflow to it.
+    pub work_timeout_minutes: u32,
 }
+
+/// The route's `max_turns` when the file does not set it, and `init --max-turns`'s default.
+pub const DEFAULT_MAX_TURNS: u32 = 30;
+
+/// The route's `work_timeout_minutes` when the file does not set it, and `init
+/// --work-timeout-minutes`'s default.
+pub const DEFAULT_WORK_TIMEOUT_MINUTES: u32 = 30;
+
+/// The longest a job may run on a GitHub-hosted runner, and so the most `timeout-minutes` can
+/// bound (https://docs.github.com/en/actions/reference/limits).
+pub const MAX_WORK_TIMEOUT_MINUTES: u32 = 360;
 
 /// Where a route's payload template comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -125,6 +125,15 @@ fn bad_values_say_what_is_wrong() {
         ),
         (format!("{LOCAL}\nevents = [\"DELETE\"]"), "DELETE"),
         (format!("{LOCAL}\nslug_max_len = 500"), "slug_max_len"),
+        (format!("{LOCAL}\nmax_turns = 0"), "max_turns = 0"),
+        (
+            format!("{LOCAL}\nwork_timeout_minutes = 0"),
+            "work_timeout_minutes = 0 is out of range: 1 to 360",
+        ),
+        (
+            format!("{LOCAL}\nwork_timeout_minutes = 361"),
+            "work_timeout_minutes = 361",
+        ),
         (
             LOCAL.replace(
                 "event_type = \"feedback\"",

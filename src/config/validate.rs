@@ -368,6 +368,21 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             ))
         }
     };
+    if raw.max_turns == 0 {
+        return Err(invalid!(
+            "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
+             may take, e.g. max_turns = {}",
+            super::DEFAULT_MAX_TURNS
+        ));
+    }
+    let minutes = raw.work_timeout_minutes;
+    if !(1..=super::MAX_WORK_TIMEOUT_MINUTES).contains(&minutes) {
+        return Err(invalid!(
+            "work_timeout_minutes = {minutes} is out of range: 1 to {} (a job on a GitHub-hosted \
+             runner stops after {0} minutes anyway)",
+            super::MAX_WORK_TIMEOUT_MINUTES
+        ));
+    }
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
             return Err(invalid!(
@@ -393,5 +408,7 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         payload_template,
         created_column: raw.created_column,
         intake,
+        max_turns: raw.max_turns,
+        work_timeout_minutes: minutes,
     })
 }

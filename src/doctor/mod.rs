@@ -1,6 +1,7 @@
 //! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
-//! installation, its permissions, the default branch, a workflow that takes the dispatch, and
-//! that the workflow lets the App's bot start the work.
+//! installation, its permissions, the default branch, a workflow that takes the dispatch, that
+//! the workflow lets the App's bot start the work, and that it bounds each run within the
+//! route's `max_turns` and `work_timeout_minutes`.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -18,7 +19,7 @@ use crate::identity::RepoName;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::templates::setup::PLACEHOLDER_APP_ID;
-use crate::templates::workflow::{allows_bot, bot_login, claude_steps};
+use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, ClaudeStep};
 
 mod queue;
 
@@ -297,6 +298,115 @@ async fn route_checks(
             route.event_type
         )));
         out.push(bot_check(repo, &base.branch, path, text, app_slug));
+        let steps = claude_steps(text).unwrap_or_default();
+        if !steps.is_empty() {
+            let at = Place {
+                repo,
+                branch: &base.branch,
+                path,
+            };
+            out.push(bound_check(&at, &TURNS, &steps, route.max_turns));
+            out.push(bound_check(
+                &at,
+                &MINUTES,
+                &steps,
+                route.work_timeout_minutes,
+            ));
+        }
+    }
+}
+
+/// Where a workflow is: its repository, the branch it was read from, its path.
+struct Place<'a> {
+    repo: &'a RepoName,
+    branch: &'a str,
+    path: &'a str,
+}
+
+/// One bound a run of the workflow must have, and the route's key that says how much.
+struct Limit {
+    /// What the workflow sets, as its reader writes it.
+    setting: &'static str,
+    /// The route's key.
+    key: &'static str,
+    /// What it counts.
+    unit: &'static str,
+    /// What happens without it.
+    unbounded: &'static str,
+    /// The step's value.
+    of: fn(&ClaudeStep) -> &Bound,
+    /// Where it goes, for the fix: `{value}` and `{job}` are filled in.
+    fix: &'static str,
+}
+
+const TURNS: Limit = Limit {
+    setting: "--max-turns",
+    key: "max_turns",
+    unit: "turns",
+    unbounded: "claude-code-action then lets Claude take as many turns as it likes",
+    of: |step| &step.max_turns,
+    fix: "put `--max-turns {value}` in the claude_args of that step (job {job})",
+};
+
+const MINUTES: Limit = Limit {
+    setting: "timeout-minutes",
+    key: "work_timeout_minutes",
+    unit: "minutes",
+    unbounded: "GitHub then lets the job run for 360 minutes",
+    of: |step| &step.job_timeout_minutes,
+    fix: "set `timeout-minutes: {value}` on job {job}",
+};
+
+/// Whether every claude-code-action step of the workflow is bounded by `limit` at most as
+/// much as the route says (`most`): a bound that is missing, unreadable or larger fails — the
+/// route states what one row may cost — and a smaller one passes, saying so.
+fn bound_check(at: &Place, limit: &Limit, steps: &[ClaudeStep], most: u32) -> Check {
+    let Place { repo, branch, path } = at;
+    let Limit {
+        setting, key, unit, ..
+    } = limit;
+    let fix = |job: &str| {
+        format!(
+            "{} and commit it to {branch}",
+            limit
+                .fix
+                .replace("{value}", &most.to_string())
+                .replace("{job}", job)
+        )
+    };
+    let mut largest = 0;
+    for step in steps {
+        let job = &step.job;
+        match (limit.of)(step) {
+            Bound::Set(n) if *n <= u64::from(most) => largest = largest.max(*n),
+            Bound::Set(n) => {
+                return Check::fail(
+                    format!("{repo}: {path} allows {n} {unit} a run ({setting} in job {job}), more than the route's {key} = {most}"),
+                    format!("{}, or raise {key} in the route to {n}", fix(job)),
+                )
+            }
+            Bound::Missing => {
+                return Check::fail(
+                    format!("{repo}: {path} sets no {setting} in job {job}: {}, while the route's {key} = {most}", limit.unbounded),
+                    fix(job),
+                )
+            }
+            Bound::Unreadable(text) => {
+                return Check::fail(
+                    format!("{repo}: {path}: {setting} in job {job} is {text:?}, not a number rowbranch can hold to the route's {key} = {most}"),
+                    fix(job),
+                )
+            }
+        }
+    }
+    if largest == u64::from(most) {
+        Check::pass(format!(
+            "{repo}: {path} bounds a run to {most} {unit} ({setting}, the route's {key})"
+        ))
+    } else {
+        Check::pass(format!(
+            "{repo}: {path} bounds a run to {largest} {unit} ({setting}), within the route's {key} = {most}"
+        ))
     }
 }
 

@@ -16,7 +16,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
-use crate::config::Intake;
+use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
 
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
 pub const FILES: &[(&str, &str)] = &[
@@ -94,6 +94,12 @@ pub struct SetupContext {
     pub queue: String,
     /// The pgmq queue rowbranch moves messages it refuses for good into.
     pub dead_letter: String,
+    /// The most turns Claude takes in one run: the workflow's `--max-turns`, the route's
+    /// `max_turns`.
+    pub max_turns: u32,
+    /// The most minutes the workflow's work job runs: its `timeout-minutes`, the route's
+    /// `work_timeout_minutes`.
+    pub work_timeout_minutes: u32,
 }
 
 /// Why a value cannot go into the setup files.
@@ -134,6 +140,8 @@ impl SetupContext {
             events: vec!["INSERT".into()],
             queue: "rowbranch".into(),
             dead_letter: "rowbranch_dead".into(),
+            max_turns: DEFAULT_MAX_TURNS,
+            work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
         }
     }
 

@@ -1,7 +1,8 @@
-//! What rowbranch reads back from a target repository's workflow: the claude-code-action steps
-//! and whether their `allowed_bots` let the App's bot start a run — compared the way the action
-//! compares — and, for `rowbranch init --manifest-code`, the same workflow with `allowed_bots`
-//! naming the App GitHub actually created.
+//! What rowbranch reads back from a target repository's workflow: the claude-code-action steps,
+//! whether their `allowed_bots` let the App's bot start a run — compared the way the action
+//! compares — and what bounds one run, Claude's `--max-turns` and its job's `timeout-minutes`,
+//! read the way the action and GitHub read them; and, for `rowbranch init --manifest-code`, the
+//! same workflow with `allowed_bots` naming the App GitHub actually created.
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -14,6 +15,98 @@ pub struct ClaudeStep {
     pub job: String,
     /// The step's `with: allowed_bots`, `""` when it has none (the action's default).
     pub allowed_bots: String,
+    /// `--max-turns N` in the step's `with: claude_args`.
+    pub max_turns: Bound,
+    /// The `timeout-minutes` of the step's job.
+    pub job_timeout_minutes: Bound,
+}
+
+/// A bound on one run that a workflow states, or does not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bound {
+    /// None is stated: claude-code-action then lets Claude take as many turns as it likes, and
+    /// GitHub lets a job run for 360 minutes.
+    Missing,
+    /// A whole number.
+    Set(u64),
+    /// Something that is not a whole number, as written (an expression, which only GitHub
+    /// evaluates, or a word).
+    Unreadable(String),
+}
+
+impl Bound {
+    /// `text` as a whole number when it is one.
+    fn parse(text: &str) -> Bound {
+        let text = text.trim();
+        match text.parse() {
+            Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Bound::Set(n),
+            _ => Bound::Unreadable(text.to_owned()),
+        }
+    }
+}
+
+/// `--max-turns` in `claude_args`, read as claude-code-action reads it
+/// (`parseClaudeArgsToExtraArgs`, in the action's `base-action/src/parse-sdk-options.ts`): the
+/// arguments split as a shell splits them, every one that starts with `--` a flag, its value
+/// the next one unless that is a flag too, and the last `--max-turns` the one that counts. So
+/// `--max-turns=30` is a flag of another name, and sets no bound.
+fn max_turns(claude_args: &str) -> Bound {
+    let words = shell_words(claude_args);
+    let mut bound = Bound::Missing;
+    for (at, word) in words.iter().enumerate() {
+        if word == "--max-turns" {
+            bound = match words.get(at + 1) {
+                Some(value) if !value.starts_with("--") => Bound::parse(value),
+                _ => Bound::Missing,
+            };
+        }
+    }
+    bound
+}
+
+/// `text` split into words as a shell splits them: at unquoted whitespace, with single and
+/// double quotes grouping and removed. Enough for the flags and values of `claude_args`. A
+/// `${{ … }}` expression, which GitHub replaces before the action reads the text, stays one
+/// word.
+fn shell_words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if quote.is_none() && rest.starts_with("${{") {
+            let end = rest.find("}}").map_or(rest.len(), |at| at + 2);
+            word.get_or_insert_with(String::new).push_str(&rest[..end]);
+            rest = &rest[end..];
+            continue;
+        }
+        rest = &rest[c.len_utf8()..];
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// A job's `timeout-minutes`, as GitHub reads it: a number, or an expression.
+fn timeout_minutes(value: &Yaml) -> Bound {
+    match value {
+        Yaml::BadValue | Yaml::Null => Bound::Missing,
+        Yaml::Integer(n) => {
+            u64::try_from(*n).map_or_else(|_| Bound::Unreadable(n.to_string()), Bound::Set)
+        }
+        Yaml::String(s) => Bound::parse(s),
+        Yaml::Real(r) => Bound::Unreadable(r.clone()),
+        other => Bound::Unreadable(format!("{other:?}")),
+    }
 }
 
 impl ClaudeStep {
@@ -48,6 +141,10 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
             found.push(ClaudeStep {
                 job: name.as_str().unwrap_or_default().to_owned(),
                 allowed_bots,
+                max_turns: step["with"]["claude_args"]
+                    .as_str()
+                    .map_or(Bound::Missing, max_turns),
+                job_timeout_minutes: timeout_minutes(&job["timeout-minutes"]),
             });
         }
     }
@@ -182,7 +279,9 @@ jobs:
             steps,
             vec![ClaudeStep {
                 job: "work".into(),
-                allowed_bots: "rowbranch-acme[bot]".into()
+                allowed_bots: "rowbranch-acme[bot]".into(),
+                max_turns: Bound::Missing,
+                job_timeout_minutes: Bound::Missing,
             }]
         );
         let without = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
@@ -224,5 +323,52 @@ jobs:
         assert!(set_allowed_bots(&comment, "x")
             .unwrap()
             .ends_with("# allowed_bots: in a comment\n"));
+    }
+
+    #[test]
+    fn max_turns_is_read_from_claude_args_as_the_action_reads_it() {
+        for (args, bound) in [
+            ("--max-turns 30", Bound::Set(30)),
+            (
+                "--allowedTools \"Bash(git:*),Edit\"\n--max-turns 12",
+                Bound::Set(12),
+            ),
+            ("--max-turns '7' --model x", Bound::Set(7)),
+            ("--max-turns 5 --max-turns 50", Bound::Set(50)),
+            ("--max-turns \"1 0\"", Bound::Unreadable("1 0".into())),
+            (
+                "--max-turns ${{ vars.TURNS }} --model x",
+                Bound::Unreadable("${{ vars.TURNS }}".into()),
+            ),
+            ("--max-turns -3", Bound::Unreadable("-3".into())),
+            ("--max-turns", Bound::Missing),
+            ("--max-turns --model x", Bound::Missing),
+            ("--max-turns=30", Bound::Missing),
+            ("--allowedTools \"--max-turns 30\"", Bound::Missing),
+            ("", Bound::Missing),
+        ] {
+            assert_eq!(max_turns(args), bound, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn the_claude_steps_bounds_are_its_max_turns_and_its_jobs_timeout() {
+        let bounded = WORKFLOW
+            .replace(
+                "    runs-on: ubuntu-latest\n",
+                "    runs-on: ubuntu-latest\n    timeout-minutes: 25\n",
+            )
+            .replace(
+                "          prompt: hi\n",
+                "          claude_args: >-\n            --max-turns 9\n          prompt: hi\n",
+            );
+        let step = &claude_steps(&bounded).unwrap()[0];
+        assert_eq!(step.max_turns, Bound::Set(9));
+        assert_eq!(step.job_timeout_minutes, Bound::Set(25));
+        let expression = bounded.replace("timeout-minutes: 25", "timeout-minutes: ${{ vars.T }}");
+        assert_eq!(
+            claude_steps(&expression).unwrap()[0].job_timeout_minutes,
+            Bound::Unreadable("${{ vars.T }}".into())
+        );
     }
 }

@@ -37,3 +37,4 @@ mod spec_refs;
 mod status_page;
 mod version;
 mod webhook;
+mod workflow_bounds;

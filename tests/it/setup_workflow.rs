@@ -230,7 +230,11 @@ fn each_job_asks_for_what_it_needs_and_the_agents_job_can_only_read() {
 fn claude_code_does_the_work_and_may_be_started_by_the_apps_bot() {
     let doc = workflow();
     let work = step(&doc, "work");
-    assert_eq!(uses(&work), "anthropics/claude-code-action@v1");
+    assert!(
+        uses(&work).starts_with("anthropics/claude-code-action@"),
+        "{}",
+        uses(&work)
+    );
     let with = &work["with"];
     assert_eq!(with["allowed_bots"].as_str(), Some("acme-rows[bot]"));
     assert_eq!(
@@ -243,6 +247,10 @@ fn claude_code_does_the_work_and_may_be_started_by_the_apps_bot() {
         "the branch commit signing would commit to"
     );
     let args = with["claude_args"].as_str().expect("claude_args is set");
+    assert!(
+        args.contains("--max-turns 30"),
+        "each run is bounded: {args}"
+    );
     assert!(args.contains("--allowedTools"), "{args}");
     assert!(args.contains("Bash(git:*)"), "git is allowed: {args}");
     let prompt = with["prompt"].as_str().expect("prompt is set");
@@ -428,12 +436,12 @@ case "$1 $2" in
 esac
 "#;
 
-/// A pre-receive hook for `origin` that refuses changes under `.github/`, as GitHub refuses
-/// them from a token without the workflows permission.
-const REFUSE_WORKFLOW_CHANGES: &str = r#"#!/bin/sh
+/// A pre-receive hook for `origin` that refuses changes under `blocked/`, as GitHub refuses a
+/// push that a rule of the repository forbids (a file too large, a path a ruleset protects).
+const REFUSE_BLOCKED_CHANGES: &str = r#"#!/bin/sh
 while read -r old new ref; do
-  if git diff --name-only "$old" "$new" | grep -q '^\.github/'; then
-    echo "refusing to update workflows in $ref" >&2
+  if git diff --name-only "$old" "$new" | grep -q '^blocked/'; then
+    echo "refusing changes under blocked/ in $ref" >&2
     exit 1
   fi
 done
@@ -765,9 +773,9 @@ impl Origin {
         self.git(&self.seed, &["push", "--quiet", "origin", BASE]);
     }
 
-    fn refuse_workflow_changes(&self) {
+    fn refuse_blocked_changes(&self) {
         let hook = self.bare.join("hooks").join("pre-receive");
-        fs::write(&hook, REFUSE_WORKFLOW_CHANGES).unwrap();
+        fs::write(&hook, REFUSE_BLOCKED_CHANGES).unwrap();
         make_executable(&hook);
     }
 
@@ -1406,10 +1414,10 @@ fn the_finish_opens_no_second_pull_request() {
 fn when_the_works_commits_are_refused_an_empty_commit_still_marks_the_row_and_the_step_fails() {
     let origin = Origin::new();
     origin.claim(BRANCH);
-    origin.refuse_workflow_changes();
+    origin.refuse_blocked_changes();
     let base_before = origin.head_of(BASE);
     let run = origin.run(&Case::default(), |work| {
-        commit_file(&origin, work, ".github/workflows/ci.yml")
+        commit_file(&origin, work, "blocked/huge.bin")
     });
     let finish = run.finish();
     assert!(!finish.ok(), "{}", finish.log());
@@ -1516,4 +1524,275 @@ fn commits_that_never_reached_the_finish_job_still_leave_the_branch_ahead() {
     );
     assert_eq!(origin.ahead_of_base(BRANCH), 1);
     assert!(origin.same_tree_as_base(BRANCH));
+}
+
+// ---- What the finish job refuses to push, and whose name it pushes under ----
+
+/// The author and committer of every commit the finish job pushes.
+const BOT: &str = "github-actions[bot] <41898282+github-actions[bot]@users.noreply.github.com>";
+
+/// Claude's part, played by the test: `file` written and committed with `message`, by
+/// `author` and `committer` (`Name <email>`), whatever the row talked it into claiming.
+fn commit_as(
+    origin: &Origin,
+    work: &Path,
+    file: &str,
+    message: &str,
+    author: &str,
+    committer: &str,
+) {
+    let path = work.join(file);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(&path, format!("{message}\n")).unwrap();
+    checked(origin.command("git", work).args(["add", file]));
+    let (author_name, author_email) = author.split_once(" <").unwrap();
+    let (committer_name, committer_email) = committer.split_once(" <").unwrap();
+    checked(
+        origin
+            .command("git", work)
+            .args(["commit", "--quiet", "--cleanup=verbatim", "-m", message])
+            .env("GIT_AUTHOR_NAME", author_name)
+            .env("GIT_AUTHOR_EMAIL", author_email.trim_end_matches('>'))
+            .env("GIT_AUTHOR_DATE", "2005-04-07T22:13:13Z")
+            .env("GIT_COMMITTER_NAME", committer_name)
+            .env("GIT_COMMITTER_EMAIL", committer_email.trim_end_matches('>'))
+            .env("GIT_COMMITTER_DATE", "2005-04-07T22:13:13Z"),
+    );
+}
+
+/// Claude's part: `file` removed in a commit of its own.
+fn remove_file(origin: &Origin, work: &Path, file: &str) {
+    checked(origin.command("git", work).args(["rm", "--quiet", file]));
+    checked(
+        origin
+            .command("git", work)
+            .args(["commit", "--quiet", "-m", &format!("Remove {file}")])
+            .env("GIT_AUTHOR_NAME", "github-actions[bot]")
+            .env("GIT_AUTHOR_EMAIL", "bot@example.com")
+            .env("GIT_COMMITTER_NAME", "github-actions[bot]")
+            .env("GIT_COMMITTER_EMAIL", "bot@example.com"),
+    );
+}
+
+/// A commit's message, exactly as its object holds it.
+fn message_of(object: &str) -> &str {
+    object.split_once("\n\n").map_or("", |(_, message)| message)
+}
+
+/// The finish job refused the work: its step failed with an error naming `files`, only the
+/// empty commit that says so reached the branch, nothing else moved, no pull request.
+#[track_caller]
+fn assert_refused(origin: &Origin, run: &Run, base_before: &str, files: &[&str]) {
+    let finish = run.finish();
+    assert!(!finish.ok(), "{}", finish.log());
+    assert!(finish.stdout().contains("::error::"), "{}", finish.log());
+    for file in files {
+        assert!(
+            finish.stdout().contains(&format!("  changed: {file}\n")),
+            "the log names {file}: {}",
+            finish.log()
+        );
+    }
+    assert_eq!(origin.ahead_of_base(BRANCH), 1, "{}", finish.log());
+    assert!(origin.same_tree_as_base(BRANCH), "only the empty commit");
+    assert_eq!(origin.head_of(BASE), base_before);
+    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
+    assert!(message.contains("was refused"), "{message}");
+    assert!(
+        message.contains(".github/ or a CODEOWNERS file"),
+        "{message}"
+    );
+    assert!(message.contains(RUN_URL), "{message}");
+    assert!(
+        message.contains("rowbranch redo --table feedbacks --id 42"),
+        "{message}"
+    );
+    let everything = origin.at_origin(&["log", "--all", "--format=%s"]);
+    assert!(
+        !everything.contains("Add a dark mode stylesheet"),
+        "none of the work's commits reached origin: {everything}"
+    );
+    assert!(origin.pr_creates().is_empty());
+}
+
+#[test]
+fn a_bundle_that_changes_a_workflow_is_refused_and_an_empty_commit_marks_the_row() {
+    let origin = Origin::new();
+    origin.claim(BRANCH);
+    let base_before = origin.head_of(BASE);
+    let run = origin.run(&Case::default(), |work| {
+        commit_file(&origin, work, "dark-mode.css");
+        commit_file(&origin, work, ".github/workflows/x.yml");
+    });
+    assert_refused(&origin, &run, &base_before, &[".github/workflows/x.yml"]);
+    // A second dispatch of the row finds it handled.
+    assert_eq!(origin.run(&Case::default(), nothing).proceed(), "false");
+}
+
+#[test]
+fn a_bundle_that_changes_a_codeowners_file_is_refused_wherever_github_reads_one() {
+    for files in [
+        &["CODEOWNERS", "docs/CODEOWNERS"][..],
+        &["CODEOWNERS"],
+        &["docs/CODEOWNERS"],
+        &[".github/CODEOWNERS"],
+        &["docs/codeowners"],
+        &[".GitHub/actions/setup/action.yml"],
+    ] {
+        let origin = Origin::new();
+        origin.claim(BRANCH);
+        let base_before = origin.head_of(BASE);
+        let run = origin.run(&Case::default(), |work| {
+            commit_file(&origin, work, "dark-mode.css");
+            for file in files {
+                commit_file(&origin, work, file);
+            }
+        });
+        assert_refused(&origin, &run, &base_before, files);
+    }
+}
+
+#[test]
+fn a_change_to_github_undone_by_a_later_commit_is_refused_too() {
+    let origin = Origin::new();
+    origin.claim(BRANCH);
+    let base_before = origin.head_of(BASE);
+    let run = origin.run(&Case::default(), |work| {
+        commit_file(&origin, work, ".github/workflows/x.yml");
+        remove_file(&origin, work, ".github/workflows/x.yml");
+        commit_file(&origin, work, "dark-mode.css");
+    });
+    assert_refused(&origin, &run, &base_before, &[".github/workflows/x.yml"]);
+}
+
+#[test]
+fn files_that_only_look_like_those_are_pushed() {
+    let origin = Origin::new();
+    origin.claim(BRANCH);
+    let run = origin.run(&Case::default(), |work| {
+        for file in [
+            "lib/CODEOWNERS",
+            "docs/CODEOWNERS.md",
+            ".githubx/notes.md",
+            "src/.github/fixture.yml",
+        ] {
+            commit_file(&origin, work, file);
+        }
+    });
+    assert!(run.finish().ok(), "{}", run.finish().log());
+    assert_eq!(origin.ahead_of_base(BRANCH), 4);
+    assert_eq!(origin.pr_creates().len(), 1);
+}
+
+#[test]
+fn the_works_commits_are_pushed_as_the_workflows_bot_with_their_messages_and_trees_kept() {
+    let origin = Origin::new();
+    origin.claim(BRANCH);
+    let made = RefCell::new(Vec::new());
+    let run = origin.run(&Case::default(), |work| {
+        commit_as(
+            &origin,
+            work,
+            "dark-mode.css",
+            "Add a dark mode stylesheet\n\nAs the row asks.  \n\nReviewed-by: Linus Torvalds <torvalds@linux-foundation.org>\n",
+            "Linus Torvalds <torvalds@linux-foundation.org>",
+            "GitHub <noreply@github.com>",
+        );
+        commit_as(
+            &origin,
+            work,
+            "contrast.css",
+            "Raise the contrast",
+            "The Octocat <octocat@github.com>",
+            "Mallory <mallory@example.com>",
+        );
+        let ids = checked(origin.command("git", work).args(["rev-list", "--reverse", "-2", "HEAD"]));
+        for id in ids.lines() {
+            let object = checked(origin.command("git", work).args(["cat-file", "commit", id]));
+            let tree = checked(origin.command("git", work).args(["rev-parse", &format!("{id}^{{tree}}")]));
+            made.borrow_mut().push((id.to_owned(), object, tree));
+        }
+    });
+    assert!(run.finish().ok(), "{}", run.finish().log());
+    let made = made.into_inner();
+    let pushed = origin.at_origin(&["rev-list", "--reverse", &format!("{BASE}..{BRANCH}")]);
+    let pushed: Vec<&str> = pushed.lines().collect();
+    assert_eq!(
+        pushed.len(),
+        made.len(),
+        "each of the work's commits, no other"
+    );
+    for ((original, object, tree), id) in made.iter().zip(&pushed) {
+        assert_ne!(original, id, "made again, not pushed as it came");
+        let who = origin.at_origin(&["log", "-1", "--format=%an <%ae>%n%cn <%ce>", id]);
+        assert_eq!(who, format!("{BOT}\n{BOT}"), "author, then committer");
+        let again = origin.at_origin(&["cat-file", "commit", id]);
+        assert_eq!(
+            message_of(&again),
+            message_of(object),
+            "the message, byte for byte"
+        );
+        assert_eq!(
+            &origin.at_origin(&["rev-parse", &format!("{id}^{{tree}}")]),
+            tree
+        );
+        let headers = again.split_once("\n\n").map_or(again.as_str(), |(h, _)| h);
+        for claimed in [
+            "torvalds",
+            "noreply@github.com",
+            "octocat",
+            "mallory",
+            "1112911993",
+        ] {
+            assert!(!headers.contains(claimed), "{claimed} in {headers}");
+        }
+    }
+    // In order, on the claimed commit.
+    assert_eq!(
+        origin.at_origin(&["rev-parse", &format!("{}^", pushed[1])]),
+        pushed[0]
+    );
+    assert_eq!(origin.pr_creates().len(), 1);
+}
+
+#[test]
+fn a_merge_among_the_works_commits_keeps_its_shape_when_made_again() {
+    let origin = Origin::new();
+    origin.claim(BRANCH);
+    let run = origin.run(&Case::default(), |work| {
+        let git = |args: &[&str]| {
+            checked(
+                origin
+                    .command("git", work)
+                    .args(args)
+                    .env("GIT_AUTHOR_NAME", "Someone Else")
+                    .env("GIT_AUTHOR_EMAIL", "else@example.com")
+                    .env("GIT_COMMITTER_NAME", "Someone Else")
+                    .env("GIT_COMMITTER_EMAIL", "else@example.com"),
+            )
+        };
+        git(&["switch", "--quiet", "-c", "side"]);
+        commit_file(&origin, work, "side.css");
+        git(&["switch", "--quiet", BRANCH]);
+        commit_file(&origin, work, "dark-mode.css");
+        git(&[
+            "merge",
+            "--quiet",
+            "--no-ff",
+            "-m",
+            "Merge the side work",
+            "side",
+        ]);
+    });
+    assert!(run.finish().ok(), "{}", run.finish().log());
+    assert_eq!(origin.ahead_of_base(BRANCH), 3, "two commits and the merge");
+    let parents = origin.at_origin(&["log", "-1", "--format=%P", BRANCH]);
+    let parents: Vec<&str> = parents.split(' ').collect();
+    assert_eq!(parents.len(), 2, "still a merge");
+    for parent in parents {
+        let who = origin.at_origin(&["log", "-1", "--format=%an <%ae>", parent]);
+        assert_eq!(who, BOT, "each parent made again too");
+    }
+    let who = origin.at_origin(&["log", "-1", "--format=%an <%ae> %cn <%ce>", BRANCH]);
+    assert_eq!(who, format!("{BOT} {BOT}"));
 }

@@ -16,14 +16,19 @@ use crate::support::tools::output_text;
 
 const WORKFLOW: &str = "name: rowbranch\non:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo hi\n";
 
-/// A workflow whose claude-code-action step allows `allowed_bots`.
+/// A workflow whose claude-code-action step allows `allowed_bots`, each run bounded as the
+/// route says by default.
 fn claude_workflow(allowed_bots: &str) -> String {
     format!(
-        "on:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    steps:\n      - uses: anthropics/claude-code-action@v1\n        with:\n          allowed_bots: {allowed_bots:?}\n          prompt: hi\n"
+        "on:\n  repository_dispatch:\n    types: [feedback]\njobs:\n  work:\n    runs-on: ubuntu-latest\n    timeout-minutes: 30\n    steps:\n      - uses: anthropics/claude-code-action@v1\n        with:\n          allowed_bots: {allowed_bots:?}\n          claude_args: --max-turns 30\n          prompt: hi\n"
     )
 }
 
-fn write_config(dir: &Path, fake: &FakeGithub, options: &GithubOptions) -> std::path::PathBuf {
+pub(super) fn write_config(
+    dir: &Path,
+    fake: &FakeGithub,
+    options: &GithubOptions,
+) -> std::path::PathBuf {
     let path = dir.join("rowbranch.toml");
     std::fs::write(&path, options.config_text(fake)).unwrap();
     path
@@ -37,7 +42,7 @@ fn doctor_command(config: &Path) -> Command {
 }
 
 /// `doctor` with the App's key and `secret` set: its exit code, and its output and errors.
-async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
+pub(super) async fn doctor(config: &Path, secret: Option<&str>) -> (i32, String) {
     let mut command = doctor_command(config);
     command.env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
     if let Some(secret) = secret {

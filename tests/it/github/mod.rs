@@ -3,6 +3,7 @@
 //! coming from the fake.
 
 mod doctor;
+mod doctor_bounds;
 mod faults;
 mod pacing;
 mod pipeline;
