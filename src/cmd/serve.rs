@@ -29,6 +29,21 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
              without credentials (never on a public address)"
         )));
     }
+    if let Some(secrets) = config
+        .webhook
+        .secrets
+        .as_ref()
+        .filter(|s| !s.can_authenticate_any())
+    {
+        if config.takes_webhooks() {
+            tracing::warn!(
+                "[webhook] accept = {} takes none of the secrets in ROWBRANCH_WEBHOOK_SECRET: \
+                 every delivery will be refused (\"bearer\" takes a secret that does not start \
+                 with whsec_, \"standard-webhooks\" one that does)",
+                secrets.accept_list()
+            );
+        }
+    }
     if let Some(page) = &config.status_page {
         status_page_password(page, args.insecure_public_status)?;
     }

@@ -174,19 +174,6 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
         .transpose()
         .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
         .map(|secrets| secrets.accepting(&accept));
-    if let Some(secrets) = &secrets {
-        if !accept
-            .iter()
-            .any(|scheme| secrets.can_authenticate(*scheme))
-        {
-            return Err(invalid!(
-                "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}, so every \
-                 delivery would be refused: \"bearer\" needs a secret that does not start with \
-                 whsec_ (a whsec_ secret is a signing key), \"standard-webhooks\" one that does",
-                quoted_list(&raw.accept)
-            ));
-        }
-    }
     if raw.max_body_bytes < 1024 {
         return Err(invalid!("[webhook] max_body_bytes must be at least 1024"));
     }
@@ -228,15 +215,6 @@ fn accepted_schemes(names: &[String]) -> Result<Vec<Scheme>, Invalid> {
             })
         })
         .collect()
-}
-
-/// `["a", "b"]`, as the file would write the list.
-fn quoted_list(names: &[String]) -> String {
-    let quoted: Vec<String> = names
-        .iter()
-        .map(|n| format!("\"{}\"", excerpt(n)))
-        .collect();
-    format!("[{}]", quoted.join(", "))
 }
 
 /// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.

@@ -312,6 +312,24 @@ impl WebhookSecrets {
         }
     }
 
+    /// Whether some accepted scheme can authenticate a delivery with some secret: when not,
+    /// every delivery is refused, which `serve` warns of and `doctor` says how to fix.
+    pub fn can_authenticate_any(&self) -> bool {
+        self.accept
+            .iter()
+            .any(|scheme| self.can_authenticate(*scheme))
+    }
+
+    /// `[webhook] accept` as the file writes it: `["bearer", "hub-signature"]`.
+    pub fn accept_list(&self) -> String {
+        let names: Vec<String> = self
+            .accept
+            .iter()
+            .map(|scheme| format!("\"{scheme}\""))
+            .collect();
+        format!("[{}]", names.join(", "))
+    }
+
     /// How many secrets are configured.
     pub fn len(&self) -> usize {
         self.secrets.len()
