@@ -157,7 +157,8 @@ Environment (each wins over the config file):
   ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces (a signing
                              key and a bearer secret, or to rotate); required unless
                              --insecure-no-auth
-  ROWBRANCH_LISTEN           the address to listen on, e.g. 0.0.0.0:8080 (wins over PORT)
+  ROWBRANCH_LISTEN           HOST:PORT to listen on, e.g. 0.0.0.0:8080 or localhost:8080;
+                             wins over PORT
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)

@@ -6,6 +6,7 @@
 pub mod event;
 pub mod identity;
 pub mod metrics;
+pub mod reason;
 pub mod shutdown;
 pub mod webhook;
 

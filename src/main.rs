@@ -12,8 +12,7 @@ fn main() -> ExitCode {
         Command::Demo(_) => "warn",
         _ => "info",
     };
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let filter = log_filter(std::env::var("RUST_LOG").ok(), default_level);
     let format = cli.log_format;
     match format {
         LogFormat::Text => tracing_subscriber::fmt()
@@ -52,4 +51,21 @@ fn main() -> ExitCode {
             ExitCode::from(failure.exit_code())
         }
     }
+}
+
+/// `RUST_LOG`, else `default_level`, with octocrab's own lines off unless `RUST_LOG` names it:
+/// rowbranch logs each failed GitHub operation once, with its repository and host, where
+/// octocrab would log every failed request without them.
+fn log_filter(rust_log: Option<String>, default_level: &str) -> EnvFilter {
+    let quiet = |spec: &str| {
+        if spec.contains("octocrab") {
+            spec.to_owned()
+        } else {
+            format!("{spec},octocrab=off")
+        }
+    };
+    rust_log
+        .filter(|spec| !spec.trim().is_empty())
+        .and_then(|spec| EnvFilter::try_new(quiet(&spec)).ok())
+        .unwrap_or_else(|| EnvFilter::new(quiet(default_level)))
 }

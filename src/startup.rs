@@ -16,7 +16,7 @@ use anyhow::Context;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
-use crate::config::{Config, ForgeSettings, Intake};
+use crate::config::{Config, ForgeSettings, Intake, ListenHost, ListenOrigin};
 use crate::forge::{self, Forge};
 use crate::http::{self, App, Connections};
 use crate::metrics::{self, Metrics};
@@ -107,11 +107,22 @@ pub enum StartupError {
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
     Routes(anyhow::Error),
-    #[error("could not listen on {addr}")]
+    /// The address could not be bound; `fix` names the setting to change (empty for a free
+    /// port, which no setting chose). The cause is part of the message, before the fix.
+    #[error("could not listen on {addr}: {cause}{fix}")]
     Listen {
         addr: SocketAddr,
-        #[source]
-        source: io::Error,
+        cause: io::Error,
+        fix: String,
+    },
+    /// The host name of the listen address does not resolve: the config's to fix.
+    #[error("{setting}: the host name `{host}` does not resolve ({cause}): use a name this machine resolves, or an address such as 127.0.0.1:{port} or 0.0.0.0:{port}")]
+    Resolve {
+        /// The setting as written: `ROWBRANCH_LISTEN=`…``, or `listen = "…"` in its file.
+        setting: String,
+        host: String,
+        port: u16,
+        cause: io::Error,
     },
     #[error("no local address")]
     Address(#[source] io::Error),
@@ -183,11 +194,18 @@ impl Application {
                 listen: at,
                 warm_up,
             } => {
-                let addr = match at {
-                    Listen::Config => config.listen,
-                    Listen::FreePort => SocketAddr::from(([127, 0, 0, 1], 0)),
-                };
-                Some((listen(addr)?, warm_up))
+                let listener =
+                    match at {
+                        Listen::Config => listen_as_configured(&config).await?,
+                        Listen::FreePort => listen(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(
+                            |(addr, cause)| StartupError::Listen {
+                                addr,
+                                cause,
+                                fix: String::new(),
+                            },
+                        )?,
+                    };
+                Some((listener, warm_up))
             }
             Mode::ConsumerOnly => None,
         };
@@ -359,8 +377,70 @@ impl Server {
     }
 }
 
-/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`].
-fn listen(addr: SocketAddr) -> Result<TcpListener, StartupError> {
+/// A listener on the config's `listen`: the address, or the first address its host name
+/// resolves to that can be bound (as `TcpListener::bind` tries them). A refusal names the
+/// setting that chose the address, to change.
+async fn listen_as_configured(config: &Config) -> Result<TcpListener, StartupError> {
+    let at = &config.listen;
+    let addrs = match &at.host {
+        ListenHost::Ip(ip) => vec![SocketAddr::new(*ip, at.port)],
+        ListenHost::Name(name) => {
+            let resolve_error = |cause| StartupError::Resolve {
+                setting: match at.origin {
+                    ListenOrigin::File => {
+                        format!("{}: listen = \"{at}\"", config.source.display())
+                    }
+                    origin => format!("{origin}=`{at}`"),
+                },
+                host: name.clone(),
+                port: at.port,
+                cause,
+            };
+            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), at.port))
+                .await
+                .map_err(resolve_error)?
+                .collect();
+            if found.is_empty() {
+                return Err(resolve_error(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no address",
+                )));
+            }
+            found
+        }
+    };
+    let mut last = None;
+    for addr in addrs {
+        match listen(addr) {
+            Ok(listener) => return Ok(listener),
+            Err(failed) => last = Some(failed),
+        }
+    }
+    let (addr, cause) = last.expect("at least one address was tried");
+    let change = match at.origin {
+        ListenOrigin::Listen => format!("set {} to a free HOST:PORT", ListenOrigin::Listen),
+        ListenOrigin::Port => format!(
+            "set {} to a free port ({} wins over it)",
+            ListenOrigin::Port,
+            ListenOrigin::Listen
+        ),
+        ListenOrigin::File => format!(
+            "change listen in {} to a free HOST:PORT (or set {})",
+            config.source.display(),
+            ListenOrigin::Listen
+        ),
+    };
+    let fix = match cause.kind() {
+        io::ErrorKind::AddrInUse => {
+            format!("; another process is listening there: stop it, or {change}")
+        }
+        _ => format!("; {change}"),
+    };
+    Err(StartupError::Listen { addr, cause, fix })
+}
+
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`]; the address with the error.
+fn listen(addr: SocketAddr) -> Result<TcpListener, (SocketAddr, io::Error)> {
     let bind = || {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
@@ -372,7 +452,7 @@ fn listen(addr: SocketAddr) -> Result<TcpListener, StartupError> {
         socket.bind(addr)?;
         socket.listen(LISTEN_BACKLOG)
     };
-    bind().map_err(|source| StartupError::Listen { addr, source })
+    bind().map_err(|cause| (addr, cause))
 }
 
 /// File descriptors kept back from the open-files limit for what is not a served connection:
@@ -533,7 +613,8 @@ pub fn window_rows(config: &Config) -> usize {
 async fn warm_up(config: Arc<Config>, pipeline: Arc<Pipeline>) {
     for route in &config.routes {
         if let Err(e) = pipeline.forge().base(&route.repo).await {
-            tracing::warn!(repo = %route.repo, error = %e, "the forge cannot take claims for this route yet");
+            tracing::warn!(repo = %route.repo, error = %format!("reading the default branch: {e}"),
+                "the forge cannot take claims for this route yet");
         }
     }
 }

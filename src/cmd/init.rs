@@ -7,6 +7,7 @@ use anyhow::{anyhow, Context};
 
 use super::Failure;
 use crate::cli::{InitArgs, IntakeArg, OwnerType};
+use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
@@ -44,10 +45,6 @@ const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
 /// The files that carry a webhook secret: readable by their owner only.
 const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
-
-/// The secrets' file: read by the shell (`set -a; . ./rowbranch.env`), systemd, Docker Compose
-/// and `fly secrets import`, all of which take a double-quoted value; readable by its owner.
-const ENV_FILE: &str = "rowbranch.env";
 
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {

@@ -58,7 +58,7 @@ impl From<StartupError> for Failure {
     fn from(e: StartupError) -> Failure {
         match e {
             StartupError::Forge(e) | StartupError::Routes(e) => Failure::Usage(e),
-            StartupError::NoQueue => Failure::Usage(e.into()),
+            StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
             StartupError::Listen { .. }
             | StartupError::Address(_)
             | StartupError::NoRoomForConnections { .. } => Failure::Runtime(e.into()),

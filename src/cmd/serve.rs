@@ -1,12 +1,15 @@
 //! `rowbranch serve`: the webhook receiver.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{anyhow, Context};
 
 use super::Failure;
 use crate::cli::ServeArgs;
+use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, StatusPage};
+use crate::rows::{Misfit, Rows};
 use crate::startup::{Application, Env};
 
 /// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
@@ -23,10 +26,14 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     if config.takes_webhooks() && config.webhook.secrets.is_none() && !args.insecure_no_auth {
+        let set = secret_from_init(&config.source).unwrap_or_else(|| {
+            "set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several separated by spaces \
+             to rotate)"
+                .to_owned()
+        });
         return Err(Failure::Usage(anyhow!(
-            "no webhook secret: set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several \
-             separated by spaces to rotate), or pass --insecure-no-auth to accept deliveries \
-             without credentials (never on a public address)"
+            "no webhook secret: {set}; or pass --insecure-no-auth to accept deliveries without \
+             credentials (never on a public address)"
         )));
     }
     if let Some(secrets) = config
@@ -49,6 +56,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
+    }
+    if let Some(url) = &config.database_url {
+        check_tables(&config, url.expose()).await?;
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
@@ -106,6 +116,58 @@ fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), Failure
          {MIN_STATUS_PASSWORD_CHARS} or more characters (e.g. `openssl rand -hex 16`), turn the \
          page off, or pass --insecure-public-status (never on a public address)"
     )))
+}
+
+/// How long `serve` gives the database at start to say whether the routes fit their tables.
+const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
+
+/// Checks each route against its table in `DATABASE_URL`'s database: a route that names a column
+/// its table lacks would refuse every row (`missing_column`), so `serve` does not start with
+/// one (exit 2). A table the database does not have is logged at error, and a database that
+/// does not answer at warn, and `serve` starts: webhooks need neither, and the queue's
+/// consumer waits for the database.
+async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
+    let sweeps = config.reconcile.every.is_some();
+    let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
+        let rows = Rows::connect(url).await?;
+        let mut checked = Vec::new();
+        for route in &config.routes {
+            checked.push((route, rows.check_columns(route, sweeps).await));
+        }
+        anyhow::Ok(checked)
+    })
+    .await;
+    let checked = match checked {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "could not check the routes against their tables (DATABASE_URL); starting anyway");
+            return Ok(());
+        }
+        Err(_) => {
+            tracing::warn!(within_s = TABLE_CHECK_WITHIN.as_secs(), "the database did not answer in time to check the routes against their tables (DATABASE_URL); starting anyway");
+            return Ok(());
+        }
+    };
+    for (route, result) in checked {
+        let Err(e) = result else { continue };
+        let table = route.table_name();
+        match e.chain().find_map(|c| c.downcast_ref::<Misfit>()) {
+            Some(Misfit::NoTable(_)) => tracing::error!(
+                route = %table,
+                error = %format!("{e:#}"),
+                "the route's table is not in DATABASE_URL's database: reconcile and redo cannot read its rows"
+            ),
+            Some(_) => {
+                return Err(Failure::Usage(
+                    e.context(format!("the route for {table} does not fit its table")),
+                ))
+            }
+            None => {
+                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM.

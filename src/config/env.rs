@@ -6,6 +6,8 @@
 //! `[[routes]]` table (SPEC §2 "One route from the environment"): [`RouteVariables::file`]
 //! writes them into the file's shape, which is then validated as any file is.
 
+use std::path::Path;
+
 use super::file::{RawConfig, RawRoute};
 use super::Invalid;
 use crate::identity::{BranchPrefix, EventType, RepoName};
@@ -81,6 +83,35 @@ pub const VARIABLES: [&str; 18] = [
     INTAKE,
     PGMQ_QUEUE,
 ];
+
+/// The file `rowbranch init` writes beside the config it writes, holding the webhook secrets
+/// that its SQL files carry too, the signing key and the bearer secret
+/// (`ROWBRANCH_WEBHOOK_SECRET="…"`, read with `set -a; . FILE`; systemd, Docker Compose and
+/// `fly secrets import` take the double-quoted value too).
+pub const ENV_FILE: &str = "rowbranch.env";
+
+/// How to set the webhook secret when `rowbranch init` wrote one beside the config at
+/// `config_path`: from that file, so that rowbranch keeps the secret the SQL files (the
+/// trigger) already use. `None` when there is no such file, or no file at all (the route
+/// from the environment, or `ROWBRANCH_CONFIG`'s text): then a new secret is the advice.
+pub fn secret_from_init(config_path: &Path) -> Option<String> {
+    if config_path == Path::new(SOURCE) || config_path == Path::new(CONFIG) {
+        return None;
+    }
+    let dir = config_path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let file = dir.join(ENV_FILE);
+    file.is_file().then(|| {
+        let file = file.display();
+        format!(
+            "set {WEBHOOK_SECRET} from {file} (init wrote it and the SQL files use it): \
+             `set -a; . {file}; set +a` in the shell that runs rowbranch, or its value in the \
+             platform's secrets; a new secret would be out of step with the trigger"
+        )
+    })
+}
 
 /// What [`Config::source`](super::Config::source) says for the route from the environment.
 pub const SOURCE: &str = "from the environment (ROWBRANCH_REPO)";

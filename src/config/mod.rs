@@ -37,10 +37,10 @@ mod tests;
 mod validate;
 
 pub use settings::{
-    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
-    Password, PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route,
-    StatusPage, WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES,
-    MAX_WORK_TIMEOUT_MINUTES,
+    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
+    ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
+    PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings, DEFAULT_MAX_TURNS,
+    DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
 };
 
 pub use show::Shown;

@@ -2,7 +2,8 @@
 //! the queue consumer are each built from, so that none of them sees the whole config. Every
 //! value here has been checked; the file's defaults live in `file`, not here.
 
-use std::net::SocketAddr;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +17,7 @@ use crate::webhook::auth::WebhookSecrets;
 pub struct Config {
     /// The file this came from, for messages.
     pub source: PathBuf,
-    pub listen: SocketAddr,
+    pub listen: ListenAddress,
     /// On SIGTERM or SIGINT: how long in-flight requests and claimed rows get to finish.
     pub shutdown_grace: Duration,
     /// `GET /`'s live page of the last decisions; off when `None`.
@@ -56,6 +57,74 @@ impl Config {
         self.routes
             .iter()
             .find(|r| r.schema == schema && r.table == table)
+    }
+}
+
+/// Where `serve` listens, as the config says: an address, or a host name that `serve`
+/// resolves when it starts (`localhost:8080`); and the setting that said so, which the
+/// messages about it name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenAddress {
+    pub host: ListenHost,
+    pub port: u16,
+    pub origin: ListenOrigin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenHost {
+    Ip(IpAddr),
+    /// A host name, resolved when `serve` starts.
+    Name(String),
+}
+
+/// Which setting chose the listen address: `ROWBRANCH_LISTEN`, else `PORT`, else the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenOrigin {
+    /// `ROWBRANCH_LISTEN`.
+    Listen,
+    /// `PORT`, on every interface.
+    Port,
+    /// The file's `listen`.
+    File,
+}
+
+impl ListenAddress {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The address, when it is one rather than a name.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match &self.host {
+            ListenHost::Ip(ip) => Some(*ip),
+            ListenHost::Name(_) => None,
+        }
+    }
+
+    /// The socket address, when the host is an address rather than a name.
+    pub fn socket_addr(&self) -> Option<SocketAddr> {
+        self.ip().map(|ip| SocketAddr::new(ip, self.port))
+    }
+}
+
+/// `HOST:PORT`, an IPv6 address in brackets: as it is written in the config.
+impl fmt::Display for ListenAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            ListenHost::Ip(ip) => SocketAddr::new(*ip, self.port).fmt(f),
+            ListenHost::Name(name) => write!(f, "{name}:{}", self.port),
+        }
+    }
+}
+
+/// The setting's name: `ROWBRANCH_LISTEN`, `PORT` or `listen`.
+impl fmt::Display for ListenOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ListenOrigin::Listen => super::env::LISTEN,
+            ListenOrigin::Port => super::env::PORT,
+            ListenOrigin::File => "listen",
+        })
     }
 }
 

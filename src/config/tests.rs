@@ -33,7 +33,7 @@ const LOCAL: &str = TEST_LOCAL_CONFIG;
 #[test]
 fn a_minimal_github_config_gets_the_documented_defaults() {
     let config = parse(GITHUB).unwrap();
-    assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(config.reconcile.every, None);
     assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
     let ForgeSettings::Github(github) = &config.forge else {
@@ -173,7 +173,7 @@ fn the_environment_beats_the_file() {
         _ => None,
     };
     let config = Config::parse(GITHUB, Path::new("rowbranch.toml"), &env).unwrap();
-    assert_eq!(config.listen, "127.0.0.1:9999".parse().unwrap());
+    assert_eq!(config.listen.to_string(), "127.0.0.1:9999");
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("github forge expected");
     };
@@ -188,7 +188,60 @@ fn the_environment_beats_the_file() {
 fn port_alone_listens_on_every_interface() {
     let env = |key: &str| (key == "PORT").then(|| "7000".to_owned());
     let config = Config::parse(LOCAL, Path::new("rowbranch.toml"), &env).unwrap();
-    assert_eq!(config.listen, "0.0.0.0:7000".parse().unwrap());
+    assert_eq!(config.listen.to_string(), "0.0.0.0:7000");
+}
+
+#[test]
+fn a_listen_address_may_name_a_host_and_says_which_setting_chose_it() {
+    let listen = |file: &str, env: &[(&str, &str)]| {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect();
+        let lookup = move |key: &str| env.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        Config::parse(
+            &format!("listen = \"{file}\"\n{LOCAL}"),
+            Path::new("rowbranch.toml"),
+            &lookup,
+        )
+        .map(|c| c.listen)
+    };
+    let named = listen("localhost:8080", &[]).unwrap();
+    assert_eq!(named.host, ListenHost::Name("localhost".into()));
+    assert_eq!((named.port(), named.origin), (8080, ListenOrigin::File));
+    assert_eq!(named.to_string(), "localhost:8080");
+    let from_env = listen(
+        "127.0.0.1:1",
+        &[("ROWBRANCH_LISTEN", "Rowbranch.Internal:9000")],
+    );
+    let from_env = from_env.unwrap();
+    assert_eq!(from_env.host, ListenHost::Name("rowbranch.internal".into()));
+    assert_eq!(from_env.origin, ListenOrigin::Listen);
+    let v6 = listen("[::1]:8080", &[]).unwrap();
+    assert_eq!(v6.ip(), Some("::1".parse().unwrap()));
+    assert_eq!(v6.to_string(), "[::1]:8080");
+    assert_eq!(
+        listen("127.0.0.1:1", &[("PORT", "7000")]).unwrap().origin,
+        ListenOrigin::Port
+    );
+    for (bad, why) in [
+        ("localhost", "no port"),
+        ("localhost:http", "not a port number"),
+        ("::1:8080", "brackets"),
+        ("bad_host:8080", "not an IP address or a host name"),
+        ("-x:8080", "not an IP address or a host name"),
+        (":8080", "not an IP address or a host name"),
+    ] {
+        let err = listen(bad, &[]).unwrap_err().to_string();
+        assert!(
+            err.contains(why) && err.contains("HOST:PORT"),
+            "{bad}: {err}"
+        );
+    }
+    let err = listen("127.0.0.1:1", &[("ROWBRANCH_LISTEN", "localhost")])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ROWBRANCH_LISTEN=`localhost`"), "{err}");
 }
 
 #[test]

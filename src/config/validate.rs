@@ -3,7 +3,7 @@
 //! fix it; the first refusal, in the file's order, is the one reported.
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +11,9 @@ use std::time::Duration;
 use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, WEBHOOK_SECRET};
 use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
-    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, LocalSettings, PaceSettings,
-    Password, PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route,
-    StatusPage, WebhookSettings,
+    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
+    ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
+    PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -56,20 +56,61 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
 }
 
 /// `ROWBRANCH_LISTEN`, else `PORT` on every interface, else the file's `listen`.
-fn listen_address(file: &str, env: &Overlay) -> Result<SocketAddr, Invalid> {
+fn listen_address(file: &str, env: &Overlay) -> Result<ListenAddress, Invalid> {
     if let Some(addr) = &env.listen {
-        return addr.parse().map_err(|_| {
-            invalid!("{LISTEN}=`{addr}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
+        return host_port(addr, ListenOrigin::Listen).map_err(|why| {
+            invalid!("{LISTEN}=`{addr}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
         });
     }
     if let Some(port) = &env.port {
         let port: u16 = port
             .parse()
             .map_err(|_| invalid!("{PORT}=`{port}` is not a port number (0-65535)"))?;
-        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+        return Ok(ListenAddress {
+            host: ListenHost::Ip(Ipv4Addr::UNSPECIFIED.into()),
+            port,
+            origin: ListenOrigin::Port,
+        });
     }
-    file.parse().map_err(|_| {
-        invalid!("listen = `{file}` is not an address: use HOST:PORT, e.g. 127.0.0.1:8080")
+    host_port(file, ListenOrigin::File).map_err(|why| {
+        invalid!("listen = `{file}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
+    })
+}
+
+/// `HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port. A name is only
+/// checked for its shape here; `serve` resolves it when it starts.
+fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, String> {
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(ListenAddress {
+            host: ListenHost::Ip(addr.ip()),
+            port: addr.port(),
+            origin,
+        });
+    }
+    let (host, port) = text
+        .rsplit_once(':')
+        .ok_or_else(|| "it has no port".to_owned())?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("`{port}` is not a port number (0-65535)"))?;
+    if host.contains(':') || host.starts_with('[') {
+        return Err("an IPv6 address goes in brackets, e.g. [::1]:8080".to_owned());
+    }
+    let is_name = !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        });
+    if !is_name {
+        return Err(format!("`{host}` is not an IP address or a host name"));
+    }
+    Ok(ListenAddress {
+        host: ListenHost::Name(host.to_ascii_lowercase()),
+        port,
+        origin,
     })
 }
 

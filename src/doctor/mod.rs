@@ -1,7 +1,8 @@
 //! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
-//! route's `max_turns` and `work_timeout_minutes`.
+//! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
+//! table.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use tracing::instrument::WithSubscriber;
 use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
@@ -22,6 +24,7 @@ use crate::templates::setup::PLACEHOLDER_APP_ID;
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, ClaudeStep};
 
 mod queue;
+mod tables;
 
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
 /// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
@@ -91,7 +94,9 @@ async fn all_checks(config: &Config) -> Vec<Check> {
             Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
             None => Check::fail(
                 "webhook secret is not set",
-                "set ROWBRANCH_WEBHOOK_SECRET to a random string of 24+ characters (e.g. `openssl rand -hex 32`) and put the same in the Supabase trigger",
+                secret_from_init(&config.source).unwrap_or_else(|| {
+                    "set ROWBRANCH_WEBHOOK_SECRET to a random string of 24+ characters (e.g. `openssl rand -hex 32`) and put the same in the Supabase trigger".to_owned()
+                }),
             ),
         });
     }
@@ -99,6 +104,7 @@ async fn all_checks(config: &Config) -> Vec<Check> {
     if config.reads_the_queue() {
         queue::checks(config, &mut out).await;
     }
+    tables::checks(config, &mut out).await;
     out
 }
 
@@ -138,13 +144,19 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
             let forge = match GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()))
             {
                 Ok(forge) => {
-                    out.push(Check::pass("GitHub App private key parses"));
+                    out.push(Check::pass(
+                        "GitHub App private key parses and signs the App's JWT",
+                    ));
                     forge
                 }
                 Err(e) => {
+                    let what = match e.downcast_ref::<github::KeyError>() {
+                        Some(key) => key.problem.clone(),
+                        None => format!("{e:#}"),
+                    };
                     out.push(Check::fail(
-                        format!("{e:#}"),
-                        "set [github] private_key_path to the App's .pem file (or GITHUB_APP_PRIVATE_KEY to its text); a new key can be generated on the App's settings page",
+                        what,
+                        "set [github] private_key_path to the App's private key file (or GITHUB_APP_PRIVATE_KEY to its text): the App's settings page → Private keys → Generate a private key gives a PEM that starts with -----BEGIN RSA PRIVATE KEY----- (or -----BEGIN PRIVATE KEY-----)",
                     ));
                     return;
                 }

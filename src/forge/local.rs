@@ -171,7 +171,7 @@ impl LocalForge {
         // The command's own words go to the log only: the HTTP answer stays ours.
         let stderr = String::from_utf8_lossy(&out.stderr);
         let tail: String = stderr.trim().chars().take(300).collect();
-        tracing::warn!(status = %out.status, stderr = %tail, "on_dispatch failed");
+        tracing::warn!(exit_status = %out.status, stderr = %tail, "on_dispatch failed");
         Err(unavailable(format!(
             "on_dispatch exited with {}",
             out.status

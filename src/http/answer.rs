@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 
 use crate::identity::{BranchName, RepoName, RowId};
 use crate::pipeline::{DuplicateReason, Ignored, Outcome, RunError};
+use crate::reason::Reason;
 
 /// How long a sender is asked to wait when the row was left at shutdown: about as long as a
 /// restart takes.
@@ -36,9 +37,15 @@ pub enum Answer {
     Unauthorized,
     TooLarge(usize),
     UnsupportedMediaType,
-    Unprocessable(String),
+    /// The row cannot be run as it is: `bad_id`, `missing_column` or `payload_refused`.
+    Unprocessable {
+        reason: Reason,
+        message: String,
+    },
     Internal,
+    /// Safe to retry: `unavailable` (the forge), `queue_full` or `abandoned`.
     Unavailable {
+        reason: Reason,
         message: String,
         retry_after: Duration,
     },
@@ -57,11 +64,16 @@ impl Answer {
                 retry_after,
                 fallback,
             }) => Answer::Unavailable {
+                reason: Reason::Unavailable,
                 message,
                 retry_after: retry_after.unwrap_or(fallback),
             },
-            Err(RunError::Refused(message)) => Answer::Unprocessable(message),
+            Err(RunError::Refused(message)) => Answer::Unprocessable {
+                reason: Reason::PayloadRefused,
+                message,
+            },
             Err(e @ RunError::Abandoned) => Answer::Unavailable {
+                reason: Reason::Abandoned,
                 message: e.to_string(),
                 retry_after: ABANDONED_RETRY_AFTER,
             },
@@ -79,18 +91,41 @@ impl Answer {
             Answer::Unauthorized => StatusCode::UNAUTHORIZED,
             Answer::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Answer::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Answer::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Answer::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Answer::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Answer::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
-    /// The body's `reason`, for a duplicate or an ignored event; empty otherwise.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Answer::Duplicate(_, reason) => reason.as_str(),
+    /// Why the delivery was not simply dispatched (or accepted): what the log line and the
+    /// status page say.
+    pub fn reason(&self) -> Option<Reason> {
+        Some(match self {
+            Answer::Dispatched(_) | Answer::Accepted(..) => return None,
+            Answer::Duplicate(_, reason) => Reason::from(*reason),
             Answer::Ignored(why) => why.reason(),
-            _ => "",
+            Answer::BadRequest(_) => Reason::Malformed,
+            Answer::TimedOut(_) => Reason::TimedOut,
+            Answer::Unauthorized => Reason::Unauthorized,
+            Answer::TooLarge(_) => Reason::TooLarge,
+            Answer::UnsupportedMediaType => Reason::ContentType,
+            Answer::Unprocessable { reason, .. } | Answer::Unavailable { reason, .. } => *reason,
+            Answer::Internal => Reason::Internal,
+        })
+    }
+
+    /// The body's `reason`, which `rowbranch_deliveries_total` counts by too: a duplicate's, an
+    /// ignored event's, and `missing_column`, the one refusal its sender's operator must act on
+    /// (the route does not fit the table). The other refusals say why in their message, and in
+    /// the log.
+    pub fn body_reason(&self) -> Option<Reason> {
+        match self {
+            Answer::Duplicate(..) | Answer::Ignored(_) => self.reason(),
+            Answer::Unprocessable {
+                reason: reason @ Reason::MissingColumn,
+                ..
+            } => Some(*reason),
+            _ => None,
         }
     }
 
@@ -115,7 +150,8 @@ impl Answer {
         }
     }
 
-    fn message(&self) -> String {
+    /// The body's `message`.
+    pub fn message(&self) -> String {
         match self {
             Answer::Dispatched(row) => format!(
                 "claimed {} in {} and dispatched the work for row {}",
@@ -142,7 +178,7 @@ impl Answer {
                 row.id,
                 waited.as_millis()
             ),
-            Answer::BadRequest(why) | Answer::Unprocessable(why) => why.clone(),
+            Answer::BadRequest(why) | Answer::Unprocessable { message: why, .. } => why.clone(),
             Answer::TimedOut(limit) => format!(
                 "the body did not arrive within read_timeout_ms ({} ms)",
                 limit.as_millis()
@@ -156,6 +192,7 @@ impl Answer {
             Answer::Unavailable {
                 message,
                 retry_after,
+                ..
             } => format!(
                 "the forge is unavailable ({message}); nothing is left claimed; retry after {} s",
                 retry_after.as_secs().max(1)
@@ -176,8 +213,8 @@ impl IntoResponse for Answer {
             body.insert("branch".into(), json!(row.branch.as_str()));
             body.insert("repo".into(), json!(row.repo.to_string()));
         }
-        if !self.reason().is_empty() {
-            body.insert("reason".into(), json!(self.reason()));
+        if let Some(reason) = self.body_reason() {
+            body.insert("reason".into(), json!(reason.as_str()));
         }
         let mut response = (self.status(), Json(Value::Object(body))).into_response();
         if let Answer::Unavailable { retry_after, .. } = &self {
@@ -247,13 +284,21 @@ mod tests {
             Answer::Unauthorized,
             Answer::TooLarge(1),
             Answer::UnsupportedMediaType,
-            Answer::Unprocessable("a bad id".into()),
             Answer::Internal,
-            Answer::Unavailable {
+        ];
+        for reason in [Reason::BadId, Reason::MissingColumn, Reason::PayloadRefused] {
+            answers.push(Answer::Unprocessable {
+                reason,
+                message: "refused".into(),
+            });
+        }
+        for reason in [Reason::Unavailable, Reason::QueueFull, Reason::Abandoned] {
+            answers.push(Answer::Unavailable {
+                reason,
                 message: "down".into(),
                 retry_after: second,
-            },
-        ];
+            });
+        }
         for reason in [
             DuplicateReason::BranchExists,
             DuplicateReason::PullRequest,
@@ -283,12 +328,17 @@ mod tests {
                 | Answer::Unauthorized
                 | Answer::TooLarge(_)
                 | Answer::UnsupportedMediaType
-                | Answer::Unprocessable(_)
+                | Answer::Unprocessable { .. }
                 | Answer::Internal
                 | Answer::Unavailable { .. } => {}
             }
         }
         answers
+    }
+
+    /// The reason `rowbranch_deliveries_total` counts an answer by.
+    fn counted(answer: &Answer) -> &'static str {
+        answer.body_reason().map_or("", Reason::as_str)
     }
 
     #[test]
@@ -300,7 +350,7 @@ mod tests {
             .collect();
         let answers = every_answer();
         for answer in &answers {
-            let labels = (answer.status().as_u16(), answer.outcome(), answer.reason());
+            let labels = (answer.status().as_u16(), answer.outcome(), counted(answer));
             assert!(
                 at_start.contains(&&labels),
                 "{answer:?} is counted as {labels:?}, which src/metrics.rs does not list"
@@ -311,7 +361,7 @@ mod tests {
             assert!(
                 answers
                     .iter()
-                    .any(|a| (a.status().as_u16(), a.outcome(), a.reason()) == *listed),
+                    .any(|a| (a.status().as_u16(), a.outcome(), counted(a)) == *listed),
                 "src/metrics.rs lists {listed:?}, which no answer gives"
             );
         }

@@ -15,6 +15,7 @@ pub use conn::Connections;
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -29,15 +30,16 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
-use crate::pipeline::{Pipeline, Planned, Routes};
+use crate::metrics::{Metrics, CONTENT_TYPE};
+use crate::pipeline::{Pipeline, PlanError, Planned, Routes};
+use crate::reason::Reason;
 use crate::rows::Reachability;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
 use login::{Attempt, Logins, Verdict};
 use ready::Readiness;
-use status::{delivery_id, Decision, Decisions, Refusals};
+use status::{delivery_id, Decision, Decisions, Refusals, Seen};
 
 /// Everything a request needs.
 pub struct App {
@@ -88,15 +90,41 @@ impl App {
     }
 
     /// Counts, logs and remembers a delivery's answer.
-    fn record(&self, decision: Decision) {
+    fn record(&self, mut decision: Decision) {
         self.metrics.delivery(
             &decision.route,
-            decision.status,
+            decision.http_status,
             decision.outcome,
-            decision.reason,
+            decision.counted_reason,
         );
+        if decision.reason == Some(Reason::MissingColumn) {
+            decision.fix = Some(self.recovery());
+        }
+        self.refusals.refused(&decision);
         decision.log();
         self.decisions.push(decision);
+    }
+
+    /// What brings back a row refused because the route does not fit its table, once the
+    /// config is fixed: the sender does not send it again (pg_net never retries), but the
+    /// sweep finds every row without a branch.
+    fn recovery(&self) -> String {
+        let window = self.config.reconcile.window;
+        let since = match window.as_secs() {
+            secs if secs % 3600 == 0 => format!("{}h", secs / 3600),
+            _ => humantime::format_duration(window).to_string(),
+        };
+        let source = &self.config.source;
+        let config = if source != Path::new("rowbranch.toml") && source.is_file() {
+            format!(" --config {}", source.display())
+        } else {
+            String::new()
+        };
+        format!(
+            "fix the route in the config, restart, then run `rowbranch reconcile{config} --since \
+             {since}` within {since} (or with a wider --since): it runs this row, which its \
+             sender does not send again"
+        )
     }
 }
 
@@ -155,7 +183,6 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
     let mut body =
         json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
     let mut ready = github.is_ok();
-    let mut message = github.err();
     if app.config.reads_the_queue() {
         let database = app
             .database
@@ -164,17 +191,12 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         body["database"] = json!(database
             .as_ref()
             .map_or_else(Clone::clone, |()| "ok".to_owned()));
-        if let Err(e) = database {
-            if !app.config.takes_webhooks() {
-                ready = false;
-                message.get_or_insert(format!("the database: {e}"));
-            }
+        if database.is_err() && !app.config.takes_webhooks() {
+            ready = false;
         }
     }
+    // Each part's field says its cause, once; the status says which way it went.
     body["status"] = json!(if ready { "ready" } else { "not ready" });
-    if let Some(message) = message {
-        body["message"] = json!(message);
-    }
     let status = if ready {
         StatusCode::OK
     } else {
@@ -277,18 +299,17 @@ async fn no_webhook() -> Response {
 async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let start = Instant::now();
     let delivery = delivery_id(&headers);
-    match read(&app, &headers, body).await {
+    let mut seen = Seen::default();
+    match read(&app, &headers, body, &mut seen).await {
         Err(refused) => {
-            let decision = Decision::new(delivery, NO_ROUTE.into(), &refused, start.elapsed());
-            app.record(decision);
+            app.record(Decision::new(delivery, seen, &refused, start.elapsed()));
             refused.into_response()
         }
         Ok(bytes) => {
             let app = Arc::clone(&app);
             let decided = tokio::spawn(async move {
-                let (answer, route) = decide(&app, headers, bytes).await;
-                let route = route.unwrap_or_else(|| NO_ROUTE.into());
-                app.record(Decision::new(delivery, route, &answer, start.elapsed()));
+                let answer = decide(&app, headers, bytes, &mut seen).await;
+                app.record(Decision::new(delivery, seen, &answer, start.elapsed()));
                 answer
             });
             decided.await.unwrap_or(Answer::Internal).into_response()
@@ -297,8 +318,14 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
 }
 
 /// Content type, declared size and the credentials as far as the headers can tell — from the
-/// headers alone — then the body, within `read_timeout_ms` and `max_body_bytes`.
-async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answer> {
+/// headers alone — then the body, within `read_timeout_ms` and `max_body_bytes`. Why the
+/// credentials were refused, when they were, goes into `seen`.
+async fn read(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    seen: &mut Seen,
+) -> Result<Bytes, Answer> {
     let webhook = &app.config.webhook;
     if !is_json(headers) {
         return Err(Answer::UnsupportedMediaType);
@@ -322,7 +349,7 @@ async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answe
         None => (!auth::carries_credentials(headers)).then_some("missing"),
     };
     if let Some(kind) = refusal {
-        app.refusals.refused(kind);
+        seen.kind = Some(kind);
         return Err(Answer::Unauthorized);
     }
     match tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes)).await {
@@ -348,32 +375,46 @@ fn is_too_large(e: &axum::Error) -> bool {
 
 /// Credentials, shape, route, id — in that order, so nothing is parsed before it is
 /// authenticated and nothing is written before the id is valid — then the run, awaited for at
-/// most `respond_within_ms`. Also the route's `schema.table`, once known.
-async fn decide(app: &App, headers: HeaderMap, bytes: Bytes) -> (Answer, Option<String>) {
+/// most `respond_within_ms`. What it learns of the delivery on the way goes into `seen`.
+async fn decide(app: &App, headers: HeaderMap, bytes: Bytes, seen: &mut Seen) -> Answer {
     let webhook = &app.config.webhook;
     if let Some(secrets) = &webhook.secrets {
         if let Err(why) = secrets.verify(&headers, &bytes, SystemTime::now()) {
-            app.refusals.refused(why.kind());
-            return (Answer::Unauthorized, None);
+            seen.kind = Some(why.kind());
+            return Answer::Unauthorized;
         }
     }
     let event = match payload::parse(&bytes) {
         Ok(event) => event,
-        Err(e) => return (Answer::BadRequest(e.to_string()), None),
+        Err(e) => return Answer::BadRequest(e.to_string()),
     };
     // The body is not needed past here: a waiting row keeps only its plan.
     drop(bytes);
-    let route = app
+    seen.table(&event.schema, &event.table);
+    seen.route = app
         .routes
         .find(&event.schema, &event.table)
         .map(|r| r.route.table_name());
     let plan = match app.routes.plan(event) {
         Ok(Planned::Run(plan)) => plan,
-        Ok(Planned::Ignored(why)) => return (Answer::Ignored(why), route),
-        Err(e) if e.is_malformed() => return (Answer::BadRequest(e.to_string()), route),
-        Err(e) => return (Answer::Unprocessable(e.to_string()), route),
+        Ok(Planned::Ignored(why)) => return Answer::Ignored(why),
+        Err(e) => return refused(e, seen),
     };
-    (admit(app, plan).await, route)
+    seen.id = Some(plan.id.to_string());
+    admit(app, plan).await
+}
+
+/// The answer to a row its route cannot plan: 400 for JSON at fault, 422 otherwise.
+fn refused(e: PlanError, seen: &mut Seen) -> Answer {
+    seen.id = e.row_id();
+    seen.column = e.column().map(str::to_owned);
+    if e.is_malformed() {
+        return Answer::BadRequest(e.to_string());
+    }
+    Answer::Unprocessable {
+        reason: e.reason(),
+        message: e.to_string(),
+    }
 }
 
 /// The run of a planned row: admitted (or refused as full), then awaited.
@@ -388,6 +429,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         Ok(submission) => submission,
         Err(full) => {
             return Answer::Unavailable {
+                reason: Reason::QueueFull,
                 message: full.to_string(),
                 retry_after: full.retry_after,
             }

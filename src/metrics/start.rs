@@ -29,6 +29,7 @@ pub const ROUTE_ANSWERS: &[AnswerLabels] = &[
     (202, "accepted", ""),
     (400, "error", ""),
     (422, "error", ""),
+    (422, "error", "missing_column"),
     (500, "error", ""),
     (503, "error", ""),
 ];
@@ -253,8 +254,8 @@ mod tests {
         m.start_at_zero(&everything());
         let text = m.render();
         let expected: BTreeMap<String, usize> = [
-            // none: 6; the webhook route: 11; the queue route: its trigger posting anyway.
-            ("rowbranch_deliveries_total", 6 + 11 + 1),
+            // none: 6; the webhook route: 12; the queue route: its trigger posting anyway.
+            ("rowbranch_deliveries_total", 6 + 12 + 1),
             ("rowbranch_runs_total", 2 * 6),
             // 10 operations, two statuses each, and get_ref's 404.
             ("rowbranch_github_requests_total", 10 * 2 + 1),
@@ -318,7 +319,7 @@ mod tests {
             ..Scope::default()
         });
         let expected: BTreeMap<String, usize> = [
-            ("rowbranch_deliveries_total", 6 + 11),
+            ("rowbranch_deliveries_total", 6 + 12),
             ("rowbranch_runs_total", 6),
             ("rowbranch_installation_tokens_minted_total", 1),
             ("rowbranch_write_queue_depth", 1),

@@ -3,7 +3,11 @@
 
 use std::time::Duration;
 
-/// Why a message goes to the dead-letter queue: its dead letter's `reason`.
+use crate::pipeline::PlanError;
+use crate::reason::Reason;
+
+/// Why a message goes to the dead-letter queue: its dead letter's `reason`, one of the
+/// [`Reason`]s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadReason {
     /// No route reads its table from the queue.
@@ -12,6 +16,9 @@ pub enum DeadReason {
     Malformed,
     /// Its row has no usable id.
     BadId,
+    /// Its row lacks a column the route names: the route does not fit the table. Redriven
+    /// once the config is fixed, it runs.
+    MissingColumn,
     /// GitHub refused the dispatch's payload (a 422).
     PayloadRefused,
 }
@@ -19,11 +26,27 @@ pub enum DeadReason {
 impl DeadReason {
     /// As the dead letter and the log line say it.
     pub fn as_str(self) -> &'static str {
-        match self {
-            DeadReason::NoRoute => "no_route",
-            DeadReason::Malformed => "malformed",
-            DeadReason::BadId => "bad_id",
-            DeadReason::PayloadRefused => "payload_refused",
+        Reason::from(self).as_str()
+    }
+
+    /// Why a row its route cannot plan is refused.
+    pub fn of(e: &PlanError) -> DeadReason {
+        match e.reason() {
+            Reason::MissingColumn => DeadReason::MissingColumn,
+            Reason::BadId => DeadReason::BadId,
+            _ => DeadReason::Malformed,
+        }
+    }
+}
+
+impl From<DeadReason> for Reason {
+    fn from(reason: DeadReason) -> Reason {
+        match reason {
+            DeadReason::NoRoute => Reason::NoRoute,
+            DeadReason::Malformed => Reason::Malformed,
+            DeadReason::BadId => Reason::BadId,
+            DeadReason::MissingColumn => Reason::MissingColumn,
+            DeadReason::PayloadRefused => Reason::PayloadRefused,
         }
     }
 }
@@ -42,7 +65,7 @@ pub enum RunEnd {
     IgnoredEvent,
     /// No route reads this table from the queue.
     NoRoute,
-    /// Refused for good, with why (`Malformed`, `BadId`, `PayloadRefused`).
+    /// Refused for good, with why (`Malformed`, `BadId`, `MissingColumn`, `PayloadRefused`).
     Refused(DeadReason),
     /// Worth another try: GitHub unavailable, a 5xx, a bug, the pipeline full. GitHub's
     /// `Retry-After` when it gave one.
@@ -116,6 +139,7 @@ mod tests {
             (RunEnd::NoRoute, 1, Settle::DeadLetter(DeadReason::NoRoute)),
             (RunEnd::Refused(DeadReason::Malformed), 1, Settle::DeadLetter(DeadReason::Malformed)),
             (RunEnd::Refused(DeadReason::BadId), 4, Settle::DeadLetter(DeadReason::BadId)),
+            (RunEnd::Refused(DeadReason::MissingColumn), 1, Settle::DeadLetter(DeadReason::MissingColumn)),
             (RunEnd::Refused(DeadReason::PayloadRefused), 1, Settle::DeadLetter(DeadReason::PayloadRefused)),
             (RunEnd::Retry(None), 1, Settle::Retry(Duration::from_secs(5))),
             (RunEnd::Retry(None), 2, Settle::Retry(Duration::from_secs(10))),

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::plan::Plan;
 use crate::forge::{Base, Claim, Forge, ForgeError};
 use crate::identity::BranchName;
+use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 
 /// How long a caller is asked to wait when the forge gave no hint.
@@ -45,11 +46,17 @@ pub enum DuplicateReason {
 
 impl DuplicateReason {
     pub fn as_str(self) -> &'static str {
-        match self {
-            DuplicateReason::BranchExists => "branch_exists",
-            DuplicateReason::PullRequest => "pull_request",
-            DuplicateReason::ClaimTaken => "claim_taken",
-            DuplicateReason::InFlight => "in_flight",
+        Reason::from(self).as_str()
+    }
+}
+
+impl From<DuplicateReason> for Reason {
+    fn from(reason: DuplicateReason) -> Reason {
+        match reason {
+            DuplicateReason::BranchExists => Reason::BranchExists,
+            DuplicateReason::PullRequest => Reason::PullRequest,
+            DuplicateReason::ClaimTaken => Reason::ClaimTaken,
+            DuplicateReason::InFlight => Reason::InFlight,
         }
     }
 }

@@ -20,6 +20,7 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use crate::config::Intake;
 use crate::forge::{Base, Forge};
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
@@ -166,9 +167,10 @@ impl Pipeline {
                     Err(RunError::Abandoned) => tracing::error!(
                         "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
                     ),
-                    // The one log line for a failed run; every delivery that awaited it gets
-                    // its answer.
+                    // The one log line for a failed run, whatever its retries were; every
+                    // delivery that awaited it gets its answer.
                     Err(e) => tracing::error!(result = ended.as_str(), error = %e,
+                        next = %next_step(&plan, e),
                         duration_ms = took.as_millis() as u64, "the row's run failed"),
                     Ok(_) => tracing::info!(result = ended.as_str(),
                         duration_ms = took.as_millis() as u64, "the row's run ended"),
@@ -236,6 +238,27 @@ impl Pipeline {
             }
         }
         runs.len()
+    }
+}
+
+/// What becomes of a row whose run failed, for its log line. A webhook is not sent again
+/// (pg_net never retries), so a row GitHub could not take waits for the sweep; the queue reads
+/// its message again after a backoff, and dead-letters a refusal.
+fn next_step(plan: &Plan, error: &RunError) -> String {
+    let refused = matches!(error, RunError::Refused(_));
+    match (plan.route.intake, refused) {
+        (Intake::Webhook, false) => "left for the sweep: run `rowbranch reconcile`".to_owned(),
+        (Intake::Webhook, true) => format!(
+            "refused until the cause is fixed; then `rowbranch redo --table {} --id {}`",
+            plan.route.table_name(),
+            plan.id
+        ),
+        (Intake::Pgmq, false) => {
+            "retry when the queue reads the message again, after its backoff".to_owned()
+        }
+        (Intake::Pgmq, true) => {
+            "dead-lettered; `rowbranch queue redrive` once the cause is fixed".to_owned()
+        }
     }
 }
 

@@ -12,7 +12,8 @@ use serde_json::{Map, Value};
 use crate::config::{Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
-use crate::identity::{BranchName, IdError, RowId, Slug};
+use crate::identity::{excerpt, BranchName, IdError, RowId, Slug};
+use crate::reason::Reason;
 use crate::templates::{
     cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
 };
@@ -135,14 +136,14 @@ pub enum Ignored {
 }
 
 impl Ignored {
-    /// The answer's `reason`, from a fixed set.
-    pub fn reason(&self) -> &'static str {
+    /// The answer's `reason`.
+    pub fn reason(&self) -> Reason {
         match self {
-            Ignored::NoRoute { .. } => "no_route",
-            Ignored::Event { .. } => "event",
+            Ignored::NoRoute { .. } => Reason::NoRoute,
+            Ignored::Event { .. } => Reason::Event,
             Ignored::OtherIntake { route } => match route.intake {
-                Intake::Pgmq => "pgmq_intake",
-                Intake::Webhook => "webhook_intake",
+                Intake::Pgmq => Reason::PgmqIntake,
+                Intake::Webhook => Reason::WebhookIntake,
             },
         }
     }
@@ -211,6 +212,8 @@ trait Columns {
     fn get(&self, column: &str) -> Result<Option<Value>, String>;
     /// The whole row as JSON text.
     fn whole(&self) -> Box<RawValue>;
+    /// The names of the row's columns, sorted.
+    fn names(&self) -> Vec<String>;
 }
 
 /// The webhook's `record`: its columns parsed one by one, when asked for.
@@ -231,6 +234,12 @@ impl Columns for JsonColumns<'_> {
     fn whole(&self) -> Box<RawValue> {
         self.text.to_owned()
     }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.fields.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
 }
 
 impl Columns for Map<String, Value> {
@@ -241,16 +250,43 @@ impl Columns for Map<String, Value> {
     fn whole(&self) -> Box<RawValue> {
         serde_json::value::to_raw_value(self).expect("a JSON map serializes")
     }
+
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.keys().cloned().collect();
+        names.sort_unstable();
+        names
+    }
 }
 
 /// Why an event that a route takes cannot be planned; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
-    #[error("the row has no `{column}` column, which the route for {table} uses as its id")]
-    NoId { column: String, table: String },
+    /// The record lacks a column the route names (absent, not null). Supabase's webhook and the
+    /// queue's trigger carry every column of the row, so the route names a column its table
+    /// does not have: a mistake in the config, which a redelivery cannot mend.
+    #[error(
+        "the row has no `{column}` column, which the route for {table} uses as its {use_}; the \
+         row's columns: {names}. Set {key} to one of them{or_none}",
+        use_ = if *.key == "id_column" { "id" } else { "text" },
+        names = list_names(.columns),
+        or_none = if *.key == "text_column" { " (or \"\" for no text)" } else { "" }
+    )]
+    MissingColumn {
+        /// The route's `schema.table`.
+        table: String,
+        column: String,
+        /// The route's key that names it: `id_column` or `text_column`.
+        key: &'static str,
+        /// The record's columns, sorted.
+        columns: Vec<String>,
+        /// The row's id, when the id column was there to give it.
+        id: Option<String>,
+    },
     #[error("the row's `{column}` is not a usable id: {source}")]
     BadId {
         column: String,
+        /// The id as it came, as JSON, cut to a few dozen characters.
+        received: String,
         #[source]
         source: IdError,
     },
@@ -269,6 +305,55 @@ impl PlanError {
             PlanError::NotJson { .. } | PlanError::NotAnObject { .. }
         )
     }
+
+    /// Why, as answers, log lines and dead letters name it.
+    pub fn reason(&self) -> Reason {
+        match self {
+            PlanError::MissingColumn { .. } => Reason::MissingColumn,
+            PlanError::BadId { .. } => Reason::BadId,
+            PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => Reason::Malformed,
+        }
+    }
+
+    /// The row's id as far as it is known: the id itself, or an excerpt of an unusable one as
+    /// it came.
+    pub fn row_id(&self) -> Option<String> {
+        match self {
+            PlanError::MissingColumn { id, .. } => id.clone(),
+            PlanError::BadId { received, .. } => Some(received.clone()),
+            PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => None,
+        }
+    }
+
+    /// The column at fault, when one is.
+    pub fn column(&self) -> Option<&str> {
+        match self {
+            PlanError::MissingColumn { column, .. } | PlanError::BadId { column, .. } => {
+                Some(column)
+            }
+            PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => None,
+        }
+    }
+}
+
+/// How many of a record's column names a message lists.
+const LISTED_NAMES: usize = 20;
+
+/// Column names for a message: at most [`LISTED_NAMES`], each cut to a few dozen characters
+/// and with its control characters escaped.
+fn list_names(names: &[String]) -> String {
+    if names.is_empty() {
+        return "none".to_owned();
+    }
+    let mut listed: Vec<String> = names
+        .iter()
+        .take(LISTED_NAMES)
+        .map(|n| excerpt(&n.escape_debug().to_string()))
+        .collect();
+    if names.len() > LISTED_NAMES {
+        listed.push(format!("and {} more", names.len() - LISTED_NAMES));
+    }
+    listed.join(", ")
 }
 
 impl CompiledRoute {
@@ -296,18 +381,27 @@ impl CompiledRoute {
                 .get(name)
                 .map_err(|detail| PlanError::NotJson { detail })
         };
-        let raw_id = column(&route.id_column)?.ok_or_else(|| PlanError::NoId {
-            column: route.id_column.clone(),
+        // The route names a column its table lacks: the row has every column (SPEC §4).
+        let missing = |name: &str, key, id: Option<&RowId>| PlanError::MissingColumn {
             table: route.table_name(),
-        })?;
+            column: name.to_owned(),
+            key,
+            columns: record.names(),
+            id: id.map(ToString::to_string),
+        };
+        let raw_id = column(&route.id_column)?
+            .ok_or_else(|| missing(&route.id_column, "id_column", None))?;
         let id = RowId::parse(&raw_id).map_err(|source| PlanError::BadId {
             column: route.id_column.clone(),
+            received: excerpt(&raw_id.to_string()),
             source,
         })?;
+        // Null or empty text gives no slug; a text column the row lacks is refused.
         let text = match &route.text_column {
             Some(name) => match column(name)? {
                 Some(Value::String(text)) => Some(text),
-                _ => None,
+                Some(_) => None,
+                None => return Err(missing(name, "text_column", Some(&id))),
             },
             None => None,
         };
@@ -435,7 +529,6 @@ mod tests {
     #[test]
     fn a_row_without_text_gets_a_branch_without_slug() {
         for record in [
-            json!({"id": 7}),
             json!({"id": 7, "message": null}),
             json!({"id": 7, "message": ""}),
         ] {
@@ -446,6 +539,101 @@ mod tests {
                 "feedback/7"
             );
         }
+    }
+
+    #[test]
+    fn a_row_that_lacks_the_text_column_is_refused_naming_the_columns_it_has() {
+        let err = routes()
+            .plan(event(
+                EventKind::Insert,
+                "feedbacks",
+                json!({"id": 7, "title": "Button broken", "body": "Nothing happens"}),
+            ))
+            .unwrap_err();
+        assert_eq!(err.reason(), Reason::MissingColumn);
+        assert_eq!(err.row_id().as_deref(), Some("7"));
+        assert_eq!(err.column(), Some("message"));
+        let text = err.to_string();
+        for part in [
+            "no `message` column",
+            "public.feedbacks",
+            "body, id, title",
+            "text_column",
+            "\"\" for no text",
+        ] {
+            assert!(text.contains(part), "{part:?} in: {text}");
+        }
+        // The row's values are not in it.
+        assert!(!text.contains("Button broken"), "{text}");
+    }
+
+    #[test]
+    fn a_row_that_lacks_the_id_column_is_a_missing_column_too() {
+        let err = routes()
+            .plan(event(
+                EventKind::Insert,
+                "feedbacks",
+                json!({"uid": 7, "message": "x"}),
+            ))
+            .unwrap_err();
+        assert_eq!(err.reason(), Reason::MissingColumn);
+        assert_eq!(err.row_id(), None);
+        assert!(err.to_string().contains("no `id` column"), "{err}");
+        assert!(err.to_string().contains("message, uid"), "{err}");
+    }
+
+    #[test]
+    fn a_route_without_a_text_column_needs_none() {
+        let config = crate::config::Config::parse(
+            &crate::config::TEST_LOCAL_CONFIG.replace(
+                "event_type = \"feedback\"",
+                "event_type = \"feedback\"\n    text_column = \"\"",
+            ),
+            Path::new("rowbranch.toml"),
+            &|_| None,
+        )
+        .unwrap();
+        let routes = Routes::compile(&config.routes).unwrap();
+        let Ok(Planned::Run(plan)) = routes.plan(event(
+            EventKind::Insert,
+            "feedbacks",
+            json!({"id": 7, "title": "t"}),
+        )) else {
+            panic!("not planned");
+        };
+        assert_eq!(plan.branch.as_str(), "feedback/7");
+        assert_eq!(plan.text, None);
+    }
+
+    #[test]
+    fn a_long_list_of_columns_is_cut() {
+        let mut record = Map::new();
+        record.insert("id".into(), json!(1));
+        for n in 0..50 {
+            record.insert(format!("c{n:02}_{}", "x".repeat(100)), json!(n));
+        }
+        let err = routes()
+            .plan(event(EventKind::Insert, "feedbacks", Value::Object(record)))
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("and 31 more"), "{text}");
+        assert!(text.len() < 2000, "{} bytes", text.len());
+    }
+
+    #[test]
+    fn an_unusable_id_is_kept_as_it_came_cut_short() {
+        let err = routes()
+            .plan(event(
+                EventKind::Insert,
+                "feedbacks",
+                json!({"id": format!("a b{}", "c".repeat(500)), "message": "x"}),
+            ))
+            .unwrap_err();
+        assert_eq!(err.reason(), Reason::BadId);
+        let received = err.row_id().unwrap();
+        assert!(received.starts_with("\"a b"), "{received}");
+        assert!(received.chars().count() <= 41, "{received}");
+        assert_eq!(err.column(), Some("id"));
     }
 
     #[test]

@@ -22,7 +22,8 @@ use crate::forge::{Base, Sha};
 use crate::metrics::{RowVerdict, SweepResult};
 use crate::pgmq::queue;
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
-use crate::rows::{Row, Rows};
+use crate::reason::Reason;
+use crate::rows::{Misfit, Row, Rows};
 
 /// How a sweep runs.
 #[derive(Debug, Clone)]
@@ -65,6 +66,9 @@ pub struct RouteSummary {
     pub not_queued: Vec<String>,
     /// Why the route's sweep stopped early, if it did (a missing table, the forge down).
     pub error: Option<String>,
+    /// When it stopped because the route does not fit its table: `missing_column`, the reason
+    /// a webhook's answer and a dead letter give for the same mistake.
+    pub reason: Option<&'static str>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -167,6 +171,10 @@ pub async fn sweep(
         let swept = sweep_route(route, rows, pipeline, options, progress, &mut summary).await;
         if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
+            summary.reason = e
+                .chain()
+                .any(|cause| matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_))))
+                .then(|| Reason::MissingColumn.as_str());
         }
         pipeline.metrics().reconcile_run(if swept.is_ok() {
             SweepResult::Ok
@@ -475,8 +483,10 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
             s.route, s.rows_seen, s.already_handled, s.merged_before, runs, dead, s.failed
         );
-        if let Some(error) = &s.error {
-            out += &format!("  error: {error}\n");
+        match (&s.error, s.reason) {
+            (Some(error), Some(reason)) => out += &format!("  refused ({reason}): {error}\n"),
+            (Some(error), None) => out += &format!("  error: {error}\n"),
+            (None, _) => {}
         }
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);

@@ -53,7 +53,7 @@ use tokio_postgres::types::Type;
 
 use crate::config::Route;
 
-pub use shape::describe;
+pub use shape::{describe, Misfit, MissingColumn};
 use shape::{quoted_for_message, CreatedValue, Shape};
 use target::Target;
 
@@ -121,6 +121,14 @@ impl Rows {
     /// names the missing one (`table public.feedbacks has no column "created_at"`...).
     pub async fn check(&self, route: &Route) -> anyhow::Result<()> {
         Shape::read(&self.client, route).await.map(|_| ())
+    }
+
+    /// Checks that the route fits its table: the table exists, with the route's id and text
+    /// columns, and with `created` its created column, of a time type. A [`Misfit`] in the
+    /// error's chain says the config is wrong; any other error, that the catalog could not be
+    /// read.
+    pub async fn check_columns(&self, route: &Route, created: bool) -> anyhow::Result<()> {
+        shape::check(&self.client, route, created).await
     }
 
     /// The route's rows with created_column >= since, in keyset pages of `page_size` rows ordered

@@ -205,12 +205,51 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
     text
 }
 
-impl Shape {
-    /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn read(
-        client: &tokio_postgres::Client,
-        route: &Route,
-    ) -> anyhow::Result<Shape> {
+/// A route that does not fit its table, as the catalog has it: a mistake in the config, not a
+/// passing trouble. The text says what is wrong and what to change.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Misfit {
+    /// No such table (or schema) in the database: its own error, since every column would be
+    /// missing.
+    #[error("{0}")]
+    NoTable(String),
+    #[error(transparent)]
+    MissingColumn(#[from] MissingColumn),
+    /// The created column holds no time.
+    #[error("{0}")]
+    CreatedType(String),
+}
+
+/// The table has no column the route names.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "table {table} has no column {quoted}{near}: check the route's `{key}` in the config (the \
+     table's columns: {names})",
+    quoted = quoted_for_message(.column),
+    names = .columns.join(", ")
+)]
+pub struct MissingColumn {
+    /// `schema.table`, as messages write it.
+    pub table: String,
+    pub column: String,
+    /// The route's key that names it: `id_column`, `text_column` or `created_column`.
+    pub key: &'static str,
+    /// A column of the same name but for case, as a hint.
+    near: String,
+    /// The table's columns, the first 20 (then `…`).
+    pub columns: Vec<String>,
+}
+
+/// A route's table as the catalog has it: its name for messages and its columns.
+struct Table {
+    name: String,
+    columns: Vec<Column>,
+}
+
+impl Table {
+    /// Looks the route's table and columns up in the catalog, which every role may read
+    /// (unlike `information_schema`, which shows only what the role has rights on).
+    async fn read(client: &tokio_postgres::Client, route: &Route) -> anyhow::Result<Table> {
         let name = table_for_message(&route.schema, &route.table);
         let lookup_error = |e: tokio_postgres::Error| {
             anyhow!(
@@ -247,20 +286,20 @@ impl Shape {
                     Some(other) => format!(" (did you mean schema = {other:?}?)"),
                     None => String::new(),
                 };
-                bail!(
+                bail!(Misfit::NoTable(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
-                );
+                )));
             }
             let hint = match tables.first() {
                 Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
                 None => String::new(),
             };
-            bail!(
+            bail!(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
                  that DATABASE_URL names the right database"
-            );
+            )));
         };
         let oid: u32 = table.get(0);
 
@@ -276,7 +315,7 @@ impl Shape {
             )
             .await
             .map_err(lookup_error)?;
-        let columns: Vec<Column> = columns
+        let columns = columns
             .iter()
             .map(|row| Column {
                 name: row.get(0),
@@ -284,45 +323,94 @@ impl Shape {
                 base_type: row.get(2),
             })
             .collect();
-        let find = |wanted: &str, key: &str| -> anyhow::Result<&Column> {
-            if let Some(column) = columns.iter().find(|c| c.name == wanted) {
-                return Ok(column);
-            }
-            let near = columns
-                .iter()
-                .find(|c| c.name.to_lowercase() == wanted.to_lowercase())
-                .map(|c| format!(" (did you mean {key} = {:?}?)", c.name))
-                .unwrap_or_default();
-            let mut names: Vec<String> = columns.iter().take(20).map(|c| c.name.clone()).collect();
-            if columns.len() > 20 {
-                names.push("…".into());
-            }
-            bail!(
-                "table {name} has no column {}{near}: check the route's `{key}` in the config \
-                 (the table's columns: {})",
-                quoted_for_message(wanted),
-                names.join(", ")
-            )
-        };
-        let id = find(&route.id_column, "id_column")?;
-        let created = find(&route.created_column, "created_column")?;
-        if let Some(text) = &route.text_column {
-            find(text, "text_column")?;
+        Ok(Table { name, columns })
+    }
+
+    fn find(&self, wanted: &str, key: &'static str) -> Result<&Column, Misfit> {
+        if let Some(column) = self.columns.iter().find(|c| c.name == wanted) {
+            return Ok(column);
         }
-        let created_kind = match created.base_type {
+        let near = self
+            .columns
+            .iter()
+            .find(|c| c.name.to_lowercase() == wanted.to_lowercase())
+            .map(|c| format!(" (did you mean {key} = {:?}?)", c.name))
+            .unwrap_or_default();
+        let mut columns: Vec<String> = self
+            .columns
+            .iter()
+            .take(20)
+            .map(|c| c.name.clone())
+            .collect();
+        if self.columns.len() > 20 {
+            columns.push("…".into());
+        }
+        Err(Misfit::MissingColumn(MissingColumn {
+            table: self.name.clone(),
+            column: wanted.to_owned(),
+            key,
+            near,
+            columns,
+        }))
+    }
+
+    /// The route's id column, and its text column when it names one.
+    fn row_columns(&self, route: &Route) -> Result<&Column, Misfit> {
+        let id = self.find(&route.id_column, "id_column")?;
+        if let Some(text) = &route.text_column {
+            self.find(text, "text_column")?;
+        }
+        Ok(id)
+    }
+
+    /// The route's created column and which kind of time it holds.
+    fn created(&self, route: &Route) -> Result<(&Column, CreatedKind), Misfit> {
+        let created = self.find(&route.created_column, "created_column")?;
+        let kind = match created.base_type {
             TIMESTAMPTZ_OID => CreatedKind::Tz,
             TIMESTAMP_OID => CreatedKind::Naive,
             DATE_OID => CreatedKind::Date,
-            _ => bail!(
-                "column {} of table {name} is of type {}: the route's `created_column` must be \
-                 a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
-                 works too)",
-                quoted_for_message(&created.name),
-                created.type_sql
-            ),
+            _ => {
+                return Err(Misfit::CreatedType(format!(
+                    "column {} of table {} is of type {}: the route's `created_column` must be \
+                     a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
+                     works too)",
+                    quoted_for_message(&created.name),
+                    self.name,
+                    created.type_sql
+                )))
+            }
         };
+        Ok((created, kind))
+    }
+}
+
+/// Checks that the route's table exists with its id and text columns and, with `created`, its
+/// created column, of a time type.
+pub(super) async fn check(
+    client: &tokio_postgres::Client,
+    route: &Route,
+    created: bool,
+) -> anyhow::Result<()> {
+    let table = Table::read(client, route).await?;
+    table.row_columns(route)?;
+    if created {
+        table.created(route)?;
+    }
+    Ok(())
+}
+
+impl Shape {
+    /// Looks the route's table and columns up in the catalog.
+    pub(super) async fn read(
+        client: &tokio_postgres::Client,
+        route: &Route,
+    ) -> anyhow::Result<Shape> {
+        let table = Table::read(client, route).await?;
+        let id = table.row_columns(route)?;
+        let (created, created_kind) = table.created(route)?;
         Ok(Shape {
-            name,
+            name: table.name.clone(),
             relation: format!(
                 "{}.{}",
                 quote_ident(&route.schema),

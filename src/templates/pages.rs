@@ -14,13 +14,19 @@ pub struct DecisionView {
     /// When it was decided, RFC 3339 in UTC to the second.
     pub at: String,
     pub route: String,
+    /// The delivery's `schema.table`, as it came.
+    pub table: String,
+    /// The row's id, or what came as one.
     pub id: String,
+    /// The column at fault, for a refused row.
+    pub column: String,
     pub branch: String,
     /// The branch's page on the forge, when it has one.
     pub branch_url: Option<String>,
     pub status: u16,
     pub outcome: &'static str,
-    pub reason: &'static str,
+    /// Why, as the log says it (`unauthorized (wrong_secret)` with a refused credential's kind).
+    pub reason: String,
 }
 
 /// The status page's content.
@@ -81,12 +87,14 @@ mod tests {
             decisions: vec![DecisionView {
                 at: "2026-12-03T09:59:58Z".into(),
                 route: "public.feedbacks".into(),
+                table: "public.feedbacks".into(),
                 id: "<b>42</b>".into(),
+                column: String::new(),
                 branch: "feedback/42-x".into(),
                 branch_url: Some("https://github.com/acme/app/tree/feedback/42-x".into()),
                 status: 200,
                 outcome: "dispatched",
-                reason: "",
+                reason: String::new(),
             }],
         });
         assert!(page.contains("&lt;b&gt;42&lt;&#x2f;b&gt;"), "{page}");

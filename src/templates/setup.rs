@@ -270,7 +270,7 @@ mod tests {
         let text = render("rowbranch.toml", &SetupContext::example()).unwrap();
         let config =
             Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(config.reconcile.every, None);
         assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
         let ForgeSettings::Github(github) = &config.forge else {

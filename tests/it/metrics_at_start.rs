@@ -19,7 +19,7 @@ use crate::support::random::random_secret;
 use crate::support::tools::output_text;
 
 /// The answers counted for a webhook route, as `status,outcome,reason`.
-const ROUTE_ANSWERS: [&str; 11] = [
+const ROUTE_ANSWERS: [&str; 12] = [
     "200,dispatched,",
     "200,duplicate,branch_exists",
     "200,duplicate,pull_request",
@@ -29,6 +29,7 @@ const ROUTE_ANSWERS: [&str; 11] = [
     "202,accepted,",
     "400,error,",
     "422,error,",
+    "422,error,missing_column",
     "500,error,",
     "503,error,",
 ];

@@ -190,7 +190,7 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
             "branch",
             json!("feedback/42-a-secret-text-that-never-reaches-the-log"),
         ),
-        ("status", json!(200)),
+        ("http_status", json!(200)),
         ("outcome", json!("dispatched")),
         ("reason", json!("")),
         ("level", json!("INFO")),

@@ -1265,3 +1265,77 @@ async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
     assert!(db.dead_letters().await.is_empty());
     assert_eq!(branches(&dir.path().join("repo.git")).await.len(), 20);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_without_the_routes_text_column_is_dead_lettered_missing_column_and_redriven_once_fixed(
+) {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
+    let config = local_config(&db, "repo.git", "", "visibility_timeout_s = 60");
+    let served = start(&dir, &db, &config).await;
+    // The text column renamed under the running consumer: the trigger's rows lack `message`.
+    db.client
+        .batch_execute("alter table public.feedbacks rename column message to body")
+        .await
+        .unwrap();
+    db.client
+        .execute(
+            "insert into public.feedbacks (id, body) values (1, 'Renamed column')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let letters = eventually_within("the dead letter", Duration::from_secs(30), || async {
+        let letters = db.dead_letters().await;
+        (!letters.is_empty()).then_some(letters)
+    })
+    .await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0].1["reason"], "missing_column", "{letters:?}");
+    assert!(dispatches(&served.dispatch_log()).is_empty());
+    let log = served.log();
+    assert!(
+        log.contains("no `message` column") && log.contains("dead_letter_id"),
+        "{log}"
+    );
+    stop(served).await;
+
+    // As it is, the route does not fit the table: serve does not start.
+    let config_path = dir.path().join("rowbranch.toml");
+    let mut serve = child::rowbranch(dir.path());
+    serve.args(["serve", "--config"]).arg(&config_path);
+    let out = child::run(serve.env("DATABASE_URL", &db.url)).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no column \"message\"") && stderr.contains("id, body, created_at"),
+        "{stderr}"
+    );
+
+    // Fixed, and the dead letter redriven: the row is dispatched.
+    let fixed = config.replace("text_column = \"message\"", "text_column = \"body\"");
+    let served = start(&dir, &db, &fixed).await;
+    let mut redrive = child::rowbranch(dir.path());
+    redrive
+        .args(["queue", "redrive", "--all", "--config"])
+        .arg(&config_path);
+    let out = child::run(redrive.env("DATABASE_URL", &db.url)).await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = served.dispatch_log();
+    eventually_within(
+        "the redriven row's dispatch",
+        Duration::from_secs(30),
+        || async {
+            dispatches(&log)
+                .iter()
+                .any(|d| d["client_payload"]["branch"] == "feedback/1-renamed-column")
+                .then_some(())
+        },
+    )
+    .await;
+    stop(served).await;
+}

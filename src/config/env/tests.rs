@@ -43,7 +43,7 @@ fn the_repository_and_the_app_make_a_route_with_the_documented_defaults() {
     assert_eq!(route.events, vec![EventKind::Insert]);
     assert_eq!(route.payload_template, None);
     // Every other key as in a file that leaves it out.
-    assert_eq!(config.listen, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
     assert_eq!(config.reconcile.every, None);
     let ForgeSettings::Github(github) = &config.forge else {
@@ -83,7 +83,7 @@ fn each_variable_sets_its_part_of_the_route() {
     assert_eq!(route.text_column.as_deref(), Some("title"));
     assert_eq!(route.branch_prefix.to_string(), "wish");
     assert_eq!(route.event_type.to_string(), "wish-made");
-    assert_eq!(config.listen, "0.0.0.0:9000".parse().unwrap());
+    assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("github expected");
     };

@@ -6,11 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::anyhow;
 use http::{HeaderMap, StatusCode};
+use octocrab::auth::AppAuth;
+use octocrab::jsonwebtoken::EncodingKey;
 use octocrab::models::{AppId, InstallationId};
 use octocrab::secrecy::ExposeSecret;
-use octocrab::Octocrab;
+use octocrab::{AuthState, Octocrab};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -20,6 +22,7 @@ use tokio::time::Instant;
 
 use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
+use super::transport::{self, REQUEST_TIMEOUT};
 use super::wire;
 use crate::config::PaceSettings;
 use crate::forge::ForgeError;
@@ -27,10 +30,6 @@ use crate::identity::RepoName;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
-/// How long to wait for a connection; octocrab sets none by default.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long one request may take in all; past it the answer counts as lost (ambiguous).
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// A token with less life left than this is renewed before use (GitHub's tokens live 1 h).
 const TOKEN_RENEW_BEFORE: i64 = 120;
 /// How long a repository's installation id is trusted.
@@ -288,12 +287,33 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
             message: format!("the App's JWT could not be made: {source}"),
         }),
         other => Stop::Retry {
-            message: format!("request failed: {other}"),
+            message: transport_failure(other),
             after: None,
             ambiguous: true,
             cause: Cause::NoAnswer,
         },
     }
+}
+
+/// What went wrong on the way to GitHub, once: whether the connection was never made, and the
+/// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
+/// the layers of wrapping each library adds ("Service Error: client error (Connect): tcp
+/// connect error: …").
+fn transport_failure(e: &octocrab::Error) -> String {
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    let mut connect = false;
+    while let Some(source) = innermost.source() {
+        if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
+            connect |= client.is_connect();
+        }
+        innermost = source;
+    }
+    let lead = if connect {
+        "could not connect"
+    } else {
+        "the connection failed"
+    };
+    format!("{lead}: {innermost}")
 }
 
 /// One installation: its client (with its token cache), the pacer of its writes and the bound
@@ -372,25 +392,18 @@ pub struct Limits {
 }
 
 impl Apps {
-    /// Builds the App's client: JWT from `app_id` and the PEM key, timeouts set, no redirects
-    /// and no retries of octocrab's own (they would re-send a dispatch).
+    /// Builds the App's client: JWT from `app_id` and the PEM key (which must sign one here,
+    /// as every request will), timeouts set, no redirects and no retries of octocrab's own
+    /// (they would re-send a dispatch).
     pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> anyhow::Result<Apps> {
-        let key =
-            octocrab::jsonwebtoken::EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
-                anyhow!(
-                    "the GitHub App private key does not parse ({e}): use the .pem file GitHub \
-                 generated for the App (\"-----BEGIN RSA PRIVATE KEY-----\")"
-                )
-            })?;
-        let app = Octocrab::builder()
-            .base_uri(api_url)
-            .with_context(|| format!("api_url `{api_url}` is not a URL"))?
-            .app(AppId(app_id), key)
-            .set_connect_timeout(Some(CONNECT_TIMEOUT))
-            .set_read_timeout(Some(REQUEST_TIMEOUT))
-            .set_write_timeout(Some(REQUEST_TIMEOUT))
-            .build()
-            .context("could not build the GitHub client")?;
+        let key = signing_key(AppId(app_id), pem)?;
+        let app = transport::client(
+            api_url,
+            AuthState::App(AppAuth {
+                app_id: AppId(app_id),
+                key,
+            }),
+        )?;
         Ok(Apps {
             app,
             pace: limits.pace,
@@ -517,6 +530,40 @@ impl Apps {
             _ => reply.unexpected(),
         }
     }
+}
+
+/// Where a new key comes from, for every message about a key that cannot sign.
+pub const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Generate a \
+     private key gives a .pem file whose text starts with -----BEGIN RSA PRIVATE KEY----- (or \
+     -----BEGIN PRIVATE KEY-----)";
+
+/// The App's private key cannot be used: what is wrong with it, then where a good one comes
+/// from. Never holds the key's text.
+#[derive(Debug, thiserror::Error)]
+#[error("{problem}: {NEW_KEY}")]
+pub struct KeyError {
+    /// What is wrong, without the remedy (`doctor` prints that on its own line).
+    pub problem: String,
+}
+
+/// The App's key from its PEM text, proved by signing a JWT as every request will: a public
+/// key, or another RSA key's file, parses as a key but cannot sign, and would otherwise fail
+/// only at the first request.
+fn signing_key(app_id: AppId, pem: &str) -> Result<EncodingKey, KeyError> {
+    let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| KeyError {
+        problem: format!("the GitHub App private key does not parse ({e})"),
+    })?;
+    if let Err(e) = octocrab::auth::create_jwt(app_id, &key) {
+        let what = if pem.contains("PUBLIC KEY-----") {
+            "it is a public key, and GitHub needs the App's private key"
+        } else {
+            "it is not an RSA private key"
+        };
+        return Err(KeyError {
+            problem: format!("the GitHub App private key cannot sign the App's JWT ({e}): {what}"),
+        });
+    }
+    Ok(key)
 }
 
 /// A request bound that was closed: nothing closes one, so this is a bug.

@@ -6,9 +6,12 @@ mod client;
 mod pace;
 mod retry;
 mod setup;
+mod transport;
 mod wire;
 
+pub use client::KeyError;
 pub use setup::{account_type, app_info, convert_manifest, installation_permissions, workflows};
+pub use transport::{ACCEPT_VALUE, API_VERSION, USER_AGENT_VALUE};
 pub use wire::{AppInfo, ManifestApp};
 
 use std::collections::HashMap;
@@ -30,6 +33,16 @@ use crate::config::{GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+
+/// The host of `api_url`, with its port if it has one (`api.github.com`, `ghe.example.com`);
+/// the URL itself when it has none.
+fn host(api_url: &str) -> String {
+    api_url
+        .parse::<http::Uri>()
+        .ok()
+        .and_then(|uri| uri.authority().map(|a| a.as_str().to_owned()))
+        .unwrap_or_else(|| api_url.to_owned())
+}
 
 /// How long the default branch's name is trusted (it rarely changes).
 const DEFAULT_BRANCH_TTL: Duration = Duration::from_secs(600);
@@ -81,10 +94,16 @@ impl GithubForge {
                 budget: settings.retry_budget,
                 shutdown,
                 metrics,
+                host: host(&settings.api_url),
             },
             head_ttl: settings.base_cache,
             bases: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// GitHub's host, for messages: `api.github.com`, or a GitHub Enterprise Server's.
+    pub fn host(&self) -> &str {
+        &self.retry.host
     }
 
     /// A read: retried as one unit with the installation lookup it needs.
@@ -642,15 +661,28 @@ impl Forge for GithubForge {
     /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable?
     /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
     async fn ready(&self) -> Result<(), ForgeError> {
+        let host = self.host();
         let reply = self
             .apps
             .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
             .await
-            .map_err(ForgeError::from)?;
+            .map_err(|stop| match ForgeError::from(stop) {
+                ForgeError::Unavailable {
+                    message,
+                    retry_after,
+                } => ForgeError::Unavailable {
+                    message: format!("GitHub at {host}: {message}"),
+                    retry_after,
+                },
+                other => other,
+            })?;
         match reply.status.as_u16() {
             200 => Ok(()),
             status => Err(ForgeError::Refused {
-                message: format!("GET /app answered {status}: {}", reply.message()),
+                message: format!(
+                    "GitHub at {host}: GET /app answered {status}: {}",
+                    reply.message()
+                ),
             }),
         }
     }

@@ -87,11 +87,17 @@ pub struct RetryPolicy {
     pub budget: Duration,
     pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
+    /// GitHub's host (`api.github.com`), for the message of an operation given up.
+    pub host: String,
 }
 
 impl RetryPolicy {
     /// Runs `attempt` until it is done, fails for good, or the budget would be exceeded. The
     /// closure learns whether an earlier attempt was ambiguous.
+    ///
+    /// `what` names the operation in the debug line of each retry; the error of an operation
+    /// given up does not repeat it (the caller says what it was doing) but says the cause of
+    /// the last attempt, GitHub's host, and how many attempts were made over how long.
     pub async fn run<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T, ForgeError>
     where
         F: FnMut(bool) -> Fut,
@@ -114,6 +120,7 @@ impl RetryPolicy {
         F: FnMut(bool) -> Fut,
         Fut: Future<Output = Attempt<T>>,
     {
+        let started = Instant::now();
         let mut first_failure: Option<Instant> = None;
         let mut ambiguous_before = false;
         for n in 0u32.. {
@@ -133,7 +140,12 @@ impl RetryPolicy {
             let wake = Instant::now() + wait;
             let give_up = || {
                 let error = ForgeError::Unavailable {
-                    message: format!("{what}: {message} (gave up after {} attempts)", n + 1),
+                    message: format!(
+                        "{message} (GitHub at {}; {} attempts in {:.1} s)",
+                        self.host,
+                        n + 1,
+                        started.elapsed().as_secs_f64()
+                    ),
                     retry_after: Some(wait.max(Duration::from_secs(1))),
                 };
                 Err((error, ambiguous_before))
@@ -149,7 +161,8 @@ impl RetryPolicy {
                 }
             }
             self.metrics.github_retry(cause);
-            tracing::debug!(what, attempt = n + 1, wait_ms = wait.as_millis() as u64, %message, "retried");
+            tracing::debug!(what, host = %self.host, attempt = n + 1,
+                wait_ms = wait.as_millis() as u64, %message, "retried");
         }
         unreachable!("the loop only ends by returning")
     }
@@ -347,6 +360,7 @@ mod tests {
             budget: Duration::from_secs(5),
             shutdown: Shutdown::new(),
             metrics: Arc::new(Metrics::new()),
+            host: "api.github.com".into(),
         };
         let result: Result<(), _> = policy
             .run("op", |_| async {
@@ -364,13 +378,19 @@ mod tests {
             3,
             "at 0 s, 2 s and 4 s; a fourth would end past 5 s"
         );
-        assert!(matches!(
-            result,
-            Err(ForgeError::Unavailable {
-                retry_after: Some(_),
-                ..
-            })
-        ));
+        let Err(ForgeError::Unavailable {
+            message,
+            retry_after: Some(_),
+        }) = result
+        else {
+            panic!("expected unavailable with a retry-after, got {result:?}");
+        };
+        // The caller names the operation; the message says the cause once, where, and how
+        // many attempts over how long.
+        assert_eq!(
+            message,
+            "502 (GitHub at api.github.com; 3 attempts in 4.0 s)"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -379,6 +399,7 @@ mod tests {
             budget: Duration::from_secs(30),
             shutdown: Shutdown::new(),
             metrics: Arc::new(Metrics::new()),
+            host: "api.github.com".into(),
         };
         let seen = policy
             .run("op", |ambiguous_before| async move {
@@ -404,6 +425,7 @@ mod tests {
             budget: Duration::from_secs(30),
             shutdown: Shutdown::new(),
             metrics: Arc::new(Metrics::new()),
+            host: "api.github.com".into(),
         };
         let start = Instant::now();
         let n = AtomicU32::new(0);
@@ -432,6 +454,7 @@ mod tests {
             budget: Duration::from_secs(300),
             shutdown: shutdown.clone(),
             metrics: Arc::new(Metrics::new()),
+            host: "api.github.com".into(),
         };
         let tries = AtomicU32::new(0);
         let run = policy.run("dispatching", |_| {

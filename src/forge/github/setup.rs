@@ -9,6 +9,7 @@ use base64::Engine;
 use http::Method;
 
 use super::client::{encode_path, encode_query, send, Operation, Reply};
+use super::transport;
 use super::wire::{Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
 use super::GithubForge;
 use crate::forge::ForgeError;
@@ -112,17 +113,7 @@ pub async fn workflows(
 
 /// A client without credentials, for the two calls `init` makes before the App exists.
 fn anonymous(api_url: &str) -> Result<octocrab::Octocrab, ForgeError> {
-    octocrab::Octocrab::builder()
-        .base_uri(api_url)
-        .map_err(|e| {
-            ForgeError::Other(
-                anyhow::Error::new(e).context(format!("api_url `{api_url}` is not a URL")),
-            )
-        })?
-        .build()
-        .map_err(|e| {
-            ForgeError::Other(anyhow::Error::new(e).context("could not build the GitHub client"))
-        })
+    transport::client(api_url, octocrab::AuthState::None).map_err(ForgeError::Other)
 }
 
 /// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can

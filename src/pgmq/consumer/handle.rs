@@ -132,12 +132,7 @@ impl Consumer {
             Ok(Planned::Ignored(_)) => return (route, None, RunEnd::NoRoute, None),
             Err(e) => {
                 tracing::error!(msg_id = message.id, %route, error = %e, "a queue message's row cannot be planned");
-                let reason = if e.is_malformed() {
-                    DeadReason::Malformed
-                } else {
-                    DeadReason::BadId
-                };
-                return (route, None, RunEnd::Refused(reason), None);
+                return (route, e.row_id(), RunEnd::Refused(DeadReason::of(&e)), None);
             }
         };
         let id = Some(plan.id.to_string());

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 pub(crate) enum ReplyBody {
     Json(Value),
     Html(String),
+    Text(String),
     Empty,
 }
 
@@ -31,6 +32,14 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: ReplyBody::Html(text.to_owned()),
+        }
+    }
+
+    pub fn text(status: u16, text: &str) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: ReplyBody::Text(text.to_owned()),
         }
     }
 
@@ -78,6 +87,7 @@ impl Reply {
                 serde_json::to_vec(&v).unwrap_or_default(),
             ),
             ReplyBody::Html(t) => (Some("text/html"), t.into_bytes()),
+            ReplyBody::Text(t) => (Some("text/plain"), t.into_bytes()),
             ReplyBody::Empty => (None, Vec::new()),
         };
         let mut response = Response::new(Body::from(bytes));

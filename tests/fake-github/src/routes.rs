@@ -381,6 +381,28 @@ impl Drop for Open<'_> {
     }
 }
 
+/// GitHub's answer to a request without a `User-Agent` header, which it refuses before
+/// anything else: "Requests with no `User-Agent` header will be rejected."
+/// (https://docs.github.com/rest/using-the-rest-api/getting-started-with-the-rest-api#user-agent)
+const NO_USER_AGENT: &str = "Request forbidden by administrative rules. Please make sure your \
+     request has a User-Agent header \
+     (https://docs.github.com/en/rest/overview/resources-in-the-rest-api#user-agent-required). \
+     Check https://developer.github.com for other possible causes.\n";
+
+/// A request's headers for its record, without the credential.
+fn recorded_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter(|(name, _)| *name != header::AUTHORIZATION)
+        .map(|(name, value)| {
+            (
+                name.as_str().to_owned(),
+                String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
 async fn process(
     shared: Arc<Shared>,
     method: Method,
@@ -410,9 +432,17 @@ async fn process(
             fault: None,
             at: std::time::Instant::now(),
             at_tokio: tokio::time::Instant::now(),
+            headers: recorded_headers(&headers),
         });
         (s.log.len() - 1, s.path_prefix.clone())
     });
+    if !headers.contains_key(header::USER_AGENT) {
+        shared.with(|s| s.log[idx].status = Some(403));
+        return Outcome {
+            reply: Reply::text(403, NO_USER_AGENT),
+            drop_connection: false,
+        };
+    }
     let route = path
         .strip_prefix(prefix.as_str())
         .and_then(|p| parse_route(&method, p));

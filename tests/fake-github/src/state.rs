@@ -312,9 +312,29 @@ pub struct RequestRecord {
     pub at: std::time::Instant,
     /// Arrival time on tokio's clock (follows a paused test clock).
     pub at_tokio: tokio::time::Instant,
+    /// The request's headers as received, names in lower case, except `authorization` (whose
+    /// credential `auth` describes).
+    pub headers: Vec<(String, String)>,
 }
 
 impl RequestRecord {
+    /// The first value of header `name` (any case), if the request had it.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of header `name` (any case), in the order received.
+    pub fn header_values(&self, name: &str) -> Vec<&str> {
+        self.headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+            .collect()
+    }
+
     /// A content-changing request to a repository endpoint (POST/PUT/PATCH/DELETE under
     /// `/repos/` or `/repositories/`).
     pub fn is_write(&self) -> bool {

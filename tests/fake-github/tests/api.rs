@@ -120,6 +120,8 @@ impl Client {
         let mut request = self
             .http
             .request(method, url)
+            // Without one the fake, like GitHub, answers 403.
+            .header("user-agent", "fake-github-tests")
             .header("accept", "application/vnd.github+json");
         if let Some(auth) = &self.auth {
             request = request.header("authorization", auth);
@@ -236,6 +238,36 @@ async fn a_jwt_signed_with_another_key_is_refused() {
     assert_eq!(
         fake.requests()[0].auth,
         Auth::Rejected(answer.message().to_owned())
+    );
+    fake.assert_no_unexpected();
+}
+
+#[tokio::test]
+async fn a_request_without_a_user_agent_is_refused_and_headers_are_recorded() {
+    let fake = fake_with_repos().await;
+    let jwt = format!("Bearer {}", fake.app_jwt());
+    let bare = reqwest::Client::new()
+        .get(format!("{}/app", fake.url()))
+        .header("authorization", &jwt)
+        .send()
+        .await
+        .expect("the fake answers");
+    assert_eq!(bare.status().as_u16(), 403);
+    assert!(bare.text().await.unwrap().contains("User-Agent"));
+    let answer = Client::app(&fake).get("/app").await;
+    assert_eq!(answer.status, 200);
+    let requests = fake.requests();
+    assert_eq!(requests[0].status, Some(403));
+    assert_eq!(requests[0].header("user-agent"), None);
+    assert_eq!(requests[1].header("User-Agent"), Some("fake-github-tests"));
+    assert_eq!(
+        requests[1].header_values("accept"),
+        ["application/vnd.github+json"]
+    );
+    assert_eq!(
+        requests[1].header("authorization"),
+        None,
+        "the credential is not recorded"
     );
     fake.assert_no_unexpected();
 }

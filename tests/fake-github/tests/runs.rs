@@ -28,6 +28,8 @@ async fn get(fake: &FakeGithub, path_and_query: &str) -> (u16, Option<String>, V
     };
     let response = reqwest::Client::new()
         .get(url)
+        // Without one the fake, like GitHub, answers 403.
+        .header("user-agent", "fake-github-tests")
         .header("accept", "application/vnd.github+json")
         .header("authorization", format!("token {token}"))
         .send()

@@ -5,5 +5,7 @@
 mod doctor;
 mod doctor_bounds;
 mod faults;
+mod headers;
+mod outage;
 mod pacing;
 mod pipeline;
