@@ -12,8 +12,8 @@ pub mod webhook;
 
 pub mod config;
 
+pub mod db;
 pub mod forge;
-pub mod rows;
 pub mod templates;
 
 pub mod pipeline;

@@ -9,21 +9,21 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use tokio::net::{TcpListener, TcpSocket};
 use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings, Intake, ListenHost, ListenOrigin};
-use crate::forge::{self, Forge};
+use crate::db::{Database, Reachability};
+use crate::forge::{self, Forge, OpenError};
 use crate::http::{self, App, Connections};
 use crate::metrics::{self, Metrics};
 use crate::pgmq::{Consumer, ConsumerSettings};
-use crate::pipeline::{Admission, Pipeline, Routes};
+use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
 use crate::reconcile::{self, SweepOptions};
-use crate::rows::{Reachability, Rows};
 use crate::shutdown::Shutdown;
 
 /// How long after start the first scheduled sweep runs.
@@ -103,10 +103,10 @@ pub enum StartupError {
     /// The forge the config names could not be opened (a key that does not parse, a local
     /// repository that is not one).
     #[error(transparent)]
-    Forge(anyhow::Error),
+    Forge(#[from] OpenError),
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
-    Routes(anyhow::Error),
+    Routes(#[from] RoutesError),
     /// The address could not be bound; `fix` names the setting to change (empty for a free
     /// port, which no setting chose). The cause is part of the message, before the fix.
     #[error("could not listen on {addr}: {cause}{fix}")]
@@ -523,9 +523,22 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
     }
 }
 
+/// The config's routes could not be compiled: the config file, then the route and its
+/// template.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", config.display())]
+pub struct RoutesError {
+    config: PathBuf,
+    /// Boxed: the route's error is large, and a start that fails is rare.
+    source: Box<RouteError>,
+}
+
 /// The config's routes with their payload templates read and compiled; an error names the file.
-pub fn routes(config: &Config) -> anyhow::Result<Routes> {
-    Routes::compile(&config.routes).with_context(|| config.source.display().to_string())
+pub fn routes(config: &Config) -> Result<Routes, RoutesError> {
+    Routes::compile(&config.routes).map_err(|source| RoutesError {
+        config: config.source.clone(),
+        source: Box::new(source),
+    })
 }
 
 /// What the parts of one process share: its shutdown and its metrics.
@@ -537,7 +550,7 @@ pub struct Shared {
 
 /// The forge the config names, for its routes, its waits bounded by the shutdown's grace.
 /// Makes no request.
-pub async fn forge(config: &Config, shared: &Shared) -> anyhow::Result<Arc<dyn Forge>> {
+pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, OpenError> {
     forge::open(
         &config.forge,
         shared.shutdown.clone(),
@@ -639,10 +652,10 @@ async fn scheduled_reconcile(config: Arc<Config>, routes: Arc<Routes>, pipeline:
     loop {
         tokio::time::sleep_until(next).await;
         next = tokio::time::Instant::now() + every;
-        let rows = match Rows::connect(url.expose()).await {
+        let rows = match Database::connect(url.expose()).await {
             Ok(rows) => rows,
             Err(e) => {
-                tracing::error!(error = format!("{e:#}"), "the scheduled sweep failed");
+                tracing::error!(error = e.to_string(), "the scheduled sweep failed");
                 continue;
             }
         };

@@ -172,7 +172,8 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
             path: repo_path.clone(),
             on_dispatch: None,
         })
-        .await?,
+        .await
+        .map_err(anyhow::Error::new)?,
     );
     let dispatch_log = forge.dispatch_log().to_path_buf();
     let env = Env {

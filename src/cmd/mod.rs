@@ -57,7 +57,8 @@ impl From<StartupError> for Failure {
     /// open-files limit) is a runtime failure.
     fn from(e: StartupError) -> Failure {
         match e {
-            StartupError::Forge(e) | StartupError::Routes(e) => Failure::Usage(e),
+            StartupError::Forge(e) => Failure::Usage(e.into()),
+            StartupError::Routes(e) => Failure::Usage(e.into()),
             StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
             StartupError::Listen { .. }
             | StartupError::Address(_)

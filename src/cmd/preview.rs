@@ -6,14 +6,13 @@ use serde_json::Value;
 use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
-use crate::forge::{Base, Sha};
 use crate::pipeline::Planned;
 use crate::startup;
 use crate::webhook::payload;
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))
         .map_err(Failure::Usage)?;
@@ -35,13 +34,8 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         }
         Planned::Run(plan) => plan,
     };
-    // The base is known only when the branch is claimed; show where it will go.
-    let base = Base {
-        branch: "<default branch>".into(),
-        sha: Sha::new("<head of the default branch when claimed>"),
-    };
     let payload = plan
-        .client_payload(&base)
+        .preview_payload()
         .map_err(|e| refused(422, e.to_string()))?;
     let route = &plan.route;
     println!(

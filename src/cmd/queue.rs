@@ -6,8 +6,7 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::{QueueArgs, QueueCommand, RedriveArgs};
 use crate::config::{process_env, Config};
-use crate::pgmq::queue;
-use crate::rows::Rows;
+use crate::db::{queue, Database};
 
 pub async fn run(args: QueueArgs) -> Result<(), Failure> {
     match args.command {
@@ -22,7 +21,7 @@ async fn redrive(args: RedriveArgs) -> Result<(), Failure> {
             "DATABASE_URL is not set: the queue is in the database it names"
         ))
     })?;
-    let rows = Rows::connect(url.expose())
+    let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
     let pgmq = &config.pgmq;

@@ -7,8 +7,8 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
+use crate::db::Database;
 use crate::reconcile::{self, Progress, SweepOptions};
-use crate::rows::Rows;
 use crate::startup;
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -30,12 +30,12 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             })?,
         None => config.reconcile.window,
     };
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await
-        .map_err(Failure::Usage)?;
-    let rows = Rows::connect(url.expose())
+        .map_err(|e| Failure::Usage(e.into()))?;
+    let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
     let pipeline = startup::pipeline(&config, forge, &shared);

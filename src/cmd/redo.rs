@@ -8,14 +8,14 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
+use crate::db::Database;
 use crate::identity::BranchName;
 use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
-use crate::rows::Rows;
 use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
         Failure::Usage(anyhow!(
@@ -29,24 +29,28 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
             "DATABASE_URL is not set: redo reads the row from PostgreSQL"
         ))
     })?;
-    let rows = Rows::connect(url.expose())
+    let rows = Database::connect(url.expose())
         .await
         .context("connecting to DATABASE_URL")?;
     let route = &compiled.route;
-    let row = rows.by_id(route, &args.id).await?.ok_or_else(|| {
-        anyhow!(
-            "{}.{} has no row with {} = {}",
-            route.schema,
-            route.table,
-            route.id_column,
-            args.id
-        )
-    })?;
+    let row = rows
+        .by_id(route, &args.id)
+        .await
+        .map_err(anyhow::Error::new)?
+        .ok_or_else(|| {
+            anyhow!(
+                "{}.{} has no row with {} = {}",
+                route.schema,
+                route.table,
+                route.id_column,
+                args.id
+            )
+        })?;
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.into()))?;
     let taken = forge
         .row_branches(&route.repo, &route.branch_prefix, &plan.id)
         .await

@@ -9,7 +9,7 @@ use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, StatusPage};
-use crate::rows::{Misfit, Rows};
+use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
 
 /// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
@@ -129,12 +129,12 @@ const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
 async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
     let sweeps = config.reconcile.every.is_some();
     let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
-        let rows = Rows::connect(url).await?;
+        let rows = Database::connect(url).await?;
         let mut checked = Vec::new();
         for route in &config.routes {
             checked.push((route, rows.check_columns(route, sweeps).await));
         }
-        anyhow::Ok(checked)
+        Ok::<_, DbError>(checked)
     })
     .await;
     let checked = match checked {
@@ -151,18 +151,19 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
     for (route, result) in checked {
         let Err(e) = result else { continue };
         let table = route.table_name();
-        match e.chain().find_map(|c| c.downcast_ref::<Misfit>()) {
-            Some(Misfit::NoTable(_)) => tracing::error!(
+        match &e {
+            DbError::Table(Misfit::NoTable(_)) => tracing::error!(
                 route = %table,
                 error = %format!("{e:#}"),
                 "the route's table is not in DATABASE_URL's database: reconcile and redo cannot read its rows"
             ),
-            Some(_) => {
+            DbError::Table(_) => {
                 return Err(Failure::Usage(
-                    e.context(format!("the route for {table} does not fit its table")),
+                    anyhow::Error::new(e)
+                        .context(format!("the route for {table} does not fit its table")),
                 ))
             }
-            None => {
+            _ => {
                 tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
             }
         }

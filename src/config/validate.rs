@@ -77,9 +77,22 @@ fn listen_address(file: &str, env: &Overlay) -> Result<ListenAddress, Invalid> {
     })
 }
 
+/// Why a listen address is not `HOST:PORT`.
+#[derive(Debug, thiserror::Error)]
+enum NotAnAddress {
+    #[error("it has no port")]
+    NoPort,
+    #[error("`{0}` is not a port number (0-65535)")]
+    Port(String),
+    #[error("an IPv6 address goes in brackets, e.g. [::1]:8080")]
+    Unbracketed,
+    #[error("`{0}` is not an IP address or a host name")]
+    Host(String),
+}
+
 /// `HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port. A name is only
 /// checked for its shape here; `serve` resolves it when it starts.
-fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, String> {
+fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, NotAnAddress> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
         return Ok(ListenAddress {
             host: ListenHost::Ip(addr.ip()),
@@ -87,14 +100,12 @@ fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, String> 
             origin,
         });
     }
-    let (host, port) = text
-        .rsplit_once(':')
-        .ok_or_else(|| "it has no port".to_owned())?;
+    let (host, port) = text.rsplit_once(':').ok_or(NotAnAddress::NoPort)?;
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("`{port}` is not a port number (0-65535)"))?;
+        .map_err(|_| NotAnAddress::Port(port.to_owned()))?;
     if host.contains(':') || host.starts_with('[') {
-        return Err("an IPv6 address goes in brackets, e.g. [::1]:8080".to_owned());
+        return Err(NotAnAddress::Unbracketed);
     }
     let is_name = !host.is_empty()
         && host.len() <= 253
@@ -105,7 +116,7 @@ fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, String> 
                 && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
         });
     if !is_name {
-        return Err(format!("`{host}` is not an IP address or a host name"));
+        return Err(NotAnAddress::Host(host.to_owned()));
     }
     Ok(ListenAddress {
         host: ListenHost::Name(host.to_ascii_lowercase()),

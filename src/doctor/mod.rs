@@ -16,8 +16,8 @@ use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
-use crate::forge::{Forge, ForgeError};
-use crate::identity::RepoName;
+use crate::forge::{Forge, ForgeError, OpenError};
+use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::templates::setup::PLACEHOLDER_APP_ID;
@@ -150,9 +150,9 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
                     forge
                 }
                 Err(e) => {
-                    let what = match e.downcast_ref::<github::KeyError>() {
-                        Some(key) => key.problem.clone(),
-                        None => format!("{e:#}"),
+                    let what = match &e {
+                        OpenError::Key(key) => key.problem.clone(),
+                        other => other.to_string(),
                     };
                     out.push(Check::fail(
                         what,
@@ -335,7 +335,7 @@ async fn route_checks(
 /// Where a workflow is: its repository, the branch it was read from, its path.
 struct Place<'a> {
     repo: &'a RepoName,
-    branch: &'a str,
+    branch: &'a RefName,
     path: &'a str,
 }
 
@@ -431,7 +431,7 @@ fn bound_check(at: &Place, limit: &Limit, steps: &[ClaudeStep], most: u32) -> Ch
 /// initiated by non-human actor") and the run only marks the row done.
 fn bot_check(
     repo: &RepoName,
-    branch: &str,
+    branch: &RefName,
     path: &str,
     workflow: &str,
     app_slug: Option<&str>,

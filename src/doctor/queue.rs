@@ -9,9 +9,9 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Config, Intake, PgmqSettings, Route};
+use crate::db::{describe, queue, quote_ident, Database};
 use crate::event::EventKind;
-use crate::pgmq::queue;
-use crate::rows::{describe, Rows};
+use crate::identity::QueueName;
 
 /// The trigger function templates/supabase-queue.sql installs, and its trigger's name prefix.
 const FUNCTION: &str = "rowbranch.enqueue()";
@@ -34,14 +34,14 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
         ));
         return;
     };
-    let rows = match Rows::connect(url.expose()).await {
+    let rows = match Database::connect(url.expose()).await {
         Ok(rows) => {
             out.push(Check::pass("DATABASE_URL connects"));
             rows
         }
         Err(e) => {
             out.push(Check::fail(
-                format!("DATABASE_URL does not connect: {e:#}"),
+                format!("DATABASE_URL does not connect: {e}"),
                 "check the host, port, user and password of DATABASE_URL (and sslmode)",
             ));
             return;
@@ -73,7 +73,7 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
                 format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}")
             };
             out.push(Check::fail(
-                format!("pgmq.list_queues() fails: {}", describe(&e)),
+                format!("pgmq.list_queues() fails: {}", e.describe()),
                 fix,
             ));
             return false;
@@ -114,9 +114,9 @@ struct Trigger {
 /// queue's name, on every event the route takes, and the function's owner may send.
 async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
     let table = format!(
-        "\"{}\".\"{}\"",
-        route.schema.replace('"', "\"\""),
-        route.table.replace('"', "\"\"")
+        "{}.{}",
+        quote_ident(&route.schema),
+        quote_ident(&route.table)
     );
     // By name in the catalog, which every role may read: to_regprocedure would need USAGE on
     // schema rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
@@ -426,8 +426,8 @@ async fn pgmq_public_exposed(client: &Client) -> bool {
 }
 
 /// The sequence pgmq gives a queue's message ids.
-fn sequence(queue: &str) -> String {
-    format!("pgmq.\"q_{}_msg_id_seq\"", queue.replace('"', "\"\""))
+fn sequence(queue: &QueueName) -> String {
+    format!("pgmq.{}", quote_ident(&format!("q_{queue}_msg_id_seq")))
 }
 
 /// Which of `wanted` (kind, object, privilege) `role` lacks, as "INSERT on pgmq.q_x"; a missing

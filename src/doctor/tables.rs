@@ -6,14 +6,14 @@
 
 use super::Check;
 use crate::config::Config;
-use crate::rows::{Misfit, Rows};
+use crate::db::{Database, Error, Misfit};
 
 pub async fn checks(config: &Config, out: &mut Vec<Check>) {
     let Some(url) = &config.database_url else {
         return;
     };
     let sweeps = config.reconcile.every.is_some();
-    let rows = match Rows::connect(url.expose()).await {
+    let rows = match Database::connect(url.expose()).await {
         Ok(rows) => rows,
         // The queue's checks have said so already.
         Err(_) if config.reads_the_queue() => return,
@@ -39,7 +39,7 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
         };
         let what = format!("{e:#}");
         let until = "until then each row is refused (missing_column)";
-        out.push(match e.chain().find_map(|c| c.downcast_ref::<Misfit>()) {
+        out.push(match misfit(&e) {
             Some(Misfit::MissingColumn(missing)) if missing.key == "text_column" => Check::fail(
                 what,
                 format!("set the route's text_column to the table's column that holds the text (or \"\" for no text); {until}"),
@@ -65,5 +65,13 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
                 "give DATABASE_URL's role access to the catalog (every role has it by default)",
             ),
         });
+    }
+}
+
+/// The route's misfit with its table, when that is what the check found.
+fn misfit(e: &Error) -> Option<&Misfit> {
+    match e {
+        Error::Table(misfit) => Some(misfit),
+        _ => None,
     }
 }

@@ -13,9 +13,9 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
-use super::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use super::{Base, Branch, Claim, Forge, ForgeError, OpenError, Sha};
 use crate::config::LocalSettings;
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 
 /// How long an `on_dispatch` command may run before it counts as a failed dispatch.
 const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -40,7 +40,7 @@ pub struct LocalForge {
 impl LocalForge {
     /// Opens the repository at the settings' `path` (bare, or a work tree with `.git`). Fails
     /// with a message that names the path when it is not a git repository.
-    pub async fn open(settings: &LocalSettings) -> anyhow::Result<LocalForge> {
+    pub async fn open(settings: &LocalSettings) -> Result<LocalForge, OpenError> {
         let path = settings.path.as_path();
         let dot_git = path.join(".git");
         let git_dir = if dot_git.is_dir() {
@@ -59,12 +59,8 @@ impl LocalForge {
             .await
             .ok()
             .filter(|out| out.status.success())
-            .ok_or_else(|| {
-                anyhow!(
-                    "{} is not a git repository: create one with `git init --bare {}` and make a first commit",
-                    path.display(),
-                    path.display()
-                )
+            .ok_or_else(|| OpenError::NotARepository {
+                path: path.to_path_buf(),
             })?;
         Ok(forge)
     }
@@ -241,6 +237,9 @@ impl Forge for LocalForge {
         let head = self.git_ok(&["symbolic-ref", "HEAD"]).await?;
         let head = head.trim();
         let branch = head.strip_prefix("refs/heads/").unwrap_or(head).to_owned();
+        let branch = RefName::parse(&branch).map_err(|e| ForgeError::Refused {
+            message: format!("the repository's default branch: {e}"),
+        })?;
         let sha = self
             .git(&[
                 "rev-parse",
@@ -335,7 +334,7 @@ impl Forge for LocalForge {
             .filter_map(|line| line.split_once(' '))
             .filter_map(|(name, sha)| {
                 Some(Branch {
-                    name: name.strip_prefix("refs/heads/")?.to_owned(),
+                    name: BranchName::listed(prefix, name.strip_prefix("refs/heads/")?)?,
                     sha: Sha::new(sha),
                 })
             })
@@ -345,8 +344,9 @@ impl Forge for LocalForge {
     async fn pull_request_heads(
         &self,
         _repo: &RepoName,
+        _prefix: &BranchPrefix,
         _since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         Ok(Vec::new())
     }
 
@@ -439,7 +439,7 @@ pub async fn create_repository(path: &Path) -> anyhow::Result<Base> {
     ])
     .await?;
     Ok(Base {
-        branch: "main".into(),
+        branch: RefName::parse("main").expect("main is a branch name"),
         sha: Sha::new(commit),
     })
 }

@@ -5,6 +5,7 @@ pub mod github;
 pub mod local;
 
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::config::ForgeSettings;
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -49,15 +50,14 @@ impl fmt::Display for Sha {
 /// The branch a claim starts from: the repository's default branch and its head commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Base {
-    pub branch: String,
+    pub branch: RefName,
     pub sha: Sha,
 }
 
-/// A branch and the commit it points at, as a listing gives them.
+/// A branch under a route's prefix and the commit it points at, as a listing gives them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Branch {
-    /// The short name, without `refs/heads/`.
-    pub name: String,
+    pub name: BranchName,
     pub sha: Sha,
 }
 
@@ -212,12 +212,14 @@ pub trait Forge: Send + Sync {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError>;
 
-    /// The head branches of pull requests (any state) created at or after `since`.
+    /// The head branches under `prefix` of pull requests (any state) created at or after
+    /// `since`.
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError>;
+    ) -> Result<Vec<BranchName>, ForgeError>;
 
     /// How many commits `branch` has that the base branch has not.
     async fn ahead_by(
@@ -239,7 +241,7 @@ pub trait Forge: Send + Sync {
         let all = self.prefix_branches(repo, prefix).await?;
         Ok(all
             .into_iter()
-            .filter(|b| prefix.owns(id, &b.name))
+            .filter(|b| prefix.owns(id, b.name.as_str()))
             .collect())
     }
 
@@ -273,13 +275,60 @@ pub trait Forge: Send + Sync {
     }
 }
 
+/// Why the forge the config names could not be opened; each message says what to fix. The
+/// causes are part of the message (a cause's text, not a source), so it reads whole wherever
+/// it is shown.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The local forge's path is not a git repository.
+    #[error(
+        "{} is not a git repository: create one with `git init --bare {}` and make a first commit",
+        path.display(),
+        path.display()
+    )]
+    NotARepository { path: PathBuf },
+    #[error(
+        "cannot read the GitHub App private key {}: {cause} (set [github] private_key_path, or \
+         GITHUB_APP_PRIVATE_KEY to the PEM text)",
+        path.display()
+    )]
+    KeyUnreadable {
+        path: PathBuf,
+        cause: std::io::Error,
+    },
+    /// The key does not parse, or cannot sign the App's JWT.
+    #[error(transparent)]
+    Key(#[from] github::KeyError),
+    /// `api_url` is no URL; `cause` is its error with its causes.
+    #[error("api_url `{api_url}` is not a URL: {cause}")]
+    ApiUrl { api_url: String, cause: String },
+    /// The system's CA certificates, for GitHub's, could not be loaded.
+    #[error("no TLS roots for GitHub's certificate: {cause}")]
+    TlsRoots { cause: String },
+    /// octocrab could not build its client; `cause` is its error with its causes.
+    #[error("could not build the GitHub client: {cause}")]
+    Client { cause: String },
+}
+
+/// An error and its causes, `: `-separated.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace, and
 /// its requests count in `metrics`.
 pub async fn open(
     settings: &ForgeSettings,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Arc<dyn Forge>> {
+) -> Result<Arc<dyn Forge>, OpenError> {
     match settings {
         ForgeSettings::Local(local) => Ok(Arc::new(local::LocalForge::open(local).await?)),
         ForgeSettings::Github(github) => Ok(Arc::new(github::GithubForge::new(

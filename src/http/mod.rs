@@ -30,10 +30,10 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::db::{Reachability, Unreachable};
 use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Pipeline, PlanError, Planned, Routes};
 use crate::reason::Reason;
-use crate::rows::Reachability;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
@@ -181,16 +181,16 @@ async fn healthz() -> Response {
 async fn readyz(State(app): State<Arc<App>>) -> Response {
     let github = app.readiness.check(app.pipeline.forge()).await;
     let mut body =
-        json!({ "github": github.as_ref().map_or_else(Clone::clone, |()| "ok".to_owned()) });
+        json!({ "github": github.as_ref().map_or_else(ToString::to_string, |()| "ok".to_owned()) });
     let mut ready = github.is_ok();
     if app.config.reads_the_queue() {
         let database = app
             .database
             .last()
-            .unwrap_or_else(|| Err("not reached yet".to_owned()));
+            .unwrap_or_else(|| Err(Unreachable("not reached yet".to_owned())));
         body["database"] = json!(database
             .as_ref()
-            .map_or_else(Clone::clone, |()| "ok".to_owned()));
+            .map_or_else(ToString::to_string, |()| "ok".to_owned()));
         if database.is_err() && !app.config.takes_webhooks() {
             ready = false;
         }

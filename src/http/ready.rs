@@ -13,7 +13,13 @@ use crate::forge::Forge;
 /// How long a readiness answer is reused.
 const READINESS_TTL: Duration = Duration::from_secs(10);
 
-type Check = Shared<BoxFuture<'static, Result<(), String>>>;
+type Check = Shared<BoxFuture<'static, Result<(), NotReady>>>;
+
+/// Why the forge is not ready, as its check found: the text `/readyz` shows. A text, so that
+/// one answer can be shared by every probe that waits for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(String);
 
 #[derive(Default)]
 pub struct Readiness {
@@ -22,13 +28,13 @@ pub struct Readiness {
 
 #[derive(Default)]
 struct State {
-    last: Option<(Instant, Result<(), String>)>,
+    last: Option<(Instant, Result<(), NotReady>)>,
     pending: Option<Check>,
 }
 
 impl Readiness {
     /// Whether the forge answers with valid credentials.
-    pub async fn check(&self, forge: &Arc<dyn Forge>) -> Result<(), String> {
+    pub async fn check(&self, forge: &Arc<dyn Forge>) -> Result<(), NotReady> {
         let pending = {
             let mut state = self.state.lock().expect("readiness lock poisoned");
             if let Some((at, result)) = &state.last {
@@ -57,7 +63,7 @@ impl Readiness {
     fn start(&self, forge: Arc<dyn Forge>) -> Check {
         let state = Arc::clone(&self.state);
         let task = tokio::spawn(async move {
-            let result = forge.ready().await.map_err(|e| e.to_string());
+            let result = forge.ready().await.map_err(|e| NotReady(e.to_string()));
             let mut state = state.lock().expect("readiness lock poisoned");
             state.last = Some((Instant::now(), result.clone()));
             state.pending = None;
@@ -65,7 +71,7 @@ impl Readiness {
         });
         async move {
             task.await
-                .unwrap_or_else(|e| Err(format!("the readiness check failed: {e}")))
+                .unwrap_or_else(|e| Err(NotReady(format!("the readiness check failed: {e}"))))
         }
         .boxed()
         .shared()

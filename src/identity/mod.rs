@@ -1,13 +1,16 @@
 //! Row identity: the checked id of a database row, the slug of its text, and the
 //! git branch name derived from both (plus the one rule for which existing branches belong to
 //! a row); the forge-side names a route carries ([`RepoName`], [`EventType`]); and the name of
-//! the queue rows arrive on ([`QueueName`]).
+//! the queue rows arrive on ([`QueueName`]); and a branch name git takes, for a repository's
+//! default branch ([`RefName`]).
 
 mod forge_names;
 mod queue_name;
+mod ref_name;
 
 pub use forge_names::{EventType, EventTypeError, RepoName, RepoNameError};
 pub use queue_name::{QueueName, QueueNameError};
+pub use ref_name::{RefName, RefNameError};
 
 use std::fmt;
 
@@ -134,6 +137,19 @@ fn check_id(text: &str) -> Result<(), IdError> {
 impl fmt::Display for RowId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// An id compares with its text, as it displays.
+impl PartialEq<&str> for RowId {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl serde::Serialize for RowId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 
@@ -379,6 +395,12 @@ impl BranchName {
         prefix.owns(id, name).then(|| BranchName(name.to_owned()))
     }
 
+    /// A branch a forge listed under `prefix` (`{prefix}/…`), whichever row it is for; `None`
+    /// when it is not under the prefix.
+    pub fn listed(prefix: &BranchPrefix, name: &str) -> Option<BranchName> {
+        prefix.tail(name).map(|_| BranchName(name.to_owned()))
+    }
+
     /// `{this branch}-redo-{n}` (for deliberate re-runs)
     pub fn redo(&self, n: u32) -> BranchName {
         BranchName(format!("{self}-redo-{n}"))
@@ -392,6 +414,19 @@ impl BranchName {
 impl fmt::Display for BranchName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+/// A branch name compares with its text.
+impl PartialEq<&str> for BranchName {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl serde::Serialize for BranchName {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use super::queue::Message;
+use crate::db::queue::Message;
 use crate::metrics::MessageResult;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a

@@ -7,7 +7,7 @@ mod execute;
 mod plan;
 
 pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
-pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, Routes};
+pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;

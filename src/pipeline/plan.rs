@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -15,7 +14,8 @@ use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, IdError, RowId, Slug};
 use crate::reason::Reason;
 use crate::templates::{
-    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, TemplateFileError,
+    MAX_TEXT_JSON_BYTES,
 };
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
@@ -33,19 +33,18 @@ pub struct CompiledRoute {
 impl Routes {
     /// Reads and compiles each route's payload template (the built-in one when none is named);
     /// the error names the file and, for a syntax error, the line.
-    pub fn compile(routes: &[Arc<Route>]) -> anyhow::Result<Routes> {
+    pub fn compile(routes: &[Arc<Route>]) -> Result<Routes, RouteError> {
         let routes = routes
             .iter()
             .map(|route| {
                 let payload = match &route.payload_template {
                     Some(PayloadTemplateSource::File(path)) => compile_file(route, path)?,
                     Some(PayloadTemplateSource::Inline(text)) => {
-                        PayloadTemplate::from_text(text, "payload_template_inline").with_context(
-                            || {
-                                format!(
-                                    "payload_template_inline of the route for {}",
-                                    route.table_name()
-                                )
+                        PayloadTemplate::from_text(text, "payload_template_inline").map_err(
+                            |source| RouteError {
+                                key: "payload_template_inline",
+                                table: route.table_name(),
+                                source,
                             },
                         )?
                     }
@@ -56,7 +55,7 @@ impl Routes {
                     payload: Arc::new(payload),
                 })
             })
-            .collect::<anyhow::Result<_>>()?;
+            .collect::<Result<_, RouteError>>()?;
         Ok(Routes { routes })
     }
 
@@ -107,9 +106,23 @@ impl Routes {
     }
 }
 
-fn compile_file(route: &Route, path: &Path) -> anyhow::Result<PayloadTemplate> {
-    PayloadTemplate::from_file(path)
-        .with_context(|| format!("payload_template of the route for {}", route.table_name()))
+/// A route whose payload template could not be used: the key and the route, then the template
+/// and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{key} of the route for {table}")]
+pub struct RouteError {
+    /// `payload_template` or `payload_template_inline`.
+    key: &'static str,
+    table: String,
+    source: TemplateFileError,
+}
+
+fn compile_file(route: &Route, path: &Path) -> Result<PayloadTemplate, RouteError> {
+    PayloadTemplate::from_file(path).map_err(|source| RouteError {
+        key: "payload_template",
+        table: route.table_name(),
+        source,
+    })
 }
 
 /// What to do with an event.
@@ -207,9 +220,9 @@ enum Kept {
 
 /// A row's columns, as the webhook carried them or as the table gave them.
 trait Columns {
-    /// The column's value; `None` when the row has no such column; an error when its text is
-    /// no JSON value serde_json can hold (a number out of range, say).
-    fn get(&self, column: &str) -> Result<Option<Value>, String>;
+    /// The column's value; `None` when the row has no such column; [`PlanError::NotJson`] when
+    /// its text is no JSON value serde_json can hold (a number out of range, say).
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError>;
     /// The whole row as JSON text.
     fn whole(&self) -> Box<RawValue>;
     /// The names of the row's columns, sorted.
@@ -223,12 +236,14 @@ struct JsonColumns<'a> {
 }
 
 impl Columns for JsonColumns<'_> {
-    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
         self.fields
             .get(column)
             .map(|raw| serde_json::from_str(raw.get()))
             .transpose()
-            .map_err(|e| format!("`{column}`: {e}"))
+            .map_err(|e| PlanError::NotJson {
+                detail: format!("`{column}`: {e}"),
+            })
     }
 
     fn whole(&self) -> Box<RawValue> {
@@ -243,7 +258,7 @@ impl Columns for JsonColumns<'_> {
 }
 
 impl Columns for Map<String, Value> {
-    fn get(&self, column: &str) -> Result<Option<Value>, String> {
+    fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
         Ok(Map::get(self, column).cloned())
     }
 
@@ -376,11 +391,7 @@ impl CompiledRoute {
 
     fn plan(&self, record: &dyn Columns) -> Result<Plan, PlanError> {
         let route = &self.route;
-        let column = |name: &str| {
-            record
-                .get(name)
-                .map_err(|detail| PlanError::NotJson { detail })
-        };
+        let column = |name: &str| record.get(name);
         // The route names a column its table lacks: the row has every column (SPEC §4).
         let missing = |name: &str, key, id: Option<&RowId>| PlanError::MissingColumn {
             table: route.table_name(),
@@ -449,6 +460,19 @@ impl Plan {
 
     /// The `client_payload` to dispatch once the branch is claimed at `base`.
     pub fn client_payload(&self, base: &Base) -> Result<Map<String, Value>, PayloadError> {
+        self.render(base.branch.as_str(), base.sha.as_str())
+    }
+
+    /// The `client_payload` as `preview` shows it: the base, known only when the branch is
+    /// claimed, says where it will go.
+    pub fn preview_payload(&self) -> Result<Map<String, Value>, PayloadError> {
+        self.render(
+            "<default branch>",
+            "<head of the default branch when claimed>",
+        )
+    }
+
+    fn render(&self, base: &str, base_sha: &str) -> Result<Map<String, Value>, PayloadError> {
         let whole;
         let record = match &self.record {
             Kept::Columns(columns) => columns,
@@ -461,8 +485,8 @@ impl Plan {
         self.payload.render(&PayloadContext {
             id: self.id.as_str(),
             branch: self.branch.as_str(),
-            base: &base.branch,
-            base_sha: base.sha.as_str(),
+            base,
+            base_sha,
             repo: route.repo.to_string(),
             schema: &route.schema,
             table: &route.table,
@@ -493,6 +517,7 @@ mod tests {
     use super::*;
     use crate::event::EventKind;
     use crate::forge::Sha;
+    use crate::identity::RefName;
 
     fn routes() -> Routes {
         test_routes()
@@ -677,7 +702,7 @@ mod tests {
             json!({"id": "9", "message": "Hi"}),
         ));
         let base = Base {
-            branch: "main".into(),
+            branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();
@@ -699,7 +724,7 @@ mod tests {
             json!({"id": 1, "message": text}),
         ));
         let base = Base {
-            branch: "main".into(),
+            branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
         let payload = plan.client_payload(&base).unwrap();

@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use crate::db::Row;
 use crate::forge::{Branch, Sha};
 use crate::identity::{BranchName, BranchPrefix, RowId};
 use crate::pipeline::{CompiledRoute, Plan};
-use crate::rows::Row;
 
 /// What the forge already has for a route, keyed by what follows `{prefix}/`, so that the
 /// keys that start with an id are contiguous and [`RowId::owns_tail`] picks the row's own.
@@ -22,15 +22,15 @@ pub struct Known {
 impl Known {
     /// From the listing of the prefix's branches and the heads of the pull requests; names
     /// outside the prefix are left out.
-    pub fn new(prefix: &BranchPrefix, branches: Vec<Branch>, pull_heads: Vec<String>) -> Known {
+    pub fn new(prefix: &BranchPrefix, branches: Vec<Branch>, pull_heads: Vec<BranchName>) -> Known {
         Known {
             branches: branches
                 .into_iter()
-                .filter_map(|b| Some((prefix.tail(&b.name)?.to_owned(), b)))
+                .filter_map(|b| Some((prefix.tail(b.name.as_str())?.to_owned(), b)))
                 .collect(),
             pulls: pull_heads
                 .iter()
-                .filter_map(|head| prefix.tail(head).map(str::to_owned))
+                .filter_map(|head| prefix.tail(head.as_str()).map(str::to_owned))
                 .collect(),
         }
     }
@@ -99,7 +99,7 @@ pub fn classify(
         [] => Verdict::Run(plan),
         [only] if !pull && row.created_at < stale_before => {
             let prefix = &route.route.branch_prefix;
-            match BranchName::existing(prefix, &plan.id, &only.name) {
+            match BranchName::existing(prefix, &plan.id, only.name.as_str()) {
                 Some(branch) => Verdict::Suspect {
                     claimed_at: only.sha.clone(),
                     plan: plan.on_branch(branch),
@@ -127,18 +127,22 @@ mod tests {
             .clone()
     }
 
-    fn branch(name: &str) -> Branch {
-        Branch {
-            name: name.into(),
-            sha: Sha::new(format!("sha-of-{name}")),
-        }
-    }
-
+    /// The forge's listing: a branch outside the prefix is not in it.
     fn known(branches: &[&str], pulls: &[&str]) -> Known {
+        let prefix = &route().route.branch_prefix;
+        let listed = |name: &&str| BranchName::listed(prefix, name);
         Known::new(
-            &route().route.branch_prefix,
-            branches.iter().map(|b| branch(b)).collect(),
-            pulls.iter().map(|p| (*p).to_owned()).collect(),
+            prefix,
+            branches
+                .iter()
+                .filter_map(|name| {
+                    Some(Branch {
+                        name: listed(name)?,
+                        sha: Sha::new(format!("sha-of-{name}")),
+                    })
+                })
+                .collect(),
+            pulls.iter().filter_map(listed).collect(),
         )
     }
 

@@ -18,12 +18,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
+use crate::db::{self, queue, Database, Misfit, Row};
 use crate::forge::{Base, Sha};
+use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pgmq::queue;
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
 use crate::reason::Reason;
-use crate::rows::{Misfit, Row, Rows};
 
 /// How a sweep runs.
 #[derive(Debug, Clone)]
@@ -55,9 +55,9 @@ pub struct RouteSummary {
     /// The ids of the rows that failed, with why.
     pub failures: Vec<Failed>,
     /// With `--dry-run`: the ids that would be dispatched.
-    pub would_dispatch: Vec<String>,
+    pub would_dispatch: Vec<RowId>,
     /// The dead claims found (re-dispatched unless `--dry-run`).
-    pub dead_claims: Vec<String>,
+    pub dead_claims: Vec<BranchName>,
     /// A queue route's rows whose message is still in the queue: the consumer's.
     pub in_queue: u64,
     /// A queue route's rows, newer than `archive_retention`, with no message in the queue or
@@ -84,10 +84,10 @@ pub enum Settled {
     MergedBefore,
     Dispatched,
     /// `--dry-run`: the row would be dispatched.
-    WouldDispatch(String),
+    WouldDispatch(RowId),
     /// A branch still at its base: re-dispatched, or (with `--dry-run`) not.
     DeadClaim {
-        branch: String,
+        branch: BranchName,
         redispatched: bool,
     },
     Failed(Failed),
@@ -157,7 +157,7 @@ pub struct Progress {
 /// its summary and does not keep the others from being swept.
 pub async fn sweep(
     routes: &Routes,
-    rows: &Rows,
+    rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
     progress: &(dyn Fn(Progress) + Sync),
@@ -173,7 +173,13 @@ pub async fn sweep(
             summary.error = Some(format!("{e:#}"));
             summary.reason = e
                 .chain()
-                .any(|cause| matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_))))
+                .any(|cause| {
+                    matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_)))
+                        || matches!(
+                            cause.downcast_ref(),
+                            Some(db::Error::Table(Misfit::MissingColumn(_)))
+                        )
+                })
                 .then(|| Reason::MissingColumn.as_str());
         }
         pipeline.metrics().reconcile_run(if swept.is_ok() {
@@ -188,7 +194,7 @@ pub async fn sweep(
 
 async fn sweep_route(
     compiled: &CompiledRoute,
-    rows: &Rows,
+    rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
     progress: &(dyn Fn(Progress) + Sync),
@@ -209,7 +215,7 @@ async fn sweep_route(
             .await
             .context("listing branches")?,
         forge
-            .pull_request_heads(&route.repo, since)
+            .pull_request_heads(&route.repo, &route.branch_prefix, since)
             .await
             .context("listing pull requests")?,
     );
@@ -286,7 +292,7 @@ enum Queued {
 
 impl QueueView {
     async fn load(
-        rows: &Rows,
+        rows: &Database,
         route: &Route,
         pgmq: &PgmqSettings,
         since: chrono::DateTime<chrono::Utc>,
@@ -372,7 +378,7 @@ impl Apply<'_> {
             Verdict::Handled => Settled::Handled,
             Verdict::MergedBefore => Settled::MergedBefore,
             Verdict::Failed { id, error } => Settled::Failed(Failed { id, error }),
-            Verdict::Run(plan) => Settled::WouldDispatch(plan.id.to_string()),
+            Verdict::Run(plan) => Settled::WouldDispatch(plan.id),
             Verdict::Suspect { plan, claimed_at } => self.suspect(plan, claimed_at).await?,
         })
     }
@@ -408,7 +414,7 @@ impl Apply<'_> {
         if ahead > 0 {
             return Ok(Settled::Handled);
         }
-        let branch = plan.branch.to_string();
+        let branch = plan.branch.clone();
         if self.dry_run {
             return Ok(Settled::DeadClaim {
                 branch,
@@ -492,7 +498,7 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
         if dry_run && !s.would_dispatch.is_empty() {
-            out += &format!("  would dispatch: {}\n", s.would_dispatch.join(", "));
+            out += &format!("  would dispatch: {}\n", joined(&s.would_dispatch));
         }
         if !s.dead_claims.is_empty() {
             let verb = if dry_run {
@@ -500,7 +506,7 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             } else {
                 "re-dispatched"
             };
-            out += &format!("  dead claims {verb}: {}\n", s.dead_claims.join(", "));
+            out += &format!("  dead claims {verb}: {}\n", joined(&s.dead_claims));
         }
         if s.in_queue > 0 {
             out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);
@@ -513,4 +519,13 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         }
     }
     out
+}
+
+/// Names or ids, `, `-separated.
+fn joined(items: &[impl std::fmt::Display]) -> String {
+    items
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

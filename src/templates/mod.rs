@@ -8,9 +8,7 @@ pub mod setup;
 pub mod workflow;
 
 use std::collections::BTreeSet;
-use std::path::Path;
-
-use anyhow::Context;
+use std::path::{Path, PathBuf};
 
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
@@ -71,6 +69,24 @@ pub struct PayloadContext<'a> {
     pub record: &'a Map<String, Value>,
 }
 
+/// Why a user's payload template could not be used: the file (or, for one in the config, where
+/// it is), then what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateFileError {
+    #[error("cannot read {}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}", path.display())]
+    Invalid { path: PathBuf, source: PayloadError },
+    #[error("{origin}")]
+    InvalidText {
+        origin: String,
+        source: PayloadError,
+    },
+}
+
 /// Why a payload cannot be sent; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
@@ -102,18 +118,29 @@ impl PayloadTemplate {
 
     /// Reads and compiles a user's template; the message names the file, and the line of a
     /// syntax error.
-    pub fn from_file(path: &Path) -> anyhow::Result<PayloadTemplate> {
-        let source = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        PayloadTemplate::compile(source, path.display().to_string())
-            .with_context(|| path.display().to_string())
+    pub fn from_file(path: &Path) -> Result<PayloadTemplate, TemplateFileError> {
+        let source =
+            std::fs::read_to_string(path).map_err(|source| TemplateFileError::Unreadable {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        PayloadTemplate::compile(source, path.display().to_string()).map_err(|source| {
+            TemplateFileError::Invalid {
+                path: path.to_path_buf(),
+                source,
+            }
+        })
     }
 
     /// Compiles a template carried in the config itself (`payload_template_inline`); the
     /// message names `origin`, and the line of a syntax error.
-    pub fn from_text(source: &str, origin: &str) -> anyhow::Result<PayloadTemplate> {
-        PayloadTemplate::compile(source.to_owned(), origin.to_owned())
-            .with_context(|| origin.to_owned())
+    pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
+        PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
+            TemplateFileError::InvalidText {
+                origin: origin.to_owned(),
+                source,
+            }
+        })
     }
 
     fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {

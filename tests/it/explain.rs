@@ -540,11 +540,17 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
         "msg_id": first,
         "message": serde_json::from_str::<Value>(&body).unwrap(),
     });
-    let dead_id =
-        rowbranch::pgmq::queue::dead_letter(&db.client, &queue, &dead, first, &letter.to_string())
-            .await
-            .unwrap()
-            .expect("dead-lettered");
+    let names = |name: &str| rowbranch::identity::QueueName::parse(name).unwrap();
+    let dead_id = rowbranch::db::queue::dead_letter(
+        &db.client,
+        &names(&queue),
+        &names(&dead),
+        first,
+        &letter.to_string(),
+    )
+    .await
+    .unwrap()
+    .expect("dead-lettered");
 
     let dir = tempfile::tempdir().unwrap();
     rowbranch::forge::local::create_repository(&dir.path().join("repo.git"))

@@ -13,7 +13,7 @@ use http::Request;
 use proptest::prelude::*;
 use rowbranch::config::Config;
 use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
-use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId, Slug};
+use rowbranch::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId, Slug};
 use rowbranch::startup::{self, Application, Env, Listen, Mode};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature, WebhookSecrets};
 use rowbranch::webhook::payload;
@@ -46,7 +46,7 @@ impl Forge for Recording {
     }
     async fn base(&self, _: &RepoName) -> Result<Base, ForgeError> {
         Ok(Base {
-            branch: "main".into(),
+            branch: RefName::parse("main").unwrap(),
             sha: Sha::new("0".repeat(40)),
         })
     }
@@ -72,8 +72,9 @@ impl Forge for Recording {
     async fn pull_request_heads(
         &self,
         _: &RepoName,
+        _: &BranchPrefix,
         _: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         Ok(Vec::new())
     }
     async fn ahead_by(&self, _: &RepoName, _: &Base, _: &BranchName) -> Result<u64, ForgeError> {

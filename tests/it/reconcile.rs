@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
+use rowbranch::db::Database;
 use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
-use rowbranch::rows::Rows;
 use rowbranch::startup;
 use tokio::process::Command;
 
@@ -88,7 +88,7 @@ fn options() -> SweepOptions {
 }
 
 async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
-    let rows = Rows::connect(config.database_url.as_ref().unwrap().expose())
+    let rows = Database::connect(config.database_url.as_ref().unwrap().expose())
         .await
         .unwrap();
     let shared = startup::Shared::default();
@@ -237,7 +237,7 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let url = or_skip!(database_url());
     let fake = fake().await;
     let config = config(&fake, "no_such_schema", &url);
-    let rows = Rows::connect(&url).await.unwrap();
+    let rows = Database::connect(&url).await.unwrap();
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared).await.unwrap();
     let pipeline = startup::pipeline(&config, forge, &shared);

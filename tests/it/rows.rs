@@ -1,4 +1,4 @@
-//! `rowbranch::rows` against a real PostgreSQL: keyset pages in the columns' own types, names that
+//! `rowbranch::db` against a real PostgreSQL: keyset pages in the columns' own types, names that
 //! need quoting, errors that name what is missing, `by_id`, the record's JSON, a 200,000-row
 //! table, and TLS with a CA of our own.
 //!
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
 use rowbranch::config::{Config, Route};
-use rowbranch::rows::{Row, Rows};
+use rowbranch::db::{Database as Rows, Row};
 use serde_json::{json, Value};
 
 use crate::support::db::{admin_config, column, connect, TestSchema};

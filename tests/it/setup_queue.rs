@@ -9,7 +9,7 @@
 //! why and passes, except under `CI=true`, where it fails.
 //!
 //! Who may do what is in `privileges`, the quoting in `quoting`, and the check of
-//! `src/pgmq/signatures-1.4.4.txt` against this pgmq in `signatures`.
+//! `src/db/signatures-1.4.4.txt` against this pgmq in `signatures`.
 
 use std::collections::BTreeSet;
 

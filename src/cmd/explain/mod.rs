@@ -23,11 +23,11 @@ use self::verdict::Facts;
 use super::Failure;
 use crate::cli::ExplainArgs;
 use crate::config::{process_env, Config, ForgeSettings, Intake, Route};
+use crate::db::Row;
 use crate::doctor::quietly;
 use crate::forge::Forge;
 use crate::identity::{BranchName, RowId};
 use crate::pipeline::{CompiledRoute, Plan};
-use crate::rows::Row;
 use crate::startup;
 
 /// How long one GitHub read may go on retrying: someone is waiting at a terminal.
@@ -42,7 +42,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     if let ForgeSettings::Github(github) = &mut config.forge {
         github.retry_budget = github.retry_budget.min(RETRY_BUDGET);
     }
-    let routes = startup::routes(&config).map_err(Failure::Usage)?;
+    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
     let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
         Failure::Usage(anyhow!(
@@ -54,7 +54,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await
-        .map_err(Failure::Usage)?;
+        .map_err(|e| Failure::Usage(e.into()))?;
     let report = quietly(explain(&config, &compiled, forge.as_ref(), &args.id)).await;
     if args.json {
         let json = serde_json::to_string_pretty(&report).context("the report to JSON")?;

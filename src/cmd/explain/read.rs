@@ -9,11 +9,11 @@ use chrono::{DateTime, Utc};
 use super::report::{BaseView, BranchView, ForgeView, Part, QueueView, Unreachable};
 use super::Lookup;
 use crate::config::{Config, ForgeSettings, Route};
+use crate::db::queue;
+use crate::db::Database;
 use crate::forge::{Forge, ForgeError, Listing};
 use crate::identity::{BranchName, RowId};
-use crate::pgmq::queue;
 use crate::reconcile;
-use crate::rows::Rows;
 
 /// How long the database may take to accept the connection: a host that drops packets would
 /// otherwise hold the terminal for the system's TCP timeout.
@@ -21,11 +21,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Reads the row as `redo` does (the id bound in the id column's own type), and the id as the
 /// column types it, for naming a row that is not there. The connection is kept for the queue.
-pub(super) async fn read_row(config: &Config, route: &Route, id: &str) -> (Option<Rows>, Lookup) {
+pub(super) async fn read_row(
+    config: &Config,
+    route: &Route,
+    id: &str,
+) -> (Option<Database>, Lookup) {
     let Some(url) = &config.database_url else {
         return (None, Lookup::NotRead);
     };
-    let rows = match tokio::time::timeout(CONNECT_TIMEOUT, Rows::connect(url.expose())).await {
+    let rows = match tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(url.expose())).await {
         Ok(Ok(rows)) => rows,
         Ok(Err(e)) => {
             let error = format!("connecting to DATABASE_URL: {e:#}");
@@ -121,7 +125,10 @@ pub(super) async fn read_forge(
     match branches {
         Ok(branches) => {
             for branch in branches {
-                let ahead_by = match (&base, BranchName::existing(prefix, id, &branch.name)) {
+                let ahead_by = match (
+                    &base,
+                    BranchName::existing(prefix, id, branch.name.as_str()),
+                ) {
                     (Some(base), Some(name)) => match forge.ahead_by(repo, base, &name).await {
                         Ok(ahead) => Some(ahead),
                         Err(e) => {
@@ -133,7 +140,7 @@ pub(super) async fn read_forge(
                     _ => None,
                 };
                 view.branches.push(BranchView {
-                    name: branch.name,
+                    name: branch.name.to_string(),
                     sha: branch.sha.to_string(),
                     ahead_by,
                 });
@@ -142,7 +149,7 @@ pub(super) async fn read_forge(
         Err(e) => failed(&mut view, labelled("listing the row's branches", &e)),
     }
     view.base = base.map(|b| BaseView {
-        branch: b.branch,
+        branch: b.branch.to_string(),
         sha: b.sha.to_string(),
     });
     view
@@ -222,7 +229,7 @@ fn permission_words(needs: &str) -> String {
 pub(super) async fn read_queue(
     config: &Config,
     route: &Route,
-    rows: Option<&Rows>,
+    rows: Option<&Database>,
     lookup: &Lookup,
     unreachable: &mut Vec<Unreachable>,
 ) -> QueueView {
@@ -248,8 +255,8 @@ pub(super) async fn read_queue(
     };
     let read = queue::row_messages(
         rows.client(),
-        config.pgmq.queue.as_str(),
-        config.pgmq.dead_letter.as_str(),
+        &config.pgmq.queue,
+        &config.pgmq.dead_letter,
         &route.schema,
         &route.table,
         &route.id_column,
@@ -262,11 +269,7 @@ pub(super) async fn read_queue(
             view.messages = messages;
         }
         Err(e) => {
-            let error = format!(
-                "reading the queue {}: {}",
-                config.pgmq.queue,
-                crate::rows::describe(&e)
-            );
+            let error = format!("reading the queue {}: {}", config.pgmq.queue, e.describe());
             view.status = "unreachable";
             view.detail = Some(error.clone());
             unreachable.push(Unreachable {

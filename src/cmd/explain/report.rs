@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use crate::db::queue::RowMessage;
 use crate::forge::{PullRequest, WorkflowRun};
-use crate::pgmq::queue::RowMessage;
 
 /// The version of the JSON shape: raised when a key changes meaning or goes away (new keys may
 /// be added without it).

@@ -9,11 +9,11 @@ use super::report::{ForgeView, QueueView, Verdict};
 use super::Lookup;
 use crate::cmd::redo::free_branch;
 use crate::config::{Config, Route};
+use crate::db::Row;
 use crate::forge::{Branch, Sha};
 use crate::identity::BranchName;
 use crate::pipeline::{CompiledRoute, Plan};
 use crate::reconcile::{self, classify, Known};
-use crate::rows::Row;
 
 /// What the verdicts are made from.
 pub(super) struct Facts<'a> {
@@ -174,9 +174,11 @@ impl Facts<'_> {
             .forge
             .branches
             .iter()
-            .map(|b| Branch {
-                name: b.name.clone(),
-                sha: Sha::new(b.sha.clone()),
+            .filter_map(|b| {
+                Some(Branch {
+                    name: BranchName::listed(&route.branch_prefix, &b.name)?,
+                    sha: Sha::new(b.sha.clone()),
+                })
             })
             .collect();
         let heads = self
@@ -184,7 +186,7 @@ impl Facts<'_> {
             .pull_requests
             .items
             .iter()
-            .map(|p| p.head.clone())
+            .filter_map(|p| BranchName::listed(&route.branch_prefix, &p.head))
             .collect();
         let known = Known::new(&route.branch_prefix, branches, heads);
         let stale_after = self.config.reconcile.stale_claim_after;

@@ -25,7 +25,7 @@ use super::retry::{classify, Attempt, Cause, Stop};
 use super::transport::{self, REQUEST_TIMEOUT};
 use super::wire;
 use crate::config::PaceSettings;
-use crate::forge::ForgeError;
+use crate::forge::{ForgeError, OpenError};
 use crate::identity::RepoName;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -395,7 +395,7 @@ impl Apps {
     /// Builds the App's client: JWT from `app_id` and the PEM key (which must sign one here,
     /// as every request will), timeouts set, no redirects and no retries of octocrab's own
     /// (they would re-send a dispatch).
-    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> anyhow::Result<Apps> {
+    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
         let key = signing_key(AppId(app_id), pem)?;
         let app = transport::client(
             api_url,

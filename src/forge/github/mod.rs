@@ -28,9 +28,11 @@ use self::client::{
     empty_repository, encode_path, not_found, Apps, Installation, Limits, Operation,
 };
 use self::retry::{Attempt, Cause, RetryPolicy, Stop};
-use super::{Base, Branch, Claim, Forge, ForgeError, Listing, PullRequest, Sha, WorkflowRun};
+use super::{
+    Base, Branch, Claim, Forge, ForgeError, Listing, OpenError, PullRequest, Sha, WorkflowRun,
+};
 use crate::config::{GithubSettings, PrivateKeySource};
-use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
@@ -71,16 +73,15 @@ impl GithubForge {
         settings: &GithubSettings,
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
-    ) -> anyhow::Result<GithubForge> {
+    ) -> Result<GithubForge, OpenError> {
         let pem = match &settings.key {
             PrivateKeySource::Pem(pem) => pem.clone(),
-            PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read the GitHub App private key {}: {e} (set [github] \
-                     private_key_path, or GITHUB_APP_PRIVATE_KEY to the PEM text)",
-                    path.display()
-                )
-            })?,
+            PrivateKeySource::File(path) => {
+                std::fs::read_to_string(path).map_err(|cause| OpenError::KeyUnreadable {
+                    path: path.clone(),
+                    cause,
+                })?
+            }
         };
         let limits = Limits {
             pace: settings.pace,
@@ -122,7 +123,7 @@ impl GithubForge {
 
     /// The default branch's name, read from the repository.
     /// (https://docs.github.com/rest/repos/repos#get-a-repository)
-    async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<String> {
+    async fn default_branch(installation: &Installation, repo: &RepoName) -> Attempt<RefName> {
         let reply = installation
             .send(
                 Operation::GetRepo,
@@ -132,7 +133,14 @@ impl GithubForge {
             )
             .await?;
         match reply.status.as_u16() {
-            200 => Ok(reply.json::<wire::Repo>()?.default_branch),
+            200 => {
+                let name = reply.json::<wire::Repo>()?.default_branch;
+                RefName::parse(&name).map_err(|e| {
+                    Stop::Fail(ForgeError::Refused {
+                        message: format!("the default branch of {repo}: {e}"),
+                    })
+                })
+            }
             404 => Err(not_found(repo, &reply)),
             _ => reply.unexpected(),
         }
@@ -173,6 +181,7 @@ impl GithubForge {
         &self,
         what: &str,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         first: &str,
     ) -> Result<Vec<Branch>, ForgeError> {
         self.read(what, repo, |installation| async move {
@@ -184,8 +193,9 @@ impl GithubForge {
                 first,
                 |refs: Vec<wire::Ref>| {
                     found.extend(refs.into_iter().filter_map(|r| {
+                        let name = r.name.strip_prefix("refs/heads/")?;
                         Some(Branch {
-                            name: r.name.strip_prefix("refs/heads/")?.to_owned(),
+                            name: BranchName::listed(prefix, name)?,
                             sha: r.object.sha,
                         })
                     }));
@@ -211,11 +221,11 @@ impl Forge for GithubForge {
     ) -> Result<Vec<BranchName>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
         let refs = self
-            .matching_refs("listing the row's branches", repo, &path)
+            .matching_refs("listing the row's branches", repo, prefix, &path)
             .await?;
         Ok(refs
             .iter()
-            .filter_map(|b| BranchName::existing(prefix, id, &b.name))
+            .filter_map(|b| BranchName::existing(prefix, id, b.name.as_str()))
             .collect())
     }
 
@@ -282,7 +292,7 @@ impl Forge for GithubForge {
                         Some(known) => known,
                         None => (Self::default_branch(&installation, repo).await?, Instant::now()),
                     };
-                    match Self::branch_sha(&installation, repo, &branch).await? {
+                    match Self::branch_sha(&installation, repo, branch.as_str()).await? {
                         Some(sha) => Ok((Base { branch, sha }, branch_read)),
                         None => Err(Stop::Fail(ForgeError::Refused {
                             message: format!("the default branch `{branch}` of {repo} does not exist: push a first commit"),
@@ -470,7 +480,7 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/");
-        self.matching_refs("listing the prefix's branches", repo, &path)
+        self.matching_refs("listing the prefix's branches", repo, prefix, &path)
             .await
     }
 
@@ -481,8 +491,9 @@ impl Forge for GithubForge {
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
+        prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
+    ) -> Result<Vec<BranchName>, ForgeError> {
         self.read("listing pull requests", repo, |installation| async move {
             let first =
                 format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
@@ -498,7 +509,7 @@ impl Forge for GithubForge {
                         pulls
                             .into_iter()
                             .filter(|p| p.created_at >= since && p.head.is_in(repo))
-                            .map(|p| p.head.name),
+                            .filter_map(|p| BranchName::listed(prefix, &p.head.name)),
                     );
                     !older
                 },
@@ -520,7 +531,7 @@ impl Forge for GithubForge {
         self.read("comparing with the base", repo, |installation| async move {
             let path = format!(
                 "/repos/{repo}/compare/{}...{}",
-                encode_path(&base.branch),
+                encode_path(base.branch.as_str()),
                 encode_path(branch.as_str())
             );
             let reply = installation
@@ -545,11 +556,11 @@ impl Forge for GithubForge {
     ) -> Result<Vec<Branch>, ForgeError> {
         let path = format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{id}");
         let refs = self
-            .matching_refs("listing the row's branches", repo, &path)
+            .matching_refs("listing the row's branches", repo, prefix, &path)
             .await?;
         Ok(refs
             .into_iter()
-            .filter(|b| prefix.owns(id, &b.name))
+            .filter(|b| prefix.owns(id, b.name.as_str()))
             .collect())
     }
 

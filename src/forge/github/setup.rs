@@ -3,17 +3,17 @@
 //! account type of a repository's owner and the manifest conversion that finishes creating the
 //! App.
 
-use std::collections::BTreeMap;
-
 use base64::Engine;
 use http::Method;
 
 use super::client::{encode_path, encode_query, send, Operation, Reply};
 use super::transport;
-use super::wire::{Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp};
+use super::wire::{
+    Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp, Permissions,
+};
 use super::GithubForge;
 use crate::forge::ForgeError;
-use crate::identity::RepoName;
+use crate::identity::{RefName, RepoName};
 
 fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
     if reply.status.is_success() {
@@ -42,7 +42,7 @@ pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
 pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
-) -> Result<BTreeMap<String, String>, ForgeError> {
+) -> Result<Permissions, ForgeError> {
     let path = format!("/repos/{repo}/installation");
     let reply = forge
         .apps
@@ -65,14 +65,14 @@ pub async fn installation_permissions(
 pub async fn workflows(
     forge: &GithubForge,
     repo: &RepoName,
-    branch: &str,
+    branch: &RefName,
 ) -> Result<Vec<(String, String)>, ForgeError> {
     let installation = forge
         .apps
         .installation(repo)
         .await
         .map_err(ForgeError::from)?;
-    let at = encode_query(branch);
+    let at = encode_query(branch.as_str());
     let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
     let reply = installation
         .send(Operation::GetContents, Method::GET, &path, None::<&()>)
@@ -113,7 +113,7 @@ pub async fn workflows(
 
 /// A client without credentials, for the two calls `init` makes before the App exists.
 fn anonymous(api_url: &str) -> Result<octocrab::Octocrab, ForgeError> {
-    transport::client(api_url, octocrab::AuthState::None).map_err(ForgeError::Other)
+    transport::client(api_url, octocrab::AuthState::None).map_err(|e| ForgeError::Other(e.into()))
 }
 
 /// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can

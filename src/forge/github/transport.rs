@@ -15,12 +15,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use http::header::{HeaderValue, ACCEPT, USER_AGENT};
 use http::{HeaderName, Request};
 use octocrab::service::middleware::base_uri::BaseUriLayer;
 use octocrab::{AuthState, OctoBody, Octocrab, OctocrabBuilder};
 use tower::util::MapRequestLayer;
+
+use crate::forge::{with_causes, OpenError};
 
 /// rowbranch and its version: GitHub asks for the application's name, and refuses a request
 /// without a `User-Agent`.
@@ -40,17 +41,20 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// A client for the API at `api_url` with `auth`: the App's JWT (`AuthState::App`), or none.
 /// An installation's client is made from the App's (`installation_builder`) and shares its
 /// stack, headers included.
-pub fn client(api_url: &str, auth: AuthState) -> anyhow::Result<Octocrab> {
-    let base: http::Uri = api_url
-        .parse()
-        .with_context(|| format!("api_url `{api_url}` is not a URL"))?;
+pub fn client(api_url: &str, auth: AuthState) -> Result<Octocrab, OpenError> {
+    let base: http::Uri = api_url.parse().map_err(|e| OpenError::ApiUrl {
+        api_url: api_url.to_owned(),
+        cause: with_causes(&e),
+    })?;
     // The process's provider when one is installed, else ring: what octocrab picks.
     let provider = rustls::crypto::CryptoProvider::get_default()
         .cloned()
         .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_native_roots(provider)
-        .context("no TLS roots for GitHub's certificate")?
+        .map_err(|e| OpenError::TlsRoots {
+            cause: with_causes(&e),
+        })?
         // Plain HTTP too: a GitHub Enterprise Server behind a proxy, or a test's server.
         .https_or_http()
         .enable_http1()
@@ -68,7 +72,9 @@ pub fn client(api_url: &str, auth: AuthState) -> anyhow::Result<Octocrab> {
         .with_layer(&BaseUriLayer::new(base))
         .with_auth(auth)
         .build()
-        .context("could not build the GitHub client")?;
+        .map_err(|e| OpenError::Client {
+            cause: with_causes(&e),
+        })?;
     Ok(client)
 }
 

@@ -8,6 +8,9 @@ use serde::Deserialize;
 use crate::forge::Sha;
 use crate::identity::RepoName;
 
+/// An installation's permissions: each one's name and level (`contents` → `write`).
+pub type Permissions = BTreeMap<String, String>;
+
 /// `GET /repos/{o}/{r}`.
 #[derive(Deserialize)]
 pub struct Repo {
@@ -98,7 +101,7 @@ pub struct WorkflowRun {
 pub struct InstallationFound {
     pub id: u64,
     #[serde(default)]
-    pub permissions: BTreeMap<String, String>,
+    pub permissions: Permissions,
 }
 
 /// The App, as `GET /app` describes it.

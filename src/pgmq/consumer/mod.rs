@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 
 use super::holds::{Holds, Taken, Token};
-use super::queue::{self, Message};
 use crate::config::{DatabaseUrl, PgmqSettings};
+use crate::db::queue::{self, Message};
+use crate::db::{self, Database, Reachability, Unreachable};
+use crate::identity::QueueName;
 use crate::pipeline::{Pipeline, Routes};
-use crate::rows::{Reachability, Rows};
 use crate::shutdown::Shutdown;
 
 /// About how many bytes of messages one read may bring in, so that a queue of big rows is read
@@ -63,7 +64,7 @@ pub struct Consumer {
 /// The database connection, if there is one.
 #[derive(Default)]
 struct Link {
-    rows: Option<Arc<Rows>>,
+    database: Option<Arc<Database>>,
     /// Connections opened so far: any after the first is a reconnection.
     opened: usize,
 }
@@ -88,7 +89,7 @@ impl Consumer {
         })
     }
 
-    fn queue(&self) -> &str {
+    fn queue(&self) -> &QueueName {
         &self.settings.pgmq.queue
     }
 
@@ -97,37 +98,41 @@ impl Consumer {
     }
 
     /// The connection, made when there is none (or it ended).
-    async fn db(&self) -> anyhow::Result<Arc<Rows>> {
+    async fn db(&self) -> db::Result<Arc<Database>> {
         let mut link = self.link.lock().await;
-        if let Some(rows) = link.rows.as_ref().filter(|rows| !rows.is_closed()) {
-            return Ok(Arc::clone(rows));
+        if let Some(database) = link.database.as_ref().filter(|d| !d.is_closed()) {
+            return Ok(Arc::clone(database));
         }
-        link.rows = None;
-        match Rows::connect(self.settings.url.expose()).await {
-            Ok(rows) => {
-                let rows = Arc::new(rows);
-                link.rows = Some(Arc::clone(&rows));
+        link.database = None;
+        match Database::connect(self.settings.url.expose()).await {
+            Ok(database) => {
+                let database = Arc::new(database);
+                link.database = Some(Arc::clone(&database));
                 link.opened += 1;
                 self.reachability.set(Ok(()));
                 if link.opened > 1 {
-                    tracing::info!(queue = self.queue(), "connected to the database again");
+                    tracing::info!(
+                        queue = self.queue().as_str(),
+                        "connected to the database again"
+                    );
                 }
-                Ok(rows)
+                Ok(database)
             }
             Err(e) => {
-                self.reachability.set(Err(format!("{e:#}")));
+                self.reachability.set(Err(Unreachable(e.to_string())));
                 Err(e)
             }
         }
     }
 
     /// Forgets the connection after a failed statement, if the connection is what failed.
-    async fn failed(&self, e: &tokio_postgres::Error) {
+    async fn failed(&self, e: &db::Error) {
         let mut link = self.link.lock().await;
-        if link.rows.as_ref().is_some_and(|rows| rows.is_closed()) || e.is_closed() {
-            link.rows = None;
-            self.reachability
-                .set(Err(format!("the database connection ended: {e}")));
+        if link.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
+            link.database = None;
+            self.reachability.set(Err(Unreachable(format!(
+                "the database connection ended: {e}"
+            ))));
         }
     }
 
@@ -151,12 +156,12 @@ impl Consumer {
                         .await
                         .map_err(|e| (Some(e), String::new()))
                 }
-                Err(e) => Err((None, format!("{e:#}"))),
+                Err(e) => Err((None, e.to_string())),
             };
             match read {
                 Ok(messages) => {
                     if failures > 0 {
-                        tracing::info!(queue = self.queue(), "reading the queue again");
+                        tracing::info!(queue = self.queue().as_str(), "reading the queue again");
                     }
                     failures = 0;
                     if messages.is_empty() {
@@ -175,7 +180,7 @@ impl Consumer {
                     let detail = error.map_or(detail, |e| e.to_string());
                     // Said once, then again only now and then: an outage is one event.
                     if failures == 1 || failures.is_power_of_two() {
-                        tracing::warn!(queue = self.queue(), error = %detail, attempts = failures,
+                        tracing::warn!(queue = self.queue().as_str(), error = %detail, attempts = failures,
                             retry_in_ms = wait.as_millis() as u64,
                             "cannot read the queue; the rows wait in it");
                     }
@@ -277,7 +282,7 @@ impl Consumer {
         let mut forgot: Option<Instant> = None;
         loop {
             if let Ok(db) = self.db().await {
-                for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                for name in [self.queue(), &self.settings.pgmq.dead_letter] {
                     if let Ok((depth, age)) = queue::metrics(db.client(), name).await {
                         self.pipeline.metrics().pgmq_queue(name, depth, age);
                     }
@@ -286,17 +291,17 @@ impl Consumer {
                     // Both archives hold whole rows: the queue's, and the dead letters redriven.
                     let retention = self.settings.pgmq.archive_retention.as_secs_f64();
                     let mut all = true;
-                    for name in [self.queue(), self.settings.pgmq.dead_letter.as_str()] {
+                    for name in [self.queue(), &self.settings.pgmq.dead_letter] {
                         match queue::forget_archived(db.client(), name, retention).await {
                             Ok(gone) if gone > 0 => tracing::info!(
-                                queue = name,
+                                queue = name.as_str(),
                                 messages = gone,
                                 "deleted archived messages past archive_retention"
                             ),
                             Ok(_) => {}
                             Err(e) => {
                                 all = false;
-                                tracing::warn!(queue = name, error = %e, "could not delete old archived messages");
+                                tracing::warn!(queue = name.as_str(), error = %e, "could not delete old archived messages");
                             }
                         }
                     }

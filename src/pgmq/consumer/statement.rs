@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::Consumer;
+use crate::db::queue::{self, Message};
+use crate::db::{self, Database};
 use crate::metrics::MessageResult;
 use crate::pgmq::holds::Deferred;
-use crate::pgmq::queue::{self, Message};
 use crate::pgmq::settle::DeadReason;
-use crate::rows::{describe, Rows};
 
 /// The statement that settles a message, once any dispatch again has been made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -141,18 +141,18 @@ impl Consumer {
     /// logged with its SQLSTATE and the message is read again when its lease lapses.
     async fn statement_failed(
         &self,
-        e: &tokio_postgres::Error,
+        e: &db::Error,
         message: &Message,
         read_ct: i32,
         statement: &Statement,
         route: &str,
     ) -> Settled {
         self.failed(e).await;
-        if transient(e) {
+        if e.transient() {
             return self.defer(message, read_ct, statement, route);
         }
         tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
-            error = %describe(e), "a queue message's settle failed; it is read again when its lease lapses");
+            error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
         Settled::Retried
     }
 
@@ -186,7 +186,7 @@ impl Consumer {
     /// renewed) under the read it was kept with: a message another reader took meanwhile is
     /// left to it. An archive of a message archived already answers false, and a dead letter
     /// is sent only with its archive: done, either way, and nothing twice.
-    pub(super) async fn settle_deferred(&self, db: &Rows) {
+    pub(super) async fn settle_deferred(&self, db: &Database) {
         for item in self.holds.take_deferred() {
             let client = db.client();
             let done = match queue::renew(
@@ -228,12 +228,12 @@ impl Consumer {
                         "settled a queue message after reconnecting"
                     );
                 }
-                Err(e) if transient(&e) => {
+                Err(e) if e.transient() => {
                     self.failed(&e).await;
                     self.holds.defer(item);
                 }
                 Err(e) => tracing::error!(msg_id = item.id, code = e.code().map(|c| c.code()),
-                    error = %describe(&e), "a queue message's settle failed again; it is read again when its lease lapses"),
+                    error = %e.describe(), "a queue message's settle failed again; it is read again when its lease lapses"),
             }
         }
     }
@@ -251,24 +251,6 @@ fn letter(reason: DeadReason, message: &Message) -> String {
 fn whole_seconds(wait: Duration) -> i32 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
-}
-
-/// Whether a statement failed for a passing reason, worth making again as it is: the
-/// connection closed or the server ended the session (SQLSTATE classes 08 and 57), a deadlock
-/// or a serialization failure (40), the server short of resources (53), a lock not available
-/// (55P03) — rather than for what it asked (a privilege, a missing queue).
-fn transient(e: &tokio_postgres::Error) -> bool {
-    if e.is_closed() {
-        return true;
-    }
-    let Some(code) = e.code() else {
-        return true;
-    };
-    let code = code.code();
-    ["08", "57", "40", "53"]
-        .iter()
-        .any(|class| code.starts_with(class))
-        || code == "55P03"
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `src/pgmq/signatures-1.4.4.txt` against the pgmq installed here: every function it lists
+//! `src/db/signatures-1.4.4.txt` against the pgmq installed here: every function it lists
 //! resolves when called with its arguments cast as listed (and without those that have a
 //! default), and returns the columns listed; on a pgmq 1.4.4, the list is exactly what
 //! pg_catalog says.
@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 
-/// One line of `src/pgmq/signatures-1.4.4.txt`.
+/// One line of `src/db/signatures-1.4.4.txt`.
 #[derive(Debug)]
 enum Signature {
     /// name, argument types (without defaults), how many of them have one, the result type.
@@ -17,8 +17,8 @@ enum Signature {
 }
 
 fn signatures() -> (String, Vec<Signature>) {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/pgmq/signatures-1.4.4.txt");
-    let text = std::fs::read_to_string(path).expect("src/pgmq/signatures-1.4.4.txt");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/db/signatures-1.4.4.txt");
+    let text = std::fs::read_to_string(path).expect("src/db/signatures-1.4.4.txt");
     let mut out = Vec::new();
     for line in text
         .lines()

@@ -276,9 +276,14 @@ impl Forge for FaultyForge {
     async fn pull_request_heads(
         &self,
         _repo: &RepoName,
+        prefix: &BranchPrefix,
         _since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<String>, ForgeError> {
-        Ok(self.state().pulls.clone())
+    ) -> Result<Vec<BranchName>, ForgeError> {
+        let pulls = &self.state().pulls;
+        Ok(pulls
+            .iter()
+            .filter_map(|head| BranchName::listed(prefix, head))
+            .collect())
     }
 
     async fn ahead_by(

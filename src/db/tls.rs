@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
@@ -13,6 +12,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ParsedCertificate;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+use super::{Error, Result};
 
 /// What `sslmode` and `sslrootcert` ask for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +49,7 @@ pub(super) fn tls_settings(
     sslmode: Option<&str>,
     sslrootcert: Option<&str>,
     home: Option<&Path>,
-) -> anyhow::Result<Tls> {
+) -> Result<Tls> {
     let roots = match sslrootcert.map(str::trim).filter(|r| !r.is_empty()) {
         None => None,
         Some("system") => Some(Roots::System),
@@ -68,20 +69,20 @@ pub(super) fn tls_settings(
         "verify-full",
     ];
     if !known.contains(&mode.as_str()) {
-        bail!(
+        return Err(Error::Url(format!(
             "DATABASE_URL: sslmode={mode:?} is not a mode PostgreSQL knows: use disable, prefer, \
              require, verify-ca or verify-full (Supabase: sslmode=verify-full with \
              sslrootcert=/path/to/the-project-ca.crt, or sslmode=require)"
-        );
+        )));
     }
     if roots == Some(Roots::System) && mode != "verify-full" {
-        bail!(
+        return Err(Error::Url(format!(
             "DATABASE_URL: sslrootcert=system trusts every public CA, so it needs \
              sslmode=verify-full (which checks the host name too), not sslmode={mode}"
-        );
+        )));
     }
     // verify-* without sslrootcert: libpq's default file, when it exists.
-    let required_roots = |mode: &str| -> anyhow::Result<Roots> {
+    let required_roots = |mode: &str| -> Result<Roots> {
         if let Some(roots) = &roots {
             return Ok(roots.clone());
         }
@@ -90,13 +91,13 @@ pub(super) fn tls_settings(
                 return Ok(Roots::File(default));
             }
         }
-        Err(anyhow!(
+        Err(Error::Url(format!(
             "DATABASE_URL: sslmode={mode} checks the server's certificate against a CA, but no \
              sslrootcert was given (nor is there ~/.postgresql/root.crt): add \
              sslrootcert=/path/to/ca.pem (Supabase: Project Settings → Database → SSL \
              configuration → download the certificate), or sslrootcert=system for a server with \
              a certificate from a public CA, or use sslmode=require to encrypt without checking"
-        ))
+        )))
     };
     let optional = roots.clone().map_or(Verify::Nothing, Verify::Chain);
     Ok(match mode.as_str() {
@@ -121,11 +122,11 @@ pub(super) fn tls_settings(
 }
 
 /// The TLS connector for `tls`: reads the root certificates.
-pub(super) fn connector(tls: &Tls) -> anyhow::Result<MakeRustlsConnect> {
+pub(super) fn connector(tls: &Tls) -> Result<MakeRustlsConnect> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .context("TLS setup failed")?;
+        .map_err(|e| Error::Tls(format!("TLS setup failed: {e}")))?;
     let verify = match tls {
         // Never used: tokio-postgres does not ask for TLS with sslmode=disable.
         Tls::Off => &Verify::Nothing,
@@ -153,7 +154,10 @@ pub(super) fn connector(tls: &Tls) -> anyhow::Result<MakeRustlsConnect> {
 }
 
 /// The trusted CAs: Mozilla's list, or the certificates of a PEM (or DER) file.
-fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
+///
+/// Each error holds its cause's text rather than the cause, so that it reads whole wherever it
+/// is shown.
+fn load_roots(roots: &Roots) -> Result<RootCertStore> {
     let path = match roots {
         Roots::System => {
             return Ok(RootCertStore {
@@ -163,25 +167,34 @@ fn load_roots(roots: &Roots) -> anyhow::Result<RootCertStore> {
         Roots::File(path) => path,
     };
     let shown = path.display();
-    let bytes = std::fs::read(path)
-        .with_context(|| format!("DATABASE_URL: sslrootcert={shown} cannot be read"))?;
+    let bytes = std::fs::read(path).map_err(|e| {
+        Error::Url(format!(
+            "DATABASE_URL: sslrootcert={shown} cannot be read: {e}"
+        ))
+    })?;
     let mut certificates = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("DATABASE_URL: sslrootcert={shown} is not a PEM file"))?;
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| {
+            Error::Url(format!(
+                "DATABASE_URL: sslrootcert={shown} is not a PEM file: {e}"
+            ))
+        })?;
     if certificates.is_empty() && bytes.first() == Some(&0x30) {
         // One DER certificate (an ASN.1 SEQUENCE), as some CA downloads are.
         certificates.push(CertificateDer::from(bytes.clone()));
     }
     if certificates.is_empty() {
-        bail!(
+        return Err(Error::Url(format!(
             "DATABASE_URL: sslrootcert={shown} holds no certificate (expected PEM: -----BEGIN \
              CERTIFICATE-----)"
-        );
+        )));
     }
     let mut store = RootCertStore::empty();
     for certificate in certificates {
-        store.add(certificate).with_context(|| {
-            format!("DATABASE_URL: sslrootcert={shown} holds a certificate that cannot be a CA")
+        store.add(certificate).map_err(|e| {
+            Error::Url(format!(
+                "DATABASE_URL: sslrootcert={shown} holds a certificate that cannot be a CA: {e}"
+            ))
         })?;
     }
     Ok(store)

@@ -5,12 +5,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail};
 use tokio_postgres::config::{Host, SslMode};
 
-use super::shape::describe;
 use super::split::split_ssl_options;
 use super::tls::{tls_settings, Roots, Tls, Verify};
+use super::{describe, Error, Result};
 
 /// A parsed DATABASE_URL.
 pub(super) struct Target {
@@ -27,21 +26,23 @@ const URL_FORMS: &str = "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or key=val
 
 impl Target {
     /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
-    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> anyhow::Result<Target> {
+    pub(super) fn parse(database_url: &str, home: Option<&Path>) -> Result<Target> {
         let url = database_url.trim();
         if url.is_empty() {
-            bail!("DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}");
+            return Err(Error::Url(format!(
+                "DATABASE_URL is empty: set it to the database's connection string, {URL_FORMS}"
+            )));
         }
         let lower = url.to_ascii_lowercase();
         if lower.starts_with("http://") || lower.starts_with("https://") {
-            bail!(
+            return Err(Error::Url(format!(
                 "DATABASE_URL is a web address, not a database connection string (a Supabase \
                  project's API URL?): use {URL_FORMS}"
-            );
+            )));
         }
         let split = split_ssl_options(url);
         let secrets = split.secrets;
-        let redacted = |message: String| anyhow!(redact(&message, &secrets));
+        let redacted = |message: String| Error::Url(redact(&message, &secrets));
         let mut config: tokio_postgres::Config = split.rest.parse().map_err(|e| {
             redacted(format!(
                 "DATABASE_URL is not a PostgreSQL connection string ({}): use {URL_FORMS}",
@@ -49,10 +50,12 @@ impl Target {
             ))
         })?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-            bail!("DATABASE_URL names no host: use {URL_FORMS}");
+            return Err(Error::Url(format!(
+                "DATABASE_URL names no host: use {URL_FORMS}"
+            )));
         }
         let tls = tls_settings(split.sslmode.as_deref(), split.sslrootcert.as_deref(), home)
-            .map_err(|e| redacted(format!("{e:#}")))?;
+            .map_err(|e| redacted(e.to_string()))?;
         config.ssl_mode(match &tls {
             Tls::Off => SslMode::Disable,
             Tls::On {
@@ -193,14 +196,19 @@ fn redact(message: &str, secrets: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Rows;
+    use super::super::Database;
     use super::*;
 
     const PASSWORD: &str = "Zq8-unusual-Passw0rd";
 
-    /// Parses as the binary does, with the error as it would print.
-    fn parse(url: &str) -> Result<Target, String> {
-        Target::parse(url, None).map_err(|e| format!("{e:#}"))
+    /// Parses as the binary does.
+    fn parse(url: &str) -> Result<Target> {
+        Target::parse(url, None)
+    }
+
+    /// The error parsing gives, as it would print; `None` when the string parses.
+    fn refused(url: &str) -> Option<String> {
+        parse(url).err().map(|e| e.to_string())
     }
 
     fn tls(url: &str) -> Tls {
@@ -297,7 +305,7 @@ mod tests {
             format!("postgres://u:{PASSWORD}@h/db?sslmode=verify_full"),
             format!("host=h password={PASSWORD} sslmode=verify_full"),
         ] {
-            let err = parse(&url).err().expect("a bad sslmode is refused");
+            let err = refused(&url).expect("a bad sslmode is refused");
             assert!(err.contains("sslmode=\"verify_full\""), "{err}");
             assert!(err.contains("verify-full"), "{err}");
             assert!(!err.contains(PASSWORD), "{err}");
@@ -306,15 +314,11 @@ mod tests {
 
     #[test]
     fn verification_without_a_ca_says_what_to_add() {
-        let err = parse("postgres://u@h/db?sslmode=verify-full")
-            .err()
-            .unwrap();
+        let err = refused("postgres://u@h/db?sslmode=verify-full").unwrap();
         assert!(err.contains("sslrootcert"), "{err}");
-        let err = parse("postgres://u@h/db?sslmode=verify-ca").err().unwrap();
+        let err = refused("postgres://u@h/db?sslmode=verify-ca").unwrap();
         assert!(err.contains("sslrootcert"), "{err}");
-        let err = parse("postgres://u@h/db?sslmode=require&sslrootcert=system")
-            .err()
-            .unwrap();
+        let err = refused("postgres://u@h/db?sslmode=require&sslrootcert=system").unwrap();
         assert!(err.contains("verify-full"), "{err}");
 
         // libpq's default CA file, when it exists.
@@ -383,10 +387,10 @@ mod tests {
             format!("user=u password={PASSWORD}"),
         ];
         for url in urls {
-            let err = parse(&url).err().unwrap_or_else(|| panic!("{url} parsed"));
+            let err = refused(&url).unwrap_or_else(|| panic!("{url} parsed"));
             assert!(!err.contains(PASSWORD), "{url}: {err}");
         }
-        let err = parse("postgres://user:p%40ss%3Aword@h:x/db").err().unwrap();
+        let err = refused("postgres://user:p%40ss%3Aword@h:x/db").unwrap();
         assert!(
             !err.contains("p@ss:word") && !err.contains("p%40ss"),
             "{err}"
@@ -399,20 +403,20 @@ mod tests {
 
     #[test]
     fn other_mistakes_are_named() {
-        let err = parse("https://abc.supabase.co").err().unwrap();
+        let err = refused("https://abc.supabase.co").unwrap();
         assert!(err.contains("web address"), "{err}");
-        let err = parse("").err().unwrap();
+        let err = refused("").unwrap();
         assert!(err.contains("empty"), "{err}");
-        let err = parse("postgres://h/db?nosuchoption=1").err().unwrap();
+        let err = refused("postgres://h/db?nosuchoption=1").unwrap();
         assert!(err.contains("nosuchoption"), "{err}");
-        let err = parse("dbname=x").err().unwrap();
+        let err = refused("dbname=x").unwrap();
         assert!(err.contains("no host"), "{err}");
     }
 
     #[tokio::test]
     async fn a_refused_connection_names_the_host_not_the_password() {
         // Port 1 on the loopback: nothing listens there.
-        let err = Rows::connect(&format!("postgres://u:{PASSWORD}@127.0.0.1:1/db"))
+        let err = Database::connect(&format!("postgres://u:{PASSWORD}@127.0.0.1:1/db"))
             .await
             .err()
             .unwrap()

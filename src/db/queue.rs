@@ -9,6 +9,9 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
+use super::{quote_ident, Result};
+use crate::identity::QueueName;
+
 /// A message as read: its id, how often it has been read (this read included), when it was
 /// sent, and its JSON as text.
 #[derive(Debug, Clone)]
@@ -21,22 +24,21 @@ pub struct Message {
 
 /// `"q_{queue}"` or `"a_{queue}"`, quoted: the queue's table as pgmq names it (the name was
 /// checked to be lowercase, so pgmq's lowercasing keeps it).
-pub fn table(kind: char, queue: &str) -> String {
-    format!("pgmq.\"{kind}_{}\"", queue.replace('"', "\"\""))
+pub fn table(kind: char, queue: &QueueName) -> String {
+    format!("pgmq.{}", quote_ident(&format!("{kind}_{queue}")))
 }
 
 /// `pgmq.read`: up to `qty` visible messages, hidden from other readers for `vt` seconds.
-pub async fn read(
-    client: &Client,
-    queue: &str,
-    vt: i32,
-    qty: i32,
-) -> Result<Vec<Message>, tokio_postgres::Error> {
+pub async fn read(client: &Client, queue: &QueueName, vt: i32, qty: i32) -> Result<Vec<Message>> {
     let rows = client
         .query_typed(
             "select m.msg_id, m.read_ct, m.enqueued_at, m.message::text \
              from pgmq.read($1::text, $2::integer, $3::integer) as m",
-            &[(&queue, Type::TEXT), (&vt, Type::INT4), (&qty, Type::INT4)],
+            &[
+                (&queue.as_str(), Type::TEXT),
+                (&vt, Type::INT4),
+                (&qty, Type::INT4),
+            ],
         )
         .await?;
     Ok(rows
@@ -62,10 +64,10 @@ pub async fn read(
 /// gone).
 pub async fn renew(
     client: &Client,
-    queue: &str,
+    queue: &QueueName,
     held: &[(i64, i32)],
     vt: i32,
-) -> Result<Vec<(i64, i32)>, tokio_postgres::Error> {
+) -> Result<Vec<(i64, i32)>> {
     let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
     let reads: Vec<i32> = held.iter().map(|(_, read_ct)| *read_ct).collect();
     let sql = format!(
@@ -83,7 +85,7 @@ pub async fn renew(
         .query_typed(
             &sql,
             &[
-                (&queue, Type::TEXT),
+                (&queue.as_str(), Type::TEXT),
                 (&ids, Type::INT8_ARRAY),
                 (&reads, Type::INT4_ARRAY),
                 (&vt, Type::INT4),
@@ -94,11 +96,11 @@ pub async fn renew(
 }
 
 /// `pgmq.archive`: false when the message was not there (archived already, or deleted).
-pub async fn archive(client: &Client, queue: &str, id: i64) -> Result<bool, tokio_postgres::Error> {
+pub async fn archive(client: &Client, queue: &QueueName, id: i64) -> Result<bool> {
     let row = client
         .query_typed(
             "select pgmq.archive($1::text, $2::bigint)",
-            &[(&queue, Type::TEXT), (&id, Type::INT8)],
+            &[(&queue.as_str(), Type::TEXT), (&id, Type::INT8)],
         )
         .await?;
     Ok(row
@@ -113,11 +115,11 @@ pub async fn archive(client: &Client, queue: &str, id: i64) -> Result<bool, toki
 /// not there (archived already).
 pub async fn dead_letter(
     client: &Client,
-    queue: &str,
-    dead: &str,
+    queue: &QueueName,
+    dead: &QueueName,
     id: i64,
     letter: &str,
-) -> Result<Option<i64>, tokio_postgres::Error> {
+) -> Result<Option<i64>> {
     let rows = client
         .query_typed(
             "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
@@ -125,9 +127,9 @@ pub async fn dead_letter(
                            from gone where gone.archived) \
              select sent.id from sent",
             &[
-                (&dead, Type::TEXT),
+                (&dead.as_str(), Type::TEXT),
                 (&letter, Type::TEXT),
-                (&queue, Type::TEXT),
+                (&queue.as_str(), Type::TEXT),
                 (&id, Type::INT8),
             ],
         )
@@ -136,11 +138,11 @@ pub async fn dead_letter(
 }
 
 /// `pgmq.send` of `body` (JSON text) to `queue`: the new message's id.
-pub async fn send(client: &Client, queue: &str, body: &str) -> Result<i64, tokio_postgres::Error> {
+pub async fn send(client: &Client, queue: &QueueName, body: &str) -> Result<i64> {
     let row = client
         .query_typed(
             "select pgmq.send($1::text, $2::text::jsonb, 0::integer)",
-            &[(&queue, Type::TEXT), (&body, Type::TEXT)],
+            &[(&queue.as_str(), Type::TEXT), (&body, Type::TEXT)],
         )
         .await?;
     Ok(row.first().map_or(0, |r| r.get(0)))
@@ -148,11 +150,11 @@ pub async fn send(client: &Client, queue: &str, body: &str) -> Result<i64, tokio
 
 /// `pgmq.metrics`: the queue's length and the age of its oldest message in seconds (0 when
 /// empty).
-pub async fn metrics(client: &Client, queue: &str) -> Result<(i64, i64), tokio_postgres::Error> {
+pub async fn metrics(client: &Client, queue: &QueueName) -> Result<(i64, i64)> {
     let rows = client
         .query_typed(
             "select m.queue_length, m.oldest_msg_age_sec from pgmq.metrics($1::text) as m",
-            &[(&queue, Type::TEXT)],
+            &[(&queue.as_str(), Type::TEXT)],
         )
         .await?;
     Ok(rows.first().map_or((0, 0), |r| {
@@ -164,7 +166,7 @@ pub async fn metrics(client: &Client, queue: &str) -> Result<(i64, i64), tokio_p
 }
 
 /// The queue names pgmq knows (`pgmq.list_queues`), with whether each is unlogged.
-pub async fn list(client: &Client) -> Result<Vec<(String, bool)>, tokio_postgres::Error> {
+pub async fn list(client: &Client) -> Result<Vec<(String, bool)>> {
     let rows = client
         .query_typed(
             "select q.queue_name::text, q.is_unlogged from pgmq.list_queues() as q",
@@ -180,11 +182,7 @@ const FORGET_BATCH: i32 = 1000;
 
 /// Deletes archived messages older than `retention_s` seconds, a batch per statement: how many
 /// went. (pgmq has no function for it; the archive is a plain table.)
-pub async fn forget_archived(
-    client: &Client,
-    queue: &str,
-    retention_s: f64,
-) -> Result<u64, tokio_postgres::Error> {
+pub async fn forget_archived(client: &Client, queue: &QueueName, retention_s: f64) -> Result<u64> {
     let archive = table('a', queue);
     let sql = format!(
         "with gone as ( \
@@ -215,10 +213,10 @@ pub async fn forget_archived(
 /// `only`) is sent again and the dead letter archived. How many moved.
 pub async fn redrive(
     client: &Client,
-    queue: &str,
-    dead: &str,
+    queue: &QueueName,
+    dead: &QueueName,
     only: Option<i64>,
-) -> Result<u64, tokio_postgres::Error> {
+) -> Result<u64> {
     let sql = format!(
         "with moved as ( \
            select d.msg_id, pgmq.send($1::text, (d.message -> 'message')::jsonb, 0::integer) as sent \
@@ -232,8 +230,8 @@ pub async fn redrive(
         .query_typed(
             &sql,
             &[
-                (&queue, Type::TEXT),
-                (&dead, Type::TEXT),
+                (&queue.as_str(), Type::TEXT),
+                (&dead.as_str(), Type::TEXT),
                 (&only, Type::INT8),
             ],
         )
@@ -248,11 +246,11 @@ pub async fn redrive(
 /// sweep leaves to the consumer.
 pub async fn queued_ids(
     client: &Client,
-    queue: &str,
+    queue: &QueueName,
     schema: &str,
     table_name: &str,
     id_column: &str,
-) -> Result<Vec<String>, tokio_postgres::Error> {
+) -> Result<Vec<String>> {
     let sql = format!(
         "select m.message -> 'record' ->> $1::text from {} as m \
          where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text",
@@ -276,12 +274,12 @@ pub async fn queued_ids(
 /// range scan of the archive's `archived_at` index, which pgmq creates.
 pub async fn archived_ids(
     client: &Client,
-    queue: &str,
+    queue: &QueueName,
     schema: &str,
     table_name: &str,
     id_column: &str,
     since: DateTime<Utc>,
-) -> Result<Vec<(String, DateTime<Utc>)>, tokio_postgres::Error> {
+) -> Result<Vec<(String, DateTime<Utc>)>> {
     let sql = format!(
         "select m.message -> 'record' ->> $1::text, max(m.archived_at) from {} as m \
          where m.archived_at >= $4::timestamptz \
@@ -334,13 +332,13 @@ pub struct RowMessage {
 /// can afford once.
 pub async fn row_messages(
     client: &Client,
-    queue: &str,
-    dead: &str,
+    queue: &QueueName,
+    dead: &QueueName,
     schema: &str,
     table_name: &str,
     id_column: &str,
     id: &str,
-) -> Result<Vec<RowMessage>, tokio_postgres::Error> {
+) -> Result<Vec<RowMessage>> {
     // (place, table, where the row's event is in the message, which columns it has)
     let sources = [
         ("queue", table('q', queue), "m.message", false),

@@ -1,32 +1,7 @@
-//! Reading a route's table from PostgreSQL: the rows of a window for the reconcile sweep (§6), one
-//! row by its id for `redo` (§5) and `explain` (§1).
+//! Reading a route's table: the rows of a window for the reconcile sweep (§6), one row by its id
+//! for `redo` (§5) and `explain` (§1).
 //!
-//! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it: a
-//! `postgres://` / `postgresql://` URL or `key=value` pairs. `sslmode` and `sslrootcert` mean what
-//! they mean to libpq (tokio-postgres alone knows neither `verify-*` nor `sslrootcert`, so they are
-//! taken out of the string here and applied with rustls):
-//!
-//! | sslmode | TLS | certificate checked |
-//! |---|---|---|
-//! | `disable` | never | — |
-//! | `prefer` (the default), `allow` | when the server offers it | only with `sslrootcert`: the chain |
-//! | `require` | always | only with `sslrootcert`: the chain |
-//! | `verify-ca` | always | the chain |
-//! | `verify-full` | always | the chain and the host name |
-//!
-//! `sslrootcert` is a PEM (or DER) file of the CA to trust, e.g. Supabase's, whose server
-//! certificates chain to its own CA; `sslrootcert=system` trusts the public CAs (Mozilla's list)
-//! and, as in libpq, needs `verify-full` (the default with it). `verify-*` without `sslrootcert`
-//! uses `~/.postgresql/root.crt` when it exists, like libpq, and otherwise is refused with what to
-//! add. Unlike libpq, `prefer` falls back to plain TCP only when the server offers no TLS, not
-//! after a failed handshake; the `PGSSLMODE`/`PGSSLROOTCERT` environment variables are not read.
-//! No message ever holds the password.
-//!
-//! Every statement goes out unprepared (`query_typed`: parse, bind and execute in one round trip,
-//! no named statements), so Supabase's transaction-mode pooler (port 6543) works as well as a
-//! direct or session-mode connection.
-//!
-//! **Reading.** A row is `to_jsonb(row)`, the shape Supabase's webhook carries (numbers stay
+//! A row is `to_jsonb(row)`, the shape Supabase's webhook carries (numbers stay
 //! numbers, uuids and timestamps are strings). The sweep pages with a keyset on
 //! `(created_column, id_column)`, so a table of millions streams in bounded memory and rows
 //! inserted during the sweep neither shift nor repeat a page. The cursor is compared in the
@@ -35,42 +10,14 @@
 //! as a number (`9 < 10`), a uuid as a uuid, a text id by the column's collation. An index on
 //! `(created_column, id_column)` (or on `created_column`) makes each page an index range scan;
 //! without one each page is a scan of the table.
-//!
-//! Identifiers from the config are always quoted (`"` doubled), so any schema, table or column
-//! name works, whatever its case or characters.
 
-mod shape;
-mod split;
-mod target;
-mod tls;
-
-use std::path::PathBuf;
-
-use anyhow::{anyhow, bail};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use tokio_postgres::types::Type;
 
+use super::shape::{quoted_for_message, CreatedValue, Shape};
+use super::{describe, Database, Error, Result};
 use crate::config::Route;
-
-pub use shape::{describe, Misfit, MissingColumn};
-use shape::{quoted_for_message, CreatedValue, Shape};
-use target::Target;
-
-/// A connection to the database that holds the routes' tables.
-pub struct Rows {
-    client: tokio_postgres::Client,
-    /// Drives the connection; it ends by itself once `client` is dropped.
-    _connection: tokio::task::JoinHandle<()>,
-}
-
-impl std::fmt::Debug for Rows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rows")
-            .field("closed", &self.client.is_closed())
-            .finish()
-    }
-}
 
 /// One row: the whole row as JSON (as the webhook would carry it: `to_jsonb`), and when it was
 /// created.
@@ -80,46 +27,10 @@ pub struct Row {
     pub created_at: DateTime<Utc>,
 }
 
-impl Rows {
-    /// The connection, for statements of other modules (the queue's); unprepared
-    /// (`query_typed`) like this module's own, so a transaction-mode pooler works.
-    pub fn client(&self) -> &tokio_postgres::Client {
-        &self.client
-    }
-
-    /// Whether the connection has ended (the server went away, or closed it).
-    pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
-    }
-
-    /// Connects to DATABASE_URL (a postgres:// URL or key=value string, e.g. Supabase's),
-    /// honouring `sslmode` (disable, prefer, require, verify-ca, verify-full) and `sslrootcert`
-    /// (a PEM file of the CA, since Supabase's certificate chains to its own CA) as libpq does:
-    /// require without sslrootcert encrypts without verifying; with sslrootcert, or verify-*,
-    /// the chain is verified (verify-full also the host name). Errors say what to fix and never
-    /// echo the password.
-    pub async fn connect(database_url: &str) -> anyhow::Result<Rows> {
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let target = Target::parse(database_url, home.as_deref())?;
-        let tls = tls::connector(&target.tls)?;
-        let (client, connection) = match target.config.connect(tls).await {
-            Ok(pair) => pair,
-            Err(e) => bail!(target.connect_error(&e)),
-        };
-        let connection = tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));
-            }
-        });
-        Ok(Rows {
-            client,
-            _connection: connection,
-        })
-    }
-
+impl Database {
     /// Checks that the route's table and its id, created and text columns exist; the error
     /// names the missing one (`table public.feedbacks has no column "created_at"`...).
-    pub async fn check(&self, route: &Route) -> anyhow::Result<()> {
+    pub async fn check(&self, route: &Route) -> Result<()> {
         Shape::read(&self.client, route).await.map(|_| ())
     }
 
@@ -127,8 +38,8 @@ impl Rows {
     /// columns, and with `created` its created column, of a time type. A [`Misfit`] in the
     /// error's chain says the config is wrong; any other error, that the catalog could not be
     /// read.
-    pub async fn check_columns(&self, route: &Route, created: bool) -> anyhow::Result<()> {
-        shape::check(&self.client, route, created).await
+    pub async fn check_columns(&self, route: &Route, created: bool) -> Result<()> {
+        super::shape::check(&self.client, route, created).await
     }
 
     /// The route's rows with created_column >= since, in keyset pages of `page_size` rows ordered
@@ -137,7 +48,7 @@ impl Rows {
     /// A row whose created column is NULL is outside every window (`NULL >= since` is not true),
     /// and so is a row whose id is NULL (it has no identity to claim a branch with). A
     /// `page_size` of 0 is taken as 1. Nothing is read until the first [`RowPages::next_page`],
-    /// which also checks the table as [`Rows::check`] does.
+    /// which also checks the table as [`Database::check`] does.
     pub fn since<'a>(
         &'a self,
         route: &'a Route,
@@ -145,7 +56,7 @@ impl Rows {
         page_size: usize,
     ) -> RowPages<'a> {
         RowPages {
-            rows: self,
+            database: self,
             route,
             since,
             page_size: page_size.max(1),
@@ -158,13 +69,13 @@ impl Rows {
     /// would carry it): `042` is `42` for a bigint column, a uuid in its canonical spelling.
     /// `Ok(None)` when the text is no value of the column's type (`abc` for a bigint id).
     /// For `explain`, to name a row's branch without the row.
-    pub async fn typed_id(&self, route: &Route, id: &str) -> anyhow::Result<Option<Value>> {
+    pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
         let shape = Shape::read(&self.client, route).await?;
         let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
         match self.client.query_typed(&sql, &[(&id, Type::TEXT)]).await {
             Ok(rows) => Ok(rows.first().and_then(|r| r.get::<_, Option<Value>>(0))),
             Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => Ok(None),
-            Err(e) => Err(shape.query_error(&e)),
+            Err(e) => Err(shape.query_error(e)),
         }
     }
 
@@ -173,7 +84,7 @@ impl Rows {
     /// `Ok(None)` when no row has that id. An error when the text is no value of the column's
     /// type (`abc` for a bigint id), when two rows share the id (the id column must be unique),
     /// and when the row's created column is NULL.
-    pub async fn by_id(&self, route: &Route, id: &str) -> anyhow::Result<Option<Row>> {
+    pub async fn by_id(&self, route: &Route, id: &str) -> Result<Option<Row>> {
         let shape = Shape::read(&self.client, route).await?;
         let sql = shape.select(&format!(
             "where r.{} = cast($1::text as {}) limit 2",
@@ -183,18 +94,21 @@ impl Rows {
             .client
             .query_typed(&sql, &[(&id, Type::TEXT)])
             .await
-            .map_err(|e| {
-                let is_data_error = e.code().is_some_and(|c| c.code().starts_with("22"));
+            .map_err(|cause| {
+                let is_data_error = cause.code().is_some_and(|c| c.code().starts_with("22"));
                 if is_data_error {
-                    anyhow!(
-                        "{id:?} is not an id of table {}: its id column {} is of type {} ({})",
-                        shape.name,
-                        quoted_for_message(&route.id_column),
-                        shape.id_type,
-                        describe(&e)
-                    )
+                    Error::Query {
+                        message: format!(
+                            "{id:?} is not an id of table {}: its id column {} is of type {} ({})",
+                            shape.name,
+                            quoted_for_message(&route.id_column),
+                            shape.id_type,
+                            describe(&cause)
+                        ),
+                        cause,
+                    }
                 } else {
-                    shape.query_error(&e)
+                    shape.query_error(cause)
                 }
             })?;
         match found.as_slice() {
@@ -202,7 +116,7 @@ impl Rows {
             [row] => {
                 let (row, created, _) = shape.decode(row)?;
                 if created.is_none() {
-                    bail!(
+                    return Err(Error::Row(format!(
                         "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
                         shape.name,
                         quoted_for_message(&route.created_column),
@@ -210,43 +124,23 @@ impl Rows {
                         shape.created,
                         shape.id,
                         id.replace('\'', "''")
-                    );
+                    )));
                 }
                 Ok(Some(row))
             }
-            _ => bail!(
+            _ => Err(Error::Row(format!(
                 "more than one row of table {} has id {id}: the id column {} must be unique (the \
                  primary key, usually), since the id is the row's identity",
                 shape.name,
                 quoted_for_message(&route.id_column)
-            ),
+            ))),
         }
     }
 }
 
-/// Whether the database could be reached, as the last attempt found; for `GET /readyz`.
-#[derive(Debug, Default)]
-pub struct Reachability {
-    last: std::sync::Mutex<Option<Result<(), String>>>,
-}
-
-impl Reachability {
-    pub fn set(&self, result: Result<(), String>) {
-        *self.last.lock().expect("reachability lock poisoned") = Some(result);
-    }
-
-    /// `None` before the first attempt.
-    pub fn last(&self) -> Option<Result<(), String>> {
-        self.last
-            .lock()
-            .expect("reachability lock poisoned")
-            .clone()
-    }
-}
-
-/// The route's rows of a window, a page at a time; see [`Rows::since`].
+/// The route's rows of a window, a page at a time; see [`Database::since`].
 pub struct RowPages<'a> {
-    rows: &'a Rows,
+    database: &'a Database,
     route: &'a Route,
     since: DateTime<Utc>,
     page_size: usize,
@@ -273,19 +167,19 @@ enum Cursor {
 
 impl RowPages<'_> {
     /// The next page; empty when done. After an error, calling it again retries the same page.
-    pub async fn next_page(&mut self) -> anyhow::Result<Vec<Row>> {
+    pub async fn next_page(&mut self) -> Result<Vec<Row>> {
         if matches!(self.cursor, Cursor::Done) {
             return Ok(Vec::new());
         }
         if self.plan.is_none() {
-            let shape = Shape::read(&self.rows.client, self.route).await?;
+            let shape = Shape::read(&self.database.client, self.route).await?;
             self.plan = Some(Plan::new(shape));
         }
         let Some(plan) = &self.plan else {
             unreachable!("the plan was made above")
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
-        let client = &self.rows.client;
+        let client = &self.database.client;
         let found = match &self.cursor {
             Cursor::First => {
                 let since = CreatedValue::bound(self.since, plan.shape.created_kind);
@@ -305,14 +199,15 @@ impl RowPages<'_> {
             }
             Cursor::Done => unreachable!("returned above"),
         }
-        .map_err(|e| plan.shape.query_error(&e))?;
+        .map_err(|e| plan.shape.query_error(e))?;
 
         let mut page = Vec::with_capacity(found.len());
         let mut last = None;
         for row in &found {
             let (row, created, id) = plan.shape.decode(row)?;
             // The WHERE clause leaves out NULL created values; a NULL here would be a bug.
-            let created = created.ok_or_else(|| anyhow!("a row without a created value"))?;
+            let created =
+                created.ok_or_else(|| Error::Row("a row without a created value".to_owned()))?;
             last = Some((created, id));
             page.push(row);
         }

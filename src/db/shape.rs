@@ -1,16 +1,13 @@
 //! The table's shape: the route's table and columns as the catalog has them, the statements
-//! that read its rows and how a result row decodes; identifier quoting and error messages.
+//! that read its rows and how a result row decodes; how names show in messages.
 
-use std::fmt::Write as _;
-
-use anyhow::{anyhow, bail};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::types::{ToSql, Type};
 
 use crate::config::Route;
 
-use super::Row;
+use super::{describe, quote_ident, Error, Result, Row};
 
 const TIMESTAMPTZ_OID: u32 = 1184;
 const TIMESTAMP_OID: u32 = 1114;
@@ -109,17 +106,23 @@ impl Shape {
     pub(super) fn decode(
         &self,
         row: &tokio_postgres::Row,
-    ) -> anyhow::Result<(Row, Option<CreatedValue>, String)> {
-        let bad = |e: tokio_postgres::Error| {
-            anyhow!(
+    ) -> Result<(Row, Option<CreatedValue>, String)> {
+        let bad = |cause: tokio_postgres::Error| Error::Query {
+            message: format!(
                 "could not read a row of table {}: {}",
                 self.name,
-                describe(&e)
-            )
+                describe(&cause)
+            ),
+            cause,
         };
         let record = match row.try_get::<_, Value>(0).map_err(bad)? {
             Value::Object(map) => map,
-            other => bail!("to_jsonb gave {other} for a row of table {}", self.name),
+            other => {
+                return Err(Error::Row(format!(
+                    "to_jsonb gave {other} for a row of table {}",
+                    self.name
+                )))
+            }
         };
         let created = match self.created_kind {
             CreatedKind::Tz => row
@@ -142,18 +145,16 @@ impl Shape {
         Ok((Row { record, created_at }, created, id))
     }
 
-    pub(super) fn query_error(&self, e: &tokio_postgres::Error) -> anyhow::Error {
-        anyhow!(
-            "could not read table {} (DATABASE_URL): {}",
-            self.name,
-            describe(e)
-        )
+    pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
+        Error::Query {
+            message: format!(
+                "could not read table {} (DATABASE_URL): {}",
+                self.name,
+                describe(&cause)
+            ),
+            cause,
+        }
     }
-}
-
-/// `name` as a PostgreSQL identifier: always quoted, `"` doubled.
-fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// A name for a message: bare when it needs no quoting, quoted otherwise.
@@ -179,30 +180,6 @@ fn table_for_message(schema: &str, table: &str) -> String {
 /// A column or schema name in a message: always in double quotes.
 pub(super) fn quoted_for_message(name: &str) -> String {
     format!("\"{name}\"")
-}
-
-/// A tokio-postgres error with its causes (its `Display` alone says only "db error").
-pub fn describe(e: &tokio_postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        let mut text = format!("{}: {}", db.severity(), db.message());
-        if let Some(detail) = db.detail() {
-            let _ = write!(text, " ({detail})");
-        }
-        if let Some(hint) = db.hint() {
-            let _ = write!(text, "; hint: {hint}");
-        }
-        return text;
-    }
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            let _ = write!(text, ": {cause_text}");
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// A route that does not fit its table, as the catalog has it: a mistake in the config, not a
@@ -249,13 +226,14 @@ struct Table {
 impl Table {
     /// Looks the route's table and columns up in the catalog, which every role may read
     /// (unlike `information_schema`, which shows only what the role has rights on).
-    async fn read(client: &tokio_postgres::Client, route: &Route) -> anyhow::Result<Table> {
+    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Table> {
         let name = table_for_message(&route.schema, &route.table);
-        let lookup_error = |e: tokio_postgres::Error| {
-            anyhow!(
+        let lookup_error = |cause: tokio_postgres::Error| Error::Query {
+            message: format!(
                 "could not look up table {name} in the database (DATABASE_URL): {}",
-                describe(&e)
-            )
+                describe(&cause)
+            ),
+            cause,
         };
         // Case-insensitively, so that a near miss can be named.
         let tables = client
@@ -286,20 +264,20 @@ impl Table {
                     Some(other) => format!(" (did you mean schema = {other:?}?)"),
                     None => String::new(),
                 };
-                bail!(Misfit::NoTable(format!(
+                return Err(Error::Table(Misfit::NoTable(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
-                )));
+                ))));
             }
             let hint = match tables.first() {
                 Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
                 None => String::new(),
             };
-            bail!(Misfit::NoTable(format!(
+            return Err(Error::Table(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
                  that DATABASE_URL names the right database"
-            )));
+            ))));
         };
         let oid: u32 = table.get(0);
 
@@ -391,7 +369,7 @@ pub(super) async fn check(
     client: &tokio_postgres::Client,
     route: &Route,
     created: bool,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     let table = Table::read(client, route).await?;
     table.row_columns(route)?;
     if created {
@@ -402,10 +380,7 @@ pub(super) async fn check(
 
 impl Shape {
     /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn read(
-        client: &tokio_postgres::Client,
-        route: &Route,
-    ) -> anyhow::Result<Shape> {
+    pub(super) async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Shape> {
         let table = Table::read(client, route).await?;
         let id = table.row_columns(route)?;
         let (created, created_kind) = table.created(route)?;

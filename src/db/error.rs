@@ -1,0 +1,143 @@
+//! The one error of the database adapter: what went wrong with DATABASE_URL, the connection, the
+//! route's table or a statement, each with a message that says what to fix (never the password)
+//! and, where the server gave one, its SQLSTATE.
+
+use std::fmt::Write as _;
+
+use tokio_postgres::error::SqlState;
+
+/// What the database adapter could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// DATABASE_URL cannot be used as written: its form, its `sslmode`, its `sslrootcert`.
+    #[error("{0}")]
+    Url(String),
+    /// TLS could not be set up for the connection.
+    #[error("{0}")]
+    Tls(String),
+    /// The server could not be reached, or refused the connection: where, why, and what to do.
+    #[error("{message}")]
+    Connect {
+        message: String,
+        cause: tokio_postgres::Error,
+    },
+    /// The route's table is not as the config says: missing, a column missing, or of a type
+    /// that cannot serve.
+    #[error(transparent)]
+    Table(#[from] super::shape::Misfit),
+    /// A row is not as the table's rules want it: its id not unique, its created value NULL.
+    #[error("{0}")]
+    Row(String),
+    /// A statement on the route's table failed: the message names the table and the cause.
+    #[error("{message}")]
+    Query {
+        message: String,
+        cause: tokio_postgres::Error,
+    },
+    /// A statement failed, as tokio-postgres tells it (the queue's statements).
+    #[error(transparent)]
+    Postgres(#[from] tokio_postgres::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The tokio-postgres error under it, if a statement or the connection failed.
+    fn postgres(&self) -> Option<&tokio_postgres::Error> {
+        match self {
+            Error::Connect { cause, .. } | Error::Query { cause, .. } | Error::Postgres(cause) => {
+                Some(cause)
+            }
+            Error::Url(_) | Error::Tls(_) | Error::Table(_) | Error::Row(_) => None,
+        }
+    }
+
+    /// The server's SQLSTATE, when the server answered with an error.
+    pub fn code(&self) -> Option<&SqlState> {
+        self.postgres().and_then(tokio_postgres::Error::code)
+    }
+
+    /// Whether the connection has closed under the statement.
+    pub fn is_closed(&self) -> bool {
+        self.postgres()
+            .is_some_and(tokio_postgres::Error::is_closed)
+    }
+
+    /// Whether a statement failed for a passing reason, worth making again as it is: the
+    /// connection closed or the server ended the session (SQLSTATE classes 08 and 57), a
+    /// deadlock or a serialization failure (40), the server short of resources (53), a lock not
+    /// available (55P03), or no answer at all — rather than for what it asked (a privilege, a
+    /// missing queue). What DATABASE_URL or the table's shape is never passes by itself.
+    pub fn transient(&self) -> bool {
+        let Some(e) = self.postgres() else {
+            return false;
+        };
+        if e.is_closed() {
+            return true;
+        }
+        let Some(code) = e.code() else {
+            return true;
+        };
+        let code = code.code();
+        ["08", "57", "40", "53"]
+            .iter()
+            .any(|class| code.starts_with(class))
+            || code == "55P03"
+    }
+
+    /// The error with the server's own words: for a failed statement its severity, message,
+    /// detail and hint (tokio-postgres's `Display` alone says only "db error"); otherwise the
+    /// message as it displays.
+    pub fn describe(&self) -> String {
+        match self {
+            Error::Postgres(e) => describe(e),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// A tokio-postgres error with its causes (its `Display` alone says only "db error").
+pub fn describe(e: &tokio_postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        let mut text = format!("{}: {}", db.severity(), db.message());
+        if let Some(detail) = db.detail() {
+            let _ = write!(text, " ({detail})");
+        }
+        if let Some(hint) = db.hint() {
+            let _ = write!(text, "; hint: {hint}");
+        }
+        return text;
+    }
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            let _ = write!(text, ": {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_config_or_the_table_got_wrong_never_passes_by_itself() {
+        for e in [
+            Error::Url("DATABASE_URL is empty".into()),
+            Error::Tls("TLS setup failed".into()),
+            Error::Table(crate::db::Misfit::NoTable(
+                "table public.x does not exist".into(),
+            )),
+            Error::Row("row 1 has no created_at".into()),
+        ] {
+            assert!(!e.transient(), "{e}");
+            assert!(!e.is_closed(), "{e}");
+            assert_eq!(e.code(), None, "{e}");
+            assert_eq!(e.describe(), e.to_string());
+        }
+    }
+}

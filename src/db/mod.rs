@@ -1,0 +1,145 @@
+//! The user's database, the one that holds the routes' tables and the queue: connecting to it,
+//! reading a route's rows ([`rows`]), and the queue's statements ([`queue`]). Every error is one
+//! [`Error`].
+//!
+//! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it: a
+//! `postgres://` / `postgresql://` URL or `key=value` pairs. `sslmode` and `sslrootcert` mean what
+//! they mean to libpq (tokio-postgres alone knows neither `verify-*` nor `sslrootcert`, so they are
+//! taken out of the string here and applied with rustls):
+//!
+//! | sslmode | TLS | certificate checked |
+//! |---|---|---|
+//! | `disable` | never | — |
+//! | `prefer` (the default), `allow` | when the server offers it | only with `sslrootcert`: the chain |
+//! | `require` | always | only with `sslrootcert`: the chain |
+//! | `verify-ca` | always | the chain |
+//! | `verify-full` | always | the chain and the host name |
+//!
+//! `sslrootcert` is a PEM (or DER) file of the CA to trust, e.g. Supabase's, whose server
+//! certificates chain to its own CA; `sslrootcert=system` trusts the public CAs (Mozilla's list)
+//! and, as in libpq, needs `verify-full` (the default with it). `verify-*` without `sslrootcert`
+//! uses `~/.postgresql/root.crt` when it exists, like libpq, and otherwise is refused with what to
+//! add. Unlike libpq, `prefer` falls back to plain TCP only when the server offers no TLS, not
+//! after a failed handshake; the `PGSSLMODE`/`PGSSLROOTCERT` environment variables are not read.
+//! No message ever holds the password.
+//!
+//! Every statement goes out unprepared (`query_typed`: parse, bind and execute in one round trip,
+//! no named statements), so Supabase's transaction-mode pooler (port 6543) works as well as a
+//! direct or session-mode connection.
+//!
+//! Identifiers from the config are always quoted ([`quote_ident`]), so any schema, table or
+//! column name works, whatever its case or characters.
+
+mod error;
+pub mod queue;
+mod rows;
+mod shape;
+mod split;
+mod target;
+mod tls;
+
+use std::path::PathBuf;
+
+pub use error::{describe, Error, Result};
+pub use rows::{Row, RowPages};
+pub use shape::{Misfit, MissingColumn};
+use target::Target;
+
+/// A connection to the database that holds the routes' tables and the queue.
+pub struct Database {
+    client: tokio_postgres::Client,
+    /// Drives the connection; it ends by itself once `client` is dropped.
+    _connection: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("closed", &self.client.is_closed())
+            .finish()
+    }
+}
+
+impl Database {
+    /// Connects to DATABASE_URL (a postgres:// URL or key=value string, e.g. Supabase's),
+    /// honouring `sslmode` (disable, prefer, require, verify-ca, verify-full) and `sslrootcert`
+    /// (a PEM file of the CA, since Supabase's certificate chains to its own CA) as libpq does:
+    /// require without sslrootcert encrypts without verifying; with sslrootcert, or verify-*,
+    /// the chain is verified (verify-full also the host name). Errors say what to fix and never
+    /// echo the password.
+    pub async fn connect(database_url: &str) -> Result<Database> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let target = Target::parse(database_url, home.as_deref())?;
+        let tls = tls::connector(&target.tls)?;
+        let (client, connection) = match target.config.connect(tls).await {
+            Ok(pair) => pair,
+            Err(cause) => {
+                return Err(Error::Connect {
+                    message: target.connect_error(&cause),
+                    cause,
+                })
+            }
+        };
+        let connection = tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));
+            }
+        });
+        Ok(Database {
+            client,
+            _connection: connection,
+        })
+    }
+
+    /// The connection, for statements of other modules (the doctor's); unprepared
+    /// (`query_typed`) like this module's own, so a transaction-mode pooler works.
+    pub fn client(&self) -> &tokio_postgres::Client {
+        &self.client
+    }
+
+    /// Whether the connection has ended (the server went away, or closed it).
+    pub fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+}
+
+/// Why the database could not be reached, as the last attempt found: the text `/readyz` shows.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreachable(pub String);
+
+/// Whether the database could be reached, as the last attempt found; for `GET /readyz`.
+#[derive(Debug, Default)]
+pub struct Reachability {
+    last: std::sync::Mutex<Option<std::result::Result<(), Unreachable>>>,
+}
+
+impl Reachability {
+    pub fn set(&self, result: std::result::Result<(), Unreachable>) {
+        *self.last.lock().expect("reachability lock poisoned") = Some(result);
+    }
+
+    /// `None` before the first attempt.
+    pub fn last(&self) -> Option<std::result::Result<(), Unreachable>> {
+        self.last
+            .lock()
+            .expect("reachability lock poisoned")
+            .clone()
+    }
+}
+
+/// `name` as a PostgreSQL identifier: always quoted, `"` doubled.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_are_quoted() {
+        assert_eq!(quote_ident("feedbacks"), "\"feedbacks\"");
+        assert_eq!(quote_ident("Say \"what\""), "\"Say \"\"what\"\"\"");
+    }
+}
