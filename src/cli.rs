@@ -155,15 +155,17 @@ pub struct ConfigArg {
 const SERVE_ENVIRONMENT: &str = "\
 Environment (each wins over the config file):
   ROWBRANCH_CONFIG           the whole config's TOML text, when there is no config file
-  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
-                             required unless --insecure-no-auth
+  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces (a signing
+                             key and a bearer secret, or to rotate); required unless
+                             --insecure-no-auth
   ROWBRANCH_LISTEN           HOST:PORT to listen on, e.g. 0.0.0.0:8080 or localhost:8080;
                              wins over PORT
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
-  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
+  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true), 16 characters or
+                             more; required unless --insecure-public-status
   DATABASE_URL               PostgreSQL: the queue (intake = \"pgmq\") and the scheduled
                              sweep (reconcile_every)
   RUST_LOG                   the log level, e.g. info or rowbranch=debug
@@ -188,6 +190,11 @@ pub struct ServeArgs {
     /// Anyone who can reach the port can then create branches: never on a public address.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve the status page (status_page = true) without ROWBRANCH_STATUS_PASSWORD, or with
+    /// one shorter than 16 characters. Anyone who can reach the port then reads row ids and
+    /// branch names: only on a private address.
+    #[arg(long)]
+    pub insecure_public_status: bool,
 }
 
 #[derive(Debug, Args)]

@@ -18,7 +18,7 @@ use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
 use crate::templates::actions::ActionsSetup;
 use crate::templates::setup::{render, Host, OwnerKind, SetupContext, SetupError};
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
-use crate::webhook::auth::generate_secret;
+use crate::webhook::auth::{generate_bearer_secret, generate_secret};
 
 /// GitHub refuses App names longer than this.
 const MAX_APP_NAME: usize = 34;
@@ -47,7 +47,7 @@ const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
 /// from the address bar, as for the webhook.
 const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
-/// The files that carry the webhook secret: readable by their owner only.
+/// The files that carry a webhook secret: readable by their owner only.
 const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
 
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
@@ -218,8 +218,16 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
+        // Two secrets, never one for both: the signing key of supabase-vault.sql, and the bearer
+        // secret supabase.sql writes into a header, where a signing key would stop being one.
         webhook_secret: match intake {
             Intake::Webhook => Some(generate_secret().context("no randomness for a secret")?),
+            Intake::Pgmq => None,
+        },
+        bearer_secret: match intake {
+            Intake::Webhook => {
+                Some(generate_bearer_secret().context("no randomness for a secret")?)
+            }
             Intake::Pgmq => None,
         },
         intake,
@@ -290,12 +298,8 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     for (out, text) in &files {
         write(&dir.join(out), text, PRIVATE.contains(out))?;
     }
-    if let Some(secret) = ctx.webhook_secret.as_deref() {
-        write(
-            &dir.join(ENV_FILE),
-            &format!("# rowbranch's webhook secret; the same is in supabase-vault.sql and supabase.sql. Keep all three private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
-            true,
-        )?;
+    if let (Some(signing), Some(bearer)) = (&ctx.webhook_secret, &ctx.bearer_secret) {
+        write(&dir.join(ENV_FILE), &env_file(signing, bearer), true)?;
     }
     println!("wrote to {}:", dir.display());
     for name in &names {
@@ -307,6 +311,19 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
         (Host::Server, Intake::Pgmq) => print_queue_steps(dir, &ctx),
     }
     Ok(())
+}
+
+/// `rowbranch.env`: both secrets in `ROWBRANCH_WEBHOOK_SECRET`, saying which is which.
+fn env_file(signing: &str, bearer: &str) -> String {
+    format!(
+        "# rowbranch's webhook secrets, separated by a space. Keep this file and the two SQL files private.
+#  1. whsec_…: the signing key supabase-vault.sql keeps in Supabase Vault and signs each
+#     delivery with (rowbranch.toml: [webhook] accept = [\"standard-webhooks\"]);
+#  2. the other: the bearer secret supabase.sql sends in its Authorization header, taken only
+#     when [webhook] accept lists \"bearer\". A whsec_ secret is never taken as a bearer token.
+ROWBRANCH_WEBHOOK_SECRET=\"{signing} {bearer}\"
+"
+    )
 }
 
 fn print_next_steps(dir: &Path, ctx: &SetupContext) {
@@ -327,8 +344,9 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
      App into {d}/workflow.yml).
   2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
   3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
-     from {d}/{ENV_FILE} and the key {d}/app.pem in the platform's secret store; or, on a
-     machine of your own behind a TLS proxy:
+     from {d}/{ENV_FILE} (two secrets: the whsec_ signing key of supabase-vault.sql, then the
+     bearer secret of supabase.sql) and the key {d}/app.pem in the platform's secret store;
+     or, on a machine of your own behind a TLS proxy:
        set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
   4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
   5. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
@@ -336,10 +354,11 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
      General → \"Allow GitHub Actions to create and approve pull requests\").
   6. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
   7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
-     run {d}/supabase-vault.sql in the SQL editor: it keeps the secret in Supabase Vault and
-     posts every INSERT on {schema}.{table} to {url}/webhook, signed.
-     ({d}/supabase.sql is the same trigger as the Dashboard makes it, with the secret readable
-     in the trigger's definition.)
+     run {d}/supabase-vault.sql in the SQL editor: it keeps the signing key in Supabase Vault
+     and posts every INSERT on {schema}.{table} to {url}/webhook, signed; rowbranch.toml takes
+     only such deliveries ([webhook] accept = [\"standard-webhooks\"]).
+     ({d}/supabase.sql is the same trigger as the Dashboard makes it: it sends the bearer
+     secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)
   8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
         url = ctx.url,
         schema = ctx.schema,

@@ -98,8 +98,12 @@ pub struct SetupContext {
     pub text_column: String,
     pub branch_prefix: String,
     pub event_type: String,
-    /// The webhook secret the trigger sends; `None` renders a placeholder.
+    /// The signing secret (`whsec_…`) the Vault trigger signs with; `None` renders a placeholder.
     pub webhook_secret: Option<String>,
+    /// The bearer secret `supabase.sql`'s header sends, never a `whsec_` one: a signing key
+    /// written into a header would make the signed setup's key a bearer token. `None` renders
+    /// a placeholder.
+    pub bearer_secret: Option<String>,
     /// Where the route's rows come from: the config's route says so, the manifest has a
     /// webhook URL only for `webhook`.
     pub intake: Intake,
@@ -155,6 +159,7 @@ impl SetupContext {
             branch_prefix: "feedback".into(),
             event_type: "feedback".into(),
             webhook_secret: None,
+            bearer_secret: None,
             intake: Intake::Webhook,
             host: Host::Server,
             actions: ActionsSetup::example(),
@@ -168,7 +173,7 @@ impl SetupContext {
 
     /// Refuses a value that no quoting makes safe in every file: see [`refused`].
     pub fn check(&self) -> Result<(), SetupError> {
-        let fields: [(&'static str, &str); 14] = [
+        let fields: [(&'static str, &str); 15] = [
             ("repo", &self.repo),
             ("owner", &self.owner),
             ("url", &self.url),
@@ -185,6 +190,10 @@ impl SetupContext {
             (
                 "webhook_secret",
                 self.webhook_secret.as_deref().unwrap_or_default(),
+            ),
+            (
+                "bearer_secret",
+                self.bearer_secret.as_deref().unwrap_or_default(),
             ),
         ];
         for (field, value) in fields.into_iter().chain(self.actions.texts()) {
