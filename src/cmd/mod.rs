@@ -62,7 +62,8 @@ impl From<StartupError> for Failure {
             StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
             StartupError::Listen { .. }
             | StartupError::Address(_)
-            | StartupError::NoRoomForConnections { .. } => Failure::Runtime(e.into()),
+            | StartupError::NoRoomForConnections { .. }
+            | StartupError::CannotWrite(_) => Failure::Runtime(e.into()),
         }
     }
 }
