@@ -12,13 +12,11 @@ use tokio_postgres::Client;
 use super::Check;
 use crate::config::{Config, Intake};
 use crate::db::{describe, quote_ident, Database};
-
-/// The Vault secret the kick's trigger reads its token from.
-pub const KICK_SECRET: &str = "rowbranch_kick_token";
+use crate::templates::actions::{KICK_SECRET, KICK_TRIGGER_PREFIX};
 
 /// The kick trigger's name for `queue`.
 fn trigger_name(queue: &str) -> String {
-    format!("rowbranch_kick_{queue}")
+    format!("{KICK_TRIGGER_PREFIX}{queue}")
 }
 
 pub(super) async fn checks(config: &Config, out: &mut Vec<Check>) {

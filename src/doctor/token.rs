@@ -16,14 +16,10 @@ use crate::forge::{Forge, ForgeError, WriteAccess};
 use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::templates::actions::{ACTIONS_BOT, DRAIN_WORKFLOW_FILE};
 
-/// The drain workflow's file name, as `rowbranch init --host actions` writes it: doctor finds
-/// it by this name.
-pub const DRAIN_WORKFLOW: &str = "rowbranch-drain.yml";
-
-/// The login of a workflow's `GITHUB_TOKEN`'s bot, without `[bot]`: the actor of the
-/// dispatches the drain sends.
-const ACTIONS_BOT: &str = "github-actions";
+/// The drain workflow, found by the file name `rowbranch init --host actions` gives it.
+const DRAIN_WORKFLOW: &str = DRAIN_WORKFLOW_FILE;
 
 /// How to turn a disabled workflow back on.
 const ENABLE: &str = "re-enable it: the Actions tab → the workflow → Enable workflow, or `gh \

@@ -409,7 +409,8 @@ pub fn token_client(
 
 /// Who rowbranch is to GitHub: the App, with its installations, or a token.
 pub enum Auth {
-    App(Apps),
+    /// Boxed: one forge a process, and the token's variant is a pointer.
+    App(Box<Apps>),
     /// The one client of the token, for every repository.
     Token(Arc<Installation>),
 }

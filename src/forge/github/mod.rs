@@ -97,7 +97,12 @@ impl GithubForge {
                         })?
                     }
                 };
-                Auth::App(Apps::new(*app_id, &pem, &settings.api_url, limits)?)
+                Auth::App(Box::new(Apps::new(
+                    *app_id,
+                    &pem,
+                    &settings.api_url,
+                    limits,
+                )?))
             }
             GithubAuth::Token(token) => {
                 Auth::Token(Arc::new(token_client(token, &settings.api_url, limits)?))
