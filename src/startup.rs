@@ -18,8 +18,9 @@ use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings, Intake, ListenHost, ListenOrigin};
 use crate::db::{Database, Reachability};
-use crate::forge::{self, Denial, Forge, OpenError, WriteAccess};
+use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
+use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
@@ -136,6 +137,10 @@ pub enum StartupError {
     /// The forge's credentials may not write a route's repository: what they lack, and the fix.
     #[error("{0}")]
     CannotWrite(Denial),
+    /// The forge refused to say whether a route's repository may be written: credentials it
+    /// does not take, a repository they do not reach, an empty one.
+    #[error("could not check whether {repo} may be written: {message}")]
+    CannotCheck { repo: RepoName, message: String },
     #[error(
         "the open-files limit ({limit}) leaves no room for connections beyond the {reserve} \
          file descriptors kept for GitHub, git and the database: raise it (`ulimit -n`, \
@@ -271,9 +276,10 @@ impl Application {
     /// Asks the forge, once for each route's repository, whether its credentials may write
     /// there — on GitHub, the probe that changes nothing (`forge::github::access`) — before a
     /// row is read: a token without the permission is an error that names it and says where to
-    /// grant it. GitHub not answering in time, or not saying, is logged, and the run goes on:
-    /// the first write says the same. The App's `serve` does not ask (its start makes no
-    /// request); a token's `serve` and `drain` do.
+    /// grant it, and one GitHub refuses outright (bad credentials, a repository it does not
+    /// reach) an error that says so. GitHub not answering in time, or not saying, is logged,
+    /// and the run goes on: the first write says the same. The App's `serve` does not ask (its
+    /// start makes no request); a token's `serve` and `drain` do.
     pub async fn check_write_access(&self) -> Result<(), StartupError> {
         let forge = self.pipeline.forge();
         let mut asked = std::collections::BTreeSet::new();
@@ -291,6 +297,12 @@ impl Application {
                 }
                 Ok(Ok(WriteAccess::Untold { why })) => tracing::warn!(%repo, %why,
                     "could not tell at start whether the repository may be written; the first write will"),
+                Ok(Err(ForgeError::Refused { message })) => {
+                    return Err(StartupError::CannotCheck {
+                        repo: repo.clone(),
+                        message,
+                    })
+                }
                 Ok(Err(e)) => tracing::warn!(%repo, error = %e,
                     "could not check at start whether the repository may be written; the first write will"),
                 Err(_) => tracing::warn!(%repo, within_s = WRITE_CHECK_WITHIN.as_secs(),

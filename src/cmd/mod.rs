@@ -63,7 +63,8 @@ impl From<StartupError> for Failure {
             StartupError::Listen { .. }
             | StartupError::Address(_)
             | StartupError::NoRoomForConnections { .. }
-            | StartupError::CannotWrite(_) => Failure::Runtime(e.into()),
+            | StartupError::CannotWrite(_)
+            | StartupError::CannotCheck { .. } => Failure::Runtime(e.into()),
         }
     }
 }

@@ -196,6 +196,30 @@ async fn a_token_without_contents_write_is_reported_at_start_with_the_permission
 }
 
 #[tokio::test]
+async fn a_token_github_does_not_take_stops_the_start_saying_so() {
+    let fake = fake_with_token(&DRAIN_PERMISSIONS).await;
+    let text = token_config(&fake, "rowbranch");
+    let env = |key: &str| (key == "GITHUB_TOKEN").then(|| "ghs_revoked".to_owned());
+    let config = Config::parse(&text, Path::new("rowbranch.toml"), &env).unwrap();
+    let env = Env {
+        mode: Mode::Serve {
+            listen: Listen::FreePort,
+            warm_up: false,
+        },
+        ..Env::process()
+    };
+    let application = Application::build(config, env).await.expect("it builds");
+    let error = application.check_write_access().await.expect_err("refused");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("could not check whether acme/app may be written: GitHub answered 401"),
+        "{message}"
+    );
+    assert!(message.contains("Bad credentials"), "{message}");
+    assert!(fake.writes().is_empty());
+}
+
+#[tokio::test]
 async fn without_the_start_check_the_first_write_says_the_same() {
     let fake = fake_with_token(&READ_ONLY).await;
     let config = parse(&token_config(&fake, "rowbranch"), None);
