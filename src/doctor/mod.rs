@@ -180,14 +180,7 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
                     app.slug
                 }
                 Err(ForgeError::Unavailable { message, .. }) => {
-                    out.push(Check::fail(
-                        format!(
-                            "GitHub at {} did not answer: {}",
-                            settings.api_url,
-                            one_line(&message)
-                        ),
-                        "check api_url (GITHUB_API_URL) and that this machine can reach it",
-                    ));
+                    out.push(no_answer(&settings.api_url, &message));
                     return;
                 }
                 Err(e) => {
@@ -207,6 +200,14 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
             }
         }
     }
+}
+
+/// GitHub at `api_url` did not answer (`message` says how): no check that asks it can pass.
+fn no_answer(api_url: &str, message: &str) -> Check {
+    Check::fail(
+        format!("GitHub at {api_url} did not answer: {}", one_line(message)),
+        "check api_url (GITHUB_API_URL) and that this machine can reach it",
+    )
 }
 
 /// `text` on one line, so that a check stays one line of the report.

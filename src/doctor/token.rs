@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::{one_line, work_workflow_checks, Bot, Check};
+use super::{no_answer, one_line, work_workflow_checks, Bot, Check};
 use crate::config::{Config, GithubSettings, Route};
 use crate::forge::github::{self, GithubForge, WorkflowState};
 use crate::forge::{Forge, ForgeError, WriteAccess};
@@ -89,14 +89,7 @@ async fn repo_checks(
             base
         }
         Err(ForgeError::Unavailable { message, .. }) => {
-            out.push(Check::fail(
-                format!(
-                    "GitHub at {} did not answer: {}",
-                    settings.api_url,
-                    one_line(&message)
-                ),
-                "check api_url (GITHUB_API_URL) and that this machine can reach it",
-            ));
+            out.push(no_answer(&settings.api_url, &message));
             return false;
         }
         Err(e) => {

@@ -11,6 +11,9 @@
 use fake_github::{Auth, FakeGithub, Op};
 use serde_json::{json, Value};
 
+mod common;
+use common::Answer;
+
 const REPO: &str = "acme/widgets";
 const OTHER_REPO: &str = "acme/gadgets";
 const TOKEN: &str = "ghs_workflowtokenforwidgets0000000000";
@@ -26,22 +29,6 @@ async fn fake() -> FakeGithub {
     fake.add_repo(REPO);
     fake.add_repo(OTHER_REPO);
     fake
-}
-
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
-}
-
-impl Answer {
-    fn message(&self) -> &str {
-        self.body["message"].as_str().unwrap_or("")
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
 }
 
 /// `method` of `path` with `token`, as a workflow's step would send it.
