@@ -8,7 +8,9 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, PrivateKeySource, StatusPage};
+use crate::config::{
+    process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage,
+};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
 
@@ -63,12 +65,18 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
+    let token = config.forge.token().is_some();
     let env = Env {
         insecure_no_auth: args.insecure_no_auth,
         ..Env::process()
     };
-    // Nothing here talks to GitHub: the port answers at once.
+    // Nothing here talks to GitHub: the port answers at once. With a token, which no start
+    // has proved (an App's installation says what it may do; a token says nothing), one
+    // probe per repository first: a token that cannot write would fail every row.
     let application = Application::build(config, env).await?;
+    if token {
+        application.check_write_access().await?;
+    }
     let addr = application.addr().expect("serve listens");
     tracing::info!(%addr, routes, "listening; POST /webhook");
     let pipeline = Arc::clone(application.pipeline());
@@ -97,7 +105,11 @@ fn warn_if_key_exposed(config: &Config) {
     let ForgeSettings::Github(github) = &config.forge else {
         return;
     };
-    let PrivateKeySource::File(path) = &github.key else {
+    let GithubAuth::App {
+        key: PrivateKeySource::File(path),
+        ..
+    } = &github.auth
+    else {
         return;
     };
     #[cfg(unix)]

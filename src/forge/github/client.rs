@@ -1,7 +1,8 @@
-//! The GitHub App's clients: one for the App, with a JWT signed for each request ([`AppKey`]),
+//! The GitHub clients: as the App, one client with a JWT signed for each request ([`AppKey`])
 //! and one per installation, held for the life of the process so its token is minted once and
-//! renewed before it expires. Every request goes through [`send`], which turns octocrab's
-//! answers into retry decisions.
+//! renewed before it expires; with a token (`[github] token_env`), one client that uses it as
+//! given. Every request goes through [`send`], which turns octocrab's answers into retry
+//! decisions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,7 +24,7 @@ use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
 use super::transport::{self, REQUEST_TIMEOUT};
 use super::wire;
-use crate::config::PaceSettings;
+use crate::config::{AccessToken, PaceSettings};
 use crate::forge::{ForgeError, OpenError};
 use crate::identity::RepoName;
 use crate::metrics::Metrics;
@@ -94,16 +95,6 @@ impl Reply {
     }
 }
 
-/// GitHub's 404 for something of `repo`: the repository is missing, or the App cannot see it.
-pub fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
-    Stop::Fail(ForgeError::Refused {
-        message: format!(
-            "GitHub answered 404 for {repo} ({}): does the repository exist, and is the App installed on it?",
-            reply.message()
-        ),
-    })
-}
-
 /// GitHub's 409 for an empty repository: nothing to branch from.
 pub fn empty_repository(repo: &RepoName) -> Stop {
     Stop::Fail(ForgeError::Refused {
@@ -132,7 +123,7 @@ where
             .await?;
         match reply.status.as_u16() {
             200 => {}
-            404 => return Err(not_found(repo, &reply)),
+            404 => return Err(installation.not_found(repo, &reply)),
             409 => return Err(empty_repository(repo)),
             _ => return reply.unexpected(),
         }
@@ -165,7 +156,7 @@ where
             .await?;
         match reply.status.as_u16() {
             200 => {}
-            404 => return Err(not_found(repo, &reply)),
+            404 => return Err(installation.not_found(repo, &reply)),
             _ => match reply.missing_permission() {
                 Some(needs) => return Ok(Some(needs)),
                 None => return reply.unexpected(),
@@ -312,22 +303,35 @@ fn transport_failure(e: &octocrab::Error) -> String {
     format!("{lead}: {innermost}")
 }
 
-/// One installation: its token (minted and renewed here), the pacer of its writes and the
+/// One installation — or, with a token, the token: its token, the pacer of its writes and the
 /// bound on its requests.
 pub struct Installation {
-    pub id: InstallationId,
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
-    /// The App's client and key, which mint the tokens.
+    token: TokenKind,
+    metrics: Arc<Metrics>,
+}
+
+/// Where an [`Installation`]'s token comes from.
+enum TokenKind {
+    /// Minted from the App's JWT and renewed here.
+    Minted(Minter),
+    /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
+    Given(Octocrab),
+}
+
+/// What mints an installation's tokens, and the token last minted.
+struct Minter {
+    id: InstallationId,
+    /// The App's client (no credentials of its own) and key.
     app: Octocrab,
     key: Arc<AppKey>,
     /// The repository each token is narrowed to.
     repository: String,
     /// The client with the current token; held while a token is minted, so that concurrent
     /// requests do not each mint one.
-    token: Mutex<Option<Arc<Token>>>,
-    metrics: Arc<Metrics>,
+    current: Mutex<Option<Arc<Token>>>,
 }
 
 /// An installation token, in the client that sends it.
@@ -346,8 +350,9 @@ struct MintedToken {
 impl Installation {
     /// One request with this installation's token, holding one of the installation's request
     /// permits while it is open, and only then: never while it waits for a turn to write or
-    /// between retries. A 401 means GitHub no longer takes the token (revoked, expired early):
-    /// the request is made once more with a new one.
+    /// between retries. With a minted token, a 401 means GitHub no longer takes it (revoked,
+    /// expired early): the request is made once more with a new one. A given token is sent as
+    /// it is; its 401 is the caller's to read.
     pub async fn send<B: Serialize + ?Sized>(
         &self,
         operation: Operation,
@@ -356,7 +361,13 @@ impl Installation {
         body: Option<&B>,
     ) -> Attempt<Reply> {
         let _open = self.requests.acquire().await.map_err(closed)?;
-        let token = self.token().await?;
+        let minter = match &self.token {
+            TokenKind::Given(client) => {
+                return send_counted(client, &self.metrics, operation, method, path, body).await
+            }
+            TokenKind::Minted(minter) => minter,
+        };
+        let token = minter.token(&self.metrics).await?;
         let reply = send_counted(
             &token.client,
             &self.metrics,
@@ -369,25 +380,48 @@ impl Installation {
         if reply.status != StatusCode::UNAUTHORIZED {
             return Ok(reply);
         }
-        self.forget(&token).await;
-        let token = self.token().await?;
+        minter.forget(&token).await;
+        let token = minter.token(&self.metrics).await?;
         send_counted(&token.client, &self.metrics, operation, method, path, body).await
     }
 
-    /// Makes sure the cached token has life left, minting one (once) when it has not.
-    pub async fn ensure_token(&self) -> Attempt<()> {
-        self.token().await.map(|_| ())
+    /// GitHub's 404 for something of `repo`: the repository is missing, or the credentials
+    /// cannot see it.
+    pub fn not_found(&self, repo: &RepoName, reply: &Reply) -> Stop {
+        let reach = match self.token {
+            TokenKind::Minted(_) => "is the App installed on it?",
+            TokenKind::Given(_) => {
+                "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
+            }
+        };
+        Stop::Fail(ForgeError::Refused {
+            message: format!(
+                "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
+                reply.message()
+            ),
+        })
     }
 
+    /// Makes sure the cached token has life left, minting one (once) when it has not. A
+    /// given token is used as it is.
+    pub async fn ensure_token(&self) -> Attempt<()> {
+        match &self.token {
+            TokenKind::Minted(minter) => minter.token(&self.metrics).await.map(|_| ()),
+            TokenKind::Given(_) => Ok(()),
+        }
+    }
+}
+
+impl Minter {
     /// The current token, minted first when there is none or it is about to expire.
-    async fn token(&self) -> Attempt<Arc<Token>> {
-        let mut current = self.token.lock().await;
+    async fn token(&self, metrics: &Metrics) -> Attempt<Arc<Token>> {
+        let mut current = self.current.lock().await;
         let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
         match &*current {
             Some(token) if token.expires_at - Utc::now() > renew_at => Ok(Arc::clone(token)),
             _ => {
                 let token = Arc::new(self.mint().await.map_err(Stop::not_applied)?);
-                self.metrics.token_minted();
+                metrics.token_minted();
                 *current = Some(Arc::clone(&token));
                 Ok(token)
             }
@@ -396,7 +430,7 @@ impl Installation {
 
     /// Drops `token` unless another has replaced it meanwhile.
     async fn forget(&self, token: &Arc<Token>) {
-        let mut current = self.token.lock().await;
+        let mut current = self.current.lock().await;
         if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, token)) {
             *current = None;
         }
@@ -436,6 +470,51 @@ fn with_token(app: &Octocrab, token: String) -> Attempt<Octocrab> {
         .map_err(|e| Stop::Fail(ForgeError::Other(anyhow::Error::new(e))))
 }
 
+/// A client that authenticates with `token` as given, for every repository: its writes keep
+/// one pace and its requests one bound, as an installation's do (GitHub's limits for a
+/// `GITHUB_TOKEN` are per repository, and a workflow's token reaches one).
+pub fn token_client(
+    token: &AccessToken,
+    api_url: &str,
+    limits: Limits,
+) -> Result<Installation, OpenError> {
+    let client = transport::client(
+        api_url,
+        AuthState::AccessToken {
+            token: token.expose().to_owned().into(),
+        },
+    )?;
+    Ok(Installation {
+        writes: Arc::new(Pacer::new(
+            limits.pace,
+            limits.shutdown,
+            Arc::clone(&limits.metrics),
+        )),
+        requests: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
+        token: TokenKind::Given(client),
+        metrics: limits.metrics,
+    })
+}
+
+/// Who rowbranch is to GitHub: the App, with its installations, or a token.
+pub enum Auth {
+    /// Boxed: one forge a process, and the token's variant is a pointer.
+    App(Box<Apps>),
+    /// The one client of the token, for every repository.
+    Token(Arc<Installation>),
+}
+
+impl Auth {
+    /// The client for `repo`, with a token ready: the installation that holds it, or the
+    /// token's.
+    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+        match self {
+            Auth::App(apps) => apps.installation(repo).await,
+            Auth::Token(token) => Ok(Arc::clone(token)),
+        }
+    }
+}
+
 /// The App and its installations.
 pub struct Apps {
     /// The connection stack every client shares, without credentials.
@@ -449,7 +528,7 @@ pub struct Apps {
     app_requests: Semaphore,
     /// One client per repository, its token narrowed to that repository: a repository missing
     /// from an installation then fails alone, not every repository of its account.
-    installations: Mutex<HashMap<RepoName, Arc<Installation>>>,
+    installations: Mutex<HashMap<RepoName, (InstallationId, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
     limits: Mutex<HashMap<InstallationId, PerInstallation>>,
@@ -512,11 +591,11 @@ impl Apps {
         let installation = {
             let mut all = self.installations.lock().await;
             match all.get(repo) {
-                Some(known) if known.id == id => Arc::clone(known),
+                Some((known, installation)) if *known == id => Arc::clone(installation),
                 // New, or the repository moved to another installation.
                 _ => {
                     let made = Arc::new(self.client_for(id, repo).await);
-                    all.insert(repo.clone(), Arc::clone(&made));
+                    all.insert(repo.clone(), (id, Arc::clone(&made)));
                     made
                 }
             }
@@ -549,13 +628,15 @@ impl Apps {
             })
             .clone();
         Installation {
-            id,
             writes,
             requests,
-            app: self.app.clone(),
-            key: Arc::clone(&self.key),
-            repository: repo.name().to_owned(),
-            token: Mutex::new(None),
+            token: TokenKind::Minted(Minter {
+                id,
+                app: self.app.clone(),
+                key: Arc::clone(&self.key),
+                repository: repo.name().to_owned(),
+                current: Mutex::new(None),
+            }),
             metrics: Arc::clone(&self.metrics),
         }
     }
