@@ -186,10 +186,14 @@ async fn a_scheduled_sweep_that_cannot_see_counts_as_failed() {
     .await;
     // The first sweep comes 10 s after start.
     let failed = r#"rowbranch_reconcile_runs_total{result="failed"} 1"#;
-    let metrics = eventually_within("a failed scheduled sweep", Duration::from_secs(40), || async {
-        let text = app.get("/metrics").await.text;
-        text.contains(failed).then_some(text)
-    })
+    let metrics = eventually_within(
+        "a failed scheduled sweep",
+        Duration::from_secs(40),
+        || async {
+            let text = app.get("/metrics").await.text;
+            text.contains(failed).then_some(text)
+        },
+    )
     .await;
     assert!(
         !metrics.contains(r#"rowbranch_reconcile_runs_total{result="ok"} 1"#),
