@@ -2,7 +2,7 @@
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
 //! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
-//! table.
+//! table; and advice when webhook routes have no scheduled sweep.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,7 +13,9 @@ use tracing::instrument::WithSubscriber;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateKeySource, Route};
+use crate::config::{
+    process_env, Config, ForgeSettings, GithubSettings, Intake, PrivateKeySource, Route,
+};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError, OpenError};
@@ -96,12 +98,48 @@ async fn all_checks(config: &Config) -> Vec<Check> {
             ),
         });
     }
+    if let Some(advice) = no_sweep(config) {
+        out.push(advice);
+    }
     forge_checks(config, &mut out).await;
     if config.reads_the_queue() {
         queue::checks(config, &mut out).await;
     }
     tables::checks(config, &mut out).await;
     out
+}
+
+/// Advice when webhook routes have no scheduled sweep: a webhook row that was refused (a full
+/// queue, GitHub down past the retry budget) or never arrived is sent again by nobody — pg_net
+/// never retries — so without a sweep it is never run.
+fn no_sweep(config: &Config) -> Option<Check> {
+    if !config.takes_webhooks() || config.reconcile.every.is_some() {
+        return None;
+    }
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .filter(|r| r.intake == Intake::Webhook)
+        .map(|r| r.table_name())
+        .collect();
+    let what = format!(
+        "no scheduled sweep for the webhook route{} of {}: a row refused (503) or never \
+         delivered is never run, since its sender does not send it again",
+        if routes.len() == 1 { "" } else { "s" },
+        routes.join(", ")
+    );
+    let fix = match &config.database_url {
+        None => "set DATABASE_URL in serve's environment (a role that may SELECT the routed \
+                 tables, README \"The database role\"): serve then sweeps every 6h, or as \
+                 reconcile_every says; or run `rowbranch reconcile` from cron"
+            .to_owned(),
+        Some(_) => format!(
+            "take reconcile_every = \"off\" out of {} (serve then sweeps every 6h), or set it \
+             to a duration; or run `rowbranch reconcile` from cron",
+            config.source.display()
+        ),
+    };
+    Some(Check::advise(what, fix))
 }
 
 async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
