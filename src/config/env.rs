@@ -84,8 +84,10 @@ pub const VARIABLES: [&str; 18] = [
     PGMQ_QUEUE,
 ];
 
-/// The file `rowbranch init` writes beside the config it writes, holding the webhook secret
-/// that its SQL files carry too (`ROWBRANCH_WEBHOOK_SECRET=…`, read with `set -a; . FILE`).
+/// The file `rowbranch init` writes beside the config it writes, holding the webhook secrets
+/// that its SQL files carry too, the signing key and the bearer secret
+/// (`ROWBRANCH_WEBHOOK_SECRET="…"`, read with `set -a; . FILE`; systemd, Docker Compose and
+/// `fly secrets import` take the double-quoted value too).
 pub const ENV_FILE: &str = "rowbranch.env";
 
 /// How to set the webhook secret when `rowbranch init` wrote one beside the config at
@@ -118,7 +120,7 @@ pub const SOURCE: &str = "from the environment (ROWBRANCH_REPO)";
 pub(super) const SOURCE_NAME: &str = "the config from the environment";
 
 /// What the environment says, each variable read once. It holds secrets, so it has no `Debug`.
-pub(super) struct Overlay {
+pub(super) struct Overlay<'a> {
     /// `ROWBRANCH_CONFIG`: a config's whole text, in place of a file.
     pub config: Option<String>,
     pub listen: Option<String>,
@@ -130,6 +132,9 @@ pub(super) struct Overlay {
     pub status_password: Option<String>,
     pub database_url: Option<String>,
     pub route: RouteVariables,
+    /// Reads the variable the file names (`[github] token_env`), which is known only once the
+    /// file is read.
+    pub named: super::Env<'a>,
 }
 
 /// The route from the environment, as set: `None` for each variable that is not.
@@ -145,8 +150,8 @@ pub(super) struct RouteVariables {
     pgmq_queue: Option<String>,
 }
 
-impl Overlay {
-    pub fn read(env: super::Env) -> Overlay {
+impl<'a> Overlay<'a> {
+    pub fn read(env: super::Env<'a>) -> Overlay<'a> {
         Overlay {
             config: env(CONFIG),
             listen: env(LISTEN),
@@ -168,6 +173,7 @@ impl Overlay {
                 intake: env(INTAKE),
                 pgmq_queue: env(PGMQ_QUEUE),
             },
+            named: env,
         }
     }
 }

@@ -76,14 +76,18 @@ impl Default for RawForge {
     }
 }
 
-/// `[github]`: the App, and the pace and limits of its requests.
+/// `[github]`: the App (or a token), and the pace and limits of its requests.
 #[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawGithub {
-    /// The App's id; required, here or in `GITHUB_APP_ID`.
+    /// The App's id; required, here or in `GITHUB_APP_ID`, unless `token_env` is set.
     pub app_id: Option<u64>,
-    /// The App's private key file; a key is required, here or in `GITHUB_APP_PRIVATE_KEY`.
+    /// The App's private key file; a key is required, here or in `GITHUB_APP_PRIVATE_KEY`,
+    /// unless `token_env` is set.
     pub private_key_path: Option<String>,
+    /// The environment variable that holds a token to use as given, in place of the App
+    /// (`"GITHUB_TOKEN"` in a workflow); the App when `None`.
+    pub token_env: Option<String>,
     /// GitHub's API: `https://HOST/api/v3` for GitHub Enterprise Server.
     pub api_url: String,
     /// Sustained pace of one installation's writes: one per interval.
@@ -109,6 +113,7 @@ impl Default for RawGithub {
         RawGithub {
             app_id: None,
             private_key_path: None,
+            token_env: None,
             api_url: "https://api.github.com".into(),
             write_interval_ms: 1000,
             write_burst: 10,
@@ -138,6 +143,10 @@ pub(super) struct RawWebhook {
     pub read_timeout_ms: u64,
     /// Connections open at once, at most (the open-files limit may lower it).
     pub max_connections: usize,
+    /// The schemes a delivery may authenticate with: `"bearer"`, `"standard-webhooks"`,
+    /// `"hub-signature"`. All three by default, so that a setup written before the key existed
+    /// keeps working; `init` writes only the one its trigger uses.
+    pub accept: Vec<String>,
 }
 
 impl Default for RawWebhook {
@@ -148,6 +157,11 @@ impl Default for RawWebhook {
             max_body_bytes: 262_144,
             read_timeout_ms: 10_000,
             max_connections: 512,
+            accept: vec![
+                "bearer".into(),
+                "standard-webhooks".into(),
+                "hub-signature".into(),
+            ],
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod local;
 pub mod random;
 pub mod setup;
+pub mod supabase;
 pub mod tools;
 pub mod wait;
 
