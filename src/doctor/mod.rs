@@ -582,7 +582,38 @@ pub fn listens_for(workflow: &str, event_type: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::listens_for;
+    use std::path::Path;
+
+    use super::{listens_for, no_sweep};
+    use crate::config::{Config, TEST_LOCAL_CONFIG};
+
+    #[test]
+    fn webhook_routes_without_a_sweep_get_advice_and_with_one_none() {
+        let parse = |text: &str, url: Option<&str>| {
+            Config::parse(
+                text,
+                Path::new("/etc/rowbranch/rowbranch.toml"),
+                &|key: &str| {
+                    (key == "DATABASE_URL")
+                        .then(|| url.map(str::to_owned))
+                        .flatten()
+                },
+            )
+            .unwrap()
+        };
+        let advice = no_sweep(&parse(TEST_LOCAL_CONFIG, None)).expect("advice");
+        assert!(advice.ok, "advice, not a failure");
+        assert!(
+            advice.what.contains("no scheduled sweep"),
+            "{}",
+            advice.what
+        );
+        assert!(advice.fix.unwrap().contains("DATABASE_URL"));
+        let off = format!("reconcile_every = \"off\"\n{TEST_LOCAL_CONFIG}");
+        let advice = no_sweep(&parse(&off, Some("postgres://u@db/x"))).expect("advice");
+        assert!(advice.fix.unwrap().contains("reconcile_every"));
+        assert!(no_sweep(&parse(TEST_LOCAL_CONFIG, Some("postgres://u@db/x"))).is_none());
+    }
 
     #[test]
     fn a_workflow_listens_by_string_list_or_types() {
