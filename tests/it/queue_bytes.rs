@@ -13,30 +13,44 @@ use serde_json::{json, Value};
 
 use crate::support::child::{self, measured_binary, Served, Start};
 use crate::support::db::TestSchema;
-use crate::support::github::{dispatched_branches, fake, GithubOptions};
+use crate::support::github::{dispatched_branches, fake, GithubOptions, REPO};
 use crate::support::http::{insert, reply, webhook, Reply};
 use crate::support::or_skip;
 use crate::support::random::random_secret;
 use crate::support::wait::eventually_within;
 
-/// A row's text: 49 KB, just over what a payload carries (48 KiB), as in the flood measured.
+/// A row's text is [`TEXT_BYTES`]: just over what a payload carries (48 KiB), as in the flood
+/// measured; `Row {id}: ` and then [`PHRASE`] again and again, here and in the table alike.
+const TEXT_BYTES: usize = 49_000;
+const PHRASE: &str = "a long piece of feedback ";
+
 fn big_text(id: u64) -> String {
     let mut text = format!("Row {id}: ");
-    while text.len() < 49_000 {
-        text.push_str("a long piece of feedback ");
+    while text.len() < TEXT_BYTES {
+        text.push_str(PHRASE);
     }
-    text.truncate(49_000);
+    text.truncate(TEXT_BYTES);
     text
 }
 
-/// Sends row `id` of `schema.feedbacks`, its text [`big_text`], 32 at a time; every answer.
+/// Row `id`'s delivery body, its text [`big_text`] spliced in as it is: the text needs no
+/// escaping, and serializing 294 MB with serde_json in a debug build would slow the flood.
+fn body(schema: &str, id: u64) -> String {
+    let mut row = insert(json!(id), "");
+    row["schema"] = json!(schema);
+    row.to_string().replacen(
+        "\"message\":\"\"",
+        &format!("\"message\":\"{}\"", big_text(id)),
+        1,
+    )
+}
+
+/// Sends row `id` of `schema.feedbacks` for each of `ids`, 32 at a time; every answer.
 async fn flood(served: &Served, secret: &str, schema: &str, ids: Vec<u64>) -> Vec<(u64, Reply)> {
     let client = reqwest::Client::new();
     stream::iter(ids)
         .map(|id| {
-            let mut row = insert(json!(id), &big_text(id));
-            row["schema"] = json!(schema);
-            let request = webhook(&client, &served.url, secret, row.to_string());
+            let request = webhook(&client, &served.url, secret, body(schema, id));
             async move {
                 let response = request.send().await.expect("the request failed");
                 (id, reply(response).await)
@@ -56,8 +70,9 @@ fn by_status(answers: &[(u64, Reply)]) -> BTreeMap<u16, usize> {
     counts
 }
 
-/// A config on `fake` with `[github] lines` and `top` lines, its one route on `schema`.
-fn config(fake: &FakeGithub, schema: &str, github: &str, top: &str) -> String {
+/// A config on `fake` with `top` lines, its one route on `schema`, `queue_bytes` at its
+/// default.
+fn config(fake: &FakeGithub, schema: &str, top: &str) -> String {
     GithubOptions {
         // Rows wait on GitHub's reads, not on the pace: the sweep then goes fast.
         write_interval_ms: 1,
@@ -68,23 +83,21 @@ fn config(fake: &FakeGithub, schema: &str, github: &str, top: &str) -> String {
         ..GithubOptions::default()
     }
     .config_text(fake)
-    .replace("[webhook]\n", &format!("{github}\n[webhook]\n"))
     .replace(
         "[[routes]]\n",
         &format!("[[routes]]\nschema = \"{schema}\"\n"),
     )
 }
 
-/// Rows sent: 600 of them, 29 MB of text, against `queue_bytes` = 2 MiB. A build without the
-/// bound admits every one: 71 MB at its peak, measured.
-const ROWS: u64 = 600;
-const QUEUE_BYTES: usize = 2 << 20;
-/// What the process may reach: this build's own memory (a debug build, 20 MB or so), the
-/// flood's 32 connections and their bodies, the rows waiting (`queue_bytes`, held about twice
-/// over in the allocator's pieces), and the sweep's page (100 rows, 5 MB of text, held two or
-/// three times over while it is read, decoded and planned). Measured: 37 MB in the flood, 46 MB
-/// at the end.
-const PEAK_BOUND: u64 = 56 << 20;
+/// Rows sent: the issue's flood, 6,000 rows of 49 KB (294 MB of text). A build without the
+/// bound admits every one and holds them all while GitHub is slow.
+const ROWS: u64 = 6000;
+/// What the process may reach in this flood: SPEC §2's sum for the process at rest, the rows
+/// waiting (`queue_bytes`, 32 MiB, about 47 MB as the allocator holds it) and a sweep's page
+/// (15 MB), with the flood's 32 connections in place of 512 (32 × 320 KiB: 11 MB), and room
+/// for a debug build's larger self. A 256 MB machine holds it with the other 480 connections'
+/// worst beside it.
+const PEAK_BOUND: u64 = 128 << 20;
 
 /// What a flood and the sweeps after it came to.
 struct Flooded {
@@ -98,40 +111,30 @@ struct Flooded {
     fake: Arc<FakeGithub>,
 }
 
-/// `rows` rows of 49 KB in a table, and a webhook delivery of each to `binary`'s `serve` while
-/// GitHub is slow to answer their reads; then GitHub answers at once again, and this waits (for
-/// at most `patience`) until the scheduled sweep, every 2 s from 10 s after start, has had every
-/// row dispatched. `github` is more `[github]` lines. `None` without `DATABASE_URL`.
-async fn flood_then_sweep(
-    binary: &std::path::Path,
-    rows: u64,
-    github: &str,
-    patience: Duration,
-) -> Option<Flooded> {
+/// [`ROWS`] rows of 49 KB in a table, and a webhook delivery of each to `binary`'s `serve`
+/// while GitHub is slow to answer their reads; then GitHub answers at once again, and this
+/// waits (for at most `patience`) until the scheduled sweep, every 2 s from 10 s after start,
+/// has had every row dispatched. `None` without `DATABASE_URL`.
+async fn flood_then_sweep(binary: &std::path::Path, patience: Duration) -> Option<Flooded> {
     let schema = TestSchema::create("flood_").await?;
     let table = schema.table("feedbacks");
     schema
         .execute(&format!(
             "create table {table} (id bigint primary key, message text not null,
-               created_at timestamptz not null default now())"
+               created_at timestamptz not null default now());
+             insert into {table} (id, message)
+               select g, left('Row ' || g || ': ' || repeat('{PHRASE}', {}), {TEXT_BYTES})
+               from generate_series(1, {ROWS}) g",
+            TEXT_BYTES / PHRASE.len() + 1
         ))
         .await;
-    let insert_row = format!("insert into {table} (id, message) values ($1, $2)");
-    for id in 1..=rows {
-        let id_value = id as i64;
-        schema
-            .client
-            .execute(&insert_row, &[&id_value, &big_text(id)])
-            .await
-            .unwrap();
-    }
     let fake = fake().await;
     // Three reads a row: more than the 5,000 an hour GitHub grants, which would end the runs.
     fake.set_rate_limit(1_000_000);
     // GitHub slow to answer a row's reads: the rows admitted wait, holding their text.
     fake.slow_down(&Op::ROW_READS, Duration::from_secs(3));
     let secret = random_secret();
-    let text = config(&fake, &schema.name, github, "reconcile_every = \"2s\"\n");
+    let text = config(&fake, &schema.name, "reconcile_every = \"2s\"\n");
     let served = child::serve_binary(
         binary,
         Arc::new(tempfile::TempDir::new().unwrap()),
@@ -150,13 +153,14 @@ async fn flood_then_sweep(
     )
     .await;
     let start = Instant::now();
-    let answers = flood(&served, &secret, &schema.name, (1..=rows).collect()).await;
+    let answers = flood(&served, &secret, &schema.name, (1..=ROWS).collect()).await;
     let flood_took = start.elapsed();
     let peak_in_flood = served.peak_rss();
     // GitHub answers at once again: the rows admitted finish, and the sweep finds the others.
     fake.slow_down(&Op::ROW_READS, Duration::ZERO);
     eventually_within("every row dispatched", patience, || async {
-        (dispatched_branches(&fake).len() >= rows as usize).then_some(())
+        // Counted, not copied: a copy of 6,000 payloads every 25 ms would slow the fake.
+        (fake.dispatch_count(REPO) >= ROWS as usize).then_some(())
     })
     .await;
     let took = start.elapsed();
@@ -176,10 +180,9 @@ async fn flood_then_sweep(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_big_rows_stays_within_queue_bytes_and_the_sweep_dispatches_every_row() {
+async fn six_thousand_big_rows_stay_within_queue_bytes_and_the_sweep_dispatches_every_one() {
     let binary = std::path::Path::new(env!("CARGO_BIN_EXE_rowbranch"));
-    let github = format!("queue_bytes = {QUEUE_BYTES}");
-    let flooded = or_skip!(flood_then_sweep(binary, ROWS, &github, Duration::from_secs(60)).await);
+    let flooded = or_skip!(flood_then_sweep(binary, Duration::from_secs(120)).await);
     let statuses = by_status(&flooded.answers);
     println!(
         "{ROWS} rows of 49 KB in {:?}: {statuses:?}; peak RSS {:.1} MB; every row dispatched \
@@ -188,11 +191,6 @@ async fn a_flood_of_big_rows_stays_within_queue_bytes_and_the_sweep_dispatches_e
         flooded.peak_in_flood as f64 / 1e6,
         flooded.took,
         flooded.peak as f64 / 1e6
-    );
-    assert!(
-        flooded.flood_took < Duration::from_secs(10),
-        "the flood took {:?}: the sweep may have begun during it",
-        flooded.flood_took
     );
     let refused: Vec<&Reply> = flooded
         .answers
@@ -208,7 +206,7 @@ async fn a_flood_of_big_rows_stays_within_queue_bytes_and_the_sweep_dispatches_e
     assert_eq!(refused.len() + admitted, ROWS as usize, "{statuses:?}");
     assert!(
         refused.len() > ROWS as usize / 2,
-        "most rows are beyond 2 MiB: {statuses:?}"
+        "most rows are beyond 32 MiB: {statuses:?}"
     );
     assert!(admitted > 0, "{statuses:?}");
     for reply in &refused {
@@ -218,7 +216,10 @@ async fn a_flood_of_big_rows_stays_within_queue_bytes_and_the_sweep_dispatches_e
             "the message names the bound: {}",
             reply.text
         );
-        let retry_after = reply.headers.get("retry-after").map(|v| v.to_str().unwrap());
+        let retry_after = reply
+            .headers
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap());
         assert!(
             retry_after.is_some_and(|v| v.parse::<u64>().is_ok_and(|s| s >= 1)),
             "Retry-After: {retry_after:?}"
@@ -250,8 +251,7 @@ async fn a_flood_of_big_rows_stays_within_queue_bytes_and_the_sweep_dispatches_e
 #[ignore = "a measurement: 300 MB of requests and a sweep of thousands of rows, minutes"]
 async fn measure_the_6000_row_flood_and_the_sweep_after_it() {
     let binary = measured_binary();
-    let flooded =
-        or_skip!(flood_then_sweep(&binary, 6000, "", Duration::from_secs(900)).await);
+    let flooded = or_skip!(flood_then_sweep(&binary, Duration::from_secs(900)).await);
     let dispatched = dispatched_branches(&flooded.fake);
     let unique: BTreeSet<&String> = dispatched.iter().collect();
     println!(
