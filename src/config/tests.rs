@@ -361,9 +361,11 @@ fn queue_names_are_checked_as_pgmq_would_store_them() {
 #[test]
 fn the_sweep_is_on_by_default_wherever_database_url_is_set() {
     let with_url = |text: &str| {
-        Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &|key: &str| {
-            (key == "DATABASE_URL").then(|| "postgres://u@db/x".to_owned())
-        })
+        Config::parse(
+            text,
+            Path::new("/etc/rowbranch/rowbranch.toml"),
+            &|key: &str| (key == "DATABASE_URL").then(|| "postgres://u@db/x".to_owned()),
+        )
     };
     let six_hours = Some(Duration::from_secs(6 * 3600));
     assert_eq!(with_url(GITHUB).unwrap().reconcile.every, six_hours);
@@ -383,7 +385,10 @@ fn queue_bytes_is_at_least_a_mebibyte() {
         parse(&GITHUB.replace("[github]\n", &format!("[github]\nqueue_bytes = {bytes}\n")))
     };
     let err = at(1000).unwrap_err().to_string();
-    assert!(err.contains("queue_bytes") && err.contains("1 MiB"), "{err}");
+    assert!(
+        err.contains("queue_bytes") && err.contains("1 MiB"),
+        "{err}"
+    );
     let ForgeSettings::Github(github) = at(1 << 20).unwrap().forge else {
         panic!("the github forge");
     };

@@ -31,7 +31,10 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
         // On by default wherever it can run: a row its sender did not deliver, or that was
         // refused for a full queue, has no other way back.
         every: match raw.reconcile_every.as_deref() {
-            None => env.database_url.is_some().then_some(DEFAULT_RECONCILE_EVERY),
+            None => env
+                .database_url
+                .is_some()
+                .then_some(DEFAULT_RECONCILE_EVERY),
             Some("off") => None,
             Some(every) => Some(duration("reconcile_every", every)?),
         },

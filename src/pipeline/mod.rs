@@ -481,7 +481,12 @@ mod tests {
         ) -> Result<Vec<BranchName>, ForgeError> {
             Err(unavailable())
         }
-        async fn ahead_by(&self, _: &RepoName, _: &Base, _: &BranchName) -> Result<u64, ForgeError> {
+        async fn ahead_by(
+            &self,
+            _: &RepoName,
+            _: &Base,
+            _: &BranchName,
+        ) -> Result<u64, ForgeError> {
             Err(unavailable())
         }
     }
@@ -490,7 +495,12 @@ mod tests {
     fn plan(id: u64, text_bytes: usize) -> Plan {
         let record = json!({"id": id, "message": "x".repeat(text_bytes)}).to_string();
         let raw = RawValue::from_string(record).unwrap();
-        test_routes().iter().next().unwrap().plan_json(&raw).unwrap()
+        test_routes()
+            .iter()
+            .next()
+            .unwrap()
+            .plan_json(&raw)
+            .unwrap()
     }
 
     fn gated(bytes: usize) -> (Arc<Pipeline>, Arc<Gated>) {

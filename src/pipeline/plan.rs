@@ -535,9 +535,7 @@ fn value_bytes(value: &Value) -> usize {
 /// (a key and a value's size again, about).
 fn map_bytes(map: &Map<String, Value>) -> usize {
     map.iter()
-        .map(|(key, value)| {
-            key.capacity() + std::mem::size_of::<String>() + value_bytes(value)
-        })
+        .map(|(key, value)| key.capacity() + std::mem::size_of::<String>() + value_bytes(value))
         .sum()
 }
 

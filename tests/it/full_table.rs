@@ -27,9 +27,7 @@ const UNFINISHED_HEAD: &[u8] = b"POST /webhook HTTP/1.1\r\nHost: localhost\r\nCo
 /// `binary`'s `serve` on a new local repository, serving at most [`CAP`] connections, with a
 /// minute for a head: only making room lets a delivery in sooner than that.
 async fn serve_at_the_cap(binary: &Path, secret: &str) -> Served {
-    let config = local_config(&format!(
-        "read_timeout_ms = 60000\nmax_connections = {CAP}"
-    ));
+    let config = local_config(&format!("read_timeout_ms = 60000\nmax_connections = {CAP}"));
     let served = child::serve_binary(
         binary,
         dir_with_repository().await,

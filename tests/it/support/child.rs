@@ -166,8 +166,10 @@ pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
 /// The binary a measurement runs: `ROWBRANCH_MEASURE_BINARY` (another build, a release, an
 /// earlier version), else this build's.
 pub fn measured_binary() -> PathBuf {
-    std::env::var_os("ROWBRANCH_MEASURE_BINARY")
-        .map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_rowbranch")), PathBuf::from)
+    std::env::var_os("ROWBRANCH_MEASURE_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_rowbranch")),
+        PathBuf::from,
+    )
 }
 
 /// [`serve`] with another build of rowbranch, for measurements that compare builds.
