@@ -199,9 +199,8 @@ pub async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "a connection ended with an error");
             }
-            // The connection, and its service's hold on `member`, go first: then its place.
-            drop(connection);
-            drop(member);
+            // Its place is given up when the last hold on `member` goes: this task's, and its
+            // service's, which goes with the connection at the end of this block.
         });
         // The new connection's task runs next (a task spawned from a worker takes its next
         // turn), and reads the head its sender has sent, before another is accepted: in a flood
