@@ -575,6 +575,14 @@ mod tests {
     async fn a_lock_held_now_is_left_alone_and_the_claim_is_worth_retrying() {
         let (_dir, forge, branch, sha) = forge().await;
         let held = lock(&forge, &branch, Duration::ZERO);
+        // Its writer keeps it fresh for as long as the claim's retries take, however slow
+        // the machine: they must not outlast STALE_LOCK and find it stale.
+        std::fs::File::options()
+            .write(true)
+            .open(&held)
+            .unwrap()
+            .set_modified(SystemTime::now() + Duration::from_secs(3600))
+            .unwrap();
         assert!(matches!(
             forge.claim(&repo(), &branch, &sha).await,
             Err(ForgeError::Unavailable { .. })
