@@ -110,11 +110,30 @@ async fn six_hundred_connections_that_never_finish_their_head_do_not_keep_a_deli
 async fn a_slow_request_that_keeps_sending_is_not_cut_to_make_room() {
     let secret = random_secret();
     let served = serve_at_the_cap(Path::new(env!("CARGO_BIN_EXE_rowbranch")), &secret).await;
-    // Its head whole at once, then its body a piece at a time while the flood comes.
+    // Its head whole at once, then its body a piece at a time while the flood comes. The
+    // flood starts once the server has read the head (its `100 Continue` says so: it asks for
+    // the body only then), however slowly a loaded machine gets to it.
     let body = insert(json!(10), "Slow but steady").to_string();
-    let head = raw_head(&secret, &format!("Content-Length: {}", body.len()));
+    let head = raw_head(
+        &secret,
+        &format!("Content-Length: {}\r\nExpect: 100-continue", body.len()),
+    );
     let mut slow = TcpStream::connect(served.addr).await.unwrap();
     slow.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = Vec::new();
+    while !interim.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        tokio::time::timeout(Duration::from_secs(30), slow.read_exact(&mut byte))
+            .await
+            .expect("no 100 Continue for the slow request's head")
+            .expect("the slow request was cut before its body");
+        interim.push(byte[0]);
+    }
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
     let pieces: Vec<&[u8]> = body.as_bytes().chunks(body.len() / 4 + 1).collect();
     slow.write_all(pieces[0]).await.unwrap();
     // The flood opens many times the cap: every place but the slow one's is given up again

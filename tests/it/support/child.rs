@@ -172,6 +172,15 @@ pub fn measured_binary() -> PathBuf {
     )
 }
 
+/// The release build `.ci/run` makes (`ROWBRANCH_TEST_RELEASE_BINARY`), else this build's:
+/// for a test whose load would take a debug build minutes on a small machine.
+pub fn release_binary() -> PathBuf {
+    std::env::var_os("ROWBRANCH_TEST_RELEASE_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_rowbranch")),
+        PathBuf::from,
+    )
+}
+
 /// [`serve`] with another build of rowbranch, for measurements that compare builds.
 pub async fn serve_binary(binary: &Path, dir: Arc<TempDir>, start: Start<'_>) -> Served {
     let config = dir.path().join("rowbranch.toml");
