@@ -222,6 +222,9 @@ pub(super) struct RawRoute {
     pub max_turns: u32,
     /// The most minutes the workflow's work job may run.
     pub work_timeout_minutes: u32,
+    /// The most rows of the route that start work in any hour, counted from the queue's
+    /// archive; off when `None`. Only for `intake = "pgmq"`.
+    pub max_rows_per_hour: Option<u32>,
 }
 
 impl Default for RawRoute {
@@ -242,6 +245,7 @@ impl Default for RawRoute {
             intake: "webhook".into(),
             max_turns: super::DEFAULT_MAX_TURNS,
             work_timeout_minutes: super::DEFAULT_WORK_TIMEOUT_MINUTES,
+            max_rows_per_hour: None,
         }
     }
 }

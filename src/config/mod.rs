@@ -40,7 +40,7 @@ pub use settings::{
     Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
     ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
     PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings, DEFAULT_MAX_TURNS,
-    DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+    DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES, TOKEN_WRITE_HOURLY_MAX,
 };
 
 pub use show::Shown;

@@ -180,6 +180,9 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
         ("off", "Top level", "reconcile_every") => {
             assert_eq!(parse(GITHUB).unwrap().reconcile.every, None);
         }
+        ("off", "`[[routes]]`", "max_rows_per_hour") => {
+            assert_eq!(parse(GITHUB).unwrap().routes[0].max_rows_per_hour, None);
+        }
         (
             "the built-in template",
             "`[[routes]]`",

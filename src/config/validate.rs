@@ -389,6 +389,23 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             super::MAX_WORK_TIMEOUT_MINUTES
         ));
     }
+    match (raw.max_rows_per_hour, intake) {
+        (Some(0), _) => {
+            return Err(invalid!(
+                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
+                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
+            ))
+        }
+        (Some(_), Intake::Webhook) => {
+            return Err(invalid!(
+                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
+                 turned away is lost until a sweep, which would have to keep the same bound \
+                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
+                 over the bound wait, or remove max_rows_per_hour"
+            ))
+        }
+        _ => {}
+    }
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
             return Err(invalid!(
@@ -416,5 +433,6 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         intake,
         max_turns: raw.max_turns,
         work_timeout_minutes: minutes,
+        max_rows_per_hour: raw.max_rows_per_hour,
     })
 }
