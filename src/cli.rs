@@ -67,7 +67,8 @@ pub enum Command {
     /// Supabase SQL, the App manifest and a page that creates the App, and print what is left.
     ///
     /// `init --manifest-code CODE` then finishes creating the App: it fetches the App's id and
-    /// private key from GitHub and writes them.
+    /// private key from GitHub and writes them. `init --host actions` writes the setup that
+    /// runs rowbranch in the repository's own GitHub Actions instead: no App, no server.
     Init(InitArgs),
     /// Sweep the tables: finish the rows whose webhook was lost, re-dispatch dead claims.
     ///
@@ -180,15 +181,17 @@ pub struct ConfigArg {
 const SERVE_ENVIRONMENT: &str = "\
 Environment (each wins over the config file):
   ROWBRANCH_CONFIG           the whole config's TOML text, when there is no config file
-  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces to rotate;
-                             required unless --insecure-no-auth
+  ROWBRANCH_WEBHOOK_SECRET   the webhook secret, or several separated by spaces (a signing
+                             key and a bearer secret, or to rotate); required unless
+                             --insecure-no-auth
   ROWBRANCH_LISTEN           HOST:PORT to listen on, e.g. 0.0.0.0:8080 or localhost:8080;
                              wins over PORT
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
-  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true)
+  ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true), 16 characters or
+                             more; required unless --insecure-public-status
   DATABASE_URL               PostgreSQL: the queue (intake = \"pgmq\") and the scheduled
                              sweep (reconcile_every)
   RUST_LOG                   the log level, e.g. info or rowbranch=debug
@@ -213,6 +216,11 @@ pub struct ServeArgs {
     /// Anyone who can reach the port can then create branches: never on a public address.
     #[arg(long)]
     pub insecure_no_auth: bool,
+    /// Serve the status page (status_page = true) without ROWBRANCH_STATUS_PASSWORD, or with
+    /// one shorter than 16 characters. Anyone who can reach the port then reads row ids and
+    /// branch names: only on a private address.
+    #[arg(long)]
+    pub insecure_public_status: bool,
 }
 
 #[derive(Debug, Args)]
@@ -235,9 +243,9 @@ pub struct DoctorArgs {
 
 #[derive(Debug, Args)]
 pub struct InitArgs {
-    /// The folder to write to.
-    #[arg(long, value_name = "DIR", default_value = ".")]
-    pub dir: PathBuf,
+    /// The folder to write to (default: the current folder; with --host actions, setup).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
     /// The repository the work happens in.
     #[arg(
         long,
@@ -251,17 +259,51 @@ pub struct InitArgs {
     /// http://127.0.0.1:8080.
     #[arg(long, value_name = "PUBLIC_URL")]
     pub url: Option<String>,
-    /// Where the rows come from: `webhook`, a Supabase Database Webhook posting to URL/webhook
-    /// (writes supabase-vault.sql and supabase.sql); or `pgmq`, a Supabase Queue that each
-    /// INSERT's own transaction fills and rowbranch reads over DATABASE_URL (writes
-    /// supabase-queue.sql).
+    /// Where the rows come from: `webhook` (the default), a Supabase Database Webhook posting
+    /// to URL/webhook (writes supabase-vault.sql and supabase.sql); or `pgmq`, a Supabase Queue
+    /// that each INSERT's own transaction fills and rowbranch reads over DATABASE_URL (writes
+    /// supabase-queue.sql). --host actions reads the queue.
+    #[arg(long, value_enum, conflicts_with = "manifest_code")]
+    pub intake: Option<IntakeArg>,
+    /// Where rowbranch runs: `server`, `rowbranch serve` always on, as a GitHub App (the
+    /// default); or `actions`, `rowbranch drain` in the repository's own GitHub Actions with
+    /// the job's token, from the queue: writes rowbranch-drain.yml and no App.
     #[arg(
         long,
         value_enum,
-        default_value = "webhook",
+        default_value = "server",
         conflicts_with = "manifest_code"
     )]
-    pub intake: IntakeArg,
+    pub host: HostArg,
+    /// With --host actions: how often the drain workflow's schedule runs (5m to 1d, a divisor
+    /// of an hour or of a day; default 1h). The schedule is the insurance; --kick is the
+    /// latency.
+    #[arg(long, value_name = "DURATION")]
+    pub every: Option<String>,
+    /// With --host actions: also write supabase-kick.sql, a trigger that asks GitHub to run
+    /// the drain workflow as soon as rows are inserted (at most once in 30 seconds).
+    #[arg(long)]
+    pub kick: bool,
+    /// With --kick: the repository's default branch, which the kick runs the drain workflow
+    /// on (default main).
+    #[arg(long, value_name = "BRANCH")]
+    pub default_branch: Option<String>,
+    /// With --host actions: build rowbranch in the drain job from this git repository, an
+    /// https URL (cargo install --locked --git URL --rev COMMIT), the binary cached between
+    /// runs.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["release_url", "release_sha256"])]
+    pub install_from_git: Option<String>,
+    /// With --install-from-git: the commit to build, 7 to 40 hexadecimal digits (default: the
+    /// commit this rowbranch was built from, as --version shows it).
+    #[arg(long, value_name = "COMMIT", requires = "install_from_git")]
+    pub rev: Option<String>,
+    /// With --host actions: download rowbranch in the drain job from this release archive
+    /// (https, a .tar.gz for x86_64 Linux), checked against --release-sha256 before it runs.
+    #[arg(long, value_name = "URL", requires = "release_sha256")]
+    pub release_url: Option<String>,
+    /// The archive's SHA-256, 64 hexadecimal digits: its line in the release's SHA256SUMS.
+    #[arg(long, value_name = "HEX", requires = "release_url")]
+    pub release_sha256: Option<String>,
     /// With `--intake pgmq`: the queue's name; the dead letters go to NAME_dead.
     #[arg(long, value_name = "NAME", default_value = "rowbranch")]
     pub queue: String,
@@ -331,6 +373,13 @@ pub struct InitArgs {
 pub enum IntakeArg {
     Webhook,
     Pgmq,
+}
+
+/// `init --host`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum HostArg {
+    Server,
+    Actions,
 }
 
 /// The kind of account that owns a repository.

@@ -1,8 +1,8 @@
 //! rowbranch: one database row, one branch, one piece of work — however many times the row's
 //! webhook arrives. See `docs/design.md` for the flow and its guarantees.
 
-// The modules from the bottom layer up; docs/design.md shows the layers, and a test keeps a
-// module from naming one above it.
+// The modules from the bottom floor up; docs/design.md shows the floors, and a test keeps a
+// module from naming one on its floor or above (tests/it/design.rs).
 pub mod event;
 pub mod identity;
 pub mod metrics;

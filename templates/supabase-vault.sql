@@ -66,9 +66,10 @@
 -- update` below (and add "UPDATE" to the route's events); the body then carries old_record.
 --
 -- Rotating the secret without losing a delivery:
---   1. give rowbranch both: ROWBRANCH_WEBHOOK_SECRET="NEW OLD" (space-separated), restart it;
+--   1. add NEW to ROWBRANCH_WEBHOOK_SECRET beside the secrets it holds (separated by spaces),
+--      and restart rowbranch;
 --   2. put NEW in place of the secret below and run this script again;
---   3. drop the old one: ROWBRANCH_WEBHOOK_SECRET="NEW", restart rowbranch.
+--   3. take OLD out of ROWBRANCH_WEBHOOK_SECRET, and restart rowbranch.
 --
 -- Lost deliveries: pg_net tries each request once and never retries. rowbranch being down or
 -- slower than the timeout, a network error, or a database crash before the queue is sent (it is

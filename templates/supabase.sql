@@ -2,7 +2,7 @@
     identifiers as "…" with " doubled; string literals as E'…' with \ and ' doubled, which reads
     the same whatever standard_conforming_strings says; the secret JSON-escaped inside the header
     JSON first. No raw value is written into a comment (a newline there would end it). -#]
-[%- set secret = webhook_secret if webhook_secret else "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET" -%]
+[%- set secret = bearer_secret if bearer_secret else "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET" -%]
 [%- set target = '"' ~ (schema | replace('"', '""')) ~ '"."' ~ (table | replace('"', '""')) ~ '"' -%]
 [%- set url_literal = "E'" ~ (url ~ "/webhook") | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
 [%- set headers = '{"Content-Type":"application/json","Authorization":' ~ ("Bearer " ~ secret) | tojson ~ '}' -%]
@@ -39,14 +39,18 @@
 -- with every request into pg_net's queue, which every role of the database can read and write
 -- since pg_net 0.12 (https://github.com/supabase/pg_net/blob/v0.20.5/sql/pg_net.sql). Whoever
 -- reads it can send rowbranch deliveries of their own, at any time. So it must be a secret made
--- for this webhook and used for nothing else, the same one rowbranch has in
--- ROWBRANCH_WEBHOOK_SECRET. Never put a Supabase service_role key, JWT secret or database
--- password here.
+-- for this webhook and used for nothing else: the bearer secret in ROWBRANCH_WEBHOOK_SECRET,
+-- never the whsec_ one that supabase-vault.sql signs with (rowbranch never takes a whsec_
+-- secret as a bearer token, so a signed setup stays signed). Never put a Supabase service_role
+-- key, JWT secret or database password here. rowbranch takes bearer tokens only when its
+-- [webhook] accept lists "bearer": the rowbranch.toml init writes lists only
+-- "standard-webhooks", for supabase-vault.sql, so set accept = ["bearer"] to use this file.
 --
 -- Rotating the secret without losing a delivery:
---   1. give rowbranch both: ROWBRANCH_WEBHOOK_SECRET="NEW OLD" (space-separated), restart it;
+--   1. add NEW to ROWBRANCH_WEBHOOK_SECRET beside the secrets it holds (separated by spaces),
+--      and restart rowbranch;
 --   2. put NEW in the header below and run this script again;
---   3. drop the old one: ROWBRANCH_WEBHOOK_SECRET="NEW", restart rowbranch.
+--   3. take OLD out of ROWBRANCH_WEBHOOK_SECRET, and restart rowbranch.
 --
 -- Lost deliveries: pg_net tries each request once and never retries. rowbranch being down or
 -- slower than the timeout, a network error, or a database crash before the queue is sent (it
@@ -55,8 +59,9 @@
 -- table itself and finishes every row whose webhook never arrived.
 [%- if not webhook_secret %]
 --
--- !! Replace REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET below with your webhook secret before running
--- !! this: until then, the check at the end refuses to install the trigger.
+-- !! Replace REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET below with your bearer secret (one in
+-- !! ROWBRANCH_WEBHOOK_SECRET that does not start with whsec_) before running this: until then,
+-- !! the check at the end refuses to install the trigger.
 [%- endif %]
 
 begin;
@@ -83,7 +88,14 @@ begin
     where tgname = 'rowbranch_webhook'
       and position(convert_to('REPLACE_WITH_' || 'ROWBRANCH_WEBHOOK_SECRET', 'UTF8') in tgargs) > 0
   ) then
-    raise exception 'supabase.sql: the Authorization header still holds the placeholder; put your webhook secret (the one in ROWBRANCH_WEBHOOK_SECRET) in its place and run this again';
+    raise exception 'supabase.sql: the Authorization header still holds the placeholder; put your bearer secret (the one in ROWBRANCH_WEBHOOK_SECRET that does not start with whsec_) in its place and run this again';
+  end if;
+  if exists (
+    select 1 from pg_trigger
+    where tgname = 'rowbranch_webhook'
+      and position(convert_to('Bearer whsec_', 'UTF8') in tgargs) > 0
+  ) then
+    raise exception 'supabase.sql: the Authorization header holds a whsec_ secret, a signing key that rowbranch never takes as a bearer token; put the bearer secret (the one in ROWBRANCH_WEBHOOK_SECRET that does not start with whsec_) in its place, or run supabase-vault.sql, which signs';
   end if;
 end
 $check$;

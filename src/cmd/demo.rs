@@ -15,7 +15,7 @@ use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
 use crate::startup::{Application, Env, Listen, Mode};
-use crate::webhook::auth::{generate_secret, hub_signature_256};
+use crate::webhook::auth::{generate_bearer_secret, hub_signature_256};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
 #   ROWBRANCH_WEBHOOK_SECRET=<a secret of 24+ characters> rowbranch serve --config <this file>
@@ -155,7 +155,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     let base = create_repository(&repo_path).await?;
     let config_path = dir.join("rowbranch.toml");
     std::fs::write(&config_path, CONFIG).context("could not write the demo config")?;
-    let secret = generate_secret().context("no randomness for a secret")?;
+    let secret = generate_bearer_secret().context("no randomness for a secret")?;
     let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret.clone());
     let config = Config::load(&config_path, &env)?;
 

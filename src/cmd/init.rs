@@ -1,20 +1,24 @@
 //! `rowbranch init`: writes the setup files filled in for one repository and table, and prints
-//! the steps that remain; `--manifest-code` finishes creating the GitHub App.
+//! the steps that remain; `--manifest-code` finishes creating the GitHub App; `--host actions`
+//! writes the setup that runs rowbranch in the repository's GitHub Actions ([`actions`]).
 
-use std::path::Path;
+mod actions;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 
 use super::Failure;
-use crate::cli::{InitArgs, IntakeArg, OwnerType};
+use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
 use crate::doctor::quietly;
 use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
-use crate::templates::setup::{render, OwnerKind, SetupContext, SetupError};
+use crate::templates::actions::ActionsSetup;
+use crate::templates::setup::{render, Host, OwnerKind, SetupContext, SetupError};
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
-use crate::webhook::auth::generate_secret;
+use crate::webhook::auth::{generate_bearer_secret, generate_secret};
 
 /// GitHub refuses App names longer than this.
 const MAX_APP_NAME: usize = 34;
@@ -43,13 +47,23 @@ const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
 /// from the address bar, as for the webhook.
 const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
-/// The files that carry the webhook secret: readable by their owner only.
+/// The files that carry a webhook secret: readable by their owner only.
 const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
 
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {
         Some(code) => finish_app(&args, code).await,
         None => write_setup(&args).await,
+    }
+}
+
+/// The folder `init` writes to: `--dir`, else the current folder, or `setup` for
+/// `--host actions`, whose files are copied into the repository from there.
+fn out_dir(args: &InitArgs) -> PathBuf {
+    match (&args.dir, args.host) {
+        (Some(dir), _) => dir.clone(),
+        (None, HostArg::Server) => PathBuf::from("."),
+        (None, HostArg::Actions) => PathBuf::from("setup"),
     }
 }
 
@@ -129,9 +143,19 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
     let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
-    let intake = match args.intake {
-        IntakeArg::Webhook => Intake::Webhook,
-        IntakeArg::Pgmq => Intake::Pgmq,
+    let host = match args.host {
+        HostArg::Server => {
+            actions::refuse_actions_flags(args)?;
+            Host::Server
+        }
+        HostArg::Actions => {
+            actions::refuse_server_flags(args)?;
+            Host::Actions
+        }
+    };
+    let intake = match (args.intake, host) {
+        (Some(IntakeArg::Pgmq), _) | (None, Host::Actions) => Intake::Pgmq,
+        (Some(IntakeArg::Webhook), _) | (None, Host::Server) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
         (Some(url), _) => public_url(url)?,
@@ -168,10 +192,19 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
             .take(MAX_APP_NAME)
             .collect(),
     };
-    let app_slug = slug::slugify(&app_name);
+    let mut app_slug = slug::slugify(&app_name);
     if app_slug.is_empty() {
         return Err(usage("--app-name needs at least one letter or digit"));
     }
+    let actions = match host {
+        Host::Server => ActionsSetup::example(),
+        Host::Actions => {
+            // No App: the drain job's GITHUB_TOKEN sends the dispatch, and its bot is the
+            // work workflow's actor.
+            app_slug = crate::templates::actions::ACTIONS_BOT.to_owned();
+            actions::setup(args, &api_url(args))?
+        }
+    };
     let mut ctx = SetupContext {
         owner: repo.owner().to_owned(),
         owner_kind: OwnerKind::User,
@@ -185,11 +218,21 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
+        // Two secrets, never one for both: the signing key of supabase-vault.sql, and the bearer
+        // secret supabase.sql writes into a header, where a signing key would stop being one.
         webhook_secret: match intake {
             Intake::Webhook => Some(generate_secret().context("no randomness for a secret")?),
             Intake::Pgmq => None,
         },
+        bearer_secret: match intake {
+            Intake::Webhook => {
+                Some(generate_bearer_secret().context("no randomness for a secret")?)
+            }
+            Intake::Pgmq => None,
+        },
         intake,
+        host,
+        actions,
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
@@ -210,19 +253,26 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         ))
         },
     )?;
-    ctx.owner_kind = owner_kind(args, repo.owner()).await?;
+    if host == Host::Server {
+        // Only an App needs to know its owner's kind; --host actions asks GitHub nothing.
+        ctx.owner_kind = owner_kind(args, repo.owner()).await?;
+    }
     Ok(ctx)
 }
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
-    let dir = &args.dir;
-    let mut names: Vec<&str> = OUTPUTS.to_vec();
-    match args.intake {
-        IntakeArg::Webhook => {
+    let dir = &out_dir(args);
+    let mut names: Vec<&str> = match args.host {
+        HostArg::Server => OUTPUTS.to_vec(),
+        HostArg::Actions => actions::outputs(args),
+    };
+    match (args.host, args.intake) {
+        (HostArg::Actions, _) => {}
+        (HostArg::Server, Some(IntakeArg::Pgmq)) => names.extend(QUEUE_SQL),
+        (HostArg::Server, Some(IntakeArg::Webhook) | None) => {
             names.extend(WEBHOOK_SQL);
             names.push(ENV_FILE);
         }
-        IntakeArg::Pgmq => names.extend(QUEUE_SQL),
     }
     if !args.force {
         let existing: Vec<&str> = names
@@ -248,22 +298,32 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     for (out, text) in &files {
         write(&dir.join(out), text, PRIVATE.contains(out))?;
     }
-    if let Some(secret) = ctx.webhook_secret.as_deref() {
-        write(
-            &dir.join(ENV_FILE),
-            &format!("# rowbranch's webhook secret; the same is in supabase-vault.sql and supabase.sql. Keep all three private.\nROWBRANCH_WEBHOOK_SECRET={secret}\n"),
-            true,
-        )?;
+    if let (Some(signing), Some(bearer)) = (&ctx.webhook_secret, &ctx.bearer_secret) {
+        write(&dir.join(ENV_FILE), &env_file(signing, bearer), true)?;
     }
     println!("wrote to {}:", dir.display());
     for name in &names {
         println!("  {name}");
     }
-    match ctx.intake {
-        Intake::Webhook => print_next_steps(dir, &ctx),
-        Intake::Pgmq => print_queue_steps(dir, &ctx),
+    match (ctx.host, ctx.intake) {
+        (Host::Actions, _) => actions::print_steps(dir, &ctx),
+        (Host::Server, Intake::Webhook) => print_next_steps(dir, &ctx),
+        (Host::Server, Intake::Pgmq) => print_queue_steps(dir, &ctx),
     }
     Ok(())
+}
+
+/// `rowbranch.env`: both secrets in `ROWBRANCH_WEBHOOK_SECRET`, saying which is which.
+fn env_file(signing: &str, bearer: &str) -> String {
+    format!(
+        "# rowbranch's webhook secrets, separated by a space. Keep this file and the two SQL files private.
+#  1. whsec_…: the signing key supabase-vault.sql keeps in Supabase Vault and signs each
+#     delivery with (rowbranch.toml: [webhook] accept = [\"standard-webhooks\"]);
+#  2. the other: the bearer secret supabase.sql sends in its Authorization header, taken only
+#     when [webhook] accept lists \"bearer\". A whsec_ secret is never taken as a bearer token.
+ROWBRANCH_WEBHOOK_SECRET=\"{signing} {bearer}\"
+"
+    )
 }
 
 fn print_next_steps(dir: &Path, ctx: &SetupContext) {
@@ -284,8 +344,9 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
      App into {d}/workflow.yml).
   2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
   3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
-     from {d}/{ENV_FILE} and the key {d}/app.pem in the platform's secret store; or, on a
-     machine of your own behind a TLS proxy:
+     from {d}/{ENV_FILE} (two secrets: the whsec_ signing key of supabase-vault.sql, then the
+     bearer secret of supabase.sql) and the key {d}/app.pem in the platform's secret store;
+     or, on a machine of your own behind a TLS proxy:
        set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
   4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
   5. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
@@ -293,10 +354,11 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
      General → \"Allow GitHub Actions to create and approve pull requests\").
   6. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
   7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
-     run {d}/supabase-vault.sql in the SQL editor: it keeps the secret in Supabase Vault and
-     posts every INSERT on {schema}.{table} to {url}/webhook, signed.
-     ({d}/supabase.sql is the same trigger as the Dashboard makes it, with the secret readable
-     in the trigger's definition.)
+     run {d}/supabase-vault.sql in the SQL editor: it keeps the signing key in Supabase Vault
+     and posts every INSERT on {schema}.{table} to {url}/webhook, signed; rowbranch.toml takes
+     only such deliveries ([webhook] accept = [\"standard-webhooks\"]).
+     ({d}/supabase.sql is the same trigger as the Dashboard makes it: it sends the bearer
+     secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)
   8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
         url = ctx.url,
         schema = ctx.schema,
@@ -354,7 +416,7 @@ fn plausible_slug(slug: &str) -> bool {
 
 async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     let api_url = api_url(args);
-    let dir = &args.dir;
+    let dir = &out_dir(args);
     let key_path = dir.join("app.pem");
     if key_path.exists() && !args.force {
         return Err(usage(format!(

@@ -8,9 +8,13 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config};
+use crate::config::{process_env, Config, StatusPage};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
+
+/// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
+/// ten guesses a minute (see `http::login`) would not exhaust in the age of the universe.
+const MIN_STATUS_PASSWORD_CHARS: usize = 16;
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
@@ -31,6 +35,24 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
             "no webhook secret: {set}; or pass --insecure-no-auth to accept deliveries without \
              credentials (never on a public address)"
         )));
+    }
+    if let Some(secrets) = config
+        .webhook
+        .secrets
+        .as_ref()
+        .filter(|s| !s.can_authenticate_any())
+    {
+        if config.takes_webhooks() {
+            tracing::warn!(
+                "[webhook] accept = {} takes none of the secrets in ROWBRANCH_WEBHOOK_SECRET: \
+                 every delivery will be refused (\"bearer\" takes a secret that does not start \
+                 with whsec_, \"standard-webhooks\" one that does)",
+                secrets.accept_list()
+            );
+        }
+    }
+    if let Some(page) = &config.status_page {
+        status_page_password(page, args.insecure_public_status)?;
     }
     if config.reconcile.every.is_some() && config.database_url.is_none() {
         tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
@@ -65,6 +87,35 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Refuses a status page anyone could read, or whose password a guesser could find: none, or
+/// one under [`MIN_STATUS_PASSWORD_CHARS`] characters, unless `--insecure-public-status`.
+fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), Failure> {
+    let chars = page.password.as_ref().map(|p| p.expose().chars().count());
+    let problem = match chars {
+        None => {
+            "ROWBRANCH_STATUS_PASSWORD is not set (or empty), so the status page would be public"
+                .to_owned()
+        }
+        Some(n) if n < MIN_STATUS_PASSWORD_CHARS => format!(
+            "ROWBRANCH_STATUS_PASSWORD has {n} characters, fewer than the \
+             {MIN_STATUS_PASSWORD_CHARS} required"
+        ),
+        Some(_) => return Ok(()),
+    };
+    if insecure {
+        tracing::warn!(
+            "{problem}: served anyway (--insecure-public-status); the page shows row ids and branch names"
+        );
+        return Ok(());
+    }
+    Err(Failure::Usage(anyhow!(
+        "status_page = true, but {problem}: the page shows row ids and branch names made from the \
+         rows' text. Set ROWBRANCH_STATUS_PASSWORD to a random password of \
+         {MIN_STATUS_PASSWORD_CHARS} or more characters (e.g. `openssl rand -hex 16`), turn the \
+         page off, or pass --insecure-public-status (never on a public address)"
+    )))
 }
 
 /// How long `serve` gives the database at start to say whether the routes fit their tables.

@@ -84,8 +84,10 @@ pub const VARIABLES: [&str; 18] = [
     PGMQ_QUEUE,
 ];
 
-/// The file `rowbranch init` writes beside the config it writes, holding the webhook secret
-/// that its SQL files carry too (`ROWBRANCH_WEBHOOK_SECRET=…`, read with `set -a; . FILE`).
+/// The file `rowbranch init` writes beside the config it writes, holding the webhook secrets
+/// that its SQL files carry too, the signing key and the bearer secret
+/// (`ROWBRANCH_WEBHOOK_SECRET="…"`, read with `set -a; . FILE`; systemd, Docker Compose and
+/// `fly secrets import` take the double-quoted value too).
 pub const ENV_FILE: &str = "rowbranch.env";
 
 /// How to set the webhook secret when `rowbranch init` wrote one beside the config at

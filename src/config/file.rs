@@ -134,6 +134,10 @@ pub(super) struct RawWebhook {
     pub read_timeout_ms: u64,
     /// Connections open at once, at most (the open-files limit may lower it).
     pub max_connections: usize,
+    /// The schemes a delivery may authenticate with: `"bearer"`, `"standard-webhooks"`,
+    /// `"hub-signature"`. All three by default, so that a setup written before the key existed
+    /// keeps working; `init` writes only the one its trigger uses.
+    pub accept: Vec<String>,
 }
 
 impl Default for RawWebhook {
@@ -144,6 +148,11 @@ impl Default for RawWebhook {
             max_body_bytes: 262_144,
             read_timeout_ms: 10_000,
             max_connections: 512,
+            accept: vec![
+                "bearer".into(),
+                "standard-webhooks".into(),
+                "hub-signature".into(),
+            ],
         }
     }
 }

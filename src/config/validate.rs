@@ -18,7 +18,7 @@ use super::settings::{
 use super::Invalid;
 use crate::event::EventKind;
 use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
-use crate::webhook::auth::WebhookSecrets;
+use crate::webhook::auth::{Scheme, WebhookSecrets};
 
 /// The config of the file `raw`, read from `path`, with the environment laid over it.
 /// Relative paths in the file are relative to `path`'s folder.
@@ -218,12 +218,14 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
     if raw.secret.is_some() {
         return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
     }
+    let accept = accepted_schemes(&raw.accept)?;
     let secrets = env
         .webhook_secret
         .as_deref()
         .map(WebhookSecrets::parse)
         .transpose()
-        .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?;
+        .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
+        .map(|secrets| secrets.accepting(&accept));
     if raw.max_body_bytes < 1024 {
         return Err(invalid!("[webhook] max_body_bytes must be at least 1024"));
     }
@@ -243,6 +245,28 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
         read_timeout,
         max_connections: raw.max_connections,
     })
+}
+
+/// `[webhook] accept`: at least one scheme, each one rowbranch knows.
+fn accepted_schemes(names: &[String]) -> Result<Vec<Scheme>, Invalid> {
+    if names.is_empty() {
+        return Err(invalid!(
+            "[webhook] accept is empty: every delivery would be refused; list the schemes the \
+             trigger uses, e.g. accept = [\"standard-webhooks\"]"
+        ));
+    }
+    names
+        .iter()
+        .map(|name| {
+            Scheme::parse(name).ok_or_else(|| {
+                invalid!(
+                    "[webhook] accept: \"{}\" is not a scheme: use \"bearer\", \
+                     \"standard-webhooks\" or \"hub-signature\"",
+                    excerpt(name)
+                )
+            })
+        })
+        .collect()
 }
 
 /// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.

@@ -87,6 +87,10 @@ async fn all_checks(config: &Config) -> Vec<Check> {
     // Only webhook routes need the secret: the queue is read with DATABASE_URL.
     if config.takes_webhooks() {
         out.push(match &config.webhook.secrets {
+            Some(s) if !s.can_authenticate_any() => Check::advise(
+                format!("webhook secret set, but [webhook] accept = {} takes none of its secrets: every delivery is refused", s.accept_list()),
+                "\"standard-webhooks\" takes a whsec_ secret (supabase-vault.sql signs with it), \"bearer\" one that does not start with whsec_ (supabase.sql sends it): list the scheme the trigger uses, or set ROWBRANCH_WEBHOOK_SECRET to its secret",
+            ),
             Some(s) => Check::pass(format!("webhook secret set ({} secret{})", s.len(), if s.len() == 1 { "" } else { "s" })),
             None => Check::fail(
                 "webhook secret is not set",

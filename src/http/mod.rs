@@ -6,6 +6,7 @@
 
 mod answer;
 mod conn;
+mod login;
 mod ready;
 mod status;
 
@@ -36,6 +37,7 @@ use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
+use login::{Attempt, Logins, Verdict};
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals, Seen};
 
@@ -53,6 +55,8 @@ pub struct App {
     readiness: Readiness,
     decisions: Decisions,
     refusals: Refusals,
+    /// Wrong status page passwords, counted to slow a guesser down.
+    logins: Logins,
     /// The forge's web address, for the status page's links to branches.
     web_url: Option<String>,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
@@ -80,6 +84,7 @@ impl App {
             readiness: Readiness::default(),
             decisions: Decisions::default(),
             refusals: Refusals::default(),
+            logins: Logins::default(),
             database,
         })
     }
@@ -223,13 +228,35 @@ async fn home(
             .into_response();
     };
     if let Some(password) = &page.password {
-        if !auth::basic_password_matches(&headers, password.expose()) {
-            return (
-                StatusCode::UNAUTHORIZED,
-                [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
-                "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
-            )
-                .into_response();
+        let attempt = if auth::basic_password_matches(&headers, password.expose()) {
+            Attempt::Right
+        } else if headers.contains_key(header::AUTHORIZATION) {
+            Attempt::Wrong
+        } else {
+            Attempt::None
+        };
+        match app.logins.judge(attempt, Instant::now()) {
+            Verdict::Allowed => {}
+            Verdict::Refused => {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
+                    "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
+                )
+                    .into_response();
+            }
+            Verdict::Locked(left) => {
+                let secs = left.as_secs_f64().ceil().max(1.0) as u64;
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, secs.to_string())],
+                    format!(
+                        "too many wrong passwords for the status page within a minute: retry \
+                         after {secs} s"
+                    ),
+                )
+                    .into_response();
+            }
         }
     }
     let routes: Vec<String> = app
@@ -272,19 +299,15 @@ async fn no_webhook() -> Response {
 async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let start = Instant::now();
     let delivery = delivery_id(&headers);
-    match read(&app, &headers, body).await {
+    let mut seen = Seen::default();
+    match read(&app, &headers, body, &mut seen).await {
         Err(refused) => {
-            let seen = Seen {
-                kind: matches!(refused, Answer::Unauthorized).then_some("missing"),
-                ..Seen::default()
-            };
             app.record(Decision::new(delivery, seen, &refused, start.elapsed()));
             refused.into_response()
         }
         Ok(bytes) => {
             let app = Arc::clone(&app);
             let decided = tokio::spawn(async move {
-                let mut seen = Seen::default();
                 let answer = decide(&app, headers, bytes, &mut seen).await;
                 app.record(Decision::new(delivery, seen, &answer, start.elapsed()));
                 answer
@@ -294,9 +317,15 @@ async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) ->
     }
 }
 
-/// Content type, declared size and the presence of a credential — from the headers alone —
-/// then the body, within `read_timeout_ms` and `max_body_bytes`.
-async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answer> {
+/// Content type, declared size and the credentials as far as the headers can tell — from the
+/// headers alone — then the body, within `read_timeout_ms` and `max_body_bytes`. Why the
+/// credentials were refused, when they were, goes into `seen`.
+async fn read(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+    seen: &mut Seen,
+) -> Result<Bytes, Answer> {
     let webhook = &app.config.webhook;
     if !is_json(headers) {
         return Err(Answer::UnsupportedMediaType);
@@ -308,9 +337,19 @@ async fn read(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Answe
     if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
         return Err(Answer::TooLarge(webhook.max_body_bytes));
     }
-    // Without any credential there is nothing to check the body against: refused unread.
-    let open = webhook.secrets.is_none() && app.insecure_no_auth;
-    if !open && !auth::carries_credentials(headers) {
+    // Credentials the body cannot make right are refused unread: none at all, a wrong bearer
+    // token, a malformed or stale signature, a scheme not accepted. A signature that may
+    // match waits for the body, and `decide` has the last word.
+    let refusal = match &webhook.secrets {
+        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
+            auth::Head::Refused(why) => Some(why.kind()),
+            auth::Head::Valid | auth::Head::NeedsBody => None,
+        },
+        None if app.insecure_no_auth => None,
+        None => (!auth::carries_credentials(headers)).then_some("missing"),
+    };
+    if let Some(kind) = refusal {
+        seen.kind = Some(kind);
         return Err(Answer::Unauthorized);
     }
     match tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes)).await {

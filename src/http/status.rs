@@ -253,10 +253,11 @@ impl Refusals {
     }
 }
 
-/// A delivery's id: the `webhook-id` it carries (Standard Webhooks), else a fresh one.
+/// A delivery's id: the `webhook-id` (or Svix's `svix-id`) it carries, else a fresh one.
 pub fn delivery_id(headers: &http::HeaderMap) -> String {
     headers
         .get("webhook-id")
+        .or_else(|| headers.get("svix-id"))
         .and_then(|v| v.to_str().ok())
         .filter(|id| !id.is_empty() && id.len() <= 100)
         .map(str::to_owned)

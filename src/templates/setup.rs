@@ -16,6 +16,7 @@ use minijinja::syntax::SyntaxConfig;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
+use super::actions::{self, ActionsSetup};
 use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
 
 /// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
@@ -46,6 +47,14 @@ pub const FILES: &[(&str, &str)] = &[
         "create-app.html",
         include_str!("../../templates/create-app.html"),
     ),
+    (
+        "rowbranch-drain.yml",
+        include_str!("../../templates/rowbranch-drain.yml"),
+    ),
+    (
+        "supabase-kick.sql",
+        include_str!("../../templates/supabase-kick.sql"),
+    ),
 ];
 
 /// The `app_id` the config carries until `rowbranch init --manifest-code` sets the real one.
@@ -59,6 +68,16 @@ pub const PLACEHOLDER_APP_ID: u64 = 123456;
 pub enum OwnerKind {
     User,
     Organization,
+}
+
+/// Where rowbranch runs (`init --host`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Host {
+    /// `serve`, always on, as a GitHub App.
+    Server,
+    /// `rowbranch drain` in the target repository's GitHub Actions, with the job's token.
+    Actions,
 }
 
 /// What the setup files are filled in with.
@@ -79,11 +98,20 @@ pub struct SetupContext {
     pub text_column: String,
     pub branch_prefix: String,
     pub event_type: String,
-    /// The webhook secret the trigger sends; `None` renders a placeholder.
+    /// The signing secret (`whsec_…`) the Vault trigger signs with; `None` renders a placeholder.
     pub webhook_secret: Option<String>,
+    /// The bearer secret `supabase.sql`'s header sends, never a `whsec_` one: a signing key
+    /// written into a header would make the signed setup's key a bearer token. `None` renders
+    /// a placeholder.
+    pub bearer_secret: Option<String>,
     /// Where the route's rows come from: the config's route says so, the manifest has a
     /// webhook URL only for `webhook`.
     pub intake: Intake,
+    /// Where rowbranch runs: the config's `[github]` authenticates as the App or with the
+    /// Actions job's token, and the work workflow allows the bot that dispatches.
+    pub host: Host,
+    /// The drain workflow's and the kick's values (used with `host = actions`).
+    pub actions: ActionsSetup,
     /// The route's event types (`INSERT`, `UPDATE`, `DELETE`), which the queue's trigger fires on.
     pub events: Vec<String>,
     /// The pgmq queue the queue's trigger sends rows to.
@@ -131,7 +159,10 @@ impl SetupContext {
             branch_prefix: "feedback".into(),
             event_type: "feedback".into(),
             webhook_secret: None,
+            bearer_secret: None,
             intake: Intake::Webhook,
+            host: Host::Server,
+            actions: ActionsSetup::example(),
             events: vec!["INSERT".into()],
             queue: "rowbranch".into(),
             dead_letter: "rowbranch_dead".into(),
@@ -142,7 +173,7 @@ impl SetupContext {
 
     /// Refuses a value that no quoting makes safe in every file: see [`refused`].
     pub fn check(&self) -> Result<(), SetupError> {
-        let fields: [(&'static str, &str); 14] = [
+        let fields: [(&'static str, &str); 15] = [
             ("repo", &self.repo),
             ("owner", &self.owner),
             ("url", &self.url),
@@ -160,8 +191,12 @@ impl SetupContext {
                 "webhook_secret",
                 self.webhook_secret.as_deref().unwrap_or_default(),
             ),
+            (
+                "bearer_secret",
+                self.bearer_secret.as_deref().unwrap_or_default(),
+            ),
         ];
-        for (field, value) in fields {
+        for (field, value) in fields.into_iter().chain(self.actions.texts()) {
             if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
                 return Err(SetupError::Unprintable {
                     field,
@@ -242,6 +277,23 @@ pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
         let manifest = render("app-manifest.json", ctx)?;
         values = minijinja::context! { manifest => manifest, ..values };
     }
+    // What the GitHub Actions host's files compute from the values, computed here once.
+    let setup = &ctx.actions;
+    values = minijinja::context! {
+        cron => setup.every.cron(&ctx.repo),
+        every => setup.every.to_string(),
+        timeout_minutes => setup.timeout_minutes(),
+        max_time_minutes => actions::DRAIN_MAX_TIME_MINUTES,
+        install_minutes => setup.install.minutes(),
+        config_dir => actions::CONFIG_DIR,
+        config_path => actions::CONFIG_PATH,
+        ca_path => actions::CA_PATH,
+        database_url_secret => actions::DATABASE_URL_SECRET,
+        drain_workflow => actions::DRAIN_WORKFLOW_FILE,
+        kick_url => setup.kick_url(&ctx.repo),
+        kick_trigger => format!("{}{}", actions::KICK_TRIGGER_PREFIX, ctx.queue),
+        ..values
+    };
     env.get_template(name)
         .and_then(|template| template.render(values))
         .with_context(|| format!("templates/{name}"))

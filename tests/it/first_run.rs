@@ -73,7 +73,7 @@ async fn after_init_doctor_and_serve_say_to_take_the_secret_from_the_env_file_in
         .args(["-c", script, env!("CARGO_BIN_EXE_rowbranch")]))
     .await;
     assert!(
-        stdout(&out).contains("✓ webhook secret set (1 secret)"),
+        stdout(&out).contains("✓ webhook secret set (2 secrets)"),
         "{}",
         stdout(&out)
     );

@@ -81,12 +81,14 @@ fn mode(path: &Path) -> u32 {
     std::fs::metadata(path).unwrap().permissions().mode() & 0o777
 }
 
-/// The secret `init` generated, as it wrote it for rowbranch.
+/// The secrets `init` generated, as it wrote them for rowbranch: the value of
+/// ROWBRANCH_WEBHOOK_SECRET, unquoted.
 fn secret(dir: &Path) -> String {
     let env = std::fs::read_to_string(dir.join("rowbranch.env")).unwrap();
     env.lines()
         .find_map(|l| l.strip_prefix("ROWBRANCH_WEBHOOK_SECRET="))
         .expect("the env file names the secret")
+        .trim_matches('"')
         .to_owned()
 }
 
@@ -105,16 +107,26 @@ fn init_writes_the_templates_and_the_page_filled_in_for_the_repository() {
     ] {
         assert!(setup.join(name).is_file(), "{name} missing");
     }
-    let secret = secret(&setup);
+    let secrets = secret(&setup);
+    let (signing, bearer) = secrets.split_once(' ').expect("two secrets");
     assert!(
-        secret.starts_with("whsec_"),
+        signing.starts_with("whsec_"),
         "a secret the Vault trigger can sign with"
     );
-    assert!(!text(&out).contains(&secret), "the secret is never printed");
-    for sql in ["supabase-vault.sql", "supabase.sql"] {
+    assert!(!bearer.starts_with("whsec_"), "a bearer secret of its own");
+    for secret in [signing, bearer] {
+        assert!(!text(&out).contains(secret), "a secret is never printed");
+    }
+    for (sql, its, other) in [
+        ("supabase-vault.sql", signing, bearer),
+        ("supabase.sql", bearer, signing),
+    ] {
         let text = std::fs::read_to_string(setup.join(sql)).unwrap();
         assert!(text.contains("https://hooks.example.com/webhook"), "{sql}");
-        assert!(text.contains(&secret), "{sql} uses the same secret");
+        assert!(
+            text.contains(its) && !text.contains(other),
+            "{sql}: its own secret"
+        );
         assert_eq!(mode(&setup.join(sql)), 0o600, "{sql}");
     }
     assert_eq!(mode(&setup.join("rowbranch.env")), 0o600);
@@ -192,6 +204,57 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
         })
         .unwrap();
     assert_eq!(payload["edited"], true);
+}
+
+/// The config and the secrets `init` writes take the signed deliveries of supabase-vault.sql
+/// and nothing else: not the bearer secret of supabase.sql until `accept` lists "bearer", and
+/// never the signing key as a bearer token.
+#[test]
+fn the_written_setup_takes_only_signed_deliveries() {
+    use rowbranch::webhook::auth::{standard_webhooks_signature, Scheme};
+    let (_dir, setup, _) = into_new_folder(init);
+    let secrets = secret(&setup);
+    let (signing, bearer) = secrets.split_once(' ').unwrap();
+    let env_file = std::fs::read_to_string(setup.join("rowbranch.env")).unwrap();
+    assert!(
+        env_file.contains("supabase-vault.sql") && env_file.contains("supabase.sql"),
+        "the env file says which secret is which: {env_file}"
+    );
+    let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secrets.clone());
+    let config = Config::load(&setup.join("rowbranch.toml"), &env).unwrap();
+    let configured = config.webhook.secrets.expect("the secrets");
+    assert_eq!(configured.accepted(), [Scheme::StandardWebhooks]);
+    let now = std::time::SystemTime::now();
+    let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let header = |pairs: &[(&'static str, String)]| {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    };
+    let signed = header(&[
+        ("webhook-id", "msg_1".into()),
+        ("webhook-timestamp", unix.to_string()),
+        (
+            "webhook-signature",
+            standard_webhooks_signature(signing, "msg_1", unix, b"{}").unwrap(),
+        ),
+    ]);
+    assert_eq!(configured.verify(&signed, b"{}", now), Ok(()));
+    for token in [bearer, signing] {
+        let bearer = header(&[("authorization", format!("Bearer {token}"))]);
+        assert!(configured.verify(&bearer, b"{}", now).is_err(), "{token}");
+    }
+    // With supabase.sql, accept = ["bearer"] takes its secret, and still not the signing key.
+    let toml = std::fs::read_to_string(setup.join("rowbranch.toml"))
+        .unwrap()
+        .replace("accept = [\"standard-webhooks\"]", "accept = [\"bearer\"]");
+    let config = Config::parse(&toml, &setup.join("rowbranch.toml"), &env).unwrap();
+    let configured = config.webhook.secrets.expect("the secrets");
+    let with = |token: &str| header(&[("authorization", format!("Bearer {token}"))]);
+    assert_eq!(configured.verify(&with(bearer), b"{}", now), Ok(()));
+    assert!(configured.verify(&with(signing), b"{}", now).is_err());
 }
 
 #[test]

@@ -86,6 +86,9 @@ fn json_lines(log: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The status page's password: `serve` takes none shorter than 16 characters.
+const STATUS_PASSWORD: &str = "a-status-page-password";
+
 #[tokio::test]
 async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named() {
     let dir = dir_with_repository().await;
@@ -98,7 +101,10 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
         Arc::clone(&dir),
         Start {
             config: &config,
-            env: vec![("ROWBRANCH_LOG_FORMAT", "json".into())],
+            env: vec![
+                ("ROWBRANCH_LOG_FORMAT", "json".into()),
+                ("ROWBRANCH_STATUS_PASSWORD", STATUS_PASSWORD.into()),
+            ],
             nofile: None,
             secret: secret.clone(),
         },
@@ -155,7 +161,9 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
     assert_eq!(status(missing.await), 401);
 
     // The status page shows the same.
-    let page = client.get(format!("{}/", served.url)).send().await.unwrap();
+    let page = client.get(format!("{}/", served.url));
+    let page = page.basic_auth("anyone", Some(STATUS_PASSWORD));
+    let page = page.send().await.unwrap();
     let page = page.text().await.unwrap();
     for shown in [
         "missing_column",

@@ -18,7 +18,7 @@ use tokio_postgres::Client;
 use crate::support::app::{spawn_app, Options};
 use crate::support::db::{rows, Template, TestDb};
 use crate::support::or_skip;
-use crate::support::random::random_secret;
+use crate::support::random::{random_secret, random_whsec};
 use crate::support::setup::{
     apply_both_ways, create_table, insert_row, refusal, table_exists, webhook_context as context,
     webhook_triggers as rowbranch_triggers,
@@ -246,6 +246,18 @@ async fn without_a_secret_the_placeholder_is_refused_until_replaced() {
     assert_eq!(rowbranch_triggers(&db, schema, table).await, 1);
     insert_row(&db, schema, table, 5, "Hi").await;
     expect_one_call(&calls(&db).await, url, &secret);
+}
+
+/// The header is readable in the database, so a signing key put there would make the signed
+/// setup's key a bearer token: refused, as rowbranch refuses it.
+#[tokio::test]
+async fn a_whsec_secret_in_place_of_the_placeholder_is_refused() {
+    let db = or_skip!(with_stand_in().await);
+    create_table(&db, "public", "feedbacks").await;
+    let sql = render_sql(&context("public", "feedbacks", "https://h.example", None));
+    let message = refusal(&db, &sql.replace(PLACEHOLDER, &random_whsec())).await;
+    assert!(message.contains("whsec_"), "{message}");
+    assert_eq!(rowbranch_triggers(&db, "public", "feedbacks").await, 0);
 }
 
 #[tokio::test]

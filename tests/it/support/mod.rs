@@ -13,6 +13,7 @@ pub mod local;
 pub mod queue;
 pub mod random;
 pub mod setup;
+pub mod supabase;
 pub mod tools;
 pub mod wait;
 

@@ -20,13 +20,15 @@ pub fn queue_context(schema: &str, table: &str, queue: &str, dead_letter: &str) 
 }
 
 /// What `supabase.sql` and `supabase-vault.sql` are rendered with: `schema.table` posts to
-/// `url`, with `secret` or the placeholder.
+/// `url`, with `secret` (the bearer secret of the one, the signing key of the other) or the
+/// placeholder.
 pub fn webhook_context(schema: &str, table: &str, url: &str, secret: Option<&str>) -> SetupContext {
     SetupContext {
         schema: schema.to_owned(),
         table: table.to_owned(),
         url: url.to_owned(),
         webhook_secret: secret.map(str::to_owned),
+        bearer_secret: secret.map(str::to_owned),
         ..SetupContext::example()
     }
 }
