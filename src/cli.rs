@@ -83,7 +83,7 @@ pub enum Command {
     /// no port, for a scheduled job (GitHub Actions).
     ///
     /// It stops reading once the last read found nothing and it holds nothing, the hourly
-    /// budget is spent, GitHub turns a row away, or --max-time less shutdown_grace has passed;
+    /// budget is spent, GitHub turns a row away, or --max-time less the grace has passed;
     /// then it releases what it has not started, gives the runs under way the grace, and prints
     /// one summary line. SIGINT or SIGTERM stops it the same way, with a grace of at most 5 s.
     /// Exits 0 when it stopped cleanly (drained, out of time, the hourly budget or GitHub's
@@ -159,8 +159,8 @@ pub struct RedriveArgs {
 pub struct DrainArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// The longest the whole run takes, shutdown_grace included: the reading stops at
-    /// DURATION less shutdown_grace.
+    /// The longest the whole run takes, its grace included: the reading stops at DURATION less
+    /// the grace (shutdown_grace, or half of DURATION when that is shorter).
     #[arg(long, value_name = "DURATION", default_value = "4m")]
     pub max_time: String,
     /// Once the queue is drained, sweep the tables for rows that never reached it (the sweep

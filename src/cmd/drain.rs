@@ -2,9 +2,10 @@
 //! consumer alone, with no port, for a job that a schedule starts (GitHub Actions). It stops
 //! reading when the last read found nothing and it holds nothing, when the hourly budget is
 //! spent, when GitHub turns a row away past its retries, or when `--max-time` less the grace
-//! has passed; then it releases what it has not started, gives the runs under way the grace,
-//! and prints one summary line. A signal (Actions cancels a job with SIGINT, and kills it
-//! seconds later) stops it the same way with a grace of at most [`SIGNAL_GRACE`].
+//! (`shutdown_grace`, at most half of `--max-time`) has passed; then it releases what it has
+//! not started, gives the runs under way the grace, and prints one summary line. A signal
+//! (Actions cancels a job with SIGINT, and kills it seconds later) stops it the same way with a
+//! grace of at most [`SIGNAL_GRACE`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,6 +27,10 @@ use crate::startup::{Application, Env, Mode};
 /// SIGINT and SIGKILL 2.5 s after that, so runs under way get 5 s to dispatch or release,
 /// and the settles have time to follow.
 const SIGNAL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the retention's delete and the count of what is left may each take, once the run
+/// is over (a delete cut short leaves the rest for the next run).
+const AFTERWARDS: Duration = Duration::from_secs(5);
 
 /// How many reads in a row may fail, once one has succeeded, before the drain gives up: a
 /// blip of the connection is waited out (1 + 2 + 4 s), an outage is not. A first read that
@@ -59,15 +64,9 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
              …pooler.supabase.com:5432: the direct host is IPv6-only)"
         )));
     };
-    let grace = config.shutdown_grace;
-    let Some(reading) = max_time.checked_sub(grace).filter(|d| !d.is_zero()) else {
-        return Err(Failure::Usage(anyhow!(
-            "--max-time {} leaves no time to read: it includes shutdown_grace ({}), the time \
-             runs under way get to finish; give more, e.g. --max-time 4m",
-            args.max_time,
-            humantime::format_duration(grace)
-        )));
-    };
+    // The grace is part of --max-time: at most half of it, so that a short run still reads.
+    let grace = config.shutdown_grace.min(max_time / 2);
+    let reading = max_time - grace;
     let queue = config.pgmq.queue.clone();
     let sweep = args.sweep.then(|| SweepOptions {
         window: config.reconcile.window,
@@ -91,10 +90,24 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         application: &application,
     };
     let (said, why) = oneshot::channel();
-    let stop = job.stop(grace.min(SIGNAL_GRACE), said);
+    let stop = job.stop(grace, grace.min(SIGNAL_GRACE), said);
     application.run(stop).await?;
     let (stop, swept) = why.await.unwrap_or((Stop::Signal, None));
-    let left = consumer.depth().await;
+    let left = match stop {
+        // Not asked again: it did not answer.
+        Stop::Database(_) => None,
+        _ => {
+            // Nothing else may run in a drain-only setup: the archive's retention is kept here,
+            // unless the job is being cancelled.
+            if !matches!(stop, Stop::Signal) {
+                let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
+            }
+            tokio::time::timeout(AFTERWARDS, consumer.depth())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
     if let Some(summaries) = &swept {
         print!("{}", reconcile::table(summaries, false));
     }
@@ -104,13 +117,9 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         counts.dispatched,
         counts.duplicates,
         counts.dead_lettered,
-        left.as_ref()
-            .map_or_else(|_| "?".to_owned(), ToString::to_string),
+        left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
     );
-    if let Err(e) = &left {
-        tracing::warn!(error = %e, "could not count the messages left in the queue");
-    }
     stop.end(&queue, swept.as_deref())
 }
 
@@ -142,10 +151,11 @@ struct Job<'a> {
 
 impl Job<'_> {
     /// Resolves when the reading is to stop, after the sweep when one is asked for and the
-    /// queue is drained; says why on `said`. At a signal the shutdown begins at once with
-    /// `signal_grace`, which the run keeps.
+    /// queue is drained; says why on `said`. The shutdown begins then with `grace`, or at a
+    /// signal at once with `signal_grace`; the run keeps the first.
     fn stop(
         mut self,
+        grace: Duration,
         signal_grace: Duration,
         said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
@@ -203,6 +213,7 @@ impl Job<'_> {
                 }
                 (stop, _) => (stop, None),
             };
+            shutdown.begin(grace);
             let _ = said.send(swept);
         }
     }
@@ -259,9 +270,9 @@ impl Stop {
             ),
             Stop::Forge(trouble) => {
                 return Err(Failure::Runtime(anyhow!(
-                    "GitHub did not take a row: {}; the rows wait in the queue. Fix what it \
-                     says (`rowbranch doctor` checks the credentials, the permissions and the \
-                     repository), or wait for GitHub to answer again",
+                    "could not claim or dispatch a row: {}; the rows wait in the queue. Fix what \
+                     it says (`rowbranch doctor` checks the credentials, the permissions and the \
+                     repository), or run again once GitHub answers",
                     trouble.message
                 )))
             }

@@ -12,6 +12,7 @@ mod credentials;
 mod deploy;
 mod design;
 mod doctor_queue;
+mod drain;
 mod env_config;
 mod explain;
 mod first_run;

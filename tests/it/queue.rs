@@ -28,7 +28,7 @@ use crate::support::github::{self, GithubOptions, REPO};
 use crate::support::http::{get, insert, Reply};
 use crate::support::local::{branches, dir_with_repository, dispatches};
 use crate::support::or_skip;
-use crate::support::queue::{all_ids, payload_id, per_row, QueueDb};
+use crate::support::queue::{all_ids, local_config, payload_id, per_row, QueueDb};
 use crate::support::random::random_secret;
 use crate::support::wait::{eventually_within, PATIENCE};
 
@@ -58,18 +58,6 @@ async fn metric_once(served: &Served, name: &str, label: &str, at_least: f64) ->
         },
     )
     .await
-}
-
-/// A local-forge config reading this test's queue; `forge` and `pgmq` add lines to their
-/// sections; `repo` is the repository's path.
-fn local_config(db: &QueueDb, repo: &str, forge: &str, pgmq: &str) -> String {
-    format!(
-        "listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n\
-         [forge]\nkind = \"local\"\npath = \"{repo}\"\n{forge}\n\n\
-         [pgmq]\nqueue = \"{}\"\ndead_letter = \"{}\"\npoll_interval_ms = 50\n\
-         backoff_base_ms = 100\nbackoff_cap_ms = 400\n{pgmq}\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n",
-        db.queue, db.dead
-    )
 }
 
 async fn start(dir: &Arc<TempDir>, db: &QueueDb, config: &str) -> Served {

@@ -375,31 +375,42 @@ impl Consumer {
                         self.pipeline.metrics().pgmq_queue(name, depth, age);
                     }
                 }
-                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) {
-                    // Both archives hold whole rows: the queue's, and the dead letters redriven.
-                    let retention = self.settings.pgmq.archive_retention.as_secs_f64();
-                    let mut all = true;
-                    for name in [self.queue(), &self.settings.pgmq.dead_letter] {
-                        match queue::forget_archived(db.client(), name, retention).await {
-                            Ok(gone) if gone > 0 => tracing::info!(
-                                queue = name.as_str(),
-                                messages = gone,
-                                "deleted archived messages past archive_retention"
-                            ),
-                            Ok(_) => {}
-                            Err(e) => {
-                                all = false;
-                                tracing::warn!(queue = name.as_str(), error = %e, "could not delete old archived messages");
-                            }
-                        }
-                    }
-                    if all {
-                        forgot = Some(Instant::now());
-                    }
+                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget(&db).await {
+                    forgot = Some(Instant::now());
                 }
             }
             tokio::time::sleep(SAMPLE_EVERY).await;
         }
+    }
+
+    /// Deletes the archived messages past `archive_retention`, from both archives (each holds
+    /// whole rows: the queue's, and that of the dead letters redriven). A process that runs
+    /// for a while does it hourly; a drain, once before it exits. Whether both went.
+    pub async fn forget_old(&self) -> bool {
+        match self.db().await {
+            Ok(db) => self.forget(&db).await,
+            Err(_) => false,
+        }
+    }
+
+    async fn forget(&self, db: &Database) -> bool {
+        let retention = self.settings.pgmq.archive_retention.as_secs_f64();
+        let mut all = true;
+        for name in [self.queue(), &self.settings.pgmq.dead_letter] {
+            match queue::forget_archived(db.client(), name, retention).await {
+                Ok(gone) if gone > 0 => tracing::info!(
+                    queue = name.as_str(),
+                    messages = gone,
+                    "deleted archived messages past archive_retention"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    all = false;
+                    tracing::warn!(queue = name.as_str(), error = %e, "could not delete old archived messages");
+                }
+            }
+        }
+        all
     }
 }
 

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::app::FEEDBACK_ROUTE;
 use super::db::{Install, Template, TestDb};
 use super::local::dispatches;
 use super::setup::{apply, queue_context};
@@ -156,4 +157,16 @@ pub fn per_row(path: &Path) -> BTreeMap<String, usize> {
 
 pub fn all_ids(range: std::ops::RangeInclusive<i64>) -> BTreeSet<String> {
     range.map(|n| n.to_string()).collect()
+}
+
+/// A local-forge config reading this test's queue; `forge` and `pgmq` add lines to their
+/// sections; `repo` is the repository's path.
+pub fn local_config(db: &QueueDb, repo: &str, forge: &str, pgmq: &str) -> String {
+    format!(
+        "listen = \"127.0.0.1:0\"\nshutdown_grace = \"5s\"\n\n\
+         [forge]\nkind = \"local\"\npath = \"{repo}\"\n{forge}\n\n\
+         [pgmq]\nqueue = \"{}\"\ndead_letter = \"{}\"\npoll_interval_ms = 50\n\
+         backoff_base_ms = 100\nbackoff_cap_ms = 400\n{pgmq}\n{FEEDBACK_ROUTE}intake = \"pgmq\"\n",
+        db.queue, db.dead
+    )
 }
