@@ -664,8 +664,9 @@ fn admission(settings: &ForgeSettings) -> Admission {
 
 /// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set. Its
 /// budgets: each route's `max_rows_per_hour`; and for the consumer alone (a drain, which ends
-/// and starts again, each time with a fresh pacer) the installation's `write_hourly_max` too,
-/// counted from the archive. Beside the server, the pacer's own rolling hour keeps that cap.
+/// and starts again, each time with a fresh pacer) or with a plain token (whose hour every
+/// process and job using it shares) the installation's `write_hourly_max` too, counted from
+/// the archive. Beside that, the pacer's own rolling hour keeps the cap in each process.
 fn consumer_settings(config: &Config, mode: Mode) -> Option<ConsumerSettings> {
     let url = config
         .database_url
@@ -676,7 +677,11 @@ fn consumer_settings(config: &Config, mode: Mode) -> Option<ConsumerSettings> {
         pgmq: config.pgmq.clone(),
         queue_capacity: config.forge.queue_capacity(),
         window_rows: window_rows(config),
-        budgets: Budgets::new(&config.routes, &config.forge, mode == Mode::ConsumerOnly),
+        budgets: Budgets::new(
+            &config.routes,
+            &config.forge,
+            mode == Mode::ConsumerOnly || config.forge.token().is_some(),
+        ),
     })
 }
 

@@ -80,7 +80,13 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         mode: Mode::ConsumerOnly,
         ..Env::process()
     };
+    let token = config.forge.token().is_some();
     let application = Application::build(config, env).await?;
+    // A token says nothing of what it may do until asked: one that cannot write would fail
+    // every row, so it is asked first (the App's installation says so without a request).
+    if token {
+        application.check_write_access().await?;
+    }
     let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
     let job = Job {
         standing: consumer.progress().watch(),

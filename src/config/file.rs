@@ -94,7 +94,9 @@ pub(super) struct RawGithub {
     /// Writes allowed back to back before the pace applies.
     pub write_burst: u32,
     /// Writes per rolling hour: GitHub allows about 500 content-creating requests an hour.
-    pub write_hourly_max: u32,
+    /// When `None`, [`APP_WRITE_HOURLY_MAX`](super::APP_WRITE_HOURLY_MAX), or with `token_env`
+    /// [`TOKEN_WRITE_HOURLY_MAX`](super::TOKEN_WRITE_HOURLY_MAX).
+    pub write_hourly_max: Option<u32>,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
     /// How long one GitHub operation may go on retrying.
@@ -114,7 +116,7 @@ impl Default for RawGithub {
             api_url: "https://api.github.com".into(),
             write_interval_ms: 1000,
             write_burst: 10,
-            write_hourly_max: 450,
+            write_hourly_max: None,
             queue_capacity: 10_000,
             retry_budget_ms: 30_000,
             base_cache_ms: 10_000,

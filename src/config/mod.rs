@@ -39,7 +39,7 @@ mod token_tests;
 mod validate;
 
 pub use settings::{
-    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
+    AccessToken, Config, APP_WRITE_HOURLY_MAX, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
     WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,

@@ -371,6 +371,10 @@ pub const DEFAULT_MAX_TURNS: u32 = 30;
 /// --work-timeout-minutes`'s default.
 pub const DEFAULT_WORK_TIMEOUT_MINUTES: u32 = 30;
 
+/// `[github] write_hourly_max` for the App: GitHub allows about 500 content-creating requests an
+/// hour (SPEC §2).
+pub const APP_WRITE_HOURLY_MAX: u32 = 450;
+
 /// `[github] write_hourly_max` for a plain token (`GITHUB_TOKEN`, which GitHub allows 1,000
 /// requests an hour per repository): a new row costs about four requests (two reads, the
 /// claim, the dispatch), so 200 rows an hour — 400 writes — spend 800 and leave 200 for

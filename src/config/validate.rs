@@ -188,13 +188,19 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
             "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
         ));
     }
+    // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
+    let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
+        GithubAuth::Token(_) => super::TOKEN_WRITE_HOURLY_MAX,
+        GithubAuth::App { .. } => super::APP_WRITE_HOURLY_MAX,
+    });
+    let hourly_max = at_least_one("write_hourly_max", hourly_max)?;
     Ok(GithubSettings {
         auth,
         api_url: api_url.trim_end_matches('/').to_owned(),
         pace: PaceSettings {
             interval: Duration::from_millis(raw.write_interval_ms),
             burst: at_least_one("write_burst", raw.write_burst)?,
-            hourly_max: at_least_one("write_hourly_max", raw.write_hourly_max)?,
+            hourly_max,
         },
         queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
         max_concurrent_requests: at_least_one(

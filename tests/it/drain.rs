@@ -16,9 +16,10 @@ use rustix::process::{Pid, Signal};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
+use crate::github_token::{fake_with_token, token_config, DRAIN_PERMISSIONS, READ_ONLY, TOKEN, CANNOT_WRITE};
 use crate::support::child::{rowbranch, stderr, stdout};
 use crate::support::db::Install;
-use crate::support::github::{self, GithubOptions, INSTALLATION, REPO};
+use crate::support::github::{self, GithubOptions, REPO};
 use crate::support::local::{branches, dir_with_repository, dispatches};
 use crate::support::or_skip;
 use crate::support::queue::{all_ids, local_config, payload_id, per_row, QueueDb};
@@ -200,6 +201,7 @@ async fn an_empty_queue_exits_0_at_once_and_says_so() {
             left: 0
         }
     );
+    eprintln!("an empty queue: {:?} from start to exit", run.took);
     assert!(
         run.took < Duration::from_secs(2),
         "an empty queue took {:?}",
@@ -282,6 +284,7 @@ async fn successive_drains_one_killed_mid_batch_give_one_branch_per_row_and_an_e
     let tried = per_row(&attempts);
     assert_eq!(tried.keys().cloned().collect::<BTreeSet<_>>(), ids);
     let extra: usize = tried.values().map(|n| n - 1).sum();
+    eprintln!("{extra} dispatches beyond one per row");
     assert!(
         extra as i64 <= held,
         "{extra} dispatches beyond one per row, with {held} messages in flight at the kill"
@@ -469,6 +472,53 @@ async fn max_rows_per_hour_is_shared_by_successive_drains_and_the_rows_over_it_w
         "never read: visible, none dropped"
     );
     assert!(db.dead_letters().await.is_empty());
+
+    // An hour later (the archive's clock moved back), the next run takes the rest.
+    db.execute(&format!(
+        "update pgmq.\"a_{}\" set archived_at = archived_at - interval '61 minutes'",
+        db.queue
+    ))
+    .await;
+    let run = drain(dir.path(), &db, &[], &[]).await;
+    let third = run.clean();
+    assert_eq!(third.dispatched, 40, "{}", run.stderr);
+    assert_eq!(third.left, 0);
+    let seen = per_row(&dir.path().join("dispatches.jsonl"));
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), all_ids(1..=100));
+    assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_the_exit() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
+    write_config(dir.path(), &local_config(&db, "repo.git", "", ""));
+    db.insert(1..=5).await;
+    // Three rows inserted while the queue's trigger was off, five minutes ago.
+    db.execute(
+        "alter table public.feedbacks disable trigger user; \
+         insert into public.feedbacks (id, message, created_at) \
+           select n, 'Row ' || n, now() - interval '5 minutes' from generate_series(6, 8) as n; \
+         alter table public.feedbacks enable trigger user",
+    )
+    .await;
+    let run = drain(dir.path(), &db, &[], &["--sweep"]).await;
+    let summary = run.clean();
+    assert_eq!(summary.dispatched, 5, "the queue's rows: {}", run.stderr);
+    assert_eq!(summary.left, 0);
+    let (table, line) = run
+        .stdout
+        .split_once("drain: ")
+        .expect("the summary line");
+    assert!(
+        table.contains("dispatched") && table.contains("public.feedbacks"),
+        "the sweep's table comes first:\n{}",
+        run.stdout
+    );
+    assert!(line.starts_with("5 dispatched"), "{line}");
+    let seen = per_row(&dir.path().join("dispatches.jsonl"));
+    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), all_ids(1..=8));
+    assert!(seen.values().all(|n| *n == 1), "one dispatch per row: {seen:?}");
 }
 
 #[tokio::test]
@@ -602,24 +652,27 @@ async fn a_max_time_shorter_than_the_grace_is_kept_with_half_of_it_for_the_grace
     assert!(stderr(&out).contains("--max-time soon"), "{}", stderr(&out));
 }
 
-/// The drain with `[github] token_env`: GitHub's plain token in place of the App, as an Actions
-/// job runs it, on the fake GitHub answering to a token it issued for the repository.
+/// The drain as an Actions job runs it: `[github] token_env`, the fake GitHub answering to a
+/// plain token it registered for the repository with `permissions`.
+async fn token_drain(
+    db: &QueueDb,
+    permissions: &[(&str, &str)],
+) -> (Arc<FakeGithub>, TempDir, Vec<(&'static str, String)>) {
+    let fake = fake_with_token(permissions).await;
+    let dir = TempDir::new().unwrap();
+    let config = token_config(&fake, &db.queue).replace(
+        "[pgmq]\n",
+        &format!("[pgmq]\ndead_letter = \"{}\"\nvisibility_timeout_s = 60\n", db.dead),
+    );
+    write_config(dir.path(), &config);
+    (fake, dir, vec![("GITHUB_TOKEN", TOKEN.to_owned())])
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs [github] token_env, which the GitHub forge's token mode brings"]
 async fn with_a_plain_token_successive_drains_dispatch_every_row_once() {
     let db = or_skip!(QueueDb::new(Install::Extension).await);
-    let fake = github::fake().await;
-    let token = fake.issue_token(INSTALLATION, Some(&["app"]));
-    let app = GithubOptions::default().config_text(&fake);
-    let config = fake_config(&fake, &GithubOptions::default(), &db, "visibility_timeout_s = 60")
-        .replace(
-            &app[app.find("app_id = ").unwrap()..app.find("api_url").unwrap()],
-            "token_env = \"GITHUB_TOKEN\"\n",
-        );
-    let dir = TempDir::new().unwrap();
-    write_config(dir.path(), &config);
+    let (fake, dir, env) = token_drain(&db, &DRAIN_PERMISSIONS).await;
     db.insert(1..=10).await;
-    let env = [("GITHUB_TOKEN", token)];
     let first = drain(dir.path(), &db, &env, &[]).await.clean();
     db.insert(11..=20).await;
     let second = drain(dir.path(), &db, &env, &[]).await.clean();
@@ -632,4 +685,27 @@ async fn with_a_plain_token_successive_drains_dispatch_every_row_once() {
         .collect();
     assert_eq!(dispatched, all_ids(1..=20));
     assert_eq!(fake.dispatches(REPO).len(), 20, "one dispatch per row");
+
+    // Nothing left: the token's check and one read, well under 2 s.
+    let run = drain(dir.path(), &db, &env, &[]).await;
+    assert_eq!(run.clean().dispatched, 0);
+    eprintln!("an empty queue with a token: {:?} from start to exit", run.took);
+    assert!(run.took < Duration::from_secs(2), "{:?}", run.took);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_cannot_write_exits_1_with_the_permission_it_lacks_and_reads_nothing() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let (fake, dir, env) = token_drain(&db, &READ_ONLY).await;
+    db.insert(1..=3).await;
+    let run = drain(dir.path(), &db, &env, &[]).await;
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains(CANNOT_WRITE), "{}", run.stderr);
+    assert!(!run.stderr.contains(TOKEN) && !run.stdout.contains(TOKEN));
+    assert!(fake.dispatches(REPO).is_empty());
+    assert_eq!(
+        waiting(&db).await,
+        vec![(0, true); 3],
+        "never read: the rows wait, visible"
+    );
 }

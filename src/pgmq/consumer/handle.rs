@@ -39,6 +39,11 @@ impl Consumer {
             return;
         };
         let statement = self.decide(&end, read_ct, lost, plan, &message).await;
+        if matches!(statement, Some(Statement::Release)) {
+            // A release comes at shutdown: after the loop's last read, which would otherwise
+            // read the message again (its read_ct one more) and hide it for a lease.
+            self.reading_stopped.cancelled().await;
+        }
         let counted = statement.as_ref().and_then(|s| counted(&end, s));
         let lets_go = statement.as_ref().is_some_and(Statement::lets_go);
         let begin = self.holds.begin_settle(message.id, token, read_ct, lets_go);

@@ -14,6 +14,7 @@ mod statement;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::progress::{DatabaseTrouble, Idle, Progress};
@@ -71,6 +72,9 @@ pub struct Consumer {
     /// no await holds.
     holds: Holds,
     handlers: TaskTracker,
+    /// Cancelled once the loop has stopped reading: a release waits for it, so that no read
+    /// still under way on the connection takes the message again (counting a read of it).
+    reading_stopped: CancellationToken,
     /// What it has done and where its reading stands, for a drain.
     progress: Progress,
 }
@@ -100,6 +104,7 @@ impl Consumer {
             link: tokio::sync::Mutex::default(),
             holds: Holds::new(FIRST_GUESS_BYTES),
             handlers: TaskTracker::new(),
+            reading_stopped: CancellationToken::new(),
             progress: Progress::default(),
         })
     }
@@ -230,7 +235,9 @@ impl Consumer {
                 }
             }
         }
-        // Stop reading; what was read and not started is released by its handler.
+        // Stop reading; what was read and not started is released by its handler, now that no
+        // read can take it again.
+        self.reading_stopped.cancel();
         self.handlers.close();
         if let Some(deadline) = self.shutdown.deadline() {
             let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
