@@ -39,11 +39,11 @@ mod token_tests;
 mod validate;
 
 pub use settings::{
-    AccessToken, Config, APP_WRITE_HOURLY_MAX, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
+    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
-    TOKEN_WRITE_HOURLY_MAX,
+    WebhookSettings, APP_WRITE_HOURLY_MAX, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES,
+    MAX_WORK_TIMEOUT_MINUTES, TOKEN_WRITE_HOURLY_MAX,
 };
 
 pub use show::Shown;

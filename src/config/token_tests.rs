@@ -103,7 +103,10 @@ fn a_tokens_hourly_writes_default_to_what_github_token_allows_and_a_written_one_
         github.pace.hourly_max
     };
     assert_eq!(hourly(TOKEN_CONFIG), TOKEN_WRITE_HOURLY_MAX);
-    assert_eq!(TOKEN_WRITE_HOURLY_MAX, 400, "1,000 requests an hour, two writes of ~4 a row");
+    assert_eq!(
+        TOKEN_WRITE_HOURLY_MAX, 400,
+        "1,000 requests an hour, two writes of ~4 a row"
+    );
     let written = TOKEN_CONFIG.replace(
         "token_env = \"GITHUB_TOKEN\"",
         "token_env = \"GITHUB_TOKEN\"\nwrite_hourly_max = 100",

@@ -16,7 +16,10 @@ use rustix::process::{Pid, Signal};
 use tempfile::TempDir;
 use tokio::process::{Child, Command};
 
-use crate::github_token::{fake_with_token, token_config, DRAIN_PERMISSIONS, READ_ONLY, TOKEN, CANNOT_WRITE};
+use crate::github_token::{
+    fake_with_token, token_config, CANNOT_WRITE, DRAIN_PERMISSIONS, READ_ONLY, TOKEN,
+};
+use crate::support::app::FEEDBACK_ROUTE;
 use crate::support::child::{rowbranch, stderr, stdout};
 use crate::support::db::Install;
 use crate::support::github::{self, GithubOptions, REPO};
@@ -207,7 +210,11 @@ async fn an_empty_queue_exits_0_at_once_and_says_so() {
         "an empty queue took {:?}",
         run.took
     );
-    assert!(run.stderr.contains("the queue is drained"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("the queue is drained"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// Records each dispatch in `attempts.jsonl`; once there are more than the number in `limit`
@@ -277,7 +284,13 @@ async fn successive_drains_one_killed_mid_batch_give_one_branch_per_row_and_an_e
     let names = branches(&dir.path().join("repo.git")).await;
     let branch_ids: BTreeSet<String> = names
         .iter()
-        .map(|b| b.trim_start_matches("feedback/").split('-').next().unwrap().to_owned())
+        .map(|b| {
+            b.trim_start_matches("feedback/")
+                .split('-')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
         .collect();
     assert_eq!(names.len(), 300, "one branch per row");
     assert_eq!(branch_ids, ids);
@@ -292,7 +305,10 @@ async fn successive_drains_one_killed_mid_batch_give_one_branch_per_row_and_an_e
     assert!(tried.values().all(|n| *n <= 2), "{tried:?}");
     assert!(db.dead_letters().await.is_empty());
     let summed: u64 = runs.iter().map(|s| s.dispatched + s.duplicates).sum();
-    assert!(summed >= 300 - 60, "every row after the kill is counted: {runs:?}");
+    assert!(
+        summed >= 300 - 60,
+        "every row after the kill is counted: {runs:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -306,8 +322,12 @@ async fn two_drains_started_together_give_one_branch_and_one_dispatch_per_row() 
     write_config(second.path(), &config);
     db.insert(1..=300).await;
     let started = Instant::now();
-    let a = command(first.path(), &db, &[], &["--max-time", "90s"]).spawn().unwrap();
-    let b = command(second.path(), &db, &[], &["--max-time", "90s"]).spawn().unwrap();
+    let a = command(first.path(), &db, &[], &["--max-time", "90s"])
+        .spawn()
+        .unwrap();
+    let b = command(second.path(), &db, &[], &["--max-time", "90s"])
+        .spawn()
+        .unwrap();
     let (a, b) = tokio::join!(finish(a, started), finish(b, started));
     let (a, b) = (a.clean(), b.clean());
     eprintln!("first: {a:?}, second: {b:?}");
@@ -315,8 +335,14 @@ async fn two_drains_started_together_give_one_branch_and_one_dispatch_per_row() 
     assert_eq!(a.duplicates + b.duplicates, 0);
     assert_eq!(db.depth().await, 0);
     let seen = per_row(&first.path().join("dispatches.jsonl"));
-    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), all_ids(1..=300));
-    assert!(seen.values().all(|n| *n == 1), "one dispatch per row: {seen:?}");
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=300)
+    );
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "one dispatch per row: {seen:?}"
+    );
     assert_eq!(branches(&repo).await.len(), 300);
     assert!(
         db.archived().await.values().all(|read_ct| *read_ct == 1),
@@ -359,11 +385,16 @@ async fn max_time_is_kept_with_a_backlog_left_visible_and_the_next_run_finishes_
     let left = waiting(&db).await;
     assert_eq!(left.len() as u64, first.left);
     assert!(
-        left.iter().all(|(read_ct, visible)| *read_ct <= 1 && *visible),
+        left.iter()
+            .all(|(read_ct, visible)| *read_ct <= 1 && *visible),
         "{left:?}\n{}",
         run.stderr
     );
-    assert!(run.stderr.contains("--max-time is reached"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("--max-time is reached"),
+        "{}",
+        run.stderr
+    );
 
     let run = drain(dir.path(), &db, &app_key(), &["--max-time", "60s"]).await;
     let second = run.clean();
@@ -410,11 +441,18 @@ async fn sigint_mid_batch_releases_what_has_not_started_settles_the_rest_and_exi
             .count()
     };
     eventually_within("two claims, five held", Duration::from_secs(30), || async {
-        let held = waiting(&db).await.iter().filter(|(n, visible)| *n == 1 && !visible).count();
+        let held = waiting(&db)
+            .await
+            .iter()
+            .filter(|(n, visible)| *n == 1 && !visible)
+            .count();
         (claims() == 2 && held == 5).then_some(())
     })
     .await;
-    assert!(fake.dispatches(REPO).is_empty(), "the dispatches wait on the pace");
+    assert!(
+        fake.dispatches(REPO).is_empty(),
+        "the dispatches wait on the pace"
+    );
     let signalled = Instant::now();
     signal_group(&child, Signal::INT);
     let run = finish(child, signalled).await;
@@ -428,7 +466,11 @@ async fn sigint_mid_batch_releases_what_has_not_started_settles_the_rest_and_exi
     assert_eq!(summary.dispatched, 2, "{}", run.stderr);
     assert_eq!(fake.dispatches(REPO).len(), 2);
     assert_eq!(summary.left, 3);
-    assert_eq!(waiting(&db).await, vec![(1, true); 3], "released: visible at once");
+    assert_eq!(
+        waiting(&db).await,
+        vec![(1, true); 3],
+        "released: visible at once"
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
         waiting(&db).await,
@@ -484,7 +526,10 @@ async fn max_rows_per_hour_is_shared_by_successive_drains_and_the_rows_over_it_w
     assert_eq!(third.dispatched, 40, "{}", run.stderr);
     assert_eq!(third.left, 0);
     let seen = per_row(&dir.path().join("dispatches.jsonl"));
-    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), all_ids(1..=100));
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=100)
+    );
     assert!(seen.values().all(|n| *n == 1), "one dispatch per row");
 }
 
@@ -506,10 +551,7 @@ async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_
     let summary = run.clean();
     assert_eq!(summary.dispatched, 5, "the queue's rows: {}", run.stderr);
     assert_eq!(summary.left, 0);
-    let (table, line) = run
-        .stdout
-        .split_once("drain: ")
-        .expect("the summary line");
+    let (table, line) = run.stdout.split_once("drain: ").expect("the summary line");
     assert!(
         table.contains("dispatched") && table.contains("public.feedbacks"),
         "the sweep's table comes first:\n{}",
@@ -517,8 +559,14 @@ async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_
     );
     assert!(line.starts_with("5 dispatched"), "{line}");
     let seen = per_row(&dir.path().join("dispatches.jsonl"));
-    assert_eq!(seen.keys().cloned().collect::<BTreeSet<_>>(), all_ids(1..=8));
-    assert!(seen.values().all(|n| *n == 1), "one dispatch per row: {seen:?}");
+    assert_eq!(
+        seen.keys().cloned().collect::<BTreeSet<_>>(),
+        all_ids(1..=8)
+    );
+    assert!(
+        seen.values().all(|n| *n == 1),
+        "one dispatch per row: {seen:?}"
+    );
 }
 
 #[tokio::test]
@@ -593,7 +641,8 @@ async fn github_unreachable_exits_1_with_the_rows_left_in_the_queue() {
     let run = drain(dir.path(), &db, &app_key(), &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
     assert!(
-        run.stderr.contains("could not claim or dispatch a row") && run.stderr.contains("rowbranch doctor"),
+        run.stderr.contains("could not claim or dispatch a row")
+            && run.stderr.contains("rowbranch doctor"),
         "{}",
         run.stderr
     );
@@ -605,8 +654,10 @@ async fn github_unreachable_exits_1_with_the_rows_left_in_the_queue() {
 async fn a_queue_the_database_does_not_have_exits_1_at_once_with_the_fix() {
     let db = or_skip!(QueueDb::new(Install::Extension).await);
     let dir = dir_with_repository().await;
-    let config = local_config(&db, "repo.git", "", "")
-        .replace(&format!("queue = \"{}\"", db.queue), "queue = \"no_such_queue\"");
+    let config = local_config(&db, "repo.git", "", "").replace(
+        &format!("queue = \"{}\"", db.queue),
+        "queue = \"no_such_queue\"",
+    );
     write_config(dir.path(), &config);
     let run = drain(dir.path(), &db, &[], &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
@@ -617,6 +668,42 @@ async fn a_queue_the_database_does_not_have_exits_1_at_once_with_the_fix() {
         run.stderr
     );
     assert!(run.took < Duration::from_secs(5), "{:?}", run.took);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_that_does_not_answer_exits_1_at_once_with_the_fix() {
+    let dir = dir_with_repository().await;
+    write_config(
+        dir.path(),
+        &format!(
+            "[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n[pgmq]\nqueue = \"rowbranch\"\n\n\
+             {FEEDBACK_ROUTE}intake = \"pgmq\"\n"
+        ),
+    );
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let out = rowbranch(dir.path())
+        .args(["drain", "--config", "rowbranch.toml"])
+        .env(
+            "DATABASE_URL",
+            format!("postgres://rowbranch@127.0.0.1:{port}/postgres"),
+        )
+        .output()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cannot read the queue rowbranch") && text.contains("check DATABASE_URL"),
+        "{text}"
+    );
+    assert!(took < Duration::from_secs(5), "{took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -638,10 +725,21 @@ async fn a_max_time_shorter_than_the_grace_is_kept_with_half_of_it_for_the_grace
     db.insert(1..=5).await;
     let run = drain(dir.path(), &db, &app_key(), &["--max-time", "3s"]).await;
     let summary = run.clean();
-    assert!(run.took < Duration::from_millis(4500), "took {:?}", run.took);
-    assert_eq!(summary.dispatched, 2, "the claimed rows dispatch within the grace");
+    assert!(
+        run.took < Duration::from_millis(4500),
+        "took {:?}",
+        run.took
+    );
+    assert_eq!(
+        summary.dispatched, 2,
+        "the claimed rows dispatch within the grace"
+    );
     assert_eq!(summary.left, 3);
-    assert_eq!(waiting(&db).await, vec![(1, true); 3], "released: visible at once");
+    assert_eq!(
+        waiting(&db).await,
+        vec![(1, true); 3],
+        "released: visible at once"
+    );
 
     let out = rowbranch(dir.path())
         .args(["drain", "--config", "rowbranch.toml", "--max-time", "soon"])
@@ -662,7 +760,10 @@ async fn token_drain(
     let dir = TempDir::new().unwrap();
     let config = token_config(&fake, &db.queue).replace(
         "[pgmq]\n",
-        &format!("[pgmq]\ndead_letter = \"{}\"\nvisibility_timeout_s = 60\n", db.dead),
+        &format!(
+            "[pgmq]\ndead_letter = \"{}\"\nvisibility_timeout_s = 60\n",
+            db.dead
+        ),
     );
     write_config(dir.path(), &config);
     (fake, dir, vec![("GITHUB_TOKEN", TOKEN.to_owned())])
@@ -689,7 +790,10 @@ async fn with_a_plain_token_successive_drains_dispatch_every_row_once() {
     // Nothing left: the token's check and one read, well under 2 s.
     let run = drain(dir.path(), &db, &env, &[]).await;
     assert_eq!(run.clean().dispatched, 0);
-    eprintln!("an empty queue with a token: {:?} from start to exit", run.took);
+    eprintln!(
+        "an empty queue with a token: {:?} from start to exit",
+        run.took
+    );
     assert!(run.took < Duration::from_secs(2), "{:?}", run.took);
 }
 
