@@ -578,6 +578,36 @@ async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_deletes_the_archive_past_archive_retention() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
+    write_config(
+        dir.path(),
+        &local_config(&db, "repo.git", "", "archive_retention = \"1h\""),
+    );
+    db.insert(1..=6).await;
+    assert_eq!(drain(dir.path(), &db, &[], &[]).await.clean().dispatched, 6);
+    assert_eq!(
+        db.archived().await.len(),
+        6,
+        "kept within archive_retention"
+    );
+    // Four of them archived two hours ago: the next run, on an empty queue, deletes them.
+    db.execute(&format!(
+        "update pgmq.\"a_{}\" set archived_at = archived_at - interval '2 hours' \
+         where msg_id <= 4",
+        db.queue
+    ))
+    .await;
+    drain(dir.path(), &db, &[], &[]).await.clean();
+    assert_eq!(
+        db.archived().await.len(),
+        2,
+        "the four past archive_retention are gone"
+    );
+}
+
 #[tokio::test]
 async fn a_webhook_route_with_max_rows_per_hour_is_refused_at_start() {
     let dir = TempDir::new().unwrap();
