@@ -79,6 +79,18 @@ pub enum Command {
     Redo(RedoArgs),
     /// The queue of the routes with `intake = "pgmq"` (reads DATABASE_URL).
     Queue(QueueArgs),
+    /// Read the queue until nothing is left to start, then exit: serve's consumer alone, with
+    /// no port, for a scheduled job (GitHub Actions).
+    ///
+    /// It stops reading once the last read found nothing and it holds nothing, the hourly
+    /// budget is spent, GitHub turns a row away, or --max-time less the grace has passed;
+    /// then it releases what it has not started, gives the runs under way the grace, and prints
+    /// one summary line. SIGINT or SIGTERM stops it the same way, with a grace of at most 5 s.
+    /// Exits 0 when it stopped cleanly (drained, out of time, the hourly budget or GitHub's
+    /// rate limit reached with rows left for the next run), 1 when it could not work (the
+    /// database or GitHub unreachable, the setup wrong: the message says what to fix), 2 for
+    /// usage.
+    Drain(DrainArgs),
     /// What happened to one row, from the sources of truth: the row in its table, its branch,
     /// its branches, pull requests and workflow runs on the forge, its queue message, and what
     /// `reconcile` and `redo` would do with it now. Reads only; writes nothing anywhere.
@@ -141,6 +153,20 @@ pub struct RedriveArgs {
     /// The dead letter with this message id.
     #[arg(long, value_name = "N")]
     pub id: Option<i64>,
+}
+
+#[derive(Debug, Args)]
+pub struct DrainArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// The longest the whole run takes, its grace included: the reading stops at DURATION less
+    /// the grace (shutdown_grace, or half of DURATION when that is shorter).
+    #[arg(long, value_name = "DURATION", default_value = "4m")]
+    pub max_time: String,
+    /// Once the queue is drained, sweep the tables for rows that never reached it (the sweep
+    /// of `reconcile`, over reconcile_window), before exiting.
+    #[arg(long)]
+    pub sweep: bool,
 }
 
 #[derive(Debug, Args)]

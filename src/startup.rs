@@ -22,6 +22,7 @@ use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
 use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
+use crate::pgmq::budget::Budgets;
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
 use crate::reconcile::{self, SweepOptions};
@@ -191,7 +192,7 @@ impl Application {
     /// routes and makes the pipeline, the server's state and the consumer. Makes no request:
     /// the port answers before GitHub is reached.
     pub async fn build(config: Config, env: Env) -> Result<Application, StartupError> {
-        let consumer_settings = consumer_settings(&config);
+        let consumer_settings = consumer_settings(&config, env.mode);
         if env.mode == Mode::ConsumerOnly && consumer_settings.is_none() {
             return Err(StartupError::NoQueue);
         }
@@ -330,6 +331,25 @@ impl Application {
         &self.pipeline
     }
 
+    /// The compiled routes: for a sweep that shares the pipeline.
+    pub fn routes(&self) -> &Arc<Routes> {
+        &self.routes
+    }
+
+    /// The queue's consumer, when one runs: what it has done and where its reading stands.
+    pub fn consumer(&self) -> Option<&Arc<Consumer>> {
+        match &self.runs {
+            Runs::Serve { consumer, .. } => consumer.as_ref(),
+            Runs::ConsumerOnly(consumer) => Some(consumer),
+        }
+    }
+
+    /// The process's shutdown. Begun by the caller before [`run`](Self::run)'s `shutdown`
+    /// resolves, its grace (a shorter one, at a signal) is the one the run keeps.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
     /// The server's routes over this application's state, for tests that send requests
     /// without a socket; `None` when the consumer runs alone.
     pub fn router(&self) -> Option<axum::Router> {
@@ -346,9 +366,10 @@ impl Application {
     /// finishes its requests and runs (see [`http::serve`]). An error, before anything starts,
     /// when the open-files limit leaves no room for connections.
     ///
-    /// The consumer alone: at `shutdown` it stops reading, and the runs under way get the
-    /// grace. Either way the consumer then settles the messages of the runs that ended; past
-    /// the grace, what is left is read again once its lease lapses.
+    /// The consumer alone: at `shutdown` it stops reading, releases what it read and has not
+    /// started (visible again at once), and the runs under way get the grace — or what is left
+    /// of one the caller began already. Either way the consumer then settles the messages of the
+    /// runs that ended; past the grace, what is left is read again once its lease lapses.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -404,8 +425,9 @@ fn spawn_jobs(
     jobs
 }
 
-/// Begins the shutdown and gives the runs under way the grace; what is still running when it
-/// ends is logged by id, and left (as [`http::serve`] does for the server's runs).
+/// Begins the shutdown (unless it has begun: its deadline stays) and gives the runs under way
+/// the grace; what is still running when it ends is logged by id, and left (as
+/// [`http::serve`] does for the server's runs).
 async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) {
     shutdown.begin(grace);
     let deadline = shutdown.deadline().expect("the shutdown has begun");
@@ -650,8 +672,12 @@ fn admission(settings: &ForgeSettings) -> Admission {
     }
 }
 
-/// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set.
-fn consumer_settings(config: &Config) -> Option<ConsumerSettings> {
+/// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set. Its
+/// budgets: each route's `max_rows_per_hour`; and for the consumer alone (a drain, which ends
+/// and starts again, each time with a fresh pacer) or with a plain token (whose hour every
+/// process and job using it shares) the installation's `write_hourly_max` too, counted from
+/// the archive. Beside that, the pacer's own rolling hour keeps the cap in each process.
+fn consumer_settings(config: &Config, mode: Mode) -> Option<ConsumerSettings> {
     let url = config
         .database_url
         .clone()
@@ -661,6 +687,11 @@ fn consumer_settings(config: &Config) -> Option<ConsumerSettings> {
         pgmq: config.pgmq.clone(),
         queue_capacity: config.forge.queue_capacity(),
         window_rows: window_rows(config),
+        budgets: Budgets::new(
+            &config.routes,
+            &config.forge,
+            mode == Mode::ConsumerOnly || config.forge.token().is_some(),
+        ),
     })
 }
 

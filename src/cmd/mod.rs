@@ -3,6 +3,7 @@
 pub mod config;
 pub mod demo;
 pub mod doctor;
+pub mod drain;
 pub mod explain;
 pub mod healthcheck;
 pub mod init;
@@ -80,6 +81,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Reconcile(args) => reconcile::run(args).await,
         Command::Redo(args) => redo::run(args).await,
         Command::Queue(args) => queue::run(args).await,
+        Command::Drain(args) => drain::run(args).await,
         Command::Config(args) => config::run(args),
         Command::Healthcheck(args) => healthcheck::run(args).await,
         Command::Explain(args) => explain::run(args).await,

@@ -211,7 +211,7 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
 }
 
 /// Ctrl-C (SIGINT) or SIGTERM.
-async fn signal() {
+pub(super) async fn signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

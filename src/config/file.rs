@@ -95,7 +95,9 @@ pub(super) struct RawGithub {
     /// Writes allowed back to back before the pace applies.
     pub write_burst: u32,
     /// Writes per rolling hour: GitHub allows about 500 content-creating requests an hour.
-    pub write_hourly_max: u32,
+    /// When `None`, [`APP_WRITE_HOURLY_MAX`](super::APP_WRITE_HOURLY_MAX), or with `token_env`
+    /// [`TOKEN_WRITE_HOURLY_MAX`](super::TOKEN_WRITE_HOURLY_MAX).
+    pub write_hourly_max: Option<u32>,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
     /// What those rows may hold, in bytes; beyond it, deliveries get 503 with `Retry-After`.
@@ -117,7 +119,7 @@ impl Default for RawGithub {
             api_url: "https://api.github.com".into(),
             write_interval_ms: 1000,
             write_burst: 10,
-            write_hourly_max: 450,
+            write_hourly_max: None,
             queue_capacity: 10_000,
             queue_bytes: super::DEFAULT_QUEUE_BYTES,
             retry_budget_ms: 30_000,
@@ -240,6 +242,9 @@ pub(super) struct RawRoute {
     pub max_turns: u32,
     /// The most minutes the workflow's work job may run.
     pub work_timeout_minutes: u32,
+    /// The most rows of the route that start work in any hour, counted from the queue's
+    /// archive; off when `None`. Only for `intake = "pgmq"`.
+    pub max_rows_per_hour: Option<u32>,
 }
 
 impl Default for RawRoute {
@@ -260,6 +265,7 @@ impl Default for RawRoute {
             intake: "webhook".into(),
             max_turns: super::DEFAULT_MAX_TURNS,
             work_timeout_minutes: super::DEFAULT_WORK_TIMEOUT_MINUTES,
+            max_rows_per_hour: None,
         }
     }
 }

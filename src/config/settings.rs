@@ -369,6 +369,10 @@ pub struct Route {
     /// The most minutes the workflow's work job may run (its `timeout-minutes`); `doctor`
     /// holds the committed workflow to it.
     pub work_timeout_minutes: u32,
+    /// The most rows of the route that start work in any hour, counted from the queue's
+    /// archive so that every process reading the queue shares it; off when `None`. Only a
+    /// route that reads the queue has one (rows over it wait there).
+    pub max_rows_per_hour: Option<u32>,
 }
 
 /// What the rows waiting may hold between them when the file does not set `queue_bytes`:
@@ -389,6 +393,16 @@ pub const DEFAULT_MAX_TURNS: u32 = 30;
 /// The route's `work_timeout_minutes` when the file does not set it, and `init
 /// --work-timeout-minutes`'s default.
 pub const DEFAULT_WORK_TIMEOUT_MINUTES: u32 = 30;
+
+/// `[github] write_hourly_max` for the App: GitHub allows about 500 content-creating requests an
+/// hour (SPEC §2).
+pub const APP_WRITE_HOURLY_MAX: u32 = 450;
+
+/// `[github] write_hourly_max` for a plain token (`GITHUB_TOKEN`, which GitHub allows 1,000
+/// requests an hour per repository): a new row costs about four requests (two reads, the
+/// claim, the dispatch), so 200 rows an hour — 400 writes — spend 800 and leave 200 for
+/// duplicates' reads and compares and the sweep (SPEC §2).
+pub const TOKEN_WRITE_HOURLY_MAX: u32 = 400;
 
 /// The longest a job may run on a GitHub-hosted runner, and so the most `timeout-minutes` can
 /// bound (https://docs.github.com/en/actions/reference/limits).

@@ -116,6 +116,8 @@ fn effective(
             raw.github.app_id = Some(*app_id);
         }
         raw.github.api_url = github.api_url.clone();
+        // Its default depends on the credentials.
+        raw.github.write_hourly_max = Some(github.pace.hourly_max);
     }
     if let Some(token) = config.forge.token() {
         origins.note(

@@ -194,6 +194,17 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
                 Some(std::time::Duration::from_secs(6 * 3600))
             );
         }
+        ("`450`", "`[github]`", "write_hourly_max") => {
+            // "(with `token_env`: `400`)": token_tests.rs parses a token's config.
+            let ForgeSettings::Github(github) = parse(GITHUB).unwrap().forge else {
+                panic!("the github forge");
+            };
+            assert_eq!(github.pace.hourly_max, 450);
+            assert!(default.contains(&format!("`{}`", super::TOKEN_WRITE_HOURLY_MAX)));
+        }
+        ("off", "`[[routes]]`", "max_rows_per_hour") => {
+            assert_eq!(parse(GITHUB).unwrap().routes[0].max_rows_per_hour, None);
+        }
         (
             "the built-in template",
             "`[[routes]]`",

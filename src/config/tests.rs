@@ -129,6 +129,14 @@ fn bad_values_say_what_is_wrong() {
         (format!("{LOCAL}\nslug_max_len = 500"), "slug_max_len"),
         (format!("{LOCAL}\nmax_turns = 0"), "max_turns = 0"),
         (
+            format!("{LOCAL}\nmax_rows_per_hour = 60"),
+            "max_rows_per_hour is set on a route with intake = \"webhook\"",
+        ),
+        (
+            format!("{LOCAL}\nintake = \"pgmq\"\nmax_rows_per_hour = 0"),
+            "max_rows_per_hour = 0",
+        ),
+        (
             format!("{LOCAL}\nwork_timeout_minutes = 0"),
             "work_timeout_minutes = 0 is out of range: 1 to 360",
         ),

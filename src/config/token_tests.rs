@@ -94,6 +94,27 @@ fn a_token_with_a_space_or_a_line_break_is_refused_without_its_value() {
 }
 
 #[test]
+fn a_tokens_hourly_writes_default_to_what_github_token_allows_and_a_written_one_wins() {
+    let hourly = |text: &str| {
+        let config = parse_with(text, &[("GITHUB_TOKEN", TOKEN)]).unwrap();
+        let ForgeSettings::Github(github) = config.forge else {
+            panic!("github");
+        };
+        github.pace.hourly_max
+    };
+    assert_eq!(hourly(TOKEN_CONFIG), TOKEN_WRITE_HOURLY_MAX);
+    assert_eq!(
+        TOKEN_WRITE_HOURLY_MAX, 400,
+        "1,000 requests an hour, two writes of ~4 a row"
+    );
+    let written = TOKEN_CONFIG.replace(
+        "token_env = \"GITHUB_TOKEN\"",
+        "token_env = \"GITHUB_TOKEN\"\nwrite_hourly_max = 100",
+    );
+    assert_eq!(hourly(&written), 100);
+}
+
+#[test]
 fn token_env_must_name_a_variable() {
     let bad = TOKEN_CONFIG.replace("\"GITHUB_TOKEN\"", "\"$GITHUB_TOKEN\"");
     let error = refused(&bad, &[("GITHUB_TOKEN", TOKEN)]);

@@ -193,13 +193,19 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
             "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
         ));
     }
+    // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
+    let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
+        GithubAuth::Token(_) => super::TOKEN_WRITE_HOURLY_MAX,
+        GithubAuth::App { .. } => super::APP_WRITE_HOURLY_MAX,
+    });
+    let hourly_max = at_least_one("write_hourly_max", hourly_max)?;
     Ok(GithubSettings {
         auth,
         api_url: api_url.trim_end_matches('/').to_owned(),
         pace: PaceSettings {
             interval: Duration::from_millis(raw.write_interval_ms),
             burst: at_least_one("write_burst", raw.write_burst)?,
-            hourly_max: at_least_one("write_hourly_max", raw.write_hourly_max)?,
+            hourly_max,
         },
         queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
         queue_bytes: if raw.queue_bytes >= MIN_QUEUE_BYTES {
@@ -515,6 +521,23 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             super::MAX_WORK_TIMEOUT_MINUTES
         ));
     }
+    match (raw.max_rows_per_hour, intake) {
+        (Some(0), _) => {
+            return Err(invalid!(
+                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
+                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
+            ))
+        }
+        (Some(_), Intake::Webhook) => {
+            return Err(invalid!(
+                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
+                 turned away is lost until a sweep, which would have to keep the same bound \
+                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
+                 over the bound wait, or remove max_rows_per_hour"
+            ))
+        }
+        _ => {}
+    }
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
             return Err(invalid!(
@@ -542,5 +565,6 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         intake,
         max_turns: raw.max_turns,
         work_timeout_minutes: minutes,
+        max_rows_per_hour: raw.max_rows_per_hour,
     })
 }

@@ -304,6 +304,66 @@ pub async fn archived_ids(
         .collect())
 }
 
+/// How many of one table's messages count against the hourly budgets now (`hour_use`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableUse {
+    pub schema: String,
+    pub table: String,
+    /// Archived within the last hour, or held by a reader now.
+    pub rows: u64,
+    /// Seconds until the oldest of those archived leaves the hour: a row of budget comes back
+    /// then. `None` when none was archived (all are held).
+    pub frees_in_s: Option<f64>,
+}
+
+/// Per table (each message's event names its `schema` and `table`), the messages that count
+/// against an hourly budget now, on the database's clock: those archived within the last
+/// hour, whichever process settled them, and those a reader holds now (read, and hidden for at
+/// most `lease_s` seconds more — a lease, which every holder renews within that; not a message
+/// put off for longer, which nobody works on). Plain SELECTs of the two tables: one range scan
+/// of the archive's `archived_at` index, one of the queue's `vt` index.
+pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Result<Vec<TableUse>> {
+    let sql = format!(
+        "select u.schema_name, u.table_name, count(*)::bigint, \
+                extract(epoch from min(u.archived_at) + interval '1 hour' - clock_timestamp())::float8 \
+         from ( \
+           select m.message ->> 'schema' as schema_name, m.message ->> 'table' as table_name, \
+                  m.archived_at \
+           from {archive} as m \
+           where m.archived_at > clock_timestamp() - interval '1 hour' \
+           union all \
+           select m.message ->> 'schema', m.message ->> 'table', null::timestamptz \
+           from {queue} as m \
+           where m.read_ct > 0 and m.vt > clock_timestamp() \
+             and m.vt <= clock_timestamp() + ($1::integer * interval '1 second') \
+         ) as u \
+         group by 1, 2",
+        archive = table('a', queue),
+        queue = table('q', queue),
+    );
+    let rows = client.query_typed(&sql, &[(&lease_s, Type::INT4)]).await?;
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(TableUse {
+                schema: r.get::<_, Option<String>>(0)?,
+                table: r.get::<_, Option<String>>(1)?,
+                rows: r.get::<_, i64>(2).max(0) as u64,
+                frees_in_s: r.get(3),
+            })
+        })
+        .collect())
+}
+
+/// How many messages the queue holds, visible or not: a plain count of its table, which reads
+/// none (`pgmq.read` would count a read and hide them).
+pub async fn depth(client: &Client, queue: &QueueName) -> Result<i64> {
+    let rows = client
+        .query_typed(&format!("select count(*) from {}", table('q', queue)), &[])
+        .await?;
+    Ok(rows.first().map_or(0, |r| r.get(0)))
+}
+
 /// Where a row's message is, as `explain` shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RowMessage {

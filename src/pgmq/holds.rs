@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
+use super::consumer::progress::Counted;
 use crate::db::queue::Message;
 use crate::metrics::MessageResult;
 
@@ -56,6 +57,8 @@ pub struct Deferred {
     pub letter: Option<String>,
     /// What it counts as once made: `Archived`, `Redispatched` or `Dead`.
     pub counts_as: MessageResult,
+    /// What it counts as in a drain's summary once made.
+    pub counted: Option<Counted>,
 }
 
 /// What a read message is to this process.
@@ -552,6 +555,7 @@ mod tests {
             route: "public.t".into(),
             letter: None,
             counts_as: MessageResult::Archived,
+            counted: None,
         });
         assert_eq!(holds.take(&message(1, 2)), Taken::Deferred);
         assert_eq!(holds.count(), 0);

@@ -72,6 +72,9 @@ pub enum RunEnd {
     Retry(Option<Duration>),
     /// Never started: the process is shutting down.
     NotStarted,
+    /// Not run: its route's hourly budget is spent; left in the queue until a row of it comes
+    /// back, this long.
+    PutOff(Duration),
 }
 
 /// What to do with the message.
@@ -112,6 +115,7 @@ pub fn settle(end: &RunEnd, read_ct: i32, base: Duration, cap: Duration) -> Sett
         RunEnd::Retry(Some(after)) => Settle::Retry((*after).min(cap)),
         RunEnd::Retry(None) => Settle::Retry(backoff(read_ct, base, cap)),
         RunEnd::NotStarted => Settle::Release,
+        RunEnd::PutOff(wait) => Settle::Retry(*wait),
     }
 }
 
@@ -148,6 +152,7 @@ mod tests {
             (RunEnd::Retry(Some(Duration::from_secs(60))), 1, Settle::Retry(Duration::from_secs(60))),
             (RunEnd::Retry(Some(Duration::from_secs(3600))), 1, Settle::Retry(CAP)),
             (RunEnd::NotStarted, 1, Settle::Release),
+            (RunEnd::PutOff(Duration::from_secs(1800)), 1, Settle::Retry(Duration::from_secs(1800))),
         ];
         for (end, read_ct, expected) in cases {
             assert_eq!(

@@ -14,6 +14,7 @@ mod deploy;
 mod design;
 mod doctor_queue;
 mod doctor_token;
+mod drain;
 mod env_config;
 mod explain;
 mod exposure;

@@ -3,7 +3,9 @@
 //! is under way, and the one count and log line of how it was settled.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use super::progress::{Counted, ForgeTrouble};
 use super::statement::{Settled, Statement};
 use super::Consumer;
 use crate::config::Intake;
@@ -16,13 +18,33 @@ use crate::pipeline::{DuplicateReason, Ignored, Outcome, Plan, Planned, RunError
 use crate::webhook::payload;
 
 impl Consumer {
-    /// Runs one message's row and settles the message.
-    pub(super) async fn handle(self: Arc<Self>, message: Message, token: Token) {
-        let (route, row_id, end, plan) = self.run_row(&message).await;
+    /// Runs one message's row and settles the message; `put_off`: leaves it in the queue for
+    /// this long instead of running it.
+    pub(super) async fn handle(
+        self: Arc<Self>,
+        message: Message,
+        token: Token,
+        put_off: Option<Duration>,
+    ) {
+        let (route, row_id, end, plan) = match put_off {
+            Some(wait) => (
+                route_of(&self.routes, &message),
+                None,
+                RunEnd::PutOff(wait),
+                None,
+            ),
+            None => self.run_row(&message).await,
+        };
         let Some(Standing { read_ct, lost }) = self.holds.standing(message.id, token) else {
             return;
         };
         let statement = self.decide(&end, read_ct, lost, plan, &message).await;
+        if matches!(statement, Some(Statement::Release)) {
+            // A release comes at shutdown: after the loop's last read, which would otherwise
+            // read the message again (its read_ct one more) and hide it for a lease.
+            self.reading_stopped.cancelled().await;
+        }
+        let counted = statement.as_ref().and_then(|s| counted(&end, s));
         let lets_go = statement.as_ref().is_some_and(Statement::lets_go);
         let begin = self.holds.begin_settle(message.id, token, read_ct, lets_go);
         let lost = match begin.await {
@@ -36,7 +58,10 @@ impl Consumer {
             Begin::Settle { lost } => lost,
         };
         let settled = match &statement {
-            Some(statement) => self.apply(&message, read_ct, lost, statement, &route).await,
+            Some(statement) => {
+                self.apply(&message, read_ct, lost, statement, &route, counted)
+                    .await
+            }
             None => Settled::LeaseLost,
         };
         if let Some(rerun) = self.holds.settled(message.id, token, read_ct) {
@@ -47,6 +72,11 @@ impl Consumer {
             return;
         };
         self.pipeline.metrics().pgmq_message(&route, result);
+        if let (Some(counted), Settled::Archived | Settled::Redispatched | Settled::Dead { .. }) =
+            (counted, &settled)
+        {
+            self.progress.count(counted);
+        }
         let id = row_id.as_deref().unwrap_or("");
         let msg_id = message.id;
         match settled {
@@ -70,7 +100,7 @@ impl Consumer {
             read_ct: rerun.read_ct,
             ..message.clone()
         };
-        self.start(message, rerun.token);
+        self.start(message, rerun.token, None);
     }
 
     /// The statement that settles the message, decided on read `read_ct`, once any dispatch
@@ -118,11 +148,7 @@ impl Consumer {
                 );
             }
         };
-        let route = self
-            .routes
-            .find(&event.schema, &event.table)
-            .filter(|r| r.route.intake == Intake::Pgmq)
-            .map_or_else(|| NO_ROUTE.to_owned(), |r| r.route.table_name());
+        let route = route_name(&self.routes, &event.schema, &event.table);
         let plan = match self.routes.plan_from(Intake::Pgmq, event) {
             Ok(Planned::Run(plan)) => plan,
             Ok(Planned::Ignored(Ignored::Event { .. })) => {
@@ -162,7 +188,14 @@ impl Consumer {
                 let end = self.at_base_or_handled(&plan, &branch).await;
                 return (route, id, end, Some(plan.on_branch(branch)));
             }
-            Err(RunError::Unavailable { retry_after, .. }) => RunEnd::Retry(retry_after),
+            Err(RunError::Unavailable {
+                retry_after,
+                message,
+                ..
+            }) => {
+                self.forge_failed(message);
+                RunEnd::Retry(retry_after)
+            }
             Err(RunError::Internal(_)) => RunEnd::Retry(None),
             Err(RunError::Refused(_)) => RunEnd::Refused(DeadReason::PayloadRefused),
             Err(RunError::Abandoned) => RunEnd::NotStarted,
@@ -186,9 +219,23 @@ impl Consumer {
         match ahead {
             Ok(0) => RunEnd::AtBase,
             Ok(_) => RunEnd::Handled,
-            Err(ForgeError::Unavailable { retry_after, .. }) => RunEnd::Retry(retry_after),
+            Err(ForgeError::Unavailable {
+                retry_after,
+                message,
+            }) => {
+                self.forge_failed(message);
+                RunEnd::Retry(retry_after)
+            }
             Err(_) => RunEnd::Retry(None),
         }
+    }
+
+    /// Notes a run the forge turned away past its retries, for a drain: it stops there.
+    fn forge_failed(&self, message: String) {
+        self.progress.forge_failed(ForgeTrouble {
+            rate_limited: rate_limited(&message),
+            message,
+        });
     }
 
     /// Dispatches the row again on its branch as it is, from the current base.
@@ -206,5 +253,94 @@ impl Consumer {
             .await
             .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
         self.pipeline.redispatch(&plan, &base).await
+    }
+}
+
+/// The route's name for a message's metrics and log line: `schema.table` of the route that reads
+/// its table from the queue, else `NO_ROUTE`.
+fn route_name(routes: &crate::pipeline::Routes, schema: &str, table: &str) -> String {
+    routes
+        .find(schema, table)
+        .filter(|r| r.route.intake == Intake::Pgmq)
+        .map_or_else(|| NO_ROUTE.to_owned(), |r| r.route.table_name())
+}
+
+/// [`route_name`] of a message not yet parsed (one put off over its budget).
+fn route_of(routes: &crate::pipeline::Routes, message: &Message) -> String {
+    match super::event_table(&message.body) {
+        Some((schema, table)) => route_name(routes, &schema, &table),
+        None => NO_ROUTE.to_owned(),
+    }
+}
+
+/// What a message settled by `statement` after `end` counts as in a drain's summary.
+fn counted(end: &RunEnd, statement: &Statement) -> Option<Counted> {
+    match (statement, end) {
+        (Statement::Archive, RunEnd::Dispatched) | (Statement::ArchiveRedispatched, _) => {
+            Some(Counted::Dispatched)
+        }
+        (Statement::Archive, RunEnd::Handled | RunEnd::AtBase) => Some(Counted::Duplicate),
+        (Statement::DeadLetter(_), _) => Some(Counted::DeadLettered),
+        _ => None,
+    }
+}
+
+/// Whether a forge's refusal is GitHub's rate limit: the retry policy words every rate-limited
+/// answer it gives up on as `rate limited (STATUS): …` (src/forge/github/retry.rs, `classify`),
+/// and the pipeline puts what it was doing before it.
+fn rate_limited(message: &str) -> bool {
+    message.contains("rate limited (")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::pgmq::settle::DeadReason;
+
+    #[test]
+    fn each_settle_counts_as_the_summary_says() {
+        let archive = Statement::Archive;
+        assert_eq!(
+            counted(&RunEnd::Dispatched, &archive),
+            Some(Counted::Dispatched)
+        );
+        assert_eq!(
+            counted(&RunEnd::Handled, &archive),
+            Some(Counted::Duplicate)
+        );
+        assert_eq!(counted(&RunEnd::AtBase, &archive), Some(Counted::Duplicate));
+        assert_eq!(counted(&RunEnd::IgnoredEvent, &archive), None);
+        assert_eq!(
+            counted(&RunEnd::AtBase, &Statement::ArchiveRedispatched),
+            Some(Counted::Dispatched)
+        );
+        assert_eq!(
+            counted(
+                &RunEnd::Refused(DeadReason::BadId),
+                &Statement::DeadLetter(DeadReason::BadId)
+            ),
+            Some(Counted::DeadLettered)
+        );
+        let retry = Statement::Retry(Duration::from_secs(5));
+        assert_eq!(counted(&RunEnd::Retry(None), &retry), None);
+        assert_eq!(counted(&RunEnd::NotStarted, &Statement::Release), None);
+    }
+
+    #[test]
+    fn a_rate_limit_is_told_from_other_refusals() {
+        assert!(rate_limited(
+            "claiming the branch: rate limited (403 Forbidden): API rate limit exceeded for \
+             installation ID 77. (GitHub at api.github.com; 1 attempts in 0.0 s)"
+        ));
+        assert!(!rate_limited(
+            "claiming the branch: GitHub answered 503 Service Unavailable (GitHub at \
+             api.github.com; 4 attempts in 30.1 s)"
+        ));
+        assert!(!rate_limited(
+            "claiming the branch: GitHub answered 403 Forbidden: Resource not accessible by \
+             integration"
+        ));
     }
 }

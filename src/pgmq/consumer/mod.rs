@@ -3,17 +3,22 @@
 //! or left for later. A message leaves the queue only when its work is settled; while a run is
 //! under way its message stays hidden from other readers by a lease renewed every third of the
 //! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
-//! message's life, `statement` the statements that settle it, and what is held is in
-//! `pgmq::holds`. How and why this loses nothing is in docs/design.md ("The queue").
+//! message's life, `statement` the statements that settle it, `progress` what a drain watches,
+//! what is held is in `pgmq::holds`, and the hourly budgets in `pgmq::budget`. How and why this
+//! loses nothing is in docs/design.md ("The queue").
 
 mod handle;
+pub mod progress;
 mod statement;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use self::progress::{DatabaseTrouble, Idle, Progress};
+use super::budget::{Allowance, Budgets, Spent};
 use super::holds::{Holds, Taken, Token};
 use crate::config::{DatabaseUrl, PgmqSettings};
 use crate::db::queue::{self, Message};
@@ -34,6 +39,12 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(15);
 const FORGET_EVERY: Duration = Duration::from_secs(3600);
 /// The longest wait between attempts to reach the database.
 const RECONNECT_CAP: Duration = Duration::from_secs(30);
+/// The longest wait before looking again at an hourly budget that is spent: another process
+/// may release what it held.
+const SPENT_RECHECK: Duration = Duration::from_secs(30);
+/// How much later than its lease a message over its budget is put off at least: so that it
+/// is no lease, and does not count as held (`db::queue::hour_use`).
+const PUT_OFF_MARGIN: Duration = Duration::from_secs(2);
 
 /// What the consumer is built from.
 pub struct ConsumerSettings {
@@ -44,6 +55,8 @@ pub struct ConsumerSettings {
     /// Rows this process can start within one visibility window, at its pace: no more are
     /// held at once, so that none waits for its turn past its lease.
     pub window_rows: usize,
+    /// The hourly bounds on the rows that start, counted from the queue's archive.
+    pub budgets: Budgets,
 }
 
 pub struct Consumer {
@@ -59,6 +72,11 @@ pub struct Consumer {
     /// no await holds.
     holds: Holds,
     handlers: TaskTracker,
+    /// Cancelled once the loop has stopped reading: a release waits for it, so that no read
+    /// still under way on the connection takes the message again (counting a read of it).
+    reading_stopped: CancellationToken,
+    /// What it has done and where its reading stands, for a drain.
+    progress: Progress,
 }
 
 /// The database connection, if there is one.
@@ -86,7 +104,20 @@ impl Consumer {
             link: tokio::sync::Mutex::default(),
             holds: Holds::new(FIRST_GUESS_BYTES),
             handlers: TaskTracker::new(),
+            reading_stopped: CancellationToken::new(),
+            progress: Progress::default(),
         })
+    }
+
+    /// What it has done, and where its reading stands.
+    pub fn progress(&self) -> &Progress {
+        &self.progress
+    }
+
+    /// How many messages the queue holds now, visible or not (a plain count, which reads none).
+    pub async fn depth(&self) -> db::Result<i64> {
+        let db = self.db().await?;
+        queue::depth(db.client(), self.queue()).await
     }
 
     fn queue(&self) -> &QueueName {
@@ -148,39 +179,55 @@ impl Consumer {
                 self.wait(self.settings.pgmq.poll_interval).await;
                 continue;
             }
+            // A failed statement, unlike a failed connection, may leave a connection behind.
             let read = match self.db().await {
                 Ok(db) => {
                     self.settle_deferred(&db).await;
-                    let qty = i32::try_from(room).unwrap_or(i32::MAX);
-                    queue::read(db.client(), self.queue(), self.vt_seconds(), qty)
-                        .await
-                        .map_err(|e| (Some(e), String::new()))
+                    self.read(&db, room).await.map_err(|e| (e, true))
                 }
-                Err(e) => Err((None, e.to_string())),
+                Err(e) => Err((e, false)),
             };
             match read {
-                Ok(messages) => {
+                Ok(read) => {
                     if failures > 0 {
                         tracing::info!(queue = self.queue().as_str(), "reading the queue again");
                     }
                     failures = 0;
-                    if messages.is_empty() {
-                        self.wait(self.settings.pgmq.poll_interval).await;
-                    }
-                    for message in messages {
-                        self.take(message);
+                    let nothing_held = self.holds.count() == 0;
+                    match read {
+                        Read::Spent(spent) => {
+                            self.progress
+                                .read(nothing_held.then(|| Idle::BudgetSpent(spent.clone())));
+                            let poll = self.settings.pgmq.poll_interval;
+                            let wait = spent.frees_in.unwrap_or(poll).clamp(poll, SPENT_RECHECK);
+                            self.wait(wait).await;
+                        }
+                        Read::Messages(messages, _) if messages.is_empty() => {
+                            self.progress.read(nothing_held.then_some(Idle::Drained));
+                            self.wait(self.settings.pgmq.poll_interval).await;
+                        }
+                        Read::Messages(messages, mut allowance) => {
+                            self.progress.read(None);
+                            for message in messages {
+                                self.take(message, &mut allowance);
+                            }
+                        }
                     }
                 }
-                Err((error, detail)) => {
-                    if let Some(e) = &error {
-                        self.failed(e).await;
+                Err((error, statement)) => {
+                    if statement {
+                        self.failed(&error).await;
                     }
                     failures += 1;
                     let wait = reconnect_wait(failures);
-                    let detail = error.map_or(detail, |e| e.to_string());
+                    self.progress.database_failed(DatabaseTrouble {
+                        message: error.describe(),
+                        code: error.code().map(|c| c.code().to_owned()),
+                        attempts: failures,
+                    });
                     // Said once, then again only now and then: an outage is one event.
                     if failures == 1 || failures.is_power_of_two() {
-                        tracing::warn!(queue = self.queue().as_str(), error = %detail, attempts = failures,
+                        tracing::warn!(queue = self.queue().as_str(), error = %error, attempts = failures,
                             retry_in_ms = wait.as_millis() as u64,
                             "cannot read the queue; the rows wait in it");
                     }
@@ -188,7 +235,9 @@ impl Consumer {
                 }
             }
         }
-        // Stop reading; what was read and not started is released by its handler.
+        // Stop reading; what was read and not started is released by its handler, now that no
+        // read can take it again.
+        self.reading_stopped.cancel();
         self.handlers.close();
         if let Some(deadline) = self.shutdown.deadline() {
             let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
@@ -198,6 +247,31 @@ impl Consumer {
         }
         renewals.abort();
         samples.abort();
+    }
+
+    /// One read of at most `room` messages, within what the hourly budgets have left; when they
+    /// have nothing left, no read, and which budget is spent.
+    async fn read(&self, db: &Database, room: usize) -> db::Result<Read> {
+        let allowance = if self.settings.budgets.any() {
+            let lease = self.vt_seconds();
+            let used = queue::hour_use(db.client(), self.queue(), lease).await?;
+            self.settings.budgets.allowance(&used)
+        } else {
+            Allowance::unbounded()
+        };
+        let room = match allowance.rows() {
+            Some(0) => {
+                let spent = allowance
+                    .spent()
+                    .expect("a budget with no rows left is spent");
+                return Ok(Read::Spent(spent));
+            }
+            Some(rows) => room.min(usize::try_from(rows).unwrap_or(usize::MAX)),
+            None => room,
+        };
+        let qty = i32::try_from(room).unwrap_or(i32::MAX);
+        let messages = queue::read(db.client(), self.queue(), self.vt_seconds(), qty).await?;
+        Ok(Read::Messages(messages, allowance))
     }
 
     /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
@@ -233,10 +307,20 @@ impl Consumer {
     }
 
     /// Holds a message read and starts its handler; a message held already (read again after
-    /// its lease lapsed, a database outage, say) is adopted, not run twice.
-    fn take(self: &Arc<Self>, message: Message) {
+    /// its lease lapsed, a database outage, say) is adopted, not run twice. A new one whose
+    /// route's hourly budget is spent is put off until a row of the budget comes back (only a
+    /// queue shared by several routes reads such a message: with one, a read takes no more than
+    /// the budget allows).
+    fn take(self: &Arc<Self>, message: Message, allowance: &mut Allowance) {
         match self.holds.take(&message) {
-            Taken::New(token) => self.start(message, token),
+            Taken::New(token) => {
+                let put_off = match event_table(&message.body) {
+                    Some((schema, table)) => allowance.admit(&schema, &table).err(),
+                    None => None,
+                };
+                let put_off = put_off.map(|spent| self.put_off(message.id, &spent));
+                self.start(message, token, put_off);
+            }
             Taken::Adopted => tracing::info!(
                 msg_id = message.id,
                 read_ct = message.read_ct,
@@ -247,13 +331,24 @@ impl Consumer {
         }
     }
 
-    /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
-    /// lapses, and the message is read again), so that it never holds a place for ever.
-    fn start(self: &Arc<Self>, message: Message, token: Token) {
+    /// How long a message over `spent`'s budget waits: until a row of it comes back, and at
+    /// least past a lease.
+    fn put_off(&self, id: i64, spent: &Spent) -> Duration {
+        let least = self.settings.pgmq.visibility_timeout + PUT_OFF_MARGIN;
+        let wait = spent.frees_in.unwrap_or(least).max(least);
+        tracing::info!(msg_id = id, budget = %spent.setting, wait_s = wait.as_secs(),
+            "the hourly budget is spent: the message waits in the queue");
+        wait
+    }
+
+    /// Starts the handler of a held message; `put_off`: it is not run, but left in the queue for
+    /// this long. A handler that panics lets its hold go (the lease lapses, and the message is
+    /// read again), so that it never holds a place for ever.
+    fn start(self: &Arc<Self>, message: Message, token: Token, put_off: Option<Duration>) {
         let this = Arc::clone(self);
         let id = message.id;
         self.handlers.spawn(async move {
-            let run = tokio::spawn(Arc::clone(&this).handle(message, token));
+            let run = tokio::spawn(Arc::clone(&this).handle(message, token, put_off));
             if let Err(e) = run.await {
                 tracing::error!(msg_id = id, error = %e, "a queue message's handler failed; the message is read again when its lease lapses");
                 this.holds.unhold(id, token);
@@ -295,32 +390,63 @@ impl Consumer {
                         self.pipeline.metrics().pgmq_queue(name, depth, age);
                     }
                 }
-                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) {
-                    // Both archives hold whole rows: the queue's, and the dead letters redriven.
-                    let retention = self.settings.pgmq.archive_retention.as_secs_f64();
-                    let mut all = true;
-                    for name in [self.queue(), &self.settings.pgmq.dead_letter] {
-                        match queue::forget_archived(db.client(), name, retention).await {
-                            Ok(gone) if gone > 0 => tracing::info!(
-                                queue = name.as_str(),
-                                messages = gone,
-                                "deleted archived messages past archive_retention"
-                            ),
-                            Ok(_) => {}
-                            Err(e) => {
-                                all = false;
-                                tracing::warn!(queue = name.as_str(), error = %e, "could not delete old archived messages");
-                            }
-                        }
-                    }
-                    if all {
-                        forgot = Some(Instant::now());
-                    }
+                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget(&db).await {
+                    forgot = Some(Instant::now());
                 }
             }
             tokio::time::sleep(SAMPLE_EVERY).await;
         }
     }
+
+    /// Deletes the archived messages past `archive_retention`, from both archives (each holds
+    /// whole rows: the queue's, and that of the dead letters redriven). A process that runs
+    /// for a while does it hourly; a drain, once before it exits. Whether both went.
+    pub async fn forget_old(&self) -> bool {
+        match self.db().await {
+            Ok(db) => self.forget(&db).await,
+            Err(_) => false,
+        }
+    }
+
+    async fn forget(&self, db: &Database) -> bool {
+        let retention = self.settings.pgmq.archive_retention.as_secs_f64();
+        let mut all = true;
+        for name in [self.queue(), &self.settings.pgmq.dead_letter] {
+            match queue::forget_archived(db.client(), name, retention).await {
+                Ok(gone) if gone > 0 => tracing::info!(
+                    queue = name.as_str(),
+                    messages = gone,
+                    "deleted archived messages past archive_retention"
+                ),
+                Ok(_) => {}
+                Err(e) => {
+                    all = false;
+                    tracing::warn!(queue = name.as_str(), error = %e, "could not delete old archived messages");
+                }
+            }
+        }
+        all
+    }
+}
+
+/// What one turn of the loop read.
+enum Read {
+    /// Messages (perhaps none), and what the budgets let start of them.
+    Messages(Vec<Message>, Allowance),
+    /// Nothing was read: the hourly budgets have nothing left.
+    Spent(Spent),
+}
+
+/// The `schema` and `table` a message's event names, if it is an event; read as the message
+/// is taken, before its handler parses the whole of it.
+fn event_table(body: &str) -> Option<(String, String)> {
+    #[derive(serde::Deserialize)]
+    struct Names {
+        schema: String,
+        table: String,
+    }
+    let names: Names = serde_json::from_str(body).ok()?;
+    Some((names.schema, names.table))
 }
 
 /// How long to wait before reaching for the database again after `failures` failures.

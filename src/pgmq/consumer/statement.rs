@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::progress::Counted;
 use super::Consumer;
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database};
@@ -34,6 +35,16 @@ impl Statement {
     pub(super) fn lets_go(&self) -> bool {
         matches!(self, Statement::Retry(_) | Statement::Release)
     }
+}
+
+/// A settle's statement and what it is about, as the statement's failure keeps it.
+#[derive(Clone, Copy)]
+pub(super) struct Settle<'a> {
+    message: &'a Message,
+    read_ct: i32,
+    statement: &'a Statement,
+    route: &'a str,
+    counted: Option<Counted>,
 }
 
 /// How a settle ended.
@@ -75,6 +86,7 @@ impl Settled {
 impl Consumer {
     /// Makes the settle's statement. The lease is checked and renewed in the same statement
     /// first: a message another reader holds now is left to it, whatever this run did.
+    /// `counted`: what it counts as in a drain's summary once made (kept with a deferred one).
     pub(super) async fn apply(
         &self,
         message: &Message,
@@ -82,12 +94,20 @@ impl Consumer {
         lost: bool,
         statement: &Statement,
         route: &str,
+        counted: Option<Counted>,
     ) -> Settled {
+        let settle = Settle {
+            message,
+            read_ct,
+            statement,
+            route,
+            counted,
+        };
         let db = match self.db().await {
             Ok(db) => db,
             // A lease found lost is another reader's to settle, whenever the database is back.
             Err(_) if lost => return Settled::LeaseLost,
-            Err(_) => return self.defer(message, read_ct, statement, route),
+            Err(_) => return self.defer(&settle),
         };
         let client = db.client();
         let vt = match statement {
@@ -98,11 +118,7 @@ impl Consumer {
         match queue::renew(client, self.queue(), &[(message.id, read_ct)], vt).await {
             Ok(found) if !found.is_empty() => {}
             Ok(_) => return Settled::LeaseLost,
-            Err(e) => {
-                return self
-                    .statement_failed(&e, message, read_ct, statement, route)
-                    .await
-            }
+            Err(e) => return self.statement_failed(&e, &settle).await,
         }
         let archive = || queue::archive(client, self.queue(), message.id);
         let settled = match statement {
@@ -129,28 +145,19 @@ impl Consumer {
         };
         match settled {
             Ok(settled) => settled,
-            Err(e) => {
-                self.statement_failed(&e, message, read_ct, statement, route)
-                    .await
-            }
+            Err(e) => self.statement_failed(&e, &settle).await,
         }
     }
 
     /// A statement that failed: when the connection is what failed, an archive or a dead letter
     /// is kept for after reconnecting; any other error (a privilege, a missing queue) is
     /// logged with its SQLSTATE and the message is read again when its lease lapses.
-    async fn statement_failed(
-        &self,
-        e: &db::Error,
-        message: &Message,
-        read_ct: i32,
-        statement: &Statement,
-        route: &str,
-    ) -> Settled {
+    async fn statement_failed(&self, e: &db::Error, settle: &Settle<'_>) -> Settled {
         self.failed(e).await;
         if e.transient() {
-            return self.defer(message, read_ct, statement, route);
+            return self.defer(settle);
         }
+        let Settle { message, route, .. } = settle;
         tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
             error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
         Settled::Retried
@@ -158,13 +165,14 @@ impl Consumer {
 
     /// Keeps an archive or a dead letter the database did not take, for after reconnecting; a
     /// retry or a release needs nothing: the message's lease lapses by itself.
-    fn defer(
-        &self,
-        message: &Message,
-        read_ct: i32,
-        statement: &Statement,
-        route: &str,
-    ) -> Settled {
+    fn defer(&self, settle: &Settle<'_>) -> Settled {
+        let Settle {
+            message,
+            read_ct,
+            statement,
+            route,
+            counted,
+        } = *settle;
         let (letter, counts_as) = match statement {
             Statement::Archive => (None, MessageResult::Archived),
             Statement::ArchiveRedispatched => (None, MessageResult::Redispatched),
@@ -178,6 +186,7 @@ impl Consumer {
             route: route.to_owned(),
             letter,
             counts_as,
+            counted,
         });
         Settled::Deferred
     }
@@ -222,6 +231,9 @@ impl Consumer {
                         MessageResult::LeaseLost
                     };
                     self.pipeline.metrics().pgmq_message(&item.route, result);
+                    if let (true, Some(counted)) = (made, item.counted) {
+                        self.progress.count(counted);
+                    }
                     tracing::info!(
                         msg_id = item.id,
                         result = result.as_str(),

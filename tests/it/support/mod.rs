@@ -10,6 +10,7 @@ pub mod git_http;
 pub mod github;
 pub mod http;
 pub mod local;
+pub mod queue;
 pub mod random;
 pub mod setup;
 pub mod supabase;

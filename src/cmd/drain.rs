@@ -1,0 +1,405 @@
+//! `rowbranch drain`: the queue read until nothing is left to start, then exit — `serve`'s
+//! consumer alone, with no port, for a job that a schedule starts (GitHub Actions). It stops
+//! reading when the last read found nothing and it holds nothing, when the hourly budget is
+//! spent, when GitHub turns a row away past its retries, or when `--max-time` less the grace
+//! (`shutdown_grace`, at most half of `--max-time`) has passed; then it releases what it has
+//! not started, gives the runs under way the grace, and prints one summary line. A signal
+//! (Actions cancels a job with SIGINT, and kills it seconds later) stops it the same way with a
+//! grace of at most [`SIGNAL_GRACE`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::anyhow;
+use tokio::sync::{oneshot, watch};
+
+use super::Failure;
+use crate::cli::DrainArgs;
+use crate::config::{process_env, Config, DatabaseUrl};
+use crate::db::Database;
+use crate::identity::QueueName;
+use crate::pgmq::budget::Spent;
+use crate::pgmq::consumer::progress::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
+use crate::reconcile::{self, RouteSummary, SweepOptions};
+use crate::startup::{Application, Env, Mode};
+
+/// The grace after SIGINT or SIGTERM, at most: GitHub Actions sends SIGTERM 7.5 s after
+/// SIGINT and SIGKILL 2.5 s after that, so runs under way get 5 s to dispatch or release,
+/// and the settles have time to follow.
+const SIGNAL_GRACE: Duration = Duration::from_secs(5);
+
+/// How long the retention's delete and the count of what is left may each take, once the run
+/// is over (a delete cut short leaves the rest for the next run).
+const AFTERWARDS: Duration = Duration::from_secs(5);
+
+/// How many reads in a row may fail, once one has succeeded, before the drain gives up: a
+/// blip of the connection is waited out (1 + 2 + 4 s), an outage is not. A first read that
+/// fails stops it at once: the setup is what is wrong.
+const DATABASE_ATTEMPTS: u32 = 4;
+
+pub async fn run(args: DrainArgs) -> Result<(), Failure> {
+    let started = Instant::now();
+    let max_time = humantime::parse_duration(&args.max_time)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            Failure::Usage(anyhow!(
+                "--max-time {}: write a duration such as 4m or 90s",
+                args.max_time
+            ))
+        })?;
+    let config = Config::load(&args.config.config, &process_env)?;
+    if !config.reads_the_queue() {
+        return Err(Failure::Usage(anyhow!(
+            "{}: no route reads the queue, and drain reads nothing else: set intake = \"pgmq\" \
+             on the route (and run supabase-queue.sql, which `rowbranch init --intake pgmq` \
+             writes)",
+            config.source.display()
+        )));
+    }
+    let Some(url) = config.database_url.clone() else {
+        return Err(Failure::Usage(anyhow!(
+            "DATABASE_URL is not set: set it to the connection string of the database that \
+             holds the queue (from GitHub Actions, Supabase's session pooler, \
+             …pooler.supabase.com:5432: the direct host is IPv6-only)"
+        )));
+    };
+    // The grace is part of --max-time: at most half of it, so that a short run still reads.
+    let grace = config.shutdown_grace.min(max_time / 2);
+    let reading = max_time - grace;
+    let queue = config.pgmq.queue.clone();
+    let sweep = args.sweep.then(|| SweepOptions {
+        window: config.reconcile.window,
+        stale_claim_after: config.reconcile.stale_claim_after,
+        dry_run: false,
+        concurrency: 4,
+        page_size: 1000,
+        pgmq: config.pgmq.clone(),
+    });
+    let env = Env {
+        mode: Mode::ConsumerOnly,
+        ..Env::process()
+    };
+    let token = config.forge.token().is_some();
+    let application = Application::build(config, env).await?;
+    // A token says nothing of what it may do until asked: one that cannot write would fail
+    // every row, so it is asked first (the App's installation says so without a request).
+    if token {
+        application.check_write_access().await?;
+    }
+    let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
+    let job = Job {
+        standing: consumer.progress().watch(),
+        reading_ends: tokio::time::Instant::now() + reading,
+        url,
+        sweep,
+        application: &application,
+    };
+    let (said, why) = oneshot::channel();
+    let stop = job.stop(grace, grace.min(SIGNAL_GRACE), said);
+    application.run(stop).await?;
+    let (stop, swept) = why.await.unwrap_or((Stop::Signal, None));
+    let left = match stop {
+        // Not asked again: it did not answer.
+        Stop::Database(_) => None,
+        _ => {
+            // Nothing else may run in a drain-only setup: the archive's retention is kept here,
+            // unless the job is being cancelled.
+            if !matches!(stop, Stop::Signal) {
+                let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
+            }
+            tokio::time::timeout(AFTERWARDS, consumer.depth())
+                .await
+                .ok()
+                .and_then(Result::ok)
+        }
+    };
+    if let Some(summaries) = &swept {
+        print!("{}", reconcile::table(summaries, false));
+    }
+    let counts = consumer.progress().counts();
+    println!(
+        "drain: {} dispatched, {} duplicates, {} dead-lettered, {} left in the queue, {:.1} s",
+        counts.dispatched,
+        counts.duplicates,
+        counts.dead_lettered,
+        left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+        started.elapsed().as_secs_f64()
+    );
+    stop.end(&queue, swept.as_deref())
+}
+
+/// Why the reading stopped.
+#[derive(Debug)]
+enum Stop {
+    /// The last read found nothing, and nothing is held.
+    Drained,
+    /// `--max-time` less the grace has passed.
+    OutOfTime,
+    /// An hourly budget is spent.
+    BudgetSpent(Spent),
+    /// GitHub (or the local forge) turned a row away past its retries.
+    Forge(ForgeTrouble),
+    /// The queue could not be read.
+    Database(DatabaseTrouble),
+    /// SIGINT or SIGTERM.
+    Signal,
+}
+
+/// What the stop needs to watch and, with `--sweep`, to sweep with.
+struct Job<'a> {
+    standing: watch::Receiver<Standing>,
+    reading_ends: tokio::time::Instant,
+    url: DatabaseUrl,
+    sweep: Option<SweepOptions>,
+    application: &'a Application,
+}
+
+impl Job<'_> {
+    /// Resolves when the reading is to stop, after the sweep when one is asked for and the
+    /// queue is drained; says why on `said`. The shutdown begins then with `grace`, or at a
+    /// signal at once with `signal_grace`; the run keeps the first.
+    fn stop(
+        mut self,
+        grace: Duration,
+        signal_grace: Duration,
+        said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let shutdown = self.application.shutdown().clone();
+        let routes = Arc::clone(self.application.routes());
+        let pipeline = Arc::clone(self.application.pipeline());
+        let sweep = self.sweep.take();
+        let (url, reading_ends) = (self.url.clone(), self.reading_ends);
+        let mut standing = self.standing;
+        async move {
+            let signalled = || {
+                let shutdown = shutdown.clone();
+                async move {
+                    super::serve::signal().await;
+                    shutdown.begin(signal_grace);
+                    tracing::info!(
+                        grace_s = signal_grace.as_secs_f64(),
+                        "stopping: what has not started is released; runs under way get the grace"
+                    );
+                    tokio::spawn(async {
+                        super::serve::signal().await;
+                        tracing::warn!("a second signal: exiting now");
+                        std::process::exit(1);
+                    });
+                }
+            };
+            let stop = tokio::select! {
+                stop = stopped(&mut standing) => stop,
+                () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
+                () = signalled() => Stop::Signal,
+            };
+            let swept = match (stop, sweep) {
+                (Stop::Drained, Some(options)) => {
+                    let run = async {
+                        let db = Database::connect(url.expose()).await?;
+                        let summaries =
+                            reconcile::sweep(&routes, &db, &pipeline, &options, &|_| {}).await;
+                        Ok::<_, crate::db::Error>(summaries)
+                    };
+                    tokio::select! {
+                        swept = run => match swept {
+                            Ok(summaries) => (Stop::Drained, Some(summaries)),
+                            Err(e) => (
+                                Stop::Database(DatabaseTrouble {
+                                    message: format!("the sweep could not connect: {e}"),
+                                    code: e.code().map(|c| c.code().to_owned()),
+                                    attempts: 1,
+                                }),
+                                None,
+                            ),
+                        },
+                        () = tokio::time::sleep_until(reading_ends) => (Stop::OutOfTime, None),
+                        () = signalled() => (Stop::Signal, None),
+                    }
+                }
+                (stop, _) => (stop, None),
+            };
+            shutdown.begin(grace);
+            let _ = said.send(swept);
+        }
+    }
+}
+
+/// Waits until the consumer's standing says the reading should stop.
+async fn stopped(standing: &mut watch::Receiver<Standing>) -> Stop {
+    loop {
+        if let Some(stop) = why(&standing.borrow_and_update()) {
+            return stop;
+        }
+        if standing.changed().await.is_err() {
+            // The consumer is gone: nothing more will be read.
+            return Stop::Drained;
+        }
+    }
+}
+
+/// Why the reading should stop now, if it should.
+fn why(standing: &Standing) -> Option<Stop> {
+    if let Some(forge) = &standing.forge {
+        return Some(Stop::Forge(forge.clone()));
+    }
+    if let Some(db) = &standing.database {
+        if !standing.read_once || db.attempts >= DATABASE_ATTEMPTS {
+            return Some(Stop::Database(db.clone()));
+        }
+    }
+    match &standing.idle {
+        Some(Idle::Drained) => Some(Stop::Drained),
+        Some(Idle::BudgetSpent(spent)) => Some(Stop::BudgetSpent(spent.clone())),
+        None => None,
+    }
+}
+
+impl Stop {
+    /// Says why the drain stopped (on standard error) and how it ends: 0 when it stopped
+    /// cleanly, 1 with the fix when it could not work.
+    fn end(self, queue: &QueueName, swept: Option<&[RouteSummary]>) -> Result<(), Failure> {
+        match self {
+            Stop::Drained => tracing::info!("the queue is drained"),
+            Stop::OutOfTime => {
+                tracing::info!("--max-time is reached: the rows left wait for the next run")
+            }
+            Stop::BudgetSpent(spent) => tracing::info!(
+                budget = %spent.setting,
+                frees_in_s = spent.frees_in.map(|d| d.as_secs()),
+                "the hourly budget is spent: the rows left wait for the next run"
+            ),
+            Stop::Signal => tracing::info!("stopped by a signal"),
+            Stop::Forge(trouble) if trouble.rate_limited => tracing::warn!(
+                error = %trouble.message,
+                "GitHub's rate limit is reached: the rows left wait for the next run"
+            ),
+            Stop::Forge(trouble) => {
+                return Err(Failure::Runtime(anyhow!(
+                    "could not claim or dispatch a row: {}; the rows wait in the queue. Fix what \
+                     it says (`rowbranch doctor` checks the credentials, the permissions and the \
+                     repository), or run again once GitHub answers",
+                    trouble.message
+                )))
+            }
+            Stop::Database(trouble) => {
+                return Err(Failure::Runtime(anyhow!(
+                    "cannot read the queue {queue}: {}; {}",
+                    trouble.message,
+                    database_fix(trouble.code.as_deref(), queue)
+                )))
+            }
+        }
+        let Some(summaries) = swept else {
+            return Ok(());
+        };
+        let failed: u64 = summaries.iter().map(|s| s.failed).sum();
+        let stopped = summaries.iter().filter(|s| s.error.is_some()).count();
+        if failed > 0 || stopped > 0 {
+            return Err(Failure::Runtime(anyhow!(
+                "the sweep: {failed} rows failed; {stopped} routes stopped early"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What to do about a queue that cannot be read, by the server's SQLSTATE.
+fn database_fix(code: Option<&str>, queue: &QueueName) -> String {
+    match code {
+        // undefined_table, invalid_schema_name: no queue, or no pgmq.
+        Some("42P01" | "3F000") => format!(
+            "the queue {queue} is not in DATABASE_URL's database: run supabase-queue.sql \
+             (written by `rowbranch init --intake pgmq`) in Supabase's SQL editor"
+        ),
+        // undefined_function: pgmq is not installed.
+        Some("42883") => "pgmq is not installed in DATABASE_URL's database: enable Queues \
+                          (Integrations → Queues), then run supabase-queue.sql"
+            .to_owned(),
+        Some("42501") => "DATABASE_URL's role may not read the queue: `rowbranch doctor` \
+                          prints the grants it lacks"
+            .to_owned(),
+        _ => "check DATABASE_URL (from GitHub Actions, Supabase's session pooler, \
+              …pooler.supabase.com:5432, since the direct host is IPv6-only; `sslmode=verify-full` \
+              with Supabase's CA certificate); `rowbranch doctor` checks the rest"
+            .to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn standing() -> Standing {
+        Standing::default()
+    }
+
+    #[test]
+    fn a_first_read_that_fails_stops_at_once_and_a_later_one_after_a_few_tries() {
+        let trouble = |attempts| DatabaseTrouble {
+            message: "connection refused".into(),
+            code: None,
+            attempts,
+        };
+        let first = Standing {
+            database: Some(trouble(1)),
+            ..standing()
+        };
+        assert!(matches!(why(&first), Some(Stop::Database(_))));
+        let blip = Standing {
+            database: Some(trouble(2)),
+            read_once: true,
+            ..standing()
+        };
+        assert!(why(&blip).is_none());
+        let outage = Standing {
+            database: Some(trouble(DATABASE_ATTEMPTS)),
+            read_once: true,
+            ..standing()
+        };
+        assert!(matches!(why(&outage), Some(Stop::Database(_))));
+    }
+
+    #[test]
+    fn the_forge_stops_it_before_an_idle_queue_does() {
+        let both = Standing {
+            idle: Some(Idle::Drained),
+            forge: Some(ForgeTrouble {
+                rate_limited: true,
+                message: "rate limited (403 Forbidden)".into(),
+            }),
+            read_once: true,
+            ..standing()
+        };
+        assert!(matches!(why(&both), Some(Stop::Forge(t)) if t.rate_limited));
+        let reading = Standing {
+            read_once: true,
+            ..standing()
+        };
+        assert!(why(&reading).is_none());
+    }
+
+    #[test]
+    fn a_rate_limit_ends_cleanly_and_a_refusal_with_the_fix() {
+        let queue = QueueName::parse("rowbranch").unwrap();
+        let limited = Stop::Forge(ForgeTrouble {
+            rate_limited: true,
+            message: "rate limited".into(),
+        });
+        assert!(limited.end(&queue, None).is_ok());
+        let refused = Stop::Forge(ForgeTrouble {
+            rate_limited: false,
+            message: "claiming the branch: GitHub answered 403 Forbidden".into(),
+        });
+        let failure = refused.end(&queue, None).unwrap_err();
+        assert_eq!(failure.exit_code(), 1);
+        assert!(failure.error().to_string().contains("rowbranch doctor"));
+        let missing = Stop::Database(DatabaseTrouble {
+            message: "relation \"pgmq.q_rowbranch\" does not exist".into(),
+            code: Some("42P01".into()),
+            attempts: 1,
+        });
+        let failure = missing.end(&queue, None).unwrap_err().error().to_string();
+        assert!(failure.contains("supabase-queue.sql"), "{failure}");
+    }
+}

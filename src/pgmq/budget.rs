@@ -1,0 +1,310 @@
+//! The hourly budgets of the queue's rows, counted where every process that reads the queue sees
+//! them — the queue's archive of the last hour, and the messages held now — not in each one's
+//! memory: replicas, restarts and successive drains share one budget instead of each getting a
+//! fresh one. Two kinds: a route's `max_rows_per_hour`, and (in a drain) an installation's
+//! `[github] write_hourly_max`, taken as two writes (claim and dispatch) for every message its
+//! routes settled. Before each read the consumer asks for an [`Allowance`]: how many messages to
+//! read at most, and message by message whether its route may start one more now.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use crate::config::{ForgeSettings, Intake, Route};
+use crate::db::queue::TableUse;
+
+/// A table as a message's event names it: `(schema, table)`.
+type Table = (String, String);
+
+/// One bound: at most `per_hour` rows of `tables` an hour.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Bound {
+    /// The setting, for messages: `max_rows_per_hour of public.feedbacks`.
+    setting: String,
+    tables: Vec<Table>,
+    per_hour: u64,
+}
+
+/// The hourly bounds on the queue's routes; none when nothing bounds them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Budgets {
+    bounds: Vec<Bound>,
+    /// The tables of the routes that read the queue.
+    queue_tables: Vec<Table>,
+}
+
+impl Budgets {
+    /// Each queue route's `max_rows_per_hour`, and with `count_writes`, each GitHub
+    /// installation's `write_hourly_max` as rows of its queue routes (two writes a row).
+    pub fn new(
+        routes: &[std::sync::Arc<Route>],
+        forge: &ForgeSettings,
+        count_writes: bool,
+    ) -> Budgets {
+        let queue_routes: Vec<&Route> = routes
+            .iter()
+            .map(|r| r.as_ref())
+            .filter(|r| r.intake == Intake::Pgmq)
+            .collect();
+        let table = |r: &Route| (r.schema.clone(), r.table.clone());
+        let mut bounds: Vec<Bound> = queue_routes
+            .iter()
+            .filter_map(|r| {
+                Some(Bound {
+                    setting: format!("max_rows_per_hour of {}", r.table_name()),
+                    tables: vec![table(r)],
+                    per_hour: u64::from(r.max_rows_per_hour?),
+                })
+            })
+            .collect();
+        if let (true, ForgeSettings::Github(github)) = (count_writes, forge) {
+            let owners: BTreeSet<String> = queue_routes
+                .iter()
+                .map(|r| r.repo.owner().to_ascii_lowercase())
+                .collect();
+            for owner in owners {
+                bounds.push(Bound {
+                    setting: format!("[github] write_hourly_max for {owner}"),
+                    tables: queue_routes
+                        .iter()
+                        .filter(|r| r.repo.owner().eq_ignore_ascii_case(&owner))
+                        .map(|r| table(r))
+                        .collect(),
+                    per_hour: u64::from(github.pace.hourly_max / 2),
+                });
+            }
+        }
+        Budgets {
+            bounds,
+            queue_tables: queue_routes.iter().map(|r| table(r)).collect(),
+        }
+    }
+
+    /// Whether any bound applies: without one, the consumer never asks the database.
+    pub fn any(&self) -> bool {
+        !self.bounds.is_empty()
+    }
+
+    /// What may start now, given what the last hour used.
+    pub fn allowance(&self, used: &[TableUse]) -> Allowance {
+        let by_table: HashMap<Table, &TableUse> = used
+            .iter()
+            .map(|u| ((u.schema.clone(), u.table.clone()), u))
+            .collect();
+        let left = self
+            .bounds
+            .iter()
+            .map(|bound| {
+                let mut spent = 0;
+                let mut frees_in: Option<f64> = None;
+                for table in &bound.tables {
+                    if let Some(u) = by_table.get(table) {
+                        spent += u.rows;
+                        frees_in = match (frees_in, u.frees_in_s) {
+                            (Some(a), Some(b)) => Some(a.min(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                }
+                Left {
+                    rows: bound.per_hour.saturating_sub(spent),
+                    frees_in: frees_in.map(|s| Duration::from_secs_f64(s.max(0.0))),
+                }
+            })
+            .collect();
+        Allowance {
+            budgets: self.clone(),
+            left,
+        }
+    }
+}
+
+/// What one bound has left this hour.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    rows: u64,
+    /// When the next row of it comes back; `None` when none of its rows was archived yet.
+    frees_in: Option<Duration>,
+}
+
+/// What may start until the next read: each bound's rows left, taken message by message.
+#[derive(Debug)]
+pub struct Allowance {
+    budgets: Budgets,
+    left: Vec<Left>,
+}
+
+/// A message whose route's budget is spent: which setting, and when a row of it comes back
+/// (`None`: when the rows held now are settled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    pub setting: String,
+    pub frees_in: Option<Duration>,
+}
+
+impl Allowance {
+    /// No bound at all.
+    pub fn unbounded() -> Allowance {
+        Allowance {
+            budgets: Budgets::default(),
+            left: Vec::new(),
+        }
+    }
+
+    /// The most messages worth reading now: what the queue's tables have left together
+    /// (`None` when one of them has no bound). A queue with one route reads exactly what its
+    /// budget allows; with several, a message over its own route's budget may still be read,
+    /// and is put off (see [`admit`](Self::admit)).
+    pub fn rows(&self) -> Option<u64> {
+        if self.budgets.bounds.is_empty() {
+            return None;
+        }
+        let mut total: u64 = 0;
+        for table in &self.budgets.queue_tables {
+            let least = self.covering(table).map(|i| self.left[i].rows).min()?;
+            total = total.saturating_add(least);
+        }
+        Some(total)
+    }
+
+    /// The bounds that cover `table`, by index.
+    fn covering<'a>(&'a self, table: &'a Table) -> impl Iterator<Item = usize> + 'a {
+        self.budgets
+            .bounds
+            .iter()
+            .enumerate()
+            .filter(move |(_, b)| b.tables.contains(table))
+            .map(|(i, _)| i)
+    }
+
+    /// Takes one row of `schema.table` from every bound that covers it, or says which bound is
+    /// spent. A table no bound covers (no route, another intake) is always admitted: its
+    /// message starts no work.
+    pub fn admit(&mut self, schema: &str, table: &str) -> Result<(), Spent> {
+        let table = (schema.to_owned(), table.to_owned());
+        let covering: Vec<usize> = self.covering(&table).collect();
+        if let Some(&i) = covering.iter().find(|&&i| self.left[i].rows == 0) {
+            return Err(Spent {
+                setting: self.budgets.bounds[i].setting.clone(),
+                frees_in: self.left[i].frees_in,
+            });
+        }
+        for i in covering {
+            self.left[i].rows -= 1;
+        }
+        Ok(())
+    }
+
+    /// The first setting whose budget is spent, with when it frees, once nothing may start:
+    /// for the message that says why the reading stopped.
+    pub fn spent(&self) -> Option<Spent> {
+        if self.rows() != Some(0) {
+            return None;
+        }
+        let (i, left) = self.left.iter().enumerate().find(|(_, l)| l.rows == 0)?;
+        Some(Spent {
+            setting: self.budgets.bounds[i].setting.clone(),
+            frees_in: left.frees_in,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn config(routes: &str, github: &str) -> Config {
+        let text =
+            format!("[github]\napp_id = 1\nprivate_key_path = \"app.pem\"\n{github}\n{routes}");
+        Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap()
+    }
+
+    fn route(table: &str, repo: &str, extra: &str) -> String {
+        format!(
+            "[[routes]]\ntable = \"{table}\"\nrepo = \"{repo}\"\nbranch_prefix = \"b\"\n\
+             event_type = \"e\"\nintake = \"pgmq\"\n{extra}\n"
+        )
+    }
+
+    fn used(table: &str, rows: u64, frees_in_s: Option<f64>) -> TableUse {
+        TableUse {
+            schema: "public".into(),
+            table: table.into(),
+            rows,
+            frees_in_s,
+        }
+    }
+
+    #[test]
+    fn a_route_with_a_bound_reads_what_is_left_of_its_hour() {
+        let config = config(&route("t", "acme/app", "max_rows_per_hour = 60"), "");
+        let budgets = Budgets::new(&config.routes, &config.forge, false);
+        assert!(budgets.any());
+        assert_eq!(budgets.allowance(&[]).rows(), Some(60));
+        let mut allowance = budgets.allowance(&[used("t", 58, Some(120.0))]);
+        assert_eq!(allowance.rows(), Some(2));
+        assert_eq!(allowance.admit("public", "t"), Ok(()));
+        assert_eq!(allowance.admit("public", "t"), Ok(()));
+        let spent = allowance.admit("public", "t").unwrap_err();
+        assert_eq!(spent.setting, "max_rows_per_hour of public.t");
+        assert_eq!(spent.frees_in, Some(Duration::from_secs(120)));
+        assert_eq!(allowance.rows(), Some(0));
+        assert_eq!(allowance.spent(), Some(spent));
+        // A message of a table no route reads starts nothing: admitted.
+        assert_eq!(allowance.admit("public", "other"), Ok(()));
+    }
+
+    #[test]
+    fn without_a_bound_nothing_is_counted() {
+        let config = config(&route("t", "acme/app", ""), "");
+        let budgets = Budgets::new(&config.routes, &config.forge, false);
+        assert!(!budgets.any());
+        assert_eq!(budgets.allowance(&[]).rows(), None);
+        assert_eq!(Allowance::unbounded().rows(), None);
+    }
+
+    #[test]
+    fn in_a_drain_an_installations_write_cap_bounds_its_routes_together_at_two_writes_a_row() {
+        let routes = [
+            route("a", "acme/app", ""),
+            route("b", "Acme/web", "max_rows_per_hour = 10"),
+            route("c", "globex/api", ""),
+        ]
+        .concat();
+        let config = config(&routes, "write_hourly_max = 100");
+        // serve's consumer leaves the write cap to each process's pacer.
+        let serve = Budgets::new(&config.routes, &config.forge, false);
+        assert_eq!(serve.allowance(&[]).rows(), None, "a and c have no bound");
+        let drain = Budgets::new(&config.routes, &config.forge, true);
+        // acme: 50 rows for a and b together; b at most 10; globex: 50.
+        let allowance = drain.allowance(&[used("a", 45, Some(10.0)), used("c", 50, None)]);
+        // a: min(50 − 45) = 5; b: min(10, 5) = 5; c: 0.
+        assert_eq!(allowance.rows(), Some(10));
+        let mut allowance = allowance;
+        for _ in 0..5 {
+            allowance.admit("public", "b").unwrap();
+        }
+        let spent = allowance.admit("public", "a").unwrap_err();
+        assert_eq!(spent.setting, "[github] write_hourly_max for acme");
+        assert_eq!(spent.frees_in, Some(Duration::from_secs(10)));
+        let spent = allowance.admit("public", "c").unwrap_err();
+        assert_eq!(
+            spent.frees_in, None,
+            "all of globex's rows are held, none archived"
+        );
+        assert_eq!(allowance.rows(), Some(0));
+    }
+
+    #[test]
+    fn the_local_forge_has_no_write_cap() {
+        let text = format!(
+            "[forge]\nkind = \"local\"\npath = \"repo.git\"\n{}",
+            route("t", "acme/app", "")
+        );
+        let config =
+            Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
+        assert!(!Budgets::new(&config.routes, &config.forge, true).any());
+    }
+}

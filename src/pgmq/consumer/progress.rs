@@ -1,0 +1,138 @@
+//! What the consumer has done and where its reading stands, for a run that ends once the queue
+//! is drained (`rowbranch drain`): the rows it dispatched, found handled and dead-lettered, and
+//! whether its last read found nothing while it held nothing, its hourly budget is spent, GitHub
+//! stopped it, or the database cannot be read. `serve` keeps reading whatever it says.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::watch;
+
+use crate::pgmq::budget::Spent;
+
+/// What a settled message counts as in a drain's summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    /// Its row was dispatched (or dispatched again) by this process.
+    Dispatched,
+    /// Its row was handled already, or another claimant holds its branch.
+    Duplicate,
+    DeadLettered,
+}
+
+/// The messages settled so far, by what they count as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub dispatched: u64,
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+}
+
+/// Where the reading stands.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Standing {
+    /// Why the consumer has nothing to start now, once it has not; `None` while it reads.
+    pub idle: Option<Idle>,
+    /// The first run that GitHub (or the local forge) turned away past its retries: a rate
+    /// limit, or the forge unreachable or refusing. Kept once seen.
+    pub forge: Option<ForgeTrouble>,
+    /// The last failure to read the queue, until a read succeeds again.
+    pub database: Option<DatabaseTrouble>,
+    /// Whether any read of the queue has succeeded.
+    pub read_once: bool,
+}
+
+/// Why nothing starts now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Idle {
+    /// The last read found no visible message, and this process holds none.
+    Drained,
+    /// Every route's hourly budget is spent, and this process holds nothing.
+    BudgetSpent(Spent),
+}
+
+/// A run the forge turned away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeTrouble {
+    /// GitHub's rate limit (primary or secondary): rows wait for it to refill.
+    pub rate_limited: bool,
+    pub message: String,
+}
+
+/// A failed read of the queue (or of its budgets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseTrouble {
+    pub message: String,
+    /// The server's SQLSTATE, when it answered with an error.
+    pub code: Option<String>,
+    /// Failures in a row.
+    pub attempts: u32,
+}
+
+/// The counts and the standing, shared by the consumer's tasks and whoever watches.
+#[derive(Debug)]
+pub struct Progress {
+    dispatched: AtomicU64,
+    duplicates: AtomicU64,
+    dead_lettered: AtomicU64,
+    standing: watch::Sender<Standing>,
+}
+
+impl Default for Progress {
+    fn default() -> Progress {
+        Progress {
+            dispatched: AtomicU64::new(0),
+            duplicates: AtomicU64::new(0),
+            dead_lettered: AtomicU64::new(0),
+            standing: watch::Sender::new(Standing::default()),
+        }
+    }
+}
+
+impl Progress {
+    /// The standing now and as it changes.
+    pub fn watch(&self) -> watch::Receiver<Standing> {
+        self.standing.subscribe()
+    }
+
+    pub fn counts(&self) -> Counts {
+        Counts {
+            dispatched: self.dispatched.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(super) fn count(&self, counted: Counted) {
+        let counter = match counted {
+            Counted::Dispatched => &self.dispatched,
+            Counted::Duplicate => &self.duplicates,
+            Counted::DeadLettered => &self.dead_lettered,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A read succeeded: `idle` says whether anything may start.
+    pub(super) fn read(&self, idle: Option<Idle>) {
+        self.standing.send_if_modified(|s| {
+            let changed = s.idle != idle || s.database.is_some() || !s.read_once;
+            s.idle = idle;
+            s.database = None;
+            s.read_once = true;
+            changed
+        });
+    }
+
+    pub(super) fn database_failed(&self, trouble: DatabaseTrouble) {
+        self.standing.send_modify(|s| s.database = Some(trouble));
+    }
+
+    pub(super) fn forge_failed(&self, trouble: ForgeTrouble) {
+        self.standing.send_if_modified(|s| {
+            if s.forge.is_some() {
+                return false;
+            }
+            s.forge = Some(trouble);
+            true
+        });
+    }
+}
