@@ -5,8 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fake_github::{
-    sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PRIVATE_KEY_PEM,
-    TEST_APP_PUBLIC_KEY_PEM,
+    sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PUBLIC_KEY_PEM,
 };
 use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
@@ -1126,13 +1125,7 @@ async fn octocrab_reads_and_writes_through_the_fake() {
     let fake = fake_with_repos().await;
     fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
     fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
-    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
-    let app = octocrab::Octocrab::builder()
-        .base_uri(fake.url())
-        .expect("uri")
-        .app(octocrab::models::AppId(fake.app_id()), key)
-        .build()
-        .expect("client");
+    let app = common::app_client(&fake);
     let me = app.current().app().await.expect("GET /app");
     assert_eq!(me.slug.as_deref(), Some("rowbranch-test"));
     let installation = app
