@@ -25,6 +25,14 @@ impl Answer {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
+    /// The string `field` of each item of the body, which must be a JSON array.
+    pub fn strings(&self, field: &str) -> Vec<&str> {
+        self.list()
+            .iter()
+            .map(|item| item[field].as_str().unwrap_or(""))
+            .collect()
+    }
+
     /// The body, which must be a JSON array.
     pub fn list(&self) -> &Vec<Value> {
         self.body.as_array().expect("array")
