@@ -697,11 +697,7 @@ fn body_object(op: Op, body: &BodyParse) -> Result<Map<String, Value>, Reply> {
 }
 
 /// The request body as a JSON object, and its required string property `name`.
-fn body_with(
-    op: Op,
-    body: &BodyParse,
-    name: &str,
-) -> Result<(Map<String, Value>, String), Reply> {
+fn body_with(op: Op, body: &BodyParse, name: &str) -> Result<(Map<String, Value>, String), Reply> {
     let body = body_object(op, body)?;
     let value = required_str(op, &body, name)?;
     Ok((body, value))

@@ -4,9 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fake_github::{
-    sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PUBLIC_KEY_PEM,
-};
+use fake_github::{sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PUBLIC_KEY_PEM};
 use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
