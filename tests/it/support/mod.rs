@@ -11,6 +11,7 @@ pub mod github;
 pub mod http;
 pub mod local;
 pub mod random;
+pub mod server;
 pub mod setup;
 pub mod supabase;
 pub mod tools;
