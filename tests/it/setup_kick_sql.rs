@@ -152,6 +152,12 @@ async fn kicks_after_inserting(db: &TestDb, id: i64, message: &str) -> usize {
     kicks(db).await
 }
 
+/// Takes away pg_net's `net.http_post`, as a project that disables the extension does.
+async fn remove_pg_net(db: &TestDb) {
+    db.execute("drop function net.http_post(text, jsonb, jsonb, jsonb, integer)")
+        .await;
+}
+
 /// Some notice the session was sent says `says`.
 #[track_caller]
 fn assert_noticed(notices: &Mutex<Vec<String>>, says: &str) {
@@ -298,8 +304,7 @@ async fn without_the_token_in_vault_an_insert_warns_and_succeeds() {
 async fn without_pg_net_an_insert_still_succeeds_and_the_file_says_what_to_enable() {
     let db = or_skip!(kicking(Some(&token())).await);
     // pg_net removed after the kick was installed: the kick warns, the row is inserted.
-    db.execute("drop function net.http_post(text, jsonb, jsonb, jsonb, integer)")
-        .await;
+    remove_pg_net(&db).await;
     let (client, notices) = noticing_session(&db).await;
     try_insert(&client, "public", "feedbacks", 1, "saved")
         .await

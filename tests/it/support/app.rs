@@ -243,6 +243,12 @@ impl TestApp {
         dispatches(&self.dir.path().join("dispatches.jsonl"))
     }
 
+    /// Checks that no branch was claimed and nothing was dispatched.
+    pub async fn assert_untouched(&self) {
+        assert_eq!(self.branches().await, Vec::<String>::new(), "claimed");
+        assert_eq!(self.dispatches(), Vec::<Value>::new(), "dispatched");
+    }
+
     /// Waits until `dispatches.jsonl` holds `n` lines and returns them. (A line can land a
     /// moment after the answer: see `the_dispatch_line_is_in_the_log_when_the_webhook_answers_dispatched`.)
     pub async fn wait_for_dispatches(&self, n: usize) -> Vec<Value> {
