@@ -298,15 +298,18 @@ fn with_kick_init_writes_the_kick_and_says_where_its_token_goes() {
     );
 }
 
+/// Flags that only the way with an App takes, and how init's refusal names each.
+const APP_FLAGS: [(&[&str], &str); 4] = [
+    (&["--url", "https://h.example"], "--url"),
+    (&["--app-name", "x"], "--app-name"),
+    (&["--owner-type", "user"], "--owner-type"),
+    (&["--intake", "webhook"], "--intake webhook"),
+];
+
 #[test]
 fn the_flags_of_an_app_are_refused_with_host_actions_and_the_actions_flags_without_it() {
     let dir = TempDir::new().unwrap();
-    for (flags, named) in [
-        (&["--url", "https://h.example"][..], "--url"),
-        (&["--app-name", "x"][..], "--app-name"),
-        (&["--owner-type", "user"][..], "--owner-type"),
-        (&["--intake", "webhook"][..], "--intake webhook"),
-    ] {
+    for (flags, named) in APP_FLAGS {
         let message = refused(&init_actions(dir.path(), flags));
         assert_says(&message, &[named, "--host actions takes no"]);
     }

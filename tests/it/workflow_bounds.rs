@@ -33,12 +33,17 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-/// The workflow `init` writes with `flags`, which must succeed.
-fn workflow_from_init(flags: &[&str]) -> String {
+/// A new folder where `init` with `flags` has succeeded.
+fn initialized(flags: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let out = init(dir.path(), flags);
     assert!(out.status.success(), "init {flags:?}: {}", text(&out));
-    std::fs::read_to_string(dir.path().join("workflow.yml")).unwrap()
+    dir
+}
+
+/// The workflow `init` writes with `flags`, which must succeed.
+fn workflow_from_init(flags: &[&str]) -> String {
+    std::fs::read_to_string(initialized(flags).path().join("workflow.yml")).unwrap()
 }
 
 /// The ways `init` is run: its defaults, the queue, and every option that reaches the workflow.
@@ -247,28 +252,21 @@ fn bounds(dir: &Path) -> (Vec<(Bound, Bound)>, (u32, u32)) {
 
 #[test]
 fn init_bounds_each_run_in_the_workflow_and_writes_the_same_bounds_into_the_route() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = init(dir.path(), &["--url", "https://hooks.example.com"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let dir = initialized(&["--url", "https://hooks.example.com"]);
     assert_eq!(
         bounds(dir.path()),
         (vec![(Bound::Set(30), Bound::Set(30))], (30, 30)),
         "30 turns and 30 minutes by default"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let out = init(
-        dir.path(),
-        &[
-            "--intake",
-            "pgmq",
-            "--max-turns",
-            "12",
-            "--work-timeout-minutes",
-            "45",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    let dir = initialized(&[
+        "--intake",
+        "pgmq",
+        "--max-turns",
+        "12",
+        "--work-timeout-minutes",
+        "45",
+    ]);
     assert_eq!(
         bounds(dir.path()),
         (vec![(Bound::Set(12), Bound::Set(45))], (12, 45))
