@@ -4,8 +4,9 @@
 
 use std::time::Duration;
 
+use futures_util::future::join_all;
 use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -59,6 +60,11 @@ impl Server {
     /// POSTs an INSERT of row `id` with bearer auth.
     pub async fn post_insert(&self, id: Value, text: &str) -> Reply {
         self.post_json(&insert(id, text)).await
+    }
+
+    /// POSTs the INSERTs of rows `ids` with `text`, all at once; their answers, in order.
+    pub async fn post_inserts(&self, ids: impl IntoIterator<Item = u64>, text: &str) -> Vec<Reply> {
+        join_all(ids.into_iter().map(|id| self.post_insert(json!(id), text))).await
     }
 
     /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
