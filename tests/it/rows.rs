@@ -178,16 +178,16 @@ async fn pages_of_seven_give_all_25_rows_in_order_once() {
 async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
     // Rows 6..=12 share one created time, so the keyset runs on the id across 9 → 10,
     // where text would put "10" before "9".
-    let (_s, rows, route) = or_skip!(
-        feedbacks_from("rows_ties_", |t| format!(
+    let made = feedbacks_from("rows_ties_", |t| {
+        format!(
         "create table {t} (id integer primary key, message text, created_at timestamptz not null);
          insert into {t} select i, 'm' || i,
              timestamptz '2024-01-01 00:00:00+00'
                + (case when i between 6 and 12 then 6 else i end) * interval '1 second'
            from generate_series(1, 12) i order by random();"
-        ))
-        .await
-    );
+        )
+    });
+    let (_s, rows, route) = or_skip!(made.await);
     for page_size in 1..=13 {
         let pages = sweep_pages(&rows, &route, long_ago(), page_size).await;
         let all: Vec<Row> = pages.iter().flatten().cloned().collect();
@@ -215,16 +215,16 @@ async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
 
 #[tokio::test]
 async fn uuid_ids_page_in_uuid_order() {
-    let (s, rows, route) = or_skip!(
-        feedbacks_from("rows_uuid_", |t| format!(
+    let made = feedbacks_from("rows_uuid_", |t| {
+        format!(
             "create table {t} (id uuid primary key default gen_random_uuid(), message text,
                            created_at timestamptz not null);
          insert into {t} (message, created_at)
            select 'm' || i, timestamptz '2024-01-01 00:00:00+00' + (i / 5) * interval '1 second'
            from generate_series(1, 23) i;"
-        ))
-        .await
-    );
+        )
+    });
+    let (s, rows, route) = or_skip!(made.await);
     let t = s.table("feedbacks");
     let by_keyset = format!("select id::text from {t} order by created_at, id");
     let expected: Vec<String> = column(&s.client, &by_keyset).await;
@@ -410,14 +410,14 @@ async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
 
 #[tokio::test]
 async fn a_timestamp_without_time_zone_is_read_as_utc() {
-    let (_s, rows, route) = or_skip!(
-        feedbacks_from("rows_naive_", |t| format!(
+    let made = feedbacks_from("rows_naive_", |t| {
+        format!(
             "create table {t} (id bigint primary key, message text, created_at timestamp not null);
          insert into {t} select i, 'm', timestamp '2024-01-01 00:00:00' + i * interval '1 second'
            from generate_series(1, 10) i;"
-        ))
-        .await
-    );
+        )
+    });
+    let (_s, rows, route) = or_skip!(made.await);
     let all = swept(&rows, &route, at(5), 2).await;
     assert_eq!(int_ids(&all), (5..=10).collect::<Vec<_>>());
     assert_eq!(all[0].created_at, at(5));

@@ -15,7 +15,9 @@ use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::git_http::{basic_auth, Access, GitHttp};
-use crate::support::tools::{actionlint, checked, have_actionlint, have_shellcheck, shellcheck};
+use crate::support::tools::{
+    actionlint, assert_says, checked, have_actionlint, have_shellcheck, shellcheck,
+};
 
 /// Values unlike each other and unlike the defaults, so each one is seen to be filled in.
 fn context() -> SetupContext {
@@ -355,6 +357,7 @@ fn shellcheck_finds_nothing_wrong_with_any_run_script() {
     for (i, (name, script)) in run_scripts(&workflow()).into_iter().enumerate() {
         let path = dir.path().join(format!("step-{i}.sh"));
         fs::write(&path, script).unwrap();
+        // Shown with the failure, should shellcheck find something.
         eprintln!("shellcheck on {name}: {}", path.display());
         shellcheck(&path);
     }
@@ -714,18 +717,10 @@ impl Origin {
             .unwrap()
     }
 
-    /// The whole message of the last commit on `BRANCH`.
-    fn last_message(&self) -> String {
-        self.at_origin(&["log", "-1", "--format=%B", BRANCH])
-    }
-
     /// The last commit on `BRANCH` says each of `says` in its message.
     #[track_caller]
     fn assert_last_message_says(&self, says: &[&str]) {
-        let message = self.last_message();
-        for said in says {
-            assert!(message.contains(said), "no {said:?} in: {message}");
-        }
+        assert_says(&self.at_origin(&["log", "-1", "--format=%B", BRANCH]), says);
     }
 
     /// The subject of the last commit on `BRANCH`.
