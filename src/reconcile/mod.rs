@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
-use crate::db::{self, queue, Database, Misfit, Row};
+use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
@@ -69,6 +69,8 @@ pub struct RouteSummary {
     /// When it stopped because the route does not fit its table: `missing_column`, the reason
     /// a webhook's answer and a dead letter give for the same mistake.
     pub reason: Option<&'static str>,
+    /// When row level security lets the sweep see only some of the rows: which policies.
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -203,6 +205,17 @@ async fn sweep_route(
     let route = &compiled.route;
     let forge = pipeline.forge();
     rows.check(route).await?;
+    // A role that row level security hides the rows from reads none, without an error: that
+    // would pass for an empty table.
+    match rows.visibility(route).await? {
+        Visibility::Blind(blind) => return Err(blind.into()),
+        Visibility::Filtered(filtered) => {
+            tracing::warn!(route = %route.table_name(), warning = %filtered,
+                "row level security hides some rows from the sweep");
+            summary.warning = Some(filtered.to_string());
+        }
+        Visibility::Off | Visibility::Every(_) => {}
+    }
     let now = chrono::Utc::now();
     let since = now - chrono::Duration::from_std(options.window).context("window too long")?;
     let stale_before = now
@@ -434,16 +447,19 @@ impl Apply<'_> {
         })
     }
 
-    /// Runs the rows with neither branch nor pull request, a few at a time.
+    /// Runs the rows with neither branch nor pull request, a few at a time. A row waits for
+    /// room in the pipeline rather than fail for want of it: the sweep is what brings back the
+    /// rows a full pipeline refused, and it has no sender to ask to come back.
     async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Settled> {
         stream::iter(plans)
             .map(|plan| {
                 let id = plan.id.to_string();
-                let run = self.pipeline.submit(plan);
+                let pipeline = self.pipeline;
                 async move {
-                    let outcome = match run {
+                    pipeline.room_for(&plan, 0).await;
+                    let outcome = match pipeline.submit(plan) {
                         Ok(run) => run.outcome().await,
-                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after)),
+                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
                     };
                     match outcome {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
@@ -493,6 +509,9 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             (Some(error), Some(reason)) => out += &format!("  refused ({reason}): {error}\n"),
             (Some(error), None) => out += &format!("  error: {error}\n"),
             (None, _) => {}
+        }
+        if let Some(warning) = &s.warning {
+            out += &format!("  warning: {warning}\n");
         }
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);

@@ -203,10 +203,7 @@ async fn octocrab_reads_the_runs_in_githubs_shape() {
         "completed",
         Some("failure"),
     );
-    let app = common::app_client(&fake);
-    let gh = app
-        .installation(octocrab::models::InstallationId(INSTALLATION))
-        .expect("installation client");
+    let gh = common::octocrab_with(&fake, fake.issue_token(INSTALLATION, None));
     let page = gh
         .workflows("acme", "widgets")
         .list_all_runs()

@@ -1,11 +1,10 @@
-//! What the fake's own tests share: an answer as a client reads it, and octocrab signed in as
-//! the test App.
+//! What the fake's own tests share: an answer as a client reads it, and octocrab as rowbranch
+//! builds it.
 
 // Each test file uses a part of this.
 #![allow(dead_code)]
 
-use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use octocrab::jsonwebtoken::EncodingKey;
+use fake_github::FakeGithub;
 use serde_json::Value;
 
 /// The fake's answer to one request: its status, headers and JSON body (`null` when empty).
@@ -39,13 +38,13 @@ impl Answer {
     }
 }
 
-/// octocrab as rowbranch builds it, authenticated as the fake's App with its JWT.
-pub fn app_client(fake: &FakeGithub) -> octocrab::Octocrab {
-    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
+/// octocrab as rowbranch builds it, sending `token` (the App's JWT, or an installation's
+/// token) as its bearer.
+pub fn octocrab_with(fake: &FakeGithub, token: String) -> octocrab::Octocrab {
     octocrab::Octocrab::builder()
         .base_uri(fake.url())
         .expect("uri")
-        .app(octocrab::models::AppId(fake.app_id()), key)
+        .user_access_token(token)
         .build()
         .expect("client")
 }
