@@ -313,13 +313,8 @@ async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
     let out = explain(&config, Some(&table.url), "0999", true).await;
     let report = out.answered();
     assert_eq!(report["row"]["status"], "missing");
-    assert!(
-        report["row"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("has no row with id = 0999"),
-        "{out}"
-    );
+    let detail = report["row"]["detail"].as_str().unwrap();
+    assert!(detail.contains("has no row with id = 0999"), "{out}");
     assert_eq!(report["identity"]["id"], "999");
     assert_eq!(report["identity"]["branch"], "feedback/999");
     assert_eq!(report["identity"]["derived_from"], "id");

@@ -144,10 +144,9 @@ async fn a_public_key_given_as_the_apps_private_key_fails_the_key_check_with_the
         .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM))
     .await;
-    assert!(
-        stdout(&out).contains("✓ GitHub App private key parses and signs the App's JWT"),
-        "{}",
-        stdout(&out)
+    assert_says(
+        &stdout(&out),
+        &["✓ GitHub App private key parses and signs the App's JWT"],
     );
 }
 
