@@ -4,21 +4,29 @@
 //! src/metrics/start.rs.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-use crate::support::tools::{have, output_text};
+use crate::support::tools::{assert_says, have, output_text};
 
 /// Whether `promtool` runs (Debian's `prometheus` package has it); see [`have`].
 pub fn have_promtool() -> bool {
     have("promtool", "apt-get install prometheus")
 }
 
-fn promtool(args: &[&str]) -> Output {
-    Command::new("promtool")
+/// What `promtool` printed; it must succeed.
+fn promtool(args: &[&str]) -> String {
+    let out = Command::new("promtool")
         .args(args)
         .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")))
         .output()
-        .expect("promtool runs")
+        .expect("promtool runs");
+    assert!(
+        out.status.success(),
+        "promtool {}:\n{}",
+        args[..2].join(" "),
+        output_text(&out)
+    );
+    output_text(&out)
 }
 
 #[test]
@@ -27,16 +35,7 @@ fn promtool_loads_the_alert_rules() {
         return;
     }
     let out = promtool(&["check", "rules", "deploy/alerts.yml"]);
-    assert!(
-        out.status.success(),
-        "promtool check rules:\n{}",
-        output_text(&out)
-    );
-    assert!(
-        output_text(&out).contains("SUCCESS: 5 rules found"),
-        "{}",
-        output_text(&out)
-    );
+    assert_says(&out, &["SUCCESS: 5 rules found"]);
 }
 
 #[test]
@@ -44,10 +43,5 @@ fn the_alert_rules_fire_on_their_tests_series_and_only_there() {
     if !have_promtool() {
         return;
     }
-    let out = promtool(&["test", "rules", "deploy/alerts.test.yml"]);
-    assert!(
-        out.status.success(),
-        "promtool test rules:\n{}",
-        output_text(&out)
-    );
+    promtool(&["test", "rules", "deploy/alerts.test.yml"]);
 }

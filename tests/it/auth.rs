@@ -58,6 +58,13 @@ async fn post_bearer(app: &TestApp, token: &str, id: u64) -> Reply {
     .await
 }
 
+/// An app whose secret is a new `whsec_` signing key, and the key.
+async fn app_with_a_whsec_secret() -> (TestApp, String) {
+    let secret = random_whsec();
+    let app = spawn_app(Options::default().secret_env(&secret)).await;
+    (app, secret)
+}
+
 #[track_caller]
 fn expect_unauthorized(reply: &Reply, secret: &str) {
     reply.expect(401, "error");
@@ -89,18 +96,13 @@ async fn a_bearer_token_is_accepted() {
 
 #[tokio::test]
 async fn a_standard_webhooks_signature_with_a_fresh_timestamp_is_accepted() {
-    let secret = random_whsec();
-    let app = spawn_app(Options::default().secret_env(&secret)).await;
-    post_standard_webhooks(&app, &secret, 1, now())
-        .await
-        .expect(200, "dispatched");
+    let (app, secret) = app_with_a_whsec_secret().await;
     // Within five minutes either way is fresh.
-    post_standard_webhooks(&app, &secret, 2, now() - 240)
-        .await
-        .expect(200, "dispatched");
-    post_standard_webhooks(&app, &secret, 3, now() + 240)
-        .await
-        .expect(200, "dispatched");
+    for (id, timestamp) in [(1, now()), (2, now() - 240), (3, now() + 240)] {
+        post_standard_webhooks(&app, &secret, id, timestamp)
+            .await
+            .expect(200, "dispatched");
+    }
     app.shutdown().await;
 }
 
@@ -123,8 +125,7 @@ async fn a_whsec_secret_as_supabase_displays_it_with_v1_in_front_works() {
 #[tokio::test]
 async fn an_x_hub_signature_256_is_accepted() {
     let app = spawn_app(Options::default()).await;
-    let secret = app.secret.clone();
-    post_hub_signed(&app, &secret, 1)
+    post_hub_signed(&app, &app.secret, 1)
         .await
         .expect(200, "dispatched");
     app.shutdown().await;
@@ -188,8 +189,7 @@ async fn missing_or_wrong_credentials_are_a_401_without_detail() {
 
 #[tokio::test]
 async fn a_standard_webhooks_signature_older_than_five_minutes_is_a_401() {
-    let secret = random_whsec();
-    let app = spawn_app(Options::default().secret_env(&secret)).await;
+    let (app, secret) = app_with_a_whsec_secret().await;
     // Correctly signed, but replayed ten minutes later.
     expect_unauthorized(
         &post_standard_webhooks(&app, &secret, 1, now() - 600).await,

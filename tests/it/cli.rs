@@ -13,6 +13,7 @@ use crate::support::child::{self, run, stderr, stdout};
 use crate::support::http::{free_port, insert, post_webhook};
 use crate::support::local::{branches, dispatches};
 use crate::support::random::random_secret;
+use crate::support::tools::assert_says;
 use crate::support::wait::eventually;
 
 const SUPABASE_INSERT: &str = include_str!("../fixtures/supabase-insert.json");
@@ -105,15 +106,12 @@ async fn serve_with_a_missing_config_exits_two_naming_the_file() {
     let missing = dir.path().join("nowhere.toml");
     let out = serve_with_a_secret(dir.path(), &["--config".as_ref(), missing.as_os_str()]).await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&*missing.to_string_lossy()),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        stderr(&out).contains("run `rowbranch init` to write one"),
-        "{}",
-        stderr(&out)
+    assert_says(
+        &stderr(&out),
+        &[
+            &*missing.to_string_lossy(),
+            "run `rowbranch init` to write one",
+        ],
     );
 
     // The default is ./rowbranch.toml.

@@ -281,12 +281,17 @@ async fn a_signatures_only_deployment_refuses_a_bearer_and_a_hub_signature_as_wr
         .expect(200, "dispatched");
     assert_eq!(served.branches().await, ["feedback/11-signed-row"]);
     let log = served.log();
-    assert!(
-        log.lines()
-            .any(|l| l.contains("WARN") && l.contains("refused_scheme")),
-        "{log}"
-    );
+    assert_warned(&log, "refused_scheme");
     assert!(!log.contains(&plain), "the secret is never logged");
+}
+
+/// A WARN line of `log` says `says`.
+#[track_caller]
+fn assert_warned(log: &str, says: &str) {
+    assert!(
+        log.lines().any(|l| l.contains("WARN") && l.contains(says)),
+        "no WARN line says {says:?}:\n{log}"
+    );
 }
 
 #[tokio::test]
@@ -320,11 +325,7 @@ async fn accept_that_takes_none_of_the_secrets_is_warned_of_at_start() {
     ] {
         let served = child::serve_local(&format!("accept = {accept}"), None, &secret).await;
         let log = served.log();
-        assert!(
-            log.lines()
-                .any(|l| l.contains("WARN") && l.contains("every delivery will be refused")),
-            "{accept}: {log}"
-        );
+        assert_warned(&log, "every delivery will be refused");
         assert!(!log.contains(&secret), "{log}");
     }
 }

@@ -60,11 +60,15 @@ async fn doctor(fake: &FakeGithub, queue: &str, database_url: Option<&str>) -> (
     (out.status.code().unwrap_or(-1), text)
 }
 
-fn has(out: &str, line: &str) {
-    assert!(
-        out.lines().any(|l| l.starts_with(line)),
-        "no line starting {line:?} in:\n{out}"
-    );
+/// `out` has a line starting with each of `lines`.
+#[track_caller]
+fn has(out: &str, lines: &[&str]) {
+    for line in lines {
+        assert!(
+            out.lines().any(|l| l.starts_with(line)),
+            "no line starting {line:?} in:\n{out}"
+        );
+    }
 }
 
 /// Checks no line is about the App: with a token there is none to check.
@@ -79,7 +83,9 @@ fn no_app(out: &str, fake: &FakeGithub) {
 async fn with_a_token_that_may_write_and_both_workflows_every_github_check_passes() {
     let fake = set_up(&DRAIN_PERMISSIONS).await;
     let (_, out) = doctor(&fake, "rowbranch", None).await;
-    for line in [
+    has(
+        &out,
+        &[
         "✓ GitHub token from GITHUB_TOKEN ([github] token_env): no App to check",
         "✓ acme/app: the token reads it: default branch main at ",
         "✓ acme/app: the token may write it (GitHub answered \"Reference already exists\"",
@@ -88,9 +94,8 @@ async fn with_a_token_that_may_write_and_both_workflows_every_github_check_passe
         "✓ acme/app: .github/workflows/rowbranch.yml bounds a run to 30 turns",
         "✓ acme/app: .github/workflows/rowbranch-drain.yml is on main",
         "✓ acme/app: rowbranch-drain.yml is active: GitHub runs its schedule",
-    ] {
-        has(&out, line);
-    }
+        ],
+    );
     // Only the database is missing here.
     let failed: Vec<&str> = out.lines().filter(|l| l.starts_with('✗')).collect();
     assert_eq!(
@@ -109,10 +114,9 @@ async fn a_token_without_contents_write_fails_naming_the_permission_and_where_to
     let (code, out) = doctor(&fake, "rowbranch", None).await;
     assert_eq!(code, 1, "{out}");
     let (problem, fix) = CANNOT_WRITE.split_once("; ").unwrap();
-    has(&out, &format!("✗ {problem}"));
-    has(&out, &format!("    fix: {fix}"));
+    has(&out, &[&format!("✗ {problem}"), &format!("    fix: {fix}")]);
     // The rest is still checked.
-    has(&out, "✓ acme/app: rowbranch-drain.yml is active");
+    has(&out, &["✓ acme/app: rowbranch-drain.yml is active"]);
     no_app(&out, &fake);
 }
 
@@ -122,22 +126,7 @@ async fn a_missing_drain_workflow_and_a_work_workflow_closed_to_github_actions_f
     fake.add_workflow(REPO, "rowbranch.yml", &work_workflow("rowbranch-acme[bot]"));
     let (code, out) = doctor(&fake, "rowbranch", None).await;
     assert_eq!(code, 1, "{out}");
-    has(
-        &out,
-        "✗ acme/app: .github/workflows/rowbranch.yml does not let GITHUB_TOKEN's bot github-actions[bot] start the work",
-    );
-    has(
-        &out,
-        "    fix: set `allowed_bots: \"github-actions[bot]\"` in that step and commit it to main",
-    );
-    has(
-        &out,
-        "✗ acme/app: .github/workflows/rowbranch-drain.yml is not on main: nothing drains the queue",
-    );
-    has(
-        &out,
-        "    fix: copy rowbranch-drain.yml (`rowbranch init --host actions` writes it)",
-    );
+    has(&out, &["✗ acme/app: .github/workflows/rowbranch.yml does not let GITHUB_TOKEN's bot github-actions[bot] start the work", "    fix: set `allowed_bots: \"github-actions[bot]\"` in that step and commit it to main", "✗ acme/app: .github/workflows/rowbranch-drain.yml is not on main: nothing drains the queue", "    fix: copy rowbranch-drain.yml (`rowbranch init --host actions` writes it)"]);
     no_app(&out, &fake);
 }
 
@@ -147,19 +136,12 @@ async fn a_drain_workflow_github_disabled_for_inactivity_fails_with_how_to_enabl
     fake.set_workflow_state(REPO, "rowbranch-drain.yml", "disabled_inactivity");
     let (code, out) = doctor(&fake, "rowbranch", None).await;
     assert_eq!(code, 1, "{out}");
-    has(
-        &out,
-        "✗ acme/app: rowbranch-drain.yml is disabled_inactivity: GitHub disabled it after 60 days without activity",
-    );
-    has(
-        &out,
-        "    fix: re-enable it: the Actions tab → the workflow → Enable workflow, or `gh workflow enable rowbranch-drain.yml`",
-    );
+    has(&out, &["✗ acme/app: rowbranch-drain.yml is disabled_inactivity: GitHub disabled it after 60 days without activity", "    fix: re-enable it: the Actions tab → the workflow → Enable workflow, or `gh workflow enable rowbranch-drain.yml`"]);
     fake.set_workflow_state(REPO, "rowbranch-drain.yml", "disabled_manually");
     let (_, out) = doctor(&fake, "rowbranch", None).await;
     has(
         &out,
-        "✗ acme/app: rowbranch-drain.yml is disabled_manually, not active",
+        &["✗ acme/app: rowbranch-drain.yml is disabled_manually, not active"],
     );
 }
 
@@ -167,10 +149,7 @@ async fn a_drain_workflow_github_disabled_for_inactivity_fails_with_how_to_enabl
 async fn a_token_that_may_not_read_actions_cannot_tell_the_schedule_and_says_so() {
     let fake = set_up(&[("contents", "write"), ("pull_requests", "read")]).await;
     let (_, out) = doctor(&fake, "rowbranch", None).await;
-    has(
-        &out,
-        "✗ acme/app: the token cannot read whether GitHub runs rowbranch-drain.yml: it lacks actions=read",
-    );
+    has(&out, &["✗ acme/app: the token cannot read whether GitHub runs rowbranch-drain.yml: it lacks actions=read"]);
 }
 
 #[tokio::test]
@@ -190,7 +169,7 @@ async fn a_token_that_cannot_see_the_repository_says_so_and_checks_no_further() 
     let out = output_text(&child::run(&mut command).await);
     has(
         &out,
-        "✗ acme/other: cannot read the default branch with the token: GitHub answered 404",
+        &["✗ acme/other: cannot read the default branch with the token: GitHub answered 404"],
     );
     assert!(out.contains("may the token see it?"), "{out}");
     assert!(!out.contains("rowbranch-drain.yml"), "{out}");
@@ -221,10 +200,12 @@ async fn with_the_database_every_check_passes_and_the_kick_needs_its_vault_secre
     let fake = set_up(&DRAIN_PERMISSIONS).await;
     let (code, out) = doctor(&fake, &queue, Some(&db.url)).await;
     assert_eq!(code, 0, "{out}");
-    has(&out, &format!("✓ queue {queue} exists, logged"));
     has(
         &out,
-        &format!("✓ no kick (no trigger rowbranch_kick_{queue})"),
+        &[
+            &format!("✓ queue {queue} exists, logged"),
+            &format!("✓ no kick (no trigger rowbranch_kick_{queue})"),
+        ],
     );
     no_app(&out, &fake);
 
@@ -234,11 +215,7 @@ async fn with_the_database_every_check_passes_and_the_kick_needs_its_vault_secre
         .unwrap_or_else(|e| panic!("supabase-kick.sql: {}", db_message(&e)));
     let (code, out) = doctor(&fake, &queue, Some(&db.url)).await;
     assert_eq!(code, 1, "{out}");
-    has(
-        &out,
-        &format!("✓ \"public\".\"feedbacks\": trigger rowbranch_kick_{queue} asks GitHub to run the drain"),
-    );
-    has(&out, "✗ Vault has no secret rowbranch_kick_token");
+    has(&out, &[&format!("✓ \"public\".\"feedbacks\": trigger rowbranch_kick_{queue} asks GitHub to run the drain"), "✗ Vault has no secret rowbranch_kick_token"]);
 
     db.execute("select vault.create_secret('github_pat_kick', 'rowbranch_kick_token')")
         .await;
@@ -246,7 +223,7 @@ async fn with_the_database_every_check_passes_and_the_kick_needs_its_vault_secre
     assert_eq!(code, 0, "{out}");
     has(
         &out,
-        "✓ Vault holds the kick's token (secret rowbranch_kick_token; its value not read)",
+        &["✓ Vault holds the kick's token (secret rowbranch_kick_token; its value not read)"],
     );
     assert!(!out.contains("github_pat_kick"), "{out}");
 
@@ -258,7 +235,9 @@ async fn with_the_database_every_check_passes_and_the_kick_needs_its_vault_secre
     assert_eq!(code, 1, "{out}");
     has(
         &out,
-        &format!("✗ \"public\".\"feedbacks\": trigger rowbranch_kick_{queue} is disabled"),
+        &[&format!(
+            "✗ \"public\".\"feedbacks\": trigger rowbranch_kick_{queue} is disabled"
+        )],
     );
 }
 
@@ -285,8 +264,5 @@ async fn without_a_vault_schema_the_kicks_secret_is_a_note() {
     let fake = set_up(&DRAIN_PERMISSIONS).await;
     let (code, out) = doctor(&fake, &queue, Some(&db.url)).await;
     assert_eq!(code, 0, "{out}");
-    has(
-        &out,
-        "! this database has no vault.secrets, so the kick's secret rowbranch_kick_token cannot be checked",
-    );
+    has(&out, &["! this database has no vault.secrets, so the kick's secret rowbranch_kick_token cannot be checked"]);
 }

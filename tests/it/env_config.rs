@@ -10,16 +10,16 @@ use std::sync::Arc;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings, LocalSettings};
 use rowbranch::forge::local::create_repository;
-use rowbranch::startup::{Application, Env, Listen, Mode};
+use rowbranch::startup::{Application, Listen};
 use serde_json::{json, Value};
 use tempfile::TempDir;
 use tokio::process::Command;
-use tokio::sync::oneshot;
 
 use crate::support::child::{self, run, stderr};
 use crate::support::http::{free_port, post_webhook};
-use crate::support::local::{branches, dispatches};
+use crate::support::local::{branches, dispatches, write_local_config};
 use crate::support::random::random_secret;
+use crate::support::server::{serve_env, Server};
 use crate::support::wait::PATIENCE;
 
 /// A route unlike the defaults in every part, so each variable is seen to be read.
@@ -72,44 +72,28 @@ async fn the_route_from_the_environment_takes_a_row_end_to_end_on_the_local_forg
         path: repo.clone(),
         on_dispatch: None,
     });
-    let env = Env {
-        mode: Mode::Serve {
-            listen: Listen::FreePort,
-            warm_up: false,
-        },
-        ..Env::process()
-    };
-    let application = Application::build(config, env)
+    let application = Application::build(config, serve_env(Listen::FreePort))
         .await
         .expect("the local forge opens and the route compiles");
-    let url = format!("http://{}", application.addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(application.run(async {
-        let _ = stopped.await;
-    }));
-    let client = reqwest::Client::new();
+    let mut server = Server::run(application, secret, PATIENCE);
 
-    let first = post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please")).await;
+    let first = server.post_json(&wish(7, "Dark mode, please")).await;
     first
         .expect(200, "dispatched")
         .expect_branch("wish/7-dark-mode-please");
     assert_eq!(first.body["repo"], "acme/app");
-    post_webhook(&client, &url, &secret, &wish(7, "Dark mode, please"))
+    server
+        .post_json(&wish(7, "Dark mode, please"))
         .await
         .expect_duplicate("branch_exists");
     // Another table has no route; the default one neither, since the variables replaced it.
     let elsewhere = json!({"type":"INSERT","table":"feedbacks","schema":"public",
         "record":{"id":8,"message":"x"},"old_record":null});
-    post_webhook(&client, &url, &secret, &elsewhere)
-        .await
-        .expect(200, "ignored");
+    server.post_json(&elsewhere).await.expect(200, "ignored");
 
-    let _ = stop.send(());
-    tokio::time::timeout(PATIENCE, server)
+    tokio::time::timeout(PATIENCE, server.stop())
         .await
-        .expect("the server did not stop")
-        .unwrap()
-        .unwrap();
+        .expect("the server did not stop");
     assert_eq!(branches(&repo).await, ["wish/7-dark-mode-please"]);
     let lines = dispatches(&dir.path().join("dispatches.jsonl"));
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -177,13 +161,7 @@ async fn serve_with_no_file_takes_its_route_from_the_environment_and_dispatches_
 #[tokio::test]
 async fn a_config_file_and_the_route_variables_together_exit_two_naming_both() {
     let dir = TempDir::new().unwrap();
-    let file = dir.path().join("rowbranch.toml");
-    std::fs::write(
-        &file,
-        "[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n[[routes]]\ntable = \"feedbacks\"\n\
-         repo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
-    )
-    .unwrap();
+    let file = write_local_config(dir.path());
     let vars = [
         ("ROWBRANCH_REPO", "acme/app".to_owned()),
         ("ROWBRANCH_WEBHOOK_SECRET", random_secret()),

@@ -10,12 +10,13 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use fake_github::{PullState, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
 use crate::support::db::{Install, Template, TestDb, TestSchema};
 use crate::support::github::{fake as github, INSTALLATION, REPO};
+use crate::support::local::write_local_config;
 use crate::support::or_skip;
 use crate::support::random::random_hex;
 use crate::support::setup::{apply, queue_context};
@@ -70,6 +71,13 @@ struct Explained {
 }
 
 impl Explained {
+    /// The `--json` report of a run that exited 0.
+    #[track_caller]
+    fn answered(&self) -> Value {
+        assert_eq!(self.code, 0, "{self}");
+        self.json()
+    }
+
     fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("--json printed no JSON ({e}):\n{self}"))
@@ -117,6 +125,25 @@ async fn explain(config: &Path, database_url: Option<&str>, id: &str, json: bool
     }
 }
 
+/// The `--json` report of row `id`, after its text has been checked to say each of `says`.
+async fn explained(config: &Path, database_url: &str, id: &str, says: &[&str]) -> Value {
+    contains_all(&explain(config, Some(database_url), id, false).await, says);
+    explain(config, Some(database_url), id, true)
+        .await
+        .answered()
+}
+
+/// Explain wrote nothing to the fake, and asked it nothing it did not expect.
+#[track_caller]
+fn assert_read_only(fake: &FakeGithub) {
+    assert!(
+        fake.writes().is_empty(),
+        "explain wrote: {:?}",
+        fake.writes()
+    );
+    fake.assert_no_unexpected();
+}
+
 #[track_caller]
 fn contains_all(text: &Explained, expected: &[&str]) {
     for line in expected {
@@ -154,9 +181,9 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
     let dir = tempfile::tempdir().unwrap();
     let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
-    let out = explain(&config, Some(&table.url), "42", true).await;
-    assert_eq!(out.code, 0, "{out}");
-    let report = out.json();
+    let report = explain(&config, Some(&table.url), "42", true)
+        .await
+        .answered();
     assert_eq!(report["version"], 1);
     assert_eq!(report["id"], "42");
     assert_eq!(
@@ -218,12 +245,7 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
         ],
     );
     assert!(!text.stdout.contains("420"), "{text}");
-    assert!(
-        fake.writes().is_empty(),
-        "explain wrote: {:?}",
-        fake.writes()
-    );
-    fake.assert_no_unexpected();
+    assert_read_only(&fake);
 }
 
 #[tokio::test]
@@ -236,9 +258,17 @@ async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do(
     let dir = tempfile::tempdir().unwrap();
     let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
 
-    let dead = explain(&config, Some(&table.url), "43", true).await;
-    assert_eq!(dead.code, 0, "{dead}");
-    let report = dead.json();
+    let report = explained(
+        &config,
+        &table.url,
+        "43",
+        &[
+            ": 0 commits ahead of main (claimed; no work pushed)",
+            "no workflow runs of the row since ",
+            "  reconcile dispatch `feedback` again on feedback/43-fix-login: a dead claim",
+        ],
+    )
+    .await;
     assert_eq!(
         report["forge"]["branches"],
         json!([{"name": "feedback/43-fix-login", "sha": claimed, "ahead_by": 0}])
@@ -249,39 +279,24 @@ async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do(
     assert_eq!(report["reconcile"]["verdict"], "dead_claim");
     assert_eq!(report["reconcile"]["branch"], "feedback/43-fix-login");
     assert_eq!(report["redo"]["branch"], "feedback/43-fix-login-redo-1");
-    let text = explain(&config, Some(&table.url), "43", false).await;
-    contains_all(
-        &text,
-        &[
-            ": 0 commits ahead of main (claimed; no work pushed)",
-            "no workflow runs of the row since ",
-            "  reconcile dispatch `feedback` again on feedback/43-fix-login: a dead claim",
-        ],
-    );
 
-    let never = explain(&config, Some(&table.url), "44", true).await;
-    assert_eq!(never.code, 0, "{never}");
-    let report = never.json();
+    let report = explained(
+        &config,
+        &table.url,
+        "44",
+        &[
+            "  branch    none of the row's",
+            "  reconcile claim feedback/44-export-csv and dispatch `feedback`: the row has neither a branch nor a pull request",
+        ],
+    )
+    .await;
     assert_eq!(report["identity"]["branch"], "feedback/44-export-csv");
     assert_eq!(report["forge"]["branches"], json!([]));
     assert_eq!(report["reconcile"]["verdict"], "would_dispatch");
     assert_eq!(report["reconcile"]["branch"], "feedback/44-export-csv");
     assert_eq!(report["redo"]["verdict"], "would_dispatch");
     assert_eq!(report["redo"]["branch"], "feedback/44-export-csv");
-    let text = explain(&config, Some(&table.url), "44", false).await;
-    contains_all(
-        &text,
-        &[
-            "  branch    none of the row's",
-            "  reconcile claim feedback/44-export-csv and dispatch `feedback`: the row has neither a branch nor a pull request",
-        ],
-    );
-    assert!(
-        fake.writes().is_empty(),
-        "explain wrote: {:?}",
-        fake.writes()
-    );
-    fake.assert_no_unexpected();
+    assert_read_only(&fake);
 }
 
 #[tokio::test]
@@ -296,16 +311,10 @@ async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
 
     // `0999` typed as the bigint column types it is 999.
     let out = explain(&config, Some(&table.url), "0999", true).await;
-    assert_eq!(out.code, 0, "{out}");
-    let report = out.json();
+    let report = out.answered();
     assert_eq!(report["row"]["status"], "missing");
-    assert!(
-        report["row"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("has no row with id = 0999"),
-        "{out}"
-    );
+    let detail = report["row"]["detail"].as_str().unwrap();
+    assert!(detail.contains("has no row with id = 0999"), "{out}");
     assert_eq!(report["identity"]["id"], "999");
     assert_eq!(report["identity"]["branch"], "feedback/999");
     assert_eq!(report["identity"]["derived_from"], "id");
@@ -322,12 +331,7 @@ async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
             "  redo      cannot: it reads the row from the table, which has no such row",
         ],
     );
-    assert!(
-        fake.writes().is_empty(),
-        "explain wrote: {:?}",
-        fake.writes()
-    );
-    fake.assert_no_unexpected();
+    assert_read_only(&fake);
 }
 
 #[tokio::test]
@@ -359,12 +363,7 @@ async fn without_actions_read_the_runs_are_not_permitted_and_the_rest_is_told() 
     assert_eq!(report["unreachable"], json!([]));
     let text = explain(&config, Some(&table.url), "45", false).await;
     contains_all(&text, &[&format!("  run       {says}")]);
-    assert!(
-        fake.writes().is_empty(),
-        "explain wrote: {:?}",
-        fake.writes()
-    );
-    fake.assert_no_unexpected();
+    assert_read_only(&fake);
 }
 
 #[tokio::test]
@@ -409,12 +408,7 @@ async fn a_source_that_cannot_be_reached_is_named_and_the_rest_is_told() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no route for table comments"));
-    assert!(
-        fake.writes().is_empty(),
-        "explain wrote: {:?}",
-        fake.writes()
-    );
-    fake.assert_no_unexpected();
+    assert_read_only(&fake);
 }
 
 /// A bare repository with one commit in `dir`, and `branch` at it.
@@ -438,16 +432,8 @@ async fn local_repository(dir: &Path, branch: &str) -> String {
 async fn on_the_local_forge_without_a_database_the_id_alone_finds_the_branches() {
     let dir = tempfile::tempdir().unwrap();
     let sha = local_repository(dir.path(), "feedback/7-add-search").await;
-    let config = dir.path().join("rowbranch.toml");
-    std::fs::write(
-        &config,
-        "[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n[[routes]]\ntable = \"feedbacks\"\n\
-         repo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
-    )
-    .unwrap();
-    let out = explain(&config, None, "7", true).await;
-    assert_eq!(out.code, 0, "{out}");
-    let report = out.json();
+    let config = write_local_config(dir.path());
+    let report = explain(&config, None, "7", true).await.answered();
     assert_eq!(report["row"]["status"], "not_read");
     assert_eq!(report["identity"]["branch"], "feedback/7");
     assert_eq!(report["forge"]["kind"], "local");
@@ -571,8 +557,7 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
     assert_eq!(before.len(), 3, "{before:?}");
 
     let out = explain(&config, Some(&db.url), "5", true).await;
-    assert_eq!(out.code, 0, "{out}");
-    let report = out.json();
+    let report = out.answered();
     let section = &report["queue"];
     assert_eq!(section["status"], "ok", "{out}");
     assert_eq!(section["queue"], queue.as_str());
@@ -601,9 +586,7 @@ async fn a_queue_row_shows_its_dead_letter_and_a_waiting_one_its_message_unread(
         ],
     );
 
-    let waiting = explain(&config, Some(&db.url), "6", true).await;
-    assert_eq!(waiting.code, 0, "{waiting}");
-    let report = waiting.json();
+    let report = explain(&config, Some(&db.url), "6", true).await.answered();
     assert_eq!(report["queue"]["messages"][0]["place"], "queue");
     assert_eq!(report["queue"]["messages"][0]["read_ct"], 0);
     assert_eq!(report["reconcile"]["verdict"], "in_queue");

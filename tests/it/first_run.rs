@@ -14,6 +14,7 @@ use crate::support::github::{fake, GithubOptions};
 use crate::support::http::free_port;
 use crate::support::local::dir_with_repository;
 use crate::support::random::random_secret;
+use crate::support::tools::assert_says;
 
 /// `rowbranch init` for `acme/app` into `dir`, asking GitHub nothing.
 async fn init(dir: &Path) {
@@ -132,15 +133,9 @@ async fn a_public_key_given_as_the_apps_private_key_fails_the_key_check_with_the
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PUBLIC_KEY_PEM))
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("cannot sign the App's JWT"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        stderr(&out).contains("Generate a private key"),
-        "{}",
-        stderr(&out)
+    assert_says(
+        &stderr(&out),
+        &["cannot sign the App's JWT", "Generate a private key"],
     );
 
     // The private key itself passes, as before.
@@ -149,10 +144,9 @@ async fn a_public_key_given_as_the_apps_private_key_fails_the_key_check_with_the
         .env("ROWBRANCH_WEBHOOK_SECRET", &secret)
         .env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM))
     .await;
-    assert!(
-        stdout(&out).contains("✓ GitHub App private key parses and signs the App's JWT"),
-        "{}",
-        stdout(&out)
+    assert_says(
+        &stdout(&out),
+        &["✓ GitHub App private key parses and signs the App's JWT"],
     );
 }
 
@@ -208,13 +202,8 @@ async fn a_host_name_that_does_not_resolve_is_a_config_error_naming_the_variable
         .env("ROWBRANCH_LISTEN", format!("{host}:8080")))
     .await;
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    let error = stderr(&out);
-    assert!(
-        error.contains(&format!(
-            "ROWBRANCH_LISTEN=`{host}:8080`: the host name `{host}` does not resolve"
-        )),
-        "{error}"
-    );
+    let says = format!("ROWBRANCH_LISTEN=`{host}:8080`: the host name `{host}` does not resolve");
+    assert_says(&stderr(&out), &[&says]);
 }
 
 #[tokio::test]

@@ -25,6 +25,14 @@ async fn healthcheck(dir: &Path, args: &[&str], env: &[(&str, String)]) -> Outpu
     run(&mut command).await
 }
 
+/// `healthcheck` in a new, empty folder, with `key` set to `value`; the folder stays while the
+/// test holds it.
+async fn in_a_new_folder_with(key: &str, value: String) -> (TempDir, Output) {
+    let dir = TempDir::new().unwrap();
+    let out = healthcheck(dir.path(), &[], &[(key, value)]).await;
+    (dir, out)
+}
+
 fn expect(out: &Output, code: i32) {
     assert_eq!(
         out.status.code(),
@@ -182,13 +190,8 @@ async fn the_address_is_found_as_serve_finds_it_and_needs_no_secret_or_valid_con
 
     // With no file, ROWBRANCH_CONFIG's listen; a config that does not parse is one without
     // it, and the default address is asked.
-    let empty = TempDir::new().unwrap();
-    let out = healthcheck(
-        empty.path(),
-        &[],
-        &[("ROWBRANCH_CONFIG", format!("listen = \"{up}\"\n"))],
-    )
-    .await;
+    let (empty, out) =
+        in_a_new_folder_with("ROWBRANCH_CONFIG", format!("listen = \"{up}\"\n")).await;
     expect(&out, 0);
     std::fs::write(empty.path().join("rowbranch.toml"), "this is not TOML [").unwrap();
     let out = healthcheck(empty.path(), &[], &[]).await;
@@ -208,13 +211,7 @@ async fn every_interface_of_ipv6_is_asked_on_its_loopback() {
     let port = listener.local_addr().unwrap().port();
     drop(listener);
     healthy_on(&format!("[::1]:{port}")).await;
-    let dir = TempDir::new().unwrap();
-    let out = healthcheck(
-        dir.path(),
-        &[],
-        &[("ROWBRANCH_LISTEN", format!("[::]:{port}"))],
-    )
-    .await;
+    let (_dir, out) = in_a_new_folder_with("ROWBRANCH_LISTEN", format!("[::]:{port}")).await;
     expect(&out, 0);
     assert!(stdout(&out).contains("http://[::1]:"), "{}", stdout(&out));
 }

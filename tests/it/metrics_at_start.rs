@@ -148,6 +148,33 @@ fn families(text: &str, prefix: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// `family` has the label sets `expected` and `rowbranch_runs_total` those of the feedbacks
+/// route, every series of both at zero.
+fn counted_from_zero(text: &str, family: &str, expected: &BTreeSet<String>) {
+    assert_eq!(label_sets(text, family), *expected);
+    assert_eq!(
+        label_sets(text, "rowbranch_runs_total"),
+        by_route("public.feedbacks", &RUN_RESULTS)
+    );
+    for family in [family, "rowbranch_runs_total"] {
+        all_zero(text, family);
+    }
+}
+
+/// No family of `text` begins with any of `prefixes`.
+fn no_families(text: &str, prefixes: &[&str]) {
+    for prefix in prefixes {
+        assert_eq!(families(text, prefix), BTreeSet::new(), "{text}");
+    }
+}
+
+/// What every serving process shows: the build, the process, in a form promtool takes.
+fn check_every_process_series(text: &str) {
+    check_build_info(text);
+    check_process(text);
+    promtool_check_metrics(text);
+}
+
 /// The build's series: its version and the commit `rowbranch --version` names.
 fn check_build_info(text: &str) {
     let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
@@ -238,14 +265,7 @@ async fn serve_on_the_local_forge_shows_a_webhook_routes_counters_at_zero_before
     let text = scrape(&served).await;
     let mut expected = deliveries("public.feedbacks", &ROUTE_ANSWERS);
     expected.extend(deliveries("none", &UNROUTED_ANSWERS));
-    assert_eq!(label_sets(&text, "rowbranch_deliveries_total"), expected);
-    assert_eq!(
-        label_sets(&text, "rowbranch_runs_total"),
-        by_route("public.feedbacks", &RUN_RESULTS)
-    );
-    for family in ["rowbranch_deliveries_total", "rowbranch_runs_total"] {
-        all_zero(&text, family);
-    }
+    counted_from_zero(&text, "rowbranch_deliveries_total", &expected);
     for line in [
         "rowbranch_installation_tokens_minted_total 0",
         "rowbranch_write_queue_depth 0",
@@ -254,16 +274,15 @@ async fn serve_on_the_local_forge_shows_a_webhook_routes_counters_at_zero_before
         assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
     }
     // The local forge asks nothing of GitHub; no queue, no scheduled sweep.
-    for prefix in [
-        "rowbranch_github_",
-        "rowbranch_pgmq_",
-        "rowbranch_reconcile_",
-    ] {
-        assert_eq!(families(&text, prefix), BTreeSet::new(), "{text}");
-    }
-    check_build_info(&text);
-    check_process(&text);
-    promtool_check_metrics(&text);
+    no_families(
+        &text,
+        &[
+            "rowbranch_github_",
+            "rowbranch_pgmq_",
+            "rowbranch_reconcile_",
+        ],
+    );
+    check_every_process_series(&text);
 }
 
 #[tokio::test]
@@ -284,25 +303,17 @@ async fn serve_with_every_route_on_the_queue_counts_messages_and_no_deliveries()
     let text = scrape(&served).await;
     let mut expected = by_route("public.feedbacks", &MESSAGE_RESULTS);
     expected.extend(by_route("none", &["dead", "lease_lost"]));
-    assert_eq!(label_sets(&text, "rowbranch_pgmq_messages_total"), expected);
-    assert_eq!(
-        label_sets(&text, "rowbranch_runs_total"),
-        by_route("public.feedbacks", &RUN_RESULTS)
-    );
-    for family in ["rowbranch_pgmq_messages_total", "rowbranch_runs_total"] {
-        all_zero(&text, family);
-    }
+    counted_from_zero(&text, "rowbranch_pgmq_messages_total", &expected);
     // `/webhook` answers 404 here: no delivery is counted. The queue's depth is not known yet.
-    for family in [
-        "rowbranch_deliveries_total",
-        "rowbranch_pgmq_queue_depth",
-        "rowbranch_pgmq_oldest_message_age_seconds",
-    ] {
-        assert_eq!(families(&text, family), BTreeSet::new(), "{text}");
-    }
-    check_build_info(&text);
-    check_process(&text);
-    promtool_check_metrics(&text);
+    no_families(
+        &text,
+        &[
+            "rowbranch_deliveries_total",
+            "rowbranch_pgmq_queue_depth",
+            "rowbranch_pgmq_oldest_message_age_seconds",
+        ],
+    );
+    check_every_process_series(&text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -335,12 +346,8 @@ async fn on_github_each_operation_starts_at_zero_and_the_rate_limit_appears_once
     );
 
     // A row dispatched, then a duplicate of it: every answer lands on a series from the start.
-    app.post_insert(json!(7), "Counted")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(7), "Counted")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(7), "Counted").await;
+    app.duplicate(json!(7), "Counted", "branch_exists").await;
     let after = app.get("/metrics").await.text;
     assert_eq!(
         label_sets(&after, "rowbranch_github_requests_total"),
@@ -386,12 +393,8 @@ async fn every_answer_of_the_webhook_lands_on_a_series_there_from_the_start() {
     assert_eq!(label_sets(&text, "rowbranch_runs_total"), runs);
 
     // One of each answer a test can provoke without a slow body or a broken forge.
-    app.post_insert(json!(1), "One")
-        .await
-        .expect(200, "dispatched");
-    app.post_insert(json!(1), "One")
-        .await
-        .expect_duplicate("branch_exists");
+    app.dispatched(json!(1), "One").await;
+    app.duplicate(json!(1), "One", "branch_exists").await;
     let mut update = insert(json!(2), "Two");
     update["type"] = "UPDATE".into();
     update["old_record"] = update["record"].clone();

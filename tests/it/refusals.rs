@@ -18,6 +18,7 @@ use crate::support::http::insert;
 use crate::support::local::dir_with_repository;
 use crate::support::or_skip;
 use crate::support::random::random_secret;
+use crate::support::tools::assert_says;
 
 /// An INSERT into `public.{table}` of `record`, as Supabase's webhook posts it.
 fn insert_of(table: &str, record: Value) -> Value {
@@ -360,13 +361,8 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
         .replace("text_column = \"message\"", "text_column = \"title\"");
     std::fs::write(&config, fitting).unwrap();
     let out = rowbranch(&["doctor"], &config, &table.url).await;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        stdout.contains(&format!(
-            "✓ {name} has the route's columns: id, title, created_at"
-        )),
-        "{stdout}"
-    );
+    let says = format!("✓ {name} has the route's columns: id, title, created_at");
+    assert_says(&String::from_utf8_lossy(&out.stdout), &[&says]);
 }
 
 #[tokio::test]

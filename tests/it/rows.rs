@@ -99,6 +99,12 @@ async fn sweep_pages(
     pages
 }
 
+/// Every row of a sweep, in order: [`sweep_pages`], flattened.
+async fn swept(rows: &Rows, route: &Route, since: DateTime<Utc>, page_size: usize) -> Vec<Row> {
+    let pages = sweep_pages(rows, route, since, page_size).await;
+    pages.into_iter().flatten().collect()
+}
+
 fn int_ids(rows: &[Row]) -> Vec<i64> {
     rows.iter()
         .map(|r| {
@@ -111,28 +117,35 @@ fn int_ids(rows: &[Row]) -> Vec<i64> {
 
 /// `feedbacks`: ids 1..=25 created a minute apart (inserted in random order), and row 26 with
 /// no created time.
-async fn feedbacks_table(scratch: &TestSchema) {
-    let t = scratch.table("feedbacks");
-    scratch
-        .execute(&format!(
-            "create table {t} (id bigint primary key, message text, score integer, \
-                 ratio numeric, ok boolean, tags text[], meta jsonb, created_at timestamptz);
-             insert into {t} (id, message, score, ratio, ok, tags, meta, created_at)
-               select i, 'message ' || i, i * 10, i / 4.0, i % 2 = 0, array['a', 'b'],
-                      jsonb_build_object('n', i),
-                      timestamptz '2024-01-01 00:00:00+00' + i * interval '1 minute'
-               from generate_series(1, 25) i order by random();
-             insert into {t} (id, message) values (26, 'no time');"
-        ))
-        .await;
+fn feedbacks_table(t: &str) -> String {
+    format!(
+        "create table {t} (id bigint primary key, message text, score integer, \
+             ratio numeric, ok boolean, tags text[], meta jsonb, created_at timestamptz);
+         insert into {t} (id, message, score, ratio, ok, tags, meta, created_at)
+           select i, 'message ' || i, i * 10, i / 4.0, i % 2 = 0, array['a', 'b'],
+                  jsonb_build_object('n', i),
+                  timestamptz '2024-01-01 00:00:00+00' + i * interval '1 minute'
+           from generate_series(1, 25) i order by random();
+         insert into {t} (id, message) values (26, 'no time');"
+    )
+}
+
+/// A fresh schema named from `prefix`, with a `feedbacks` table that the SQL `make` gives
+/// (passed the table's quoted name); `Rows` on it, and the feedbacks route.
+async fn feedbacks_from(
+    prefix: &str,
+    make: impl FnOnce(&str) -> String,
+) -> Option<(TestSchema, Rows, Arc<Route>)> {
+    let s = TestSchema::create(prefix).await?;
+    s.execute(&make(&s.table("feedbacks"))).await;
+    let rows = rows_of(&s).await;
+    let route = feedbacks_route(&s);
+    Some((s, rows, route))
 }
 
 #[tokio::test]
 async fn pages_of_seven_give_all_25_rows_in_order_once() {
-    let s = or_skip!(TestSchema::create("rows_pages_").await);
-    feedbacks_table(&s).await;
-    let rows = rows_of(&s).await;
-    let route = feedbacks_route(&s);
+    let (_s, rows, route) = or_skip!(feedbacks_from("rows_pages_", feedbacks_table).await);
     rows.check(&route).await.unwrap();
 
     let pages = sweep_pages(&rows, &route, long_ago(), 7).await;
@@ -163,20 +176,18 @@ async fn pages_of_seven_give_all_25_rows_in_order_once() {
 
 #[tokio::test]
 async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
-    let s = or_skip!(TestSchema::create("rows_ties_").await);
-    let t = s.table("feedbacks");
     // Rows 6..=12 share one created time, so the keyset runs on the id across 9 → 10,
     // where text would put "10" before "9".
-    s.execute(&format!(
+    let made = feedbacks_from("rows_ties_", |t| {
+        format!(
         "create table {t} (id integer primary key, message text, created_at timestamptz not null);
          insert into {t} select i, 'm' || i,
              timestamptz '2024-01-01 00:00:00+00'
                + (case when i between 6 and 12 then 6 else i end) * interval '1 second'
            from generate_series(1, 12) i order by random();"
-    ))
-    .await;
-    let rows = rows_of(&s).await;
-    let route = feedbacks_route(&s);
+        )
+    });
+    let (_s, rows, route) = or_skip!(made.await);
     for page_size in 1..=13 {
         let pages = sweep_pages(&rows, &route, long_ago(), page_size).await;
         let all: Vec<Row> = pages.iter().flatten().cloned().collect();
@@ -204,26 +215,21 @@ async fn integer_ids_page_as_numbers_with_ties_broken_by_id() {
 
 #[tokio::test]
 async fn uuid_ids_page_in_uuid_order() {
-    let s = or_skip!(TestSchema::create("rows_uuid_").await);
-    let t = s.table("feedbacks");
-    s.execute(&format!(
-        "create table {t} (id uuid primary key default gen_random_uuid(), message text,
+    let made = feedbacks_from("rows_uuid_", |t| {
+        format!(
+            "create table {t} (id uuid primary key default gen_random_uuid(), message text,
                            created_at timestamptz not null);
          insert into {t} (message, created_at)
            select 'm' || i, timestamptz '2024-01-01 00:00:00+00' + (i / 5) * interval '1 second'
            from generate_series(1, 23) i;"
-    ))
-    .await;
+        )
+    });
+    let (s, rows, route) = or_skip!(made.await);
+    let t = s.table("feedbacks");
     let by_keyset = format!("select id::text from {t} order by created_at, id");
     let expected: Vec<String> = column(&s.client, &by_keyset).await;
-    let rows = rows_of(&s).await;
-    let route = feedbacks_route(&s);
     for page_size in [1, 4, 5, 23, 50] {
-        let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), page_size)
-            .await
-            .into_iter()
-            .flatten()
-            .collect();
+        let all = swept(&rows, &route, long_ago(), page_size).await;
         let ids: Vec<String> = all
             .iter()
             .map(|r| {
@@ -272,11 +278,7 @@ async fn names_that_need_quoting_work() {
         "Created At",
     );
     rows.check(&route).await.unwrap_or_else(|e| panic!("{e:#}"));
-    let all: Vec<Row> = sweep_pages(&rows, &route, long_ago(), 4)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+    let all = swept(&rows, &route, long_ago(), 4).await;
     let ids: Vec<i64> = all
         .iter()
         .map(|r| r.record["ID"].as_i64().unwrap())
@@ -293,7 +295,7 @@ async fn names_that_need_quoting_work() {
 #[tokio::test]
 async fn a_missing_table_or_column_is_named() {
     let s = or_skip!(TestSchema::create("rows_missing_").await);
-    feedbacks_table(&s).await;
+    s.execute(&feedbacks_table(&s.table("feedbacks"))).await;
     s.execute(&format!(
         "create table {} (id bigint, created_at text)",
         s.table("texty")
@@ -378,10 +380,7 @@ async fn a_missing_table_or_column_is_named() {
 
 #[tokio::test]
 async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
-    let s = or_skip!(TestSchema::create("rows_by_id_").await);
-    feedbacks_table(&s).await;
-    let rows = rows_of(&s).await;
-    let route = feedbacks_route(&s);
+    let (_s, rows, route) = or_skip!(feedbacks_from("rows_by_id_", feedbacks_table).await);
     let row = rows.by_id(&route, "7").await.unwrap().expect("row 7");
     let record = Value::Object(row.record.clone());
     assert_eq!(record["id"], json!(7));
@@ -411,21 +410,15 @@ async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
 
 #[tokio::test]
 async fn a_timestamp_without_time_zone_is_read_as_utc() {
-    let s = or_skip!(TestSchema::create("rows_naive_").await);
-    let t = s.table("feedbacks");
-    s.execute(&format!(
-        "create table {t} (id bigint primary key, message text, created_at timestamp not null);
+    let made = feedbacks_from("rows_naive_", |t| {
+        format!(
+            "create table {t} (id bigint primary key, message text, created_at timestamp not null);
          insert into {t} select i, 'm', timestamp '2024-01-01 00:00:00' + i * interval '1 second'
            from generate_series(1, 10) i;"
-    ))
-    .await;
-    let rows = rows_of(&s).await;
-    let route = feedbacks_route(&s);
-    let all: Vec<Row> = sweep_pages(&rows, &route, at(5), 2)
-        .await
-        .into_iter()
-        .flatten()
-        .collect();
+        )
+    });
+    let (_s, rows, route) = or_skip!(made.await);
+    let all = swept(&rows, &route, at(5), 2).await;
     assert_eq!(int_ids(&all), (5..=10).collect::<Vec<_>>());
     assert_eq!(all[0].created_at, at(5));
 }
@@ -508,53 +501,46 @@ fn openssl(dir: &Path, args: &[&str]) {
     checked(Command::new("openssl").args(args).current_dir(dir));
 }
 
+/// `openssl req`'s words for a new P-256 key, unencrypted.
+const NEW_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
 fn make_certificates(dir: &Path) -> Certificates {
     let new_ca = |name: &str| {
-        openssl(
-            dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                "3",
-                "-subj",
-                &format!("/CN=rowbranch test {name}"),
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
-        );
+        let (key, pem) = (format!("{name}.key"), format!("{name}.pem"));
+        let subject = format!("/CN=rowbranch test {name}");
+        let rest = [
+            "-keyout",
+            &key,
+            "-out",
+            &pem,
+            "-days",
+            "3",
+            "-subj",
+            &subject,
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ];
+        openssl(dir, &[&["req", "-x509"][..], &NEW_KEY, &rest].concat());
     };
     new_ca("ca");
     new_ca("other-ca");
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            "server.key",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=127.0.0.1",
-        ],
-    );
+    let rest = [
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ];
+    openssl(dir, &[&["req", "-new"][..], &NEW_KEY, &rest].concat());
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1\nbasicConstraints=critical,CA:FALSE\n\
@@ -644,7 +630,7 @@ async fn tls_modes_against_a_server_with_its_own_ca() {
         );
         return;
     }
-    feedbacks_table(&s).await;
+    s.execute(&feedbacks_table(&s.table("feedbacks"))).await;
     let route = feedbacks_route(&s);
     // Another run of this test against the same server waits for this one.
     let lock = connect(&admin_config(&s.url)).await;

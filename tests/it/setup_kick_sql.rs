@@ -146,6 +146,28 @@ async fn noticing_session(db: &TestDb) -> (Client, Arc<Mutex<Vec<String>>>) {
     (client, notices)
 }
 
+/// The kicks sent so far, once row `id` of `public.feedbacks` is inserted with `message`.
+async fn kicks_after_inserting(db: &TestDb, id: i64, message: &str) -> usize {
+    insert_row(db, "public", "feedbacks", id, message).await;
+    kicks(db).await
+}
+
+/// Takes away pg_net's `net.http_post`, as a project that disables the extension does.
+async fn remove_pg_net(db: &TestDb) {
+    db.execute("drop function net.http_post(text, jsonb, jsonb, jsonb, integer)")
+        .await;
+}
+
+/// Some notice the session was sent says `says`.
+#[track_caller]
+fn assert_noticed(notices: &Mutex<Vec<String>>, says: &str) {
+    let notices = notices.lock().unwrap();
+    assert!(
+        notices.iter().any(|n| n.contains(says)),
+        "no notice says {says:?}: {notices:?}"
+    );
+}
+
 /// Ends the kick's 30 seconds as if they had passed.
 async fn thirty_seconds_pass(db: &Client) {
     db.batch_execute("update rowbranch.kicks set kicked_at = kicked_at - interval '31 seconds'")
@@ -230,10 +252,8 @@ async fn no_second_kick_within_30_seconds_and_one_after() {
     assert_eq!(kicks(&db).await, 1);
 
     thirty_seconds_pass(&db).await;
-    insert_row(&db, "public", "feedbacks", 10, "ten").await;
-    assert_eq!(kicks(&db).await, 2);
-    insert_row(&db, "public", "feedbacks", 11, "eleven").await;
-    assert_eq!(kicks(&db).await, 2);
+    assert_eq!(kicks_after_inserting(&db, 10, "ten").await, 2);
+    assert_eq!(kicks_after_inserting(&db, 11, "eleven").await, 2);
 }
 
 #[tokio::test]
@@ -247,16 +267,14 @@ async fn a_rolled_back_insert_sends_nothing_and_holds_back_no_later_kick() {
     let kept: i64 = scalar(&db, "select count(*) from rowbranch.kicks").await;
     assert_eq!(kept, 0, "nor keeps the kick's time");
 
-    insert_row(&db, "public", "feedbacks", 6, "committed").await;
-    assert_eq!(kicks(&db).await, 1);
+    assert_eq!(kicks_after_inserting(&db, 6, "committed").await, 1);
 }
 
 #[tokio::test]
 async fn a_statement_that_inserts_no_row_kicks_nothing() {
     let db = or_skip!(kicking(Some(&token())).await);
-    db.batch_execute("insert into public.feedbacks (id, message) select 1, 'x' where false")
-        .await
-        .unwrap();
+    db.execute("insert into public.feedbacks (id, message) select 1, 'x' where false")
+        .await;
     assert_eq!(kicks(&db).await, 0);
 }
 
@@ -275,34 +293,23 @@ async fn without_the_token_in_vault_an_insert_warns_and_succeeds() {
         "the row is in the queue: the schedule will drain it"
     );
     assert_eq!(kicks(&db).await, 0);
-    let notices = notices.lock().unwrap().clone();
-    assert!(
-        notices.iter().any(|n| n.contains("rowbranch_kick_token")),
-        "the insert warns: {notices:?}"
-    );
+    assert_noticed(&notices, "rowbranch_kick_token");
 
     // Once the token is there, the next insert kicks.
     store_token(&db, &token()).await;
-    insert_row(&db, "public", "feedbacks", 2, "kicks").await;
-    assert_eq!(kicks(&db).await, 1);
+    assert_eq!(kicks_after_inserting(&db, 2, "kicks").await, 1);
 }
 
 #[tokio::test]
 async fn without_pg_net_an_insert_still_succeeds_and_the_file_says_what_to_enable() {
     let db = or_skip!(kicking(Some(&token())).await);
     // pg_net removed after the kick was installed: the kick warns, the row is inserted.
-    db.batch_execute("drop function net.http_post(text, jsonb, jsonb, jsonb, integer)")
-        .await
-        .unwrap();
+    remove_pg_net(&db).await;
     let (client, notices) = noticing_session(&db).await;
     try_insert(&client, "public", "feedbacks", 1, "saved")
         .await
         .expect("the insert succeeds without pg_net");
-    let notices = notices.lock().unwrap().clone();
-    assert!(
-        notices.iter().any(|n| n.contains("was not queued")),
-        "{notices:?}"
-    );
+    assert_noticed(&notices, "was not queued");
     let kept: i64 = scalar(&db, "select count(*) from rowbranch.kicks").await;
     assert_eq!(kept, 0, "a kick that was not queued leaves no time behind");
 
@@ -369,8 +376,11 @@ async fn running_it_again_keeps_one_trigger_and_the_last_kick() {
     )
     .await;
     assert_eq!(triggers, 1);
-    insert_row(&db, "public", "feedbacks", 2, "two").await;
-    assert_eq!(kicks(&db).await, 1, "still within the 30 seconds");
+    assert_eq!(
+        kicks_after_inserting(&db, 2, "two").await,
+        1,
+        "still within the 30 seconds"
+    );
 }
 
 #[tokio::test]
@@ -412,9 +422,5 @@ async fn a_repeatable_read_transaction_that_cannot_see_the_last_kick_still_inser
     let saved: i64 = scalar(&db, "select count(*) from public.feedbacks").await;
     assert_eq!(saved, 2);
     assert_eq!(kicks(&db).await, 1);
-    let notices = notices.lock().unwrap().clone();
-    assert!(
-        notices.iter().any(|n| n.contains("was not queued")),
-        "{notices:?}"
-    );
+    assert_noticed(&notices, "was not queued");
 }

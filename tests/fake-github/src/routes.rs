@@ -696,6 +696,13 @@ fn body_object(op: Op, body: &BodyParse) -> Result<Map<String, Value>, Reply> {
     }
 }
 
+/// The request body as a JSON object, and its required string property `name`.
+fn body_with(op: Op, body: &BodyParse, name: &str) -> Result<(Map<String, Value>, String), Reply> {
+    let body = body_object(op, body)?;
+    let value = required_str(op, &body, name)?;
+    Ok((body, value))
+}
+
 /// A required string property of a request body.
 fn required_str(op: Op, body: &Map<String, Value>, name: &str) -> Result<String, Reply> {
     match body.get(name) {
@@ -1040,12 +1047,8 @@ fn matching_refs(s: &State, key: &str, prefix: &str) -> Reply {
 
 fn create_ref(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let op = Op::CreateRef;
-    let body = match body_object(op, ctx.body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let name = match required_str(op, &body, "ref") {
-        Ok(v) => v,
+    let (body, name) = match body_with(op, ctx.body, "ref") {
+        Ok(read) => read,
         Err(r) => return r,
     };
     let sha = match required_str(op, &body, "sha") {
@@ -1101,12 +1104,8 @@ const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
 fn dispatch(s: &mut State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let op = Op::Dispatch;
-    let body = match body_object(op, ctx.body) {
-        Ok(b) => b,
-        Err(r) => return r,
-    };
-    let event_type = match required_str(op, &body, "event_type") {
-        Ok(v) => v,
+    let (body, event_type) = match body_with(op, ctx.body, "event_type") {
+        Ok(read) => read,
         Err(r) => return r,
     };
     let chars = event_type.chars().count();

@@ -64,7 +64,7 @@ pub(crate) fn node_id(prefix: &str, seed: &str) -> String {
 /// A user or organization as GitHub embeds it (`simple-user`); `kind` is its `type`.
 pub(crate) fn user(base: &str, login: &str, kind: &str) -> Value {
     let api = format!("{base}/users/{login}");
-    json!({
+    let value = json!({
         "login": login,
         "id": stable_id(login),
         "node_id": node_id("O", login),
@@ -72,19 +72,35 @@ pub(crate) fn user(base: &str, login: &str, kind: &str) -> Value {
         "gravatar_id": "",
         "url": api,
         "html_url": format!("https://github.com/{login}"),
-        "followers_url": format!("{api}/followers"),
-        "following_url": format!("{api}/following{{/other_user}}"),
-        "gists_url": format!("{api}/gists{{/gist_id}}"),
-        "starred_url": format!("{api}/starred{{/owner}}{{/repo}}"),
-        "subscriptions_url": format!("{api}/subscriptions"),
-        "organizations_url": format!("{api}/orgs"),
-        "repos_url": format!("{api}/repos"),
-        "events_url": format!("{api}/events{{/privacy}}"),
-        "received_events_url": format!("{api}/received_events"),
         "type": kind,
         "user_view_type": "public",
         "site_admin": false,
-    })
+    });
+    with_links(
+        value,
+        &api,
+        &[
+            ("followers", "followers"),
+            ("following", "following{/other_user}"),
+            ("gists", "gists{/gist_id}"),
+            ("starred", "starred{/owner}{/repo}"),
+            ("subscriptions", "subscriptions"),
+            ("organizations", "orgs"),
+            ("repos", "repos"),
+            ("events", "events{/privacy}"),
+            ("received_events", "received_events"),
+        ],
+    )
+}
+
+/// `value` with GitHub's links to what hangs below `base`: `{name}_url` is `{base}/{path}`.
+fn with_links(mut value: Value, base: &str, links: &[(&str, impl AsRef<str>)]) -> Value {
+    let object = value.as_object_mut().expect("links go on an object");
+    for (name, path) in links {
+        let path = path.as_ref();
+        object.insert(format!("{name}_url"), json!(format!("{base}/{path}")));
+    }
+    value
 }
 
 /// An account as `GET /users/{username}` answers (`public-user`, the same for an
@@ -152,16 +168,20 @@ pub(crate) fn repo(base: &str, repo: &Repo, owner_kind: &str) -> Value {
         .unwrap_or(repo.created_at);
     let first = merge(
         minimal_repo(base, repo, owner_kind),
-        json!({
-            "archive_url": format!("{api}/{{archive_format}}{{/ref}}"),
-            "branches_url": format!("{api}/branches{{/branch}}"),
-            "commits_url": format!("{api}/commits{{/sha}}"),
-            "compare_url": format!("{api}/compare/{{base}}...{{head}}"),
-            "contents_url": format!("{api}/contents/{{+path}}"),
-            "git_refs_url": format!("{api}/git/refs{{/sha}}"),
-            "pulls_url": format!("{api}/pulls{{/number}}"),
-            "hooks_url": format!("{api}/hooks"),
-        }),
+        with_links(
+            json!({}),
+            &api,
+            &[
+                ("archive", "{archive_format}{/ref}"),
+                ("branches", "branches{/branch}"),
+                ("commits", "commits{/sha}"),
+                ("compare", "compare/{base}...{head}"),
+                ("contents", "contents/{+path}"),
+                ("git_refs", "git/refs{/sha}"),
+                ("pulls", "pulls{/number}"),
+                ("hooks", "hooks"),
+            ],
+        ),
     );
     let open = repo
         .pulls
@@ -279,19 +299,21 @@ pub(crate) fn pull(base: &str, repo: &Repo, owner_kind: &str, p: &Pull) -> Value
     let number = p.number;
     let repo_json = self::repo(base, repo, owner_kind);
     let owner = user(base, &repo.owner, owner_kind);
-    json!({
+    let api_links = [
+        ("issue", format!("issues/{number}")),
+        ("commits", format!("pulls/{number}/commits")),
+        ("review_comments", format!("pulls/{number}/comments")),
+        ("review_comment", "pulls/comments{/number}".to_owned()),
+        ("comments", format!("issues/{number}/comments")),
+        ("statuses", format!("statuses/{}", p.head_sha)),
+    ];
+    let value = json!({
         "url": format!("{api}/pulls/{number}"),
         "id": p.id,
         "node_id": node_id("PR", &p.id.to_string()),
         "html_url": format!("{html}/pull/{number}"),
         "diff_url": format!("{html}/pull/{number}.diff"),
         "patch_url": format!("{html}/pull/{number}.patch"),
-        "issue_url": format!("{api}/issues/{number}"),
-        "commits_url": format!("{api}/pulls/{number}/commits"),
-        "review_comments_url": format!("{api}/pulls/{number}/comments"),
-        "review_comment_url": format!("{api}/pulls/comments{{/number}}"),
-        "comments_url": format!("{api}/issues/{number}/comments"),
-        "statuses_url": format!("{api}/statuses/{}", p.head_sha),
         "number": number,
         "state": p.state.as_str(),
         "locked": false,
@@ -327,7 +349,8 @@ pub(crate) fn pull(base: &str, repo: &Repo, owner_kind: &str, p: &Pull) -> Value
         "author_association": "MEMBER",
         "auto_merge": null,
         "draft": false,
-    })
+    });
+    with_links(value, &api, &api_links)
 }
 
 /// A workflow run (`workflow-run`), as `GET /repos/{o}/{r}/actions/runs` lists it.
@@ -379,12 +402,7 @@ pub(crate) fn workflow_run(
         "triggering_actor": actor,
     });
     let more = json!({
-        "jobs_url": format!("{runs}/jobs"),
-        "logs_url": format!("{runs}/logs"),
         "check_suite_url": format!("{api}/check-suites/{check_suite_id}"),
-        "artifacts_url": format!("{runs}/artifacts"),
-        "cancel_url": format!("{runs}/cancel"),
-        "rerun_url": format!("{runs}/rerun"),
         "previous_attempt_url": null,
         "workflow_url": format!("{api}/actions/workflows/{workflow_id}"),
         "head_commit": {
@@ -398,7 +416,14 @@ pub(crate) fn workflow_run(
         "repository": minimal_repo,
         "head_repository": minimal_repo,
     });
-    merge(first, more)
+    let links = [
+        ("jobs", "jobs"),
+        ("logs", "logs"),
+        ("artifacts", "artifacts"),
+        ("cancel", "cancel"),
+        ("rerun", "rerun"),
+    ];
+    merge(first, with_links(more, &runs, &links))
 }
 
 /// A workflow (`workflow`), as `GET /repos/{o}/{r}/actions/workflows/{id}` gives it: `path` is

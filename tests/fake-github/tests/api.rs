@@ -187,6 +187,25 @@ fn repo(repo: &str, rest: &str) -> String {
     format!("/repos/{repo}{rest}")
 }
 
+/// The repository has `main` alone, and the fake saw nothing it did not expect.
+#[track_caller]
+fn assert_only_main(fake: &FakeGithub) {
+    assert_eq!(fake.refs(REPO), vec!["main"]);
+    fake.assert_no_unexpected();
+}
+
+/// The one pull request from `acme:{head}`, in any state: number `number`, closed and merged.
+async fn the_merged_pull(token: &Client, head: &str, number: u64) -> Value {
+    let path = repo(REPO, &format!("/pulls?head=acme:{head}&state=all"));
+    let listed = token.get(&path).await;
+    let list = listed.list();
+    assert_eq!(list.len(), 1, "{}", listed.body);
+    assert_eq!(list[0]["number"], number);
+    assert_eq!(list[0]["state"], "closed");
+    assert!(list[0]["merged_at"].is_string());
+    list[0].clone()
+}
+
 fn tokens_path(installation: u64) -> String {
     format!("/app/installations/{installation}/access_tokens")
 }
@@ -520,8 +539,7 @@ async fn a_missing_permission_gets_403_resource_not_accessible() {
     assert_eq!(token.get(&repo(REPO, "/pulls")).await.status, 403);
     let main = repo(REPO, "/git/ref/heads/main");
     assert_eq!(token.get(&main).await.status, 200);
-    assert_eq!(fake.refs(REPO), vec!["main"]);
-    fake.assert_no_unexpected();
+    assert_only_main(&fake);
 }
 
 #[tokio::test]
@@ -610,8 +628,7 @@ async fn get_ref_is_an_exact_match_and_delete_ref_gives_204_then_422() {
         (again.status, again.message()),
         (422, "Reference does not exist")
     );
-    assert_eq!(fake.refs(REPO), vec!["main"]);
-    fake.assert_no_unexpected();
+    assert_only_main(&fake);
 }
 
 #[tokio::test]
@@ -656,11 +673,7 @@ async fn matching_refs_for_prefix_42_returns_42_and_420_x() {
     let path = repo(REPO, "/git/matching-refs/heads/feedback/42?per_page=1");
     let answer = token.get(&path).await;
     assert_eq!(answer.status, 200);
-    let names: Vec<&str> = answer
-        .list()
-        .iter()
-        .map(|r| r["ref"].as_str().unwrap_or(""))
-        .collect();
+    let names = answer.strings("ref");
     assert_eq!(
         names,
         vec!["refs/heads/feedback/42", "refs/heads/feedback/420-x"]
@@ -685,17 +698,10 @@ async fn pulls_with_a_head_without_owner_return_every_pull_while_owner_head_filt
         .await;
     assert_eq!(all.list().len(), 3);
 
-    let filtered = token
-        .get(&repo(REPO, "/pulls?head=acme:feedback/1&state=all"))
-        .await;
-    let list = filtered.list();
-    assert_eq!(list.len(), 1);
-    assert_eq!(list[0]["number"], one);
-    assert_eq!(list[0]["state"], "closed");
-    assert!(list[0]["merged_at"].is_string());
-    assert_eq!(list[0]["head"]["label"], "acme:feedback/1");
-    assert_eq!(list[0]["head"]["ref"], "feedback/1");
-    assert_eq!(list[0]["base"]["ref"], "main");
+    let pull = the_merged_pull(&token, "feedback/1", one).await;
+    assert_eq!(pull["head"]["label"], "acme:feedback/1");
+    assert_eq!(pull["head"]["ref"], "feedback/1");
+    assert_eq!(pull["base"]["ref"], "main");
 
     // `state` defaults to open.
     let open = token.get(&repo(REPO, "/pulls")).await;
@@ -716,17 +722,10 @@ async fn a_pull_request_merged_later_stays_listed_after_someone_deletes_its_bran
     let gone = token.get(&repo(REPO, "/git/ref/heads/feedback/3")).await;
     assert_eq!(gone.status, 404);
 
-    let listed = token
-        .get(&repo(REPO, "/pulls?head=acme:feedback/3&state=all"))
-        .await;
-    let list = listed.list();
-    assert_eq!(list.len(), 1);
-    assert_eq!(list[0]["number"], number);
-    assert_eq!(list[0]["state"], "closed");
-    assert!(list[0]["merged_at"].is_string());
-    assert!(list[0]["closed_at"].is_string());
-    assert_eq!(list[0]["head"]["ref"], "feedback/3");
-    assert_eq!(list[0]["head"]["sha"], head.as_str());
+    let pull = the_merged_pull(&token, "feedback/3", number).await;
+    assert!(pull["closed_at"].is_string());
+    assert_eq!(pull["head"]["ref"], "feedback/3");
+    assert_eq!(pull["head"]["sha"], head.as_str());
     let open = repo(REPO, "/pulls");
     assert_eq!(token.get(&open).await.body, json!([]));
     let pulls = fake.pulls(REPO);
@@ -1061,11 +1060,7 @@ async fn contents_list_the_workflows_directory_and_return_files_in_wrapped_base6
     fake.add_workflow(REPO, ".github/workflows/ci.yml", "name: ci\n");
     let dir = token.get(&repo(REPO, "/contents/.github/workflows")).await;
     assert_eq!(dir.status, 200);
-    let names: Vec<&str> = dir
-        .list()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap_or(""))
-        .collect();
+    let names = dir.strings("name");
     assert_eq!(names, vec!["ci.yml", "rowbranch.yml"]);
     assert_eq!(dir.body[1]["type"], "file");
     assert_eq!(dir.body[1]["path"], ".github/workflows/rowbranch.yml");
@@ -1132,12 +1127,7 @@ async fn octocrab_reads_and_writes_through_the_fake() {
     fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
     fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
     // The App's JWT as rowbranch signs it, and a token minted with it, as octocrab sends them.
-    let app = octocrab::Octocrab::builder()
-        .base_uri(fake.url())
-        .expect("uri")
-        .user_access_token(fake.app_jwt())
-        .build()
-        .expect("client");
+    let app = common::octocrab_with(&fake, fake.app_jwt());
     let me = app.current().app().await.expect("GET /app");
     assert_eq!(me.slug.as_deref(), Some("rowbranch-test"));
     let installation = app

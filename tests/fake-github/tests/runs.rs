@@ -7,6 +7,8 @@
 use fake_github::FakeGithub;
 use serde_json::{json, Value};
 
+mod common;
+
 const REPO: &str = "acme/widgets";
 const INSTALLATION: u64 = 77;
 
@@ -78,13 +80,17 @@ async fn a_dispatched_run_is_listed_on_the_default_branch_with_its_run_name_as_t
     assert_eq!(body["total_count"], 1);
     let run = &body["workflow_runs"][0];
     assert_eq!(run["id"], id);
-    assert_eq!(run["name"], "rowbranch");
-    assert_eq!(run["display_title"], "rowbranch: feedback/42-add-dark-mode");
-    assert_eq!(run["status"], "completed");
-    assert_eq!(run["conclusion"], "success");
-    assert_eq!(run["event"], "repository_dispatch");
-    assert_eq!(run["head_branch"], "main");
-    assert_eq!(run["head_sha"], main.as_str());
+    for (field, value) in [
+        ("name", "rowbranch"),
+        ("display_title", "rowbranch: feedback/42-add-dark-mode"),
+        ("status", "completed"),
+        ("conclusion", "success"),
+        ("event", "repository_dispatch"),
+        ("head_branch", "main"),
+        ("head_sha", &main),
+    ] {
+        assert_eq!(run[field], value, "{field}");
+    }
     assert_eq!(run["run_number"], 1);
     assert_eq!(
         run["html_url"],
@@ -197,12 +203,7 @@ async fn octocrab_reads_the_runs_in_githubs_shape() {
         "completed",
         Some("failure"),
     );
-    let gh = octocrab::Octocrab::builder()
-        .base_uri(fake.url())
-        .expect("uri")
-        .user_access_token(fake.issue_token(INSTALLATION, None))
-        .build()
-        .expect("installation client");
+    let gh = common::octocrab_with(&fake, fake.issue_token(INSTALLATION, None));
     let page = gh
         .workflows("acme", "widgets")
         .list_all_runs()

@@ -71,18 +71,15 @@ async fn get(fake: &FakeGithub, token: &str, path: &str) -> Answer {
     send(fake, token, "GET", path, None).await
 }
 
+async fn post(fake: &FakeGithub, token: &str, path: &str, body: Value) -> Answer {
+    send(fake, token, "POST", path, Some(body)).await
+}
+
 /// The probe rowbranch makes: `main`'s own ref created again at its head.
 async fn create_main(fake: &FakeGithub, token: &str) -> Answer {
     let sha = fake.branch_sha(REPO, "main").expect("main");
     let body = json!({"ref": "refs/heads/main", "sha": sha});
-    send(
-        fake,
-        token,
-        "POST",
-        &format!("/repos/{REPO}/git/refs"),
-        Some(body),
-    )
-    .await
+    post(fake, token, &format!("/repos/{REPO}/git/refs"), body).await
 }
 
 #[tokio::test]
@@ -94,24 +91,10 @@ async fn a_token_with_the_drains_permissions_reads_claims_and_dispatches_in_its_
     assert_eq!(repo.body["default_branch"], "main");
     let sha = fake.branch_sha(REPO, "main").unwrap();
     let claim = json!({"ref": "refs/heads/feedback/1-x", "sha": sha});
-    let created = send(
-        &fake,
-        TOKEN,
-        "POST",
-        &format!("/repos/{REPO}/git/refs"),
-        Some(claim),
-    )
-    .await;
+    let created = post(&fake, TOKEN, &format!("/repos/{REPO}/git/refs"), claim).await;
     assert_eq!(created.status, 201, "{}", created.body);
     let dispatch = json!({"event_type": "feedback", "client_payload": {"id": 1}});
-    let sent = send(
-        &fake,
-        TOKEN,
-        "POST",
-        &format!("/repos/{REPO}/dispatches"),
-        Some(dispatch),
-    )
-    .await;
+    let sent = post(&fake, TOKEN, &format!("/repos/{REPO}/dispatches"), dispatch).await;
     assert_eq!(sent.status, 204);
     assert_eq!(fake.dispatches(REPO).len(), 1);
     assert_eq!(fake.dispatches(REPO)[0].installation_id, None);
@@ -173,14 +156,7 @@ async fn a_token_without_contents_write_is_refused_with_the_permission_it_lacks(
         .unwrap();
     assert!(remaining > 0);
     let dispatch = json!({"event_type": "feedback"});
-    let sent = send(
-        &fake,
-        TOKEN,
-        "POST",
-        &format!("/repos/{REPO}/dispatches"),
-        Some(dispatch),
-    )
-    .await;
+    let sent = post(&fake, TOKEN, &format!("/repos/{REPO}/dispatches"), dispatch).await;
     assert_eq!(sent.status, 403);
     assert_eq!(
         sent.header("x-accepted-github-permissions"),

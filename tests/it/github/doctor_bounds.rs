@@ -6,6 +6,7 @@
 
 use crate::support::github::{fake, GithubOptions, REPO};
 use crate::support::random::random_secret;
+use crate::support::tools::assert_says;
 
 use super::doctor::{doctor, write_config};
 
@@ -38,14 +39,15 @@ async fn doctor_on(workflow: &str, route: &str) -> (i32, String) {
 async fn a_workflow_with_no_bound_on_a_run_fails_and_doctor_says_where_to_put_each() {
     let (code, out) = doctor_on(&workflow("", ""), "").await;
     assert_eq!(code, 1, "{out}");
-    for expected in [
+    assert_says(
+        &out,
+        &[
         "✗ acme/app: .github/workflows/rowbranch.yml sets no --max-turns in job work: claude-code-action then lets Claude take as many turns as it likes, while the route's max_turns = 30",
         "fix: put `--max-turns 30` in the claude_args of that step (job work) and commit it to main",
         "✗ acme/app: .github/workflows/rowbranch.yml sets no timeout-minutes in job work: GitHub then lets the job run for 360 minutes, while the route's work_timeout_minutes = 30",
         "fix: set `timeout-minutes: 30` on job work and commit it to main",
-    ] {
-        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
-    }
+        ],
+    );
 }
 
 #[tokio::test]

@@ -38,8 +38,7 @@ async fn a_burst_of_200_rows_is_paced_and_each_row_dispatched_once() {
         ..GithubOptions::default()
     };
     let app = spawn(&fake, options).await;
-    let sends = (1..=200).map(|id| app.post_insert(json!(id), "Burst row"));
-    for reply in futures_util::future::join_all(sends).await {
+    for reply in app.post_inserts(1..=200, "Burst row").await {
         assert!(
             matches!(
                 (reply.status, reply.outcome()),
@@ -88,8 +87,7 @@ async fn a_full_queue_answers_503_with_retry_after_and_claims_nothing_for_that_r
         ..GithubOptions::default()
     };
     let app = spawn(&fake, options).await;
-    let sends = (1..=8).map(|id| app.post_insert(json!(id), "Queued"));
-    let replies = futures_util::future::join_all(sends).await;
+    let replies = app.post_inserts(1..=8, "Queued").await;
     let (full, done): (Vec<_>, Vec<_>) = replies.iter().partition(|r| r.status == 503);
     assert!(!full.is_empty(), "some rows met a full queue");
     for reply in &full {

@@ -101,8 +101,7 @@ async fn twenty_rows_mint_one_installation_token() {
         },
     )
     .await;
-    let sends = (1..=20).map(|id| app.post_insert(json!(id), "A row"));
-    for reply in futures_util::future::join_all(sends).await {
+    for reply in app.post_inserts(1..=20, "A row").await {
         reply.expect(200, "dispatched");
     }
     assert_eq!(fake.token_mints(), 1);

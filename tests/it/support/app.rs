@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,16 +11,14 @@ use std::time::Duration;
 use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
-use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
+use rowbranch::startup::{Application, Env, Listen};
 use serde_json::Value;
 use tempfile::TempDir;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use super::faulty_forge::FaultyForge;
-use super::http::{get, insert, reply, Reply};
 use super::local::{branches, dispatches};
 use super::random::random_secret;
+use super::server::{serve_env, Server};
 use super::wait::{eventually, PATIENCE};
 
 /// The route most tests use: `public.feedbacks` → `acme/app`, branches `feedback/…`.
@@ -138,18 +137,22 @@ impl Options {
     }
 }
 
-/// A running app and what it works on.
+/// A running app and what it works on. It derefs to its [`Server`]: `url`, `secret` (the first
+/// secret in ROWBRANCH_WEBHOOK_SECRET, as a sender would use it) and the ways to post.
 pub struct TestApp {
     pub addr: SocketAddr,
-    pub url: String,
-    /// The first secret in ROWBRANCH_WEBHOOK_SECRET, as a sender would use it.
-    pub secret: String,
     pub repo: PathBuf,
     pub dir: Arc<TempDir>,
     forge: Option<Arc<FaultyForge>>,
-    client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), StartupError>>>,
+    server: Server,
+}
+
+impl Deref for TestApp {
+    type Target = Server;
+
+    fn deref(&self) -> &Server {
+        &self.server
+    }
 }
 
 /// An `on_dispatch` command that holds each dispatch until the test calls
@@ -209,34 +212,18 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     };
     let env = Env {
         forge: Some(forge),
-        // The config's `listen` is 127.0.0.1:0; no first look, which the forge would count.
-        mode: Mode::Serve {
-            listen: Listen::Config,
-            warm_up: false,
-        },
-        ..Env::process()
+        // The config's `listen` is 127.0.0.1:0.
+        ..serve_env(Listen::Config)
     };
     let application = Application::build(config, env)
         .await
         .expect("the test routes compile");
-    let addr = application.addr().expect("a test app listens");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(application.run(async {
-        let _ = stopped.await;
-    }));
     TestApp {
-        addr,
-        url: format!("http://{addr}"),
-        secret,
+        addr: application.addr().expect("a test app listens"),
         repo,
         dir,
         forge: faulty,
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(30))
-            .build()
-            .expect("no HTTP client"),
-        stop: Some(stop),
-        server: Some(server),
+        server: Server::run(application, secret, Duration::from_secs(30)),
     }
 }
 
@@ -244,59 +231,6 @@ impl TestApp {
     /// The faulty forge; panics if the app was not started with [`Options::faulty`].
     pub fn forge(&self) -> &FaultyForge {
         self.forge.as_deref().expect("this app has no faulty forge")
-    }
-
-    /// POSTs an INSERT of row `id` with bearer auth.
-    pub async fn post_insert(&self, id: Value, text: &str) -> Reply {
-        self.post_json(&insert(id, text)).await
-    }
-
-    /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
-    pub async fn dispatched(&self, id: Value, text: &str) -> Reply {
-        let reply = self.post_insert(id, text).await;
-        reply.expect(200, "dispatched");
-        reply
-    }
-
-    /// POSTs an INSERT of row `id` and checks it is answered `200 duplicate` for `reason`.
-    pub async fn duplicate(&self, id: Value, text: &str, reason: &str) -> Reply {
-        let reply = self.post_insert(id, text).await;
-        reply.expect_duplicate(reason);
-        reply
-    }
-
-    /// POSTs `body` as JSON with bearer auth.
-    pub async fn post_json(&self, body: &Value) -> Reply {
-        self.post_bytes(body.to_string()).await
-    }
-
-    /// POSTs raw bytes as `application/json` with bearer auth.
-    pub async fn post_bytes(&self, body: impl Into<Vec<u8>>) -> Reply {
-        let auth = format!("Bearer {}", self.secret);
-        self.post_raw(
-            body,
-            &[
-                ("content-type", "application/json"),
-                ("authorization", &auth),
-            ],
-        )
-        .await
-    }
-
-    /// POSTs raw bytes with exactly these headers (reqwest adds Content-Length and Host).
-    pub async fn post_raw(&self, body: impl Into<Vec<u8>>, headers: &[(&str, &str)]) -> Reply {
-        let mut request = self
-            .client
-            .post(format!("{}/webhook", self.url))
-            .body(body.into());
-        for (name, value) in headers {
-            request = request.header(*name, *value);
-        }
-        reply(request.send().await.expect("the request failed")).await
-    }
-
-    pub async fn get(&self, path: &str) -> Reply {
-        get(&self.client, &format!("{}{path}", self.url)).await
     }
 
     /// Short names of the branches in the repository, other than `main`, sorted.
@@ -307,6 +241,12 @@ impl TestApp {
     /// The lines of `dispatches.jsonl`, parsed.
     pub fn dispatches(&self) -> Vec<Value> {
         dispatches(&self.dir.path().join("dispatches.jsonl"))
+    }
+
+    /// Checks that no branch was claimed and nothing was dispatched.
+    pub async fn assert_untouched(&self) {
+        assert_eq!(self.branches().await, Vec::<String>::new(), "claimed");
+        assert_eq!(self.dispatches(), Vec::<Value>::new(), "dispatched");
     }
 
     /// Waits until `dispatches.jsonl` holds `n` lines and returns them. (A line can land a
@@ -347,16 +287,9 @@ impl TestApp {
     /// Stops taking deliveries, waits for every run under way, and checks the faulty forge saw
     /// nothing unexpected.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            tokio::time::timeout(PATIENCE, server)
-                .await
-                .expect("the server did not stop in time")
-                .expect("the server task panicked")
-                .expect("the server failed");
-        }
+        tokio::time::timeout(PATIENCE, self.server.stop())
+            .await
+            .expect("the server did not stop in time");
         if let Some(forge) = &self.forge {
             forge.verify();
         }

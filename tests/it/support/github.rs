@@ -1,20 +1,18 @@
 //! rowbranch on the GitHub forge, against the stateful fake GitHub: the same server, config and
 //! pipeline a user runs, with GitHub's answers — and its faults — coming from the fake.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::pipeline::Pipeline;
-use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
-use serde_json::Value;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+use rowbranch::startup::{Application, Listen};
 
 use super::app::FEEDBACK_ROUTE;
-use super::http::{get, insert, post_webhook, Reply};
 use super::random::random_secret;
+use super::server::{serve_env, Server};
 use super::wait::drained;
 
 /// The repository the feedback route targets, and its installation.
@@ -89,15 +87,20 @@ impl GithubOptions {
     }
 }
 
-/// A running rowbranch whose forge is the fake GitHub.
+/// A running rowbranch whose forge is the fake GitHub. It derefs to its [`Server`]: `url`,
+/// `secret` and the ways to post.
 pub struct GithubApp {
     pub fake: Arc<FakeGithub>,
-    pub url: String,
-    pub secret: String,
-    client: reqwest::Client,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<Result<(), StartupError>>>,
     pipeline: Arc<Pipeline>,
+    server: Server,
+}
+
+impl Deref for GithubApp {
+    type Target = Server;
+
+    fn deref(&self) -> &Server {
+        &self.server
+    }
 }
 
 /// The environment a user would set: the webhook secret and the App's key.
@@ -117,34 +120,14 @@ pub async fn spawn(fake: &Arc<FakeGithub>, options: GithubOptions) -> GithubApp 
         &env(&secret),
     )
     .unwrap_or_else(|e| panic!("the test config does not parse: {e}"));
-    let env = Env {
-        // The config's `listen` is 127.0.0.1:0; no first look, which the fake would count.
-        mode: Mode::Serve {
-            listen: Listen::Config,
-            warm_up: false,
-        },
-        ..Env::process()
-    };
-    let application = Application::build(config, env)
+    // The config's `listen` is 127.0.0.1:0.
+    let application = Application::build(config, serve_env(Listen::Config))
         .await
         .expect("the GitHub forge opens and the routes compile");
-    let pipeline = Arc::clone(application.pipeline());
-    let url = format!("http://{}", application.addr().expect("it listens"));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(application.run(async {
-        let _ = stopped.await;
-    }));
     GithubApp {
         fake: Arc::clone(fake),
-        url,
-        secret,
-        client: reqwest::Client::builder()
-            .timeout(Duration::from_secs(120))
-            .build()
-            .expect("no HTTP client"),
-        stop: Some(stop),
-        server: Some(server),
-        pipeline,
+        pipeline: Arc::clone(application.pipeline()),
+        server: Server::run(application, secret, Duration::from_secs(120)),
     }
 }
 
@@ -155,36 +138,9 @@ impl GithubApp {
         drained(&self.pipeline).await;
     }
 
-    pub async fn post_insert(&self, id: Value, text: &str) -> Reply {
-        post_webhook(&self.client, &self.url, &self.secret, &insert(id, text)).await
-    }
-
-    /// POSTs an INSERT of row `id` and checks it is answered `200 dispatched`.
-    pub async fn dispatched(&self, id: Value, text: &str) -> Reply {
-        let reply = self.post_insert(id, text).await;
-        reply.expect(200, "dispatched");
-        reply
-    }
-
-    /// POSTs an INSERT of row `id` and checks it is answered `200 duplicate` for `reason`.
-    pub async fn duplicate(&self, id: Value, text: &str, reason: &str) -> Reply {
-        let reply = self.post_insert(id, text).await;
-        reply.expect_duplicate(reason);
-        reply
-    }
-
-    pub async fn get(&self, path: &str) -> Reply {
-        get(&self.client, &format!("{}{path}", self.url)).await
-    }
-
     /// Stops the server after its runs finish, and checks the fake saw nothing unexpected.
     pub async fn shutdown(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
-            server.await.expect("the server task").expect("the server");
-        }
+        self.server.stop().await;
         self.fake.assert_no_unexpected();
     }
 }

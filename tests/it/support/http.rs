@@ -50,6 +50,13 @@ impl Reply {
         self
     }
 
+    /// Panics unless the answer's message says `says`.
+    #[track_caller]
+    pub fn expect_message(&self, says: &str) -> &Reply {
+        assert!(self.message().contains(says), "{}", self.text);
+        self
+    }
+
     /// Panics unless the answer names `branch` as the row's branch.
     #[track_caller]
     pub fn expect_branch(&self, branch: &str) -> &Reply {

@@ -1,7 +1,7 @@
 //! What the local forge leaves behind, for a test to look at: the branches of its bare
 //! repository and the lines of its dispatch log.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -15,6 +15,19 @@ pub async fn dir_with_repository() -> Arc<TempDir> {
         .await
         .expect("could not create the repository");
     Arc::new(dir)
+}
+
+/// `rowbranch.toml` in `dir`: the local forge on `repo.git`, and a `feedbacks` route that
+/// names no text column. Returns its path.
+pub fn write_local_config(dir: &Path) -> PathBuf {
+    let path = dir.join("rowbranch.toml");
+    std::fs::write(
+        &path,
+        "[forge]\nkind = \"local\"\npath = \"repo.git\"\n\n[[routes]]\ntable = \"feedbacks\"\n\
+         repo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n",
+    )
+    .expect("could not write the config");
+    path
 }
 
 /// Short names of a repository's branches other than `main`, sorted.

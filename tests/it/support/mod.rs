@@ -12,6 +12,7 @@ pub mod http;
 pub mod local;
 pub mod queue;
 pub mod random;
+pub mod server;
 pub mod setup;
 pub mod supabase;
 pub mod tools;
