@@ -163,6 +163,8 @@ Environment (each wins over the config file):
   PORT                       listen on 0.0.0.0:PORT
   GITHUB_APP_ID              the GitHub App's id ([github] app_id)
   GITHUB_APP_PRIVATE_KEY     the App's private key, the PEM text (wins over private_key_path)
+  (the one [github] token_env names, e.g. GITHUB_TOKEN)
+                             a token used in place of the App, for routes on the queue
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
   ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true), 16 characters or
                              more; required unless --insecure-public-status

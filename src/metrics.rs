@@ -107,6 +107,8 @@ label_values! {
         Compare => "compare",
         GetContents => "get_contents",
         ListRuns => "list_runs",
+        GetWorkflow => "get_workflow",
+        RateLimit => "rate_limit",
     }
 }
 

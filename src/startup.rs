@@ -18,14 +18,17 @@ use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings, Intake, ListenHost, ListenOrigin};
 use crate::db::{Database, Reachability};
-use crate::forge::{self, Forge, OpenError};
+use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
+use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
 use crate::reconcile::{self, SweepOptions};
 use crate::shutdown::Shutdown;
 
+/// How long the check at start of what the forge may write waits for its answers.
+const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
 /// How long after start the first scheduled sweep runs.
 const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
 /// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
@@ -131,6 +134,13 @@ pub enum StartupError {
          DATABASE_URL"
     )]
     NoQueue,
+    /// The forge's credentials may not write a route's repository: what they lack, and the fix.
+    #[error("{0}")]
+    CannotWrite(Denial),
+    /// The forge refused to say whether a route's repository may be written: credentials it
+    /// does not take, a repository they do not reach, an empty one.
+    #[error("could not check whether {repo} may be written: {message}")]
+    CannotCheck { repo: RepoName, message: String },
     #[error(
         "the open-files limit ({limit}) leaves no room for connections beyond the {reserve} \
          file descriptors kept for GitHub, git and the database: raise it (`ulimit -n`, \
@@ -261,6 +271,45 @@ impl Application {
             shutdown: shared.shutdown,
             runs,
         })
+    }
+
+    /// Asks the forge, once for each route's repository, whether its credentials may write
+    /// there — on GitHub, the probe that changes nothing (`forge::github::access`) — before a
+    /// row is read: a token without the permission is an error that names it and says where to
+    /// grant it, and one GitHub refuses outright (bad credentials, a repository it does not
+    /// reach) an error that says so. GitHub not answering in time, or not saying, is logged,
+    /// and the run goes on: the first write says the same. The App's `serve` does not ask (its
+    /// start makes no request); a token's `serve` and `drain` do.
+    pub async fn check_write_access(&self) -> Result<(), StartupError> {
+        let forge = self.pipeline.forge();
+        let mut asked = std::collections::BTreeSet::new();
+        for route in &self.config.routes {
+            let repo = &route.repo;
+            if !asked.insert(repo.clone()) {
+                continue;
+            }
+            match tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await {
+                Ok(Ok(WriteAccess::Granted)) => {
+                    tracing::info!(%repo, "the forge's credentials may write the repository");
+                }
+                Ok(Ok(WriteAccess::Denied(denial))) => {
+                    return Err(StartupError::CannotWrite(denial))
+                }
+                Ok(Ok(WriteAccess::Untold { why })) => tracing::warn!(%repo, %why,
+                    "could not tell at start whether the repository may be written; the first write will"),
+                Ok(Err(ForgeError::Refused { message })) => {
+                    return Err(StartupError::CannotCheck {
+                        repo: repo.clone(),
+                        message,
+                    })
+                }
+                Ok(Err(e)) => tracing::warn!(%repo, error = %e,
+                    "could not check at start whether the repository may be written; the first write will"),
+                Err(_) => tracing::warn!(%repo, within_s = WRITE_CHECK_WITHIN.as_secs(),
+                    "GitHub did not answer in time whether the repository may be written; the first write will"),
+            }
+        }
+        Ok(())
     }
 
     /// The address the server listens on; `None` when the consumer runs alone.
@@ -458,9 +507,13 @@ fn listen(addr: SocketAddr) -> Result<TcpListener, (SocketAddr, io::Error)> {
 /// File descriptors kept back from the open-files limit for what is not a served connection:
 /// [`BASE_RESERVE`]; the forge's connections (GitHub: `max_concurrent_requests` for each
 /// installation — at most one per account owning a route's repository — and as many again for
-/// the App's own requests); and [`DATABASE_RESERVE`] for each job that reads the database.
+/// the App's own requests; with a token, `max_concurrent_requests` once); and
+/// [`DATABASE_RESERVE`] for each job that reads the database.
 fn reserve(config: &Config) -> u64 {
     let forge = match &config.forge {
+        ForgeSettings::Github(github) if github.token().is_some() => {
+            github.max_concurrent_requests as u64
+        }
         ForgeSettings::Github(github) => {
             let owners: std::collections::BTreeSet<String> = config
                 .routes

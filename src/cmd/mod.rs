@@ -62,7 +62,9 @@ impl From<StartupError> for Failure {
             StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
             StartupError::Listen { .. }
             | StartupError::Address(_)
-            | StartupError::NoRoomForConnections { .. } => Failure::Runtime(e.into()),
+            | StartupError::NoRoomForConnections { .. }
+            | StartupError::CannotWrite(_)
+            | StartupError::CannotCheck { .. } => Failure::Runtime(e.into()),
         }
     }
 }

@@ -62,12 +62,18 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
+    let token = config.forge.token().is_some();
     let env = Env {
         insecure_no_auth: args.insecure_no_auth,
         ..Env::process()
     };
-    // Nothing here talks to GitHub: the port answers at once.
+    // Nothing here talks to GitHub: the port answers at once. With a token, which no start
+    // has proved (an App's installation says what it may do; a token says nothing), one
+    // probe per repository first: a token that cannot write would fail every row.
     let application = Application::build(config, env).await?;
+    if token {
+        application.check_write_access().await?;
+    }
     let addr = application.addr().expect("serve listens");
     tracing::info!(%addr, routes, "listening; POST /webhook");
     let pipeline = Arc::clone(application.pipeline());

@@ -120,7 +120,7 @@ pub const SOURCE: &str = "from the environment (ROWBRANCH_REPO)";
 pub(super) const SOURCE_NAME: &str = "the config from the environment";
 
 /// What the environment says, each variable read once. It holds secrets, so it has no `Debug`.
-pub(super) struct Overlay {
+pub(super) struct Overlay<'a> {
     /// `ROWBRANCH_CONFIG`: a config's whole text, in place of a file.
     pub config: Option<String>,
     pub listen: Option<String>,
@@ -132,6 +132,9 @@ pub(super) struct Overlay {
     pub status_password: Option<String>,
     pub database_url: Option<String>,
     pub route: RouteVariables,
+    /// Reads the variable the file names (`[github] token_env`), which is known only once the
+    /// file is read.
+    pub named: super::Env<'a>,
 }
 
 /// The route from the environment, as set: `None` for each variable that is not.
@@ -147,8 +150,8 @@ pub(super) struct RouteVariables {
     pgmq_queue: Option<String>,
 }
 
-impl Overlay {
-    pub fn read(env: super::Env) -> Overlay {
+impl<'a> Overlay<'a> {
+    pub fn read(env: super::Env<'a>) -> Overlay<'a> {
         Overlay {
             config: env(CONFIG),
             listen: env(LISTEN),
@@ -170,6 +173,7 @@ impl Overlay {
                 intake: env(INTAKE),
                 pgmq_queue: env(PGMQ_QUEUE),
             },
+            named: env,
         }
     }
 }

@@ -75,14 +75,18 @@ impl Default for RawForge {
     }
 }
 
-/// `[github]`: the App, and the pace and limits of its requests.
+/// `[github]`: the App (or a token), and the pace and limits of its requests.
 #[derive(Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawGithub {
-    /// The App's id; required, here or in `GITHUB_APP_ID`.
+    /// The App's id; required, here or in `GITHUB_APP_ID`, unless `token_env` is set.
     pub app_id: Option<u64>,
-    /// The App's private key file; a key is required, here or in `GITHUB_APP_PRIVATE_KEY`.
+    /// The App's private key file; a key is required, here or in `GITHUB_APP_PRIVATE_KEY`,
+    /// unless `token_env` is set.
     pub private_key_path: Option<String>,
+    /// The environment variable that holds a token to use as given, in place of the App
+    /// (`"GITHUB_TOKEN"` in a workflow); the App when `None`.
+    pub token_env: Option<String>,
     /// GitHub's API: `https://HOST/api/v3` for GitHub Enterprise Server.
     pub api_url: String,
     /// Sustained pace of one installation's writes: one per interval.
@@ -106,6 +110,7 @@ impl Default for RawGithub {
         RawGithub {
             app_id: None,
             private_key_path: None,
+            token_env: None,
             api_url: "https://api.github.com".into(),
             write_interval_ms: 1000,
             write_burst: 10,

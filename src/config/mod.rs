@@ -34,13 +34,15 @@ mod show;
 mod spec_tables;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod token_tests;
 mod validate;
 
 pub use settings::{
-    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
-    ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
-    PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings, DEFAULT_MAX_TURNS,
-    DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
+    ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
+    PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
+    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
 };
 
 pub use show::Shown;

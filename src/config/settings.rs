@@ -202,6 +202,14 @@ impl ForgeSettings {
         })
     }
 
+    /// The token GitHub is reached with, when it is a token rather than the App.
+    pub fn token(&self) -> Option<&AccessToken> {
+        match self {
+            ForgeSettings::Github(github) => github.token(),
+            ForgeSettings::Local(_) => None,
+        }
+    }
+
     /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
     pub fn queue_capacity(&self) -> usize {
         match self {
@@ -219,17 +227,17 @@ pub struct LocalSettings {
     pub on_dispatch: Option<String>,
 }
 
-/// rowbranch as a GitHub App: everything the GitHub forge is built from.
+/// rowbranch on GitHub: everything the GitHub forge is built from.
 #[derive(Debug)]
 pub struct GithubSettings {
-    pub app_id: u64,
-    /// Where the key comes from; read when the GitHub forge starts.
-    pub key: PrivateKeySource,
+    /// As a GitHub App, or with a token.
+    pub auth: GithubAuth,
     pub api_url: String,
     pub pace: PaceSettings,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
-    /// GitHub requests open at once per installation, reads and writes together.
+    /// GitHub requests open at once per installation (or for the token), reads and writes
+    /// together.
     pub max_concurrent_requests: usize,
     /// How long one GitHub operation may keep retrying.
     pub retry_budget: Duration,
@@ -237,7 +245,57 @@ pub struct GithubSettings {
     pub base_cache: Duration,
 }
 
-/// The pace of one installation's writes (SPEC §5).
+impl GithubSettings {
+    /// The token, when rowbranch authenticates with one rather than as the App.
+    pub fn token(&self) -> Option<&AccessToken> {
+        match &self.auth {
+            GithubAuth::Token(token) => Some(token),
+            GithubAuth::App { .. } => None,
+        }
+    }
+}
+
+/// How rowbranch authenticates to GitHub.
+#[derive(Debug)]
+pub enum GithubAuth {
+    /// As a GitHub App: a JWT from its id and private key, then an installation token for each
+    /// repository. The default, and the only way for webhook routes.
+    App {
+        app_id: u64,
+        /// Where the key comes from; read when the GitHub forge starts.
+        key: PrivateKeySource,
+    },
+    /// With a token used as given (`[github] token_env`): a workflow's `GITHUB_TOKEN`, or a
+    /// fine-grained personal access token. No JWT, no installation lookup.
+    Token(AccessToken),
+}
+
+/// A token from the environment: the variable it came from, which messages name, and its
+/// value, which never prints.
+#[derive(Clone)]
+pub struct AccessToken {
+    pub(super) variable: String,
+    pub(super) value: String,
+}
+
+impl AccessToken {
+    /// The environment variable the token came from (`GITHUB_TOKEN`).
+    pub fn variable(&self) -> &str {
+        &self.variable
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.value
+    }
+}
+
+impl std::fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AccessToken({}, <redacted>)", self.variable)
+    }
+}
+
+/// The pace of one installation's writes, or the token's (SPEC §5).
 #[derive(Debug, Clone, Copy)]
 pub struct PaceSettings {
     /// Sustained: one write per interval.

@@ -10,14 +10,14 @@ use std::path::{Path, PathBuf};
 
 use super::env::{self, Overlay};
 use super::file::RawConfig;
-use super::{Config, ConfigError, ForgeSettings, Invalid, Source};
+use super::{Config, ConfigError, ForgeSettings, GithubAuth, Invalid, Source};
 
 /// What `rowbranch config` prints.
 pub struct Shown {
     /// The effective config, TOML that [`Config::parse`] takes back.
     pub toml: String,
     /// Each secret variable, and whether it is set: a word, never its value.
-    pub secrets: Vec<(&'static str, &'static str)>,
+    pub secrets: Vec<(String, &'static str)>,
 }
 
 /// A key's origin, when it is not the config's own text.
@@ -76,7 +76,7 @@ pub(super) fn show(path: &Path, overlay: &Overlay) -> Result<Shown, ConfigError>
         .map_err(|e| ConfigError::new(&name, e))?;
     Ok(Shown {
         toml: write(raw, &origins, &name),
-        secrets: secrets(overlay),
+        secrets: secrets(overlay, &config),
     })
 }
 
@@ -102,8 +102,16 @@ fn effective(
     }
     // The App's id and API as validated: the variables win over the file.
     if let ForgeSettings::Github(github) = &config.forge {
-        raw.github.app_id = Some(github.app_id);
+        if let GithubAuth::App { app_id, .. } = &github.auth {
+            raw.github.app_id = Some(*app_id);
+        }
         raw.github.api_url = github.api_url.clone();
+    }
+    if let Some(token) = config.forge.token() {
+        origins.note(
+            "github",
+            format!("the token: {} (never printed)", token.variable()),
+        );
     }
     if overlay.github_app_id.is_some() {
         origins.set("github", "app_id", Origin::Variable(env::GITHUB_APP_ID));
@@ -312,10 +320,11 @@ fn multiline(text: &str) -> String {
     }
 }
 
-/// Whether each secret is set; never its value.
-fn secrets(overlay: &Overlay) -> Vec<(&'static str, &'static str)> {
+/// Whether each secret is set; never its value. The token's variable, with a token, is set:
+/// a config without it does not load.
+fn secrets(overlay: &Overlay, config: &Config) -> Vec<(String, &'static str)> {
     let state = |value: &Option<String>| if value.is_some() { "set" } else { "not set" };
-    vec![
+    let mut all: Vec<(String, &'static str)> = [
         (env::WEBHOOK_SECRET, state(&overlay.webhook_secret)),
         (
             env::GITHUB_APP_PRIVATE_KEY,
@@ -324,6 +333,13 @@ fn secrets(overlay: &Overlay) -> Vec<(&'static str, &'static str)> {
         (env::DATABASE_URL, state(&overlay.database_url)),
         (env::STATUS_PASSWORD, state(&overlay.status_password)),
     ]
+    .into_iter()
+    .map(|(name, state)| (name.to_owned(), state))
+    .collect();
+    if let Some(token) = config.forge.token() {
+        all.push((token.variable().to_owned(), "set"));
+    }
+    all
 }
 
 #[cfg(test)]

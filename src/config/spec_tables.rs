@@ -177,6 +177,10 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
             };
             assert_eq!(local.on_dispatch, None);
         }
+        ("off: the App", "`[github]`", "token_env") => {
+            let config = parse(GITHUB).unwrap();
+            assert!(config.forge.token().is_none(), "the App, without token_env");
+        }
         ("off", "Top level", "reconcile_every") => {
             assert_eq!(parse(GITHUB).unwrap().reconcile.every, None);
         }

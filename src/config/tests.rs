@@ -39,13 +39,14 @@ fn a_minimal_github_config_gets_the_documented_defaults() {
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("the default forge is github");
     };
-    assert_eq!(github.app_id, 123456);
+    let GithubAuth::App { app_id, key } = &github.auth else {
+        panic!("the App");
+    };
+    assert_eq!(*app_id, 123456);
     assert_eq!(github.pace.burst, 10);
     assert_eq!(github.pace.hourly_max, 450);
     assert_eq!(github.retry_budget, Duration::from_secs(30));
-    assert!(
-        matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
-    );
+    assert!(matches!(key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem")));
     let route = &config.routes[0];
     assert_eq!(route.slug_max_len, 40);
     assert_eq!(route.events, vec![EventKind::Insert]);
@@ -177,8 +178,11 @@ fn the_environment_beats_the_file() {
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("github forge expected");
     };
-    assert_eq!(github.app_id, 42);
-    assert!(matches!(github.key, PrivateKeySource::Pem(_)));
+    let GithubAuth::App { app_id, key } = &github.auth else {
+        panic!("the App");
+    };
+    assert_eq!(*app_id, 42);
+    assert!(matches!(key, PrivateKeySource::Pem(_)));
     assert_eq!(github.api_url, "https://ghe.example.com/api/v3");
     assert!(!format!("{config:?}").contains("BEGIN PRIVATE KEY"));
     assert!(config.webhook.secrets.is_some());

@@ -11,9 +11,10 @@ use std::time::Duration;
 use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, WEBHOOK_SECRET};
 use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
-    Config, DatabaseUrl, ForgeSettings, GithubSettings, Intake, ListenAddress, ListenHost,
-    ListenOrigin, LocalSettings, PaceSettings, Password, PayloadTemplateSource, PgmqSettings,
-    PrivateKeySource, ReconcileSettings, Route, StatusPage, WebhookSettings,
+    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
+    ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
+    PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
+    WebhookSettings,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -39,6 +40,9 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
     let webhook = webhook(raw.webhook, env)?;
     let pgmq = pgmq(raw.pgmq)?;
     let routes = routes(raw.routes, dir)?;
+    if let Some(token) = forge.token() {
+        only_queue_routes(token, &routes)?;
+    }
     Ok(Config {
         source: path.to_path_buf(),
         listen,
@@ -174,20 +178,9 @@ fn forge(
 }
 
 fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSettings, Invalid> {
-    let app_id = match &env.github_app_id {
-        Some(v) => v.parse().map_err(|_| {
-            invalid!("{GITHUB_APP_ID}=`{v}` is not a number: use the App ID from the App's settings page")
-        })?,
-        None => raw.app_id.ok_or_else(|| {
-            invalid!("[github] app_id is missing: set it (the App ID from the App's settings page) or set {GITHUB_APP_ID}")
-        })?,
-    };
-    let key = match (&env.github_app_private_key, raw.private_key_path) {
-        (Some(pem), _) => PrivateKeySource::Pem(pem.clone()),
-        (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
-        (None, None) => return Err(invalid!(
-            "no GitHub App private key: set [github] private_key_path or {GITHUB_APP_PRIVATE_KEY} (the PEM text)"
-        )),
+    let auth = match &raw.token_env {
+        Some(variable) => GithubAuth::Token(token(variable, &raw, env)?),
+        None => app(&raw, dir, env)?,
     };
     let api_url = env.github_api_url.clone().unwrap_or(raw.api_url);
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
@@ -196,8 +189,7 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
         ));
     }
     Ok(GithubSettings {
-        app_id,
-        key,
+        auth,
         api_url: api_url.trim_end_matches('/').to_owned(),
         pace: PaceSettings {
             interval: Duration::from_millis(raw.write_interval_ms),
@@ -211,6 +203,103 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
         )?,
         retry_budget: Duration::from_millis(raw.retry_budget_ms),
         base_cache: Duration::from_millis(raw.base_cache_ms),
+    })
+}
+
+/// With a token, every route reads the queue: webhooks are the App's alone (a delivery is
+/// answered within the request, which `drain` does not serve).
+fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), Invalid> {
+    let Some((i, route)) = routes
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.intake == Intake::Webhook)
+    else {
+        return Ok(());
+    };
+    Err(invalid!(
+        "[github] token_env = \"{}\" and [[routes]] number {} ({}) takes webhooks (intake = \
+         \"webhook\", the default): with a token, rowbranch reads the queue (`rowbranch drain`, \
+         or `serve` with every route on intake = \"pgmq\"), and only the GitHub App takes \
+         webhooks. Set intake = \"pgmq\" on the route, or remove token_env and set the App's \
+         app_id and private key",
+        token.variable(),
+        i + 1,
+        route.table_name()
+    ))
+}
+
+/// The App's id and key: the variables win over the file.
+fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid> {
+    let app_id = match &env.github_app_id {
+        Some(v) => v.parse().map_err(|_| {
+            invalid!("{GITHUB_APP_ID}=`{v}` is not a number: use the App ID from the App's settings page")
+        })?,
+        None => raw.app_id.ok_or_else(|| {
+            invalid!("[github] app_id is missing: set it (the App ID from the App's settings page) or set {GITHUB_APP_ID}; or set token_env to authenticate with a token instead")
+        })?,
+    };
+    let key = match (&env.github_app_private_key, &raw.private_key_path) {
+        (Some(pem), _) => PrivateKeySource::Pem(pem.clone()),
+        (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
+        (None, None) => return Err(invalid!(
+            "no GitHub App private key: set [github] private_key_path or {GITHUB_APP_PRIVATE_KEY} (the PEM text)"
+        )),
+    };
+    Ok(GithubAuth::App { app_id, key })
+}
+
+/// The token in the variable `token_env` names. The App's settings beside it are refused,
+/// naming both: which of the two rowbranch is would otherwise be a guess. The token's value
+/// is never part of a message.
+fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, Invalid> {
+    let setting = format!("[github] token_env = \"{}\"", excerpt(variable));
+    let is_name = variable
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && variable
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !is_name {
+        return Err(invalid!(
+            "{setting} is not the name of an environment variable: use letters, digits and _, \
+             e.g. token_env = \"GITHUB_TOKEN\""
+        ));
+    }
+    let app: Vec<&str> = [
+        (raw.app_id.is_some(), "[github] app_id"),
+        (raw.private_key_path.is_some(), "[github] private_key_path"),
+        (env.github_app_id.is_some(), GITHUB_APP_ID),
+        (env.github_app_private_key.is_some(), GITHUB_APP_PRIVATE_KEY),
+    ]
+    .into_iter()
+    .filter_map(|(set, name)| set.then_some(name))
+    .collect();
+    if !app.is_empty() {
+        return Err(invalid!(
+            "{setting} and {} are both set: rowbranch authenticates with a token or as a GitHub \
+             App, not both. For the token, remove {0}; for the App, remove token_env",
+            app.join(", ")
+        ));
+    }
+    let value = (env.named)(variable)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| {
+            invalid!(
+            "{setting}, but {variable} is not set: set {variable} to a token that can write the \
+             routes' repositories (in a workflow, `{variable}: ${{{{ github.token }}}}` in the \
+             step's env)"
+        )
+        })?;
+    if !value.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(invalid!(
+            "{setting}, but {variable} holds a space, a line break or another character no \
+             token has: set it to the token alone"
+        ));
+    }
+    Ok(AccessToken {
+        variable: variable.to_owned(),
+        value,
     })
 }
 

@@ -2,7 +2,8 @@
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
 //! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
-//! table.
+//! table. With a token in place of the App, `token` checks what that mode needs instead of the
+//! App, and `kick` the optional trigger that starts the drain workflow.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -13,7 +14,7 @@ use tracing::instrument::WithSubscriber;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, GithubSettings, PrivateKeySource, Route};
+use crate::config::{process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError, OpenError};
@@ -23,8 +24,10 @@ use crate::shutdown::Shutdown;
 use crate::templates::setup::PLACEHOLDER_APP_ID;
 use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, ClaudeStep};
 
+mod kick;
 mod queue;
 mod tables;
+mod token;
 
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
 /// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
@@ -103,6 +106,9 @@ async fn all_checks(config: &Config) -> Vec<Check> {
     forge_checks(config, &mut out).await;
     if config.reads_the_queue() {
         queue::checks(config, &mut out).await;
+        if config.forge.token().is_some() {
+            kick::checks(config, &mut out).await;
+        }
     }
     tables::checks(config, &mut out).await;
     out
@@ -137,7 +143,10 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
             )),
         },
         ForgeSettings::Github(settings) => {
-            if let Some(unfinished) = app_not_created(settings, &config.source) {
+            let GithubAuth::App { app_id, key } = &settings.auth else {
+                return token::checks(config, settings, out).await;
+            };
+            if let Some(unfinished) = app_not_created(*app_id, key, &config.source) {
                 out.push(unfinished);
                 return;
             }
@@ -171,14 +180,7 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
                     app.slug
                 }
                 Err(ForgeError::Unavailable { message, .. }) => {
-                    out.push(Check::fail(
-                        format!(
-                            "GitHub at {} did not answer: {}",
-                            settings.api_url,
-                            one_line(&message)
-                        ),
-                        "check api_url (GITHUB_API_URL) and that this machine can reach it",
-                    ));
+                    out.push(no_answer(&settings.api_url, &message));
                     return;
                 }
                 Err(e) => {
@@ -189,11 +191,23 @@ async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
                     return;
                 }
             };
+            let bot = app_slug.map(|slug| Bot {
+                slug,
+                called: "the App's bot",
+            });
             for route in &config.routes {
-                route_checks(&forge, app_slug.as_deref(), route, out).await;
+                route_checks(&forge, bot.as_ref(), route, out).await;
             }
         }
     }
+}
+
+/// GitHub at `api_url` did not answer (`message` says how): no check that asks it can pass.
+fn no_answer(api_url: &str, message: &str) -> Check {
+    Check::fail(
+        format!("GitHub at {api_url} did not answer: {}", one_line(message)),
+        "check api_url (GITHUB_API_URL) and that this machine can reach it",
+    )
 }
 
 /// `text` on one line, so that a check stays one line of the report.
@@ -203,7 +217,7 @@ fn one_line(text: &str) -> String {
 
 /// A failed check when the App was never created from the manifest: the config still has
 /// `init`'s placeholder id, or the key file `--manifest-code` writes is missing.
-fn app_not_created(settings: &GithubSettings, config: &Path) -> Option<Check> {
+fn app_not_created(app_id: u64, key: &PrivateKeySource, config: &Path) -> Option<Check> {
     let dir = config
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -212,7 +226,7 @@ fn app_not_created(settings: &GithubSettings, config: &Path) -> Option<Check> {
         "create the App: open {0}/create-app.html, press the button, then run `rowbranch init --dir {0} --manifest-code CODE` with the code GitHub hands back; it sets app_id and writes the key",
         dir.display()
     );
-    if settings.app_id == PLACEHOLDER_APP_ID {
+    if app_id == PLACEHOLDER_APP_ID {
         return Some(Check::fail(
             format!(
                 "app_id is {PLACEHOLDER_APP_ID}, the placeholder `rowbranch init` writes: the GitHub App is not created yet"
@@ -220,7 +234,7 @@ fn app_not_created(settings: &GithubSettings, config: &Path) -> Option<Check> {
             finish,
         ));
     }
-    match &settings.key {
+    match key {
         PrivateKeySource::File(path) if !path.exists() => Some(Check::fail(
             format!(
                 "the GitHub App private key {} does not exist",
@@ -232,12 +246,15 @@ fn app_not_created(settings: &GithubSettings, config: &Path) -> Option<Check> {
     }
 }
 
-async fn route_checks(
-    forge: &GithubForge,
-    app_slug: Option<&str>,
-    route: &Route,
-    out: &mut Vec<Check>,
-) {
+/// The bot that sends the dispatches, which the work workflow must let start the work: the
+/// App's (`{slug}[bot]`), or with a token the one of a workflow's `GITHUB_TOKEN`.
+pub(super) struct Bot {
+    pub slug: String,
+    /// How messages call it: "the App's bot".
+    pub called: &'static str,
+}
+
+async fn route_checks(forge: &GithubForge, bot: Option<&Bot>, route: &Route, out: &mut Vec<Check>) {
     let repo = &route.repo;
     let permissions = match github::installation_permissions(forge, repo).await {
         Ok(p) => {
@@ -297,14 +314,27 @@ async fn route_checks(
             return;
         }
     };
+    work_workflow_checks(repo, &base.branch, &files, route, bot, out);
+}
+
+/// The route's work workflow among `files` (the default branch's workflows): one listens to
+/// its dispatch, lets `bot` start the work, and bounds each run as the route says.
+fn work_workflow_checks(
+    repo: &RepoName,
+    branch: &RefName,
+    files: &[(String, String)],
+    route: &Route,
+    bot: Option<&Bot>,
+    out: &mut Vec<Check>,
+) {
     let listening: Vec<&(String, String)> = files
         .iter()
         .filter(|(_, text)| listens_for(text, route.event_type.as_str()))
         .collect();
     if listening.is_empty() {
         out.push(Check::fail(
-            format!("{repo}: no workflow on {} listens to repository_dispatch `{}`", base.branch, route.event_type),
-            format!("commit a workflow with `on: repository_dispatch: types: [{}]` to {} (`rowbranch init` writes one)", route.event_type, base.branch),
+            format!("{repo}: no workflow on {} listens to repository_dispatch `{}`", branch, route.event_type),
+            format!("commit a workflow with `on: repository_dispatch: types: [{}]` to {} (`rowbranch init` writes one)", route.event_type, branch),
         ));
         return;
     }
@@ -313,14 +343,10 @@ async fn route_checks(
             "{repo}: {path} runs on repository_dispatch `{}`",
             route.event_type
         )));
-        out.push(bot_check(repo, &base.branch, path, text, app_slug));
+        out.push(bot_check(repo, branch, path, text, bot));
         let steps = claude_steps(text).unwrap_or_default();
         if !steps.is_empty() {
-            let at = Place {
-                repo,
-                branch: &base.branch,
-                path,
-            };
+            let at = Place { repo, branch, path };
             out.push(bound_check(&at, &TURNS, &steps, route.max_turns));
             out.push(bound_check(
                 &at,
@@ -434,7 +460,7 @@ fn bot_check(
     branch: &RefName,
     path: &str,
     workflow: &str,
-    app_slug: Option<&str>,
+    bot: Option<&Bot>,
 ) -> Check {
     let steps = claude_steps(workflow).unwrap_or_default();
     if steps.is_empty() {
@@ -442,7 +468,7 @@ fn bot_check(
             "{repo}: {path} runs no claude-code-action step: no allowed_bots to check"
         ));
     }
-    let Some(slug) = app_slug else {
+    let Some(Bot { slug, called }) = bot else {
         return Check::fail(
             format!("{repo}: GitHub did not give the App's slug, so {path}'s allowed_bots cannot be checked"),
             "make sure allowed_bots names the App's bot, NAME[bot] (the App's page shows its name)",
@@ -457,11 +483,11 @@ fn bot_check(
     }
     match steps.iter().find(|s| !allows_bot(&s.allowed_bots, slug)) {
         None => Check::pass(format!(
-            "{repo}: {path} lets the App's bot {bot} start the work (allowed_bots)"
+            "{repo}: {path} lets {called} {bot} start the work (allowed_bots)"
         )),
         Some(step) => Check::fail(
             format!(
-                "{repo}: {path} does not let the App's bot {bot} start the work: allowed_bots is {:?} in job {}, so claude-code-action refuses every run (\"Workflow initiated by non-human actor\")",
+                "{repo}: {path} does not let {called} {bot} start the work: allowed_bots is {:?} in job {}, so claude-code-action refuses every run (\"Workflow initiated by non-human actor\")",
                 step.allowed_bots, step.job
             ),
             format!(

@@ -1,5 +1,5 @@
 //! The forge: where branches are claimed and work is dispatched. One trait, two homes: GitHub,
-//! as a GitHub App (`github`), and a git repository on this machine (`local`).
+//! as a GitHub App or with a token (`github`), and a git repository on this machine (`local`).
 
 pub mod github;
 pub mod local;
@@ -118,6 +118,34 @@ pub enum Listing<T> {
     /// The App may not read it: what GitHub says the request needs
     /// (`X-Accepted-GitHub-Permissions`, e.g. `actions=read`).
     NotPermitted { needs: String },
+}
+
+/// Whether the forge's credentials may write a repository, as far as the forge can tell
+/// without writing anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteAccess {
+    /// The forge's answer says they may.
+    Granted,
+    /// They may not.
+    Denied(Denial),
+    /// The forge's answer does not say (why not): the first write will.
+    Untold { why: String },
+}
+
+/// Credentials that may not write a repository: what they lack, and how to fix it. Written
+/// whole, `{problem}; {fix}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// `the token cannot write acme/app: it lacks contents=write (…)`.
+    pub problem: String,
+    /// `in the workflow, give the job …`.
+    pub fix: String,
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}; {}", self.problem, self.fix)
+    }
 }
 
 /// What a claim (an atomic create-if-absent of a branch) found out.
@@ -272,6 +300,13 @@ pub trait Forge: Send + Sync {
     /// Whether the forge can be reached with valid credentials (`GET /readyz`).
     async fn ready(&self) -> Result<(), ForgeError> {
         Ok(())
+    }
+
+    /// Whether the forge's credentials may write `repo` (claim, dispatch, release), asked
+    /// without changing anything: at start, so that a setup that cannot work says so before
+    /// the first row. A forge that writes whatever it is asked (the local one) may.
+    async fn write_access(&self, _repo: &RepoName) -> Result<WriteAccess, ForgeError> {
+        Ok(WriteAccess::Granted)
     }
 }
 

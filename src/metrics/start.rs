@@ -169,10 +169,14 @@ impl GithubOperation {
     /// operation: what GitHub answers when it does what was asked (for `get_ref`, also the 404
     /// of a branch not there, which a new row's claim expects), and `error` (no answer). Other
     /// statuses appear when first answered. None for what `serve` never asks: `get_contents`
-    /// (`doctor`'s) and `list_runs` (`explain`'s).
+    /// and `get_workflow` (`doctor`'s), `list_runs` (`explain`'s); nor for `rate_limit`, asked
+    /// only by `/readyz` with a token.
     pub fn statuses_at_start(self) -> &'static [&'static str] {
         match self {
-            GithubOperation::GetContents | GithubOperation::ListRuns => &[],
+            GithubOperation::GetContents
+            | GithubOperation::ListRuns
+            | GithubOperation::GetWorkflow
+            | GithubOperation::RateLimit => &[],
             GithubOperation::GetRef => &["200", "404", "error"],
             GithubOperation::CreateRef => &["201", "error"],
             GithubOperation::DeleteRef | GithubOperation::Dispatch => &["204", "error"],

@@ -305,7 +305,9 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::config::{Config, ForgeSettings, PayloadTemplateSource, PrivateKeySource};
+    use crate::config::{
+        Config, ForgeSettings, GithubAuth, PayloadTemplateSource, PrivateKeySource,
+    };
     use crate::event::EventKind;
 
     #[test]
@@ -319,10 +321,13 @@ mod tests {
         let ForgeSettings::Github(github) = &config.forge else {
             panic!("the example uses the github forge");
         };
-        assert_eq!(github.app_id, PLACEHOLDER_APP_ID);
+        let GithubAuth::App { app_id, key } = &github.auth else {
+            panic!("the App");
+        };
+        assert_eq!(*app_id, PLACEHOLDER_APP_ID);
         assert_eq!(github.pace.burst, 10);
         assert!(
-            matches!(&github.key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
+            matches!(key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
         );
         let route = &config.routes[0];
         assert_eq!(route.slug_max_len, 40);

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::config::{Config, ForgeSettings, Intake, PayloadTemplateSource};
+use rowbranch::config::{Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource};
 use rowbranch::templates::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
@@ -174,7 +174,7 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("init writes a GitHub config");
     };
-    assert!(format!("{:?}", github.key).contains("app.pem"));
+    assert!(format!("{:?}", github.auth).contains("app.pem"));
 
     // The config uses the payload template written beside it, so an edit there takes effect.
     let Some(PayloadTemplateSource::File(template)) = route.payload_template.clone() else {
@@ -371,7 +371,11 @@ async fn the_manifest_code_is_traded_for_the_apps_id_and_key() {
     let ForgeSettings::Github(github) = &loaded.forge else {
         panic!("a GitHub config");
     };
-    assert_eq!(github.app_id, fake.app_id());
+    assert!(
+        matches!(github.auth, GithubAuth::App { app_id, .. } if app_id == fake.app_id()),
+        "{:?}",
+        github.auth
+    );
 
     // The code works once; the key is not replaced without --force.
     std::fs::remove_file(&key).unwrap();

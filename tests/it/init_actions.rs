@@ -235,17 +235,23 @@ fn init_writes_the_drain_setup_into_setup_and_nothing_of_an_app() {
     assert!(config.contains("\nintake = \"pgmq\""), "{config}");
 }
 
-/// Parses the config `init --host actions` wrote. It names `[github] token_env`, which `drain`'s
-/// half of this mode adds to the config; until then the parser refuses the key.
+/// Parses the config `init --host actions` wrote: token auth (`[github] token_env`), the route
+/// on the queue.
 #[test]
-#[ignore = "needs [github] token_env in the config parser (rowbranch drain's half of --host actions)"]
 fn the_written_config_parses_as_token_auth_reading_the_queue() {
     use rowbranch::config::{Config, Intake};
     let dir = TempDir::new().unwrap();
     succeeded(&init_actions(dir.path(), &[]));
     let path = dir.path().join("setup/rowbranch.toml");
     let text = fs::read_to_string(&path).unwrap();
-    let config = Config::parse(&text, &path, &|_| None).expect("the written config parses");
+    // As the drain job runs it: the workflow's token in GITHUB_TOKEN.
+    let env = |key: &str| (key == "GITHUB_TOKEN").then(|| "ghs_the_jobs_token".to_owned());
+    let config = Config::parse(&text, &path, &env).expect("the written config parses");
+    assert_eq!(
+        config.forge.token().map(|t| t.variable()),
+        Some("GITHUB_TOKEN"),
+        "token auth"
+    );
     let route = &config.routes[0];
     assert_eq!(route.intake, Intake::Pgmq);
     assert_eq!(route.payload_template, None, "the built-in payload");

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::*;
-use crate::config::{Config, ConfigError, ForgeSettings, PrivateKeySource};
+use crate::config::{Config, ConfigError, ForgeSettings, GithubAuth, PrivateKeySource};
 use crate::event::EventKind;
 
 const SECRET: &str = "a-webhook-secret-of-32-characters";
@@ -49,8 +49,11 @@ fn the_repository_and_the_app_make_a_route_with_the_documented_defaults() {
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("a route from the environment goes to GitHub");
     };
-    assert_eq!(github.app_id, 123456);
-    assert!(matches!(github.key, PrivateKeySource::Pem(_)));
+    let GithubAuth::App { app_id, key } = &github.auth else {
+        panic!("the App");
+    };
+    assert_eq!(*app_id, 123456);
+    assert!(matches!(key, PrivateKeySource::Pem(_)));
     assert_eq!(github.api_url, "https://api.github.com");
     assert_eq!(config.source, Path::new(SOURCE));
     assert!(!format!("{config:?}").contains("not a key"));

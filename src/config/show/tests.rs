@@ -174,8 +174,13 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
         "{}",
         shown.toml
     );
+    let secrets: Vec<(&str, &str)> = shown
+        .secrets
+        .iter()
+        .map(|(name, state)| (name.as_str(), *state))
+        .collect();
     assert_eq!(
-        shown.secrets,
+        secrets,
         [
             (env::WEBHOOK_SECRET, "set"),
             (env::GITHUB_APP_PRIVATE_KEY, "set"),

@@ -1,6 +1,7 @@
-//! The GitHub App's clients: one JWT client for the App, and one client per installation, held
-//! for the life of the process so its token is minted once and renewed before it expires.
-//! Every request goes through [`send`], which turns octocrab's answers into retry decisions.
+//! The GitHub clients: as the App, one JWT client and one client per installation, held for
+//! the life of the process so its token is minted once and renewed before it expires; with a
+//! token (`[github] token_env`), one client that uses it as given. Every request goes through
+//! [`send`], which turns octocrab's answers into retry decisions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,7 +25,7 @@ use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
 use super::transport::{self, REQUEST_TIMEOUT};
 use super::wire;
-use crate::config::PaceSettings;
+use crate::config::{AccessToken, PaceSettings};
 use crate::forge::{ForgeError, OpenError};
 use crate::identity::RepoName;
 use crate::metrics::Metrics;
@@ -95,16 +96,6 @@ impl Reply {
     }
 }
 
-/// GitHub's 404 for something of `repo`: the repository is missing, or the App cannot see it.
-pub fn not_found(repo: &RepoName, reply: &Reply) -> Stop {
-    Stop::Fail(ForgeError::Refused {
-        message: format!(
-            "GitHub answered 404 for {repo} ({}): does the repository exist, and is the App installed on it?",
-            reply.message()
-        ),
-    })
-}
-
 /// GitHub's 409 for an empty repository: nothing to branch from.
 pub fn empty_repository(repo: &RepoName) -> Stop {
     Stop::Fail(ForgeError::Refused {
@@ -133,7 +124,7 @@ where
             .await?;
         match reply.status.as_u16() {
             200 => {}
-            404 => return Err(not_found(repo, &reply)),
+            404 => return Err(installation.not_found(repo, &reply)),
             409 => return Err(empty_repository(repo)),
             _ => return reply.unexpected(),
         }
@@ -166,7 +157,7 @@ where
             .await?;
         match reply.status.as_u16() {
             200 => {}
-            404 => return Err(not_found(repo, &reply)),
+            404 => return Err(installation.not_found(repo, &reply)),
             _ => match reply.missing_permission() {
                 Some(needs) => return Ok(Some(needs)),
                 None => return reply.unexpected(),
@@ -316,18 +307,25 @@ fn transport_failure(e: &octocrab::Error) -> String {
     format!("{lead}: {innermost}")
 }
 
-/// One installation: its client (with its token cache), the pacer of its writes and the bound
-/// on its requests.
+/// One installation — or, with a token, the token: its client, the pacer of its writes and the
+/// bound on its requests.
 pub struct Installation {
-    pub id: InstallationId,
     pub client: Octocrab,
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
-    /// Serializes token renewal so that concurrent requests do not each mint one; holds the
-    /// digest of the token last seen, to count the mints.
-    renewing: Mutex<Option<[u8; 32]>>,
+    token: TokenKind,
     metrics: Arc<Metrics>,
+}
+
+/// Where an [`Installation`]'s token comes from.
+enum TokenKind {
+    /// Minted from the App's JWT and renewed by octocrab. The lock serializes renewal so that
+    /// concurrent requests do not each mint one; it holds the digest of the token last seen,
+    /// to count the mints.
+    Minted(Mutex<Option<[u8; 32]>>),
+    /// Given (`[github] token_env`): used as it is, never minted or renewed.
+    Given,
 }
 
 impl Installation {
@@ -345,9 +343,30 @@ impl Installation {
         send_counted(&self.client, &self.metrics, operation, method, path, body).await
     }
 
-    /// Makes sure the cached token has life left, minting one (once) when it has not.
+    /// GitHub's 404 for something of `repo`: the repository is missing, or the credentials
+    /// cannot see it.
+    pub fn not_found(&self, repo: &RepoName, reply: &Reply) -> Stop {
+        let reach = match self.token {
+            TokenKind::Minted(_) => "is the App installed on it?",
+            TokenKind::Given => {
+                "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
+            }
+        };
+        Stop::Fail(ForgeError::Refused {
+            message: format!(
+                "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
+                reply.message()
+            ),
+        })
+    }
+
+    /// Makes sure the cached token has life left, minting one (once) when it has not. A
+    /// given token is used as it is.
     pub async fn ensure_token(&self) -> Attempt<()> {
-        let mut last = self.renewing.lock().await;
+        let TokenKind::Minted(renewing) = &self.token else {
+            return Ok(());
+        };
+        let mut last = renewing.lock().await;
         let token = self
             .client
             .installation_token_with_buffer(chrono::Duration::seconds(TOKEN_RENEW_BEFORE))
@@ -358,6 +377,52 @@ impl Installation {
             self.metrics.token_minted();
         }
         Ok(())
+    }
+}
+
+/// A client that authenticates with `token` as given, for every repository: its writes keep
+/// one pace and its requests one bound, as an installation's do (GitHub's limits for a
+/// `GITHUB_TOKEN` are per repository, and a workflow's token reaches one).
+pub fn token_client(
+    token: &AccessToken,
+    api_url: &str,
+    limits: Limits,
+) -> Result<Installation, OpenError> {
+    let client = transport::client(
+        api_url,
+        AuthState::AccessToken {
+            token: token.expose().to_owned().into(),
+        },
+    )?;
+    Ok(Installation {
+        client,
+        writes: Arc::new(Pacer::new(
+            limits.pace,
+            limits.shutdown,
+            Arc::clone(&limits.metrics),
+        )),
+        requests: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
+        token: TokenKind::Given,
+        metrics: limits.metrics,
+    })
+}
+
+/// Who rowbranch is to GitHub: the App, with its installations, or a token.
+pub enum Auth {
+    /// Boxed: one forge a process, and the token's variant is a pointer.
+    App(Box<Apps>),
+    /// The one client of the token, for every repository.
+    Token(Arc<Installation>),
+}
+
+impl Auth {
+    /// The client for `repo`, with a token ready: the installation that holds it, or the
+    /// token's.
+    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+        match self {
+            Auth::App(apps) => apps.installation(repo).await,
+            Auth::Token(token) => Ok(Arc::clone(token)),
+        }
     }
 }
 
@@ -372,7 +437,7 @@ pub struct Apps {
     app_requests: Semaphore,
     /// One client per repository, its token narrowed to that repository: a repository missing
     /// from an installation then fails alone, not every repository of its account.
-    installations: Mutex<HashMap<RepoName, Arc<Installation>>>,
+    installations: Mutex<HashMap<RepoName, (InstallationId, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
     limits: Mutex<HashMap<InstallationId, PerInstallation>>,
@@ -439,11 +504,11 @@ impl Apps {
         let installation = {
             let mut all = self.installations.lock().await;
             match all.get(repo) {
-                Some(known) if known.id == id => Arc::clone(known),
+                Some((known, installation)) if *known == id => Arc::clone(installation),
                 // New, or the repository moved to another installation.
                 _ => {
                     let made = Arc::new(self.client_for(id, repo).await);
-                    all.insert(repo.clone(), Arc::clone(&made));
+                    all.insert(repo.clone(), (id, Arc::clone(&made)));
                     made
                 }
             }
@@ -482,11 +547,10 @@ impl Apps {
             })
             .clone();
         Installation {
-            id,
             client,
             writes,
             requests,
-            renewing: Mutex::new(None),
+            token: TokenKind::Minted(Mutex::new(None)),
             metrics: Arc::clone(&self.metrics),
         }
     }

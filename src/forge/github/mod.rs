@@ -1,7 +1,9 @@
-//! The GitHub forge: rowbranch as a GitHub App. Reads go straight out (and the reads of one row
-//! run concurrently); writes go through the installation's pacer; every call runs inside the
-//! one retry policy.
+//! The GitHub forge: rowbranch as a GitHub App, or with a token (`[github] token_env`). Reads go
+//! straight out (and the reads of one row run concurrently); writes go through the
+//! installation's pacer (the token's, with a token); every call runs inside the one retry
+//! policy.
 
+mod access;
 mod client;
 mod pace;
 mod retry;
@@ -10,7 +12,10 @@ mod transport;
 mod wire;
 
 pub use client::KeyError;
-pub use setup::{account_type, app_info, convert_manifest, installation_permissions, workflows};
+pub use setup::{
+    account_type, app_info, convert_manifest, installation_permissions, workflow_state, workflows,
+    WorkflowState,
+};
 pub use transport::{ACCEPT_VALUE, API_VERSION, USER_AGENT_VALUE};
 pub use wire::{AppInfo, ManifestApp};
 
@@ -25,13 +30,14 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use self::client::{
-    empty_repository, encode_path, not_found, Apps, Installation, Limits, Operation,
+    empty_repository, encode_path, token_client, Apps, Auth, Installation, Limits, Operation,
 };
 use self::retry::{Attempt, Cause, RetryPolicy, Stop};
 use super::{
     Base, Branch, Claim, Forge, ForgeError, Listing, OpenError, PullRequest, Sha, WorkflowRun,
+    WriteAccess,
 };
-use crate::config::{GithubSettings, PrivateKeySource};
+use crate::config::{GithubAuth, GithubSettings, PrivateKeySource};
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -49,9 +55,9 @@ fn host(api_url: &str) -> String {
 /// How long the default branch's name is trusted (it rarely changes).
 const DEFAULT_BRANCH_TTL: Duration = Duration::from_secs(600);
 
-/// rowbranch's GitHub App.
+/// rowbranch on GitHub.
 pub struct GithubForge {
-    apps: Apps,
+    auth: Auth,
     retry: RetryPolicy,
     /// How long a default branch's head is reused before it is read again.
     head_ttl: Duration,
@@ -66,31 +72,44 @@ struct CachedBase {
 }
 
 impl GithubForge {
-    /// Builds the forge for the routed repositories. Reads the private key; makes no request.
-    /// Once `shutdown` begins, rows waiting to claim give up and claimed rows' writes skip
-    /// the pace, within the grace.
+    /// Builds the forge for the routed repositories. Reads the App's private key (with a
+    /// token, nothing); makes no request. Once `shutdown` begins, rows waiting to claim give up
+    /// and claimed rows' writes skip the pace, within the grace.
     pub fn new(
         settings: &GithubSettings,
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Result<GithubForge, OpenError> {
-        let pem = match &settings.key {
-            PrivateKeySource::Pem(pem) => pem.clone(),
-            PrivateKeySource::File(path) => {
-                std::fs::read_to_string(path).map_err(|cause| OpenError::KeyUnreadable {
-                    path: path.clone(),
-                    cause,
-                })?
-            }
-        };
         let limits = Limits {
             pace: settings.pace,
             max_concurrent_requests: settings.max_concurrent_requests,
             shutdown: shutdown.clone(),
             metrics: Arc::clone(&metrics),
         };
+        let auth = match &settings.auth {
+            GithubAuth::App { app_id, key } => {
+                let pem = match key {
+                    PrivateKeySource::Pem(pem) => pem.clone(),
+                    PrivateKeySource::File(path) => {
+                        std::fs::read_to_string(path).map_err(|cause| OpenError::KeyUnreadable {
+                            path: path.clone(),
+                            cause,
+                        })?
+                    }
+                };
+                Auth::App(Box::new(Apps::new(
+                    *app_id,
+                    &pem,
+                    &settings.api_url,
+                    limits,
+                )?))
+            }
+            GithubAuth::Token(token) => {
+                Auth::Token(Arc::new(token_client(token, &settings.api_url, limits)?))
+            }
+        };
         Ok(GithubForge {
-            apps: Apps::new(settings.app_id, &pem, &settings.api_url, limits)?,
+            auth,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
                 shutdown,
@@ -115,7 +134,7 @@ impl GithubForge {
     {
         self.retry
             .run(what, |_| async {
-                let installation = self.apps.installation(repo).await?;
+                let installation = self.auth.installation(repo).await?;
                 f(installation).await.map_err(Stop::not_applied)
             })
             .await
@@ -141,7 +160,7 @@ impl GithubForge {
                     })
                 })
             }
-            404 => Err(not_found(repo, &reply)),
+            404 => Err(installation.not_found(repo, &reply)),
             _ => reply.unexpected(),
         }
     }
@@ -168,7 +187,7 @@ impl GithubForge {
     /// One look at whether `branch` exists, for deciding after a claim gave up; `None` when
     /// GitHub does not say.
     async fn branch_exists(&self, repo: &RepoName, branch: &BranchName) -> Option<bool> {
-        let installation = self.apps.installation(repo).await.ok()?;
+        let installation = self.auth.installation(repo).await.ok()?;
         Self::branch_sha(&installation, repo, branch.as_str())
             .await
             .ok()
@@ -250,7 +269,7 @@ impl Forge for GithubForge {
                     .await?;
                 match reply.status.as_u16() {
                     200 => {}
-                    404 => return Err(not_found(repo, &reply)),
+                    404 => return Err(installation.not_found(repo, &reply)),
                     _ => return reply.unexpected(),
                 }
                 let pulls: Vec<wire::Pull> = reply.json()?;
@@ -324,7 +343,7 @@ impl Forge for GithubForge {
             .run_noting("claiming the branch", |ambiguous_before| {
                 let body = &body;
                 async move {
-                    let installation = self.apps.installation(repo).await?;
+                    let installation = self.auth.installation(repo).await?;
                     let path = format!("/repos/{repo}/git/refs");
                     let post = || async {
                         installation.ensure_token().await?;
@@ -366,7 +385,7 @@ impl Forge for GithubForge {
                             }),
                         },
                         409 => Err(empty_repository(repo)),
-                        _ => reply.unexpected(),
+                        _ => self.unexpected_write(repo, &reply),
                     }
                 }
             })
@@ -397,7 +416,7 @@ impl Forge for GithubForge {
             .run("dispatching", |_| {
                 let body = &body;
                 async move {
-                    let installation = self.apps.installation(repo).await?;
+                    let installation = self.auth.installation(repo).await?;
                     let path = format!("/repos/{repo}/dispatches");
                     let reply = installation
                         .writes
@@ -413,12 +432,17 @@ impl Forge for GithubForge {
                         422 => Err(Stop::Fail(ForgeError::Refused {
                             message: format!("GitHub refused the dispatch: {}", reply.message()),
                         })),
-                        _ => match reply.unexpected::<()>() {
+                        _ => match self.unexpected_write::<()>(repo, &reply) {
                             Err(Stop::Fail(ForgeError::Refused { message })) => {
-                                Err(Stop::Fail(ForgeError::Unavailable {
-                                    message: format!(
+                                let message = match &self.auth {
+                                    Auth::App(_) => format!(
                                         "{message}: does the App have contents write on {repo}?"
                                     ),
+                                    // It says what the token lacks already.
+                                    Auth::Token(_) => message,
+                                };
+                                Err(Stop::Fail(ForgeError::Unavailable {
+                                    message,
                                     retry_after: Some(Duration::from_secs(60)),
                                 }))
                             }
@@ -441,7 +465,7 @@ impl Forge for GithubForge {
     ) -> Result<(), ForgeError> {
         self.retry
             .run("releasing the claim", |_| async move {
-                let installation = self.apps.installation(repo).await?;
+                let installation = self.auth.installation(repo).await?;
                 match Self::branch_sha(&installation, repo, branch.as_str()).await? {
                     None => return Ok(()),
                     Some(now) if now != *sha => {
@@ -466,7 +490,7 @@ impl Forge for GithubForge {
                 match reply.status.as_u16() {
                     204 | 200 => Ok(()),
                     422 if reply.message().contains("does not exist") => Ok(()),
-                    _ => reply.unexpected(),
+                    _ => self.unexpected_write(repo, &reply),
                 }
             })
             .await
@@ -539,7 +563,7 @@ impl Forge for GithubForge {
                 .await?;
             match reply.status.as_u16() {
                 200 => Ok(reply.json::<wire::Comparison>()?.ahead_by),
-                404 => Err(not_found(repo, &reply)),
+                404 => Err(installation.not_found(repo, &reply)),
                 _ => reply.unexpected(),
             }
         })
@@ -669,32 +693,54 @@ impl Forge for GithubForge {
         .await
     }
 
-    /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable?
-    /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
+    /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable? With a
+    /// token, `GET /rate_limit`, which its rate limit does not count: `/readyz` may be asked
+    /// often, and a workflow's token has 1,000 requests an hour.
+    /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app,
+    /// https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user)
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = self.host();
-        let reply = self
-            .apps
-            .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
-            .await
-            .map_err(|stop| match ForgeError::from(stop) {
-                ForgeError::Unavailable {
-                    message,
-                    retry_after,
-                } => ForgeError::Unavailable {
-                    message: format!("GitHub at {host}: {message}"),
-                    retry_after,
-                },
-                other => other,
-            })?;
+        let (reply, asked) = match &self.auth {
+            Auth::App(apps) => (
+                apps.send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
+                    .await,
+                "GET /app",
+            ),
+            Auth::Token(token) => (
+                token
+                    .send(
+                        Operation::RateLimit,
+                        Method::GET,
+                        "/rate_limit",
+                        None::<&()>,
+                    )
+                    .await,
+                "GET /rate_limit with the token",
+            ),
+        };
+        let reply = reply.map_err(|stop| match ForgeError::from(stop) {
+            ForgeError::Unavailable {
+                message,
+                retry_after,
+            } => ForgeError::Unavailable {
+                message: format!("GitHub at {host}: {message}"),
+                retry_after,
+            },
+            other => other,
+        })?;
         match reply.status.as_u16() {
             200 => Ok(()),
             status => Err(ForgeError::Refused {
                 message: format!(
-                    "GitHub at {host}: GET /app answered {status}: {}",
+                    "GitHub at {host}: {asked} answered {status}: {}",
                     reply.message()
                 ),
             }),
         }
+    }
+
+    /// The write access probe ([`access`]).
+    async fn write_access(&self, repo: &RepoName) -> Result<WriteAccess, ForgeError> {
+        self.probe_write(repo).await
     }
 }

@@ -1,15 +1,16 @@
-//! Reads that check an App's setup, for `rowbranch doctor` (who the App is, what an
-//! installation may do, which workflows a repository has), and for `rowbranch init` the
-//! account type of a repository's owner and the manifest conversion that finishes creating the
-//! App.
+//! Reads that check a setup, for `rowbranch doctor` (who the App is, what an installation may
+//! do, which workflows a repository has and whether one is enabled), and for `rowbranch init`
+//! the account type of a repository's owner and the manifest conversion that finishes creating
+//! the App.
 
 use base64::Engine;
 use http::Method;
 
-use super::client::{encode_path, encode_query, send, Operation, Reply};
+use super::client::{encode_path, encode_query, send, Apps, Auth, Operation, Reply};
 use super::transport;
 use super::wire::{
     Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp, Permissions,
+    Workflow,
 };
 use super::GithubForge;
 use crate::forge::ForgeError;
@@ -24,11 +25,21 @@ fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
     })
 }
 
+/// The App, for the calls only an App makes; a refusal with a token.
+fn apps(forge: &GithubForge) -> Result<&Apps, ForgeError> {
+    match &forge.auth {
+        Auth::App(apps) => Ok(apps),
+        Auth::Token(_) => Err(ForgeError::Refused {
+            message: "rowbranch authenticates with a token ([github] token_env): there is no App"
+                .into(),
+        }),
+    }
+}
+
 /// `GET /app` with the App's JWT.
 /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
 pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
-    let reply = forge
-        .apps
+    let reply = apps(forge)?
         .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
         .await
         .map_err(ForgeError::from)?;
@@ -44,8 +55,7 @@ pub async fn installation_permissions(
     repo: &RepoName,
 ) -> Result<Permissions, ForgeError> {
     let path = format!("/repos/{repo}/installation");
-    let reply = forge
-        .apps
+    let reply = apps(forge)?
         .send_app(Operation::GetInstallation, Method::GET, &path, None::<&()>)
         .await
         .map_err(ForgeError::from)?;
@@ -68,7 +78,7 @@ pub async fn workflows(
     branch: &RefName,
 ) -> Result<Vec<(String, String)>, ForgeError> {
     let installation = forge
-        .apps
+        .auth
         .installation(repo)
         .await
         .map_err(ForgeError::from)?;
@@ -109,6 +119,52 @@ pub async fn workflows(
         files.push((entry.path, String::from_utf8_lossy(&bytes).into_owned()));
     }
     Ok(files)
+}
+
+/// A workflow as `GET /repos/{o}/{r}/actions/workflows/{file}` finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkflowState {
+    /// GitHub knows the workflow: its `state` (`active`, `disabled_inactivity`,
+    /// `disabled_manually`, `disabled_fork`, `deleted`, or one added since) and its page.
+    Found { state: String, html_url: String },
+    /// GitHub knows no workflow by that file name.
+    Missing,
+    /// The credentials may not read it: what GitHub says the request needs (`actions=read`).
+    NotPermitted { needs: String },
+}
+
+/// The workflow `.github/workflows/{file}` of `repo`, and whether GitHub runs it: a scheduled
+/// workflow of a public repository is disabled after 60 days without activity, and then runs
+/// neither on its schedule nor on anything else. Needs Actions: read.
+/// (https://docs.github.com/rest/actions/workflows#get-a-workflow)
+pub async fn workflow_state(
+    forge: &GithubForge,
+    repo: &RepoName,
+    file: &str,
+) -> Result<WorkflowState, ForgeError> {
+    let installation = forge
+        .auth
+        .installation(repo)
+        .await
+        .map_err(ForgeError::from)?;
+    let path = format!("/repos/{repo}/actions/workflows/{}", encode_path(file));
+    let reply = installation
+        .send(Operation::GetWorkflow, Method::GET, &path, None::<&()>)
+        .await
+        .map_err(ForgeError::from)?;
+    if reply.status.as_u16() == 404 {
+        return Ok(WorkflowState::Missing);
+    }
+    if let Some(needs) = reply.missing_permission() {
+        return Ok(WorkflowState::NotPermitted { needs });
+    }
+    let found: Workflow = expect_ok(reply, &format!("GET {path}"))?
+        .json()
+        .map_err(ForgeError::from)?;
+    Ok(WorkflowState::Found {
+        state: found.state,
+        html_url: found.html_url,
+    })
 }
 
 /// A client without credentials, for the two calls `init` makes before the App exists.

@@ -96,6 +96,14 @@ pub struct WorkflowRun {
     pub html_url: String,
 }
 
+/// `GET /repos/{o}/{r}/actions/workflows/{id}`: whether GitHub runs it.
+#[derive(Deserialize)]
+pub struct Workflow {
+    pub state: String,
+    #[serde(default)]
+    pub html_url: String,
+}
+
 /// `GET /repos/{o}/{r}/installation`.
 #[derive(Deserialize)]
 pub struct InstallationFound {

@@ -36,6 +36,10 @@ pub enum Op {
     GetContents,
     /// `GET /repos/{o}/{r}/actions/runs`.
     ListRuns,
+    /// `GET /repos/{o}/{r}/actions/workflows/{workflow_id}`.
+    GetWorkflow,
+    /// `GET /rate_limit` (any credential, or none; not counted against the limit).
+    RateLimit,
     /// `POST /app-manifests/{code}/conversions` (no authentication).
     ManifestConversion,
     /// `GET /users/{username}` (no authentication needed).
@@ -44,7 +48,7 @@ pub enum Op {
 
 impl Op {
     /// Every operation the fake knows.
-    pub const ALL: [Op; 14] = [
+    pub const ALL: [Op; 16] = [
         Op::GetApp,
         Op::GetInstallation,
         Op::MintToken,
@@ -58,6 +62,8 @@ impl Op {
         Op::Compare,
         Op::GetContents,
         Op::ListRuns,
+        Op::GetWorkflow,
+        Op::RateLimit,
         Op::ManifestConversion,
     ];
 
@@ -76,14 +82,15 @@ impl Op {
             | Op::GetInstallation
             | Op::MintToken
             | Op::ManifestConversion
-            | Op::GetUser => None,
+            | Op::GetUser
+            | Op::RateLimit => None,
             Op::GetRepo => Some(("metadata", "read")),
             Op::GetRef | Op::MatchingRefs | Op::Compare | Op::GetContents => {
                 Some(("contents", "read"))
             }
             Op::CreateRef | Op::DeleteRef | Op::Dispatch => Some(("contents", "write")),
             Op::ListPulls => Some(("pull_requests", "read")),
-            Op::ListRuns => Some(("actions", "read")),
+            Op::ListRuns | Op::GetWorkflow => Some(("actions", "read")),
         }
     }
 
@@ -110,6 +117,10 @@ impl Op {
             Op::GetContents => "https://docs.github.com/rest/repos/contents#get-repository-content",
             Op::ListRuns => {
                 "https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository"
+            }
+            Op::GetWorkflow => "https://docs.github.com/rest/actions/workflows#get-a-workflow",
+            Op::RateLimit => {
+                "https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user"
             }
             Op::ManifestConversion => {
                 "https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest"

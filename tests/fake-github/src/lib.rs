@@ -3,8 +3,9 @@
 //!
 //! `FakeGithub::start().await` runs a real HTTP server on `127.0.0.1:0` in the current tokio
 //! runtime; `url()` is the client's `api_url`. It checks App JWTs with the test-only key,
-//! mints installation tokens, keeps repositories (commit graph, refs, files, pull requests)
-//! and answers as GitHub documents, quirks included. Anything it does not know is answered
+//! mints installation tokens, accepts plain tokens a test registers (`add_token`: a workflow's
+//! `GITHUB_TOKEN`, a fine-grained personal access token), keeps repositories (commit graph,
+//! refs, files, pull requests, workflows) and answers as GitHub documents, quirks included. Anything it does not know is answered
 //! 501 and recorded: call `assert_no_unexpected()` at the end of a test. Faults are injected
 //! per operation with `inject`. The fake's own tests (`tests/api.rs`) hold it to GitHub's
 //! documented behaviour.
@@ -28,8 +29,8 @@ pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM}
 pub use faults::{Fault, Op};
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
-    Account, Auth, Commit, DispatchRecord, InFlight, Installation, Pull, PullState, Repo,
-    RequestRecord, State, Token, WorkflowRun,
+    Account, Auth, Commit, DispatchRecord, InFlight, Installation, PlainToken, Pull, PullState,
+    Repo, RequestRecord, State, Token, WorkflowRun,
 };
 
 use conn::{ConnKill, KillableListener};
@@ -295,6 +296,37 @@ impl FakeGithub {
         })
     }
 
+    /// Registers a plain token that reaches `repo` with `permissions`, e.g. `&[("contents",
+    /// "write"), ("pull_requests", "read"), ("actions", "read")]` (`metadata: read` is always
+    /// added): a workflow's `GITHUB_TOKEN` as its `permissions:` key grants, or a fine-grained
+    /// personal access token (one starting `github_pat_` is refused as GitHub refuses those:
+    /// "…by personal access token"). It does not expire; it has a rate-limit bucket of its own
+    /// (`set_rate_limit`). Registering it again adds `repo` and replaces its permissions.
+    pub fn add_token(&self, token: &str, repo: &str, permissions: &[(&str, &str)]) {
+        self.shared.with(|s| {
+            let key = s.repo_or_panic(repo).full_name().to_ascii_lowercase();
+            let next = s.plain_tokens.len() as u64 + 1;
+            let entry = s
+                .plain_tokens
+                .entry(token.to_owned())
+                .or_insert_with(|| PlainToken {
+                    id: next,
+                    token: token.to_owned(),
+                    repositories: BTreeSet::new(),
+                    permissions: BTreeMap::new(),
+                });
+            entry.repositories.insert(key);
+            entry.permissions = permissions
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect();
+            entry
+                .permissions
+                .entry("metadata".to_owned())
+                .or_insert_with(|| "read".to_owned());
+        });
+    }
+
     // ----- commits and branches -----
 
     /// The sha a branch points at.
@@ -548,6 +580,20 @@ impl FakeGithub {
         })
     }
 
+    /// Sets the `state` GitHub gives the workflow `file` (`rowbranch-drain.yml`):
+    /// `disabled_inactivity` (a public repository's scheduled workflow after 60 days without
+    /// activity), `disabled_manually`, `disabled_fork`, `deleted`, or `active` (the default).
+    pub fn set_workflow_state(&self, repo: &str, file: &str, state: &str) {
+        self.shared.with(|s| {
+            let r = s.repo_or_panic(repo);
+            if state == "active" {
+                r.workflow_states.remove(file);
+            } else {
+                r.workflow_states.insert(file.to_owned(), state.to_owned());
+            }
+        });
+    }
+
     /// The repository's workflow runs, oldest first.
     pub fn workflow_runs(&self, repo: &str) -> Vec<WorkflowRun> {
         self.shared.with(|s| s.repo_or_panic(repo).runs.clone())
@@ -657,8 +703,9 @@ impl FakeGithub {
             .with(|s| s.log.iter().filter(|r| r.status.is_some()).count())
     }
 
-    /// Requests an hour allowed per installation (and for the App); default 5,000. When a
-    /// bucket runs out, requests get GitHub's 403 primary-rate-limit answer until the reset.
+    /// Requests an hour allowed per installation, per plain token (a `GITHUB_TOKEN` has 1,000)
+    /// and for the App; default 5,000. When a bucket runs out, requests get GitHub's 403
+    /// primary-rate-limit answer until the reset.
     pub fn set_rate_limit(&self, per_hour: u64) {
         self.shared.with(|s| s.rate_limit = per_hour);
     }

@@ -16,8 +16,8 @@ use crate::faults::{primary_message, secondary_reply, status_reply, Fault, Op, R
 use crate::reply::Reply;
 use crate::shapes;
 use crate::state::{
-    level, random_token, repo_key, Auth, DispatchRecord, PullState, RateKey, RateSnapshot,
-    RequestRecord, Shared, State, Token,
+    level, random_token, repo_key, Auth, DispatchRecord, PlainToken, PullState, RateKey,
+    RateSnapshot, RequestRecord, Shared, State, Token,
 };
 
 /// Which repository a path names.
@@ -42,11 +42,14 @@ pub(crate) enum RepoRoute {
     Compare(String),
     Contents(String),
     ListRuns,
+    /// `actions/workflows/{workflow_id}`: the workflow's file name.
+    Workflow(String),
 }
 
 #[derive(Clone, Debug)]
 pub(crate) enum Route {
     GetApp,
+    RateLimit,
     GetUser(String),
     ManifestConversion(String),
     MintToken(String),
@@ -57,6 +60,7 @@ impl Route {
     fn op(&self) -> Op {
         match self {
             Route::GetApp => Op::GetApp,
+            Route::RateLimit => Op::RateLimit,
             Route::GetUser(_) => Op::GetUser,
             Route::ManifestConversion(_) => Op::ManifestConversion,
             Route::MintToken(_) => Op::MintToken,
@@ -72,6 +76,7 @@ impl Route {
                 RepoRoute::Compare(_) => Op::Compare,
                 RepoRoute::Contents(_) => Op::GetContents,
                 RepoRoute::ListRuns => Op::ListRuns,
+                RepoRoute::Workflow(_) => Op::GetWorkflow,
             },
         }
     }
@@ -142,6 +147,9 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
     if p == "app" {
         return (method == Method::GET).then_some(Route::GetApp);
     }
+    if p == "rate_limit" {
+        return (method == Method::GET).then_some(Route::RateLimit);
+    }
     if let Some(login) = p.strip_prefix("users/") {
         let ok = method == Method::GET && !login.is_empty() && !login.contains('/');
         return ok.then(|| Route::GetUser(percent_decode(login, false)));
@@ -196,6 +204,8 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
                 RepoRoute::Compare(tail(rest, "compare/")?)
             } else if get && rest == "actions/runs" {
                 RepoRoute::ListRuns
+            } else if get && rest.starts_with("actions/workflows/") {
+                RepoRoute::Workflow(tail(rest, "actions/workflows/")?)
             } else if get && rest == "contents" {
                 RepoRoute::Contents(String::new())
             } else if get && rest.starts_with("contents/") {
@@ -214,6 +224,7 @@ pub(crate) enum Credential {
     None,
     Jwt,
     Token(Token),
+    Plain(PlainToken),
 }
 
 /// The request body as the endpoint sees it.
@@ -225,6 +236,8 @@ pub(crate) enum BodyParse {
 
 struct Ctx<'a> {
     cred: &'a Credential,
+    /// The bucket the request counts in (`GET /rate_limit` reports it).
+    rate_key: RateKey,
     body: &'a BodyParse,
     query: Option<&'a str>,
     now: SystemTime,
@@ -306,7 +319,11 @@ fn authenticate(
         .ok_or_else(bad)?;
     shared.with(|s| match s.tokens.get(token) {
         Some(t) if t.expires_at > now => Ok(Credential::Token(t.clone())),
-        _ => Err(bad()),
+        Some(_) => Err(bad()),
+        None => match s.plain_tokens.get(token) {
+            Some(t) => Ok(Credential::Plain(t.clone())),
+            None => Err(bad()),
+        },
     })
 }
 
@@ -344,6 +361,8 @@ fn common_headers(reply: &mut Reply) {
 fn who(key: RateKey) -> String {
     match key {
         RateKey::Installation(id) => format!("installation ID {id}"),
+        // A workflow's GITHUB_TOKEN is an installation token.
+        RateKey::Plain(id) => format!("installation ID {id}"),
         RateKey::App => "app".to_owned(),
         RateKey::Anonymous => "your IP address".to_owned(),
     }
@@ -469,7 +488,10 @@ async fn process(
     };
     let op = route.op();
     let auth = authenticate(&shared, op, &headers, arrived);
-    let _open = Open::enter(&shared, matches!(auth, Ok(Credential::Token(_))));
+    let _open = Open::enter(
+        &shared,
+        matches!(auth, Ok(Credential::Token(_) | Credential::Plain(_))),
+    );
     let standing = shared.with(|s| s.standing_delays.get(&op).copied());
     if let Some(delay) = standing {
         tokio::time::sleep(delay).await;
@@ -484,6 +506,11 @@ async fn process(
                 installation_id: t.installation_id,
             },
         ),
+        Ok(Credential::Plain(t)) => (
+            Credential::Plain(t.clone()),
+            RateKey::Plain(t.id),
+            Auth::Plain { token_id: t.id },
+        ),
         Err(r) => (
             Credential::None,
             RateKey::Anonymous,
@@ -491,7 +518,12 @@ async fn process(
         ),
     };
     let (snap, exhausted, fault) = shared.with(|s| {
-        let (snap, exhausted) = s.take_rate(rate_key, epoch_secs(arrived));
+        // "Accessing this endpoint does not count against your REST API rate limit."
+        let (snap, exhausted) = if op == Op::RateLimit {
+            (s.peek_rate(rate_key, epoch_secs(arrived)), false)
+        } else {
+            s.take_rate(rate_key, epoch_secs(arrived))
+        };
         let fault = if auth.is_ok() && !exhausted {
             s.take_fault(op)
         } else {
@@ -539,6 +571,7 @@ async fn process(
                 let applied = shared.with(|s| {
                     let ctx = Ctx {
                         cred: &cred,
+                        rate_key,
                         body: &body,
                         query: query.as_deref(),
                         now: SystemTime::now(),
@@ -654,24 +687,46 @@ fn access(s: &State, sel: &RepoSel, cred: &Credential, op: Op) -> Result<String,
             if !installed || !in_narrowing {
                 return Err(not_found(op));
             }
-            if let Some((perm, wanted)) = op.permission() {
-                let have = t.permissions.get(perm).map_or(0, |v| level(v));
-                if have < level(wanted) {
-                    return Err(Reply::error(
-                        403,
-                        "Resource not accessible by integration",
-                        op.doc_url(),
-                    )
-                    .with_header("x-accepted-github-permissions", format!("{perm}={wanted}")));
-                }
+            permitted(op, &t.permissions, "Resource not accessible by integration")?;
+        }
+        Credential::Plain(t) => {
+            if !t.repositories.contains(&key) {
+                return Err(not_found(op));
             }
+            permitted(op, &t.permissions, t.not_accessible())?;
         }
     }
     Ok(key)
 }
 
+/// GitHub's 403 for a token without the operation's permission: its message, and in
+/// `X-Accepted-GitHub-Permissions` what the endpoint needs
+/// (https://docs.github.com/rest/using-the-rest-api/troubleshooting-the-rest-api#resource-not-accessible).
+fn permitted(
+    op: Op,
+    permissions: &std::collections::BTreeMap<String, String>,
+    message: &str,
+) -> Result<(), Reply> {
+    let Some((perm, wanted)) = op.permission() else {
+        return Ok(());
+    };
+    let have = permissions.get(perm).map_or(0, |v| level(v));
+    if have < level(wanted) {
+        return Err(Reply::error(403, message, op.doc_url())
+            .with_header("x-accepted-github-permissions", format!("{perm}={wanted}")));
+    }
+    Ok(())
+}
+
 fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
     match route {
+        Route::RateLimit => {
+            let snap = s.peek_rate(ctx.rate_key, epoch_secs(ctx.now));
+            Reply::json(
+                200,
+                shapes::rate_limit(snap.limit, snap.remaining, snap.reset),
+            )
+        }
         Route::GetApp => Reply::json(
             200,
             shapes::app(
@@ -750,6 +805,7 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
                 RepoRoute::Compare(spec) => compare(s, &key, spec),
                 RepoRoute::Contents(path) => contents(s, &key, path, ctx),
                 RepoRoute::ListRuns => list_runs(s, &key, ctx),
+                RepoRoute::Workflow(id) => workflow(s, &key, id),
             }
         }
     }
@@ -1197,6 +1253,38 @@ fn list_runs(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
         reply.set_header("link", links.join(", "));
     }
     reply
+}
+
+/// `GET /repos/{o}/{r}/actions/workflows/{workflow_id}`, by file name: a workflow is one whose
+/// file is under `.github/workflows/` on the default branch; its `state` is `active` unless a
+/// test set another (`set_workflow_state`). Its `name` is the file's top-level `name:`, else
+/// its path, as GitHub names it.
+fn workflow(s: &State, key: &str, id: &str) -> Reply {
+    let op = Op::GetWorkflow;
+    let repo = &s.repos[key];
+    let path = format!(".github/workflows/{id}");
+    let file = repo
+        .branch_sha(&repo.default_branch)
+        .and_then(|sha| repo.files_at(sha))
+        .and_then(|files| files.get(&path));
+    let Some(bytes) = file else {
+        return not_found(op);
+    };
+    let text = String::from_utf8_lossy(bytes);
+    let name = text
+        .lines()
+        .find_map(|line| line.strip_prefix("name:"))
+        .map(|name| name.trim().trim_matches(['"', '\'']).to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| path.clone());
+    let state = repo
+        .workflow_states
+        .get(id)
+        .map_or("active", String::as_str);
+    Reply::json(
+        200,
+        shapes::workflow(&s.base_url, repo, &path, &name, state),
+    )
 }
 
 /// Resolves one side of a compare (`branch`, `sha`, or `owner:branch`).

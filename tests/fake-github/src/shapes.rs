@@ -402,6 +402,39 @@ pub(crate) fn workflow_run(
     merge(first, more)
 }
 
+/// A workflow (`workflow`), as `GET /repos/{o}/{r}/actions/workflows/{id}` gives it: `path` is
+/// its file (`.github/workflows/x.yml`), `state` whether GitHub runs it.
+pub(crate) fn workflow(base: &str, repo: &Repo, path: &str, name: &str, state: &str) -> Value {
+    let api = repo_api(base, repo);
+    let html = repo_html(repo);
+    let id = stable_id(path);
+    json!({
+        "id": id,
+        "node_id": node_id("W", &id.to_string()),
+        "name": name,
+        "path": path,
+        "state": state,
+        "created_at": rfc3339(repo.created_at),
+        "updated_at": rfc3339(repo.created_at),
+        "url": format!("{api}/actions/workflows/{id}"),
+        "html_url": format!("{html}/blob/{}/{path}", repo.default_branch),
+        "badge_url": format!("{html}/workflows/{}/badge.svg", name.replace(' ', "%20")),
+    })
+}
+
+/// `GET /rate_limit`'s answer for one bucket: under `resources.core`, and (deprecated, but
+/// still sent by the 2022-11-28 version) as `rate`.
+pub(crate) fn rate_limit(limit: u64, remaining: u64, reset: i64) -> Value {
+    let core = json!({
+        "limit": limit,
+        "used": limit - remaining.min(limit),
+        "remaining": remaining,
+        "reset": reset,
+        "resource": "core",
+    });
+    json!({"resources": {"core": core}, "rate": core})
+}
+
 pub(crate) fn permissions_json(perms: &BTreeMap<String, String>) -> Value {
     Value::Object(
         perms

@@ -1,5 +1,6 @@
-//! The fake's world: repositories with a commit graph, refs, files and pull requests; the
-//! App, its installations and tokens; rate-limit buckets; the logs.
+//! The fake's world: repositories with a commit graph, refs, files, pull requests and
+//! workflows; the App, its installations and tokens; the plain tokens a test registers;
+//! rate-limit buckets; the logs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, SystemTime};
@@ -138,6 +139,8 @@ pub struct Repo {
     pub dispatches: Vec<DispatchRecord>,
     /// Workflow runs, oldest first.
     pub runs: Vec<WorkflowRun>,
+    /// The `state` of each workflow (by file name, `rowbranch-drain.yml`) that is not `active`.
+    pub workflow_states: BTreeMap<String, String>,
     pub next_number: u64,
     pub created_at: SystemTime,
 }
@@ -278,6 +281,33 @@ pub struct Token {
     pub minted_at: SystemTime,
 }
 
+/// A token a test registered (`add_token`), used as given: a workflow's `GITHUB_TOKEN` (an
+/// installation token of GitHub's own Actions App, for the workflow's repository) or a
+/// fine-grained personal access token (`github_pat_…`). It reaches its repositories with its
+/// permissions, and has a rate-limit bucket of its own.
+#[derive(Clone, Debug)]
+pub struct PlainToken {
+    /// Its number in the fake: its bucket and the request log name it by this.
+    pub id: u64,
+    pub token: String,
+    /// The repositories (repo keys) it reaches.
+    pub repositories: BTreeSet<String>,
+    /// Permission name → `read` / `write`; `metadata: read` always.
+    pub permissions: BTreeMap<String, String>,
+}
+
+impl PlainToken {
+    /// What GitHub says when the token lacks an endpoint's permission: a fine-grained personal
+    /// access token is not an integration.
+    pub(crate) fn not_accessible(&self) -> &'static str {
+        if self.token.starts_with("github_pat_") {
+            "Resource not accessible by personal access token"
+        } else {
+            "Resource not accessible by integration"
+        }
+    }
+}
+
 /// How a request authenticated, as recorded in the log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Auth {
@@ -289,6 +319,8 @@ pub enum Auth {
     Jwt,
     /// A valid installation token.
     Token { installation_id: u64 },
+    /// A plain token a test registered, by its [`PlainToken::id`].
+    Plain { token_id: u64 },
     /// Refused with 401; the message GitHub would give.
     Rejected(String),
 }
@@ -348,6 +380,9 @@ pub(crate) enum RateKey {
     Anonymous,
     App,
     Installation(u64),
+    /// A plain token, by its id: GitHub counts a `GITHUB_TOKEN`'s requests per repository,
+    /// and one reaches one repository.
+    Plain(u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -378,9 +413,11 @@ pub struct State {
     pub repos: BTreeMap<String, Repo>,
     pub installations: BTreeMap<u64, Installation>,
     pub tokens: HashMap<String, Token>,
+    /// The plain tokens, by their text.
+    pub plain_tokens: HashMap<String, PlainToken>,
     pub token_ttl: Duration,
     pub token_mints: usize,
-    /// Requests an hour for installations and the App.
+    /// Requests an hour for installations, plain tokens and the App.
     pub rate_limit: u64,
     pub(crate) buckets: HashMap<RateKey, Bucket>,
     pub(crate) faults: Vec<FaultEntry>,
@@ -435,6 +472,7 @@ impl State {
             repos: BTreeMap::new(),
             installations: BTreeMap::new(),
             tokens: HashMap::new(),
+            plain_tokens: HashMap::new(),
             token_ttl: Duration::from_secs(3600),
             token_mints: 0,
             rate_limit: 5000,
@@ -524,6 +562,7 @@ impl State {
             pulls: Vec::new(),
             dispatches: Vec::new(),
             runs: Vec::new(),
+            workflow_states: BTreeMap::new(),
             next_number: 1,
             created_at: SystemTime::now(),
         };
@@ -553,9 +592,18 @@ impl State {
         Some(fault)
     }
 
-    /// Counts one request against a bucket. Returns the headers' numbers and whether the
-    /// bucket was already empty (then GitHub refuses the request).
-    pub(crate) fn take_rate(&mut self, key: RateKey, now: i64) -> (RateSnapshot, bool) {
+    /// The bucket's numbers without counting a request: what `GET /rate_limit` says.
+    pub(crate) fn peek_rate(&mut self, key: RateKey, now: i64) -> RateSnapshot {
+        let bucket = self.bucket(key, now);
+        RateSnapshot {
+            limit: bucket.limit,
+            remaining: bucket.remaining,
+            reset: bucket.reset,
+        }
+    }
+
+    /// The bucket of `key`, full again once its hour is over (or its limit changed).
+    fn bucket(&mut self, key: RateKey, now: i64) -> &mut Bucket {
         let limit = match key {
             RateKey::Anonymous => 60,
             _ => self.rate_limit,
@@ -572,6 +620,13 @@ impl State {
                 reset: now + 3600,
             };
         }
+        bucket
+    }
+
+    /// Counts one request against a bucket. Returns the headers' numbers and whether the
+    /// bucket was already empty (then GitHub refuses the request).
+    pub(crate) fn take_rate(&mut self, key: RateKey, now: i64) -> (RateSnapshot, bool) {
+        let bucket = self.bucket(key, now);
         let exhausted = bucket.remaining == 0;
         bucket.remaining = bucket.remaining.saturating_sub(1);
         (

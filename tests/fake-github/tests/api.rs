@@ -11,6 +11,9 @@ use fake_github::{
 use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
+mod common;
+use common::Answer;
+
 /// A second RSA key, generated for this test only and trusted by nothing: JWTs signed with
 /// it must be refused.
 const OTHER_TEST_ONLY_KEY_PEM: &str = "\
@@ -45,27 +48,6 @@ M8G7Nn7q1E7RDjQ29J7kZa98gQHfP+suuKFBsoXDMxYII8DJUe0cTw==\n\
 const REPO: &str = "acme/widgets";
 const OTHER_REPO: &str = "acme/gadgets";
 const INSTALLATION: u64 = 77;
-
-struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
-}
-
-impl Answer {
-    fn message(&self) -> &str {
-        self.body["message"].as_str().unwrap_or("")
-    }
-
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-
-    /// The body, which must be a JSON array.
-    fn list(&self) -> &Vec<Value> {
-        self.body.as_array().expect("array")
-    }
-}
 
 /// A client of the fake that sends the same credentials (or none) with each request.
 #[derive(Clone)]

@@ -1,0 +1,151 @@
+//! `rowbranch doctor` for the optional kick, with a token: when a queue route's table has the
+//! trigger `rowbranch_kick_{queue}` (which `supabase-kick.sql` makes, to ask GitHub to run the
+//! drain workflow as rows arrive), that it is enabled and that Supabase Vault holds its token,
+//! the secret `rowbranch_kick_token` — found by name in `vault.secrets`, whose value stays
+//! encrypted: doctor never reads the decrypted one. Without a kick, rows wait for the drain's
+//! schedule, which is a setup too.
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::Client;
+
+use super::Check;
+use crate::config::{Config, Intake};
+use crate::db::{describe, quote_ident, Database};
+use crate::templates::actions::{KICK_SECRET, KICK_TRIGGER_PREFIX};
+
+/// The kick trigger's name for `queue`.
+fn trigger_name(queue: &str) -> String {
+    format!("{KICK_TRIGGER_PREFIX}{queue}")
+}
+
+pub(super) async fn checks(config: &Config, out: &mut Vec<Check>) {
+    // Without a database, the queue's checks have said what is wrong.
+    let Some(url) = &config.database_url else {
+        return;
+    };
+    let Ok(database) = Database::connect(url.expose()).await else {
+        return;
+    };
+    let client = database.client();
+    let trigger = trigger_name(config.pgmq.queue.as_str());
+    let mut kicked = false;
+    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+        let table = format!(
+            "{}.{}",
+            quote_ident(&route.schema),
+            quote_ident(&route.table)
+        );
+        let found = client
+            .query_typed(
+                "select t.tgenabled::text \
+                 from pg_catalog.pg_trigger as t \
+                 join pg_catalog.pg_class as c on c.oid = t.tgrelid \
+                 join pg_catalog.pg_namespace as n on n.oid = c.relnamespace \
+                 where n.nspname = $1::text and c.relname = $2::text and t.tgname = $3::text \
+                   and not t.tgisinternal",
+                &[
+                    (&route.schema, Type::TEXT),
+                    (&route.table, Type::TEXT),
+                    (&trigger, Type::TEXT),
+                ],
+            )
+            .await;
+        match found {
+            Ok(rows) => match rows.first().map(|row| row.get::<_, String>(0)) {
+                None => {}
+                Some(enabled) if matches!(enabled.as_str(), "O" | "A") => {
+                    kicked = true;
+                    out.push(Check::pass(format!(
+                        "{table}: trigger {trigger} asks GitHub to run the drain as rows arrive"
+                    )));
+                }
+                Some(_) => {
+                    kicked = true;
+                    out.push(Check::fail(
+                        format!(
+                            "{table}: trigger {trigger} is disabled: rows wait for the drain's \
+                             schedule"
+                        ),
+                        format!(
+                            "alter table {table} enable trigger {}; or run supabase-kick.sql \
+                             again",
+                            quote_ident(&trigger)
+                        ),
+                    ));
+                }
+            },
+            Err(e) => out.push(Check::fail(
+                format!("{table}: its triggers cannot be read: {}", describe(&e)),
+                "give DATABASE_URL's role access to the catalog (every role has it by default)",
+            )),
+        }
+    }
+    if !kicked {
+        out.push(Check::pass(format!(
+            "no kick (no trigger {trigger}): rows wait for the drain workflow's schedule \
+             (`rowbranch init --host actions --kick` writes one)"
+        )));
+        return;
+    }
+    out.push(vault_secret(client).await);
+}
+
+/// Whether Vault holds the kick's secret, asked by name.
+async fn vault_secret(client: &Client) -> Check {
+    let vault = client
+        .query_typed(
+            "select pg_catalog.to_regclass('vault.secrets') is not null",
+            &[],
+        )
+        .await
+        .ok()
+        .and_then(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
+    if vault != Some(true) {
+        return Check::advise(
+            format!(
+                "this database has no vault.secrets, so the kick's secret {KICK_SECRET} cannot \
+                 be checked"
+            ),
+            "the kick reads its token from Supabase Vault: on Supabase, Vault is there \
+             (Integrations → Vault); then run supabase-kick.sql, which says how to store the \
+             token",
+        );
+    }
+    let found = client
+        .query_typed(
+            "select exists (select 1 from vault.secrets where name = $1::text)",
+            &[(&KICK_SECRET, Type::TEXT)],
+        )
+        .await;
+    match found {
+        Ok(rows) if rows.first().is_some_and(|row| row.get::<_, bool>(0)) => Check::pass(format!(
+            "Vault holds the kick's token (secret {KICK_SECRET}; its value not read)"
+        )),
+        Ok(_) => Check::fail(
+            format!(
+                "Vault has no secret {KICK_SECRET}: the kick's trigger cannot ask GitHub to run \
+                 the drain"
+            ),
+            format!(
+                "store a fine-grained token that may only write Actions on the repository: in \
+                 the SQL editor, select vault.create_secret('TOKEN', '{KICK_SECRET}'); (as \
+                 supabase-kick.sql says)"
+            ),
+        ),
+        Err(e) if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) => Check::advise(
+            format!(
+                "DATABASE_URL's role may not read vault.secrets, so the kick's secret \
+                 {KICK_SECRET} cannot be checked"
+            ),
+            format!(
+                "check it in the SQL editor: select name from vault.secrets where name = \
+                 '{KICK_SECRET}';"
+            ),
+        ),
+        Err(e) => Check::fail(
+            format!("vault.secrets cannot be read: {}", describe(&e)),
+            "see the message",
+        ),
+    }
+}
