@@ -27,7 +27,7 @@ fuzz_target!(|body: &[u8]| {
     if let Ok(Planned::Run(plan)) = routes().plan(event) {
         assert!(plan.branch.as_str().starts_with("feedback/"));
         let base = rowbranch::forge::Base {
-            branch: "main".into(),
+            branch: rowbranch::identity::RefName::parse("main").unwrap(),
             sha: rowbranch::forge::Sha::new("0".repeat(40)),
         };
         // Rendering may refuse (a payload too large), never panic.

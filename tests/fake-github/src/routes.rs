@@ -135,6 +135,61 @@ fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// `per_page` (30 unless given, at most 100) and `page` (from 1), as GitHub's list endpoints
+/// read them, and the `Link` header they answer with.
+struct Paging {
+    per_page: usize,
+    page: usize,
+}
+
+impl Paging {
+    fn from_params(params: &[(String, String)]) -> Paging {
+        let per_page = match param(params, "per_page").and_then(|v| v.parse::<usize>().ok()) {
+            None | Some(0) => 30,
+            Some(n) => n.min(100),
+        };
+        let page = param(params, "page")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        Paging { per_page, page }
+    }
+
+    fn skip(&self) -> usize {
+        (self.page - 1).saturating_mul(self.per_page)
+    }
+
+    /// Sets `Link` (prev, next, last, first, as they apply) on a page of `total` items: each
+    /// link is `url` with the request's query, its `page=` replaced.
+    fn link(&self, reply: &mut Reply, url: &str, query: Option<&str>, total: usize) {
+        let (page, last) = (self.page, total.div_ceil(self.per_page).max(1));
+        let link_to = |n: usize| {
+            let mut parts: Vec<String> = query
+                .unwrap_or("")
+                .split('&')
+                .filter(|p| !p.is_empty() && !p.starts_with("page="))
+                .map(str::to_owned)
+                .collect();
+            parts.push(format!("page={n}"));
+            format!("<{url}?{}>", parts.join("&"))
+        };
+        let mut links = Vec::new();
+        if page > 1 {
+            links.push(format!("{}; rel=\"prev\"", link_to((page - 1).min(last))));
+        }
+        if page < last {
+            links.push(format!("{}; rel=\"next\"", link_to(page + 1)));
+            links.push(format!("{}; rel=\"last\"", link_to(last)));
+        }
+        if page > 1 {
+            links.push(format!("{}; rel=\"first\"", link_to(1)));
+        }
+        if !links.is_empty() {
+            reply.set_header("link", links.join(", "));
+        }
+    }
+}
+
 /// The decoded, non-empty rest of `path` after `prefix`.
 fn tail(path: &str, prefix: &str) -> Option<String> {
     path.strip_prefix(prefix)
@@ -1102,14 +1157,7 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let repo = &s.repos[key];
     let params = query_pairs(ctx.query);
     let state = param(&params, "state").unwrap_or("open");
-    let per_page = match param(&params, "per_page").and_then(|v| v.parse::<usize>().ok()) {
-        None | Some(0) => 30,
-        Some(n) => n.min(100),
-    };
-    let page = param(&params, "page")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
+    let paging = Paging::from_params(&params);
     // GitHub's quirk: `head` without the `OWNER:` part filters nothing.
     let head = param(&params, "head").and_then(|h| h.split_once(':'));
     let base = param(&params, "base");
@@ -1145,44 +1193,19 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
         pulls.reverse();
     }
     let total = pulls.len();
-    let last = total.div_ceil(per_page).max(1);
     let items: Vec<Value> = pulls
         .iter()
-        .skip((page - 1).saturating_mul(per_page))
-        .take(per_page)
+        .skip(paging.skip())
+        .take(paging.per_page)
         .map(|p| shapes::pull(&s.base_url, repo, s.account_kind(&repo.owner), p))
         .collect();
     let mut reply = Reply::json(200, Value::Array(items));
-    let link_to = |n: usize| {
-        let mut parts: Vec<&str> = ctx
-            .query
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty() && !p.starts_with("page="))
-            .collect();
-        let page_part = format!("page={n}");
-        parts.push(&page_part);
-        format!(
-            "<{}/repositories/{}/pulls?{}>",
-            s.base_url,
-            repo.id,
-            parts.join("&")
-        )
-    };
-    let mut links = Vec::new();
-    if page > 1 {
-        links.push(format!("{}; rel=\"prev\"", link_to((page - 1).min(last))));
-    }
-    if page < last {
-        links.push(format!("{}; rel=\"next\"", link_to(page + 1)));
-        links.push(format!("{}; rel=\"last\"", link_to(last)));
-    }
-    if page > 1 {
-        links.push(format!("{}; rel=\"first\"", link_to(1)));
-    }
-    if !links.is_empty() {
-        reply.set_header("link", links.join(", "));
-    }
+    paging.link(
+        &mut reply,
+        &format!("{}/repositories/{}/pulls", s.base_url, repo.id),
+        ctx.query,
+        total,
+    );
     reply
 }
 
@@ -1193,14 +1216,7 @@ fn list_pulls(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
 fn list_runs(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
     let repo = &s.repos[key];
     let params = query_pairs(ctx.query);
-    let per_page = match param(&params, "per_page").and_then(|v| v.parse::<usize>().ok()) {
-        None | Some(0) => 30,
-        Some(n) => n.min(100),
-    };
-    let page = param(&params, "page")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1)
-        .max(1);
+    let paging = Paging::from_params(&params);
     let event = param(&params, "event");
     let branch = param(&params, "branch");
     let status = param(&params, "status");
@@ -1213,45 +1229,20 @@ fn list_runs(s: &State, key: &str, ctx: &Ctx<'_>) -> Reply {
         .filter(|r| status.is_none_or(|st| r.status == st || r.conclusion.as_deref() == Some(st)))
         .collect();
     let total = runs.len();
-    let last = total.div_ceil(per_page).max(1);
     let owner_kind = s.account_kind(&repo.owner);
     let items: Vec<Value> = runs
         .iter()
-        .skip((page - 1).saturating_mul(per_page))
-        .take(per_page)
+        .skip(paging.skip())
+        .take(paging.per_page)
         .map(|r| shapes::workflow_run(&s.base_url, repo, owner_kind, &s.app_slug, r))
         .collect();
     let mut reply = Reply::json(200, json!({"total_count": total, "workflow_runs": items}));
-    let link_to = |n: usize| {
-        let mut parts: Vec<&str> = ctx
-            .query
-            .unwrap_or("")
-            .split('&')
-            .filter(|p| !p.is_empty() && !p.starts_with("page="))
-            .collect();
-        let page_part = format!("page={n}");
-        parts.push(&page_part);
-        format!(
-            "<{}/repositories/{}/actions/runs?{}>",
-            s.base_url,
-            repo.id,
-            parts.join("&")
-        )
-    };
-    let mut links = Vec::new();
-    if page > 1 {
-        links.push(format!("{}; rel=\"prev\"", link_to((page - 1).min(last))));
-    }
-    if page < last {
-        links.push(format!("{}; rel=\"next\"", link_to(page + 1)));
-        links.push(format!("{}; rel=\"last\"", link_to(last)));
-    }
-    if page > 1 {
-        links.push(format!("{}; rel=\"first\"", link_to(1)));
-    }
-    if !links.is_empty() {
-        reply.set_header("link", links.join(", "));
-    }
+    paging.link(
+        &mut reply,
+        &format!("{}/repositories/{}/actions/runs", s.base_url, repo.id),
+        ctx.query,
+        total,
+    );
     reply
 }
 

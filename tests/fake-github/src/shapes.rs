@@ -122,6 +122,23 @@ pub(crate) fn repo_html(repo: &Repo) -> String {
     format!("https://github.com/{}/{}", repo.owner, repo.name)
 }
 
+/// `minimal-repository`'s first keys: what a workflow run names its repository with, and
+/// where `full-repository` begins.
+fn minimal_repo(base: &str, repo: &Repo, owner_kind: &str) -> Value {
+    json!({
+        "id": repo.id,
+        "node_id": node_id("R", &repo.id.to_string()),
+        "name": repo.name,
+        "full_name": repo.full_name(),
+        "private": true,
+        "owner": user(base, &repo.owner, owner_kind),
+        "html_url": repo_html(repo),
+        "description": null,
+        "fork": false,
+        "url": repo_api(base, repo),
+    })
+}
+
 /// `full-repository`, trimmed to what clients read (no `permissions`: an installation token
 /// does not get them).
 pub(crate) fn repo(base: &str, repo: &Repo, owner_kind: &str) -> Value {
@@ -133,26 +150,19 @@ pub(crate) fn repo(base: &str, repo: &Repo, owner_kind: &str) -> Value {
         .map(|c| c.time)
         .max()
         .unwrap_or(repo.created_at);
-    let first = json!({
-        "id": repo.id,
-        "node_id": node_id("R", &repo.id.to_string()),
-        "name": repo.name,
-        "full_name": repo.full_name(),
-        "private": true,
-        "owner": user(base, &repo.owner, owner_kind),
-        "html_url": html,
-        "description": null,
-        "fork": false,
-        "url": api,
-        "archive_url": format!("{api}/{{archive_format}}{{/ref}}"),
-        "branches_url": format!("{api}/branches{{/branch}}"),
-        "commits_url": format!("{api}/commits{{/sha}}"),
-        "compare_url": format!("{api}/compare/{{base}}...{{head}}"),
-        "contents_url": format!("{api}/contents/{{+path}}"),
-        "git_refs_url": format!("{api}/git/refs{{/sha}}"),
-        "pulls_url": format!("{api}/pulls{{/number}}"),
-        "hooks_url": format!("{api}/hooks"),
-    });
+    let first = merge(
+        minimal_repo(base, repo, owner_kind),
+        json!({
+            "archive_url": format!("{api}/{{archive_format}}{{/ref}}"),
+            "branches_url": format!("{api}/branches{{/branch}}"),
+            "commits_url": format!("{api}/commits{{/sha}}"),
+            "compare_url": format!("{api}/compare/{{base}}...{{head}}"),
+            "contents_url": format!("{api}/contents/{{+path}}"),
+            "git_refs_url": format!("{api}/git/refs{{/sha}}"),
+            "pulls_url": format!("{api}/pulls{{/number}}"),
+            "hooks_url": format!("{api}/hooks"),
+        }),
+    );
     let open = repo
         .pulls
         .iter()
@@ -336,18 +346,7 @@ pub(crate) fn workflow_run(
     let check_suite_id = id + 1_000_000_000;
     // A dispatch the App sent: its bot is the actor.
     let actor = user(base, &format!("{app_slug}[bot]"), "Bot");
-    let minimal_repo = json!({
-        "id": repo.id,
-        "node_id": node_id("R", &repo.id.to_string()),
-        "name": repo.name,
-        "full_name": repo.full_name(),
-        "private": true,
-        "owner": user(base, &repo.owner, owner_kind),
-        "html_url": html,
-        "description": null,
-        "fork": false,
-        "url": api,
-    });
+    let minimal_repo = minimal_repo(base, repo, owner_kind);
     let commit_time = repo
         .commits
         .get(&run.head_sha)
