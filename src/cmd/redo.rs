@@ -33,19 +33,24 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .await
         .context("connecting to DATABASE_URL")?;
     let route = &compiled.route;
-    let row = rows
+    let Some(row) = rows
         .by_id(route, &args.id)
         .await
         .map_err(anyhow::Error::new)?
-        .ok_or_else(|| {
-            anyhow!(
-                "{}.{} has no row with {} = {}",
-                route.schema,
-                route.table,
-                route.id_column,
-                args.id
-            )
-        })?;
+    else {
+        let missing = format!(
+            "{}.{} has no row with {} = {}",
+            route.schema, route.table, route.id_column, args.id
+        );
+        // Row level security may hide it: say so rather than that it is not there.
+        return Err(
+            match rows.visibility(route).await.ok().and_then(|v| v.unseen()) {
+                Some(why) => anyhow!("{missing} that DATABASE_URL's role can see: {why}"),
+                None => anyhow!("{missing}"),
+            }
+            .into(),
+        );
+    };
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)

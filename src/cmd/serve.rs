@@ -8,7 +8,9 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, StatusPage};
+use crate::config::{
+    process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage,
+};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
 
@@ -36,6 +38,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
              credentials (never on a public address)"
         )));
     }
+    warn_if_key_exposed(&config);
     if let Some(secrets) = config
         .webhook
         .secrets
@@ -93,6 +96,38 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Says once, at start, when the App's private key file is open to group or others, as ssh says
+/// of a private key: whoever can read it can act as the App on every repository it is installed
+/// on. A key that cannot be read at all is the forge's error, not this warning.
+fn warn_if_key_exposed(config: &Config) {
+    let ForgeSettings::Github(github) = &config.forge else {
+        return;
+    };
+    let GithubAuth::App {
+        key: PrivateKeySource::File(path),
+        ..
+    } = &github.auth
+    else {
+        return;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(metadata) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = %format!("{mode:04o}"),
+                fix = %format!("chmod 600 {}", path.display()),
+                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
+            );
+        }
+    }
 }
 
 /// Refuses a status page anyone could read, or whose password a guesser could find: none, or

@@ -1,6 +1,6 @@
 //! The user's database, the one that holds the routes' tables and the queue: connecting to it,
-//! reading a route's rows ([`rows`]), and the queue's statements ([`queue`]). Every error is one
-//! [`Error`].
+//! reading a route's rows ([`rows`]) and whether row level security lets it see them
+//! ([`Visibility`]), and the queue's statements ([`queue`]). Every error is one [`Error`].
 //!
 //! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it: a
 //! `postgres://` / `postgresql://` URL or `key=value` pairs. `sslmode` and `sslrootcert` mean what
@@ -37,6 +37,8 @@ mod shape;
 mod split;
 mod target;
 mod tls;
+pub mod transit;
+mod visibility;
 
 use std::path::PathBuf;
 
@@ -44,6 +46,7 @@ pub use error::{describe, Error, Result};
 pub use rows::{Row, RowPages};
 pub use shape::{Misfit, MissingColumn};
 use target::Target;
+pub use visibility::{Blind, Filtered, Visibility};
 
 /// A connection to the database that holds the routes' tables and the queue.
 pub struct Database {

@@ -2,8 +2,10 @@
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
 //! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
-//! table. With a token in place of the App, `token` checks what that mode needs instead of the
-//! App, and `kick` the optional trigger that starts the drain workflow.
+//! table, that row level security lets the role see its rows, and that a server on another
+//! machine is reached with its certificate checked. With a token in place of the App, `token`
+//! checks what that mode needs instead of the App, and `kick` the optional trigger that starts
+//! the drain workflow.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -26,8 +28,10 @@ use crate::templates::workflow::{allows_bot, bot_login, claude_steps, Bound, Cla
 
 mod kick;
 mod queue;
+mod row_security;
 mod tables;
 mod token;
+mod transit;
 
 /// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
 /// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
@@ -104,6 +108,7 @@ async fn all_checks(config: &Config) -> Vec<Check> {
         });
     }
     forge_checks(config, &mut out).await;
+    transit::checks(config, &mut out);
     if config.reads_the_queue() {
         queue::checks(config, &mut out).await;
         if config.forge.token().is_some() {

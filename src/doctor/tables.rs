@@ -35,6 +35,7 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
                 "{table} has the route's columns: {}",
                 columns.join(", ")
             )));
+            out.extend(super::row_security::check(&rows, route).await);
             continue;
         };
         let what = format!("{e:#}");

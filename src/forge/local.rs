@@ -28,6 +28,27 @@ const LOCK_RETRIES: u32 = 50;
 /// a stale one itself.
 const STALE_LOCK: Duration = Duration::from_secs(10);
 
+/// The variables an `on_dispatch` command gets from rowbranch's environment; every other is
+/// left out, so that the command never sees rowbranch's secrets (the webhook secret,
+/// `DATABASE_URL`, the App's key, a status password, a token) nor anything else the process was
+/// given. What is kept lets a command run as the user would run it by hand: `PATH` to find the
+/// commands it names; `HOME`, `USER` and `LOGNAME` for the tools that read their own settings
+/// and credentials from there (git, ssh, gh); `TMPDIR` for temporary files; `LANG`, `LANGUAGE`
+/// and `LC_*` for how text is read and written (the payload is UTF-8); `TZ` for times.
+const DISPATCH_ENV: [&str; 8] = [
+    "PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "LANG", "LANGUAGE", "TZ",
+];
+
+/// The part of `vars` an `on_dispatch` command gets: [`DISPATCH_ENV`] and `LC_*`.
+fn dispatch_env(
+    vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    vars.filter(|(name, _)| {
+        name.to_str()
+            .is_some_and(|name| DISPATCH_ENV.contains(&name) || name.starts_with("LC_"))
+    })
+}
+
 /// A git repository used as the forge.
 pub struct LocalForge {
     git_dir: PathBuf,
@@ -141,6 +162,8 @@ impl LocalForge {
         let mut child = Command::new("sh")
             .arg("-c")
             .arg(command)
+            .env_clear()
+            .envs(dispatch_env(std::env::vars_os()))
             .current_dir(self.dispatch_log.parent().unwrap_or(Path::new(".")))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
@@ -487,6 +510,36 @@ mod tests {
         let prefix = BranchPrefix::parse("feedback").unwrap();
         let branch = BranchName::new(&prefix, &RowId::parse(&json!(1)).unwrap(), None);
         (dir, forge, branch, base.sha)
+    }
+
+    #[test]
+    fn on_dispatch_gets_the_users_environment_and_none_of_rowbranchs_secrets() {
+        let vars = [
+            "PATH",
+            "HOME",
+            "LANG",
+            "LC_ALL",
+            "LC_CTYPE",
+            "TZ",
+            "USER",
+            "TMPDIR",
+            "ROWBRANCH_WEBHOOK_SECRET",
+            "DATABASE_URL",
+            "GITHUB_APP_PRIVATE_KEY",
+            "GITHUB_TOKEN",
+            "ROWBRANCH_STATUS_PASSWORD",
+            "PGPASSWORD",
+            "AWS_SECRET_ACCESS_KEY",
+            "LD_PRELOAD",
+        ]
+        .map(|name| (name.into(), "x".into()));
+        let kept: Vec<String> = dispatch_env(vars.into_iter())
+            .map(|(name, _)| name.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            kept,
+            ["PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "TMPDIR"]
+        );
     }
 
     /// A lock file for `branch`'s ref, as a git process leaves it, last written `age` ago.

@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Intake, PgmqSettings, Route};
-use crate::db::{self, queue, Database, Misfit, Row};
+use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
@@ -69,6 +69,8 @@ pub struct RouteSummary {
     /// When it stopped because the route does not fit its table: `missing_column`, the reason
     /// a webhook's answer and a dead letter give for the same mistake.
     pub reason: Option<&'static str>,
+    /// When row level security lets the sweep see only some of the rows: which policies.
+    pub warning: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -203,6 +205,17 @@ async fn sweep_route(
     let route = &compiled.route;
     let forge = pipeline.forge();
     rows.check(route).await?;
+    // A role that row level security hides the rows from reads none, without an error: that
+    // would pass for an empty table.
+    match rows.visibility(route).await? {
+        Visibility::Blind(blind) => return Err(blind.into()),
+        Visibility::Filtered(filtered) => {
+            tracing::warn!(route = %route.table_name(), warning = %filtered,
+                "row level security hides some rows from the sweep");
+            summary.warning = Some(filtered.to_string());
+        }
+        Visibility::Off | Visibility::Every(_) => {}
+    }
     let now = chrono::Utc::now();
     let since = now - chrono::Duration::from_std(options.window).context("window too long")?;
     let stale_before = now
@@ -493,6 +506,9 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             (Some(error), Some(reason)) => out += &format!("  refused ({reason}): {error}\n"),
             (Some(error), None) => out += &format!("  error: {error}\n"),
             (None, _) => {}
+        }
+        if let Some(warning) = &s.warning {
+            out += &format!("  warning: {warning}\n");
         }
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);

@@ -5,6 +5,7 @@
 mod support;
 
 mod alerts;
+mod app_jwt;
 mod auth;
 mod cli;
 mod concurrency;
@@ -15,6 +16,7 @@ mod doctor_queue;
 mod doctor_token;
 mod env_config;
 mod explain;
+mod exposure;
 mod first_run;
 mod github;
 mod github_token;
@@ -33,6 +35,7 @@ mod queue;
 mod recipes;
 mod reconcile;
 mod refusals;
+mod row_security;
 mod rows;
 mod setup_kick_sql;
 mod setup_queue;

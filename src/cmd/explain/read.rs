@@ -10,7 +10,7 @@ use super::report::{BaseView, BranchView, ForgeView, Part, QueueView, Unreachabl
 use super::Lookup;
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::queue;
-use crate::db::Database;
+use crate::db::{Database, Visibility};
 use crate::forge::{Forge, ForgeError, Listing};
 use crate::identity::{BranchName, RowId};
 use crate::reconcile;
@@ -55,14 +55,30 @@ pub(super) async fn read_row(
         },
         Ok(Some(typed)) => match rows.by_id(route, id).await {
             Ok(Some(row)) => Lookup::Found(row),
-            Ok(None) => Lookup::Missing {
-                typed: Some(typed),
-                detail: format!("{table} has no row with {} = {id}", route.id_column),
-            },
+            Ok(None) => missing(&rows, route, typed, id).await,
             Err(e) => Lookup::Unreachable(format!("{e:#}")),
         },
     };
     (Some(rows), lookup)
+}
+
+/// No row with the id, as far as DATABASE_URL's role can see: row level security that hides
+/// every row from it leaves the table unread (whether the row is there cannot be told), and one
+/// that hides some is said beside "no row".
+async fn missing(rows: &Database, route: &Route, typed: serde_json::Value, id: &str) -> Lookup {
+    let table = route.table_name();
+    let detail = format!("{table} has no row with {} = {id}", route.id_column);
+    match rows.visibility(route).await {
+        Ok(Visibility::Blind(blind)) => Lookup::Unreachable(blind.to_string()),
+        Ok(Visibility::Filtered(filtered)) => Lookup::Missing {
+            typed: Some(typed),
+            detail: format!("{detail} that DATABASE_URL's role can see: {filtered}"),
+        },
+        _ => Lookup::Missing {
+            typed: Some(typed),
+            detail,
+        },
+    }
 }
 
 /// The forge's reads, at once: the row's branches, the default branch, its pull requests and

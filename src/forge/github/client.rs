@@ -1,26 +1,25 @@
-//! The GitHub clients: as the App, one JWT client and one client per installation, held for
-//! the life of the process so its token is minted once and renewed before it expires; with a
-//! token (`[github] token_env`), one client that uses it as given. Every request goes through
-//! [`send`], which turns octocrab's answers into retry decisions.
+//! The GitHub clients: as the App, one client with a JWT signed for each request ([`AppKey`])
+//! and one per installation, held for the life of the process so its token is minted once and
+//! renewed before it expires; with a token (`[github] token_env`), one client that uses it as
+//! given. Every request goes through [`send`], which turns octocrab's answers into retry
+//! decisions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
+use chrono::{DateTime, Utc};
 use http::{HeaderMap, StatusCode};
-use octocrab::auth::AppAuth;
-use octocrab::jsonwebtoken::EncodingKey;
-use octocrab::models::{AppId, InstallationId};
-use octocrab::secrecy::ExposeSecret;
+use octocrab::models::InstallationId;
 use octocrab::{AuthState, Octocrab};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
-use serde_json::Value;
-use sha2::{Digest, Sha256};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
+use super::jwt::AppKey;
 use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
 use super::transport::{self, REQUEST_TIMEOUT};
@@ -274,9 +273,6 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
         octocrab::Error::Uri { .. } | octocrab::Error::UriParse { .. } => Stop::Fail(
             ForgeError::Other(anyhow::Error::new(e).context("a request URL did not parse")),
         ),
-        octocrab::Error::JWT { source, .. } => Stop::Fail(ForgeError::Refused {
-            message: format!("the App's JWT could not be made: {source}"),
-        }),
         other => Stop::Retry {
             message: transport_failure(other),
             after: None,
@@ -307,10 +303,9 @@ fn transport_failure(e: &octocrab::Error) -> String {
     format!("{lead}: {innermost}")
 }
 
-/// One installation — or, with a token, the token: its client, the pacer of its writes and the
+/// One installation — or, with a token, the token: its token, the pacer of its writes and the
 /// bound on its requests.
 pub struct Installation {
-    pub client: Octocrab,
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
@@ -320,18 +315,44 @@ pub struct Installation {
 
 /// Where an [`Installation`]'s token comes from.
 enum TokenKind {
-    /// Minted from the App's JWT and renewed by octocrab. The lock serializes renewal so that
-    /// concurrent requests do not each mint one; it holds the digest of the token last seen,
-    /// to count the mints.
-    Minted(Mutex<Option<[u8; 32]>>),
-    /// Given (`[github] token_env`): used as it is, never minted or renewed.
-    Given,
+    /// Minted from the App's JWT and renewed here.
+    Minted(Minter),
+    /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
+    Given(Octocrab),
+}
+
+/// What mints an installation's tokens, and the token last minted.
+struct Minter {
+    id: InstallationId,
+    /// The App's client (no credentials of its own) and key.
+    app: Octocrab,
+    key: Arc<AppKey>,
+    /// The repository each token is narrowed to.
+    repository: String,
+    /// The client with the current token; held while a token is minted, so that concurrent
+    /// requests do not each mint one.
+    current: Mutex<Option<Arc<Token>>>,
+}
+
+/// An installation token, in the client that sends it.
+struct Token {
+    client: Octocrab,
+    expires_at: DateTime<Utc>,
+}
+
+/// GitHub's answer to a token mint (the fields read of it).
+#[derive(Deserialize)]
+struct MintedToken {
+    token: String,
+    expires_at: DateTime<Utc>,
 }
 
 impl Installation {
     /// One request with this installation's token, holding one of the installation's request
     /// permits while it is open, and only then: never while it waits for a turn to write or
-    /// between retries.
+    /// between retries. With a minted token, a 401 means GitHub no longer takes it (revoked,
+    /// expired early): the request is made once more with a new one. A given token is sent as
+    /// it is; its 401 is the caller's to read.
     pub async fn send<B: Serialize + ?Sized>(
         &self,
         operation: Operation,
@@ -340,7 +361,28 @@ impl Installation {
         body: Option<&B>,
     ) -> Attempt<Reply> {
         let _open = self.requests.acquire().await.map_err(closed)?;
-        send_counted(&self.client, &self.metrics, operation, method, path, body).await
+        let minter = match &self.token {
+            TokenKind::Given(client) => {
+                return send_counted(client, &self.metrics, operation, method, path, body).await
+            }
+            TokenKind::Minted(minter) => minter,
+        };
+        let token = minter.token(&self.metrics).await?;
+        let reply = send_counted(
+            &token.client,
+            &self.metrics,
+            operation,
+            method.clone(),
+            path,
+            body,
+        )
+        .await?;
+        if reply.status != StatusCode::UNAUTHORIZED {
+            return Ok(reply);
+        }
+        minter.forget(&token).await;
+        let token = minter.token(&self.metrics).await?;
+        send_counted(&token.client, &self.metrics, operation, method, path, body).await
     }
 
     /// GitHub's 404 for something of `repo`: the repository is missing, or the credentials
@@ -348,7 +390,7 @@ impl Installation {
     pub fn not_found(&self, repo: &RepoName, reply: &Reply) -> Stop {
         let reach = match self.token {
             TokenKind::Minted(_) => "is the App installed on it?",
-            TokenKind::Given => {
+            TokenKind::Given(_) => {
                 "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
             }
         };
@@ -363,21 +405,69 @@ impl Installation {
     /// Makes sure the cached token has life left, minting one (once) when it has not. A
     /// given token is used as it is.
     pub async fn ensure_token(&self) -> Attempt<()> {
-        let TokenKind::Minted(renewing) = &self.token else {
-            return Ok(());
-        };
-        let mut last = renewing.lock().await;
-        let token = self
-            .client
-            .installation_token_with_buffer(chrono::Duration::seconds(TOKEN_RENEW_BEFORE))
-            .await
-            .map_err(|e| from_octocrab(e).not_applied())?;
-        let digest: [u8; 32] = Sha256::digest(token.expose_secret().as_bytes()).into();
-        if last.replace(digest) != Some(digest) {
-            self.metrics.token_minted();
+        match &self.token {
+            TokenKind::Minted(minter) => minter.token(&self.metrics).await.map(|_| ()),
+            TokenKind::Given(_) => Ok(()),
         }
-        Ok(())
     }
+}
+
+impl Minter {
+    /// The current token, minted first when there is none or it is about to expire.
+    async fn token(&self, metrics: &Metrics) -> Attempt<Arc<Token>> {
+        let mut current = self.current.lock().await;
+        let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
+        match &*current {
+            Some(token) if token.expires_at - Utc::now() > renew_at => Ok(Arc::clone(token)),
+            _ => {
+                let token = Arc::new(self.mint().await.map_err(Stop::not_applied)?);
+                metrics.token_minted();
+                *current = Some(Arc::clone(&token));
+                Ok(token)
+            }
+        }
+    }
+
+    /// Drops `token` unless another has replaced it meanwhile.
+    async fn forget(&self, token: &Arc<Token>) {
+        let mut current = self.current.lock().await;
+        if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, token)) {
+            *current = None;
+        }
+    }
+
+    /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
+    /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
+    async fn mint(&self) -> Attempt<Token> {
+        let app = with_jwt(&self.app, &self.key)?;
+        let path = format!("/app/installations/{}/access_tokens", self.id);
+        let body = json!({ "repositories": [self.repository] });
+        let reply = send(&app, http::Method::POST, &path, Some(&body)).await?;
+        if !reply.status.is_success() {
+            return reply.unexpected();
+        }
+        let minted: MintedToken = reply.json()?;
+        Ok(Token {
+            client: with_token(&self.app, minted.token)?,
+            expires_at: minted.expires_at,
+        })
+    }
+}
+
+/// The App's client with a JWT made now.
+fn with_jwt(app: &Octocrab, key: &AppKey) -> Attempt<Octocrab> {
+    let jwt = key.jwt().map_err(|e| {
+        Stop::Fail(ForgeError::Refused {
+            message: format!("the App's JWT could not be made: {e}"),
+        })
+    })?;
+    with_token(app, jwt)
+}
+
+/// `app`'s connection stack with `token` as its bearer.
+fn with_token(app: &Octocrab, token: String) -> Attempt<Octocrab> {
+    app.user_access_token(token)
+        .map_err(|e| Stop::Fail(ForgeError::Other(anyhow::Error::new(e))))
 }
 
 /// A client that authenticates with `token` as given, for every repository: its writes keep
@@ -395,14 +485,13 @@ pub fn token_client(
         },
     )?;
     Ok(Installation {
-        client,
         writes: Arc::new(Pacer::new(
             limits.pace,
             limits.shutdown,
             Arc::clone(&limits.metrics),
         )),
         requests: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
-        token: TokenKind::Given,
+        token: TokenKind::Given(client),
         metrics: limits.metrics,
     })
 }
@@ -428,7 +517,9 @@ impl Auth {
 
 /// The App and its installations.
 pub struct Apps {
+    /// The connection stack every client shares, without credentials.
     app: Octocrab,
+    key: Arc<AppKey>,
     pace: PaceSettings,
     max_concurrent_requests: usize,
     shutdown: Shutdown,
@@ -457,20 +548,15 @@ pub struct Limits {
 }
 
 impl Apps {
-    /// Builds the App's client: JWT from `app_id` and the PEM key (which must sign one here,
+    /// Builds the App's client: JWTs from `app_id` and the PEM key (which must sign one here,
     /// as every request will), timeouts set, no redirects and no retries of octocrab's own
     /// (they would re-send a dispatch).
     pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
-        let key = signing_key(AppId(app_id), pem)?;
-        let app = transport::client(
-            api_url,
-            AuthState::App(AppAuth {
-                app_id: AppId(app_id),
-                key,
-            }),
-        )?;
+        let key = Arc::new(AppKey::new(app_id, pem)?);
+        let app = transport::client(api_url, AuthState::None)?;
         Ok(Apps {
             app,
+            key,
             pace: limits.pace,
             max_concurrent_requests: limits.max_concurrent_requests,
             app_requests: Semaphore::new(limits.max_concurrent_requests),
@@ -491,7 +577,8 @@ impl Apps {
         body: Option<&B>,
     ) -> Attempt<Reply> {
         let _open = self.app_requests.acquire().await.map_err(closed)?;
-        send_counted(&self.app, &self.metrics, operation, method, path, body).await
+        let app = with_jwt(&self.app, &self.key)?;
+        send_counted(&app, &self.metrics, operation, method, path, body).await
     }
 
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
@@ -524,12 +611,6 @@ impl Apps {
     }
 
     async fn client_for(&self, id: InstallationId, repo: &RepoName) -> Installation {
-        let client = self
-            .app
-            .installation_builder(id)
-            .repositories(vec![repo.name().to_owned()])
-            .build()
-            .expect("an App client makes installation clients");
         let (writes, requests) = self
             .limits
             .lock()
@@ -547,10 +628,15 @@ impl Apps {
             })
             .clone();
         Installation {
-            client,
             writes,
             requests,
-            token: TokenKind::Minted(Mutex::new(None)),
+            token: TokenKind::Minted(Minter {
+                id,
+                app: self.app.clone(),
+                key: Arc::clone(&self.key),
+                repository: repo.name().to_owned(),
+                current: Mutex::new(None),
+            }),
             metrics: Arc::clone(&self.metrics),
         }
     }
@@ -608,26 +694,6 @@ pub const NEW_KEY: &str = "the App's settings page on GitHub → Private keys �
 pub struct KeyError {
     /// What is wrong, without the remedy (`doctor` prints that on its own line).
     pub problem: String,
-}
-
-/// The App's key from its PEM text, proved by signing a JWT as every request will: a public
-/// key, or another RSA key's file, parses as a key but cannot sign, and would otherwise fail
-/// only at the first request.
-fn signing_key(app_id: AppId, pem: &str) -> Result<EncodingKey, KeyError> {
-    let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| KeyError {
-        problem: format!("the GitHub App private key does not parse ({e})"),
-    })?;
-    if let Err(e) = octocrab::auth::create_jwt(app_id, &key) {
-        let what = if pem.contains("PUBLIC KEY-----") {
-            "it is a public key, and GitHub needs the App's private key"
-        } else {
-            "it is not an RSA private key"
-        };
-        return Err(KeyError {
-            problem: format!("the GitHub App private key cannot sign the App's JWT ({e}): {what}"),
-        });
-    }
-    Ok(key)
 }
 
 /// A request bound that was closed: nothing closes one, so this is a bug.

@@ -5,6 +5,7 @@
 
 mod access;
 mod client;
+mod jwt;
 mod pace;
 mod retry;
 mod setup;

@@ -38,9 +38,9 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take in all; past it the answer counts as lost (ambiguous).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A client for the API at `api_url` with `auth`: the App's JWT (`AuthState::App`), or none.
-/// An installation's client is made from the App's (`installation_builder`) and shares its
-/// stack, headers included.
+/// A client for the API at `api_url` with `auth` (none: each request's client gets its bearer,
+/// the App's JWT or an installation's token, with `Octocrab::user_access_token`, and shares
+/// this stack, headers included).
 pub fn client(api_url: &str, auth: AuthState) -> Result<Octocrab, OpenError> {
     let base: http::Uri = api_url.parse().map_err(|e| OpenError::ApiUrl {
         api_url: api_url.to_owned(),

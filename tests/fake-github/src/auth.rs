@@ -1,11 +1,14 @@
-//! App JWTs as GitHub checks them, and the test-only key pair.
+//! App JWTs as GitHub checks them, and the test-only key pair. RS256 is ring's, as in
+//! rowbranch: no other RSA implementation is built for the tests either.
 
-use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use octocrab::jsonwebtoken::{
-    decode, encode, Algorithm, DecodingKey, EncodingKey, Header, Validation,
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{
+    RsaKeyPair, UnparsedPublicKey, RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_SHA256,
 };
 use serde_json::Value;
 
@@ -26,12 +29,20 @@ const IAT_SKEW_SECS: i64 = 60;
 const MAX_LIFETIME_SECS: i64 = 600;
 const LIFETIME_SLACK_SECS: i64 = 10;
 
-fn decoding_key() -> &'static DecodingKey {
-    static KEY: OnceLock<DecodingKey> = OnceLock::new();
-    KEY.get_or_init(|| {
-        DecodingKey::from_rsa_pem(TEST_APP_PUBLIC_KEY_PEM.as_bytes())
-            .expect("the test-only public key parses")
-    })
+/// The test-only App key pair; the fake verifies with its public half.
+fn test_key() -> &'static RsaKeyPair {
+    static KEY: OnceLock<RsaKeyPair> = OnceLock::new();
+    KEY.get_or_init(|| rsa_key(TEST_APP_PRIVATE_KEY_PEM))
+}
+
+/// An RSA private key from its PKCS#1 PEM (`-----BEGIN RSA PRIVATE KEY-----`).
+fn rsa_key(pem: &str) -> RsaKeyPair {
+    let base64: String = pem
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    let der = STANDARD.decode(base64).expect("a PEM key is base64");
+    RsaKeyPair::from_der(&der).expect("a PKCS#1 RSA private key")
 }
 
 pub(crate) fn epoch_secs(t: SystemTime) -> i64 {
@@ -48,13 +59,7 @@ pub(crate) fn verify_jwt(
     client_id: &str,
     now: SystemTime,
 ) -> Result<(), &'static str> {
-    let mut validation = Validation::new(Algorithm::RS256);
-    validation.validate_exp = false;
-    validation.validate_nbf = false;
-    validation.validate_aud = false;
-    validation.required_spec_claims = HashSet::new();
-    let data = decode::<Value>(jwt, decoding_key(), &validation).map_err(|_| JWT_DECODE)?;
-    let claims = data.claims;
+    let claims = verified_claims(jwt).ok_or(JWT_DECODE)?;
     let number = |name: &str| {
         claims
             .get(name)
@@ -84,9 +89,45 @@ pub(crate) fn verify_jwt(
     Ok(())
 }
 
+/// The claims of a JWT whose header says RS256 and whose signature the test-only public key
+/// verifies; `None` for anything else (another algorithm, another key, not a JWT).
+fn verified_claims(jwt: &str) -> Option<Value> {
+    let decode = |part: &str| URL_SAFE_NO_PAD.decode(part).ok();
+    let json = |part: &str| serde_json::from_slice::<Value>(&decode(part)?).ok();
+    let mut parts = jwt.split('.');
+    let (header, claims, signature) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || json(header)?["alg"] != "RS256" {
+        return None;
+    }
+    UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, test_key().public().as_ref())
+        .verify(format!("{header}.{claims}").as_bytes(), &decode(signature)?)
+        .ok()?;
+    json(claims)
+}
+
 /// Signs these claims with the test-only App private key (RS256).
 pub fn sign_test_jwt(claims: &Value) -> String {
-    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes())
-        .expect("the test-only private key parses");
-    encode(&Header::new(Algorithm::RS256), claims, &key).expect("signing a JWT")
+    sign_jwt(test_key(), claims)
+}
+
+/// Signs these claims (RS256) with another PKCS#1 PEM key: a JWT the fake must refuse.
+pub fn sign_jwt_with(pem: &str, claims: &Value) -> String {
+    sign_jwt(&rsa_key(pem), claims)
+}
+
+fn sign_jwt(key: &RsaKeyPair, claims: &Value) -> String {
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"RS256","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let mut signature = vec![0; key.public().modulus_len()];
+    key.sign(
+        &RSA_PKCS1_SHA256,
+        &SystemRandom::new(),
+        signed.as_bytes(),
+        &mut signature,
+    )
+    .expect("signing a JWT");
+    format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature))
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, SystemTime};
 use axum::Router;
 use serde_json::json;
 
-pub use auth::{sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
+pub use auth::{sign_jwt_with, sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
 pub use faults::{Fault, Op};
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
@@ -152,7 +152,7 @@ impl FakeGithub {
     }
 
     /// A valid App JWT for this fake, signed with the test-only key
-    /// (`iat` 60 s ago, `exp` 9 minutes ahead, like octocrab's).
+    /// (`iat` 60 s ago, `exp` 9 minutes ahead, like rowbranch's).
     pub fn app_jwt(&self) -> String {
         let now = auth::epoch_secs(SystemTime::now());
         sign_test_jwt(&json!({"iat": now - 60, "exp": now + 540, "iss": self.app_id()}))

@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use fake_github::{
-    sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PRIVATE_KEY_PEM,
-    TEST_APP_PUBLIC_KEY_PEM,
+    sign_jwt_with, sign_test_jwt, Auth, FakeGithub, Fault, Op, PullState, TEST_APP_PUBLIC_KEY_PEM,
 };
-use octocrab::jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 mod common;
@@ -201,8 +201,7 @@ async fn a_jwt_signed_with_another_key_is_refused() {
     let fake = fake_with_repos().await;
     let now = now_secs();
     let claims = json!({"iat": now - 60, "exp": now + 540, "iss": fake.app_id()});
-    let other = EncodingKey::from_rsa_pem(OTHER_TEST_ONLY_KEY_PEM.as_bytes()).expect("key");
-    let forged = encode(&Header::new(Algorithm::RS256), &claims, &other).expect("sign");
+    let forged = sign_jwt_with(OTHER_TEST_ONLY_KEY_PEM, &claims);
     let answer = Client::with(&fake, &format!("Bearer {forged}"))
         .get("/app")
         .await;
@@ -210,8 +209,14 @@ async fn a_jwt_signed_with_another_key_is_refused() {
     assert_eq!(answer.message(), "A JSON web token could not be decoded");
 
     // The public key used as an HMAC secret (algorithm confusion) is no better.
-    let hmac = EncodingKey::from_secret(TEST_APP_PUBLIC_KEY_PEM.as_bytes());
-    let confused = encode(&Header::new(Algorithm::HS256), &claims, &hmac).expect("sign");
+    let signed = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims.to_string())
+    );
+    let hmac = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, TEST_APP_PUBLIC_KEY_PEM.as_bytes());
+    let tag = ring::hmac::sign(&hmac, signed.as_bytes());
+    let confused = format!("{signed}.{}", URL_SAFE_NO_PAD.encode(tag));
     let answer = Client::with(&fake, &format!("Bearer {confused}"))
         .get(&repo(REPO, "/installation"))
         .await;
@@ -1126,11 +1131,11 @@ async fn octocrab_reads_and_writes_through_the_fake() {
     let fake = fake_with_repos().await;
     fake.add_workflow(REPO, "rowbranch.yml", "name: rowbranch\n");
     fake.add_pull(REPO, "feedback/1", PullState::Closed, true);
-    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
+    // The App's JWT as rowbranch signs it, and a token minted with it, as octocrab sends them.
     let app = octocrab::Octocrab::builder()
         .base_uri(fake.url())
         .expect("uri")
-        .app(octocrab::models::AppId(fake.app_id()), key)
+        .user_access_token(fake.app_jwt())
         .build()
         .expect("client");
     let me = app.current().app().await.expect("GET /app");
@@ -1141,8 +1146,12 @@ async fn octocrab_reads_and_writes_through_the_fake() {
         .await
         .expect("installation");
     assert_eq!(installation.id.0, INSTALLATION);
+    let minted: Value = app
+        .post(tokens_path(installation.id.0), Some(&json!({})))
+        .await
+        .expect("a token");
     let gh = app
-        .installation(installation.id)
+        .user_access_token(minted["token"].as_str().expect("a token").to_owned())
         .expect("installation client");
     let repos = gh.repos("acme", "widgets");
     let repo = repos.get().await.expect("repo");

@@ -4,8 +4,7 @@
 //! and Actions: read asked of a token.
 //! (https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository)
 
-use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use octocrab::jsonwebtoken::EncodingKey;
+use fake_github::FakeGithub;
 use serde_json::{json, Value};
 
 const REPO: &str = "acme/widgets";
@@ -198,15 +197,11 @@ async fn octocrab_reads_the_runs_in_githubs_shape() {
         "completed",
         Some("failure"),
     );
-    let key = EncodingKey::from_rsa_pem(TEST_APP_PRIVATE_KEY_PEM.as_bytes()).expect("key");
-    let app = octocrab::Octocrab::builder()
+    let gh = octocrab::Octocrab::builder()
         .base_uri(fake.url())
         .expect("uri")
-        .app(octocrab::models::AppId(fake.app_id()), key)
+        .user_access_token(fake.issue_token(INSTALLATION, None))
         .build()
-        .expect("client");
-    let gh = app
-        .installation(octocrab::models::InstallationId(INSTALLATION))
         .expect("installation client");
     let page = gh
         .workflows("acme", "widgets")
