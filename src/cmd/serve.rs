@@ -8,9 +8,7 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{
-    process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage,
-};
+use crate::config::{process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Env};
 
