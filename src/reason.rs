@@ -50,6 +50,8 @@ pub enum Reason {
     Unavailable,
     /// `queue_capacity` rows are waiting already (503).
     QueueFull,
+    /// The rows waiting hold `queue_bytes` already, or would with this one (503).
+    QueueBytesFull,
     /// The process began shutting down before the row was claimed (503).
     Abandoned,
     /// A bug; the log holds the error chain (500).
@@ -58,7 +60,7 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in the order above.
-    pub const ALL: [Reason; 20] = [
+    pub const ALL: [Reason; 21] = [
         Reason::BranchExists,
         Reason::PullRequest,
         Reason::ClaimTaken,
@@ -77,6 +79,7 @@ impl Reason {
         Reason::PayloadRefused,
         Reason::Unavailable,
         Reason::QueueFull,
+        Reason::QueueBytesFull,
         Reason::Abandoned,
         Reason::Internal,
     ];
@@ -101,6 +104,7 @@ impl Reason {
             Reason::PayloadRefused => "payload_refused",
             Reason::Unavailable => "unavailable",
             Reason::QueueFull => "queue_full",
+            Reason::QueueBytesFull => "queue_bytes_full",
             Reason::Abandoned => "abandoned",
             Reason::Internal => "internal",
         }

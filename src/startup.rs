@@ -31,6 +31,10 @@ use crate::shutdown::Shutdown;
 const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
 /// How long after start the first scheduled sweep runs.
 const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
+/// Rows the scheduled sweep reads at once: a page is held whole, rows and plans, beside what
+/// `serve` holds already (with rows of 48 KiB, about 5 MB of text, twice over while decoded).
+/// `rowbranch reconcile`, a process of its own, reads 1,000.
+const SWEEP_PAGE_ROWS: usize = 100;
 /// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
 /// would ask for 128, a flood of idle sockets fills that, and then a delivery cannot even
 /// connect until they are cut.
@@ -612,7 +616,8 @@ pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, O
     .await
 }
 
-/// A pipeline over `forge` that admits the config's `queue_capacity` rows at once.
+/// A pipeline over `forge` that admits the config's `queue_capacity` rows at once, holding at
+/// most `queue_bytes` between them.
 pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<Pipeline> {
     Pipeline::new(
         forge,
@@ -622,21 +627,26 @@ pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<
     )
 }
 
-/// How many rows wait at most, and how long a sender refused beyond that is asked to wait:
-/// about as long as the rows admitted take to drain at the pace.
+/// How many rows wait at most, what they may hold, and how long a sender refused beyond that
+/// is asked to wait: about as long as the rows admitted take to drain at the pace.
 fn admission(settings: &ForgeSettings) -> Admission {
     let capacity = settings.queue_capacity();
-    let retry_after = match settings {
-        ForgeSettings::Github(github) => github
-            .pace
-            .interval
-            .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
-            .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
-        ForgeSettings::Local(_) => Duration::from_secs(10),
+    let (retry_after, per_row) = match settings {
+        ForgeSettings::Github(github) => (
+            github
+                .pace
+                .interval
+                .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
+                .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
+            github.pace.interval,
+        ),
+        ForgeSettings::Local(_) => (Duration::from_secs(10), Duration::ZERO),
     };
     Admission {
         capacity,
+        bytes: settings.queue_bytes(),
         retry_after,
+        per_row,
     }
 }
 
@@ -696,7 +706,7 @@ async fn scheduled_reconcile(config: Arc<Config>, routes: Arc<Routes>, pipeline:
         stale_claim_after: config.reconcile.stale_claim_after,
         dry_run: false,
         concurrency: 4,
-        page_size: 1000,
+        page_size: SWEEP_PAGE_ROWS,
         pgmq: config.pgmq.clone(),
     };
     // The first sweep comes shortly after start, then one every interval; a sweep that runs
@@ -771,8 +781,11 @@ mod tests {
         assert_eq!(reserve(&config(&sweeping, &url)), 64 + 2);
         // Without DATABASE_URL the sweep does not run.
         assert_eq!(reserve(&config(&sweeping, &[])), 64);
+        // With DATABASE_URL the sweep is on unless the config turns it off.
         let local = crate::config::TEST_LOCAL_CONFIG;
-        assert_eq!(reserve(&config(local, &url)), 32 + 16);
+        assert_eq!(reserve(&config(local, &url)), 32 + 16 + 2);
+        let off = format!("reconcile_every = \"off\"\n{local}");
+        assert_eq!(reserve(&config(&off, &url)), 32 + 16);
     }
 
     #[test]

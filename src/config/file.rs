@@ -22,7 +22,8 @@ pub(super) struct RawConfig {
     pub shutdown_grace: String,
     /// `GET /`'s live page of the last decisions.
     pub status_page: bool,
-    /// `serve` sweeps on this schedule; off when `None`.
+    /// `serve` sweeps on this schedule, or not at all with `"off"`. Left out, it sweeps every
+    /// [`super::DEFAULT_RECONCILE_EVERY`] when `DATABASE_URL` is set (`None` here).
     pub reconcile_every: Option<String>,
     /// How far back a scheduled sweep looks.
     pub reconcile_window: String,
@@ -97,6 +98,8 @@ pub(super) struct RawGithub {
     pub write_hourly_max: u32,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
+    /// What those rows may hold, in bytes; beyond it, deliveries get 503 with `Retry-After`.
+    pub queue_bytes: usize,
     /// How long one GitHub operation may go on retrying.
     pub retry_budget_ms: u64,
     /// How long a read of the default branch's head is reused for new claims.
@@ -116,6 +119,7 @@ impl Default for RawGithub {
             write_burst: 10,
             write_hourly_max: 450,
             queue_capacity: 10_000,
+            queue_bytes: super::DEFAULT_QUEUE_BYTES,
             retry_budget_ms: 30_000,
             base_cache_ms: 10_000,
             max_concurrent_requests: 16,

@@ -42,7 +42,8 @@ pub use settings::{
     AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_RECONCILE_EVERY,
+    DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES, MIN_QUEUE_BYTES,
 };
 
 pub use show::Shown;

@@ -217,6 +217,15 @@ impl ForgeSettings {
             ForgeSettings::Github(github) => github.queue_capacity,
         }
     }
+
+    /// What those rows may hold between them, in bytes; beyond it, deliveries get 503. The
+    /// local forge takes the default.
+    pub fn queue_bytes(&self) -> usize {
+        match self {
+            ForgeSettings::Local(_) => DEFAULT_QUEUE_BYTES,
+            ForgeSettings::Github(github) => github.queue_bytes,
+        }
+    }
 }
 
 /// A git repository on this machine as the forge.
@@ -236,6 +245,8 @@ pub struct GithubSettings {
     pub pace: PaceSettings,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
+    /// What those rows may hold between them, in bytes; beyond it, 503 with `Retry-After`.
+    pub queue_bytes: usize,
     /// GitHub requests open at once per installation (or for the token), reads and writes
     /// together.
     pub max_concurrent_requests: usize,
@@ -359,6 +370,18 @@ pub struct Route {
     /// holds the committed workflow to it.
     pub work_timeout_minutes: u32,
 }
+
+/// What the rows waiting may hold between them when the file does not set `queue_bytes`:
+/// sized for the smallest machine docs/deploy.md runs rowbranch on (256 MB), with the
+/// connections' buffers at their worst beside them (SPEC §2 gives the sum).
+pub const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
+
+/// The least `queue_bytes` may be: a few big rows.
+pub const MIN_QUEUE_BYTES: usize = 1 << 20;
+
+/// How often `serve` sweeps when `reconcile_every` is left out and `DATABASE_URL` is set: a
+/// row a sender never sent again (pg_net never retries) waits at most this long.
+pub const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(6 * 3600);
 
 /// The route's `max_turns` when the file does not set it, and `init --max-turns`'s default.
 pub const DEFAULT_MAX_TURNS: u32 = 30;

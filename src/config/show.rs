@@ -97,8 +97,18 @@ fn effective(
         raw.listen = format!("0.0.0.0:{port}");
         origins.set("", "listen", Origin::Variable(env::PORT));
     }
+    // Left out, it follows DATABASE_URL: said, not written, so that the text read back in
+    // another environment follows that one's.
     if raw.reconcile_every.is_none() {
-        origins.note("", "reconcile_every: off".to_owned());
+        let note = match config.reconcile.every {
+            Some(every) => format!(
+                "reconcile_every: {} (the default, as {} is set)",
+                humantime::format_duration(every),
+                env::DATABASE_URL
+            ),
+            None => format!("reconcile_every: off ({} is not set)", env::DATABASE_URL),
+        };
+        origins.note("", note);
     }
     // The App's id and API as validated: the variables win over the file.
     if let ForgeSettings::Github(github) = &config.forge {

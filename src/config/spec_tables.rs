@@ -181,8 +181,18 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
             let config = parse(GITHUB).unwrap();
             assert!(config.forge.token().is_none(), "the App, without token_env");
         }
-        ("off", "Top level", "reconcile_every") => {
+        ("`\"6h\"` with `DATABASE_URL` set, else off", "Top level", "reconcile_every") => {
             assert_eq!(parse(GITHUB).unwrap().reconcile.every, None);
+            let with_url = Config::parse(
+                GITHUB,
+                Path::new("/etc/rowbranch/rowbranch.toml"),
+                &|key: &str| (key == "DATABASE_URL").then(|| "postgres://u@db/x".to_owned()),
+            )
+            .unwrap();
+            assert_eq!(
+                with_url.reconcile.every,
+                Some(std::time::Duration::from_secs(6 * 3600))
+            );
         }
         (
             "the built-in template",

@@ -56,6 +56,7 @@ fn a_minimal_github_config_gets_the_documented_defaults() {
     assert_eq!(config.webhook.max_connections, 512);
     assert_eq!(github.max_concurrent_requests, 16);
     assert_eq!(github.queue_capacity, 10_000);
+    assert_eq!(github.queue_bytes, 32 << 20);
     assert_eq!(config.shutdown_grace, Duration::from_secs(20));
 }
 
@@ -355,4 +356,41 @@ fn queue_names_are_checked_as_pgmq_would_store_them() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("not an intake"), "{err}");
+}
+
+#[test]
+fn the_sweep_is_on_by_default_wherever_database_url_is_set() {
+    let with_url = |text: &str| {
+        Config::parse(
+            text,
+            Path::new("/etc/rowbranch/rowbranch.toml"),
+            &|key: &str| (key == "DATABASE_URL").then(|| "postgres://u@db/x".to_owned()),
+        )
+    };
+    let six_hours = Some(Duration::from_secs(6 * 3600));
+    assert_eq!(with_url(GITHUB).unwrap().reconcile.every, six_hours);
+    assert_eq!(parse(GITHUB).unwrap().reconcile.every, None);
+    let off = format!("reconcile_every = \"off\"\n{GITHUB}");
+    assert_eq!(with_url(&off).unwrap().reconcile.every, None);
+    let hourly = format!("reconcile_every = \"1h\"\n{GITHUB}");
+    assert_eq!(
+        with_url(&hourly).unwrap().reconcile.every,
+        Some(Duration::from_secs(3600))
+    );
+}
+
+#[test]
+fn queue_bytes_is_at_least_a_mebibyte() {
+    let at = |bytes: usize| {
+        parse(&GITHUB.replace("[github]\n", &format!("[github]\nqueue_bytes = {bytes}\n")))
+    };
+    let err = at(1000).unwrap_err().to_string();
+    assert!(
+        err.contains("queue_bytes") && err.contains("1 MiB"),
+        "{err}"
+    );
+    let ForgeSettings::Github(github) = at(1 << 20).unwrap().forge else {
+        panic!("the github forge");
+    };
+    assert_eq!(github.queue_bytes, 1 << 20);
 }

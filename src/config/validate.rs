@@ -14,7 +14,7 @@ use super::settings::{
     AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings,
+    WebhookSettings, DEFAULT_RECONCILE_EVERY, MIN_QUEUE_BYTES,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -28,11 +28,16 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
     let listen = listen_address(&raw.listen, env)?;
     let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
     let reconcile = ReconcileSettings {
-        every: raw
-            .reconcile_every
-            .as_deref()
-            .map(|every| duration("reconcile_every", every))
-            .transpose()?,
+        // On by default wherever it can run: a row its sender did not deliver, or that was
+        // refused for a full queue, has no other way back.
+        every: match raw.reconcile_every.as_deref() {
+            None => env
+                .database_url
+                .is_some()
+                .then_some(DEFAULT_RECONCILE_EVERY),
+            Some("off") => None,
+            Some(every) => Some(duration("reconcile_every", every)?),
+        },
         window: duration("reconcile_window", &raw.reconcile_window)?,
         stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
     };
@@ -197,6 +202,14 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
             hourly_max: at_least_one("write_hourly_max", raw.write_hourly_max)?,
         },
         queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
+        queue_bytes: if raw.queue_bytes >= MIN_QUEUE_BYTES {
+            raw.queue_bytes
+        } else {
+            return Err(invalid!(
+                "[github] queue_bytes = {} is too small: it must be at least {MIN_QUEUE_BYTES} (1 MiB)",
+                raw.queue_bytes
+            ));
+        },
         max_concurrent_requests: at_least_one(
             "max_concurrent_requests",
             raw.max_concurrent_requests,

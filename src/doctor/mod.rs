@@ -2,10 +2,10 @@
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
 //! the workflow lets the App's bot start the work, and that it bounds each run within the
 //! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
-//! table, that row level security lets the role see its rows, and that a server on another
-//! machine is reached with its certificate checked. With a token in place of the App, `token`
-//! checks what that mode needs instead of the App, and `kick` the optional trigger that starts
-//! the drain workflow.
+//! table, that row level security lets the role see its rows, that a server on another
+//! machine is reached with its certificate checked, and advice when webhook routes have no
+//! scheduled sweep. With a token in place of the App, `token` checks what that mode needs
+//! instead of the App, and `kick` the optional trigger that starts the drain workflow.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -16,7 +16,9 @@ use tracing::instrument::WithSubscriber;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, Route};
+use crate::config::{
+    process_env, Config, ForgeSettings, GithubAuth, Intake, PrivateKeySource, Route,
+};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::local::LocalForge;
 use crate::forge::{Forge, ForgeError, OpenError};
@@ -107,6 +109,9 @@ async fn all_checks(config: &Config) -> Vec<Check> {
             ),
         });
     }
+    if let Some(advice) = no_sweep(config) {
+        out.push(advice);
+    }
     forge_checks(config, &mut out).await;
     transit::checks(config, &mut out);
     if config.reads_the_queue() {
@@ -117,6 +122,39 @@ async fn all_checks(config: &Config) -> Vec<Check> {
     }
     tables::checks(config, &mut out).await;
     out
+}
+
+/// Advice when webhook routes have no scheduled sweep: a webhook row that was refused (a full
+/// queue, GitHub down past the retry budget) or never arrived is sent again by nobody — pg_net
+/// never retries — so without a sweep it is never run.
+fn no_sweep(config: &Config) -> Option<Check> {
+    if !config.takes_webhooks() || config.reconcile.every.is_some() {
+        return None;
+    }
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .filter(|r| r.intake == Intake::Webhook)
+        .map(|r| r.table_name())
+        .collect();
+    let what = format!(
+        "no scheduled sweep for the webhook route{} of {}: a row refused (503) or never \
+         delivered is never run, since its sender does not send it again",
+        if routes.len() == 1 { "" } else { "s" },
+        routes.join(", ")
+    );
+    let fix = match &config.database_url {
+        None => "set DATABASE_URL in serve's environment (a role that may SELECT the routed \
+                 tables, README \"The database role\"): serve then sweeps every 6h, or as \
+                 reconcile_every says; or run `rowbranch reconcile` from cron"
+            .to_owned(),
+        Some(_) => format!(
+            "take reconcile_every = \"off\" out of {} (serve then sweeps every 6h), or set it \
+             to a duration; or run `rowbranch reconcile` from cron",
+            config.source.display()
+        ),
+    };
+    Some(Check::advise(what, fix))
 }
 
 async fn forge_checks(config: &Config, out: &mut Vec<Check>) {
@@ -548,7 +586,38 @@ pub fn listens_for(workflow: &str, event_type: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::listens_for;
+    use std::path::Path;
+
+    use super::{listens_for, no_sweep};
+    use crate::config::{Config, TEST_LOCAL_CONFIG};
+
+    #[test]
+    fn webhook_routes_without_a_sweep_get_advice_and_with_one_none() {
+        let parse = |text: &str, url: Option<&str>| {
+            Config::parse(
+                text,
+                Path::new("/etc/rowbranch/rowbranch.toml"),
+                &|key: &str| {
+                    (key == "DATABASE_URL")
+                        .then(|| url.map(str::to_owned))
+                        .flatten()
+                },
+            )
+            .unwrap()
+        };
+        let advice = no_sweep(&parse(TEST_LOCAL_CONFIG, None)).expect("advice");
+        assert!(advice.ok, "advice, not a failure");
+        assert!(
+            advice.what.contains("no scheduled sweep"),
+            "{}",
+            advice.what
+        );
+        assert!(advice.fix.unwrap().contains("DATABASE_URL"));
+        let off = format!("reconcile_every = \"off\"\n{TEST_LOCAL_CONFIG}");
+        let advice = no_sweep(&parse(&off, Some("postgres://u@db/x"))).expect("advice");
+        assert!(advice.fix.unwrap().contains("reconcile_every"));
+        assert!(no_sweep(&parse(TEST_LOCAL_CONFIG, Some("postgres://u@db/x"))).is_none());
+    }
 
     #[test]
     fn a_workflow_listens_by_string_list_or_types() {

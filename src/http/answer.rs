@@ -43,7 +43,8 @@ pub enum Answer {
         message: String,
     },
     Internal,
-    /// Safe to retry: `unavailable` (the forge), `queue_full` or `abandoned`.
+    /// Safe to retry: `unavailable` (the forge), `queue_full`, `queue_bytes_full` or
+    /// `abandoned`.
     Unavailable {
         reason: Reason,
         message: String,
@@ -190,6 +191,15 @@ impl Answer {
             Answer::UnsupportedMediaType => "Content-Type must be application/json".into(),
             Answer::Internal => "internal error".into(),
             Answer::Unavailable {
+                reason: Reason::QueueBytesFull,
+                message,
+                retry_after,
+            } => format!(
+                "the rows waiting hold as much memory as they may ({message}); nothing is \
+                 claimed; retry after {} s",
+                retry_after.as_secs().max(1)
+            ),
+            Answer::Unavailable {
                 message,
                 retry_after,
                 ..
@@ -292,7 +302,12 @@ mod tests {
                 message: "refused".into(),
             });
         }
-        for reason in [Reason::Unavailable, Reason::QueueFull, Reason::Abandoned] {
+        for reason in [
+            Reason::Unavailable,
+            Reason::QueueFull,
+            Reason::QueueBytesFull,
+            Reason::Abandoned,
+        ] {
             answers.push(Answer::Unavailable {
                 reason,
                 message: "down".into(),

@@ -1,7 +1,15 @@
-//! Accepting and serving connections: at most the connection cap open at once (more wait in the
-//! listen backlog), each served by hyper's HTTP/1 with a timer, so that a sender who is slow to
-//! send its headers — or idle between requests — is cut after `read_timeout_ms`.
-//! (`axum::serve` sets no timer, so hyper's header timeout would be off.)
+//! Accepting and serving connections: at most the connection cap open at once, each served by
+//! hyper's HTTP/1 with a timer, so that a sender who is slow to send its headers — or idle
+//! between requests — is cut after `read_timeout_ms`. (`axum::serve` sets no timer, so hyper's
+//! header timeout would be off.)
+//!
+//! A full table makes room: the connections are kept in a [`Table`] that knows which of them
+//! are waiting for a request head (a new connection, or one idle between requests) and since
+//! when, and a connection accepted when the cap is reached takes the place of the one that has
+//! waited longest. A request under way — its body being read, its answer being decided or
+//! written — is never cut for room, so clients that never finish a request head cannot hold
+//! every slot, while one that sends slowly but sends keeps its own. Only when every connection
+//! is in a request does a new one wait, in the listen backlog, for one to end.
 //!
 //! Two more bounds cover what the header timeout does not see. A write that makes no progress
 //! for `read_timeout_ms` fails (a client that sends requests and never reads its answers would
@@ -10,20 +18,24 @@
 //! has not closed within [`closing_allowance`] more (a client that asks for `/healthz` just
 //! within every timeout would otherwise keep its slot forever).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
+use futures_util::future::BoxFuture;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::server::conn::http1;
+use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -95,7 +107,7 @@ pub async fn serve(
         reserve,
         "serving at most this many connections at once"
     );
-    let permits = Arc::new(Semaphore::new(cap));
+    let table = Table::new(cap);
     let open = Open {
         stop: CancellationToken::new(),
         tasks: TaskTracker::new(),
@@ -115,13 +127,12 @@ pub async fn serve(
         // without this, hyper drops the request when it reads the end of the stream.
         .half_close(true);
     tokio::pin!(stop);
-    loop {
-        let permit = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => {
-                permit.expect("the connection bound is never closed")
-            }
+    'accepting: loop {
+        // Nothing is accepted while every connection is in a request: the backlog holds them.
+        tokio::select! {
+            () = table.room() => {}
             () = &mut stop => break,
-        };
+        }
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -139,7 +150,21 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let service = TowerToHyperService::new(router.clone());
+        // The one that was to make room may have begun a request since: then this one waits
+        // for the next room, accepted.
+        let member = loop {
+            if let Some(member) = table.admit() {
+                break Arc::new(member);
+            }
+            tokio::select! {
+                () = table.room() => {}
+                () = &mut stop => break 'accepting,
+            }
+        };
+        let service = Tracked {
+            inner: TowerToHyperService::new(router.clone()),
+            member: Arc::clone(&member),
+        };
         let io = TokioIo::new(WriteDeadline::new(stream, read_timeout));
         let connection = builder.serve_connection(io, service);
         let stopped = open.stop.clone();
@@ -165,15 +190,234 @@ pub async fn serve(
                         tracing::debug!("a connection outlived its age and the allowance; cut");
                         break Ok(());
                     }
+                    () = member.evicted.cancelled() => {
+                        tracing::debug!("cut a connection waiting for a request head, to make room for a new one");
+                        break Ok(());
+                    }
                 }
             };
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "a connection ended with an error");
             }
-            drop(permit);
+            // Its place is given up when the last hold on `member` goes: this task's, and its
+            // service's, which goes with the connection at the end of this block.
         });
+        // The new connection's task runs next (a task spawned from a worker takes its next
+        // turn), and reads the head its sender has sent, before another is accepted: in a flood
+        // of accepts, a delivery's connection is in its request before it could be the one
+        // that has waited longest.
+        tokio::task::yield_now().await;
     }
     open
+}
+
+/// The connections served: for each, whether it is waiting for a request head and since
+/// when, so that a connection accepted at the cap takes the place of the one that has waited
+/// longest.
+struct Table {
+    cap: usize,
+    state: Mutex<Slots>,
+    /// Woken when a connection ends, or begins to wait for a request head: there may be room.
+    room: Notify,
+}
+
+#[derive(Default)]
+struct Slots {
+    next_id: u64,
+    open: HashMap<u64, Slot>,
+}
+
+struct Slot {
+    /// Requests under way on it: from the service's call until hyper has written the answer.
+    requests: usize,
+    /// Since when it has waited for a request head, when `requests` is 0: its acceptance, or
+    /// the end of its last answer.
+    waiting_since: Instant,
+    evicted: CancellationToken,
+}
+
+impl Slots {
+    /// The connection that has waited longest for a request head, if any waits.
+    fn longest_waiting(&self) -> Option<u64> {
+        self.open
+            .iter()
+            .filter(|(_, slot)| slot.requests == 0)
+            .min_by_key(|(_, slot)| slot.waiting_since)
+            .map(|(id, _)| *id)
+    }
+}
+
+impl Table {
+    fn new(cap: usize) -> Arc<Table> {
+        Arc::new(Table {
+            cap,
+            state: Mutex::new(Slots::default()),
+            room: Notify::new(),
+        })
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.state.lock().expect("connection table lock poisoned")
+    }
+
+    /// Whether a new connection would be admitted now: below the cap, or one to make room.
+    fn has_room(&self) -> bool {
+        let slots = self.slots();
+        slots.open.len() < self.cap || slots.longest_waiting().is_some()
+    }
+
+    /// Resolves when a new connection would be admitted.
+    async fn room(&self) {
+        loop {
+            let changed = self.room.notified();
+            tokio::pin!(changed);
+            // Registered before the look, so that a change in between still wakes it.
+            changed.as_mut().enable();
+            if self.has_room() {
+                return;
+            }
+            changed.await;
+        }
+    }
+
+    /// A place for a new connection, waiting for its first request head: a free one, or that
+    /// of the connection that has waited longest for a head, which is cut. `None` when the
+    /// table is full of requests under way.
+    fn admit(self: &Arc<Self>) -> Option<Member> {
+        let mut slots = self.slots();
+        if slots.open.len() >= self.cap {
+            let id = slots.longest_waiting()?;
+            let slot = slots.open.remove(&id).expect("the longest waiting is open");
+            slot.evicted.cancel();
+        }
+        let id = slots.next_id;
+        slots.next_id += 1;
+        let evicted = CancellationToken::new();
+        slots.open.insert(
+            id,
+            Slot {
+                requests: 0,
+                waiting_since: Instant::now(),
+                evicted: evicted.clone(),
+            },
+        );
+        Some(Member {
+            table: Arc::clone(self),
+            id,
+            evicted,
+        })
+    }
+}
+
+/// A connection's place in the [`Table`]; given up when dropped.
+struct Member {
+    table: Arc<Table>,
+    id: u64,
+    /// Cancelled when the place is given to a new connection: the connection is then cut.
+    evicted: CancellationToken,
+}
+
+impl Member {
+    /// A request's head has arrived: until the guard is dropped, the connection is in a
+    /// request and is not cut for room.
+    fn begin_request(self: &Arc<Self>) -> InRequest {
+        if let Some(slot) = self.table.slots().open.get_mut(&self.id) {
+            slot.requests += 1;
+        }
+        InRequest(Arc::clone(self))
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Ok(mut slots) = self.table.state.lock() {
+            slots.open.remove(&self.id);
+        }
+        self.table.room.notify_waiters();
+    }
+}
+
+/// Held from a request's head to the end of its answer.
+struct InRequest(Arc<Member>);
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        let table = &self.0.table;
+        let waiting = match table.state.lock() {
+            Ok(mut slots) => match slots.open.get_mut(&self.0.id) {
+                Some(slot) => {
+                    slot.requests = slot.requests.saturating_sub(1);
+                    if slot.requests == 0 {
+                        slot.waiting_since = Instant::now();
+                    }
+                    slot.requests == 0
+                }
+                None => false,
+            },
+            Err(_) => false,
+        };
+        if waiting {
+            table.room.notify_waiters();
+        }
+    }
+}
+
+/// The router as hyper calls it, marking the connection in a request from each request's head
+/// until hyper has taken the whole answer (it drops the answer's body then).
+struct Tracked<S> {
+    inner: S,
+    member: Arc<Member>,
+}
+
+impl<S, B> hyper::service::Service<Request<Incoming>> for Tracked<S>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>>,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Answering<B>>;
+    type Error = S::Error;
+    type Future = BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let guard = self.member.begin_request();
+        let answer = self.inner.call(request);
+        Box::pin(async move {
+            let response = answer.await?;
+            Ok(response.map(|body| Answering {
+                body,
+                _guard: guard,
+            }))
+        })
+    }
+}
+
+/// An answer's body, which keeps its connection in a request until it is dropped.
+struct Answering<B> {
+    body: B,
+    /// Dropped with the body: the connection waits for its next request head from then.
+    _guard: InRequest,
+}
+
+impl<B: Body + Unpin> Body for Answering<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Errors of one connection that went away while being accepted: nothing to wait out.

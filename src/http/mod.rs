@@ -429,9 +429,9 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         Ok(submission) => submission,
         Err(full) => {
             return Answer::Unavailable {
-                reason: Reason::QueueFull,
+                reason: full.reason(),
                 message: full.to_string(),
-                retry_after: full.retry_after,
+                retry_after: full.retry_after(),
             }
         }
     };

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::plan::Plan;
 use crate::forge::{Base, Claim, Forge, ForgeError};
@@ -194,9 +194,12 @@ pub async fn claim_and_dispatch(
     let route = &plan.route;
     let repo = &route.repo;
     // Rendered before the claim: a payload that cannot be sent must not leave a branch behind.
-    let payload = plan
-        .client_payload(&base)
-        .map_err(|e| RunError::Refused(e.to_string()))?;
+    // Then let go, and rendered again once claimed: a row waits for its turn to claim holding
+    // its text once (in its plan), not twice.
+    drop(
+        plan.client_payload(&base)
+            .map_err(|e| RunError::Refused(e.to_string()))?,
+    );
     // A row that has not claimed when the shutdown begins is left for a redelivery or the
     // sweep: the grace is for rows that hold a claim.
     if watch.shutdown.is_draining() {
@@ -218,7 +221,7 @@ pub async fn claim_and_dispatch(
         tracing::warn!("claim answer was ambiguous; dispatching anyway");
     }
     watch.set_claimed(Some(plan.branch.clone()));
-    let settled = dispatch_or_release(forge, plan, base, claim, payload).await;
+    let settled = dispatch_or_release(forge, plan, base, claim).await;
     watch.set_claimed(None);
     settled
 }
@@ -229,23 +232,27 @@ async fn dispatch_or_release(
     plan: &Plan,
     base: Base,
     claim: Claim,
-    payload: Map<String, Value>,
 ) -> Result<Outcome, RunError> {
     let repo = &plan.route.repo;
-    let sent = forge
-        .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
-        .await;
+    // The same rendering as before the claim, which succeeded.
+    let sent = match plan.client_payload(&base) {
+        Ok(payload) => Ok(forge
+            .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
+            .await),
+        Err(e) => Err(RunError::Refused(e.to_string())),
+    };
     let failure = match sent {
-        Ok(()) => {
+        Ok(Ok(())) => {
             return Ok(Outcome::Dispatched {
                 branch: plan.branch.clone(),
                 base,
             });
         }
-        Err(ForgeError::Refused { message }) => {
+        Ok(Err(ForgeError::Refused { message })) => {
             RunError::Refused(format!("the forge refused the dispatch: {message}"))
         }
-        Err(e) => RunError::from_forge(e, "dispatching"),
+        Ok(Err(e)) => RunError::from_forge(e, "dispatching"),
+        Err(refused) => refused,
     };
     // Only a claim that is certainly ours is released: an ambiguous one may be another
     // delivery's, already dispatched. The sweep finds what is left as a dead claim.

@@ -1,13 +1,13 @@
 //! The pipeline: a pure [`Routes::plan`] of what a row needs, one [`execute`] that does it, and
 //! [`Pipeline`], which runs rows in the background with one run per row at a time, admits at
-//! most `queue_capacity` rows at once, and knows which rows are left when the shutdown's grace
-//! runs out.
+//! most `queue_capacity` rows at once holding at most `queue_bytes` between them, and knows
+//! which rows are left when the shutdown's grace runs out.
 
 mod execute;
 mod plan;
 
 pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
-pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes};
+pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;
@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
+use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -24,6 +25,7 @@ use crate::config::Intake;
 use crate::forge::{Base, Forge};
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
+use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 
 /// A run of one row that any number of deliveries can await.
@@ -32,29 +34,49 @@ pub type Run = Shared<BoxFuture<'static, Result<Outcome, RunError>>>;
 /// Rows are one and the same when repository, prefix and id agree (SPEC §4).
 type RowKey = (RepoName, BranchPrefix, RowId);
 
-/// How many rows may be accepted and not yet finished, and what to tell a sender beyond that.
+/// How many rows may be accepted and not yet finished, how many bytes they may hold between
+/// them, and what to tell a sender beyond that.
 #[derive(Debug, Clone, Copy)]
 pub struct Admission {
     pub capacity: usize,
-    /// About how long the rows admitted take to drain.
+    /// What the rows admitted and not yet finished may hold, in bytes (`queue_bytes`): each
+    /// row counts what its plan keeps ([`Plan::held_bytes`]) and what its caller keeps beside
+    /// it. A row is always admitted when none waits, however large.
+    pub bytes: usize,
+    /// About how long `capacity` rows take to drain: what a sender refused for their count is
+    /// asked to wait.
     pub retry_after: Duration,
+    /// About how long one row takes to drain: a sender refused for the bytes is asked to wait
+    /// that long for each row waiting (at least 1 s, at most `retry_after`).
+    pub per_row: Duration,
 }
 
 /// Runs rows on a forge. Runs are spawned, so they finish even when every caller has gone.
 pub struct Pipeline {
     forge: Arc<dyn Forge>,
     /// Runs under way, so that concurrent deliveries of a row share one (single flight); their
-    /// number is the number of rows admitted and not yet finished.
-    runs: Mutex<HashMap<RowKey, Entry>>,
+    /// number is the number of rows admitted and not yet finished, and they count their bytes.
+    runs: Mutex<Runs>,
+    /// Woken when a run ends: there may be room for a row that waits for it (the sweep's).
+    ended: Notify,
     tasks: TaskTracker,
     admission: Admission,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
 }
 
+#[derive(Default)]
+struct Runs {
+    map: HashMap<RowKey, Entry>,
+    /// What the runs in `map` hold, in bytes: the sum of their entries' `bytes`.
+    bytes: usize,
+}
+
 struct Entry {
     run: Run,
     watch: Arc<RunWatch>,
+    /// What the row holds while it waits and runs, as counted at its admission.
+    bytes: usize,
 }
 
 /// A delivery's place in a run.
@@ -64,12 +86,43 @@ pub struct Submission {
     pub run: Run,
 }
 
-/// The pipeline is full: `capacity` rows are admitted and not yet finished.
+/// The pipeline is full: `queue_capacity` rows are admitted and not yet finished, or the rows
+/// admitted hold so many bytes that this one would take them past `queue_bytes`.
 #[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("{capacity} rows are waiting already (queue_capacity)")]
-pub struct Full {
-    pub capacity: usize,
-    pub retry_after: Duration,
+pub enum Full {
+    #[error("{capacity} rows are waiting already (queue_capacity)")]
+    Rows {
+        capacity: usize,
+        retry_after: Duration,
+    },
+    #[error(
+        "the {rows} rows waiting hold {held} bytes already, and this row's {row} more would \
+         pass queue_bytes ({budget})"
+    )]
+    Bytes {
+        rows: usize,
+        held: usize,
+        row: usize,
+        budget: usize,
+        retry_after: Duration,
+    },
+}
+
+impl Full {
+    /// How long a sender is asked to wait.
+    pub fn retry_after(&self) -> Duration {
+        match self {
+            Full::Rows { retry_after, .. } | Full::Bytes { retry_after, .. } => *retry_after,
+        }
+    }
+
+    /// Why, as answers and log lines name it: `queue_full` or `queue_bytes_full`.
+    pub fn reason(&self) -> Reason {
+        match self {
+            Full::Rows { .. } => Reason::QueueFull,
+            Full::Bytes { .. } => Reason::QueueBytesFull,
+        }
+    }
 }
 
 impl Submission {
@@ -98,7 +151,8 @@ impl Pipeline {
     ) -> Arc<Pipeline> {
         Arc::new(Pipeline {
             forge,
-            runs: Mutex::new(HashMap::new()),
+            runs: Mutex::new(Runs::default()),
+            ended: Notify::new(),
             tasks: TaskTracker::new(),
             admission,
             shutdown,
@@ -115,31 +169,72 @@ impl Pipeline {
         &self.metrics
     }
 
+    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+        self.runs.lock().expect("runs lock poisoned")
+    }
+
     /// Rows admitted and not yet finished.
     pub fn in_flight(&self) -> usize {
-        self.runs.lock().expect("runs lock poisoned").len()
+        self.runs().map.len()
+    }
+
+    /// What the rows admitted and not yet finished hold, in bytes, as counted at admission.
+    pub fn held_bytes(&self) -> usize {
+        self.runs().bytes
+    }
+
+    /// How many more bytes rows may hold before `queue_bytes` refuses the next one.
+    pub fn bytes_free(&self) -> usize {
+        self.admission.bytes.saturating_sub(self.runs().bytes)
     }
 
     /// Starts a run of `plan`, or joins the one under way for the same row. A new row beyond
-    /// `queue_capacity` is refused: the count and the admission are one step under one lock.
+    /// `queue_capacity`, or one whose bytes would take the rows waiting past `queue_bytes`, is
+    /// refused: the count and the admission are one step under one lock.
     pub fn submit(self: &Arc<Self>, plan: Plan) -> Result<Submission, Full> {
+        self.submit_beside(plan, 0)
+    }
+
+    /// [`Pipeline::submit`] for a caller that keeps `beside` bytes of its own for as long as
+    /// the run goes on (the queue's consumer keeps the message, and a copy of the plan): they
+    /// count against `queue_bytes` with the plan's own.
+    pub fn submit_beside(self: &Arc<Self>, plan: Plan, beside: usize) -> Result<Submission, Full> {
         let key = (
             plan.route.repo.clone(),
             plan.route.branch_prefix.clone(),
             plan.id.clone(),
         );
+        let bytes = plan.held_bytes().saturating_add(beside);
         // Held until the run is registered, so the run cannot unregister itself before that.
-        let mut runs = self.runs.lock().expect("runs lock poisoned");
-        if let Some(entry) = runs.get(&key) {
+        let mut runs = self.runs();
+        if let Some(entry) = runs.map.get(&key) {
             return Ok(Submission {
                 joined: true,
                 run: entry.run.clone(),
             });
         }
-        if runs.len() >= self.admission.capacity {
-            return Err(Full {
+        if runs.map.len() >= self.admission.capacity {
+            return Err(Full::Rows {
                 capacity: self.admission.capacity,
                 retry_after: self.admission.retry_after,
+            });
+        }
+        // The first row always goes, so that no row is too large to run ever.
+        if !runs.map.is_empty() && runs.bytes.saturating_add(bytes) > self.admission.bytes {
+            let rows = runs.map.len();
+            let drain = self
+                .admission
+                .per_row
+                .saturating_mul(u32::try_from(rows).unwrap_or(u32::MAX));
+            return Err(Full::Bytes {
+                rows,
+                held: runs.bytes,
+                row: bytes,
+                budget: self.admission.bytes,
+                retry_after: drain.clamp(
+                    Duration::from_secs(1),
+                    self.admission.retry_after.max(Duration::from_secs(1)),
+                ),
             });
         }
         let watch = Arc::new(RunWatch::new(self.shutdown.clone()));
@@ -188,15 +283,39 @@ impl Pipeline {
         }
         .boxed()
         .shared();
-        runs.insert(
+        runs.map.insert(
             key,
             Entry {
                 run: run.clone(),
                 watch,
+                bytes,
             },
         );
-        self.metrics.runs_in_flight(runs.len());
+        runs.bytes += bytes;
+        self.metrics.runs_in_flight(runs.map.len());
         Ok(Submission { joined: false, run })
+    }
+
+    /// Waits until a row of `plan`'s size (with `beside` bytes of its caller's) would be
+    /// admitted now, or none is under way: for a caller with no sender to answer 503 to, which
+    /// may wait its turn instead (the sweep). Another caller may still take the room first.
+    pub async fn room_for(&self, plan: &Plan, beside: usize) {
+        let bytes = plan.held_bytes().saturating_add(beside);
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the look, so that a run ending in between still wakes it.
+            ended.as_mut().enable();
+            {
+                let runs = self.runs();
+                let rows_room = runs.map.len() < self.admission.capacity;
+                let bytes_room = runs.bytes.saturating_add(bytes) <= self.admission.bytes;
+                if runs.map.is_empty() || (rows_room && bytes_room) {
+                    return;
+                }
+            }
+            ended.await;
+        }
     }
 
     /// Dispatches `plan` again on the branch it already has (`plan.branch`), with `base` as
@@ -228,8 +347,8 @@ impl Pipeline {
     /// Logs each run still under way, at error level with its id (and, for a claim left open,
     /// its branch), for when the process stops before they end.
     pub fn report_unfinished(&self) -> usize {
-        let runs = self.runs.lock().expect("runs lock poisoned");
-        for ((repo, _, id), entry) in runs.iter() {
+        let runs = self.runs();
+        for ((repo, _, id), entry) in runs.map.iter() {
             match entry.watch.claimed() {
                 Some(branch) => tracing::error!(%id, %branch, %repo,
                     "stopped with the claim open and no dispatch; the sweep re-dispatches it as a dead claim"),
@@ -237,7 +356,7 @@ impl Pipeline {
                     "stopped before the row was claimed; a redelivery or the sweep will run it"),
             }
         }
-        runs.len()
+        runs.map.len()
     }
 }
 
@@ -290,8 +409,163 @@ impl Drop for Unregister {
             metrics.run_ended(&self.route, RunResult::FailedInternal, self.start.elapsed());
         }
         if let Ok(mut runs) = self.pipeline.runs.lock() {
-            runs.remove(&self.key);
-            metrics.runs_in_flight(runs.len());
+            if let Some(entry) = runs.map.remove(&self.key) {
+                runs.bytes -= entry.bytes;
+            }
+            metrics.runs_in_flight(runs.map.len());
         }
+        self.pipeline.ended.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use serde_json::value::RawValue;
+    use serde_json::{json, Value};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::forge::{Branch, Claim, ForgeError, Sha};
+    use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
+
+    /// A forge whose reads wait for a permit, then fail: the rows it is given stay under way
+    /// until the test lets them go.
+    struct Gated(Semaphore);
+
+    fn unavailable() -> ForgeError {
+        ForgeError::Unavailable {
+            message: "gated".into(),
+            retry_after: None,
+        }
+    }
+
+    #[async_trait]
+    impl Forge for Gated {
+        async fn row_branches(
+            &self,
+            _: &RepoName,
+            _: &BranchPrefix,
+            _: &RowId,
+        ) -> Result<Vec<BranchName>, ForgeError> {
+            let _ = self.0.acquire().await;
+            Err(unavailable())
+        }
+        async fn has_pull_request(&self, _: &RepoName, _: &BranchName) -> Result<bool, ForgeError> {
+            Ok(false)
+        }
+        async fn base(&self, _: &RepoName) -> Result<Base, ForgeError> {
+            Err(unavailable())
+        }
+        async fn claim(&self, _: &RepoName, _: &BranchName, _: &Sha) -> Result<Claim, ForgeError> {
+            Err(unavailable())
+        }
+        async fn dispatch(&self, _: &RepoName, _: &EventType, _: &Value) -> Result<(), ForgeError> {
+            Err(unavailable())
+        }
+        async fn release(&self, _: &RepoName, _: &BranchName, _: &Sha) -> Result<(), ForgeError> {
+            Err(unavailable())
+        }
+        async fn prefix_branches(
+            &self,
+            _: &RepoName,
+            _: &BranchPrefix,
+        ) -> Result<Vec<Branch>, ForgeError> {
+            Err(unavailable())
+        }
+        async fn pull_request_heads(
+            &self,
+            _: &RepoName,
+            _: &BranchPrefix,
+            _: chrono::DateTime<chrono::Utc>,
+        ) -> Result<Vec<BranchName>, ForgeError> {
+            Err(unavailable())
+        }
+        async fn ahead_by(
+            &self,
+            _: &RepoName,
+            _: &Base,
+            _: &BranchName,
+        ) -> Result<u64, ForgeError> {
+            Err(unavailable())
+        }
+    }
+
+    /// The test route's plan of row `id` with `text_bytes` of text.
+    fn plan(id: u64, text_bytes: usize) -> Plan {
+        let record = json!({"id": id, "message": "x".repeat(text_bytes)}).to_string();
+        let raw = RawValue::from_string(record).unwrap();
+        test_routes()
+            .iter()
+            .next()
+            .unwrap()
+            .plan_json(&raw)
+            .unwrap()
+    }
+
+    fn gated(bytes: usize) -> (Arc<Pipeline>, Arc<Gated>) {
+        let forge = Arc::new(Gated(Semaphore::new(0)));
+        let admission = Admission {
+            capacity: 100,
+            bytes,
+            retry_after: Duration::from_secs(60),
+            per_row: Duration::from_secs(2),
+        };
+        let pipeline = Pipeline::new(
+            Arc::clone(&forge) as Arc<dyn Forge>,
+            admission,
+            Shutdown::default(),
+            Arc::new(Metrics::default()),
+        );
+        (pipeline, forge)
+    }
+
+    #[tokio::test]
+    async fn rows_are_admitted_by_what_they_hold_and_give_it_back_when_they_end() {
+        let one = plan(1, 40_000).held_bytes();
+        assert!(one > 40_000 + RUN_BYTES, "{one}");
+        // Room for three such rows, not four.
+        let (pipeline, forge) = gated(one * 3 + one / 2);
+        for id in 1..=3 {
+            pipeline.submit(plan(id, 40_000)).unwrap();
+        }
+        // A redelivery joins its row's run and costs nothing.
+        assert!(pipeline.submit(plan(2, 40_000)).unwrap().joined);
+        let full = pipeline.submit(plan(4, 40_000)).err().expect("refused");
+        assert_eq!(full.reason(), Reason::QueueBytesFull);
+        // Two seconds a row waiting.
+        assert_eq!(full.retry_after(), Duration::from_secs(6));
+        assert!(full.to_string().contains("queue_bytes"), "{full}");
+        // A small row still fits.
+        pipeline.submit(plan(5, 10)).unwrap();
+        assert_eq!(pipeline.in_flight(), 4);
+        assert_eq!(pipeline.held_bytes(), one * 3 + plan(5, 10).held_bytes());
+        // The runs end: their bytes are free again.
+        forge.0.add_permits(100);
+        pipeline.drain().await;
+        assert_eq!((pipeline.in_flight(), pipeline.held_bytes()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_row_larger_than_the_bound_runs_when_none_waits() {
+        let (pipeline, forge) = gated(1 << 10);
+        pipeline.submit(plan(1, 40_000)).unwrap();
+        let full = pipeline.submit(plan(2, 10)).err().expect("refused");
+        assert_eq!(full.reason(), Reason::QueueBytesFull);
+        // The sweep's way: it waits for room rather than be refused.
+        let waiting = {
+            let pipeline = Arc::clone(&pipeline);
+            tokio::spawn(async move {
+                let second = plan(2, 10);
+                pipeline.room_for(&second, 0).await;
+                pipeline.submit(second).is_ok()
+            })
+        };
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        forge.0.add_permits(1);
+        assert!(waiting.await.unwrap(), "admitted once the first run ended");
+        forge.0.add_permits(100);
+        pipeline.drain().await;
     }
 }

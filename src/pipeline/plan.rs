@@ -453,6 +453,21 @@ impl CompiledRoute {
 }
 
 impl Plan {
+    /// What this plan holds in memory, in bytes, as `queue_bytes` counts it: the plan itself,
+    /// its strings' buffers (the text above all, up to 48 KiB), the columns it keeps for the
+    /// template, and [`RUN_BYTES`] for the run that carries it.
+    pub fn held_bytes(&self) -> usize {
+        std::mem::size_of::<Plan>()
+            + RUN_BYTES
+            + self.id.as_str().len()
+            + self.branch.as_str().len()
+            + self.text.as_ref().map_or(0, String::capacity)
+            + match &self.record {
+                Kept::Whole(text) => text.get().len(),
+                Kept::Columns(columns) => map_bytes(columns),
+            }
+    }
+
     /// The same work on another branch of the row (a redo's, or a dead claim's as it is).
     pub fn on_branch(self, branch: BranchName) -> Plan {
         Plan { branch, ..self }
@@ -496,6 +511,32 @@ impl Plan {
             record,
         })
     }
+}
+
+/// What the run of a waiting row holds besides its plan, in bytes: its task and the futures
+/// of its requests to the forge, its shared result, its place in the map of runs, its span.
+/// Measured with the release build: 6,000 rows of 20 bytes of text, each waiting for its turn
+/// to claim, took 45 MB beyond the process at rest, 7.6 KB each.
+pub const RUN_BYTES: usize = 8 << 10;
+
+/// What a JSON value holds: itself and what it points to (a string's buffer, an array's or an
+/// object's entries).
+fn value_bytes(value: &Value) -> usize {
+    std::mem::size_of::<Value>()
+        + match value {
+            Value::String(s) => s.capacity(),
+            Value::Array(items) => items.iter().map(value_bytes).sum(),
+            Value::Object(map) => map_bytes(map),
+            Value::Null | Value::Bool(_) | Value::Number(_) => 0,
+        }
+}
+
+/// What a JSON object's entries hold: each key's buffer, its value, and the map's node for it
+/// (a key and a value's size again, about).
+fn map_bytes(map: &Map<String, Value>) -> usize {
+    map.iter()
+        .map(|(key, value)| key.capacity() + std::mem::size_of::<String>() + value_bytes(value))
+        .sum()
 }
 
 /// [`crate::config::TEST_LOCAL_CONFIG`]'s routes, compiled.

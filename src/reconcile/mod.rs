@@ -447,16 +447,19 @@ impl Apply<'_> {
         })
     }
 
-    /// Runs the rows with neither branch nor pull request, a few at a time.
+    /// Runs the rows with neither branch nor pull request, a few at a time. A row waits for
+    /// room in the pipeline rather than fail for want of it: the sweep is what brings back the
+    /// rows a full pipeline refused, and it has no sender to ask to come back.
     async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Settled> {
         stream::iter(plans)
             .map(|plan| {
                 let id = plan.id.to_string();
-                let run = self.pipeline.submit(plan);
+                let pipeline = self.pipeline;
                 async move {
-                    let outcome = match run {
+                    pipeline.room_for(&plan, 0).await;
+                    let outcome = match pipeline.submit(plan) {
                         Ok(run) => run.outcome().await,
-                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after)),
+                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
                     };
                     match outcome {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,

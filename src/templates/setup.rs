@@ -316,7 +316,8 @@ mod tests {
         let config =
             Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
         assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
-        assert_eq!(config.reconcile.every, None);
+        // The sweep is written on: rows a sender never sent again come back within 6 h.
+        assert_eq!(config.reconcile.every, Some(Duration::from_secs(6 * 3600)));
         assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
         let ForgeSettings::Github(github) = &config.forge else {
             panic!("the example uses the github forge");
@@ -326,6 +327,7 @@ mod tests {
         };
         assert_eq!(*app_id, PLACEHOLDER_APP_ID);
         assert_eq!(github.pace.burst, 10);
+        assert_eq!(github.queue_bytes, crate::config::DEFAULT_QUEUE_BYTES);
         assert!(
             matches!(key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
         );

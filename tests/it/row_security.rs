@@ -1,21 +1,23 @@
 //! Row level security on a routed table, against a real PostgreSQL: a role it hides every row
 //! from reads an empty table without an error, so `reconcile` must fail (not report 0 rows),
-//! `doctor` must fail with the policy that fixes it, and `redo` and `explain` must say why a
+//! `serve`'s scheduled sweep must count the route's run as failed, `doctor` must fail with the policy that fixes it, and `redo` and `explain` must say why a
 //! row is not found. A `using (true)` policy, the table's owner and a BYPASSRLS role see every
 //! row; a conditional policy is a warning, and the sweep sees what it lets through.
 
 use std::process::Output;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tempfile::TempDir;
 
-use crate::support::app::FEEDBACK_ROUTE;
+use crate::support::app::{spawn_app, Options, FEEDBACK_ROUTE};
 use crate::support::child;
 use crate::support::db::{admin_config, ident, literal, Template, TestDb};
 use crate::support::local::dir_with_repository;
 use crate::support::or_skip;
 use crate::support::random::{random_hex, random_secret};
 use crate::support::tools::output_text;
+use crate::support::wait::eventually_within;
 
 /// A database with `public.feedbacks` holding rows 1 and 2, and a login role `name` that may
 /// SELECT from it (as the README's role is granted): the role's `DATABASE_URL`.
@@ -131,13 +133,15 @@ async fn a_role_with_select_and_no_policy_makes_reconcile_and_doctor_fail_with_t
     let error = summary["error"].as_str().unwrap();
     assert!(error.contains("no policy lets role"), "{error}");
     assert!(error.contains(&table.policy()), "{error}");
-    let text = table.run(&["reconcile", "--dry-run"]).await;
-    assert_eq!(text.status.code(), Some(1));
-    assert!(
-        child::stdout(&text).contains(&table.policy()),
-        "{}",
-        output_text(&text)
-    );
+    for args in [&["reconcile", "--dry-run"][..], &["reconcile"]] {
+        let text = table.run(args).await;
+        assert_eq!(text.status.code(), Some(1), "{args:?}");
+        assert!(
+            child::stdout(&text).contains(&table.policy()),
+            "{args:?}: {}",
+            output_text(&text)
+        );
+    }
 
     let doctor = table.doctor().await;
     assert_eq!(doctor.status.code(), Some(1), "{}", output_text(&doctor));
@@ -163,6 +167,40 @@ async fn a_role_with_select_and_no_policy_makes_reconcile_and_doctor_fail_with_t
         "{}",
         doctor_line(&doctor)
     );
+}
+
+/// `serve`'s scheduled sweep meets the same: the route's run counts as failed, not as a sweep
+/// of an empty table.
+#[tokio::test]
+async fn a_scheduled_sweep_that_cannot_see_counts_as_failed() {
+    let table = or_skip!(Table::new("reader", "").await);
+    table
+        .db
+        .execute("alter table public.feedbacks enable row level security")
+        .await;
+    let app = spawn_app(
+        Options::default()
+            .top("reconcile_every = \"1h\"")
+            .env("DATABASE_URL", &table.url),
+    )
+    .await;
+    // The first sweep comes 10 s after start.
+    let failed = r#"rowbranch_reconcile_runs_total{result="failed"} 1"#;
+    let metrics = eventually_within(
+        "a failed scheduled sweep",
+        Duration::from_secs(40),
+        || async {
+            let text = app.get("/metrics").await.text;
+            text.contains(failed).then_some(text)
+        },
+    )
+    .await;
+    assert!(
+        !metrics.contains(r#"rowbranch_reconcile_runs_total{result="ok"} 1"#),
+        "{metrics}"
+    );
+    assert!(app.dispatches().is_empty());
+    app.shutdown().await;
 }
 
 #[tokio::test]

@@ -139,7 +139,9 @@ impl Consumer {
         if self.shutdown.is_draining() {
             return (route, id, RunEnd::NotStarted, None);
         }
-        let Ok(submission) = self.pipeline.submit(plan.clone()) else {
+        // The message and this copy of the plan are kept beside the run: they count too.
+        let beside = message.body.capacity() + plan.held_bytes();
+        let Ok(submission) = self.pipeline.submit_beside(plan.clone(), beside) else {
             return (route, id, RunEnd::Retry(None), None);
         };
         // The run's own result, not a joined delivery's `in_flight`: what it says decides.

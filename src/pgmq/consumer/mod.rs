@@ -211,11 +211,19 @@ impl Consumer {
 
     /// How many messages to read now: within `batch`, within `queue_capacity` (held messages
     /// count, and rows from webhooks), within what this process can start in one visibility
-    /// window, and within [`BATCH_BYTES`] at the size messages have had.
+    /// window, and within [`BATCH_BYTES`] and the bytes `queue_bytes` leaves free, at the size
+    /// messages have had. A message read is held twice over while its row waits (its text, and
+    /// its plan, which the pipeline counts), so it is reckoned at twice its size; when nothing
+    /// is under way one is read whatever its size, as the pipeline admits one.
     fn room(&self) -> usize {
         let held = self.holds.count();
         let busy = held.max(self.pipeline.in_flight());
-        let by_bytes = (BATCH_BYTES / self.holds.average_bytes().max(1)).max(1);
+        let message = self.holds.average_bytes().max(1).saturating_mul(2);
+        let bytes = BATCH_BYTES.min(self.pipeline.bytes_free());
+        let by_bytes = match bytes / message {
+            0 if busy == 0 => 1,
+            n => n,
+        };
         self.settings
             .pgmq
             .batch

@@ -607,6 +607,12 @@ impl FakeGithub {
             .with(|s| s.repo_or_panic(repo).dispatches.clone())
     }
 
+    /// How many dispatches the repository accepted: [`FakeGithub::dispatches`]'s length,
+    /// without copying thousands of payloads under the lock on every look.
+    pub fn dispatch_count(&self, repo: &str) -> usize {
+        self.shared.with(|s| s.repo_or_panic(repo).dispatches.len())
+    }
+
     /// Every request received, in arrival order (unexpected ones included).
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared.with(|s| s.log.clone())

@@ -160,11 +160,24 @@ pub async fn serve_on_fake(
 
 /// Starts `rowbranch serve` in `dir` and waits until it logs its address.
 pub async fn serve(dir: Arc<TempDir>, start: Start<'_>) -> Served {
+    serve_binary(Path::new(env!("CARGO_BIN_EXE_rowbranch")), dir, start).await
+}
+
+/// The binary a measurement runs: `ROWBRANCH_MEASURE_BINARY` (another build, a release, an
+/// earlier version), else this build's.
+pub fn measured_binary() -> PathBuf {
+    std::env::var_os("ROWBRANCH_MEASURE_BINARY").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_rowbranch")),
+        PathBuf::from,
+    )
+}
+
+/// [`serve`] with another build of rowbranch, for measurements that compare builds.
+pub async fn serve_binary(binary: &Path, dir: Arc<TempDir>, start: Start<'_>) -> Served {
     let config = dir.path().join("rowbranch.toml");
     std::fs::write(&config, start.config).expect("could not write the config");
     let log = dir.path().join("serve.log");
     let log_file = std::fs::File::create(&log).expect("could not create the log");
-    let binary = env!("CARGO_BIN_EXE_rowbranch");
     let mut command = match start.nofile {
         Some(limit) => {
             let mut c = Command::new("prlimit");
