@@ -340,7 +340,7 @@ pub enum OpenError {
     /// The system's CA certificates, for GitHub's, could not be loaded.
     #[error("no TLS roots for GitHub's certificate: {cause}")]
     TlsRoots { cause: String },
-    /// octocrab could not build its client; `cause` is its error with its causes.
+    /// The GitHub client could not be built (a token no header can carry).
     #[error("could not build the GitHub client: {cause}")]
     Client { cause: String },
 }

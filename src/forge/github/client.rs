@@ -1,8 +1,8 @@
 //! The GitHub clients: as the App, one client with a JWT signed for each request ([`AppKey`])
 //! and one per installation, held for the life of the process so its token is minted once and
 //! renewed before it expires; with a token (`[github] token_env`), one client that uses it as
-//! given. Every request goes through [`send`], which turns octocrab's answers into retry
-//! decisions.
+//! given. Every request goes through [`send`], which turns GitHub's answers (or their absence)
+//! into retry decisions.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,8 +11,6 @@ use std::time::Duration;
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use http::{HeaderMap, StatusCode};
-use octocrab::models::InstallationId;
-use octocrab::{AuthState, Octocrab};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -22,7 +20,7 @@ use tokio::time::Instant;
 use super::jwt::AppKey;
 use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Stop};
-use super::transport::{self, REQUEST_TIMEOUT};
+use super::transport::{self, Client, REQUEST_TIMEOUT};
 use super::wire;
 use crate::config::{AccessToken, PaceSettings};
 use crate::forge::{ForgeError, OpenError};
@@ -34,6 +32,16 @@ use crate::shutdown::Shutdown;
 const TOKEN_RENEW_BEFORE: i64 = 120;
 /// How long a repository's installation id is trusted.
 const INSTALLATION_TTL: Duration = Duration::from_secs(600);
+
+/// An installation of the App, by GitHub's id for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InstallationId(pub u64);
+
+impl std::fmt::Display for InstallationId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// What GitHub answered: status, headers and body.
 pub struct Reply {
@@ -86,7 +94,7 @@ impl Reply {
             if !rel.contains("rel=\"next\"") {
                 return None;
             }
-            // Path and query only: octocrab sends credentials to its base URL's host alone,
+            // Path and query only: credentials go to the base URL's host alone,
             // and an absolute URL on GitHub Enterprise would go out without them.
             let url = url.trim().trim_start_matches('<').trim_end_matches('>');
             let uri: http::Uri = url.parse().ok()?;
@@ -197,7 +205,7 @@ pub use crate::metrics::GithubOperation as Operation;
 /// [`send`], counted: the answer's status (or `error`), how long it took, and the rate limit
 /// GitHub says is left.
 async fn send_counted<B: Serialize + ?Sized>(
-    client: &Octocrab,
+    client: &Client,
     metrics: &Metrics,
     operation: Operation,
     method: http::Method,
@@ -225,30 +233,29 @@ async fn send_counted<B: Serialize + ?Sized>(
 
 /// One request, and how its answer (or its absence) is to be read.
 pub async fn send<B: Serialize + ?Sized>(
-    client: &Octocrab,
+    client: &Client,
     method: http::Method,
     path: &str,
     body: Option<&B>,
 ) -> Attempt<Reply> {
-    let request = async {
-        let response = match method {
-            http::Method::GET => client._get(path).await,
-            http::Method::POST => client._post(path, body).await,
-            http::Method::DELETE => client._delete(path, body).await,
-            other => unreachable!("no {other} requests are made"),
-        }?;
-        let status = response.status();
-        let headers = response.headers().clone();
-        let body = client.body_to_string(response).await?;
-        Ok::<_, octocrab::Error>(Reply {
-            status,
-            headers,
-            body,
-        })
-    };
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(Ok(reply)) => Ok(reply),
-        Ok(Err(e)) => Err(from_octocrab(e)),
+    let json = body.map(serde_json::to_vec).transpose().map_err(|e| {
+        Stop::Fail(ForgeError::Other(anyhow!(
+            "a request body did not serialize: {e}"
+        )))
+    })?;
+    match tokio::time::timeout(REQUEST_TIMEOUT, client.request(method, path, json)).await {
+        Ok(Ok(response)) => {
+            let (parts, body) = response.into_parts();
+            Ok(Reply {
+                status: parts.status,
+                headers: parts.headers,
+                // GitHub answers JSON, which is UTF-8; anything else is kept readable for the
+                // message that quotes it.
+                body: String::from_utf8(body.into())
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            })
+        }
+        Ok(Err(e)) => Err(from_transport(e)),
         Err(_) => Err(Stop::Retry {
             message: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
             after: None,
@@ -258,21 +265,11 @@ pub async fn send<B: Serialize + ?Sized>(
     }
 }
 
-/// octocrab fails a request when minting a token failed (GitHub's answer inside) or when the
-/// connection did; the first is classified like any answer, the second may have been applied.
-fn from_octocrab(e: octocrab::Error) -> Stop {
+/// A request with no answer: a URL that cannot be made fails; a lost connection may have been
+/// applied.
+fn from_transport(e: transport::Error) -> Stop {
     match &e {
-        // Only minting a token maps GitHub's answer into an error here: the request itself was
-        // never sent.
-        octocrab::Error::GitHub { source, .. } => classify(
-            source.status_code,
-            &source.headers.clone().unwrap_or_default(),
-            &source.message,
-        )
-        .not_applied(),
-        octocrab::Error::Uri { .. } | octocrab::Error::UriParse { .. } => Stop::Fail(
-            ForgeError::Other(anyhow::Error::new(e).context("a request URL did not parse")),
-        ),
+        transport::Error::Url(_) => Stop::Fail(ForgeError::Other(anyhow::Error::new(e))),
         other => Stop::Retry {
             message: transport_failure(other),
             after: None,
@@ -286,9 +283,9 @@ fn from_octocrab(e: octocrab::Error) -> Stop {
 /// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
 /// the layers of wrapping each library adds ("Service Error: client error (Connect): tcp
 /// connect error: …").
-fn transport_failure(e: &octocrab::Error) -> String {
+fn transport_failure(e: &transport::Error) -> String {
     let mut innermost: &(dyn std::error::Error + 'static) = e;
-    let mut connect = false;
+    let mut connect = matches!(e, transport::Error::Send(client) if client.is_connect());
     while let Some(source) = innermost.source() {
         if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
             connect |= client.is_connect();
@@ -318,14 +315,14 @@ enum TokenKind {
     /// Minted from the App's JWT and renewed here.
     Minted(Minter),
     /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
-    Given(Octocrab),
+    Given(Client),
 }
 
 /// What mints an installation's tokens, and the token last minted.
 struct Minter {
     id: InstallationId,
     /// The App's client (no credentials of its own) and key.
-    app: Octocrab,
+    app: Client,
     key: Arc<AppKey>,
     /// The repository each token is narrowed to.
     repository: String,
@@ -336,7 +333,7 @@ struct Minter {
 
 /// An installation token, in the client that sends it.
 struct Token {
-    client: Octocrab,
+    client: Client,
     expires_at: DateTime<Utc>,
 }
 
@@ -448,25 +445,25 @@ impl Minter {
         }
         let minted: MintedToken = reply.json()?;
         Ok(Token {
-            client: with_token(&self.app, minted.token)?,
+            client: with_token(&self.app, &minted.token)?,
             expires_at: minted.expires_at,
         })
     }
 }
 
 /// The App's client with a JWT made now.
-fn with_jwt(app: &Octocrab, key: &AppKey) -> Attempt<Octocrab> {
+fn with_jwt(app: &Client, key: &AppKey) -> Attempt<Client> {
     let jwt = key.jwt().map_err(|e| {
         Stop::Fail(ForgeError::Refused {
             message: format!("the App's JWT could not be made: {e}"),
         })
     })?;
-    with_token(app, jwt)
+    with_token(app, &jwt)
 }
 
-/// `app`'s connection stack with `token` as its bearer.
-fn with_token(app: &Octocrab, token: String) -> Attempt<Octocrab> {
-    app.user_access_token(token)
+/// `app`'s connection pool with `token` as its bearer.
+fn with_token(app: &Client, token: &str) -> Attempt<Client> {
+    app.with_bearer(token)
         .map_err(|e| Stop::Fail(ForgeError::Other(anyhow::Error::new(e))))
 }
 
@@ -478,12 +475,7 @@ pub fn token_client(
     api_url: &str,
     limits: Limits,
 ) -> Result<Installation, OpenError> {
-    let client = transport::client(
-        api_url,
-        AuthState::AccessToken {
-            token: token.expose().to_owned().into(),
-        },
-    )?;
+    let client = Client::new(api_url)?.with_bearer(token.expose())?;
     Ok(Installation {
         writes: Arc::new(Pacer::new(
             limits.pace,
@@ -518,7 +510,7 @@ impl Auth {
 /// The App and its installations.
 pub struct Apps {
     /// The connection stack every client shares, without credentials.
-    app: Octocrab,
+    app: Client,
     key: Arc<AppKey>,
     pace: PaceSettings,
     max_concurrent_requests: usize,
@@ -553,7 +545,7 @@ impl Apps {
     /// (they would re-send a dispatch).
     pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
         let key = Arc::new(AppKey::new(app_id, pem)?);
-        let app = transport::client(api_url, AuthState::None)?;
+        let app = Client::new(api_url)?;
         Ok(Apps {
             app,
             key,

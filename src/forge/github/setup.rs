@@ -168,8 +168,8 @@ pub async fn workflow_state(
 }
 
 /// A client without credentials, for the two calls `init` makes before the App exists.
-fn anonymous(api_url: &str) -> Result<octocrab::Octocrab, ForgeError> {
-    transport::client(api_url, octocrab::AuthState::None).map_err(|e| ForgeError::Other(e.into()))
+fn anonymous(api_url: &str) -> Result<transport::Client, ForgeError> {
+    transport::Client::new(api_url).map_err(|e| ForgeError::Other(e.into()))
 }
 
 /// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can
