@@ -53,19 +53,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// `RUST_LOG`, else `default_level`, with octocrab's own lines off unless `RUST_LOG` names it:
-/// rowbranch logs each failed GitHub operation once, with its repository and host, where
-/// octocrab would log every failed request without them.
+/// `RUST_LOG`, else `default_level`.
 fn log_filter(rust_log: Option<String>, default_level: &str) -> EnvFilter {
-    let quiet = |spec: &str| {
-        if spec.contains("octocrab") {
-            spec.to_owned()
-        } else {
-            format!("{spec},octocrab=off")
-        }
-    };
     rust_log
         .filter(|spec| !spec.trim().is_empty())
-        .and_then(|spec| EnvFilter::try_new(quiet(&spec)).ok())
-        .unwrap_or_else(|| EnvFilter::new(quiet(default_level)))
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new(default_level))
 }

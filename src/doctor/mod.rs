@@ -35,8 +35,8 @@ mod tables;
 mod token;
 mod transit;
 
-/// Runs `work` without the log lines of the libraries it calls (octocrab logs every failed
-/// request as an error), unless `RUST_LOG` asks for logs: the report a command prints is its
+/// Runs `work` without log lines (the retries' and the libraries'), unless `RUST_LOG` asks for
+/// logs: the report a command prints is its
 /// output, and a log line in the middle of it only repeats a failure the report states.
 pub async fn quietly<F: Future>(work: F) -> F::Output {
     if process_env("RUST_LOG").is_some() {

@@ -273,7 +273,7 @@ async fn serve_with_a_token_that_cannot_write_exits_1_saying_so_and_never_logs_t
     // A database that does not answer: serve starts all the same, and then asks GitHub.
     serve
         .env("DATABASE_URL", "postgres://rowbranch@127.0.0.1:1/none")
-        .env("RUST_LOG", "trace,octocrab=trace");
+        .env("RUST_LOG", "trace");
     let out = child::run(&mut serve).await;
     let stderr = child::stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

@@ -541,7 +541,7 @@ pub struct Limits {
 
 impl Apps {
     /// Builds the App's client: JWTs from `app_id` and the PEM key (which must sign one here,
-    /// as every request will), timeouts set, no redirects and no retries of octocrab's own
+    /// as every request will), timeouts set, no redirects and no retries of the client's own
     /// (they would re-send a dispatch).
     pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
         let key = Arc::new(AppKey::new(app_id, pem)?);

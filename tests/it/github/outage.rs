@@ -30,7 +30,7 @@ async fn an_unreachable_github_is_one_line_per_failed_operation_and_none_from_th
     .config_text(&fake)
     .replace(&fake.url(), &format!("http://{host}"));
     let secret = random_secret();
-    // RUST_LOG=info, as `serve` is run, names no library: octocrab's lines are off.
+    // RUST_LOG=info, as `serve` is run: no library's lines, the client has none of its own.
     let served = serve_on_fake(
         &config,
         vec![("ROWBRANCH_LOG_FORMAT", "json".to_owned())],

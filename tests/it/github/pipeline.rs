@@ -116,7 +116,7 @@ async fn a_token_that_github_expired_is_minted_again_and_kept() {
     assert_eq!(fake.token_mints(), 1);
     fake.expire_tokens();
     app.dispatched(json!(2), "Two").await;
-    // Each request that met the 401 re-mints once (octocrab clears its cache and tries again):
+    // Each request that met the 401 re-mints once (the token is dropped, one minted, the request sent again):
     // the row's two concurrent reads at most, never a loop.
     let after_expiry = fake.token_mints();
     assert!((2..=3).contains(&after_expiry), "{after_expiry} mints");
