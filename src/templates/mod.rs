@@ -54,7 +54,7 @@ enum Body {
     /// two to the same output), without a template run and a JSON parse for every row.
     Builtin,
     /// A user's template.
-    Template(Environment<'static>),
+    Template(Box<Environment<'static>>),
 }
 
 impl std::fmt::Debug for PayloadTemplate {
@@ -166,7 +166,7 @@ impl PayloadTemplate {
         env.add_template_owned(NAME, source).map_err(render_error)?;
         let record_use = record_use(&env.get_template(NAME).map_err(render_error)?);
         Ok(PayloadTemplate {
-            body: Body::Template(env),
+            body: Body::Template(Box::new(env)),
             origin,
             record_use,
         })
