@@ -25,7 +25,9 @@ use crate::support::db::Install;
 use crate::support::github::{self, GithubOptions, REPO};
 use crate::support::local::{branches, dir_with_repository, dispatches};
 use crate::support::or_skip;
-use crate::support::queue::{all_ids, local_config, payload_id, per_row, QueueDb};
+use crate::support::queue::{
+    all_ids, local_config, payload_id, per_row, QueueDb, BLOCKING_DISPATCH,
+};
 use crate::support::wait::eventually_within;
 
 /// The summary line's numbers: dispatched, duplicates, dead-lettered, left in the queue.
@@ -180,6 +182,13 @@ fn fake_config(fake: &FakeGithub, options: &GithubOptions, db: &QueueDb, pgmq: &
     )
 }
 
+/// A directory with [`fake_config`]'s rowbranch.toml in it.
+fn fake_dir(fake: &FakeGithub, options: &GithubOptions, db: &QueueDb, pgmq: &str) -> TempDir {
+    let dir = TempDir::new().unwrap();
+    write_config(dir.path(), &fake_config(fake, options, db, pgmq));
+    dir
+}
+
 /// The App's key, as the drain on the fake GitHub needs it.
 fn app_key() -> Vec<(&'static str, String)> {
     vec![(
@@ -216,16 +225,6 @@ async fn an_empty_queue_exits_0_at_once_and_says_so() {
         run.stderr
     );
 }
-
-/// Records each dispatch in `attempts.jsonl`; once there are more than the number in `limit`
-/// (when that file exists), blocks until killed: a dispatch started after its claim and
-/// never finished.
-const BLOCKING_DISPATCH: &str = r#"line=$(cat)
-printf '%s\n' "$line" >> attempts.jsonl
-if [ -f limit ] && [ "$(wc -l < attempts.jsonl)" -gt "$(cat limit)" ]; then
-  exec sleep 600
-fi
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn successive_drains_one_killed_mid_batch_give_one_branch_per_row_and_an_extra_dispatch_only_for_what_it_held(
@@ -368,11 +367,7 @@ async fn max_time_is_kept_with_a_backlog_left_visible_and_the_next_run_finishes_
         extra_top: "shutdown_grace = \"1s\"\n".into(),
         ..GithubOptions::default()
     };
-    let dir = TempDir::new().unwrap();
-    write_config(
-        dir.path(),
-        &fake_config(&fake, &options, &db, "visibility_timeout_s = 60"),
-    );
+    let dir = fake_dir(&fake, &options, &db, "visibility_timeout_s = 60");
     db.insert(1..=30).await;
 
     let run = drain(dir.path(), &db, &app_key(), &["--max-time", "4s"]).await;
@@ -433,11 +428,7 @@ async fn sigint_mid_batch_releases_what_has_not_started_settles_the_rest_and_exi
         extra_top: "shutdown_grace = \"30s\"\n".into(),
         ..GithubOptions::default()
     };
-    let dir = TempDir::new().unwrap();
-    write_config(
-        dir.path(),
-        &fake_config(&fake, &options, &db, "visibility_timeout_s = 600"),
-    );
+    let dir = fake_dir(&fake, &options, &db, "visibility_timeout_s = 600");
     db.insert(1..=5).await;
     let child = command(dir.path(), &db, &app_key(), &["--max-time", "5m"])
         .spawn()
@@ -671,11 +662,7 @@ async fn github_unreachable_exits_1_with_the_rows_left_in_the_queue() {
         retry_budget_ms: 200,
         ..GithubOptions::default()
     };
-    let dir = TempDir::new().unwrap();
-    write_config(
-        dir.path(),
-        &fake_config(&fake, &options, &db, "visibility_timeout_s = 60"),
-    );
+    let dir = fake_dir(&fake, &options, &db, "visibility_timeout_s = 60");
     db.insert(1..=3).await;
     let run = drain(dir.path(), &db, &app_key(), &[]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
@@ -756,11 +743,7 @@ async fn a_max_time_shorter_than_the_grace_is_kept_with_half_of_it_for_the_grace
         extra_top: "shutdown_grace = \"20s\"\n".into(),
         ..GithubOptions::default()
     };
-    let dir = TempDir::new().unwrap();
-    write_config(
-        dir.path(),
-        &fake_config(&fake, &options, &db, "visibility_timeout_s = 600"),
-    );
+    let dir = fake_dir(&fake, &options, &db, "visibility_timeout_s = 600");
     db.insert(1..=5).await;
     let run = drain(dir.path(), &db, &app_key(), &["--max-time", "3s"]).await;
     let summary = run.clean();

@@ -28,7 +28,9 @@ use crate::support::github::{self, GithubOptions, REPO};
 use crate::support::http::{get, insert, Reply};
 use crate::support::local::{branches, dir_with_repository, dispatches};
 use crate::support::or_skip;
-use crate::support::queue::{all_ids, local_config, payload_id, per_row, QueueDb};
+use crate::support::queue::{
+    all_ids, local_config, payload_id, per_row, QueueDb, BLOCKING_DISPATCH,
+};
 use crate::support::random::random_secret;
 use crate::support::wait::{eventually_within, PATIENCE};
 
@@ -175,16 +177,6 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     assert_eq!(metric(&served, "rowbranch_deliveries_total", "").await, 0.0);
     stop(served).await;
 }
-
-/// Records each dispatch in `attempts.jsonl`; once there are more than the number in `limit`
-/// (when that file exists), blocks until killed: a dispatch started after its claim and
-/// never finished.
-const BLOCKING_DISPATCH: &str = r#"line=$(cat)
-printf '%s\n' "$line" >> attempts.jsonl
-if [ -f limit ] && [ "$(wc -l < attempts.jsonl)" -gt "$(cat limit)" ]; then
-  exec sleep 600
-fi
-"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_killed_between_claims_and_dispatches_twice_still_gives_every_row_one_branch_and_a_bounded_number_of_dispatches(

@@ -170,3 +170,13 @@ pub fn local_config(db: &QueueDb, repo: &str, forge: &str, pgmq: &str) -> String
         db.queue, db.dead
     )
 }
+
+/// Records each dispatch in `attempts.jsonl`; once there are more than the number in `limit`
+/// (when that file exists), blocks until killed: a dispatch started after its claim and
+/// never finished.
+pub const BLOCKING_DISPATCH: &str = r#"line=$(cat)
+printf '%s\n' "$line" >> attempts.jsonl
+if [ -f limit ] && [ "$(wc -l < attempts.jsonl)" -gt "$(cat limit)" ]; then
+  exec sleep 600
+fi
+"#;
