@@ -31,7 +31,7 @@ fn main() -> ExitCode {
             .with_writer(std::io::stderr)
             .init(),
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "could not start the async runtime");
@@ -51,6 +51,19 @@ fn main() -> ExitCode {
             ExitCode::from(failure.exit_code())
         }
     }
+}
+
+/// The async runtime: one worker thread unless `TOKIO_WORKER_THREADS` (tokio's own variable)
+/// asks for more. rowbranch waits on GitHub and the database, not on its CPU: a new row costs a
+/// fraction of a millisecond, and GitHub takes about 40 new rows a minute. A second worker
+/// would only add the cost of handing tasks between threads and waking them, about a third of
+/// a new row's CPU (README's Performance).
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        builder.worker_threads(1);
+    }
+    builder.enable_all().build()
 }
 
 /// `RUST_LOG`, else `default_level`.
