@@ -14,7 +14,9 @@ pub mod redo;
 pub mod serve;
 
 use crate::cli::{Cli, Command};
+use crate::config::Config;
 use crate::config::ConfigError;
+use crate::pipeline::CompiledRoute;
 use crate::startup::StartupError;
 
 /// Why a command failed, and so which exit code it ends with.
@@ -86,4 +88,17 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Healthcheck(args) => healthcheck::run(args).await,
         Command::Explain(args) => explain::run(args).await,
     }
+}
+
+/// The route of `table` (`table` or `schema.table`), for a command that acts on one row; a
+/// table without a route is a usage error that lists the routes there are.
+fn route_for(config: &Config, table: &str) -> Result<CompiledRoute, Failure> {
+    let routes = crate::startup::routes(config).map_err(|e| Failure::Usage(e.into()))?;
+    routes.for_table(table).cloned().ok_or_else(|| {
+        let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
+        Failure::Usage(anyhow::anyhow!(
+            "no route for table {table}: the routes are {}",
+            tables.join(", ")
+        ))
+    })
 }

@@ -15,15 +15,7 @@ use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
-    let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
-        let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
-        Failure::Usage(anyhow!(
-            "no route for table {}: the routes are {}",
-            args.table,
-            tables.join(", ")
-        ))
-    })?;
+    let compiled = super::route_for(&config, &args.table)?;
     let url = config.database_url.clone().ok_or_else(|| {
         Failure::Usage(anyhow!(
             "DATABASE_URL is not set: redo reads the row from PostgreSQL"

@@ -136,13 +136,7 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn identifiers_are_quoted() {
-        assert_eq!(quote_ident("feedbacks"), "\"feedbacks\"");
-        assert_eq!(quote_ident("Say \"what\""), "\"Say \"\"what\"\"\"");
-    }
+/// `schema.table` as a PostgreSQL relation, each part quoted.
+pub fn quote_relation(schema: &str, table: &str) -> String {
+    format!("{}.{}", quote_ident(schema), quote_ident(table))
 }

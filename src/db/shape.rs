@@ -7,7 +7,7 @@ use tokio_postgres::types::{ToSql, Type};
 
 use crate::config::Route;
 
-use super::{describe, quote_ident, Error, Result, Row};
+use super::{describe, quote_ident, quote_relation, Error, Result, Row};
 
 const TIMESTAMPTZ_OID: u32 = 1184;
 const TIMESTAMP_OID: u32 = 1114;
@@ -386,11 +386,7 @@ impl Shape {
         let (created, created_kind) = table.created(route)?;
         Ok(Shape {
             name: table.name.clone(),
-            relation: format!(
-                "{}.{}",
-                quote_ident(&route.schema),
-                quote_ident(&route.table)
-            ),
+            relation: quote_relation(&route.schema, &route.table),
             id: quote_ident(&id.name),
             id_type: id.type_sql.clone(),
             created: quote_ident(&created.name),
@@ -407,6 +403,10 @@ mod tests {
     fn identifiers_are_quoted() {
         assert_eq!(quote_ident("feedbacks"), "\"feedbacks\"");
         assert_eq!(quote_ident("Say \"what\""), "\"Say \"\"what\"\"\"");
+        assert_eq!(
+            quote_relation("my-app", "Feedback Items"),
+            "\"my-app\".\"Feedback Items\""
+        );
         assert_eq!(table_for_message("public", "feedbacks"), "public.feedbacks");
         assert_eq!(
             table_for_message("my-app", "Feedback Items"),

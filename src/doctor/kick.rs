@@ -11,7 +11,7 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Config, Intake};
-use crate::db::{describe, quote_ident, Database};
+use crate::db::{describe, quote_ident, quote_relation, Database};
 use crate::templates::actions::{KICK_SECRET, KICK_TRIGGER_PREFIX};
 
 /// The kick trigger's name for `queue`.
@@ -31,11 +31,7 @@ pub(super) async fn checks(config: &Config, out: &mut Vec<Check>) {
     let trigger = trigger_name(config.pgmq.queue.as_str());
     let mut kicked = false;
     for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
-        let table = format!(
-            "{}.{}",
-            quote_ident(&route.schema),
-            quote_ident(&route.table)
-        );
+        let table = quote_relation(&route.schema, &route.table);
         let found = client
             .query_typed(
                 "select t.tgenabled::text \

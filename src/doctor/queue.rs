@@ -9,7 +9,7 @@ use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Config, Intake, PgmqSettings, Route};
-use crate::db::{describe, queue, quote_ident, Database};
+use crate::db::{describe, queue, quote_ident, quote_relation, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
 
@@ -113,11 +113,7 @@ struct Trigger {
 /// The route's table has an enabled row-level trigger calling `rowbranch.enqueue()` with the
 /// queue's name, on every event the route takes, and the function's owner may send.
 async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
-    let table = format!(
-        "{}.{}",
-        quote_ident(&route.schema),
-        quote_ident(&route.table)
-    );
+    let table = quote_relation(&route.schema, &route.table);
     // By name in the catalog, which every role may read: to_regprocedure would need USAGE on
     // schema rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
     let found = client

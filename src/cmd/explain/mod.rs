@@ -42,15 +42,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     if let ForgeSettings::Github(github) = &mut config.forge {
         github.retry_budget = github.retry_budget.min(RETRY_BUDGET);
     }
-    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
-    let compiled = routes.for_table(&args.table).cloned().ok_or_else(|| {
-        let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
-        Failure::Usage(anyhow!(
-            "no route for table {}: the routes are {}",
-            args.table,
-            tables.join(", ")
-        ))
-    })?;
+    let compiled = super::route_for(&config, &args.table)?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await

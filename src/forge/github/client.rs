@@ -118,29 +118,15 @@ pub async fn pages<T, F>(
     operation: Operation,
     repo: &RepoName,
     first: &str,
-    mut take: F,
+    take: F,
 ) -> Attempt<()>
 where
     T: DeserializeOwned,
     F: FnMut(Vec<T>) -> bool,
 {
-    let mut path = first.to_owned();
-    loop {
-        let reply = installation
-            .send(operation, http::Method::GET, &path, None::<&()>)
-            .await?;
-        match reply.status.as_u16() {
-            200 => {}
-            404 => return Err(installation.not_found(repo, &reply)),
-            409 => return Err(empty_repository(repo)),
-            _ => return reply.unexpected(),
-        }
-        let go_on = take(reply.json()?);
-        match reply.next_page() {
-            Some(next) if go_on => path = next,
-            _ => return Ok(()),
-        }
-    }
+    listing(installation, operation, repo, first, Permission::Held, take)
+        .await
+        .map(|_| ())
 }
 
 /// [`pages`] for a listing the installation may not be permitted to read: each page's body
@@ -151,6 +137,39 @@ pub async fn permitted_pages<P, F>(
     operation: Operation,
     repo: &RepoName,
     first: &str,
+    take: F,
+) -> Attempt<Option<String>>
+where
+    P: DeserializeOwned,
+    F: FnMut(P) -> bool,
+{
+    listing(
+        installation,
+        operation,
+        repo,
+        first,
+        Permission::MayLack,
+        take,
+    )
+    .await
+}
+
+/// Whether a listing's permission is the caller's to assume, or may be missing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Permission {
+    /// Assumed (the repository's contents): a 409 is an empty repository.
+    Held,
+    /// May be missing: a 403 naming it is the answer.
+    MayLack,
+}
+
+/// The loop under [`pages`] and [`permitted_pages`].
+async fn listing<P, F>(
+    installation: &Installation,
+    operation: Operation,
+    repo: &RepoName,
+    first: &str,
+    permission: Permission,
     mut take: F,
 ) -> Attempt<Option<String>>
 where
@@ -162,13 +181,15 @@ where
         let reply = installation
             .send(operation, http::Method::GET, &path, None::<&()>)
             .await?;
-        match reply.status.as_u16() {
-            200 => {}
-            404 => return Err(installation.not_found(repo, &reply)),
-            _ => match reply.missing_permission() {
+        match (reply.status.as_u16(), permission) {
+            (200, _) => {}
+            (404, _) => return Err(installation.not_found(repo, &reply)),
+            (409, Permission::Held) => return Err(empty_repository(repo)),
+            (_, Permission::MayLack) => match reply.missing_permission() {
                 Some(needs) => return Ok(Some(needs)),
                 None => return reply.unexpected(),
             },
+            (_, Permission::Held) => return reply.unexpected(),
         }
         let go_on = take(reply.json()?);
         match reply.next_page() {
