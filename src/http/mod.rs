@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 use crate::config::Config;
 use crate::db::{Reachability, Unreachable};
 use crate::metrics::{Metrics, CONTENT_TYPE};
-use crate::pipeline::{Pipeline, PlanError, Planned, Routes};
+use crate::pipeline::{Pipeline, PlanError, Planned, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::templates::pages::{self, StatusView};
@@ -425,7 +425,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         branch: plan.branch.clone(),
         repo: plan.route.repo.clone(),
     };
-    let submission = match app.pipeline.submit(plan) {
+    let submission = match app.pipeline.submit(plan, Start::New) {
         Ok(submission) => submission,
         Err(full) => {
             return Answer::Unavailable {

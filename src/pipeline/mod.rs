@@ -1,12 +1,13 @@
-//! The pipeline: a pure [`Routes::plan`] of what a row needs, one [`execute`] that does it, and
-//! [`Pipeline`], which runs rows in the background with one run per row at a time, admits at
-//! most `queue_capacity` rows at once holding at most `queue_bytes` between them, and knows
-//! which rows are left when the shutdown's grace runs out.
+//! The pipeline: a pure [`Routes::plan`] of what a row needs, one executor that does it, and
+//! [`Pipeline`], its one door: [`Pipeline::submit`] runs rows in the background with one run
+//! per row at a time, admits at most `queue_capacity` rows at once holding at most
+//! `queue_bytes` between them, and knows which rows are left when the shutdown's grace runs
+//! out. The webhook, the queue, the sweep, `redo` and `demo` all come in through it.
 
 mod execute;
 mod plan;
 
-pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
+pub use execute::{at_base, DuplicateReason, Outcome, RunError, Start};
 pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
@@ -21,8 +22,10 @@ use tokio::sync::Notify;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use execute::{execute, RunWatch};
+
 use crate::config::Intake;
-use crate::forge::{Base, Forge};
+use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
 use crate::reason::Reason;
@@ -188,17 +191,22 @@ impl Pipeline {
         self.admission.bytes.saturating_sub(self.runs().bytes)
     }
 
-    /// Starts a run of `plan`, or joins the one under way for the same row. A new row beyond
-    /// `queue_capacity`, or one whose bytes would take the rows waiting past `queue_bytes`, is
-    /// refused: the count and the admission are one step under one lock.
-    pub fn submit(self: &Arc<Self>, plan: Plan) -> Result<Submission, Full> {
-        self.submit_beside(plan, 0)
+    /// Starts a run of `plan` as `start` says, or joins the one under way for the same row. A
+    /// new row beyond `queue_capacity`, or one whose bytes would take the rows waiting past
+    /// `queue_bytes`, is refused: the count and the admission are one step under one lock.
+    pub fn submit(self: &Arc<Self>, plan: Plan, start: Start) -> Result<Submission, Full> {
+        self.submit_beside(plan, start, 0)
     }
 
     /// [`Pipeline::submit`] for a caller that keeps `beside` bytes of its own for as long as
     /// the run goes on (the queue's consumer keeps the message, and a copy of the plan): they
     /// count against `queue_bytes` with the plan's own.
-    pub fn submit_beside(self: &Arc<Self>, plan: Plan, beside: usize) -> Result<Submission, Full> {
+    pub fn submit_beside(
+        self: &Arc<Self>,
+        plan: Plan,
+        start: Start,
+        beside: usize,
+    ) -> Result<Submission, Full> {
         let key = (
             plan.route.repo.clone(),
             plan.route.branch_prefix.clone(),
@@ -253,7 +261,7 @@ impl Pipeline {
                     start: std::time::Instant::now(),
                     counted: false,
                 };
-                let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
+                let result = execute(this.forge.as_ref(), &plan, start, &run_watch).await;
                 let took = done.start.elapsed();
                 let ended = run_result(&result);
                 this.metrics.run_ended(&done.route, ended, took);
@@ -316,26 +324,6 @@ impl Pipeline {
             }
             ended.await;
         }
-    }
-
-    /// Dispatches `plan` again on the branch it already has (`plan.branch`), with `base` as
-    /// the payload's base: a claim whose dispatch may never have been made (a dead claim, found
-    /// by the sweep or by a queue message read again). The workflow's concurrency group and
-    /// guard absorb a second dispatch of a row that had one.
-    pub async fn redispatch(&self, plan: &Plan, base: &Base) -> Result<(), RunError> {
-        let payload = plan
-            .client_payload(base)
-            .map_err(|e| RunError::Refused(e.to_string()))?;
-        self.forge
-            .dispatch(
-                &plan.route.repo,
-                &plan.route.event_type,
-                &serde_json::Value::Object(payload),
-            )
-            .await
-            .map_err(|e| RunError::from_forge(e, "dispatching a claimed row again"))?;
-        tracing::info!(id = %plan.id, branch = %plan.branch, "dispatched a claimed row again");
-        Ok(())
     }
 
     /// Waits for every run under way; new runs can no longer be tracked after this.
@@ -426,7 +414,7 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
-    use crate::forge::{Branch, Claim, ForgeError, Sha};
+    use crate::forge::{Base, Branch, Claim, ForgeError, Sha};
     use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
     /// A forge whose reads wait for a permit, then fail: the rows it is given stay under way
@@ -527,17 +515,20 @@ mod tests {
         // Room for three such rows, not four.
         let (pipeline, forge) = gated(one * 3 + one / 2);
         for id in 1..=3 {
-            pipeline.submit(plan(id, 40_000)).unwrap();
+            pipeline.submit(plan(id, 40_000), Start::New).unwrap();
         }
         // A redelivery joins its row's run and costs nothing.
-        assert!(pipeline.submit(plan(2, 40_000)).unwrap().joined);
-        let full = pipeline.submit(plan(4, 40_000)).err().expect("refused");
+        assert!(pipeline.submit(plan(2, 40_000), Start::New).unwrap().joined);
+        let full = pipeline
+            .submit(plan(4, 40_000), Start::New)
+            .err()
+            .expect("refused");
         assert_eq!(full.reason(), Reason::QueueBytesFull);
         // Two seconds a row waiting.
         assert_eq!(full.retry_after(), Duration::from_secs(6));
         assert!(full.to_string().contains("queue_bytes"), "{full}");
         // A small row still fits.
-        pipeline.submit(plan(5, 10)).unwrap();
+        pipeline.submit(plan(5, 10), Start::New).unwrap();
         assert_eq!(pipeline.in_flight(), 4);
         assert_eq!(pipeline.held_bytes(), one * 3 + plan(5, 10).held_bytes());
         // The runs end: their bytes are free again.
@@ -549,8 +540,11 @@ mod tests {
     #[tokio::test]
     async fn a_row_larger_than_the_bound_runs_when_none_waits() {
         let (pipeline, forge) = gated(1 << 10);
-        pipeline.submit(plan(1, 40_000)).unwrap();
-        let full = pipeline.submit(plan(2, 10)).err().expect("refused");
+        pipeline.submit(plan(1, 40_000), Start::New).unwrap();
+        let full = pipeline
+            .submit(plan(2, 10), Start::New)
+            .err()
+            .expect("refused");
         assert_eq!(full.reason(), Reason::QueueBytesFull);
         // The sweep's way: it waits for room rather than be refused.
         let waiting = {
@@ -558,7 +552,7 @@ mod tests {
             tokio::spawn(async move {
                 let second = plan(2, 10);
                 pipeline.room_for(&second, 0).await;
-                pipeline.submit(second).is_ok()
+                pipeline.submit(second, Start::New).is_ok()
             })
         };
         tokio::task::yield_now().await;

@@ -22,7 +22,7 @@ use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
+use crate::pipeline::{at_base, CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError, Start};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -408,24 +408,18 @@ impl Apply<'_> {
             self.base = Some(base);
         }
         let base = self.base.as_ref().expect("read above");
-        let failed = |error: String| {
-            Settled::Failed(Failed {
-                id: plan.id.to_string(),
-                error,
-            })
-        };
+        let id = plan.id.to_string();
+        let failed = |error: String| Settled::Failed(Failed { id, error });
         // A compare that fails (the branch deleted since the listing) fails this row only.
-        let ahead = match forge.ahead_by(repo, base, &plan.branch).await {
-            Ok(ahead) => ahead,
+        match at_base(forge.as_ref(), &plan, base).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(Settled::Handled),
             Err(e) => {
                 return Ok(failed(format!(
                     "comparing {} with {}: {e}",
                     plan.branch, base.branch
                 )))
             }
-        };
-        if ahead > 0 {
-            return Ok(Settled::Handled);
         }
         let branch = plan.branch.clone();
         if self.dry_run {
@@ -438,8 +432,13 @@ impl Apply<'_> {
             branch: base.branch.clone(),
             sha: claimed_at,
         };
-        Ok(match self.pipeline.redispatch(&plan, &claimed).await {
-            Ok(()) => Settled::DeadClaim {
+        self.pipeline.room_for(&plan, 0).await;
+        let sent = match self.pipeline.submit(plan, Start::Redispatch(claimed)) {
+            Ok(run) => run.outcome().await,
+            Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
+        };
+        Ok(match sent {
+            Ok(_) => Settled::DeadClaim {
                 branch,
                 redispatched: true,
             },
@@ -457,7 +456,7 @@ impl Apply<'_> {
                 let pipeline = self.pipeline;
                 async move {
                     pipeline.room_for(&plan, 0).await;
-                    let outcome = match pipeline.submit(plan) {
+                    let outcome = match pipeline.submit(plan, Start::New) {
                         Ok(run) => run.outcome().await,
                         Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
                     };

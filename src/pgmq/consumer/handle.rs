@@ -14,7 +14,7 @@ use crate::forge::ForgeError;
 use crate::metrics::NO_ROUTE;
 use crate::pgmq::holds::{Begin, Rerun, Standing, Token};
 use crate::pgmq::settle::{backoff, settle, DeadReason, RunEnd, Settle};
-use crate::pipeline::{DuplicateReason, Ignored, Outcome, Plan, Planned, RunError};
+use crate::pipeline::{at_base, DuplicateReason, Ignored, Outcome, Plan, Planned, RunError, Start};
 use crate::webhook::payload;
 
 impl Consumer {
@@ -167,7 +167,10 @@ impl Consumer {
         }
         // The message and this copy of the plan are kept beside the run: they count too.
         let beside = message.body.capacity() + plan.held_bytes();
-        let Ok(submission) = self.pipeline.submit_beside(plan.clone(), beside) else {
+        let Ok(submission) = self
+            .pipeline
+            .submit_beside(plan.clone(), Start::New, beside)
+        else {
             return (route, id, RunEnd::Retry(None), None);
         };
         // The run's own result, not a joined delivery's `in_flight`: what it says decides.
@@ -210,15 +213,15 @@ impl Consumer {
         plan: &Plan,
         branch: &crate::identity::BranchName,
     ) -> RunEnd {
-        let forge = self.pipeline.forge();
-        let repo = &plan.route.repo;
-        let ahead = match forge.base(repo).await {
-            Ok(base) => forge.ahead_by(repo, &base, branch).await,
+        let forge = self.pipeline.forge().as_ref();
+        let plan = plan.clone().on_branch(branch.clone());
+        let at_base = match forge.base(&plan.route.repo).await {
+            Ok(base) => at_base(forge, &plan, &base).await,
             Err(e) => Err(e),
         };
-        match ahead {
-            Ok(0) => RunEnd::AtBase,
-            Ok(_) => RunEnd::Handled,
+        match at_base {
+            Ok(true) => RunEnd::AtBase,
+            Ok(false) => RunEnd::Handled,
             Err(ForgeError::Unavailable {
                 retry_after,
                 message,
@@ -252,7 +255,10 @@ impl Consumer {
             .base(&plan.route.repo)
             .await
             .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-        self.pipeline.redispatch(&plan, &base).await
+        match self.pipeline.submit(plan, Start::Redispatch(base)) {
+            Ok(submission) => submission.run.await.map(drop),
+            Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
+        }
     }
 }
 
