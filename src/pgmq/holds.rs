@@ -12,9 +12,8 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use super::consumer::progress::Counted;
+use super::settle::Fate;
 use crate::db::queue::Message;
-use crate::metrics::MessageResult;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a
 /// new token, while one read again during its run (adopted) keeps its token. A handler acts
@@ -55,10 +54,8 @@ pub struct Deferred {
     pub route: String,
     /// `None`: archive; `Some`: dead-letter with this letter.
     pub letter: Option<String>,
-    /// What it counts as once made: `Archived`, `Redispatched` or `Dead`.
-    pub counts_as: MessageResult,
-    /// What it counts as in a drain's summary once made.
-    pub counted: Option<Counted>,
+    /// The fate it settles, counted once made: archived or dead-lettered.
+    pub fate: Fate,
 }
 
 /// What a read message is to this process.
@@ -554,8 +551,7 @@ mod tests {
             read_ct: 1,
             route: "public.t".into(),
             letter: None,
-            counts_as: MessageResult::Archived,
-            counted: None,
+            fate: Fate::Handled,
         });
         assert_eq!(holds.take(&message(1, 2)), Taken::Deferred);
         assert_eq!(holds.count(), 0);

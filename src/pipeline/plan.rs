@@ -83,26 +83,34 @@ impl Routes {
         self.plan_from(Intake::Webhook, event)
     }
 
-    /// Decides what an event means when it came by `intake`: a route takes only the rows of
-    /// its own intake.
+    /// Decides what an event means when it came by `intake`.
     pub fn plan_from(&self, intake: Intake, event: RowEvent) -> Result<Planned, PlanError> {
+        match self.route(intake, &event) {
+            Ok(compiled) => compiled.plan_json(&event.record).map(Planned::Run),
+            Err(ignored) => Ok(Planned::Ignored(ignored)),
+        }
+    }
+
+    /// The route that takes an event which came by `intake`, found once for the event's whole
+    /// way: a route takes only the rows of its own intake, and the events it names.
+    pub fn route(&self, intake: Intake, event: &RowEvent) -> Result<&CompiledRoute, Ignored> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
-            return Ok(Planned::Ignored(Ignored::NoRoute {
+            return Err(Ignored::NoRoute {
                 table: format!("{}.{}", event.schema, event.table),
-            }));
+            });
         };
         if compiled.route.intake != intake {
-            return Ok(Planned::Ignored(Ignored::OtherIntake {
+            return Err(Ignored::OtherIntake {
                 route: Arc::clone(&compiled.route),
-            }));
+            });
         }
         if !compiled.route.events.contains(&event.kind) {
-            return Ok(Planned::Ignored(Ignored::Event {
+            return Err(Ignored::Event {
                 route: Arc::clone(&compiled.route),
                 kind: event.kind,
-            }));
+            });
         }
-        compiled.plan_json(&event.record).map(Planned::Run)
+        Ok(compiled)
     }
 }
 
