@@ -22,7 +22,7 @@ use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{at_base, CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError, Start};
+use crate::pipeline::{at_base, CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -432,12 +432,10 @@ impl Apply<'_> {
             branch: base.branch.clone(),
             sha: claimed_at,
         };
-        self.pipeline.room_for(&plan, 0).await;
-        let sent = match self.pipeline.submit(plan, Start::Redispatch(claimed)) {
-            Ok(run) => run.outcome().await,
-            Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
-        };
-        Ok(match sent {
+        let run = self
+            .pipeline
+            .submit_waiting(plan, Start::Redispatch(claimed));
+        Ok(match run.await.outcome().await {
             Ok(_) => Settled::DeadClaim {
                 branch,
                 redispatched: true,
@@ -455,12 +453,8 @@ impl Apply<'_> {
                 let id = plan.id.to_string();
                 let pipeline = self.pipeline;
                 async move {
-                    pipeline.room_for(&plan, 0).await;
-                    let outcome = match pipeline.submit(plan, Start::New) {
-                        Ok(run) => run.outcome().await,
-                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
-                    };
-                    match outcome {
+                    let run = pipeline.submit_waiting(plan, Start::New).await;
+                    match run.outcome().await {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
                         // Handled meanwhile (a webhook, another sweep): counted as handled.
                         Ok(Outcome::Duplicate { .. }) => Settled::Handled,
