@@ -8,7 +8,7 @@ use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
-use crate::reconcile::{self, Progress, SweepOptions};
+use crate::reconcile::{self, SweepOptions, SweepProgress};
 use crate::startup;
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -48,7 +48,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         pgmq: config.pgmq.clone(),
     };
     let terminal = std::io::stderr().is_terminal() && !args.json;
-    let show = |p: Progress| {
+    let show = |p: SweepProgress| {
         if terminal {
             eprint!(
                 "\r  rows read {}, dispatched {}, skipped {}   ",

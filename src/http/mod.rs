@@ -296,10 +296,10 @@ async fn no_webhook() -> Response {
 }
 
 /// A delivery through its one door: its content type, size and credentials checked, its body
-/// read and parsed into the typed event, as [`Delivery`]'s extractor does; then one task of its
+/// read and parsed into the typed event, as [`Delivered`]'s extractor does; then one task of its
 /// own, spawned once the body is read, so that nothing the client does (hanging up, say) can
 /// stop the decision, the run, or its record.
-async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivery, Refused>) -> Response {
+async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivered, Refused>) -> Response {
     let delivery = match delivery {
         Ok(delivery) => delivery,
         Err(refused) => {
@@ -318,7 +318,7 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivery, Refused
 
 /// A delivery whose content type, size and credentials were accepted and whose body is the
 /// Supabase shape: the typed event, and what its log line and record need.
-struct Delivery {
+struct Delivered {
     /// The `webhook-id` the sender gave, or one made up here.
     id: String,
     start: Instant,
@@ -340,7 +340,7 @@ impl IntoResponse for Refused {
     }
 }
 
-impl FromRequest<Arc<App>> for Delivery {
+impl FromRequest<Arc<App>> for Delivered {
     type Rejection = Refused;
 
     /// SPEC §3's order: the content type, the declared size and the credentials as far as the
@@ -348,7 +348,7 @@ impl FromRequest<Arc<App>> for Delivery {
     /// right are refused unread — then the body, within `read_timeout_ms` and
     /// `max_body_bytes`, the signature the headers left to it, and the shape. The credentials
     /// are judged once: what the head decided, the body check uses.
-    async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivery, Refused> {
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Refused> {
         let start = Instant::now();
         let (parts, body) = request.into_parts();
         let headers = &parts.headers;
@@ -400,7 +400,7 @@ impl FromRequest<Arc<App>> for Delivery {
             }
         }
         match payload::parse(&bytes) {
-            Ok(event) => Ok(Delivery {
+            Ok(event) => Ok(Delivered {
                 id: delivery,
                 start,
                 event,
@@ -424,8 +424,8 @@ fn is_too_large(e: &axum::Error) -> bool {
 /// The route, found once, and the id — in that order, so nothing is written before the id is
 /// valid — then the run, awaited for at most `respond_within_ms`; then the answer counted,
 /// logged and remembered, with what the delivery named.
-async fn decide(app: &App, delivery: Delivery) -> Answer {
-    let Delivery { id, start, event } = delivery;
+async fn decide(app: &App, delivery: Delivered) -> Answer {
+    let Delivered { id, start, event } = delivery;
     let mut seen = Seen::default();
     seen.table(&event.schema, &event.table);
     let answer = match app.routes.route(Intake::Webhook, &event) {

@@ -17,7 +17,7 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Intake, PgmqSettings, Route};
+use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
@@ -138,8 +138,8 @@ impl RouteSummary {
     }
 
     /// Counts so far, for a progress line.
-    pub fn progress(&self) -> Progress {
-        Progress {
+    pub fn progress(&self) -> SweepProgress {
+        SweepProgress {
             rows_read: self.rows_seen,
             dispatched: self.dispatched_now,
             skipped: self.already_handled + self.merged_before,
@@ -149,7 +149,7 @@ impl RouteSummary {
 
 /// Counts so far, for a progress line.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Progress {
+pub struct SweepProgress {
     pub rows_read: u64,
     pub dispatched: u64,
     pub skipped: u64,
@@ -162,7 +162,7 @@ pub async fn sweep(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(Progress) + Sync),
+    progress: &(dyn Fn(SweepProgress) + Sync),
 ) -> Vec<RouteSummary> {
     let mut summaries = Vec::new();
     for route in routes.iter() {
@@ -199,7 +199,7 @@ async fn sweep_route(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(Progress) + Sync),
+    progress: &(dyn Fn(SweepProgress) + Sync),
     summary: &mut RouteSummary,
 ) -> anyhow::Result<()> {
     let route = &compiled.route;
@@ -468,6 +468,55 @@ impl Apply<'_> {
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await
+    }
+}
+
+/// How long after start the first scheduled sweep runs.
+const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
+/// Rows the scheduled sweep reads at once: a page is held whole, rows and plans, beside what
+/// `serve` holds already (with rows of 48 KiB, about 5 MB of text, twice over while decoded).
+/// `rowbranch reconcile`, a process of its own, reads 1,000.
+const SWEEP_PAGE_ROWS: usize = 100;
+
+/// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
+/// pipeline so that a sweep and a webhook of the same row share one run.
+pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
+    let (Some(every), Some(url)) = (config.reconcile.every, config.database_url.clone()) else {
+        return;
+    };
+    let options = SweepOptions {
+        window: config.reconcile.window,
+        stale_claim_after: config.reconcile.stale_claim_after,
+        dry_run: false,
+        concurrency: 4,
+        page_size: SWEEP_PAGE_ROWS,
+        pgmq: config.pgmq.clone(),
+    };
+    // The first sweep comes shortly after start, then one every interval; a sweep that runs
+    // long delays the next rather than overlapping it.
+    let mut next = tokio::time::Instant::now() + FIRST_SWEEP_AFTER;
+    loop {
+        tokio::time::sleep_until(next).await;
+        next = tokio::time::Instant::now() + every;
+        let rows = match Database::connect(url.expose()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = e.to_string(), "the scheduled sweep failed");
+                continue;
+            }
+        };
+        let summaries = sweep(&routes, &rows, &pipeline, &options, &|_| {}).await;
+        for s in summaries {
+            if let Some(error) = &s.error {
+                tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
+            }
+            tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
+                merged = s.merged_before, dispatched = s.dispatched_now,
+                dead_claims = s.dead_claims_redispatched, failed = s.failed, "scheduled sweep");
+            for f in s.failures {
+                tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
+            }
+        }
     }
 }
 

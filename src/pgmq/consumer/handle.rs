@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use super::{Consumer, Job};
+use super::{Consumer, MessageRow};
 use crate::db::queue::Message;
 use crate::forge::ForgeError;
 use crate::identity::BranchName;
-use crate::pgmq::holds::{Begin, Rerun, Standing, Token};
+use crate::pgmq::holds::{Begin, HoldId, HoldNow, Rerun};
 use crate::pgmq::settle::{backoff, Fate};
 use crate::pipeline::{at_base, DuplicateReason, Outcome, Plan, RunError, Start};
 use crate::reason::Reason;
@@ -16,12 +16,12 @@ use crate::reason::Reason;
 impl Consumer {
     /// Runs one message's row (or not, when its job says its fate already) and settles the
     /// message.
-    pub(super) async fn handle(self: Arc<Self>, message: Message, token: Token, job: Job) {
+    pub(super) async fn handle(self: Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
         let fate = match &job.plan {
             Ok(plan) => self.run_row(&message, plan).await,
             Err(fate) => fate.clone(),
         };
-        let Some(Standing { read_ct, lost }) = self.holds.standing(message.id, token) else {
+        let Some(HoldNow { read_ct, lost }) = self.holds.standing(message.id, token) else {
             return;
         };
         let pgmq = &self.settings.pgmq;
@@ -82,7 +82,7 @@ impl Consumer {
 
     /// Runs a held message again, under its new read and a new token (so that nothing the
     /// earlier handler does to its own hold reaches this one).
-    fn rerun(self: &Arc<Self>, message: Message, rerun: Rerun, job: Job) {
+    fn rerun(self: &Arc<Self>, message: Message, rerun: Rerun, job: MessageRow) {
         let message = Message {
             read_ct: rerun.read_ct,
             ..message
@@ -161,7 +161,7 @@ impl Consumer {
     }
 
     /// Dispatches the row again on `branch` as it is, from the current base.
-    async fn redispatch(&self, job: &Job, branch: BranchName) -> Result<(), RunError> {
+    async fn redispatch(&self, job: &MessageRow, branch: BranchName) -> Result<(), RunError> {
         let Ok(plan) = &job.plan else {
             return Err(RunError::Internal(Arc::new(anyhow::anyhow!(
                 "a message with no plan to dispatch again"

@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use self::progress::{DatabaseTrouble, Idle, Progress};
 use super::budget::{Allowance, Budgets, Spent};
-use super::holds::{Holds, Taken, Token};
+use super::holds::{HoldId, Holds, Taken};
 use super::settle::Fate;
 use crate::config::Intake;
 use crate::config::{DatabaseUrl, PgmqSettings};
@@ -334,9 +334,9 @@ impl Consumer {
     /// route's hourly budget is spent is put off until a row of the budget comes back (only a
     /// queue shared by several routes reads such a message: with one, a read takes no more than
     /// the budget allows).
-    fn job(&self, message: &Message, allowance: &mut Allowance) -> Job {
+    fn job(&self, message: &Message, allowance: &mut Allowance) -> MessageRow {
         let msg_id = message.id;
-        let no_route = |fate| Job {
+        let no_route = |fate| MessageRow {
             route: NO_ROUTE.to_owned(),
             id: None,
             plan: Err(fate),
@@ -353,7 +353,7 @@ impl Consumer {
             Err(Ignored::Event { route, .. }) => {
                 let route = route.table_name();
                 tracing::warn!(msg_id, %route, "a queue message of an event the route does not take");
-                return Job {
+                return MessageRow {
                     route,
                     id: None,
                     plan: Err(Fate::Ignored),
@@ -363,21 +363,21 @@ impl Consumer {
         };
         let route = compiled.route.table_name();
         if let Err(spent) = allowance.admit(&event.schema, &event.table) {
-            return Job {
+            return MessageRow {
                 route,
                 id: None,
                 plan: Err(Fate::Later(self.put_off(msg_id, &spent))),
             };
         }
         match compiled.plan_json(&event.record) {
-            Ok(plan) => Job {
+            Ok(plan) => MessageRow {
                 route,
                 id: Some(plan.id.to_string()),
                 plan: Ok(plan),
             },
             Err(e) => {
                 tracing::error!(msg_id, %route, error = %e, "a queue message's row cannot be planned");
-                Job {
+                MessageRow {
                     route,
                     id: e.row_id(),
                     plan: Err(Fate::dead(e.reason())),
@@ -398,7 +398,7 @@ impl Consumer {
 
     /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
     /// lapses, and the message is read again), so that it never holds a place for ever.
-    fn start(self: &Arc<Self>, message: Message, token: Token, job: Job) {
+    fn start(self: &Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
         let this = Arc::clone(self);
         let id = message.id;
         self.handlers.spawn(async move {
@@ -492,7 +492,7 @@ enum Read {
 }
 
 /// A message's row as the consumer takes it.
-pub(super) struct Job {
+pub(super) struct MessageRow {
     /// The `schema.table` of the route that reads its table from the queue, for its metrics
     /// and log line; else [`NO_ROUTE`].
     route: String,
