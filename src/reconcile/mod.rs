@@ -136,23 +136,6 @@ impl RouteSummary {
             Settled::InQueue => self.in_queue += 1,
         }
     }
-
-    /// Counts so far, for a progress line.
-    pub fn progress(&self) -> SweepProgress {
-        SweepProgress {
-            rows_read: self.rows_seen,
-            dispatched: self.dispatched_now,
-            skipped: self.already_handled + self.merged_before,
-        }
-    }
-}
-
-/// Counts so far, for a progress line.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SweepProgress {
-    pub rows_read: u64,
-    pub dispatched: u64,
-    pub skipped: u64,
 }
 
 /// Sweeps every route. One route's trouble (a missing table, the forge down) is reported in
@@ -162,7 +145,7 @@ pub async fn sweep(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(SweepProgress) + Sync),
+    progress: &(dyn Fn(&RouteSummary) + Sync),
 ) -> Vec<RouteSummary> {
     let mut summaries = Vec::new();
     for route in routes.iter() {
@@ -199,7 +182,7 @@ async fn sweep_route(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(SweepProgress) + Sync),
+    progress: &(dyn Fn(&RouteSummary) + Sync),
     summary: &mut RouteSummary,
 ) -> anyhow::Result<()> {
     let route = &compiled.route;
@@ -271,7 +254,7 @@ async fn sweep_route(
         for settled in apply.runs(to_run, options.concurrency).await {
             count(summary, settled);
         }
-        progress(summary.progress());
+        progress(summary);
     }
 }
 
