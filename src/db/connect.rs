@@ -10,8 +10,9 @@
 //! add. Unlike libpq, `prefer` falls back to plain TCP only when the server offers no TLS, not
 //! after a failed handshake; the `PGSSLMODE`/`PGSSLROOTCERT` environment variables are not read.
 //!
-//! No message holds the password: each is built from the parsed fields (the hosts, the mode, the
-//! CA file), never from the text of the URL.
+//! No message holds any part of the password: each is built from the parsed fields (the hosts,
+//! the mode, the CA file), never from the text of the URL, and a URL whose password would be
+//! misread (an unencoded `@ # / ?` before the host) is refused with the fix alone.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -78,6 +79,14 @@ pub(super) struct ConnectSettings {
 /// How to spell a connection string, for messages.
 const URL_FORMS: &str = "postgres://USER:PASSWORD@HOST:PORT/DATABASE, or key=value pairs \
     (Supabase: Project Settings → Database → Connection string)";
+
+/// How to write a password that a URL would misread. It names no encoded character as `%XX`,
+/// so that it holds no three characters of any encoded password.
+const ENCODE_PASSWORD: &str = "percent-encode each of @ # / ? : in the password as a % sign \
+    followed by the character's hex code (@ is 40, # 23, / 2F, ? 3F, : 3A), as Python's \
+    urllib.parse.quote(password, safe='') does; or give DATABASE_URL as key=value pairs, where \
+    the password needs no encoding: host=HOST port=5432 user=USER password='PASSWORD' \
+    dbname=DATABASE";
 
 impl ConnectSettings {
     /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
@@ -243,9 +252,7 @@ impl ConnectSettings {
                  sslmode=disable for a server without TLS".to_owned()
             }
             (None, _) if cause.contains("password authentication failed") => {
-                "check the user and password in DATABASE_URL (in a URL, percent-encode special \
-                 characters of the password: @ as %40, : as %3A, / as %2F)"
-                    .to_owned()
+                format!("check the user and password in DATABASE_URL (in a URL, {ENCODE_PASSWORD})")
             }
             (None, _) => return message,
         };
@@ -273,6 +280,15 @@ fn split(url: &str) -> Result<(String, Option<String>, Option<String>)> {
     {
         // tokio-postgres ends the credentials at the first `@`, then the hosts at `/` or `?`.
         let hosts = body.find('@').map_or(0, |at| at + 1);
+        let host_part =
+            &body[hosts..][..body[hosts..].find(['/', '?']).unwrap_or(body.len() - hosts)];
+        if body[..hosts].contains(['#', '/', '?']) || host_part.contains('@') {
+            return Err(Error::Url(format!(
+                "DATABASE_URL would be misread: a character of its password ends the password \
+                 early, and the rest would be taken for the host or the database; \
+                 {ENCODE_PASSWORD}"
+            )));
+        }
         let Some(query) = body[hosts..].find('?') else {
             return Ok((url.to_owned(), None, None));
         };
@@ -711,6 +727,31 @@ mod tests {
             !err.contains("p@ss:word") && !err.contains("p%40ss"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_password_the_url_would_misread_gets_the_fix_alone() {
+        for password in ["QxZ7Kw@VbN4Jy", "Xy7#kP@q2", "ab/cd@ef", "pq?rs", "a#b"] {
+            let url = format!("postgres://rb:{password}@127.0.0.1:5432/app");
+            let err = refused(&url).unwrap_or_else(|| panic!("{url} parsed"));
+            assert!(err.contains("percent-encode each of @ # / ? :"), "{err}");
+            assert!(unchecked(&url).is_none(), "{url}");
+            let chars: Vec<char> = password.chars().collect();
+            for window in chars.windows(3) {
+                let window: String = window.iter().collect();
+                assert!(
+                    !err.contains(&window),
+                    "{window:?} of {password:?} in {err}"
+                );
+            }
+        }
+        // A colon reads as part of the password, as in libpq; encoded characters read as such.
+        for url in [
+            "postgres://rb:a:b@h/app",
+            "postgres://rb:Xy7%23kP%40q2@h/app",
+        ] {
+            assert!(parse(url).is_ok(), "{url}");
+        }
     }
 
     #[test]
