@@ -33,28 +33,35 @@ use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::{describe, Error, Result};
 
-/// What one `sslmode` does.
+/// What one `sslmode` does: a row of [`MODES`].
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Mode {
+pub(super) struct SslRule {
     name: &'static str,
     /// Plain TCP, TLS when the server offers it, or TLS or nothing.
     tls: SslMode,
-    /// Whether the certificate must chain to a trusted CA: `None` when only if `sslrootcert`
-    /// names one.
-    chain: Option<bool>,
+    chain: Chain,
     /// Whether the certificate must also name the host connected to.
     host: bool,
 }
 
+/// Whether the server's certificate must chain to a trusted CA.
+#[derive(Debug, PartialEq, Eq)]
+enum Chain {
+    Never,
+    /// Only when `sslrootcert` names the CAs.
+    WithRootCert,
+    Always,
+}
+
 /// libpq's `sslmode`s: the one table of what each encrypts and checks.
 #[rustfmt::skip]
-const MODES: [Mode; 6] = [
-    Mode { name: "disable", tls: SslMode::Disable, chain: Some(false), host: false },
-    Mode { name: "allow", tls: SslMode::Prefer, chain: None, host: false },
-    Mode { name: "prefer", tls: SslMode::Prefer, chain: None, host: false },
-    Mode { name: "require", tls: SslMode::Require, chain: None, host: false },
-    Mode { name: "verify-ca", tls: SslMode::Require, chain: Some(true), host: false },
-    Mode { name: "verify-full", tls: SslMode::Require, chain: Some(true), host: true },
+const MODES: [SslRule; 6] = [
+    SslRule { name: "disable",     tls: SslMode::Disable, chain: Chain::Never,        host: false },
+    SslRule { name: "allow",       tls: SslMode::Prefer,  chain: Chain::WithRootCert, host: false },
+    SslRule { name: "prefer",      tls: SslMode::Prefer,  chain: Chain::WithRootCert, host: false },
+    SslRule { name: "require",     tls: SslMode::Require, chain: Chain::WithRootCert, host: false },
+    SslRule { name: "verify-ca",   tls: SslMode::Require, chain: Chain::Always,       host: false },
+    SslRule { name: "verify-full", tls: SslMode::Require, chain: Chain::Always,       host: true },
 ];
 
 /// The CAs a certificate is checked against.
@@ -71,7 +78,7 @@ pub(super) enum Roots {
 pub(super) struct ConnectSettings {
     /// With `ssl_mode` set from `mode`.
     pub(super) config: tokio_postgres::Config,
-    pub(super) mode: &'static Mode,
+    pub(super) mode: &'static SslRule,
     /// The CAs the chain is checked against; `None`: the certificate is not checked.
     pub(super) roots: Option<Roots>,
 }
@@ -145,9 +152,9 @@ impl ConnectSettings {
                  sslmode=verify-full (which checks the host name too), not sslmode={name}"
             )));
         }
-        let roots = match (mode.chain, roots) {
-            (Some(false), _) => None,
-            (Some(true), None) => {
+        let roots = match (&mode.chain, roots) {
+            (Chain::Never, _) => None,
+            (Chain::Always, None) => {
                 // libpq's default CA file, when it exists.
                 let default = home
                     .map(|h| h.join(".postgresql").join("root.crt"))

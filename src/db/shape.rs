@@ -156,15 +156,15 @@ pub struct MissingColumn {
 }
 
 /// A route's table as the catalog has it: its name for messages and its columns.
-struct Table {
+struct CatalogTable {
     name: String,
     columns: Vec<Column>,
 }
 
-impl Table {
+impl CatalogTable {
     /// Looks the route's table and columns up in the catalog, which every role may read
     /// (unlike `information_schema`, which shows only what the role has rights on).
-    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Table> {
+    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<CatalogTable> {
         let name = table_for_message(&route.schema, &route.table);
         let lookup_error = |cause: tokio_postgres::Error| Error::Query {
             message: format!(
@@ -173,51 +173,45 @@ impl Table {
             ),
             cause,
         };
-        // Case-insensitively, so that a near miss can be named.
-        let tables = client
+        // The schemas and their tables named so but for case, so that a near miss can be named.
+        let found = client
             .query_typed(
-                "select c.oid, c.relname::text \
-                 from pg_catalog.pg_class c \
-                 join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
-                 where n.nspname = $1 and lower(c.relname) = lower($2) \
-                   and c.relkind in ('r', 'p', 'v', 'm', 'f')",
+                "select n.nspname::text, c.relname::text, c.oid \
+                 from pg_catalog.pg_namespace n \
+                 left join pg_catalog.pg_class c on c.relnamespace = n.oid \
+                   and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
+                 where lower(n.nspname) = lower($1)",
                 &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
             )
             .await
             .map_err(lookup_error)?;
-        let exact = tables
+        let in_schema: Vec<_> = found
             .iter()
-            .find(|row| row.get::<_, String>(1) == route.table);
-        let Some(table) = exact else {
-            let schemas = client
-                .query_typed(
-                    "select nspname::text from pg_catalog.pg_namespace where lower(nspname) = lower($1)",
-                    &[(&route.schema, Type::TEXT)],
-                )
-                .await
-                .map_err(lookup_error)?;
-            let schemas: Vec<String> = schemas.iter().map(|r| r.get(0)).collect();
-            if !schemas.contains(&route.schema) {
-                let hint = match schemas.first() {
-                    Some(other) => format!(" (did you mean schema = {other:?}?)"),
-                    None => String::new(),
-                };
+            .filter(|r| r.get::<_, String>(0) == route.schema)
+            .collect();
+        let near = |kind: &str, name: Option<String>| {
+            name.map(|name| format!(" (did you mean {kind} = {name:?}?)"))
+                .unwrap_or_default()
+        };
+        let Some(table) = in_schema
+            .iter()
+            .find(|r| r.get::<_, Option<String>>(1).as_ref() == Some(&route.table))
+        else {
+            if in_schema.is_empty() {
+                let hint = near("schema", found.first().map(|r| r.get(0)));
                 return Err(Error::Table(Misfit::NoTable(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
                 ))));
             }
-            let hint = match tables.first() {
-                Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
-                None => String::new(),
-            };
+            let hint = near("table", in_schema.iter().find_map(|r| r.get(1)));
             return Err(Error::Table(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
                  that DATABASE_URL names the right database"
             ))));
         };
-        let oid: u32 = table.get(0);
+        let oid: u32 = table.get(2);
 
         let columns = client
             .query_typed(
@@ -239,7 +233,7 @@ impl Table {
                 base_type: row.get(2),
             })
             .collect();
-        Ok(Table { name, columns })
+        Ok(CatalogTable { name, columns })
     }
 
     fn find(&self, wanted: &str, key: &'static str) -> Result<&Column, Misfit> {
@@ -302,7 +296,7 @@ pub(super) async fn check(
     route: &Route,
     created: bool,
 ) -> Result<()> {
-    let table = Table::read(client, route).await?;
+    let table = CatalogTable::read(client, route).await?;
     table.row_columns(route)?;
     if created {
         table.created(route)?;
@@ -313,7 +307,7 @@ pub(super) async fn check(
 impl Shape {
     /// Looks the route's table and columns up in the catalog.
     pub(super) async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Shape> {
-        let table = Table::read(client, route).await?;
+        let table = CatalogTable::read(client, route).await?;
         let id = table.row_columns(route)?;
         let created = table.created(route)?;
         Ok(Shape {
