@@ -3,7 +3,7 @@
 //! ([`Visibility`]), and the queue's statements ([`queue`]). Every error is one [`Error`].
 //!
 //! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it; `sslmode`
-//! and `sslrootcert` mean what they mean to libpq ([`connect`] holds the table of the modes).
+//! and `sslrootcert` mean what they mean to libpq (`connect.rs` holds the table of the modes).
 //! No message ever holds any part of the password.
 //!
 //! Every statement goes out unprepared (`query_typed`: parse, bind and execute in one round trip,
@@ -46,11 +46,8 @@ impl std::fmt::Debug for Database {
 
 impl Database {
     /// Connects to DATABASE_URL (a postgres:// URL or key=value string, e.g. Supabase's),
-    /// honouring `sslmode` (disable, prefer, require, verify-ca, verify-full) and `sslrootcert`
-    /// (a PEM file of the CA, since Supabase's certificate chains to its own CA) as libpq does:
-    /// require without sslrootcert encrypts without verifying; with sslrootcert, or verify-*,
-    /// the chain is verified (verify-full also the host name). Errors say what to fix and never
-    /// echo the password.
+    /// honouring `sslmode` and `sslrootcert` as libpq does. Errors say what to fix and hold no
+    /// part of the password.
     pub async fn connect(database_url: &str) -> Result<Database> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let settings = ConnectSettings::parse(database_url, home.as_deref())?;
