@@ -10,9 +10,10 @@
 //! add. Unlike libpq, `prefer` falls back to plain TCP only when the server offers no TLS, not
 //! after a failed handshake; the `PGSSLMODE`/`PGSSLROOTCERT` environment variables are not read.
 //!
-//! No message holds any part of the password: each is built from the parsed fields (the hosts,
-//! the mode, the CA file), never from the text of the URL, and a URL whose password would be
-//! misread (an unencoded `@ # / ?` before the host) is refused with the fix alone.
+//! No message holds any part of the password: each is built from parsed fields other than the
+//! password (the hosts, the mode, the CA file, the name of a key tokio-postgres does not know),
+//! never from the text of the URL; and a URL whose password would be misread (an unencoded
+//! `# / ?` or a second `@` before the host) is refused with the fix alone.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
