@@ -391,14 +391,13 @@ fn root_store(roots: &Roots) -> Result<RootCertStore> {
             "DATABASE_URL: sslrootcert={shown} cannot be read: {e}"
         ))
     })?;
-    // One DER certificate (an ASN.1 SEQUENCE), as some CA downloads are, or PEM.
-    let certificates: Vec<CertificateDer<'_>> = if bytes.first() == Some(&0x30) {
-        vec![CertificateDer::from(bytes)]
-    } else {
-        CertificateDer::pem_slice_iter(&bytes)
-            .filter_map(std::result::Result::ok)
-            .collect()
-    };
+    let mut certificates: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(&bytes)
+        .filter_map(std::result::Result::ok)
+        .collect();
+    if certificates.is_empty() && bytes.first() == Some(&0x30) {
+        // One DER certificate (an ASN.1 SEQUENCE), as some CA downloads are.
+        certificates.push(CertificateDer::from(bytes));
+    }
     let mut store = RootCertStore::empty();
     if store.add_parsable_certificates(certificates).0 == 0 {
         return Err(Error::Url(format!(
