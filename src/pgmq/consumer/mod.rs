@@ -387,7 +387,9 @@ impl Consumer {
             if let Ok(db) = self.db().await {
                 for name in [self.queue(), &self.settings.pgmq.dead_letter] {
                     if let Ok((depth, age)) = queue::metrics(db.client(), name).await {
-                        self.pipeline.metrics().pgmq_queue(name, depth, age);
+                        self.pipeline
+                            .metrics()
+                            .pgmq_queue(name.as_str(), depth, age);
                     }
                 }
                 if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget(&db).await {
