@@ -80,18 +80,18 @@ impl Routes {
 
     /// Decides what an event that a webhook delivered means.
     pub fn plan(&self, event: RowEvent) -> Result<Planned, PlanError> {
-        self.plan_from(Intake::Webhook, event)
+        self.plan_from(false, event)
     }
 
-    /// Decides what an event means when it came by `intake`: a route takes only the rows of
-    /// its own intake.
-    pub fn plan_from(&self, intake: Intake, event: RowEvent) -> Result<Planned, PlanError> {
+    /// Decides what an event means when it came from the queue (`from_queue`) or a webhook: a
+    /// route takes only the rows of its own intake.
+    pub fn plan_from(&self, from_queue: bool, event: RowEvent) -> Result<Planned, PlanError> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
             return Ok(Planned::Ignored(Ignored::NoRoute {
                 table: format!("{}.{}", event.schema, event.table),
             }));
         };
-        if compiled.route.intake != intake {
+        if compiled.route.reads_the_queue() != from_queue {
             return Ok(Planned::Ignored(Ignored::OtherIntake {
                 route: Arc::clone(&compiled.route),
             }));
@@ -155,7 +155,7 @@ impl Ignored {
             Ignored::NoRoute { .. } => Reason::NoRoute,
             Ignored::Event { .. } => Reason::Event,
             Ignored::OtherIntake { route } => match route.intake {
-                Intake::Pgmq => Reason::PgmqIntake,
+                Intake::Pgmq { .. } => Reason::PgmqIntake,
                 Intake::Webhook => Reason::WebhookIntake,
             },
         }
@@ -184,7 +184,7 @@ impl std::fmt::Display for Ignored {
                 "the route for {} reads its rows from {}, not from here",
                 route.table_name(),
                 match route.intake {
-                    Intake::Pgmq => "the queue (intake = \"pgmq\")",
+                    Intake::Pgmq { .. } => "the queue (intake = \"pgmq\")",
                     Intake::Webhook => "webhook deliveries (intake = \"webhook\")",
                 }
             ),

@@ -8,7 +8,6 @@ use std::time::Duration;
 use super::progress::{Counted, ForgeTrouble};
 use super::statement::{Settled, Statement};
 use super::Consumer;
-use crate::config::Intake;
 use crate::db::queue::Message;
 use crate::forge::ForgeError;
 use crate::metrics::NO_ROUTE;
@@ -149,7 +148,7 @@ impl Consumer {
             }
         };
         let route = route_name(&self.routes, &event.schema, &event.table);
-        let plan = match self.routes.plan_from(Intake::Pgmq, event) {
+        let plan = match self.routes.plan_from(true, event) {
             Ok(Planned::Run(plan)) => plan,
             Ok(Planned::Ignored(Ignored::Event { .. })) => {
                 tracing::warn!(msg_id = message.id, %route, "a queue message of an event the route does not take");
@@ -261,7 +260,7 @@ impl Consumer {
 fn route_name(routes: &crate::pipeline::Routes, schema: &str, table: &str) -> String {
     routes
         .find(schema, table)
-        .filter(|r| r.route.intake == Intake::Pgmq)
+        .filter(|r| r.route.reads_the_queue())
         .map_or_else(|| NO_ROUTE.to_owned(), |r| r.route.table_name())
 }
 
