@@ -162,21 +162,32 @@ impl Source {
         Err(ConfigError::new(name, problem))
     }
 
+    /// The file's shape this source holds: its text's, or the one the route's variables write.
+    fn raw(&self, overlay: &Overlay) -> Result<file::RawConfig, Invalid> {
+        match self {
+            Source::Text { text, .. } => {
+                toml::from_str(text).map_err(|e| Invalid(e.to_string().trim_end().to_owned()))
+            }
+            Source::Environment => overlay.file(),
+        }
+    }
+
+    /// What messages about this source name: the file, `ROWBRANCH_CONFIG`, or the environment;
+    /// and the path its relative paths are relative to.
+    fn names(&self) -> (String, &Path) {
+        match self {
+            Source::Text { path, .. } => (path.display().to_string(), path),
+            Source::Environment => (env::SOURCE_NAME.to_owned(), Path::new(env::SOURCE)),
+        }
+    }
+
     /// The config this source holds, with the environment laid over it; with `serve`, the
     /// rules it adds too.
     fn validate(&self, overlay: &Overlay, serve: Option<Insecure>) -> Result<Config, ConfigError> {
-        match self {
-            Source::Text { text, path } => {
-                let raw =
-                    toml::from_str(text).map_err(|e| Invalid(e.to_string().trim_end().to_owned()));
-                raw.and_then(|raw| validate::config(raw, overlay, path, serve))
-                    .map_err(|e| ConfigError::new(path.display(), e))
-            }
-            Source::Environment => overlay
-                .file()
-                .and_then(|raw| validate::config(raw, overlay, Path::new(env::SOURCE), serve))
-                .map_err(|e| ConfigError::new(env::SOURCE_NAME, e)),
-        }
+        let (name, path) = self.names();
+        self.raw(overlay)
+            .and_then(|raw| validate::config(raw, overlay, path, serve))
+            .map_err(|e| ConfigError::new(name, e))
     }
 }
 

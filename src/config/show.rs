@@ -10,8 +10,10 @@ use std::path::Path;
 use toml_edit::{DocumentMut, Item, Table};
 
 use super::env::{self, Overlay};
-use super::file::RawConfig;
-use super::{Config, ConfigError, ForgeSettings, GithubAuth, ListenOrigin, Source};
+use super::{
+    Config, ConfigError, ForgeSettings, GithubAuth, ListenOrigin, PayloadTemplateSource,
+    PrivateKeySource, Source,
+};
 
 /// What `rowbranch config` prints.
 pub struct Shown {
@@ -23,96 +25,86 @@ pub struct Shown {
 
 /// `source`'s config, which validated as `config`, written out.
 pub(super) fn show(source: &Source, env: &Overlay, config: &Config) -> Result<Shown, ConfigError> {
-    let (mut raw, own, name) = match source {
-        Source::Text { text, path } => {
-            let raw: RawConfig = toml::from_str(text).expect("the config parsed once already");
-            let own: toml::Table = toml::from_str(text).expect("the config parsed once already");
-            (raw, own, path.display().to_string())
-        }
-        Source::Environment => {
-            let raw = env
-                .file()
-                .expect("the route from the environment was made once already");
-            (raw, toml::Table::new(), env::SOURCE_NAME.to_owned())
-        }
+    let parsed = "the config was read once already";
+    let mut raw = source.raw(env).expect(parsed);
+    let own: toml::Table = match source {
+        Source::Text { text, .. } => toml::from_str(text).expect(parsed),
+        Source::Environment => toml::Table::new(),
     };
-    let dir = config.source.parent().unwrap_or(Path::new("."));
-    let absolute = |path: &str| {
-        let joined = dir.join(path);
-        std::path::absolute(&joined)
-            .unwrap_or(joined)
-            .display()
-            .to_string()
+    let (name, _) = source.names();
+    let absolute = |path: &Path| {
+        let absolute = std::path::absolute(path);
+        absolute.as_deref().unwrap_or(path).display().to_string()
     };
-    // The values validation took from the environment, or worked out.
+    // What validation took from the environment or worked out, and the paths it resolved.
     raw.listen = config.listen.to_string();
+    raw.pgmq.dead_letter = Some(config.pgmq.dead_letter.to_string());
     let mut notes = Vec::new();
     if raw.reconcile_every.is_none() {
         // Left out, it follows DATABASE_URL: said, not written, so that the text read back in
         // another environment follows that one's.
-        notes.push(match config.reconcile.every {
-            Some(every) => format!(
-                "reconcile_every: {} (the default, as {} is set)",
-                humantime::format_duration(every),
-                env::DATABASE_URL
-            ),
-            None => format!("reconcile_every: off ({} is not set)", env::DATABASE_URL),
+        let every = config.reconcile.every.map(humantime::format_duration);
+        notes.push(match every {
+            Some(every) => {
+                format!("reconcile_every: {every} (the default, as DATABASE_URL is set)")
+            }
+            None => "reconcile_every: off (DATABASE_URL is not set)".to_owned(),
         });
     }
-    if let ForgeSettings::Github(github) = &config.forge {
-        match &github.auth {
-            GithubAuth::App { app_id, .. } => raw.github.app_id = Some(*app_id),
-            GithubAuth::Token(token) => {
-                notes.push(format!("the token: {} (never printed)", token.variable()))
+    match &config.forge {
+        ForgeSettings::Local(local) => raw.forge.path = Some(absolute(&local.path)),
+        ForgeSettings::Github(github) => {
+            raw.github.api_url = github.api_url.clone();
+            // Its default depends on the credentials.
+            raw.github.write_hourly_max = Some(github.pace.hourly_max);
+            match &github.auth {
+                GithubAuth::App { app_id, key } => {
+                    raw.github.app_id = Some(*app_id);
+                    raw.github.private_key_path = match key {
+                        PrivateKeySource::File(path) => Some(absolute(path)),
+                        PrivateKeySource::Pem(_) => {
+                            let (pem, path) = (env::GITHUB_APP_PRIVATE_KEY, "private_key_path");
+                            notes.push(format!(
+                                "the private key: {pem}, which wins over {path} (never printed)"
+                            ));
+                            None
+                        }
+                    };
+                }
+                GithubAuth::Token(token) => {
+                    notes.push(format!("the token: {} (never printed)", token.variable()));
+                }
             }
         }
-        raw.github.api_url = github.api_url.clone();
-        // Its default depends on the credentials.
-        raw.github.write_hourly_max = Some(github.pace.hourly_max);
-    }
-    if env.get(env::GITHUB_APP_PRIVATE_KEY).is_some() {
-        raw.github.private_key_path = None;
-        notes.push(format!(
-            "the private key: {}, which wins over private_key_path (never printed)",
-            env::GITHUB_APP_PRIVATE_KEY
-        ));
-    }
-    raw.github.private_key_path = raw.github.private_key_path.as_deref().map(absolute);
-    raw.forge.path = raw.forge.path.as_deref().map(absolute);
-    raw.pgmq.dead_letter = Some(config.pgmq.dead_letter.to_string());
-    // Each route's template as its text, and where that came from.
-    let mut templates = Vec::new();
-    for (number, route) in (1..).zip(&mut raw.routes) {
-        templates.push(match route.payload_template.take() {
-            Some(file) => {
-                let file = absolute(&file);
-                let text = std::fs::read_to_string(&file).map_err(|e| {
-                    let problem = format!("payload_template: cannot read {file}: {e}");
-                    ConfigError::new(&name, invalid!("[[routes]] number {number}: {problem}"))
-                })?;
-                route.payload_template_inline = Some(text);
-                Some(format!("the text of {file}"))
-            }
-            None => None,
-        });
     }
     let mut doc: DocumentMut = toml::to_string(&raw)
         .expect("the config's shape serializes")
         .parse()
         .expect("toml writes TOML");
     mark(doc.as_table_mut(), &own, "", &origins(env, config));
-    if let Some(Item::ArrayOfTables(routes)) = doc.get_mut("routes") {
-        for (route, file) in routes.iter_mut().zip(templates) {
-            match (route.get_mut("payload_template_inline"), file) {
-                (Some(Item::Value(text)), Some(file)) => {
-                    text.decor_mut().set_suffix(format!("  # {file}"));
-                }
-                (None, _) => {
-                    let builtin = "\n# payload_template: the built-in template\n";
-                    route.decor_mut().set_prefix(builtin);
-                }
-                _ => {}
+    // Each route's template travels as its text, with where it came from.
+    let routes = doc.get_mut("routes").and_then(Item::as_array_of_tables_mut);
+    for ((number, route), settings) in (1..)
+        .zip(routes.into_iter().flat_map(|r| r.iter_mut()))
+        .zip(&config.routes)
+    {
+        match &settings.payload_template {
+            Some(PayloadTemplateSource::File(file)) => {
+                let file = absolute(file);
+                let text = std::fs::read_to_string(&file).map_err(|e| {
+                    let problem = format!("payload_template: cannot read {file}: {e}");
+                    ConfigError::new(&name, invalid!("[[routes]] number {number}: {problem}"))
+                })?;
+                route.remove("payload_template");
+                let mut text = toml_edit::Value::from(text);
+                text.decor_mut()
+                    .set_suffix(format!("  # the text of {file}"));
+                route.insert("payload_template_inline", Item::Value(text));
             }
+            Some(PayloadTemplateSource::Inline(_)) => {}
+            None => route
+                .decor_mut()
+                .set_prefix("\n# payload_template: the built-in template\n"),
         }
     }
     let notes: String = notes.iter().map(|note| format!("# {note}\n")).collect();
