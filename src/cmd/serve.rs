@@ -16,7 +16,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
         no_auth: args.insecure_no_auth,
         public_status: args.insecure_public_status,
     };
-    let config = Config::load_to_serve(&args.config.config, &process_env, insecure)?;
+    let config = Config::load_for_serve(&args.config.config, &process_env, insecure)?;
     // What the config cannot say without the database: whether the routes fit their tables.
     if let Some(url) = &config.database_url {
         check_tables(&config, url.expose()).await?;

@@ -208,7 +208,7 @@ impl Config {
 
     /// [`Config::load`] for `serve`, with the rules it adds: the secrets and the database its
     /// parts need, unless `insecure` lets it do without (SPEC §2, §3).
-    pub fn load_to_serve(
+    pub fn load_for_serve(
         path: &Path,
         env: &dyn Fn(&str) -> Option<String>,
         insecure: Insecure,

@@ -406,3 +406,105 @@ fn queue_bytes_is_at_least_a_mebibyte() {
     };
     assert_eq!(github.queue_bytes, 1 << 20);
 }
+
+/// [`Config::load_for_serve`] of `text` in a file of its own, with `vars` and `insecure`.
+fn serve(text: &str, vars: &[(&str, &str)], insecure: Insecure) -> Result<Config, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    std::fs::write(&path, text).unwrap();
+    let env = |key: &str| {
+        vars.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_string())
+    };
+    Config::load_for_serve(&path, &env, insecure).map_err(|e| e.to_string())
+}
+
+#[test]
+fn serve_refuses_a_webhook_route_without_a_secret_unless_told_to_take_deliveries_without() {
+    let err = serve(LOCAL, &[], Insecure::default()).unwrap_err();
+    assert!(
+        err.contains("no webhook secret") && err.contains("--insecure-no-auth"),
+        "{err}"
+    );
+    let no_auth = Insecure {
+        no_auth: true,
+        ..Insecure::default()
+    };
+    assert!(serve(LOCAL, &[], no_auth).is_ok());
+    assert!(serve(
+        LOCAL,
+        &[("ROWBRANCH_WEBHOOK_SECRET", SECRET)],
+        Insecure::default()
+    )
+    .is_ok());
+    // The other commands load it all the same: only serve takes deliveries.
+    assert!(parse(LOCAL).is_ok());
+}
+
+#[test]
+fn serve_refuses_a_queue_route_without_database_url() {
+    let queue = format!("{LOCAL}\nintake = \"pgmq\"");
+    let err = serve(&queue, &[], Insecure::default()).unwrap_err();
+    assert!(
+        err.contains("a route reads the queue (intake = \"pgmq\") but DATABASE_URL is not set"),
+        "{err}"
+    );
+    let url = ("DATABASE_URL", "postgres://u@db/x");
+    assert!(serve(&queue, &[url], Insecure::default()).is_ok());
+    assert!(parse(&queue).is_ok(), "preview and doctor need no database");
+}
+
+#[test]
+fn serve_refuses_a_status_page_without_a_long_password_unless_told_it_may_be_public() {
+    let page = format!("status_page = true\n{LOCAL}");
+    let secret = ("ROWBRANCH_WEBHOOK_SECRET", SECRET);
+    for password in [None, Some("fifteen-chars-x")] {
+        let vars: Vec<(&str, &str)> = [
+            Some(secret),
+            password.map(|p| ("ROWBRANCH_STATUS_PASSWORD", p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let err = serve(&page, &vars, Insecure::default()).unwrap_err();
+        assert!(err.contains("ROWBRANCH_STATUS_PASSWORD"), "{err}");
+        assert!(
+            !err.contains("fifteen-chars-x"),
+            "the password is never shown: {err}"
+        );
+        let public = Insecure {
+            public_status: true,
+            ..Insecure::default()
+        };
+        assert!(serve(&page, &vars, public).is_ok());
+    }
+    let long = ("ROWBRANCH_STATUS_PASSWORD", "sixteen-chars-xy");
+    assert!(serve(&page, &[secret, long], Insecure::default()).is_ok());
+}
+
+#[test]
+fn healthcheck_finds_the_listen_address_as_serve_does_without_a_valid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let none = |_: &str| None;
+    let find = |env: &dyn Fn(&str) -> Option<String>| listen_as_written(&path, env);
+    assert_eq!(
+        find(&none),
+        ("127.0.0.1:8080".to_owned(), "the default".to_owned())
+    );
+    std::fs::write(&path, "listen = \"0.0.0.0:9\"\nno_such_key = 1\n").unwrap();
+    let written = format!("listen in {}", path.display());
+    assert_eq!(find(&none), ("0.0.0.0:9".to_owned(), written));
+    let port = |key: &str| (key == "PORT").then(|| "7000".to_owned());
+    assert_eq!(find(&port), ("0.0.0.0:7000".to_owned(), "PORT".to_owned()));
+    let both = |key: &str| match key {
+        "PORT" => Some("7000".to_owned()),
+        "ROWBRANCH_LISTEN" => Some("localhost:1".to_owned()),
+        _ => None,
+    };
+    let listen = ("localhost:1".to_owned(), "ROWBRANCH_LISTEN".to_owned());
+    assert_eq!(find(&both), listen);
+    std::fs::write(&path, "this is not TOML [").unwrap();
+    assert_eq!(find(&none).1, "the default");
+}
