@@ -63,9 +63,10 @@ pub(super) fn show(source: &Source, env: &Overlay, config: &Config) -> Result<Sh
                     raw.github.private_key_path = match key {
                         PrivateKeySource::File(path) => Some(absolute(path)),
                         PrivateKeySource::Pem(_) => {
-                            let (pem, path) = (env::GITHUB_APP_PRIVATE_KEY, "private_key_path");
                             notes.push(format!(
-                                "the private key: {pem}, which wins over {path} (never printed)"
+                                "the private key: {}, which wins over private_key_path (never \
+                                 printed)",
+                                env::GITHUB_APP_PRIVATE_KEY
                             ));
                             None
                         }
@@ -84,11 +85,11 @@ pub(super) fn show(source: &Source, env: &Overlay, config: &Config) -> Result<Sh
     mark(doc.as_table_mut(), &own, "", &origins(env, config));
     // Each route's template travels as its text, with where it came from.
     let routes = doc.get_mut("routes").and_then(Item::as_array_of_tables_mut);
-    for ((number, route), settings) in (1..)
-        .zip(routes.into_iter().flat_map(|r| r.iter_mut()))
-        .zip(&config.routes)
+    for (number, route) in routes
+        .into_iter()
+        .flat_map(|routes| (1..).zip(routes.iter_mut()))
     {
-        match &settings.payload_template {
+        match &config.routes[number - 1].payload_template {
             Some(PayloadTemplateSource::File(file)) => {
                 let file = absolute(file);
                 let text = std::fs::read_to_string(&file).map_err(|e| {
