@@ -21,48 +21,25 @@ use crate::cli::{HostArg, OwnerType};
 use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
 use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_TRIGGER_PREFIX};
 
-/// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
-pub const FILES: &[(&str, &str)] = &[
-    (
-        "workflow.yml",
-        include_str!("../../../templates/workflow.yml"),
-    ),
-    (
-        "supabase-vault.sql",
-        include_str!("../../../templates/supabase-vault.sql"),
-    ),
-    (
-        "supabase.sql",
-        include_str!("../../../templates/supabase.sql"),
-    ),
-    (
-        "supabase-queue.sql",
-        include_str!("../../../templates/supabase-queue.sql"),
-    ),
-    (
-        "app-manifest.json",
-        include_str!("../../../templates/app-manifest.json"),
-    ),
-    (
-        "payload.json.j2",
-        include_str!("../../../templates/payload.json.j2"),
-    ),
-    (
-        "rowbranch.toml",
-        include_str!("../../../templates/rowbranch.toml"),
-    ),
-    (
-        "create-app.html",
-        include_str!("../../../templates/create-app.html"),
-    ),
-    (
-        "rowbranch-drain.yml",
-        include_str!("../../../templates/rowbranch-drain.yml"),
-    ),
-    (
-        "supabase-kick.sql",
-        include_str!("../../../templates/supabase-kick.sql"),
-    ),
+/// The setup files, each embedded under its name in `templates/` (and in the folder `init`
+/// writes), with its text.
+macro_rules! setup_files {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../../../templates/", $name)))),*]
+    };
+}
+
+pub const FILES: &[(&str, &str)] = setup_files![
+    "workflow.yml",
+    "supabase-vault.sql",
+    "supabase.sql",
+    "supabase-queue.sql",
+    "app-manifest.json",
+    "payload.json.j2",
+    "rowbranch.toml",
+    "create-app.html",
+    "rowbranch-drain.yml",
+    "supabase-kick.sql",
 ];
 
 /// What the setup files are filled in with.
