@@ -309,86 +309,67 @@ fn print_steps(dir: &Path, ctx: &SetupContext) {
         OwnerType::User => format!("your account {} (be signed in as {0})", ctx.owner),
     };
     let webhook = ctx.intake == Intake::Webhook;
-    let (order, starts) = match webhook {
-        true => (
-            "rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it",
-            "(rowbranch is\n     deployed in step 3): copy the code from the address bar (it works once, for an hour) and run",
-        ),
-        false => (
-            "the queue and its trigger, then rowbranch reading it, then the workflow",
-            "\n     (rowbranch starts in step 5, once it has the App's key and the database):\n     copy the code from the address bar (it works once, for an hour) and run",
-        ),
+    let starts = match webhook {
+        true => " (rowbranch is\n     deployed in step 3): copy",
+        false => "\n     (rowbranch starts in step 5, once it has the App's key and the database):\n     copy",
     };
-    let mut steps = vec![
-        format!(
-            "Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=…, where nothing answers yet {starts}
+    let app = format!(
+        "1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
+     button; GitHub then sends you to {url}/?code=…, where nothing answers yet{starts} the code from the address bar (it works once, for an hour) and run
        rowbranch init --dir {d} --manifest-code THE_CODE
      (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
-     App into {d}/workflow.yml)."
-        ),
-        format!("Install the App on {repo}: the App's page on GitHub → Install App → only {repo}."),
-    ];
-    let workflow = [
+     App into {d}/workflow.yml).
+  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}."
+    );
+    let workflow = |n: u32| {
         format!(
-            "Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
+            "{n}. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
      ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
-     General → \"Allow GitHub Actions to create and approve pull requests\")."
-        ),
-        format!(
-            "Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml."
-        ),
-    ];
+     General → \"Allow GitHub Actions to create and approve pull requests\").
+  {}. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.",
+            n + 1
+        )
+    };
+    println!("\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then");
     if webhook {
-        steps.extend([
-            format!(
-                "Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
+        println!(
+            "rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
+  {app}
+  3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
      from {d}/{ENV_FILE} (two secrets: the whsec_ signing key of supabase-vault.sql, then the
      bearer secret of supabase.sql) and the key {d}/app.pem in the platform's secret store;
      or, on a machine of your own behind a TLS proxy:
-       set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml"
-            ),
-            format!("rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's."),
-        ]);
-        steps.extend(workflow);
-        steps.extend([
-            format!(
-                "In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
+       set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
+  4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
+  {}
+  7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
      run {d}/supabase-vault.sql in the SQL editor: it keeps the signing key in Supabase Vault
      and posts every INSERT on {schema}.{table} to {url}/webhook, signed; rowbranch.toml takes
      only such deliveries ([webhook] accept = [\"standard-webhooks\"]).
      ({d}/supabase.sql is the same trigger as the Dashboard makes it: it sends the bearer
-     secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)"
-            ),
-            format!("rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓"),
-        ]);
+     secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)
+  8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
+            workflow(5)
+        );
     } else {
-        steps.extend([
-            format!(
-                "In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
+        println!(
+            "the queue and its trigger, then rowbranch reading it, then the workflow.
+  {app}
+  3. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
      SQL editor: each INSERT on {schema}.{table} then puts the row into the queue {queue}, in
-     the INSERT's own transaction.",
-                queue = ctx.queue
-            ),
-            "Give rowbranch a database role of its own that may read the queues (doctor prints the
+     the INSERT's own transaction.
+  4. Give rowbranch a database role of its own that may read the queues (doctor prints the
      grants), and set DATABASE_URL to it: on Supabase, Connect → Session pooler (or the direct
      connection), with sslmode=verify-full and sslrootcert= the project's CA (Database
-     Settings → SSL Configuration)."
-                .to_owned(),
-            format!(
-                "Start rowbranch anywhere that reaches the database; it needs no inbound port:
+     Settings → SSL Configuration).
+  5. Start rowbranch anywhere that reaches the database; it needs no inbound port:
        DATABASE_URL=… rowbranch serve --config {d}/rowbranch.toml
-     (docs/deploy.md for a platform; the key {d}/app.pem and DATABASE_URL in its secret store)."
-            ),
-        ]);
-        steps.extend(workflow);
-        steps.push(format!(
-            "rowbranch doctor --config {d}/rowbranch.toml, until every line is ✓"
-        ));
-    }
-    println!("\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then\n{order}.");
-    for (n, step) in steps.iter().enumerate() {
-        println!("  {}. {step}", n + 1);
+     (docs/deploy.md for a platform; the key {d}/app.pem and DATABASE_URL in its secret store).
+  {}
+  8. rowbranch doctor --config {d}/rowbranch.toml, until every line is ✓",
+            workflow(6),
+            queue = ctx.queue,
+        );
     }
 }
 
