@@ -509,36 +509,28 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
     Ok(out)
 }
 
-/// Replaces the `app_id = …` line of the config's `[github]` table; false when there is no
-/// config file.
+/// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the
+/// file as they are; false when there is no config file.
 fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
     let Ok(text) = std::fs::read_to_string(config) else {
         return Ok(false);
     };
-    let mut in_github = false;
-    let mut done = false;
-    let lines: Vec<String> = text
-        .lines()
-        .map(|line| {
-            let trimmed = line.trim_start();
-            if trimmed.starts_with('[') {
-                in_github = trimmed.starts_with("[github]");
-            }
-            if in_github && !done && trimmed.starts_with("app_id") {
-                done = true;
-                let comment = line.find('#').map(|at| &line[at..]).unwrap_or("");
-                return format!("app_id = {id:<24} {comment}").trim_end().to_owned();
-            }
-            line.to_owned()
-        })
-        .collect();
-    if !done {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not TOML", config.display()))?;
+    let Some(toml_edit::Item::Value(old)) = doc.get_mut("github").and_then(|t| t.get_mut("app_id"))
+    else {
         return Err(Failure::Runtime(anyhow!(
             "{} has no app_id in [github]: add app_id = {id}",
             config.display()
         )));
-    }
-    write(config, &(lines.join("\n") + "\n"), false)?;
+    };
+    let decor = old.decor().clone();
+    *old = i64::try_from(id)
+        .context("an App id beyond TOML's integers")?
+        .into();
+    *old.decor_mut() = decor;
+    write(config, &doc.to_string(), false)?;
     Ok(true)
 }
 
@@ -568,7 +560,7 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::set_allowed_bots;
+    use super::{set_allowed_bots, set_app_id};
     use crate::doctor::workflow::{allows_bot, claude_steps};
 
     const WORKFLOW: &str = "\
@@ -618,5 +610,19 @@ jobs:
         assert!(set_allowed_bots(&comment, "x")
             .unwrap()
             .ends_with("# allowed_bots: in a comment\n"));
+    }
+
+    #[test]
+    fn the_app_id_is_set_in_github_alone_keeping_its_comment() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("rowbranch.toml");
+        let before = "listen = \"x\"\n\n[github]\napp_id = 123456   # env GITHUB_APP_ID\n\n[[routes]]\napp_id = 1\n";
+        std::fs::write(&config, before).unwrap();
+        assert!(set_app_id(&config, 4242).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            before.replace("123456", "4242")
+        );
+        assert!(!set_app_id(&dir.path().join("none.toml"), 1).unwrap());
     }
 }
