@@ -123,33 +123,12 @@ impl SetupContext {
     /// Refuses a value that no quoting makes safe in every file (see [`refused`]), naming the
     /// flag it came from (the field's name, `-` for `_`) and the character.
     pub fn check(&self) -> Result<(), String> {
-        let fields = [
-            ("repo", &self.repo),
-            ("owner", &self.owner),
-            ("url", &self.url),
-            ("app_name", &self.app_name),
-            ("app_slug", &self.app_slug),
-            ("schema", &self.schema),
-            ("table", &self.table),
-            ("id_column", &self.id_column),
-            ("text_column", &self.text_column),
-            ("branch_prefix", &self.branch_prefix),
-            ("event_type", &self.event_type),
-            ("queue", &self.queue),
-            ("dead_letter", &self.dead_letter),
-        ];
-        let secrets = [
-            ("webhook_secret", &self.webhook_secret),
-            ("bearer_secret", &self.bearer_secret),
-        ];
-        let secrets = secrets
-            .into_iter()
-            .filter_map(|(field, value)| Some((field, value.as_ref()?)));
-        for (field, value) in fields
-            .into_iter()
-            .chain(secrets)
-            .chain(self.actions.texts())
-        {
+        // Every text field by its name, as the templates see them; then the nested ones.
+        let json = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        let fields = json.as_object().into_iter().flatten();
+        let fields = fields.filter_map(|(field, value)| Some((field.as_str(), value.as_str()?)));
+        let nested = self.actions.texts().into_iter();
+        for (field, value) in fields.chain(nested.map(|(field, value)| (field, value.as_str()))) {
             if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
                 return Err(format!(
                     "--{}: character {} is U+{:04X}, a control or invisible character; only \
