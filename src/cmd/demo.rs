@@ -15,7 +15,7 @@ use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
 use crate::forge::Forge;
-use crate::startup::{Application, Env, Listen, Mode};
+use crate::startup::{Application, Launch, Listen, Mode};
 use crate::webhook::auth::{generate_bearer_secret, hub_signature_256};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
@@ -135,14 +135,14 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     );
     let dispatch_log = forge.dispatch_log().to_path_buf();
     let route = config.routes[0].clone();
-    let env = Env {
+    let env = Launch {
         // No first look at the repository: it was made a moment ago.
         mode: Mode::Serve {
             listen: Listen::FreePort,
             warm_up: false,
         },
         forge: Some(forge.clone()),
-        ..Env::process()
+        ..Launch::process()
     };
     let application = Application::build(config, env)
         .await
