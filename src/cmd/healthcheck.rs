@@ -61,21 +61,12 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
-/// Why a listen address gives no URL to probe.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-enum BadListen {
-    #[error("not HOST:PORT")]
-    NotHostPort,
-    #[error("`{0}` is not a port number")]
-    NotAPort(String),
-}
-
 /// `http://HOST:PORT/healthz` for a listen address, asking an unspecified address (every
-/// interface) on loopback: 0.0.0.0 on 127.0.0.1, :: on ::1.
-fn probe_url(listen: &str) -> Result<String, BadListen> {
-    let (host, port) = listen.rsplit_once(':').ok_or(BadListen::NotHostPort)?;
+/// interface) on loopback: 0.0.0.0 on 127.0.0.1, :: on ::1; else why there is none.
+fn probe_url(listen: &str) -> Result<String, String> {
+    let (host, port) = listen.rsplit_once(':').ok_or("not HOST:PORT")?;
     port.parse::<u16>()
-        .map_err(|_| BadListen::NotAPort(port.to_owned()))?;
+        .map_err(|_| format!("`{port}` is not a port number"))?;
     let host = match host {
         "" | "0.0.0.0" => "127.0.0.1",
         "::" | "[::]" => "[::1]",

@@ -8,7 +8,7 @@ use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource};
-use rowbranch::templates::workflow::claude_steps;
+use rowbranch::doctor::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
