@@ -39,14 +39,11 @@ impl GithubForge {
                     // A write like any other: paced, and given up once the shutdown begins.
                     let created = installation
                         .writes
-                        .first_write(|| async {
-                            installation.ensure_token().await?;
-                            installation
-                                .run(|gh| async move {
-                                    let repos = gh.repos(repo.owner(), repo.name());
-                                    repos.create_ref(reference, base.sha.as_str()).await
-                                })
-                                .await
+                        .first_write(|| {
+                            installation.run(|gh| async move {
+                                let repos = gh.repos(repo.owner(), repo.name());
+                                repos.create_ref(reference, base.sha.as_str()).await
+                            })
                         })
                         .await??;
                     // 201: the default branch cannot have been missing, it was read just now.

@@ -67,15 +67,20 @@ const INSTALLATION_TTL: Duration = Duration::from_secs(600);
 /// bearer (the App's JWT, an installation's token) with `Octocrab::user_access_token`, and
 /// shares this stack. Builds in a tokio runtime (octocrab spawns its buffer's worker).
 pub fn octocrab(api_url: &str, metrics: Arc<Metrics>) -> Result<Octocrab, OpenError> {
-    let base: http::Uri = api_url.parse().map_err(|e| OpenError::ApiUrl {
-        api_url: api_url.to_owned(),
-        cause: with_causes(&e),
+    let base: http::Uri = api_url.parse().map_err(|e| {
+        OpenError::ApiUrl(format!(
+            "api_url `{api_url}` is not a URL: {}",
+            with_causes(&e)
+        ))
     })?;
     if base.scheme().is_none() || base.authority().is_none() {
-        return Err(OpenError::ApiUrl {
-            api_url: api_url.to_owned(),
-            cause: "it names no scheme and host (e.g. https://api.github.com)".to_owned(),
-        });
+        return Err(OpenError::ApiUrl(format!(
+            "api_url `{api_url}` names no scheme and host (e.g. https://api.github.com)"
+        )));
+    }
+    // The config refuses it first; `init --api-url` comes here directly.
+    if let Some(problem) = crate::identity::api_url_problem(api_url) {
+        return Err(OpenError::ApiUrl(problem));
     }
     // The process's provider when one is installed, else ring: what octocrab picks.
     let provider = rustls::crypto::CryptoProvider::get_default()

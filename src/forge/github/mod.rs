@@ -196,6 +196,28 @@ impl GithubForge {
             .map(|sha| sha.is_some())
     }
 
+    /// One request of a read, retried as one unit with the installation lookup it needs; its
+    /// refusal is the repository's (404), an empty one's (409), or a retry decision.
+    async fn read_one<T, F, Fut>(
+        &self,
+        what: &str,
+        repo: &RepoName,
+        request: F,
+    ) -> Result<T, ForgeError>
+    where
+        F: Fn(Octocrab) -> Fut,
+        Fut: Future<Output = octocrab::Result<T>>,
+    {
+        self.read(what, repo, |installation| {
+            let request = &request;
+            async move {
+                let answer = installation.run(request).await?;
+                answer.map_err(|refusal| read_refused(&installation, repo, &refusal))
+            }
+        })
+        .await
+    }
+
     /// `GET /repos/{o}/{r}/git/matching-refs/heads/{under}`: every branch whose name starts
     /// with `under`, in one answer (GitHub does not page it).
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
@@ -206,50 +228,72 @@ impl GithubForge {
         prefix: &BranchPrefix,
         under: &str,
     ) -> Result<Vec<Branch>, ForgeError> {
-        self.read(what, repo, |installation| async move {
-            let refs = installation
-                .run(|gh| async move {
-                    let listing = gh.repos(repo.owner(), repo.name());
-                    listing.list_matching_refs(format!("heads/{under}")).await
+        let refs = self
+            .read_one(what, repo, |gh| async move {
+                let listing = gh.repos(repo.owner(), repo.name());
+                listing.list_matching_refs(format!("heads/{under}")).await
+            })
+            .await?;
+        Ok(refs
+            .into_iter()
+            .filter_map(|r| {
+                let name = BranchName::listed(prefix, r.ref_field.strip_prefix("refs/heads/")?)?;
+                Some(Branch {
+                    name,
+                    sha: commit(r)?,
                 })
-                .await?;
-            match refs {
-                Ok(refs) => Ok(refs
-                    .into_iter()
-                    .filter_map(|r| {
-                        let name =
-                            BranchName::listed(prefix, r.ref_field.strip_prefix("refs/heads/")?)?;
-                        Some(Branch {
-                            name,
-                            sha: commit(r)?,
-                        })
-                    })
-                    .collect()),
-                Err(refusal) => Err(read_refused(&installation, repo, &refusal)),
-            }
-        })
-        .await
+            })
+            .collect())
     }
 
-    /// The pull requests (any state) newest first, page by page while `take` says to go on.
+    /// The pull requests (any state) from a branch under `prefix` in the repository's own
+    /// account (a fork's branch of the same name is another branch) created at or after
+    /// `since`: `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page
+    /// until they are older. A branch deleted once its pull request merged is found too.
     /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
-    async fn pulls(
-        installation: &Installation,
+    async fn pull_requests_since(
+        &self,
         repo: &RepoName,
-        take: impl FnMut(Vec<octocrab::models::pulls::PullRequest>) -> bool,
-    ) -> Attempt<Result<(), Refusal>> {
-        let first = |gh: Octocrab| async move {
-            let pulls = gh.pulls(repo.owner(), repo.name());
-            let list = pulls
-                .list()
-                .state(State::All)
-                .direction(Direction::Descending);
-            list.sort(octocrab::params::pulls::Sort::Created)
-                .per_page(100)
-                .send()
-                .await
-        };
-        pages(installation, first, take).await
+        prefix: &BranchPrefix,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        self.read("listing pull requests", repo, |installation| async move {
+            let first = |gh: Octocrab| async move {
+                let pulls = gh.pulls(repo.owner(), repo.name());
+                let list = pulls
+                    .list()
+                    .state(State::All)
+                    .direction(Direction::Descending);
+                let list = list.sort(octocrab::params::pulls::Sort::Created);
+                list.per_page(100).send().await
+            };
+            let mut found = Vec::new();
+            let read = pages(&installation, first, |pulls| {
+                let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
+                found.extend(pulls.into_iter().filter_map(|p| {
+                    let created_at = p.created_at.filter(|at| *at >= since)?;
+                    let owner = p.head.label.as_deref().and_then(|l| l.split_once(':'));
+                    let own = owner.is_some_and(|(o, _)| o.eq_ignore_ascii_case(repo.owner()));
+                    (own && prefix.tail(&p.head.ref_field).is_some()).then(|| PullRequest {
+                        number: p.number,
+                        state: match p.state {
+                            Some(octocrab::models::IssueState::Open) => "open",
+                            _ => "closed",
+                        }
+                        .to_owned(),
+                        merged: p.merged_at.is_some(),
+                        merged_at: p.merged_at,
+                        created_at,
+                        url: p.html_url.map(String::from).unwrap_or_default(),
+                        head: p.head.ref_field,
+                    })
+                }));
+                !older
+            })
+            .await?;
+            listing(&installation, repo, read, found)
+        })
+        .await
     }
 }
 
@@ -320,34 +364,17 @@ fn listing<T>(
     }
 }
 
-/// Whether a pull request's head is a branch of `repo`'s own account: a fork's branch of the
-/// same name is another branch, and a head without a label is a deleted fork's.
-fn head_in(pull: &octocrab::models::pulls::PullRequest, repo: &RepoName) -> bool {
-    let owner = pull.head.label.as_deref().and_then(|l| l.split_once(':'));
-    owner.is_some_and(|(owner, _)| owner.eq_ignore_ascii_case(repo.owner()))
-}
-
 #[async_trait]
 impl Forge for GithubForge {
-    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/{id}`.
+    /// The row's branches, from [`Forge::row_branch_heads`].
     async fn row_branches(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<BranchName>, ForgeError> {
-        let refs = self
-            .matching_refs(
-                "listing the row's branches",
-                repo,
-                prefix,
-                &format!("{prefix}/{id}"),
-            )
-            .await?;
-        Ok(refs
-            .iter()
-            .filter_map(|b| BranchName::existing(prefix, id, b.name.as_str()))
-            .collect())
+        let heads = self.row_branch_heads(repo, prefix, id).await?;
+        Ok(heads.into_iter().map(|b| b.name).collect())
     }
 
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`; without `OWNER:` GitHub ignores
@@ -358,26 +385,18 @@ impl Forge for GithubForge {
         repo: &RepoName,
         branch: &BranchName,
     ) -> Result<bool, ForgeError> {
-        let owner_label = format!("{}:{branch}", repo.owner());
-        self.read("looking up pull requests", repo, |installation| {
-            let owner_label = &owner_label;
-            async move {
-                let pulls = installation
-                    .run(|gh| async move {
-                        let pulls = gh.pulls(repo.owner(), repo.name());
-                        let list = pulls.list().state(State::All).head(owner_label);
-                        list.per_page(100).send().await
-                    })
-                    .await?
-                    .map_err(|refusal| read_refused(&installation, repo, &refusal))?;
-                Ok(pulls.items.iter().any(|p| {
-                    p.head.ref_field == branch.as_str()
-                        && (p.head.label.as_deref())
-                            .is_none_or(|l| l.eq_ignore_ascii_case(owner_label))
-                }))
-            }
-        })
-        .await
+        let owner_label = &format!("{}:{branch}", repo.owner());
+        let pulls = self
+            .read_one("looking up pull requests", repo, |gh| async move {
+                let pulls = gh.pulls(repo.owner(), repo.name());
+                let list = pulls.list().state(State::All).head(owner_label);
+                list.per_page(100).send().await
+            })
+            .await?;
+        Ok(pulls.items.iter().any(|p| {
+            p.head.ref_field == branch.as_str()
+                && (p.head.label.as_deref()).is_none_or(|l| l.eq_ignore_ascii_case(owner_label))
+        }))
     }
 
     /// The default branch (`GET /repos/{o}/{r}`) and its head, cached briefly.
@@ -447,14 +466,11 @@ impl Forge for GithubForge {
                 let reference = &reference;
                 async move {
                     let installation = self.auth.installation(repo).await?;
-                    let post = || async {
-                        installation.ensure_token().await?;
-                        installation
-                            .run(|gh| async move {
-                                let repos = gh.repos(repo.owner(), repo.name());
-                                repos.create_ref(reference, sha.as_str()).await
-                            })
-                            .await
+                    let post = || {
+                        installation.run(|gh| async move {
+                            let repos = gh.repos(repo.owner(), repo.name());
+                            repos.create_ref(reference, sha.as_str()).await
+                        })
                     };
                     // After a lost answer the branch may be ours: that claim is never refused
                     // for a full queue, and a branch found now may be ours.
@@ -522,14 +538,11 @@ impl Forge for GithubForge {
                     let installation = self.auth.installation(repo).await?;
                     let sent = installation
                         .writes
-                        .write(|| async {
-                            installation.ensure_token().await?;
-                            installation
-                                .run(|gh| async move {
-                                    let answer = gh._post(path.as_str(), Some(body)).await?;
-                                    octocrab::map_github_error(answer).await.map(drop)
-                                })
-                                .await
+                        .write(|| {
+                            installation.run(|gh| async move {
+                                let answer = gh._post(path.as_str(), Some(body)).await?;
+                                octocrab::map_github_error(answer).await.map(drop)
+                            })
                         })
                         .await?;
                     let Err(refusal) = sent else { return Ok(()) };
@@ -588,13 +601,10 @@ impl Forge for GithubForge {
                     }
                     let deleted = installation
                         .writes
-                        .write(|| async {
-                            installation.ensure_token().await?;
-                            installation
-                                .run(|gh| async move {
+                        .write(|| {
+                            installation.run(|gh| async move {
                                     gh.repos(repo.owner(), repo.name()).delete_ref(reference).await
                                 })
-                                .await
                         })
                         .await?;
                     match deleted {
@@ -627,32 +637,25 @@ impl Forge for GithubForge {
         .await
     }
 
-    /// The pull requests newest first, page by page until they are older than `since`. Only
-    /// heads in the repository's own account count: a fork's branch of the same name is
-    /// another branch.
+    /// The heads of [`GithubForge::pull_requests_since`]; a missing permission is a refusal.
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<BranchName>, ForgeError> {
-        self.read("listing pull requests", repo, |installation| async move {
-            let mut heads = Vec::new();
-            Self::pulls(&installation, repo, |pulls| {
-                let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
-                heads.extend(
-                    pulls
-                        .iter()
-                        .filter(|p| p.created_at >= Some(since) && head_in(p, repo))
-                        .filter_map(|p| BranchName::listed(prefix, &p.head.ref_field)),
-                );
-                !older
-            })
-            .await?
-            .map_err(|refusal| read_refused(&installation, repo, &refusal))?;
-            Ok(heads)
-        })
-        .await
+        match self.pull_requests_since(repo, prefix, since).await? {
+            Listing::Found(pulls) => Ok(pulls
+                .iter()
+                .filter_map(|p| BranchName::listed(prefix, &p.head))
+                .collect()),
+            Listing::NotPermitted { needs } => Err(ForgeError::Refused {
+                message: format!(
+                    "GitHub does not let rowbranch list pull requests: it needs {needs}"
+                ),
+            }),
+            Listing::NotKept => Ok(Vec::new()),
+        }
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
@@ -664,23 +667,16 @@ impl Forge for GithubForge {
         branch: &BranchName,
     ) -> Result<u64, ForgeError> {
         let (base, head) = (
-            encode_path(base.branch.as_str()),
-            encode_path(branch.as_str()),
+            &encode_path(base.branch.as_str()),
+            &encode_path(branch.as_str()),
         );
-        self.read("comparing with the base", repo, |installation| {
-            let (base, head) = (&base, &head);
-            async move {
-                let compared = installation
-                    .run(|gh| async move {
-                        let repos = gh.repos(repo.owner(), repo.name());
-                        repos.compare_commits(base, head).send().await
-                    })
-                    .await?
-                    .map_err(|refusal| read_refused(&installation, repo, &refusal))?;
-                Ok(compared.ahead_by as u64)
-            }
-        })
-        .await
+        let compared = self
+            .read_one("comparing with the base", repo, |gh| async move {
+                let repos = gh.repos(repo.owner(), repo.name());
+                repos.compare_commits(base, head).send().await
+            })
+            .await?;
+        Ok(compared.ahead_by as u64)
     }
 
     /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/{id}`, with each branch's commit.
@@ -704,9 +700,7 @@ impl Forge for GithubForge {
             .collect())
     }
 
-    /// The pull requests newest first, page by page until they are older than `since`: a
-    /// branch deleted once its pull request merged is found too. Only heads in the
-    /// repository's own account count.
+    /// The row's among [`GithubForge::pull_requests_since`].
     async fn row_pull_requests(
         &self,
         repo: &RepoName,
@@ -714,32 +708,15 @@ impl Forge for GithubForge {
         id: &RowId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<PullRequest>, ForgeError> {
-        self.read("listing pull requests", repo, |installation| async move {
-            let mut found = Vec::new();
-            let read = Self::pulls(&installation, repo, |pulls| {
-                let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
-                found.extend(pulls.into_iter().filter_map(|p| {
-                    let created_at = p.created_at.filter(|at| *at >= since)?;
-                    (head_in(&p, repo) && prefix.owns(id, &p.head.ref_field)).then(|| PullRequest {
-                        number: p.number,
-                        state: match p.state {
-                            Some(octocrab::models::IssueState::Open) => "open",
-                            _ => "closed",
-                        }
-                        .to_owned(),
-                        merged: p.merged_at.is_some(),
-                        merged_at: p.merged_at,
-                        created_at,
-                        url: p.html_url.map(String::from).unwrap_or_default(),
-                        head: p.head.ref_field,
-                    })
-                }));
-                !older
-            })
-            .await?;
-            listing(&installation, repo, read, found)
+        Ok(match self.pull_requests_since(repo, prefix, since).await? {
+            Listing::Found(pulls) => Listing::Found(
+                pulls
+                    .into_iter()
+                    .filter(|p| prefix.owns(id, &p.head))
+                    .collect(),
+            ),
+            other => other,
         })
-        .await
     }
 
     /// `GET /repos/{o}/{r}/actions/runs?event=repository_dispatch`, newest first, page by page
