@@ -335,8 +335,9 @@ where
         };
         let next = listed.next.as_ref().and_then(|uri| uri.path_and_query());
         let next = next.map(|pq| pq.as_str().to_owned());
+        let go_on = take(listed.take_items());
         match next {
-            Some(next) if take(listed.take_items()) => {
+            Some(next) if go_on => {
                 let next = &next;
                 page = installation
                     .run(|gh| async move { gh.get::<Page<T>, _, ()>(next, None).await })
