@@ -13,7 +13,7 @@ use hyper_util::rt::TokioExecutor;
 
 use super::Failure;
 use crate::cli::HealthcheckArgs;
-use crate::config::{process_env, ListenSetting};
+use crate::config::{listen_as_written, process_env};
 
 /// Long enough for a loaded process to answer, short of Docker's default 30 s timeout and of
 /// the recipes' 5 s.
@@ -23,13 +23,9 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
     let url = match args.url {
         Some(url) => url,
         None => {
-            let listen = ListenSetting::find(&args.config.config, &process_env);
-            probe_url(&listen.address).map_err(|problem| {
-                unhealthy(format!(
-                    "{} (from {}): {problem}",
-                    listen.address, listen.from
-                ))
-            })?
+            let (address, from) = listen_as_written(&args.config.config, &process_env);
+            probe_url(&address)
+                .map_err(|problem| unhealthy(format!("{address} (from {from}): {problem}")))?
         }
     };
     // hyper's client reads no proxy from the environment, which would answer for rowbranch.

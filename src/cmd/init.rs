@@ -154,12 +154,15 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         }
     };
     let intake = match (args.intake, host) {
-        (Some(IntakeArg::Pgmq), _) | (None, Host::Actions) => Intake::Pgmq,
+        // The hourly bound templates/rowbranch.toml writes on a queue route.
+        (Some(IntakeArg::Pgmq), _) | (None, Host::Actions) => Intake::Pgmq {
+            max_rows_per_hour: Some(60),
+        },
         (Some(IntakeArg::Webhook), _) | (None, Host::Server) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
         (Some(url), _) => public_url(url)?,
-        (None, Intake::Pgmq) => LOCAL_URL.to_owned(),
+        (None, Intake::Pgmq { .. }) => LOCAL_URL.to_owned(),
         (None, Intake::Webhook) => return Err(usage(
             "--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com \
              (or --intake pgmq, where rowbranch reads a queue and needs no public address)",
@@ -222,13 +225,13 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         // secret supabase.sql writes into a header, where a signing key would stop being one.
         webhook_secret: match intake {
             Intake::Webhook => Some(generate_secret().context("no randomness for a secret")?),
-            Intake::Pgmq => None,
+            Intake::Pgmq { .. } => None,
         },
         bearer_secret: match intake {
             Intake::Webhook => {
                 Some(generate_bearer_secret().context("no randomness for a secret")?)
             }
-            Intake::Pgmq => None,
+            Intake::Pgmq { .. } => None,
         },
         intake,
         host,
@@ -308,7 +311,7 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     match (ctx.host, ctx.intake) {
         (Host::Actions, _) => actions::print_steps(dir, &ctx),
         (Host::Server, Intake::Webhook) => print_next_steps(dir, &ctx),
-        (Host::Server, Intake::Pgmq) => print_queue_steps(dir, &ctx),
+        (Host::Server, Intake::Pgmq { .. }) => print_queue_steps(dir, &ctx),
     }
     Ok(())
 }

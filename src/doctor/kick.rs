@@ -10,7 +10,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::config::{Config, Intake};
+use crate::config::Config;
 use crate::db::{describe, quote_ident, quote_relation, Database};
 use crate::templates::actions::{KICK_SECRET, KICK_TRIGGER_PREFIX};
 
@@ -30,7 +30,7 @@ pub(super) async fn checks(config: &Config, out: &mut Vec<Check>) {
     let client = database.client();
     let trigger = trigger_name(config.pgmq.queue.as_str());
     let mut kicked = false;
-    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+    for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         let table = quote_relation(&route.schema, &route.table);
         let found = client
             .query_typed(

@@ -8,7 +8,7 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::config::{Config, Intake, PgmqSettings, Route};
+use crate::config::{Config, PgmqSettings, Route};
 use crate::db::{describe, queue, quote_ident, quote_relation, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
@@ -52,7 +52,7 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
     if !queues_exist(client, pgmq, out).await {
         return;
     }
-    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+    for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         trigger(client, route, pgmq, out).await;
     }
     own_rights(client, pgmq, out).await;

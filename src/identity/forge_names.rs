@@ -73,6 +73,8 @@ impl fmt::Display for RepoName {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventType(String);
 
+shown_as_text!(EventType);
+
 /// Why an event type was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventTypeError {
@@ -94,16 +96,6 @@ impl EventType {
             return Err(EventTypeError::TooLong(chars));
         }
         Ok(EventType(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for EventType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -343,21 +343,25 @@ mod tests {
         );
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
         assert_eq!(
-            route.max_rows_per_hour, None,
-            "a webhook route has no hourly bound"
+            route.intake,
+            Intake::Webhook,
+            "a webhook route, which has no hourly bound"
         );
     }
 
     #[test]
     fn the_queue_config_bounds_the_rows_an_hour() {
+        let intake = Intake::Pgmq {
+            max_rows_per_hour: Some(60),
+        };
         let ctx = SetupContext {
-            intake: Intake::Pgmq,
+            intake,
             ..SetupContext::example()
         };
         let text = render("rowbranch.toml", &ctx).unwrap();
         let config =
             Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.routes[0].max_rows_per_hour, Some(60));
+        assert_eq!(config.routes[0].intake, intake);
     }
 
     #[test]

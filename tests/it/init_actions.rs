@@ -252,7 +252,10 @@ fn the_written_config_parses_as_token_auth_reading_the_queue() {
         "token auth"
     );
     let route = &config.routes[0];
-    assert_eq!(route.intake, Intake::Pgmq);
+    let intake = Intake::Pgmq {
+        max_rows_per_hour: Some(60),
+    };
+    assert_eq!(route.intake, intake);
     assert_eq!(route.payload_template, None, "the built-in payload");
 }
 

@@ -60,7 +60,9 @@ fn contexts() -> impl Strategy<Value = SetupContext> {
                 event_type,
                 url,
                 intake: if queue_intake {
-                    Intake::Pgmq
+                    Intake::Pgmq {
+                        max_rows_per_hour: Some(60),
+                    }
                 } else {
                     Intake::Webhook
                 },
@@ -173,7 +175,7 @@ fn check_config(ctx: &SetupContext) {
         assert_eq!(route.intake, ctx.intake);
         assert_eq!(
             parsed.pgmq.queue,
-            if ctx.intake == Intake::Pgmq {
+            if ctx.intake != Intake::Webhook {
                 ctx.queue.as_str()
             } else {
                 "rowbranch"

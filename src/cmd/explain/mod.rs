@@ -102,7 +102,7 @@ pub async fn explain(
     )
     .await;
     let queue_view = match route.intake {
-        Intake::Pgmq => {
+        Intake::Pgmq { .. } => {
             Some(read_queue(config, route, rows.as_ref(), &lookup, &mut unreachable).await)
         }
         Intake::Webhook => None,
