@@ -8,6 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::Failure;
@@ -157,10 +162,7 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         let _ = stopped.await;
     }));
 
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("could not build the HTTP client")?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut surprises = 0;
     println!("  {:<42} answer", "delivery");
     for delivery in deliveries() {
@@ -221,16 +223,16 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The demo's HTTP client: hyper's, on loopback.
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 async fn send(
-    client: &reqwest::Client,
+    client: &HttpClient,
     url: &str,
     secret: &str,
     delivery: &Delivery,
 ) -> anyhow::Result<(u16, Value)> {
-    let mut request = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(delivery.body.clone());
+    let mut request = http::Request::post(url).header("content-type", "application/json");
     request = match delivery.credential {
         Credential::Bearer => request.header("authorization", format!("Bearer {secret}")),
         Credential::HubSignature => request.header(
@@ -239,9 +241,21 @@ async fn send(
         ),
         Credential::None => request,
     };
-    let response = request.send().await.context("the delivery failed")?;
+    let request = request
+        .body(Full::new(Bytes::from(delivery.body.clone())))
+        .context("the delivery could not be made")?;
+    let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+        .await
+        .context("no answer within 60 s")?
+        .context("the delivery failed")?;
     let status = response.status().as_u16();
-    let body = response.text().await.context("the answer was cut off")?;
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .context("the answer was cut off")?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
     Ok((status, body))
 }
@@ -268,7 +282,7 @@ fn print_answer(label: &str, expect: u16, (status, body): &(u16, Value)) -> usiz
 }
 
 /// Twenty copies of one new row at once: one claims and dispatches, the rest are duplicates.
-async fn burst(client: &reqwest::Client, url: &str, secret: &str) -> anyhow::Result<usize> {
+async fn burst(client: &HttpClient, url: &str, secret: &str) -> anyhow::Result<usize> {
     let delivery = Arc::new(Delivery {
         label: "row 47 ×20 at once",
         body: insert(json!(47), "Crash when uploading a 20 MB avatar").to_string(),

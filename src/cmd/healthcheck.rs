@@ -6,6 +6,10 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 use super::Failure;
 use crate::cli::HealthcheckArgs;
@@ -24,24 +28,22 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
                 .map_err(|problem| unhealthy(format!("{address} (from {from}): {problem}")))?
         }
     };
-    let client = reqwest::Client::builder()
-        // A proxy from the environment would answer for rowbranch.
-        .no_proxy()
-        .timeout(TIMEOUT)
-        .build()
-        .map_err(|e| unhealthy(format!("no HTTP client: {e}")))?;
-    let answer = client.get(&url).send().await.map_err(|e| {
-        let why = if e.is_timeout() {
-            format!("no answer within {}s", TIMEOUT.as_secs())
-        } else if e.is_connect() {
-            format!("cannot connect: {}", root_cause(&e))
-        } else {
-            root_cause(&e)
-        };
-        unhealthy(format!("{url}: {why}"))
-    })?;
+    // hyper's client reads no proxy from the environment, which would answer for rowbranch.
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: http::Uri = url.parse().map_err(|e| unhealthy(format!("{url}: {e}")))?;
+    let answer = tokio::time::timeout(TIMEOUT, client.get(uri))
+        .await
+        .map_err(|_| unhealthy(format!("{url}: no answer within {}s", TIMEOUT.as_secs())))?
+        .map_err(|e| {
+            let why = if e.is_connect() {
+                format!("cannot connect: {}", root_cause(&e))
+            } else {
+                root_cause(&e)
+            };
+            unhealthy(format!("{url}: {why}"))
+        })?;
     let status = answer.status();
-    if status != reqwest::StatusCode::OK {
+    if status != http::StatusCode::OK {
         return Err(unhealthy(format!("{url} answered {status}")));
     }
     println!("{url} answered {status}");
@@ -52,7 +54,7 @@ fn unhealthy(reason: String) -> Failure {
     Failure::Runtime(anyhow!("unhealthy: {reason}"))
 }
 
-/// The innermost error's words ("Connection refused (os error 111)"), not reqwest's wrapping.
+/// The innermost error's words ("Connection refused (os error 111)"), not the client's wrapping.
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(next) = cause.source() {

@@ -195,6 +195,7 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
             "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
         ));
     }
+    crate::identity::api_url_problem(api_url).map_or(Ok(()), |p| Err(invalid!("{p}")))?;
     // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
     let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
         GithubAuth::Token(_) => file::TOKEN_WRITE_HOURLY_MAX,

@@ -26,7 +26,7 @@ mod forge_names;
 mod queue_name;
 mod ref_name;
 
-pub use forge_names::{EventType, EventTypeError, RepoName, RepoNameError};
+pub use forge_names::{api_url_problem, EventType, EventTypeError, RepoName, RepoNameError};
 pub use queue_name::{QueueName, QueueNameError};
 pub use ref_name::{RefName, RefNameError};
 
