@@ -6,12 +6,13 @@
 
 mod answer;
 mod conn;
+mod listen;
 mod login;
 mod ready;
 mod status;
 
 pub use answer::{Answer, RowRef};
-pub use conn::Connections;
+pub use listen::{listen, Connections, ListenError};
 
 use std::collections::HashMap;
 use std::future::Future;
