@@ -5,15 +5,16 @@
 //! error when a row was refused for good.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::hash::Hash;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::answer::Answer;
+use super::pages::DecisionView;
 use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
-use crate::templates::pages::DecisionView;
 
 /// How many decisions the status page shows.
 const KEPT: usize = 200;
@@ -187,7 +188,7 @@ pub struct Decisions {
 
 impl Decisions {
     pub fn push(&self, decision: Decision) {
-        let mut kept = self.kept.lock().expect("decisions lock poisoned");
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() == KEPT {
             kept.pop_front();
         }
@@ -196,7 +197,7 @@ impl Decisions {
 
     /// Newest first.
     pub fn newest_first(&self) -> Vec<Decision> {
-        let kept = self.kept.lock().expect("decisions lock poisoned");
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.iter().rev().cloned().collect()
     }
 }
@@ -206,49 +207,62 @@ impl Decisions {
 /// went unlogged since. Never a header's value.
 #[derive(Default)]
 pub struct Refusals {
-    /// For each reason (and a refused credential's kind): when it was last logged, and how
-    /// many went unlogged since.
-    last: Mutex<HashMap<RefusalKey, (Instant, u64)>>,
+    /// Keyed by the reason, and for a 401 the credential's kind.
+    logged: OncePerMinute<(Reason, Option<&'static str>)>,
 }
-
-/// A reason, and for a 401 the credential's kind.
-type RefusalKey = (Reason, Option<&'static str>);
 
 impl Refusals {
     pub fn refused(&self, decision: &Decision) {
         let Some(reason) = decision.reason.filter(|r| r.is_before_the_row()) else {
             return;
         };
-        let key = (reason, decision.kind);
-        let mut last = self.last.lock().expect("refusals lock poisoned");
-        let now = Instant::now();
+        let Some(quiet) = self.logged.due((reason, decision.kind), Instant::now()) else {
+            return;
+        };
+        let (reason, http_status) = (reason.as_str(), decision.http_status);
+        let (delivery, table) = (&decision.delivery, decision.table.as_deref());
+        match decision.kind {
+            Some(kind) => tracing::warn!(
+                reason,
+                kind,
+                http_status,
+                delivery,
+                unlogged_since_the_last = quiet,
+                "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)"
+            ),
+            None => tracing::warn!(
+                reason,
+                http_status,
+                delivery,
+                table,
+                detail = decision.detail.as_deref(),
+                unlogged_since_the_last = quiet,
+                "refused a delivery before reading its row"
+            ),
+        }
+    }
+}
+
+/// Lines logged at most once a [`REFUSAL_LOG_EVERY`] for each key, since anyone who can reach
+/// the port can make them: when each was last logged, and how many went unlogged since.
+pub struct OncePerMinute<K>(Mutex<HashMap<K, (Instant, u64)>>);
+
+impl<K> Default for OncePerMinute<K> {
+    fn default() -> Self {
+        OncePerMinute(Mutex::default())
+    }
+}
+
+impl<K: Hash + Eq> OncePerMinute<K> {
+    /// When a line for `key` is due at `now`: how many went unlogged since the last one.
+    pub fn due(&self, key: K, now: Instant) -> Option<u64> {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match last.get_mut(&key) {
-            Some((at, quiet)) if now.duration_since(*at) < REFUSAL_LOG_EVERY => *quiet += 1,
-            entry => {
-                let quiet = entry.map_or(0, |(_, quiet)| *quiet);
-                let (reason, http_status) = (reason.as_str(), decision.http_status);
-                let (delivery, table) = (&decision.delivery, decision.table.as_deref());
-                match decision.kind {
-                    Some(kind) => tracing::warn!(
-                        reason,
-                        kind,
-                        http_status,
-                        delivery,
-                        unlogged_since_the_last = quiet,
-                        "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)"
-                    ),
-                    None => tracing::warn!(
-                        reason,
-                        http_status,
-                        delivery,
-                        table,
-                        detail = decision.detail.as_deref(),
-                        unlogged_since_the_last = quiet,
-                        "refused a delivery before reading its row"
-                    ),
-                }
-                last.insert(key, (now, 0));
+            Some((at, quiet)) if now.duration_since(*at) < REFUSAL_LOG_EVERY => {
+                *quiet += 1;
+                None
             }
+            _ => Some(last.insert(key, (now, 0)).map_or(0, |(_, quiet)| quiet)),
         }
     }
 }

@@ -1,9 +1,21 @@
-//! The server's two HTML pages: the live status page (`GET /`, when `status_page = true`) and
-//! the page GitHub's manifest flow lands on (`GET /?code=…`). Rendered on the server, every
-//! value HTML-escaped (minijinja escapes `.html` templates), no script.
+//! The server's two HTML pages at `GET /`: the page GitHub's manifest flow lands on
+//! (`?code=…`), and the live status page, when `status_page = true`, behind its password.
+//! Rendered on the server, every value HTML-escaped (minijinja escapes `.html` templates), no
+//! script.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::Json;
 use minijinja::Environment;
 use serde::Serialize;
+use serde_json::json;
+
+use super::App;
 
 const STATUS: &str = include_str!("../../templates/status.html");
 const MANIFEST_CODE: &str = include_str!("../../templates/manifest-code.html");
@@ -40,6 +52,48 @@ pub struct StatusView {
     pub counters: Vec<(String, u64)>,
     /// Newest first.
     pub decisions: Vec<DecisionView>,
+}
+
+/// `GET /`: where GitHub sends the browser once the App is created from its manifest
+/// (`?code=…`, answered whatever the settings, before any password), else the status page when
+/// `status_page = true`.
+pub(super) async fn home(
+    State(app): State<Arc<App>>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(code) = query.get("code") {
+        return Html(manifest_code_page(code)).into_response();
+    }
+    let Some(page) = &app.config.status_page else {
+        let message = "no status page: set status_page = true to have one";
+        let body = Json(json!({"outcome": "error", "message": message}));
+        return (StatusCode::NOT_FOUND, body).into_response();
+    };
+    if let Some(password) = &page.password {
+        if let Some(refused) = app
+            .logins
+            .refusal(&headers, password.expose(), Instant::now())
+        {
+            return refused;
+        }
+    }
+    let routes: Vec<String> = (app.config.routes.iter())
+        .map(|r| format!("{} → {}", r.table_name(), r.repo))
+        .collect();
+    let mut counters = app.metrics.totals();
+    counters.push(("rows in flight".into(), app.pipeline.in_flight() as u64));
+    let decisions = app.decisions.newest_first();
+    let view = StatusView {
+        routes: routes.join(", "),
+        now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        refresh_s: 5,
+        counters,
+        decisions: (decisions.iter())
+            .map(|d| d.view(app.web_url.as_deref()))
+            .collect(),
+    };
+    Html(status_page(&view)).into_response()
 }
 
 fn environment() -> Environment<'static> {
