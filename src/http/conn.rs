@@ -6,9 +6,9 @@
 //!
 //! A full table makes room: the connections waiting for a request head (a new one, or one idle
 //! between requests) are kept in [`Waiting`] with when they began to wait, and a connection
-//! accepted when no permit is free takes the place of the one that has waited longest, which
+//! accepted when no permit is free takes the slot of the one that has waited longest, which
 //! is cut. A request under way — its body being read, its answer being decided or written — is
-//! never cut for room, so clients that never finish a request head cannot hold every place,
+//! never cut for room, so clients that never finish a request head cannot hold every slot,
 //! while one that sends slowly but sends keeps its own. Only when every connection is in a
 //! request does a new one wait, in the listen backlog, for one to end.
 //!
@@ -17,7 +17,7 @@
 //! otherwise keep hyper waiting to write, with no timer, forever). And a connection lives at
 //! most [`max_age`]: then it is asked to close after the request under way, and it is cut if it
 //! has not closed within [`closing_allowance`] more (a client that asks for `/healthz` just
-//! within every timeout would otherwise keep its place forever).
+//! within every timeout would otherwise keep its slot forever).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -143,14 +143,14 @@ pub async fn serve(
                 () = &mut stop => break,
             },
         };
-        let place = Place::new(id, &waiting);
+        let slot = Slot::new(id, &waiting);
         let mut io = TimeoutStream::new(stream);
         io.set_write_timeout(Some(settings.read_timeout));
-        let (router, in_place) = (TowerToHyperService::new(router.clone()), Arc::clone(&place));
+        let (router, in_slot) = (TowerToHyperService::new(router.clone()), Arc::clone(&slot));
         // Out of `Waiting` from each request's head until hyper has taken the whole answer:
         // it drops the answer's body then (and serves one request at a time).
         let service = service_fn(move |request: Request<Incoming>| {
-            let in_request = InRequest::begin(&in_place);
+            let in_request = InRequest::begin(&in_slot);
             let answer = router.call(request);
             async move {
                 let answer = answer.await?;
@@ -191,7 +191,7 @@ pub async fn serve(
                         tracing::debug!("a connection outlived its age and the allowance; cut");
                         break Ok(());
                     }
-                    () = place.cut.cancelled() => {
+                    () = slot.cut.cancelled() => {
                         tracing::debug!("cut a connection waiting for a request head, to make room for a new one");
                         break Ok(());
                     }
@@ -200,7 +200,7 @@ pub async fn serve(
             if let Err(e) = ended {
                 tracing::debug!(error = %e, "a connection ended with an error");
             }
-            // The permit and the place go when this task ends, after the connection.
+            // The permit and the slot go when this task ends, after the connection.
         });
         // The new connection's task runs next (a task spawned from a worker takes its next
         // turn), and reads the head its sender has sent, before another is accepted: in a flood
@@ -269,24 +269,24 @@ impl Waiting {
     }
 }
 
-/// A connection's place among those [`Waiting`]: in it from its acceptance and between
+/// A connection's slot among those [`Waiting`]: in it from its acceptance and between
 /// requests, out of it during each; out for good when the last hold on it goes.
-struct Place {
+struct Slot {
     id: u64,
     waiting: Arc<Waiting>,
     /// Cancelled when the connection is cut to make room.
     cut: CancellationToken,
 }
 
-impl Place {
-    fn new(id: u64, waiting: &Arc<Waiting>) -> Arc<Place> {
-        let place = Place {
+impl Slot {
+    fn new(id: u64, waiting: &Arc<Waiting>) -> Arc<Slot> {
+        let slot = Slot {
             id,
             waiting: Arc::clone(waiting),
             cut: CancellationToken::new(),
         };
-        place.wait();
-        Arc::new(place)
+        slot.wait();
+        Arc::new(slot)
     }
 
     /// The connection waits for a request head from now (unless it has been cut).
@@ -299,7 +299,7 @@ impl Place {
     }
 }
 
-impl Drop for Place {
+impl Drop for Slot {
     fn drop(&mut self) {
         self.waiting.since().remove(&self.id);
     }
@@ -307,12 +307,12 @@ impl Drop for Place {
 
 /// Held from a request's head to the end of its answer: meanwhile its connection is not cut
 /// for room.
-struct InRequest(Arc<Place>);
+struct InRequest(Arc<Slot>);
 
 impl InRequest {
-    fn begin(place: &Arc<Place>) -> InRequest {
-        place.waiting.since().remove(&place.id);
-        InRequest(Arc::clone(place))
+    fn begin(slot: &Arc<Slot>) -> InRequest {
+        slot.waiting.since().remove(&slot.id);
+        InRequest(Arc::clone(slot))
     }
 }
 
