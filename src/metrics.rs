@@ -363,6 +363,8 @@ families! {
     pgmq_oldest_age: Family<QueueLabels, Gauge> = Family::default(),
         "rowbranch_pgmq_oldest_message_age_seconds",
         "Age of the oldest message in the queue, as last sampled";
+    unknown_paths: Counter = Counter::default(), "rowbranch_unknown_path_requests",
+        "Requests to a path the server does not serve, answered 404";
 }
 
 impl Default for Metrics {
@@ -539,6 +541,12 @@ impl Metrics {
             .set(remaining);
     }
 
+    /// A request to a path the server does not serve.
+    pub fn unknown_path(&self) {
+        self.unknown_paths.inc();
+        self.add("requests to unknown paths".to_owned());
+    }
+
     pub fn token_minted(&self) {
         self.tokens_minted.inc();
     }
@@ -595,6 +603,7 @@ mod tests {
         m.reconcile_run(SweepResult::Ok);
         m.reconcile_row("public.feedbacks", RowVerdict::Handled);
         m.pgmq_message("public.feedbacks", MessageResult::LeaseLost);
+        m.unknown_path();
         let text = m.render();
         for line in [
             r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="dispatched",reason=""} 1"#,
@@ -610,6 +619,7 @@ mod tests {
             r#"rowbranch_reconcile_runs_total{result="ok"} 1"#,
             r#"rowbranch_reconcile_rows_total{route="public.feedbacks",verdict="handled"} 1"#,
             r#"rowbranch_pgmq_messages_total{route="public.feedbacks",result="lease_lost"} 1"#,
+            "rowbranch_unknown_path_requests_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
         }
@@ -773,6 +783,7 @@ mod tests {
             ("rowbranch_installation_tokens_minted_total", 1),
             ("rowbranch_write_queue_depth", 1),
             ("rowbranch_runs_in_flight", 1),
+            ("rowbranch_unknown_path_requests_total", 1),
             ("rowbranch_reconcile_runs_total", 2),
             ("rowbranch_reconcile_rows_total", 5 + 6),
             // The queue route's 6, and none's dead and lease_lost.
@@ -834,6 +845,7 @@ mod tests {
             ("rowbranch_installation_tokens_minted_total", 1),
             ("rowbranch_write_queue_depth", 1),
             ("rowbranch_runs_in_flight", 1),
+            ("rowbranch_unknown_path_requests_total", 1),
             ("rowbranch_build_info", 1),
         ]
         .into_iter()

@@ -139,6 +139,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready::readyz))
         .route("/metrics", get(metrics))
+        .fallback(status::unknown_path)
         .with_state(app)
 }
 

@@ -6,13 +6,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
 use chrono::{DateTime, SecondsFormat, Utc};
+use serde_json::json;
 
 use super::answer::Answer;
 use super::pages::DecisionView;
+use super::App;
 use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
 
@@ -209,6 +215,7 @@ impl Decisions {
 pub struct Refusals {
     /// Keyed by the reason, and for a 401 the credential's kind.
     logged: OncePerMinute<(Reason, Option<&'static str>)>,
+    unknown_paths: OncePerMinute<()>,
 }
 
 impl Refusals {
@@ -241,6 +248,39 @@ impl Refusals {
             ),
         }
     }
+}
+
+/// The longest path a log line quotes as it came, in bytes.
+const PATH_LIMIT: usize = 200;
+
+/// Any path the server does not serve: 404, counted, and logged at warn at most once a minute
+/// (anyone who can reach the port can send any), the path escaped and cut short — so that a
+/// sender posting to the wrong URL (`…/webhook/webhook`, say) shows in the log, on `/metrics`
+/// and on the status page.
+pub(super) async fn unknown_path(
+    State(app): State<Arc<App>>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    app.metrics.unknown_path();
+    if let Some(quiet) = app.refusals.unknown_paths.due((), Instant::now()) {
+        let mut path = printable(uri.path());
+        if path.len() > PATH_LIMIT {
+            let cut = (0..=PATH_LIMIT).rev().find(|&i| path.is_char_boundary(i));
+            path.truncate(cut.unwrap_or(0));
+            path.push('…');
+        }
+        tracing::warn!(
+            %method,
+            path,
+            http_status = 404,
+            unlogged_since_the_last = quiet,
+            "a request to a path rowbranch does not serve (deliveries go to POST /webhook)"
+        );
+    }
+    let message = "no such path: rowbranch takes deliveries at POST /webhook";
+    let body = Json(json!({ "outcome": "error", "message": message }));
+    (StatusCode::NOT_FOUND, body).into_response()
 }
 
 /// Lines logged at most once a [`REFUSAL_LOG_EVERY`] for each key, since anyone who can reach
@@ -322,5 +362,17 @@ mod tests {
             "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk".parse().unwrap(),
         );
         assert_eq!(delivery_id(&headers), "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk");
+    }
+
+    #[test]
+    fn a_line_is_due_once_a_minute_for_each_key_with_the_count_it_left_out() {
+        let logged = OncePerMinute::default();
+        let start = Instant::now();
+        assert_eq!(logged.due("a", start), Some(0));
+        assert_eq!(logged.due("b", start), Some(0));
+        for n in 1..=3 {
+            assert_eq!(logged.due("a", start + Duration::from_secs(n)), None);
+        }
+        assert_eq!(logged.due("a", start + REFUSAL_LOG_EVERY), Some(3));
     }
 }
