@@ -385,6 +385,8 @@ async fn a_request_to_an_unknown_path_is_answered_404_counted_and_logged_once_a_
             .await
             .unwrap();
         assert_eq!(reply.status().as_u16(), 404, "{path}");
+        // Sent with its length, as every answer is, not in chunks.
+        assert!(reply.headers().contains_key("content-length"), "{path}");
         let body: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
         assert!(
             body["message"].as_str().unwrap().contains("POST /webhook"),
