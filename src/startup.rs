@@ -1,5 +1,5 @@
 //! From a loaded config to a running process. [`Application::build`] takes the config and what
-//! the process supplies beside it ([`Env`]): it opens the forge, binds the listener, compiles
+//! the process supplies beside it ([`Launch`]): it opens the forge, binds the listener, compiles
 //! the routes and makes the pipeline; [`Application::run`] then runs its parts until a shutdown
 //! signal — the server, the queue's consumer, a first look at each repository and the scheduled
 //! sweep, or the consumer alone. `serve`, `demo` and the tests all start rowbranch this way.
@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings, Intake};
-use crate::db::{Database, Reachability};
+use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
 use crate::identity::RepoName;
@@ -25,21 +25,15 @@ use crate::metrics::{self, Metrics};
 use crate::pgmq::budget::Budgets;
 use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
-use crate::reconcile::{self, SweepOptions};
+use crate::reconcile;
 use crate::shutdown::Shutdown;
 
 /// How long the check at start of what the forge may write waits for its answers.
 const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
-/// How long after start the first scheduled sweep runs.
-const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
-/// Rows the scheduled sweep reads at once: a page is held whole, rows and plans, beside what
-/// `serve` holds already (with rows of 48 KiB, about 5 MB of text, twice over while decoded).
-/// `rowbranch reconcile`, a process of its own, reads 1,000.
-const SWEEP_PAGE_ROWS: usize = 100;
 /// What the process supplies beside the config: its open-files limit, the command line's
 /// choices, and — for the demo and the tests — a forge of their own and a free port. (The
 /// environment's variables are read into the config by `Config::load`.)
-pub struct Env {
+pub struct Launch {
     /// The open-files limit; `None` when unlimited. The connection cap keeps within it.
     pub open_files: Option<u64>,
     /// `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
@@ -51,11 +45,11 @@ pub struct Env {
     pub forge: Option<Arc<dyn Forge>>,
 }
 
-impl Env {
+impl Launch {
     /// This process's: its open-files limit, serving on the config's `listen`, on the config's
     /// forge, with credentials required.
-    pub fn process() -> Env {
-        Env {
+    pub fn process() -> Launch {
+        Launch {
             open_files: rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
             insecure_no_auth: false,
             mode: Mode::Serve {
@@ -155,7 +149,7 @@ impl Application {
     /// Opens the forge (or takes the one `env` supplies), binds the listener, compiles the
     /// routes and makes the pipeline, the server's state and the consumer. Makes no request:
     /// the port answers before GitHub is reached.
-    pub async fn build(config: Config, env: Env) -> Result<Application, StartupError> {
+    pub async fn build(config: Config, env: Launch) -> Result<Application, StartupError> {
         let consumer_settings = consumer_settings(&config, env.mode);
         if env.mode == Mode::ConsumerOnly && consumer_settings.is_none() {
             return Err(StartupError::NoQueue);
@@ -372,7 +366,7 @@ fn spawn_jobs(
         let job = tokio::spawn(self::warm_up(Arc::clone(config), Arc::clone(pipeline)));
         jobs.push(job.abort_handle());
     }
-    let sweeps = scheduled_reconcile(Arc::clone(config), routes, Arc::clone(pipeline));
+    let sweeps = reconcile::every(Arc::clone(config), routes, Arc::clone(pipeline));
     jobs.push(tokio::spawn(sweeps).abort_handle());
     jobs
 }
@@ -540,48 +534,6 @@ async fn warm_up(config: Arc<Config>, pipeline: Arc<Pipeline>) {
     }
 }
 
-/// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
-/// pipeline so that a sweep and a webhook of the same row share one run.
-async fn scheduled_reconcile(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
-    let (Some(every), Some(url)) = (config.reconcile.every, config.database_url.clone()) else {
-        return;
-    };
-    let options = SweepOptions {
-        window: config.reconcile.window,
-        stale_claim_after: config.reconcile.stale_claim_after,
-        dry_run: false,
-        concurrency: 4,
-        page_size: SWEEP_PAGE_ROWS,
-        pgmq: config.pgmq.clone(),
-    };
-    // The first sweep comes shortly after start, then one every interval; a sweep that runs
-    // long delays the next rather than overlapping it.
-    let mut next = tokio::time::Instant::now() + FIRST_SWEEP_AFTER;
-    loop {
-        tokio::time::sleep_until(next).await;
-        next = tokio::time::Instant::now() + every;
-        let rows = match Database::connect(url.expose()).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                tracing::error!(error = e.to_string(), "the scheduled sweep failed");
-                continue;
-            }
-        };
-        let summaries = reconcile::sweep(&routes, &rows, &pipeline, &options, &|_| {}).await;
-        for s in summaries {
-            if let Some(error) = &s.error {
-                tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
-            }
-            tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
-                merged = s.merged_before, dispatched = s.dispatched_now,
-                dead_claims = s.dead_claims_redispatched, failed = s.failed, "scheduled sweep");
-            for f in s.failures {
-                tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -600,9 +552,9 @@ mod tests {
     #[tokio::test]
     async fn the_consumer_alone_needs_a_route_on_the_queue_and_database_url() {
         let text = crate::config::TEST_LOCAL_CONFIG;
-        let env = || Env {
+        let env = || Launch {
             mode: Mode::ConsumerOnly,
-            ..Env::process()
+            ..Launch::process()
         };
         let webhooks_only = config(text, &[("DATABASE_URL", "postgres://u@db/x")]);
         let refused = Application::build(webhooks_only, env()).await.err();

@@ -14,7 +14,7 @@ use super::Failure;
 use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
-use crate::startup::{Application, Env, Listen, Mode};
+use crate::startup::{Application, Launch, Listen, Mode};
 use crate::webhook::auth::{generate_bearer_secret, hub_signature_256};
 
 const CONFIG: &str = r#"# Written by `rowbranch demo`. Serve it yourself with
@@ -176,14 +176,14 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         .map_err(anyhow::Error::new)?,
     );
     let dispatch_log = forge.dispatch_log().to_path_buf();
-    let env = Env {
+    let env = Launch {
         // No first look at the repository: it was made a moment ago.
         mode: Mode::Serve {
             listen: Listen::FreePort,
             warm_up: false,
         },
         forge: Some(forge),
-        ..Env::process()
+        ..Launch::process()
     };
     let application = Application::build(config, env)
         .await

@@ -21,7 +21,7 @@ use crate::identity::QueueName;
 use crate::pgmq::budget::Spent;
 use crate::pgmq::consumer::progress::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
 use crate::reconcile::{self, RouteSummary, SweepOptions};
-use crate::startup::{Application, Env, Mode};
+use crate::startup::{Application, Launch, Mode};
 
 /// The grace after SIGINT or SIGTERM, at most: GitHub Actions sends SIGTERM 7.5 s after
 /// SIGINT and SIGKILL 2.5 s after that, so runs under way get 5 s to dispatch or release,
@@ -76,9 +76,9 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         page_size: 1000,
         pgmq: config.pgmq.clone(),
     });
-    let env = Env {
+    let env = Launch {
         mode: Mode::ConsumerOnly,
-        ..Env::process()
+        ..Launch::process()
     };
     let token = config.forge.token().is_some();
     let application = Application::build(config, env).await?;

@@ -8,7 +8,7 @@ use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
-use crate::reconcile::{self, Progress, SweepOptions};
+use crate::reconcile::{self, RouteSummary, SweepOptions};
 use crate::startup;
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
@@ -48,11 +48,12 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
         pgmq: config.pgmq.clone(),
     };
     let terminal = std::io::stderr().is_terminal() && !args.json;
-    let show = |p: Progress| {
+    let show = |s: &RouteSummary| {
         if terminal {
+            let skipped = s.already_handled + s.merged_before;
             eprint!(
-                "\r  rows read {}, dispatched {}, skipped {}   ",
-                p.rows_read, p.dispatched, p.skipped
+                "\r  rows read {}, dispatched {}, skipped {skipped}   ",
+                s.rows_seen, s.dispatched_now
             );
         }
     };

@@ -10,7 +10,7 @@ use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
 use crate::identity::BranchName;
-use crate::pipeline::{claim_and_dispatch, Outcome, RunWatch};
+use crate::pipeline::{Outcome, Start};
 use crate::startup;
 
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
@@ -70,12 +70,13 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         println!("nothing done");
         return Ok(());
     }
-    let base = forge
-        .base(&route.repo)
-        .await
-        .context("reading the default branch")?;
     let plan = plan.on_branch(branch);
-    match claim_and_dispatch(forge.as_ref(), &plan, base, &RunWatch::new(shared.shutdown)).await {
+    let id = plan.id.clone();
+    let pipeline = startup::pipeline(&config, forge, &shared);
+    let run = pipeline
+        .submit(plan, Start::Redo)
+        .map_err(|full| Failure::Runtime(full.into()))?;
+    match run.outcome().await {
         Ok(Outcome::Dispatched { branch, base }) => {
             println!("claimed {branch} at {} and dispatched", base.sha.short());
             Ok(())
@@ -84,7 +85,7 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
             "{branch} was claimed by someone else meanwhile: run redo again"
         ))),
         Err(e) => Err(Failure::Runtime(
-            anyhow::Error::new(e).context(format!("running {}", plan.id)),
+            anyhow::Error::new(e).context(format!("running {id}")),
         )),
     }
 }

@@ -10,7 +10,7 @@ use crate::cli::ServeArgs;
 use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage};
 use crate::db::{Database, Error as DbError, Misfit};
-use crate::startup::{Application, Env};
+use crate::startup::{Application, Launch};
 
 /// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
 /// ten guesses a minute (see `http::login`) would not exhaust in the age of the universe.
@@ -64,9 +64,9 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
     let token = config.forge.token().is_some();
-    let env = Env {
+    let env = Launch {
         insecure_no_auth: args.insecure_no_auth,
-        ..Env::process()
+        ..Launch::process()
     };
     // Nothing here talks to GitHub: the port answers at once. With a token, which no start
     // has proved (an App's installation says what it may do; a token says nothing), one

@@ -12,9 +12,6 @@ pub enum Error {
     /// DATABASE_URL cannot be used as written: its form, its `sslmode`, its `sslrootcert`.
     #[error("{0}")]
     Url(String),
-    /// TLS could not be set up for the connection.
-    #[error("{0}")]
-    Tls(String),
     /// The server could not be reached, or refused the connection: where, why, and what to do.
     #[error("{message}")]
     Connect {
@@ -48,7 +45,7 @@ impl Error {
             Error::Connect { cause, .. } | Error::Query { cause, .. } | Error::Postgres(cause) => {
                 Some(cause)
             }
-            Error::Url(_) | Error::Tls(_) | Error::Table(_) | Error::Row(_) => None,
+            Error::Url(_) | Error::Table(_) | Error::Row(_) => None,
         }
     }
 
@@ -128,7 +125,6 @@ mod tests {
     fn what_the_config_or_the_table_got_wrong_never_passes_by_itself() {
         for e in [
             Error::Url("DATABASE_URL is empty".into()),
-            Error::Tls("TLS setup failed".into()),
             Error::Table(crate::db::Misfit::NoTable(
                 "table public.x does not exist".into(),
             )),

@@ -2,26 +2,9 @@
 //! reading a route's rows ([`rows`]) and whether row level security lets it see them
 //! ([`Visibility`]), and the queue's statements ([`queue`]). Every error is one [`Error`].
 //!
-//! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it: a
-//! `postgres://` / `postgresql://` URL or `key=value` pairs. `sslmode` and `sslrootcert` mean what
-//! they mean to libpq (tokio-postgres alone knows neither `verify-*` nor `sslrootcert`, so they are
-//! taken out of the string here and applied with rustls):
-//!
-//! | sslmode | TLS | certificate checked |
-//! |---|---|---|
-//! | `disable` | never | — |
-//! | `prefer` (the default), `allow` | when the server offers it | only with `sslrootcert`: the chain |
-//! | `require` | always | only with `sslrootcert`: the chain |
-//! | `verify-ca` | always | the chain |
-//! | `verify-full` | always | the chain and the host name |
-//!
-//! `sslrootcert` is a PEM (or DER) file of the CA to trust, e.g. Supabase's, whose server
-//! certificates chain to its own CA; `sslrootcert=system` trusts the public CAs (Mozilla's list)
-//! and, as in libpq, needs `verify-full` (the default with it). `verify-*` without `sslrootcert`
-//! uses `~/.postgresql/root.crt` when it exists, like libpq, and otherwise is refused with what to
-//! add. Unlike libpq, `prefer` falls back to plain TCP only when the server offers no TLS, not
-//! after a failed handshake; the `PGSSLMODE`/`PGSSLROOTCERT` environment variables are not read.
-//! No message ever holds the password.
+//! **Connecting.** `DATABASE_URL` is a libpq connection string, as Supabase shows it; `sslmode`
+//! and `sslrootcert` mean what they mean to libpq (`connect.rs` holds the table of the modes).
+//! No message ever holds any part of the password.
 //!
 //! Every statement goes out unprepared (`query_typed`: parse, bind and execute in one round trip,
 //! no named statements), so Supabase's transaction-mode pooler (port 6543) works as well as a
@@ -30,22 +13,20 @@
 //! Identifiers from the config are always quoted ([`quote_ident`]), so any schema, table or
 //! column name works, whatever its case or characters.
 
+mod connect;
 mod error;
 pub mod queue;
 mod rows;
 mod shape;
-mod split;
-mod target;
-mod tls;
-pub mod transit;
 mod visibility;
 
 use std::path::PathBuf;
 
+use connect::ConnectSettings;
+pub use connect::{unchecked, Unchecked};
 pub use error::{describe, Error, Result};
 pub use rows::{Row, RowPages};
 pub use shape::{Misfit, MissingColumn};
-use target::Target;
 pub use visibility::{Blind, Filtered, Visibility};
 
 /// A connection to the database that holds the routes' tables and the queue.
@@ -65,20 +46,16 @@ impl std::fmt::Debug for Database {
 
 impl Database {
     /// Connects to DATABASE_URL (a postgres:// URL or key=value string, e.g. Supabase's),
-    /// honouring `sslmode` (disable, prefer, require, verify-ca, verify-full) and `sslrootcert`
-    /// (a PEM file of the CA, since Supabase's certificate chains to its own CA) as libpq does:
-    /// require without sslrootcert encrypts without verifying; with sslrootcert, or verify-*,
-    /// the chain is verified (verify-full also the host name). Errors say what to fix and never
-    /// echo the password.
+    /// honouring `sslmode` and `sslrootcert` as libpq does. Errors say what to fix and hold no
+    /// part of the password.
     pub async fn connect(database_url: &str) -> Result<Database> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let target = Target::parse(database_url, home.as_deref())?;
-        let tls = tls::connector(&target.tls)?;
-        let (client, connection) = match target.config.connect(tls).await {
+        let settings = ConnectSettings::parse(database_url, home.as_deref())?;
+        let (client, connection) = match settings.config.connect(settings.connector()?).await {
             Ok(pair) => pair,
             Err(cause) => {
                 return Err(Error::Connect {
-                    message: target.connect_error(&cause),
+                    message: settings.connect_error(&cause),
                     cause,
                 })
             }

@@ -5,17 +5,17 @@
 //! numbers, uuids and timestamps are strings). The sweep pages with a keyset on
 //! `(created_column, id_column)`, so a table of millions streams in bounded memory and rows
 //! inserted during the sweep neither shift nor repeat a page. The cursor is compared in the
-//! columns' own types: the created value is bound in its own type, and the id is bound as text and
-//! cast to the id column's type as the catalog spells it (`format_type`), so an integer id orders
+//! columns' own types: both are bound as text and cast to their columns' types as the catalog
+//! spells them (`format_type`), so a created value compares exactly and an integer id orders
 //! as a number (`9 < 10`), a uuid as a uuid, a text id by the column's collation. An index on
 //! `(created_column, id_column)` (or on `created_column`) makes each page an index range scan;
 //! without one each page is a scan of the table.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 use tokio_postgres::types::Type;
 
-use super::shape::{quoted_for_message, CreatedValue, Shape};
+use super::shape::{quoted_for_message, Shape};
 use super::{describe, Database, Error, Result};
 use crate::config::Route;
 
@@ -31,7 +31,7 @@ impl Database {
     /// Checks that the route's table and its id, created and text columns exist; the error
     /// names the missing one (`table public.feedbacks has no column "created_at"`...).
     pub async fn check(&self, route: &Route) -> Result<()> {
-        Shape::read(&self.client, route).await.map(|_| ())
+        self.check_columns(route, true).await
     }
 
     /// Checks that the route fits its table: the table exists, with the route's id and text
@@ -60,7 +60,7 @@ impl Database {
             route,
             since,
             page_size: page_size.max(1),
-            plan: None,
+            shape: None,
             cursor: Cursor::First,
         }
     }
@@ -113,21 +113,18 @@ impl Database {
             })?;
         match found.as_slice() {
             [] => Ok(None),
-            [row] => {
-                let (row, created, _) = shape.decode(row)?;
-                if created.is_none() {
-                    return Err(Error::Row(format!(
-                        "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
-                        shape.name,
-                        quoted_for_message(&route.created_column),
-                        shape.relation,
-                        shape.created,
-                        shape.id,
-                        id.replace('\'', "''")
-                    )));
-                }
-                Ok(Some(row))
-            }
+            [row] => match shape.decode(row)? {
+                (record, Some(created_at), ..) => Ok(Some(Row { record, created_at })),
+                (_, None, ..) => Err(Error::Row(format!(
+                    "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
+                    shape.name,
+                    quoted_for_message(&route.created_column),
+                    shape.relation,
+                    shape.created,
+                    shape.id,
+                    id.replace('\'', "''")
+                ))),
+            },
             _ => Err(Error::Row(format!(
                 "more than one row of table {} has id {id}: the id column {} must be unique (the \
                  primary key, usually), since the id is the row's identity",
@@ -144,24 +141,16 @@ pub struct RowPages<'a> {
     route: &'a Route,
     since: DateTime<Utc>,
     page_size: usize,
-    /// The table's shape and the two statements, made on the first page.
-    plan: Option<Plan>,
+    /// The table's shape, read for the first page.
+    shape: Option<Shape>,
     cursor: Cursor,
-}
-
-struct Plan {
-    shape: Shape,
-    first: String,
-    next: String,
 }
 
 enum Cursor {
     First,
-    /// After the last row returned: its created value (in the column's type) and its id as text.
-    After {
-        created: CreatedValue,
-        id: String,
-    },
+    /// After the last row returned: its created value and its id, as text in their columns'
+    /// types.
+    After(String, String),
     Done,
 }
 
@@ -171,70 +160,52 @@ impl RowPages<'_> {
         if matches!(self.cursor, Cursor::Done) {
             return Ok(Vec::new());
         }
-        if self.plan.is_none() {
-            let shape = Shape::read(&self.database.client, self.route).await?;
-            self.plan = Some(Plan::new(shape));
-        }
-        let Some(plan) = &self.plan else {
-            unreachable!("the plan was made above")
+        let shape = match &mut self.shape {
+            Some(shape) => shape,
+            empty => empty.insert(Shape::read(&self.database.client, self.route).await?),
+        };
+        let (c, i) = (&shape.created, &shape.id);
+        let (ct, it) = (&shape.created_type, &shape.id_type);
+        // From `since`, or past the cursor: `r.c >= $1` repeats what the row comparison implies,
+        // so that an index on the created column alone can bound the scan too.
+        let order = format!("order by r.{c}, r.{i}");
+        let sql = shape.select(&format!(
+            "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null \
+             and ($2::text is null or (r.{c}, r.{i}) > (cast($1::text as {ct}), cast($2::text as {it}))) \
+             {order} limit $3"
+        )) + " "
+            + &order;
+        let (from, id) = match &self.cursor {
+            Cursor::After(created, id) => (created.clone(), Some(id.as_str())),
+            _ => (
+                self.since.to_rfc3339_opts(SecondsFormat::Micros, true),
+                None,
+            ),
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
-        let client = &self.database.client;
-        let found = match &self.cursor {
-            Cursor::First => {
-                let since = CreatedValue::bound(self.since, plan.shape.created_kind);
-                let (value, ty) = since.param();
-                client
-                    .query_typed(&plan.first, &[(value, ty), (&limit, Type::INT8)])
-                    .await
-            }
-            Cursor::After { created, id } => {
-                let (value, ty) = created.param();
-                client
-                    .query_typed(
-                        &plan.next,
-                        &[(value, ty), (id, Type::TEXT), (&limit, Type::INT8)],
-                    )
-                    .await
-            }
-            Cursor::Done => unreachable!("returned above"),
-        }
-        .map_err(|e| plan.shape.query_error(e))?;
-
+        let found = self
+            .database
+            .client
+            .query_typed(
+                &sql,
+                &[(&from, Type::TEXT), (&id, Type::TEXT), (&limit, Type::INT8)],
+            )
+            .await
+            .map_err(|e| shape.query_error(e))?;
         let mut page = Vec::with_capacity(found.len());
         let mut last = None;
         for row in &found {
-            let (row, created, id) = plan.shape.decode(row)?;
             // The WHERE clause leaves out NULL created values; a NULL here would be a bug.
-            let created =
-                created.ok_or_else(|| Error::Row("a row without a created value".to_owned()))?;
+            let (record, Some(created_at), created, id) = shape.decode(row)? else {
+                return Err(Error::Row("a row without a created value".to_owned()));
+            };
             last = Some((created, id));
-            page.push(row);
+            page.push(Row { record, created_at });
         }
         self.cursor = match last {
-            Some((created, id)) if page.len() >= self.page_size => Cursor::After { created, id },
+            Some((created, id)) if page.len() >= self.page_size => Cursor::After(created, id),
             _ => Cursor::Done,
         };
         Ok(page)
-    }
-}
-
-impl Plan {
-    fn new(shape: Shape) -> Plan {
-        let (c, i) = (&shape.created, &shape.id);
-        // `r.c >= $1` repeats what the row comparison implies, so that an index on the created
-        // column alone can bound the scan too.
-        let order = format!("order by r.{c}, r.{i}");
-        let first = shape.select(&format!(
-            "where r.{c} >= $1 and r.{i} is not null {order} limit $2"
-        )) + " "
-            + &order;
-        let next = shape.select(&format!(
-            "where r.{c} >= $1 and (r.{c}, r.{i}) > ($1, cast($2::text as {})) \
-             and r.{i} is not null {order} limit $3",
-            shape.id_type
-        )) + " "
-            + &order;
-        Plan { shape, first, next }
     }
 }

@@ -1,17 +1,17 @@
 //! The table's shape: the route's table and columns as the catalog has them, the statements
 //! that read its rows and how a result row decodes; how names show in messages.
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use serde_json::Value;
-use tokio_postgres::types::{ToSql, Type};
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use tokio_postgres::types::Type;
 
 use crate::config::Route;
 
-use super::{describe, quote_ident, quote_relation, Error, Result, Row};
+use super::{describe, quote_ident, quote_relation, Error, Result};
 
-const TIMESTAMPTZ_OID: u32 = 1184;
-const TIMESTAMP_OID: u32 = 1114;
-const DATE_OID: u32 = 1082;
+/// The types a created column may have (or its domain's base type): `timestamp with time zone`,
+/// `timestamp` (read as UTC, Supabase's time zone) and `date` (a day starts at its midnight).
+const TIME_TYPES: [u32; 3] = [1184, 1114, 1082];
 
 struct Column {
     name: String,
@@ -27,59 +27,17 @@ pub(super) struct Shape {
     pub(super) name: String,
     /// `"schema"."table"`.
     pub(super) relation: String,
-    /// The quoted id column and its type.
+    /// The quoted id and created columns, and their types as SQL spells them: values cross as
+    /// text and are cast to these, so that each compares in its own type.
     pub(super) id: String,
     pub(super) id_type: String,
-    /// The quoted created column and which kind of time it holds.
     pub(super) created: String,
-    pub(super) created_kind: CreatedKind,
+    pub(super) created_type: String,
 }
 
-/// The created column's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum CreatedKind {
-    /// `timestamp with time zone`.
-    Tz,
-    /// `timestamp without time zone`, read as UTC (Supabase's time zone).
-    Naive,
-    /// `date`: the window starts at the start of its first day.
-    Date,
-}
-
-/// A created value in the column's own type, so the cursor compares exactly.
-#[derive(Debug, Clone)]
-pub(super) enum CreatedValue {
-    Tz(DateTime<Utc>),
-    Naive(NaiveDateTime),
-    Date(NaiveDate),
-}
-
-impl CreatedValue {
-    /// A window's start in the column's type.
-    pub(super) fn bound(since: DateTime<Utc>, kind: CreatedKind) -> CreatedValue {
-        match kind {
-            CreatedKind::Tz => CreatedValue::Tz(since),
-            CreatedKind::Naive => CreatedValue::Naive(since.naive_utc()),
-            CreatedKind::Date => CreatedValue::Date(since.date_naive()),
-        }
-    }
-
-    pub(super) fn param(&self) -> (&(dyn ToSql + Sync), Type) {
-        match self {
-            CreatedValue::Tz(v) => (v, Type::TIMESTAMPTZ),
-            CreatedValue::Naive(v) => (v, Type::TIMESTAMP),
-            CreatedValue::Date(v) => (v, Type::DATE),
-        }
-    }
-
-    fn to_utc(&self) -> DateTime<Utc> {
-        match self {
-            CreatedValue::Tz(v) => *v,
-            CreatedValue::Naive(v) => v.and_utc(),
-            CreatedValue::Date(v) => v.and_time(chrono::NaiveTime::MIN).and_utc(),
-        }
-    }
-}
+/// A result row of [`Shape::select`]: the row as JSON, when it was created (`None`: NULL), and
+/// the created value and the id as text in their columns' own types, for a cursor.
+pub(super) type Decoded = (Map<String, Value>, Option<DateTime<Utc>>, String, String);
 
 impl Shape {
     /// A query of the rows that `filter` (a WHERE clause, ORDER BY, LIMIT on the table, alias
@@ -87,14 +45,11 @@ impl Shape {
     /// as text (for the cursor). The rows are picked in a subquery so that `to_jsonb` runs on
     /// the page's rows only, not on every row a scan without an index sorts.
     pub(super) fn select(&self, filter: &str) -> String {
-        let kind = match self.created_kind {
-            CreatedKind::Tz => "timestamptz",
-            CreatedKind::Naive => "timestamp",
-            CreatedKind::Date => "date",
-        };
-        // `r.*` rather than `r`: a column named like the alias cannot stand in for the row.
+        // `r.*` rather than `r`: a column named like the alias cannot stand in for the row. The
+        // epoch of a `timestamp` or a `date` is counted as in UTC.
         format!(
-            "select to_jsonb(r.*), (r.{c})::{kind}, (r.{i})::text \
+            "select to_jsonb(r.*), (extract(epoch from r.{c}) * 1000000)::int8, \
+                    coalesce((r.{c})::text, ''), (r.{i})::text \
              from (select * from {rel} as r {filter}) as r",
             c = self.created,
             i = self.id,
@@ -102,11 +57,8 @@ impl Shape {
         )
     }
 
-    /// A result row: the row, its created value (NULL: `None`) and its id as text.
-    pub(super) fn decode(
-        &self,
-        row: &tokio_postgres::Row,
-    ) -> Result<(Row, Option<CreatedValue>, String)> {
+    /// A result row of [`Shape::select`].
+    pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Decoded> {
         let bad = |cause: tokio_postgres::Error| Error::Query {
             message: format!(
                 "could not read a row of table {}: {}",
@@ -115,34 +67,20 @@ impl Shape {
             ),
             cause,
         };
-        let record = match row.try_get::<_, Value>(0).map_err(bad)? {
-            Value::Object(map) => map,
-            other => {
-                return Err(Error::Row(format!(
-                    "to_jsonb gave {other} for a row of table {}",
-                    self.name
-                )))
-            }
+        let Value::Object(record) = row.try_get(0).map_err(bad)? else {
+            return Err(Error::Row(format!(
+                "to_jsonb gave no object for a row of table {}",
+                self.name
+            )));
         };
-        let created = match self.created_kind {
-            CreatedKind::Tz => row
-                .try_get::<_, Option<_>>(1)
-                .map_err(bad)?
-                .map(CreatedValue::Tz),
-            CreatedKind::Naive => row
-                .try_get::<_, Option<_>>(1)
-                .map_err(bad)?
-                .map(CreatedValue::Naive),
-            CreatedKind::Date => row
-                .try_get::<_, Option<_>>(1)
-                .map_err(bad)?
-                .map(CreatedValue::Date),
-        };
-        let id: String = row.try_get(2).map_err(bad)?;
-        let created_at = created
-            .as_ref()
-            .map_or(DateTime::UNIX_EPOCH, |c| c.to_utc());
-        Ok((Row { record, created_at }, created, id))
+        let micros: Option<i64> = row.try_get(1).map_err(bad)?;
+        let created_at = micros.and_then(DateTime::from_timestamp_micros);
+        Ok((
+            record,
+            created_at,
+            row.try_get(2).map_err(bad)?,
+            row.try_get(3).map_err(bad)?,
+        ))
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
@@ -218,15 +156,15 @@ pub struct MissingColumn {
 }
 
 /// A route's table as the catalog has it: its name for messages and its columns.
-struct Table {
+struct CatalogTable {
     name: String,
     columns: Vec<Column>,
 }
 
-impl Table {
+impl CatalogTable {
     /// Looks the route's table and columns up in the catalog, which every role may read
     /// (unlike `information_schema`, which shows only what the role has rights on).
-    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Table> {
+    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<CatalogTable> {
         let name = table_for_message(&route.schema, &route.table);
         let lookup_error = |cause: tokio_postgres::Error| Error::Query {
             message: format!(
@@ -235,51 +173,45 @@ impl Table {
             ),
             cause,
         };
-        // Case-insensitively, so that a near miss can be named.
-        let tables = client
+        // The schemas and their tables named so but for case, so that a near miss can be named.
+        let found = client
             .query_typed(
-                "select c.oid, c.relname::text \
-                 from pg_catalog.pg_class c \
-                 join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
-                 where n.nspname = $1 and lower(c.relname) = lower($2) \
-                   and c.relkind in ('r', 'p', 'v', 'm', 'f')",
+                "select n.nspname::text, c.relname::text, c.oid \
+                 from pg_catalog.pg_namespace n \
+                 left join pg_catalog.pg_class c on c.relnamespace = n.oid \
+                   and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
+                 where lower(n.nspname) = lower($1)",
                 &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
             )
             .await
             .map_err(lookup_error)?;
-        let exact = tables
+        let in_schema: Vec<_> = found
             .iter()
-            .find(|row| row.get::<_, String>(1) == route.table);
-        let Some(table) = exact else {
-            let schemas = client
-                .query_typed(
-                    "select nspname::text from pg_catalog.pg_namespace where lower(nspname) = lower($1)",
-                    &[(&route.schema, Type::TEXT)],
-                )
-                .await
-                .map_err(lookup_error)?;
-            let schemas: Vec<String> = schemas.iter().map(|r| r.get(0)).collect();
-            if !schemas.contains(&route.schema) {
-                let hint = match schemas.first() {
-                    Some(other) => format!(" (did you mean schema = {other:?}?)"),
-                    None => String::new(),
-                };
+            .filter(|r| r.get::<_, String>(0) == route.schema)
+            .collect();
+        let near = |kind: &str, name: Option<String>| {
+            name.map(|name| format!(" (did you mean {kind} = {name:?}?)"))
+                .unwrap_or_default()
+        };
+        let Some(table) = in_schema
+            .iter()
+            .find(|r| r.get::<_, Option<String>>(1).as_ref() == Some(&route.table))
+        else {
+            if in_schema.is_empty() {
+                let hint = near("schema", found.first().map(|r| r.get(0)));
                 return Err(Error::Table(Misfit::NoTable(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
                 ))));
             }
-            let hint = match tables.first() {
-                Some(other) => format!(" (did you mean table = {:?}?)", other.get::<_, String>(1)),
-                None => String::new(),
-            };
+            let hint = near("table", in_schema.iter().find_map(|r| r.get(1)));
             return Err(Error::Table(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
                  that DATABASE_URL names the right database"
             ))));
         };
-        let oid: u32 = table.get(0);
+        let oid: u32 = table.get(2);
 
         let columns = client
             .query_typed(
@@ -301,7 +233,7 @@ impl Table {
                 base_type: row.get(2),
             })
             .collect();
-        Ok(Table { name, columns })
+        Ok(CatalogTable { name, columns })
     }
 
     fn find(&self, wanted: &str, key: &'static str) -> Result<&Column, Misfit> {
@@ -341,25 +273,19 @@ impl Table {
         Ok(id)
     }
 
-    /// The route's created column and which kind of time it holds.
-    fn created(&self, route: &Route) -> Result<(&Column, CreatedKind), Misfit> {
+    /// The route's created column, of a time type.
+    fn created(&self, route: &Route) -> Result<&Column, Misfit> {
         let created = self.find(&route.created_column, "created_column")?;
-        let kind = match created.base_type {
-            TIMESTAMPTZ_OID => CreatedKind::Tz,
-            TIMESTAMP_OID => CreatedKind::Naive,
-            DATE_OID => CreatedKind::Date,
-            _ => {
-                return Err(Misfit::CreatedType(format!(
-                    "column {} of table {} is of type {}: the route's `created_column` must be \
-                     a `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` \
-                     works too)",
-                    quoted_for_message(&created.name),
-                    self.name,
-                    created.type_sql
-                )))
-            }
-        };
-        Ok((created, kind))
+        if TIME_TYPES.contains(&created.base_type) {
+            return Ok(created);
+        }
+        Err(Misfit::CreatedType(format!(
+            "column {} of table {} is of type {}: the route's `created_column` must be a \
+             `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` works too)",
+            quoted_for_message(&created.name),
+            self.name,
+            created.type_sql
+        )))
     }
 }
 
@@ -370,7 +296,7 @@ pub(super) async fn check(
     route: &Route,
     created: bool,
 ) -> Result<()> {
-    let table = Table::read(client, route).await?;
+    let table = CatalogTable::read(client, route).await?;
     table.row_columns(route)?;
     if created {
         table.created(route)?;
@@ -381,16 +307,16 @@ pub(super) async fn check(
 impl Shape {
     /// Looks the route's table and columns up in the catalog.
     pub(super) async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Shape> {
-        let table = Table::read(client, route).await?;
+        let table = CatalogTable::read(client, route).await?;
         let id = table.row_columns(route)?;
-        let (created, created_kind) = table.created(route)?;
+        let created = table.created(route)?;
         Ok(Shape {
             name: table.name.clone(),
             relation: quote_relation(&route.schema, &route.table),
             id: quote_ident(&id.name),
             id_type: id.type_sql.clone(),
             created: quote_ident(&created.name),
-            created_kind,
+            created_type: created.type_sql.clone(),
         })
     }
 }

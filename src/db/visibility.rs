@@ -31,120 +31,22 @@ pub enum Visibility {
     Blind(Blind),
 }
 
-/// Row level security hides every row of a table from DATABASE_URL's role: the table, the role,
-/// and the policy that would let it read.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Row level security hides every row of a table from DATABASE_URL's role: what is wrong, and
+/// the policy that lets the role read them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: let it read them with `{fix}`")]
 pub struct Blind {
-    /// `schema.table`, quoted where SQL needs it.
-    table: String,
-    /// The role, quoted where SQL needs it.
-    role: String,
-    /// Forced, and the role has the privileges of the table's owner.
-    forced_on_owner: bool,
+    pub what: String,
+    pub fix: String,
 }
 
-impl Blind {
-    /// What is wrong, without the fix.
-    pub fn what(&self) -> String {
-        let (table, role) = (&self.table, &self.role);
-        let on = if self.forced_on_owner {
-            format!(
-                "row level security is forced on table {table}, which binds its owner {role} too,"
-            )
-        } else {
-            format!("row level security is on for table {table}")
-        };
-        format!(
-            "{on} and no policy lets role {role} (DATABASE_URL's) read its rows: every read of \
-             the table sees no row, without an error"
-        )
-    }
-
-    /// The SQL that lets the role read every row.
-    pub fn fix(&self) -> String {
-        read_policy(&self.table, &self.role)
-    }
-}
-
-/// Policies let DATABASE_URL's role read a table on conditions only the database can judge.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Policies let DATABASE_URL's role read a table on conditions only the database can judge:
+/// which, and how to let the role see every row, if it should.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}")]
 pub struct Filtered {
-    table: String,
-    role: String,
-    /// The policies that may hide rows: name, whether restrictive, condition.
-    policies: Vec<Policy>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Policy {
-    name: String,
-    restrictive: bool,
-    condition: String,
-}
-
-impl Filtered {
-    fn conditions(&self) -> String {
-        self.policies
-            .iter()
-            .map(|p| {
-                let kind = if p.restrictive { "restrictive " } else { "" };
-                format!("{kind}{}: using ({})", p.name, p.condition)
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    }
-
-    /// How to let the role see every row, if it should.
-    pub fn fix(&self) -> String {
-        let mut fix = format!(
-            "if the sweep should see every row, let the role read them all: {}",
-            read_policy(&self.table, &self.role)
-        );
-        let restrictive: Vec<&str> = self
-            .policies
-            .iter()
-            .filter(|p| p.restrictive)
-            .map(|p| p.name.as_str())
-            .collect();
-        if !restrictive.is_empty() {
-            fix += &format!(
-                " — and let it through the restrictive {} {}, which bind it whatever else allows",
-                if restrictive.len() == 1 {
-                    "policy"
-                } else {
-                    "policies"
-                },
-                restrictive.join(", ")
-            );
-        }
-        fix
-    }
-}
-
-impl std::fmt::Display for Blind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: let it read them with `{}`", self.what(), self.fix())
-    }
-}
-
-impl std::error::Error for Blind {}
-
-impl std::fmt::Display for Filtered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "row level security is on for table {} and role {} reads it through policies whose \
-             conditions rowbranch cannot judge ({}): the sweep sees only the rows the policy \
-             lets it see",
-            self.table,
-            self.role,
-            self.conditions()
-        )
-    }
-}
-
-fn read_policy(table: &str, role: &str) -> String {
-    format!("create policy {POLICY} on {table} for select to {role} using (true);")
+    pub what: String,
+    pub fix: String,
 }
 
 impl Visibility {
@@ -227,13 +129,16 @@ impl Database {
     }
 }
 
-/// The verdict from the policies that apply to the role: (name, restrictive, condition).
+/// What the role sees, from the policies for reading that apply to it: (name, restrictive,
+/// condition).
 fn judge(
     table: String,
     role: String,
     forced_on_owner: bool,
     policies: &[(String, bool, Option<String>)],
 ) -> Visibility {
+    let read_policy =
+        format!("create policy {POLICY} on {table} for select to {role} using (true);");
     let literally_true = |c: &str| c.trim().eq_ignore_ascii_case("true");
     // A permissive policy without a condition lets nothing through; a restrictive one, nothing
     // out.
@@ -243,35 +148,71 @@ fn judge(
         .filter_map(|(name, _, condition)| condition.as_ref().map(|c| (name, c)))
         .collect();
     if permissive.is_empty() {
+        let on = if forced_on_owner {
+            format!(
+                "row level security is forced on table {table}, which binds its owner {role} too,"
+            )
+        } else {
+            format!("row level security is on for table {table}")
+        };
         return Visibility::Blind(Blind {
-            table,
-            role,
-            forced_on_owner,
+            what: format!(
+                "{on} and no policy lets role {role} (DATABASE_URL's) read its rows: every read of \
+                 the table sees no row, without an error"
+            ),
+            fix: read_policy,
         });
     }
     let opens = permissive.iter().find(|(_, c)| literally_true(c));
-    let narrowing: Vec<Policy> = policies
+    // The policies that may hide rows: a restrictive one with a condition, and without a
+    // permissive `true` every permissive one with a condition.
+    let narrowing: Vec<(&String, bool, &String)> = policies
         .iter()
         .filter_map(|(name, restrictive, condition)| {
             let condition = condition.as_ref()?;
             let hides = !literally_true(condition) && (*restrictive || opens.is_none());
-            hides.then(|| Policy {
-                name: name.clone(),
-                restrictive: *restrictive,
-                condition: condition.clone(),
-            })
+            hides.then_some((name, *restrictive, condition))
         })
         .collect();
-    match opens {
-        Some((name, _)) if narrowing.is_empty() => Visibility::Every(format!(
+    if let (Some((name, _)), true) = (opens, narrowing.is_empty()) {
+        return Visibility::Every(format!(
             "policy {name} lets role {role} read them: using (true)"
-        )),
-        _ => Visibility::Filtered(Filtered {
-            table,
-            role,
-            policies: narrowing,
-        }),
+        ));
     }
+    let conditions: Vec<String> = narrowing
+        .iter()
+        .map(|(name, restrictive, condition)| {
+            let kind = if *restrictive { "restrictive " } else { "" };
+            format!("{kind}{name}: using ({condition})")
+        })
+        .collect();
+    let mut fix =
+        format!("if the sweep should see every row, let the role read them all: {read_policy}");
+    let restrictive: Vec<&str> = narrowing
+        .iter()
+        .filter(|p| p.1)
+        .map(|p| p.0.as_str())
+        .collect();
+    if !restrictive.is_empty() {
+        let policy = if restrictive.len() == 1 {
+            "policy"
+        } else {
+            "policies"
+        };
+        fix += &format!(
+            " — and let it through the restrictive {policy} {}, which bind it whatever else allows",
+            restrictive.join(", ")
+        );
+    }
+    Visibility::Filtered(Filtered {
+        what: format!(
+            "row level security is on for table {table} and role {role} reads it through policies \
+             whose conditions rowbranch cannot judge ({}): the sweep sees only the rows the policy \
+             lets it see",
+            conditions.join("; ")
+        ),
+        fix,
+    })
 }
 
 #[cfg(test)]
@@ -302,7 +243,7 @@ mod tests {
                 panic!("{policies:?} is not blind");
             };
             assert_eq!(
-                blind.fix(),
+                blind.fix,
                 "create policy rowbranch_read on public.feedbacks for select to rowbranch using (true);"
             );
             assert!(blind.to_string().contains("no policy lets role rowbranch"));
@@ -323,7 +264,7 @@ mod tests {
         assert!(filtered
             .to_string()
             .contains("restrictive r: using ((id > 1))"));
-        assert!(filtered.fix().contains("restrictive policy r"));
+        assert!(filtered.fix.contains("restrictive policy r"));
     }
 
     #[test]

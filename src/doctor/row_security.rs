@@ -14,12 +14,12 @@ pub async fn check(rows: &Database, route: &Route) -> Option<Check> {
         Ok(Visibility::Every(why)) => Check::pass(format!(
             "{table}: row level security is on, and DATABASE_URL's role sees every row: {why}"
         )),
-        Ok(Visibility::Filtered(filtered)) => Check::advise(filtered.to_string(), filtered.fix()),
+        Ok(Visibility::Filtered(filtered)) => Check::advise(filtered.what, filtered.fix),
         Ok(Visibility::Blind(blind)) => Check::fail(
-            blind.what(),
+            blind.what,
             format!(
                 "{} -- as the table's owner (Supabase: the SQL editor); the sweep, redo and explain read the rows as this role",
-                blind.fix()
+                blind.fix
             ),
         ),
         Err(e) => Check::advise(

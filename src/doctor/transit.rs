@@ -5,7 +5,7 @@
 
 use super::Check;
 use crate::config::Config;
-use crate::db::transit;
+use crate::db;
 
 /// Where Supabase documents its CA certificate and `verify-full`.
 const SUPABASE_SSL: &str = "https://supabase.com/docs/guides/platform/ssl-enforcement";
@@ -14,7 +14,7 @@ pub fn checks(config: &Config, out: &mut Vec<Check>) {
     let Some(url) = &config.database_url else {
         return;
     };
-    let Some(found) = transit::unchecked(url.expose()) else {
+    let Some(found) = db::unchecked(url.expose()) else {
         return;
     };
     out.push(Check::advise(

@@ -20,8 +20,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use axum::body::{to_bytes, Body, Bytes};
-use axum::extract::State;
+use axum::body::to_bytes;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,10 +29,11 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, Intake};
 use crate::db::Reachability;
+use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
-use crate::pipeline::{Pipeline, PlanError, Planned, Routes};
+use crate::pipeline::{Pipeline, PlanError, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::webhook::{auth, payload};
@@ -188,71 +189,118 @@ async fn no_webhook() -> Response {
         .into_response()
 }
 
-/// Reads a delivery, then hands it to a task of its own: once the body is read, nothing the
-/// client does (hanging up, say) can stop the decision, the run, or its record.
-async fn webhook(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
-    let start = Instant::now();
-    let delivery = delivery_id(&headers);
-    let mut seen = Seen::default();
-    match read(&app, &headers, body, &mut seen).await {
+/// A delivery through its one door: its content type, size and credentials checked, its body
+/// read and parsed into the typed event, as [`Delivered`]'s extractor does; then one task of its
+/// own, spawned once the body is read, so that nothing the client does (hanging up, say) can
+/// stop the decision, the run, or its record.
+async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivered, Refused>) -> Response {
+    let delivery = match delivery {
+        Ok(delivery) => delivery,
         Err(refused) => {
-            app.record(Decision::new(delivery, seen, &refused, start.elapsed()));
-            refused.into_response()
+            let seen = Seen {
+                kind: refused.kind,
+                ..Seen::default()
+            };
+            let took = refused.start.elapsed();
+            app.record(Decision::new(refused.delivery, seen, &refused.answer, took));
+            return refused.answer.into_response();
         }
-        Ok(bytes) => {
-            let app = Arc::clone(&app);
-            let decided = tokio::spawn(async move {
-                let answer = decide(&app, headers, bytes, &mut seen).await;
-                app.record(Decision::new(delivery, seen, &answer, start.elapsed()));
-                answer
-            });
-            decided.await.unwrap_or(Answer::Internal).into_response()
-        }
+    };
+    let decided = tokio::spawn(async move { decide(&app, delivery).await });
+    decided.await.unwrap_or(Answer::Internal).into_response()
+}
+
+/// A delivery whose content type, size and credentials were accepted and whose body is the
+/// Supabase shape: the typed event, and what its log line and record need.
+struct Delivered {
+    /// The `webhook-id` the sender gave, or one made up here.
+    id: String,
+    start: Instant,
+    event: RowEvent,
+}
+
+/// A delivery refused at the door: the answer, and why its credentials were refused, for a
+/// 401 (`missing`, `wrong_secret`, ...).
+struct Refused {
+    delivery: String,
+    start: Instant,
+    answer: Answer,
+    kind: Option<&'static str>,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        self.answer.into_response()
     }
 }
 
-/// Content type, declared size and the credentials as far as the headers can tell — from the
-/// headers alone — then the body, within `read_timeout_ms` and `max_body_bytes`. Why the
-/// credentials were refused, when they were, goes into `seen`.
-async fn read(
-    app: &App,
-    headers: &HeaderMap,
-    body: Body,
-    seen: &mut Seen,
-) -> Result<Bytes, Answer> {
-    let webhook = &app.config.webhook;
-    if !is_json(headers) {
-        return Err(Answer::UnsupportedMediaType);
-    }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
-        return Err(Answer::TooLarge(webhook.max_body_bytes));
-    }
-    // Credentials the body cannot make right are refused unread: none at all, a wrong bearer
-    // token, a malformed or stale signature, a scheme not accepted. A signature that may
-    // match waits for the body, and `decide` has the last word.
-    let refusal = match &webhook.secrets {
-        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
-            auth::Head::Refused(why) => Some(why.kind()),
-            auth::Head::Valid | auth::Head::NeedsBody => None,
-        },
-        None if app.insecure_no_auth => None,
-        None => (!auth::carries_credentials(headers)).then_some("missing"),
-    };
-    if let Some(kind) = refusal {
-        seen.kind = Some(kind);
-        return Err(Answer::Unauthorized);
-    }
-    match tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes)).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(e)) if is_too_large(&e) => Err(Answer::TooLarge(webhook.max_body_bytes)),
-        Ok(Err(_)) => Err(Answer::BadRequest(
-            "the body was cut off before its end".into(),
-        )),
-        Err(_) => Err(Answer::TimedOut(webhook.read_timeout)),
+impl FromRequest<Arc<App>> for Delivered {
+    type Rejection = Refused;
+
+    /// SPEC §3's order: the content type, the declared size and the credentials as far as the
+    /// headers can tell — from the headers alone, so that credentials the body cannot make
+    /// right are refused unread — then the body, within `read_timeout_ms` and
+    /// `max_body_bytes`, the signature the headers left to it, and the shape. The credentials
+    /// are judged once: what the head decided, the body check uses.
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Refused> {
+        let start = Instant::now();
+        let (parts, body) = request.into_parts();
+        let headers = &parts.headers;
+        let delivery = delivery_id(headers);
+        let refuse = |answer, kind| Refused {
+            delivery: delivery.clone(),
+            start,
+            answer,
+            kind,
+        };
+        let webhook = &app.config.webhook;
+        if !is_json(headers) {
+            return Err(refuse(Answer::UnsupportedMediaType, None));
+        }
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
+            return Err(refuse(Answer::TooLarge(webhook.max_body_bytes), None));
+        }
+        let pending = match &webhook.secrets {
+            Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
+                auth::Head::Refused(why) => {
+                    return Err(refuse(Answer::Unauthorized, Some(why.kind())))
+                }
+                auth::Head::Valid => None,
+                auth::Head::NeedsBody(pending) => Some((secrets, pending)),
+            },
+            None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
+            None => return Err(refuse(Answer::Unauthorized, Some("missing"))),
+        };
+        let read =
+            tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes));
+        let bytes = match read.await {
+            Ok(Ok(bytes)) => bytes,
+            Ok(Err(e)) if is_too_large(&e) => {
+                return Err(refuse(Answer::TooLarge(webhook.max_body_bytes), None))
+            }
+            Ok(Err(_)) => {
+                let cut = Answer::BadRequest("the body was cut off before its end".into());
+                return Err(refuse(cut, None));
+            }
+            Err(_) => return Err(refuse(Answer::TimedOut(webhook.read_timeout), None)),
+        };
+        if let Some((secrets, pending)) = pending {
+            if let Err(why) = pending.verify(secrets, &bytes) {
+                return Err(refuse(Answer::Unauthorized, Some(why.kind())));
+            }
+        }
+        match payload::parse(&bytes) {
+            Ok(event) => Ok(Delivered {
+                id: delivery,
+                start,
+                event,
+            }),
+            Err(e) => Err(refuse(Answer::BadRequest(e.to_string()), None)),
+        }
     }
 }
 
@@ -267,41 +315,41 @@ fn is_too_large(e: &axum::Error) -> bool {
     false
 }
 
-/// Credentials, shape, route, id — in that order, so nothing is parsed before it is
-/// authenticated and nothing is written before the id is valid — then the run, awaited for at
-/// most `respond_within_ms`. What it learns of the delivery on the way goes into `seen`.
-async fn decide(app: &App, headers: HeaderMap, bytes: Bytes, seen: &mut Seen) -> Answer {
-    let webhook = &app.config.webhook;
-    if let Some(secrets) = &webhook.secrets {
-        if let Err(why) = secrets.verify(&headers, &bytes, SystemTime::now()) {
-            seen.kind = Some(why.kind());
-            return Answer::Unauthorized;
-        }
-    }
-    let event = match payload::parse(&bytes) {
-        Ok(event) => event,
-        Err(e) => return Answer::BadRequest(e.to_string()),
-    };
-    // The body is not needed past here: a waiting row keeps only its plan.
-    drop(bytes);
+/// The route, found once, and the id — in that order, so nothing is written before the id is
+/// valid — then the run, awaited for at most `respond_within_ms`; then the answer counted,
+/// logged and remembered, with what the delivery named.
+async fn decide(app: &App, delivery: Delivered) -> Answer {
+    let Delivered { id, start, event } = delivery;
+    let mut seen = Seen::default();
     seen.table(&event.schema, &event.table);
-    seen.route = app
-        .routes
-        .find(&event.schema, &event.table)
-        .map(|r| r.route.table_name());
-    let plan = match app.routes.plan(event) {
-        Ok(Planned::Run(plan)) => plan,
-        Ok(Planned::Ignored(why)) => return Answer::Ignored(why),
-        Err(e) => return refused(e, seen),
+    let answer = match app.routes.route(Intake::Webhook, &event) {
+        Err(ignored) => {
+            seen.route = ignored.route().map(|route| route.table_name());
+            Answer::Ignored(ignored)
+        }
+        Ok(compiled) => {
+            seen.route = Some(compiled.route.table_name());
+            match compiled.plan_json(&event.record) {
+                Ok(plan) => {
+                    seen.id = Some(plan.id.to_string());
+                    // The body is not needed past here: a waiting row keeps only its plan.
+                    drop(event);
+                    admit(app, plan).await
+                }
+                Err(e) => {
+                    seen.id = e.row_id();
+                    seen.column = e.column().map(str::to_owned);
+                    refused(e)
+                }
+            }
+        }
     };
-    seen.id = Some(plan.id.to_string());
-    admit(app, plan).await
+    app.record(Decision::new(id, seen, &answer, start.elapsed()));
+    answer
 }
 
 /// The answer to a row its route cannot plan: 400 for JSON at fault, 422 otherwise.
-fn refused(e: PlanError, seen: &mut Seen) -> Answer {
-    seen.id = e.row_id();
-    seen.column = e.column().map(str::to_owned);
+fn refused(e: PlanError) -> Answer {
     if e.is_malformed() {
         return Answer::BadRequest(e.to_string());
     }
@@ -319,7 +367,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         branch: plan.branch.clone(),
         repo: plan.route.repo.clone(),
     };
-    let submission = match app.pipeline.submit(plan) {
+    let submission = match app.pipeline.submit(plan, Start::New) {
         Ok(submission) => submission,
         Err(full) => {
             return Answer::Unavailable {

@@ -13,23 +13,23 @@ use crate::config::{ForgeSettings, Intake, Route};
 use crate::db::queue::TableUse;
 
 /// A table as a message's event names it: `(schema, table)`.
-type Table = (String, String);
+type TableKey = (String, String);
 
 /// One bound: at most `per_hour` rows of `tables` an hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Bound {
+struct HourlyCap {
     /// The setting, for messages: `max_rows_per_hour of public.feedbacks`.
     setting: String,
-    tables: Vec<Table>,
+    tables: Vec<TableKey>,
     per_hour: u64,
 }
 
 /// The hourly bounds on the queue's routes; none when nothing bounds them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Budgets {
-    bounds: Vec<Bound>,
+    bounds: Vec<HourlyCap>,
     /// The tables of the routes that read the queue.
-    queue_tables: Vec<Table>,
+    queue_tables: Vec<TableKey>,
 }
 
 impl Budgets {
@@ -46,10 +46,10 @@ impl Budgets {
             .filter(|r| r.intake == Intake::Pgmq)
             .collect();
         let table = |r: &Route| (r.schema.clone(), r.table.clone());
-        let mut bounds: Vec<Bound> = queue_routes
+        let mut bounds: Vec<HourlyCap> = queue_routes
             .iter()
             .filter_map(|r| {
-                Some(Bound {
+                Some(HourlyCap {
                     setting: format!("max_rows_per_hour of {}", r.table_name()),
                     tables: vec![table(r)],
                     per_hour: u64::from(r.max_rows_per_hour?),
@@ -62,7 +62,7 @@ impl Budgets {
                 .map(|r| r.repo.owner().to_ascii_lowercase())
                 .collect();
             for owner in owners {
-                bounds.push(Bound {
+                bounds.push(HourlyCap {
                     setting: format!("[github] write_hourly_max for {owner}"),
                     tables: queue_routes
                         .iter()
@@ -86,7 +86,7 @@ impl Budgets {
 
     /// What may start now, given what the last hour used.
     pub fn allowance(&self, used: &[TableUse]) -> Allowance {
-        let by_table: HashMap<Table, &TableUse> = used
+        let by_table: HashMap<TableKey, &TableUse> = used
             .iter()
             .map(|u| ((u.schema.clone(), u.table.clone()), u))
             .collect();
@@ -167,7 +167,7 @@ impl Allowance {
     }
 
     /// The bounds that cover `table`, by index.
-    fn covering<'a>(&'a self, table: &'a Table) -> impl Iterator<Item = usize> + 'a {
+    fn covering<'a>(&'a self, table: &'a TableKey) -> impl Iterator<Item = usize> + 'a {
         self.budgets
             .bounds
             .iter()

@@ -12,15 +12,14 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use super::consumer::progress::Counted;
+use super::settle::Fate;
 use crate::db::queue::Message;
-use crate::metrics::MessageResult;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a
 /// new token, while one read again during its run (adopted) keeps its token. A handler acts
 /// on its own hold only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Token(u64);
+pub struct HoldId(u64);
 
 /// Where a held message's lease stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +38,7 @@ enum Lease {
 /// A message this process holds.
 #[derive(Debug)]
 struct Hold {
-    token: Token,
+    token: HoldId,
     /// The read it is held under: raised when this process reads it again (adopted).
     read_ct: i32,
     lease: Lease,
@@ -55,17 +54,15 @@ pub struct Deferred {
     pub route: String,
     /// `None`: archive; `Some`: dead-letter with this letter.
     pub letter: Option<String>,
-    /// What it counts as once made: `Archived`, `Redispatched` or `Dead`.
-    pub counts_as: MessageResult,
-    /// What it counts as in a drain's summary once made.
-    pub counted: Option<Counted>,
+    /// The fate it settles, counted once made: archived or dead-lettered.
+    pub fate: Fate,
 }
 
 /// What a read message is to this process.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Taken {
     /// A new hold: start its run.
-    New(Token),
+    New(HoldId),
     /// Held already (read again after its lease lapsed, in a database outage say): adopted
     /// under the new read, not run twice.
     Adopted,
@@ -76,7 +73,7 @@ pub enum Taken {
 /// A hold as its run ends: the read its settle is decided on, and whether its lease was found
 /// lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Standing {
+pub struct HoldNow {
     pub read_ct: i32,
     pub lost: bool,
 }
@@ -85,7 +82,7 @@ pub struct Standing {
 /// settle was being decided or made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rerun {
-    pub token: Token,
+    pub token: HoldId,
     pub read_ct: i32,
 }
 
@@ -103,14 +100,14 @@ pub enum Begin {
 
 /// The holds, the deferred settles, and what sizes the reads, behind one lock.
 pub struct Holds {
-    state: Mutex<State>,
+    ledger: Mutex<Ledger>,
     /// Woken when a renewal ends: a settle of one of its messages waits for that.
     renewed: Notify,
     /// Woken when a hold ends: there may be room to read again.
     freed: Notify,
 }
 
-struct State {
+struct Ledger {
     holds: HashMap<i64, Hold>,
     /// Settles kept for after a reconnect. Not holds: their work is done, and nothing renews
     /// them.
@@ -120,15 +117,15 @@ struct State {
     average_bytes: usize,
 }
 
-impl State {
-    fn new_token(&mut self) -> Token {
-        let token = Token(self.next_token);
+impl Ledger {
+    fn new_token(&mut self) -> HoldId {
+        let token = HoldId(self.next_token);
         self.next_token += 1;
         token
     }
 
     /// The hold `token` of message `id`, if it is still that one.
-    fn hold(&mut self, id: i64, token: Token) -> Option<&mut Hold> {
+    fn hold(&mut self, id: i64, token: HoldId) -> Option<&mut Hold> {
         self.holds.get_mut(&id).filter(|h| h.token == token)
     }
 
@@ -149,7 +146,7 @@ impl Holds {
     /// No holds yet; a message is taken to have `first_guess_bytes` until one is read.
     pub fn new(first_guess_bytes: usize) -> Holds {
         Holds {
-            state: Mutex::new(State {
+            ledger: Mutex::new(Ledger {
                 holds: HashMap::new(),
                 deferred: Vec::new(),
                 next_token: 0,
@@ -160,18 +157,18 @@ impl Holds {
         }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("holds lock poisoned")
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().expect("holds lock poisoned")
     }
 
     /// How many messages this process holds.
     pub fn count(&self) -> usize {
-        self.state().holds.len()
+        self.ledger().holds.len()
     }
 
     /// About how big a message is, by those read so far.
     pub fn average_bytes(&self) -> usize {
-        self.state().average_bytes
+        self.ledger().average_bytes
     }
 
     /// Resolves at the next end of a hold, once polled: there may be room to read again.
@@ -182,21 +179,21 @@ impl Holds {
     /// A message read: a new hold, an adoption of one held already, or the new read of a
     /// deferred settle's message.
     pub fn take(&self, message: &Message) -> Taken {
-        let mut state = self.state();
-        state.average_bytes = (state.average_bytes * 7 + message.body.len()) / 8 + 1;
-        if let Some(deferred) = state.deferred.iter_mut().find(|d| d.id == message.id) {
+        let mut ledger = self.ledger();
+        ledger.average_bytes = (ledger.average_bytes * 7 + message.body.len()) / 8 + 1;
+        if let Some(deferred) = ledger.deferred.iter_mut().find(|d| d.id == message.id) {
             deferred.read_ct = message.read_ct;
             return Taken::Deferred;
         }
-        if let Some(hold) = state.holds.get_mut(&message.id) {
+        if let Some(hold) = ledger.holds.get_mut(&message.id) {
             hold.read_ct = message.read_ct;
             if hold.lease == Lease::Lost {
                 hold.lease = Lease::Renewed;
             }
             return Taken::Adopted;
         }
-        let token = state.new_token();
-        state.holds.insert(
+        let token = ledger.new_token();
+        ledger.holds.insert(
             message.id,
             Hold {
                 token,
@@ -208,11 +205,11 @@ impl Holds {
     }
 
     /// Forgets hold `token` of message `id` (its handler panicked); a newer hold is left alone.
-    pub fn unhold(&self, id: i64, token: Token) {
+    pub fn unhold(&self, id: i64, token: HoldId) {
         {
-            let mut state = self.state();
-            if state.hold(id, token).is_some() {
-                state.holds.remove(&id);
+            let mut ledger = self.ledger();
+            if ledger.hold(id, token).is_some() {
+                ledger.holds.remove(&id);
             }
         }
         self.freed.notify_waiters();
@@ -220,9 +217,9 @@ impl Holds {
 
     /// The hold's read now (an adoption may have raised it) and whether its lease was found
     /// lost; `None` when the hold is gone.
-    pub fn standing(&self, id: i64, token: Token) -> Option<Standing> {
-        let mut state = self.state();
-        state.hold(id, token).map(|h| Standing {
+    pub fn standing(&self, id: i64, token: HoldId) -> Option<HoldNow> {
+        let mut ledger = self.ledger();
+        ledger.hold(id, token).map(|h| HoldNow {
             read_ct: h.read_ct,
             lost: h.lease == Lease::Lost,
         })
@@ -233,7 +230,7 @@ impl Holds {
     /// the statement makes the message visible again (`lets_go`: a read of it after that is a
     /// new hold). One step under the lock, so that no read of the message falls between the
     /// check and the change.
-    pub async fn begin_settle(&self, id: i64, token: Token, read_ct: i32, lets_go: bool) -> Begin {
+    pub async fn begin_settle(&self, id: i64, token: HoldId, read_ct: i32, lets_go: bool) -> Begin {
         loop {
             // Registered before the look, so a renewal ending in between still wakes it.
             let renewed = self.renewed.notified();
@@ -251,13 +248,13 @@ impl Holds {
     fn try_begin_settle(
         &self,
         id: i64,
-        token: Token,
+        token: HoldId,
         read_ct: i32,
         lets_go: bool,
     ) -> Option<Begin> {
-        let mut state = self.state();
-        let Some(hold) = state.hold(id, token) else {
-            drop(state);
+        let mut ledger = self.ledger();
+        let Some(hold) = ledger.hold(id, token) else {
+            drop(ledger);
             self.freed.notify_waiters();
             return Some(Begin::Gone);
         };
@@ -265,12 +262,12 @@ impl Holds {
             return None;
         }
         if hold.read_ct != read_ct {
-            let rerun = state.rerun(id).expect("the hold was just found");
+            let rerun = ledger.rerun(id).expect("the hold was just found");
             return Some(Begin::ReadAgain(rerun));
         }
         let lost = hold.lease == Lease::Lost;
         if lets_go {
-            state.holds.remove(&id);
+            ledger.holds.remove(&id);
         } else {
             hold.lease = Lease::Settling;
         }
@@ -281,13 +278,13 @@ impl Holds {
     /// again while that statement was being made (its lease lapsed meanwhile) is held by this
     /// process under the new read with no handler: it is to be run again, which finds its row
     /// handled or dispatches it.
-    pub fn settled(&self, id: i64, token: Token, settled_read: i32) -> Option<Rerun> {
+    pub fn settled(&self, id: i64, token: HoldId, settled_read: i32) -> Option<Rerun> {
         let rerun = {
-            let mut state = self.state();
-            match state.hold(id, token).map(|h| h.read_ct) {
-                Some(read_ct) if read_ct != settled_read => state.rerun(id),
+            let mut ledger = self.ledger();
+            match ledger.hold(id, token).map(|h| h.read_ct) {
+                Some(read_ct) if read_ct != settled_read => ledger.rerun(id),
                 Some(_) => {
-                    state.holds.remove(&id);
+                    ledger.holds.remove(&id);
                     None
                 }
                 None => None,
@@ -300,8 +297,8 @@ impl Holds {
     /// Marks every hold the loop renews as in this renewal, and lists them with their reads:
     /// the renewal's statement renews those. Dropped, the renewal lets them go back to the loop.
     pub fn begin_renewal(&self) -> Renewal<'_> {
-        let mut state = self.state();
-        let leases = state
+        let mut ledger = self.ledger();
+        let leases = ledger
             .holds
             .iter_mut()
             .filter(|(_, h)| h.lease == Lease::Renewed)
@@ -318,13 +315,13 @@ impl Holds {
 
     /// Keeps a settle the database did not take, for after reconnecting.
     pub fn defer(&self, deferred: Deferred) {
-        self.state().deferred.push(deferred);
+        self.ledger().deferred.push(deferred);
     }
 
     /// The settles kept, to be made now; one the database does not take again goes back with
     /// [`defer`](Self::defer).
     pub fn take_deferred(&self) -> Vec<Deferred> {
-        std::mem::take(&mut self.state().deferred)
+        std::mem::take(&mut self.ledger().deferred)
     }
 }
 
@@ -346,9 +343,9 @@ impl Renewal<'_> {
     /// meanwhile, when the next renewal renews it under the new read.
     pub fn answered(self, renewed: &[(i64, i32)]) {
         let renewed: HashSet<&(i64, i32)> = renewed.iter().collect();
-        let mut state = self.holds.state();
+        let mut ledger = self.holds.ledger();
         for &(id, read_ct) in &self.leases {
-            if let Some(hold) = state.holds.get_mut(&id) {
+            if let Some(hold) = ledger.holds.get_mut(&id) {
                 if hold.lease == Lease::Renewing
                     && hold.read_ct == read_ct
                     && !renewed.contains(&(id, read_ct))
@@ -365,9 +362,9 @@ impl Drop for Renewal<'_> {
     /// the loop, and the settles waiting for it go on.
     fn drop(&mut self) {
         {
-            let mut state = self.holds.state();
+            let mut ledger = self.holds.ledger();
             for (id, _) in &self.leases {
-                if let Some(hold) = state.holds.get_mut(id) {
+                if let Some(hold) = ledger.holds.get_mut(id) {
                     if hold.lease == Lease::Renewing {
                         hold.lease = Lease::Renewed;
                     }
@@ -396,7 +393,7 @@ mod tests {
         }
     }
 
-    fn new_hold(holds: &Holds, id: i64, read_ct: i32) -> Token {
+    fn new_hold(holds: &Holds, id: i64, read_ct: i32) -> HoldId {
         match holds.take(&message(id, read_ct)) {
             Taken::New(token) => token,
             other => panic!("message {id} taken as {other:?}"),
@@ -486,21 +483,21 @@ mod tests {
         let standing = |id, token| holds.standing(id, token).unwrap();
         assert_eq!(
             standing(1, lost),
-            Standing {
+            HoldNow {
                 read_ct: 1,
                 lost: true
             }
         );
         assert_eq!(
             standing(2, adopted),
-            Standing {
+            HoldNow {
                 read_ct: 2,
                 lost: false
             }
         );
         assert_eq!(
             standing(3, kept),
-            Standing {
+            HoldNow {
                 read_ct: 1,
                 lost: false
             }
@@ -510,7 +507,7 @@ mod tests {
         assert_eq!(holds.take(&message(1, 3)), Taken::Adopted);
         assert_eq!(
             standing(1, lost),
-            Standing {
+            HoldNow {
                 read_ct: 3,
                 lost: false
             }
@@ -554,8 +551,7 @@ mod tests {
             read_ct: 1,
             route: "public.t".into(),
             letter: None,
-            counts_as: MessageResult::Archived,
-            counted: None,
+            fate: Fate::Handled,
         });
         assert_eq!(holds.take(&message(1, 2)), Taken::Deferred);
         assert_eq!(holds.count(), 0);

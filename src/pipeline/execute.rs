@@ -1,5 +1,6 @@
-//! The one executor: check, claim, dispatch, and roll the claim back on a definite failure.
-//! `serve`, `demo`, `reconcile` and `redo` all run rows through here.
+//! The one executor: check, claim, dispatch, and roll the claim back on a definite failure; or,
+//! for a redo, claim a branch of its own; or, for a dead claim, dispatch again. Every caller
+//! reaches it through [`super::Pipeline::submit`], single flight included.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -144,8 +145,76 @@ impl RunError {
     }
 }
 
-/// Runs one row through the pipeline (SPEC §5).
-pub async fn execute(
+/// How a row's run starts: what the executor does with its plan.
+#[derive(Debug, Clone)]
+pub enum Start {
+    /// A row as it comes (a webhook, a queue message, the sweep): the three reads, then the
+    /// claim and the dispatch (SPEC §5).
+    New,
+    /// `redo`: past "handled", claim `plan.branch` (a free one) at the current base and
+    /// dispatch.
+    Redo,
+    /// A dead claim ([`at_base`]): dispatch again on `plan.branch` as it is, with this base in
+    /// the payload. The workflow's concurrency group and guard absorb a second dispatch of a
+    /// row that had one.
+    Redispatch(Base),
+}
+
+/// The dead-claim rule: a row's branch still at its base — nothing pushed on it — may be a
+/// claim whose dispatch was never made (its claimer died between the two), and is dispatched
+/// again; a branch ahead of its base is handled. The sweep asks it of an old lone branch, the
+/// queue of a message read again whose row has a branch.
+pub async fn at_base(forge: &dyn Forge, plan: &Plan, base: &Base) -> Result<bool, ForgeError> {
+    Ok(forge.ahead_by(&plan.route.repo, base, &plan.branch).await? == 0)
+}
+
+/// Runs one row as `start` says.
+pub(super) async fn execute(
+    forge: &dyn Forge,
+    plan: &Plan,
+    start: Start,
+    watch: &RunWatch,
+) -> Result<Outcome, RunError> {
+    match start {
+        Start::New => check_then_claim(forge, plan, watch).await,
+        Start::Redo => {
+            let base = forge
+                .base(&plan.route.repo)
+                .await
+                .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
+            claim_and_dispatch(forge, plan, base, watch).await
+        }
+        Start::Redispatch(base) => {
+            watch.set_claimed(Some(plan.branch.clone()));
+            let sent = redispatch(forge, plan, base).await;
+            watch.set_claimed(None);
+            sent
+        }
+    }
+}
+
+/// Dispatches a claimed row again.
+async fn redispatch(forge: &dyn Forge, plan: &Plan, base: Base) -> Result<Outcome, RunError> {
+    let payload = plan
+        .client_payload(&base)
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    forge
+        .dispatch(
+            &plan.route.repo,
+            &plan.route.event_type,
+            &Value::Object(payload),
+        )
+        .await
+        .map_err(|e| RunError::from_forge(e, "dispatching a claimed row again"))?;
+    tracing::info!("dispatched a claimed row again");
+    Ok(Outcome::Dispatched {
+        branch: plan.branch.clone(),
+        base,
+    })
+}
+
+/// Steps 1 to 5 for a new row (SPEC §5).
+async fn check_then_claim(
     forge: &dyn Forge,
     plan: &Plan,
     watch: &RunWatch,
@@ -185,7 +254,7 @@ pub async fn execute(
 
 /// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
 /// failed.
-pub async fn claim_and_dispatch(
+async fn claim_and_dispatch(
     forge: &dyn Forge,
     plan: &Plan,
     base: Base,

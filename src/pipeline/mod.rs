@@ -1,12 +1,13 @@
-//! The pipeline: a pure [`Routes::plan`] of what a row needs, one [`execute`] that does it, and
-//! [`Pipeline`], which runs rows in the background with one run per row at a time, admits at
-//! most `queue_capacity` rows at once holding at most `queue_bytes` between them, and knows
-//! which rows are left when the shutdown's grace runs out.
+//! The pipeline: a pure [`Routes::plan`] of what a row needs, one executor that does it, and
+//! [`Pipeline`], its one door: [`Pipeline::submit`] runs rows in the background with one run
+//! per row at a time, admits at most `queue_capacity` rows at once holding at most
+//! `queue_bytes` between them, and knows which rows are left when the shutdown's grace runs
+//! out. The webhook, the queue, the sweep, `redo` and `demo` all come in through it.
 
 mod execute;
 mod plan;
 
-pub use execute::{claim_and_dispatch, execute, DuplicateReason, Outcome, RunError, RunWatch};
+pub use execute::{at_base, DuplicateReason, Outcome, RunError, Start};
 pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
@@ -17,12 +18,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
-use tokio::sync::Notify;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
+use execute::{execute, RunWatch};
+
 use crate::config::Intake;
-use crate::forge::{Base, Forge};
+use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
 use crate::reason::Reason;
@@ -40,8 +43,9 @@ type RowKey = (RepoName, BranchPrefix, RowId);
 pub struct Admission {
     pub capacity: usize,
     /// What the rows admitted and not yet finished may hold, in bytes (`queue_bytes`): each
-    /// row counts what its plan keeps ([`Plan::held_bytes`]) and what its caller keeps beside
-    /// it. A row is always admitted when none waits, however large.
+    /// row holds a permit of what its plan keeps ([`Plan::held_bytes`]) and what its caller
+    /// keeps beside it. A row larger than the whole bound takes all of it: it runs when none
+    /// waits.
     pub bytes: usize,
     /// About how long `capacity` rows take to drain: what a sender refused for their count is
     /// asked to wait.
@@ -54,29 +58,30 @@ pub struct Admission {
 /// Runs rows on a forge. Runs are spawned, so they finish even when every caller has gone.
 pub struct Pipeline {
     forge: Arc<dyn Forge>,
-    /// Runs under way, so that concurrent deliveries of a row share one (single flight); their
-    /// number is the number of rows admitted and not yet finished, and they count their bytes.
-    runs: Mutex<Runs>,
-    /// Woken when a run ends: there may be room for a row that waits for it (the sweep's).
-    ended: Notify,
+    /// Runs under way, so that concurrent deliveries of a row share one (single flight).
+    runs: Mutex<HashMap<RowKey, Entry>>,
+    /// `queue_capacity` permits: a run holds one from its admission to its end.
+    rows: Arc<Semaphore>,
+    /// `queue_bytes` permits, one a byte: a run holds its row's size from its admission to its
+    /// end.
+    bytes: Arc<Semaphore>,
     tasks: TaskTracker,
     admission: Admission,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
 }
 
-#[derive(Default)]
-struct Runs {
-    map: HashMap<RowKey, Entry>,
-    /// What the runs in `map` hold, in bytes: the sum of their entries' `bytes`.
-    bytes: usize,
-}
-
 struct Entry {
     run: Run,
     watch: Arc<RunWatch>,
-    /// What the row holds while it waits and runs, as counted at its admission.
-    bytes: usize,
+    /// Its place among `queue_capacity` rows and its bytes, given back when the run ends.
+    _room: Room,
+}
+
+/// A row's place in the pipeline: one of the rows, and its bytes.
+struct Room {
+    _row: OwnedSemaphorePermit,
+    _bytes: OwnedSemaphorePermit,
 }
 
 /// A delivery's place in a run.
@@ -149,10 +154,12 @@ impl Pipeline {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Arc<Pipeline> {
+        let bound = |n: usize| n.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Pipeline {
             forge,
-            runs: Mutex::new(Runs::default()),
-            ended: Notify::new(),
+            runs: Mutex::new(HashMap::new()),
+            rows: Arc::new(Semaphore::new(bound(admission.capacity))),
+            bytes: Arc::new(Semaphore::new(bound(admission.bytes))),
             tasks: TaskTracker::new(),
             admission,
             shutdown,
@@ -169,66 +176,73 @@ impl Pipeline {
         &self.metrics
     }
 
-    fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
+    fn runs(&self) -> std::sync::MutexGuard<'_, HashMap<RowKey, Entry>> {
         self.runs.lock().expect("runs lock poisoned")
     }
 
     /// Rows admitted and not yet finished.
     pub fn in_flight(&self) -> usize {
-        self.runs().map.len()
+        self.runs().len()
     }
 
     /// What the rows admitted and not yet finished hold, in bytes, as counted at admission.
     pub fn held_bytes(&self) -> usize {
-        self.runs().bytes
+        self.bound_bytes() - self.bytes.available_permits()
     }
 
     /// How many more bytes rows may hold before `queue_bytes` refuses the next one.
     pub fn bytes_free(&self) -> usize {
-        self.admission.bytes.saturating_sub(self.runs().bytes)
+        self.bytes.available_permits()
     }
 
-    /// Starts a run of `plan`, or joins the one under way for the same row. A new row beyond
-    /// `queue_capacity`, or one whose bytes would take the rows waiting past `queue_bytes`, is
-    /// refused: the count and the admission are one step under one lock.
-    pub fn submit(self: &Arc<Self>, plan: Plan) -> Result<Submission, Full> {
-        self.submit_beside(plan, 0)
+    fn bound_bytes(&self) -> usize {
+        self.admission
+            .bytes
+            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize))
+    }
+
+    /// The permits a row of `bytes` takes: at most the whole bound.
+    fn permits(&self, bytes: usize) -> u32 {
+        bytes.min(self.bound_bytes()) as u32
+    }
+
+    /// Starts a run of `plan` as `start` says, or joins the one under way for the same row. A
+    /// new row beyond `queue_capacity`, or one whose bytes would take the rows waiting past
+    /// `queue_bytes`, is refused, with the `Retry-After` SPEC §3 gives.
+    pub fn submit(self: &Arc<Self>, plan: Plan, start: Start) -> Result<Submission, Full> {
+        self.submit_beside(plan, start, 0)
     }
 
     /// [`Pipeline::submit`] for a caller that keeps `beside` bytes of its own for as long as
     /// the run goes on (the queue's consumer keeps the message, and a copy of the plan): they
     /// count against `queue_bytes` with the plan's own.
-    pub fn submit_beside(self: &Arc<Self>, plan: Plan, beside: usize) -> Result<Submission, Full> {
-        let key = (
-            plan.route.repo.clone(),
-            plan.route.branch_prefix.clone(),
-            plan.id.clone(),
-        );
+    pub fn submit_beside(
+        self: &Arc<Self>,
+        plan: Plan,
+        start: Start,
+        beside: usize,
+    ) -> Result<Submission, Full> {
         let bytes = plan.held_bytes().saturating_add(beside);
-        // Held until the run is registered, so the run cannot unregister itself before that.
+        // Held until the run is registered, so that a redelivery finds it.
         let mut runs = self.runs();
-        if let Some(entry) = runs.map.get(&key) {
-            return Ok(Submission {
-                joined: true,
-                run: entry.run.clone(),
-            });
+        if let Some(joined) = joined(&runs, &plan) {
+            return Ok(joined);
         }
-        if runs.map.len() >= self.admission.capacity {
+        let Ok(row) = Arc::clone(&self.rows).try_acquire_owned() else {
             return Err(Full::Rows {
                 capacity: self.admission.capacity,
                 retry_after: self.admission.retry_after,
             });
-        }
-        // The first row always goes, so that no row is too large to run ever.
-        if !runs.map.is_empty() && runs.bytes.saturating_add(bytes) > self.admission.bytes {
-            let rows = runs.map.len();
+        };
+        let Ok(held) = Arc::clone(&self.bytes).try_acquire_many_owned(self.permits(bytes)) else {
+            let rows = runs.len();
             let drain = self
                 .admission
                 .per_row
                 .saturating_mul(u32::try_from(rows).unwrap_or(u32::MAX));
             return Err(Full::Bytes {
                 rows,
-                held: runs.bytes,
+                held: self.held_bytes(),
                 row: bytes,
                 budget: self.admission.bytes,
                 retry_after: drain.clamp(
@@ -236,7 +250,45 @@ impl Pipeline {
                     self.admission.retry_after.max(Duration::from_secs(1)),
                 ),
             });
+        };
+        let room = Room {
+            _row: row,
+            _bytes: held,
+        };
+        Ok(self.start(&mut runs, plan, start, room))
+    }
+
+    /// [`Pipeline::submit`] for a caller with no sender to answer 503 to, which waits its turn
+    /// instead (the sweep: it is what brings back the rows a full pipeline refused).
+    pub async fn submit_waiting(self: &Arc<Self>, plan: Plan, start: Start) -> Submission {
+        let bytes = self.permits(plan.held_bytes());
+        let room = async {
+            let row = Arc::clone(&self.rows).acquire_owned().await?;
+            let bytes = Arc::clone(&self.bytes).acquire_many_owned(bytes).await?;
+            Ok::<_, tokio::sync::AcquireError>(Room {
+                _row: row,
+                _bytes: bytes,
+            })
+        };
+        let room = room
+            .await
+            .expect("the pipeline's semaphores are never closed");
+        let mut runs = self.runs();
+        match joined(&runs, &plan) {
+            Some(joined) => joined,
+            None => self.start(&mut runs, plan, start, room),
         }
+    }
+
+    /// Spawns the run of an admitted row and registers it.
+    fn start(
+        self: &Arc<Self>,
+        runs: &mut HashMap<RowKey, Entry>,
+        plan: Plan,
+        start: Start,
+        room: Room,
+    ) -> Submission {
+        let key = key(&plan);
         let watch = Arc::new(RunWatch::new(self.shutdown.clone()));
         let this = Arc::clone(self);
         let done_key = key.clone();
@@ -253,7 +305,7 @@ impl Pipeline {
                     start: std::time::Instant::now(),
                     counted: false,
                 };
-                let result = execute(this.forge.as_ref(), &plan, &run_watch).await;
+                let result = execute(this.forge.as_ref(), &plan, start, &run_watch).await;
                 let took = done.start.elapsed();
                 let ended = run_result(&result);
                 this.metrics.run_ended(&done.route, ended, took);
@@ -283,59 +335,16 @@ impl Pipeline {
         }
         .boxed()
         .shared();
-        runs.map.insert(
+        runs.insert(
             key,
             Entry {
                 run: run.clone(),
                 watch,
-                bytes,
+                _room: room,
             },
         );
-        runs.bytes += bytes;
-        self.metrics.runs_in_flight(runs.map.len());
-        Ok(Submission { joined: false, run })
-    }
-
-    /// Waits until a row of `plan`'s size (with `beside` bytes of its caller's) would be
-    /// admitted now, or none is under way: for a caller with no sender to answer 503 to, which
-    /// may wait its turn instead (the sweep). Another caller may still take the room first.
-    pub async fn room_for(&self, plan: &Plan, beside: usize) {
-        let bytes = plan.held_bytes().saturating_add(beside);
-        loop {
-            let ended = self.ended.notified();
-            tokio::pin!(ended);
-            // Registered before the look, so that a run ending in between still wakes it.
-            ended.as_mut().enable();
-            {
-                let runs = self.runs();
-                let rows_room = runs.map.len() < self.admission.capacity;
-                let bytes_room = runs.bytes.saturating_add(bytes) <= self.admission.bytes;
-                if runs.map.is_empty() || (rows_room && bytes_room) {
-                    return;
-                }
-            }
-            ended.await;
-        }
-    }
-
-    /// Dispatches `plan` again on the branch it already has (`plan.branch`), with `base` as
-    /// the payload's base: a claim whose dispatch may never have been made (a dead claim, found
-    /// by the sweep or by a queue message read again). The workflow's concurrency group and
-    /// guard absorb a second dispatch of a row that had one.
-    pub async fn redispatch(&self, plan: &Plan, base: &Base) -> Result<(), RunError> {
-        let payload = plan
-            .client_payload(base)
-            .map_err(|e| RunError::Refused(e.to_string()))?;
-        self.forge
-            .dispatch(
-                &plan.route.repo,
-                &plan.route.event_type,
-                &serde_json::Value::Object(payload),
-            )
-            .await
-            .map_err(|e| RunError::from_forge(e, "dispatching a claimed row again"))?;
-        tracing::info!(id = %plan.id, branch = %plan.branch, "dispatched a claimed row again");
-        Ok(())
+        self.metrics.runs_in_flight(runs.len());
+        Submission { joined: false, run }
     }
 
     /// Waits for every run under way; new runs can no longer be tracked after this.
@@ -348,7 +357,7 @@ impl Pipeline {
     /// its branch), for when the process stops before they end.
     pub fn report_unfinished(&self) -> usize {
         let runs = self.runs();
-        for ((repo, _, id), entry) in runs.map.iter() {
+        for ((repo, _, id), entry) in runs.iter() {
             match entry.watch.claimed() {
                 Some(branch) => tracing::error!(%id, %branch, %repo,
                     "stopped with the claim open and no dispatch; the sweep re-dispatches it as a dead claim"),
@@ -356,8 +365,24 @@ impl Pipeline {
                     "stopped before the row was claimed; a redelivery or the sweep will run it"),
             }
         }
-        runs.map.len()
+        runs.len()
     }
+}
+
+fn key(plan: &Plan) -> RowKey {
+    (
+        plan.route.repo.clone(),
+        plan.route.branch_prefix.clone(),
+        plan.id.clone(),
+    )
+}
+
+/// The run under way of `plan`'s row, joined.
+fn joined(runs: &HashMap<RowKey, Entry>, plan: &Plan) -> Option<Submission> {
+    runs.get(&key(plan)).map(|entry| Submission {
+        joined: true,
+        run: entry.run.clone(),
+    })
 }
 
 /// What becomes of a row whose run failed, for its log line. A webhook is not sent again
@@ -408,13 +433,11 @@ impl Drop for Unregister {
         if !self.counted {
             metrics.run_ended(&self.route, RunResult::FailedInternal, self.start.elapsed());
         }
+        // The entry's room goes with it: its place and its bytes are free again.
         if let Ok(mut runs) = self.pipeline.runs.lock() {
-            if let Some(entry) = runs.map.remove(&self.key) {
-                runs.bytes -= entry.bytes;
-            }
-            metrics.runs_in_flight(runs.map.len());
+            runs.remove(&self.key);
+            metrics.runs_in_flight(runs.len());
         }
-        self.pipeline.ended.notify_waiters();
     }
 }
 
@@ -426,7 +449,7 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
-    use crate::forge::{Branch, Claim, ForgeError, Sha};
+    use crate::forge::{Base, Branch, Claim, ForgeError, Sha};
     use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
     /// A forge whose reads wait for a permit, then fail: the rows it is given stay under way
@@ -527,17 +550,20 @@ mod tests {
         // Room for three such rows, not four.
         let (pipeline, forge) = gated(one * 3 + one / 2);
         for id in 1..=3 {
-            pipeline.submit(plan(id, 40_000)).unwrap();
+            pipeline.submit(plan(id, 40_000), Start::New).unwrap();
         }
         // A redelivery joins its row's run and costs nothing.
-        assert!(pipeline.submit(plan(2, 40_000)).unwrap().joined);
-        let full = pipeline.submit(plan(4, 40_000)).err().expect("refused");
+        assert!(pipeline.submit(plan(2, 40_000), Start::New).unwrap().joined);
+        let full = pipeline
+            .submit(plan(4, 40_000), Start::New)
+            .err()
+            .expect("refused");
         assert_eq!(full.reason(), Reason::QueueBytesFull);
         // Two seconds a row waiting.
         assert_eq!(full.retry_after(), Duration::from_secs(6));
         assert!(full.to_string().contains("queue_bytes"), "{full}");
         // A small row still fits.
-        pipeline.submit(plan(5, 10)).unwrap();
+        pipeline.submit(plan(5, 10), Start::New).unwrap();
         assert_eq!(pipeline.in_flight(), 4);
         assert_eq!(pipeline.held_bytes(), one * 3 + plan(5, 10).held_bytes());
         // The runs end: their bytes are free again.
@@ -549,16 +575,20 @@ mod tests {
     #[tokio::test]
     async fn a_row_larger_than_the_bound_runs_when_none_waits() {
         let (pipeline, forge) = gated(1 << 10);
-        pipeline.submit(plan(1, 40_000)).unwrap();
-        let full = pipeline.submit(plan(2, 10)).err().expect("refused");
+        pipeline.submit(plan(1, 40_000), Start::New).unwrap();
+        let full = pipeline
+            .submit(plan(2, 10), Start::New)
+            .err()
+            .expect("refused");
         assert_eq!(full.reason(), Reason::QueueBytesFull);
         // The sweep's way: it waits for room rather than be refused.
         let waiting = {
             let pipeline = Arc::clone(&pipeline);
             tokio::spawn(async move {
-                let second = plan(2, 10);
-                pipeline.room_for(&second, 0).await;
-                pipeline.submit(second).is_ok()
+                !pipeline
+                    .submit_waiting(plan(2, 10), Start::New)
+                    .await
+                    .joined
             })
         };
         tokio::task::yield_now().await;

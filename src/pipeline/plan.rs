@@ -83,26 +83,34 @@ impl Routes {
         self.plan_from(Intake::Webhook, event)
     }
 
-    /// Decides what an event means when it came by `intake`: a route takes only the rows of
-    /// its own intake.
+    /// Decides what an event means when it came by `intake`.
     pub fn plan_from(&self, intake: Intake, event: RowEvent) -> Result<Planned, PlanError> {
+        match self.route(intake, &event) {
+            Ok(compiled) => compiled.plan_json(&event.record).map(Planned::Run),
+            Err(ignored) => Ok(Planned::Ignored(ignored)),
+        }
+    }
+
+    /// The route that takes an event which came by `intake`, found once for the event's whole
+    /// way: a route takes only the rows of its own intake, and the events it names.
+    pub fn route(&self, intake: Intake, event: &RowEvent) -> Result<&CompiledRoute, Ignored> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
-            return Ok(Planned::Ignored(Ignored::NoRoute {
+            return Err(Ignored::NoRoute {
                 table: format!("{}.{}", event.schema, event.table),
-            }));
+            });
         };
         if compiled.route.intake != intake {
-            return Ok(Planned::Ignored(Ignored::OtherIntake {
+            return Err(Ignored::OtherIntake {
                 route: Arc::clone(&compiled.route),
-            }));
+            });
         }
         if !compiled.route.events.contains(&event.kind) {
-            return Ok(Planned::Ignored(Ignored::Event {
+            return Err(Ignored::Event {
                 route: Arc::clone(&compiled.route),
                 kind: event.kind,
-            }));
+            });
         }
-        compiled.plan_json(&event.record).map(Planned::Run)
+        Ok(compiled)
     }
 }
 
@@ -218,24 +226,16 @@ enum Kept {
     Whole(Box<RawValue>),
 }
 
-/// A row's columns, as the webhook carried them or as the table gave them.
-trait Columns {
-    /// The column's value; `None` when the row has no such column; [`PlanError::NotJson`] when
-    /// its text is no JSON value serde_json can hold (a number out of range, say).
-    fn get(&self, column: &str) -> Result<Option<Value>, PlanError>;
-    /// The whole row as JSON text.
-    fn whole(&self) -> Box<RawValue>;
-    /// The names of the row's columns, sorted.
-    fn names(&self) -> Vec<String>;
-}
-
-/// The webhook's `record`: its columns parsed one by one, when asked for.
+/// A row's columns as JSON text, each parsed only when asked for: the webhook's `record`, or a
+/// row the table gave.
 struct JsonColumns<'a> {
     text: &'a RawValue,
     fields: HashMap<String, &'a RawValue>,
 }
 
-impl Columns for JsonColumns<'_> {
+impl JsonColumns<'_> {
+    /// The column's value; `None` when the row has no such column; [`PlanError::NotJson`] when
+    /// its text is no JSON value serde_json can hold (a number out of range, say).
     fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
         self.fields
             .get(column)
@@ -246,28 +246,9 @@ impl Columns for JsonColumns<'_> {
             })
     }
 
-    fn whole(&self) -> Box<RawValue> {
-        self.text.to_owned()
-    }
-
+    /// The names of the row's columns, sorted.
     fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.fields.keys().cloned().collect();
-        names.sort_unstable();
-        names
-    }
-}
-
-impl Columns for Map<String, Value> {
-    fn get(&self, column: &str) -> Result<Option<Value>, PlanError> {
-        Ok(Map::get(self, column).cloned())
-    }
-
-    fn whole(&self) -> Box<RawValue> {
-        serde_json::value::to_raw_value(self).expect("a JSON map serializes")
-    }
-
-    fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self.keys().cloned().collect();
         names.sort_unstable();
         names
     }
@@ -384,12 +365,13 @@ impl CompiledRoute {
         })
     }
 
-    /// Plans a row read from the table (the sweep, redo).
+    /// Plans a row read from the table (the sweep, redo, explain) the same way, from its text.
     pub fn plan_row(&self, record: &Map<String, Value>) -> Result<Plan, PlanError> {
-        self.plan(record)
+        let text = serde_json::value::to_raw_value(record).expect("a JSON map serializes");
+        self.plan_json(&text)
     }
 
-    fn plan(&self, record: &dyn Columns) -> Result<Plan, PlanError> {
+    fn plan(&self, record: &JsonColumns) -> Result<Plan, PlanError> {
         let route = &self.route;
         let column = |name: &str| record.get(name);
         // The route names a column its table lacks: the row has every column (SPEC §4).
@@ -429,7 +411,7 @@ impl CompiledRoute {
             None => (None, false),
         };
         let kept = match self.payload.record_use() {
-            RecordUse::Whole => Kept::Whole(record.whole()),
+            RecordUse::Whole => Kept::Whole(record.text.to_owned()),
             RecordUse::Columns(names) => {
                 let mut kept = Map::new();
                 for name in names {

@@ -17,12 +17,12 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Intake, PgmqSettings, Route};
+use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::{Base, Sha};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, RunError};
+use crate::pipeline::{at_base, CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -136,23 +136,6 @@ impl RouteSummary {
             Settled::InQueue => self.in_queue += 1,
         }
     }
-
-    /// Counts so far, for a progress line.
-    pub fn progress(&self) -> Progress {
-        Progress {
-            rows_read: self.rows_seen,
-            dispatched: self.dispatched_now,
-            skipped: self.already_handled + self.merged_before,
-        }
-    }
-}
-
-/// Counts so far, for a progress line.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Progress {
-    pub rows_read: u64,
-    pub dispatched: u64,
-    pub skipped: u64,
 }
 
 /// Sweeps every route. One route's trouble (a missing table, the forge down) is reported in
@@ -162,7 +145,7 @@ pub async fn sweep(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(Progress) + Sync),
+    progress: &(dyn Fn(&RouteSummary) + Sync),
 ) -> Vec<RouteSummary> {
     let mut summaries = Vec::new();
     for route in routes.iter() {
@@ -199,7 +182,7 @@ async fn sweep_route(
     rows: &Database,
     pipeline: &Arc<Pipeline>,
     options: &SweepOptions,
-    progress: &(dyn Fn(Progress) + Sync),
+    progress: &(dyn Fn(&RouteSummary) + Sync),
     summary: &mut RouteSummary,
 ) -> anyhow::Result<()> {
     let route = &compiled.route;
@@ -271,7 +254,7 @@ async fn sweep_route(
         for settled in apply.runs(to_run, options.concurrency).await {
             count(summary, settled);
         }
-        progress(summary.progress());
+        progress(summary);
     }
 }
 
@@ -408,24 +391,18 @@ impl Apply<'_> {
             self.base = Some(base);
         }
         let base = self.base.as_ref().expect("read above");
-        let failed = |error: String| {
-            Settled::Failed(Failed {
-                id: plan.id.to_string(),
-                error,
-            })
-        };
+        let id = plan.id.to_string();
+        let failed = |error: String| Settled::Failed(Failed { id, error });
         // A compare that fails (the branch deleted since the listing) fails this row only.
-        let ahead = match forge.ahead_by(repo, base, &plan.branch).await {
-            Ok(ahead) => ahead,
+        match at_base(forge.as_ref(), &plan, base).await {
+            Ok(true) => {}
+            Ok(false) => return Ok(Settled::Handled),
             Err(e) => {
                 return Ok(failed(format!(
                     "comparing {} with {}: {e}",
                     plan.branch, base.branch
                 )))
             }
-        };
-        if ahead > 0 {
-            return Ok(Settled::Handled);
         }
         let branch = plan.branch.clone();
         if self.dry_run {
@@ -438,8 +415,11 @@ impl Apply<'_> {
             branch: base.branch.clone(),
             sha: claimed_at,
         };
-        Ok(match self.pipeline.redispatch(&plan, &claimed).await {
-            Ok(()) => Settled::DeadClaim {
+        let run = self
+            .pipeline
+            .submit_waiting(plan, Start::Redispatch(claimed));
+        Ok(match run.await.outcome().await {
+            Ok(_) => Settled::DeadClaim {
                 branch,
                 redispatched: true,
             },
@@ -456,12 +436,8 @@ impl Apply<'_> {
                 let id = plan.id.to_string();
                 let pipeline = self.pipeline;
                 async move {
-                    pipeline.room_for(&plan, 0).await;
-                    let outcome = match pipeline.submit(plan) {
-                        Ok(run) => run.outcome().await,
-                        Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
-                    };
-                    match outcome {
+                    let run = pipeline.submit_waiting(plan, Start::New).await;
+                    match run.outcome().await {
                         Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
                         // Handled meanwhile (a webhook, another sweep): counted as handled.
                         Ok(Outcome::Duplicate { .. }) => Settled::Handled,
@@ -475,6 +451,55 @@ impl Apply<'_> {
             .buffer_unordered(concurrency.max(1))
             .collect()
             .await
+    }
+}
+
+/// How long after start the first scheduled sweep runs.
+const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
+/// Rows the scheduled sweep reads at once: a page is held whole, rows and plans, beside what
+/// `serve` holds already (with rows of 48 KiB, about 5 MB of text, twice over while decoded).
+/// `rowbranch reconcile`, a process of its own, reads 1,000.
+const SWEEP_PAGE_ROWS: usize = 100;
+
+/// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
+/// pipeline so that a sweep and a webhook of the same row share one run.
+pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
+    let (Some(every), Some(url)) = (config.reconcile.every, config.database_url.clone()) else {
+        return;
+    };
+    let options = SweepOptions {
+        window: config.reconcile.window,
+        stale_claim_after: config.reconcile.stale_claim_after,
+        dry_run: false,
+        concurrency: 4,
+        page_size: SWEEP_PAGE_ROWS,
+        pgmq: config.pgmq.clone(),
+    };
+    // The first sweep comes shortly after start, then one every interval; a sweep that runs
+    // long delays the next rather than overlapping it.
+    let mut next = tokio::time::Instant::now() + FIRST_SWEEP_AFTER;
+    loop {
+        tokio::time::sleep_until(next).await;
+        next = tokio::time::Instant::now() + every;
+        let rows = match Database::connect(url.expose()).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::error!(error = e.to_string(), "the scheduled sweep failed");
+                continue;
+            }
+        };
+        let summaries = sweep(&routes, &rows, &pipeline, &options, &|_| {}).await;
+        for s in summaries {
+            if let Some(error) = &s.error {
+                tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
+            }
+            tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
+                merged = s.merged_before, dispatched = s.dispatched_now,
+                dead_claims = s.dead_claims_redispatched, failed = s.failed, "scheduled sweep");
+            for f in s.failures {
+                tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
+            }
+        }
     }
 }
 

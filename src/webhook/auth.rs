@@ -223,20 +223,27 @@ pub enum Head {
     /// it is refused unread.
     Refused(AuthError),
     /// A signature is well formed and fresh, and none is valid yet: only the body can tell,
-    /// so it is read and then [`WebhookSecrets::verify`] decides.
-    NeedsBody,
+    /// so it is read and then [`Pending::verify`] decides, on what the headers decided.
+    NeedsBody(Pending),
 }
 
+/// The credentials of a request as its headers judged them, for its body to finish: the
+/// signatures to check, and the refusals already made, in the order of
+/// [`WebhookSecrets::verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending(Vec<Judged>);
+
 /// One credential of a request, judged as far as its headers allow.
-enum Judged<'h> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Judged {
     Valid,
     Refused(AuthError),
     /// A well-formed, fresh signature, for the body to decide.
-    Signed(Signature<'h>),
+    Signed(Signature),
 }
 
-impl<'h> From<Result<Signature<'h>, AuthError>> for Judged<'h> {
-    fn from(result: Result<Signature<'h>, AuthError>) -> Judged<'h> {
+impl From<Result<Signature, AuthError>> for Judged {
+    fn from(result: Result<Signature, AuthError>) -> Judged {
         match result {
             Ok(signature) => Judged::Signed(signature),
             Err(error) => Judged::Refused(error),
@@ -245,16 +252,40 @@ impl<'h> From<Result<Signature<'h>, AuthError>> for Judged<'h> {
 }
 
 /// A signature's parts, read from its headers.
-enum Signature<'h> {
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Signature {
     StandardWebhooks {
-        id: &'h str,
-        timestamp: &'h str,
+        id: String,
+        timestamp: String,
         /// The `v1` entries that could be an HMAC-SHA256: 32 bytes each.
         candidates: Vec<Vec<u8>>,
     },
     Hub {
         expected: Vec<u8>,
     },
+}
+
+impl Pending {
+    /// Whether the body makes a signature valid. When none does, the refusal is that of the
+    /// first credential in the order Standard Webhooks, `X-Hub-Signature-256`, `Authorization`,
+    /// since a stray Authorization header next to a signature says less about what went wrong.
+    pub fn verify(&self, secrets: &WebhookSecrets, body: &[u8]) -> Result<(), AuthError> {
+        let mut refusal = None;
+        for judged in &self.0 {
+            let outcome = match judged {
+                Judged::Valid => Ok(()),
+                Judged::Refused(error) => Err(error.clone()),
+                Judged::Signed(signature) => secrets.check_signature(signature, body),
+            };
+            match outcome {
+                Ok(()) => return Ok(()),
+                Err(error) => {
+                    refusal.get_or_insert(error);
+                }
+            }
+        }
+        Err(refusal.unwrap_or(AuthError::NoCredentials))
+    }
 }
 
 impl WebhookSecrets {
@@ -341,66 +372,44 @@ impl WebhookSecrets {
     }
 
     /// What the headers alone say: whether the request can be refused, or taken, before its
-    /// body is read. Nothing is judged here that the body could change.
+    /// body is read. Nothing is judged here that the body could change; what is left for the
+    /// body is in [`Head::NeedsBody`], so the credentials are judged once.
     pub fn judge_head(&self, headers: &HeaderMap, now: SystemTime) -> Head {
-        let mut refusal = None;
-        let mut needs_body = false;
-        for judged in self.judge(headers, now) {
-            match judged {
-                Judged::Valid => return Head::Valid,
-                Judged::Refused(error) => {
-                    refusal.get_or_insert(error);
-                }
-                Judged::Signed(_) => needs_body = true,
-            }
-        }
-        if needs_body {
-            Head::NeedsBody
-        } else {
-            Head::Refused(refusal.unwrap_or(AuthError::NoCredentials))
-        }
-    }
-
-    /// Checks a request's credentials against every secret, with its body.
-    ///
-    /// Accepts if any secret accepts any credential the request carries under an accepted
-    /// scheme. Every credential present is checked; when all fail, the error is that of the
-    /// first one in the order Standard Webhooks, `X-Hub-Signature-256`, `Authorization`, since
-    /// a stray Authorization header next to a signature says less about what went wrong. Only
-    /// the first value of each header is read.
-    pub fn verify(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), AuthError> {
-        let mut refusal = None;
-        for judged in self.judge(headers, now) {
-            let outcome = match judged {
-                Judged::Valid => Ok(()),
-                Judged::Refused(error) => Err(error),
-                Judged::Signed(signature) => self.check_signature(&signature, body),
-            };
-            match outcome {
-                Ok(()) => return Ok(()),
-                Err(error) => {
-                    refusal.get_or_insert(error);
-                }
-            }
-        }
-        Err(refusal.unwrap_or(AuthError::NoCredentials))
-    }
-
-    /// Each credential the request carries, in the order of [`WebhookSecrets::verify`].
-    fn judge<'h>(&self, headers: &'h HeaderMap, now: SystemTime) -> Vec<Judged<'h>> {
-        [
+        let judged: Vec<Judged> = [
             self.judge_standard_webhooks(headers, now),
             self.judge_hub_signature(headers),
             self.judge_bearer(headers),
         ]
         .into_iter()
         .flatten()
-        .collect()
+        .collect();
+        if judged.contains(&Judged::Valid) {
+            return Head::Valid;
+        }
+        if judged.iter().any(|j| matches!(j, Judged::Signed(_))) {
+            return Head::NeedsBody(Pending(judged));
+        }
+        let refusal = judged.into_iter().find_map(|j| match j {
+            Judged::Refused(error) => Some(error),
+            _ => None,
+        });
+        Head::Refused(refusal.unwrap_or(AuthError::NoCredentials))
+    }
+
+    /// Checks a request's credentials against every secret, with its body: the headers'
+    /// judgement, then the body's. Accepts if any secret accepts any credential the request
+    /// carries under an accepted scheme. Only the first value of each header is read.
+    pub fn verify(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now: SystemTime,
+    ) -> Result<(), AuthError> {
+        match self.judge_head(headers, now) {
+            Head::Valid => Ok(()),
+            Head::Refused(error) => Err(error),
+            Head::NeedsBody(pending) => pending.verify(self, body),
+        }
     }
 
     fn accepts(&self, scheme: Scheme) -> Result<(), AuthError> {
@@ -418,7 +427,7 @@ impl WebhookSecrets {
     /// `Authorization: Bearer <secret>`, wholly judged from the header. The scheme is matched
     /// case-insensitively, as HTTP auth schemes are (RFC 9110 §11.1); the token is matched
     /// exactly, against the secrets that are not signing keys.
-    fn judge_bearer<'h>(&self, headers: &'h HeaderMap) -> Option<Judged<'h>> {
+    fn judge_bearer(&self, headers: &HeaderMap) -> Option<Judged> {
         let value = header_str(headers, AUTHORIZATION.as_str())?;
         let verdict = value.and_then(|value| {
             self.accepts(Scheme::Bearer)?;
@@ -447,7 +456,7 @@ impl WebhookSecrets {
     }
 
     /// `X-Hub-Signature-256: sha256=<hex>`: its form from the header, its match with the body.
-    fn judge_hub_signature<'h>(&self, headers: &'h HeaderMap) -> Option<Judged<'h>> {
+    fn judge_hub_signature(&self, headers: &HeaderMap) -> Option<Judged> {
         let value = header_str(headers, HUB_SIGNATURE)?;
         Some(Judged::from(value.and_then(|value| {
             self.accepts(Scheme::HubSignature)?;
@@ -458,11 +467,7 @@ impl WebhookSecrets {
 
     /// Standard Webhooks, present as soon as `webhook-signature` (or `svix-signature`) is: the
     /// headers' form and the timestamp's freshness from the headers, the match with the body.
-    fn judge_standard_webhooks<'h>(
-        &self,
-        headers: &'h HeaderMap,
-        now: SystemTime,
-    ) -> Option<Judged<'h>> {
+    fn judge_standard_webhooks(&self, headers: &HeaderMap, now: SystemTime) -> Option<Judged> {
         let signature = sw_header(headers, WEBHOOK_SIGNATURE, SVIX_SIGNATURE)?;
         Some(Judged::from(signature.and_then(|signature| {
             self.accepts(Scheme::StandardWebhooks)?;
@@ -480,8 +485,8 @@ impl WebhookSecrets {
                 return Err(AuthError::MalformedSignature);
             }
             Ok(Signature::StandardWebhooks {
-                id,
-                timestamp,
+                id: id.to_owned(),
+                timestamp: timestamp.to_owned(),
                 candidates,
             })
         })))

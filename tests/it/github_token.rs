@@ -14,7 +14,7 @@ use fake_github::{Auth, FakeGithub, Op};
 use rowbranch::config::Config;
 use rowbranch::forge::ForgeError;
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
-use rowbranch::startup::{self, Application, Env, Listen, Mode, Shared, StartupError};
+use rowbranch::startup::{self, Application, Launch, Listen, Mode, Shared, StartupError};
 use serde_json::json;
 use tempfile::TempDir;
 
@@ -97,9 +97,9 @@ async fn a_token_that_may_write_drains_the_queue_with_no_app_at_all() {
     let (db, queue) = or_skip!(queue_db().await);
     let fake = fake_with_token(&DRAIN_PERMISSIONS).await;
     let config = parse(&token_config(&fake, &queue), Some(&db.url));
-    let env = Env {
+    let env = Launch {
         mode: Mode::ConsumerOnly,
-        ..Env::process()
+        ..Launch::process()
     };
     let application = Application::build(config, env).await.expect("it builds");
     application
@@ -166,12 +166,12 @@ async fn a_token_that_may_write_drains_the_queue_with_no_app_at_all() {
 /// A token's `serve`, not started: its application, built, listening nowhere that matters.
 async fn built(fake: &FakeGithub) -> Application {
     let config = parse(&token_config(fake, "rowbranch"), None);
-    let env = Env {
+    let env = Launch {
         mode: Mode::Serve {
             listen: Listen::FreePort,
             warm_up: false,
         },
-        ..Env::process()
+        ..Launch::process()
     };
     Application::build(config, env).await.expect("it builds")
 }
@@ -201,12 +201,12 @@ async fn a_token_github_does_not_take_stops_the_start_saying_so() {
     let text = token_config(&fake, "rowbranch");
     let env = |key: &str| (key == "GITHUB_TOKEN").then(|| "ghs_revoked".to_owned());
     let config = Config::parse(&text, Path::new("rowbranch.toml"), &env).unwrap();
-    let env = Env {
+    let env = Launch {
         mode: Mode::Serve {
             listen: Listen::FreePort,
             warm_up: false,
         },
-        ..Env::process()
+        ..Launch::process()
     };
     let application = Application::build(config, env).await.expect("it builds");
     let error = application.check_write_access().await.expect_err("refused");

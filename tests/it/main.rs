@@ -10,6 +10,7 @@ mod auth;
 mod cli;
 mod concurrency;
 mod credentials;
+mod database_url;
 mod deploy;
 mod design;
 mod doctor_queue;

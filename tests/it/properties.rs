@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use rowbranch::config::Config;
 use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId, Slug};
-use rowbranch::startup::{self, Application, Env, Listen, Mode};
+use rowbranch::startup::{self, Application, Launch, Listen, Mode};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature, WebhookSecrets};
 use rowbranch::webhook::payload;
 use serde_json::{json, Value};
@@ -249,10 +249,10 @@ proptest! {
         let config = Config::parse(text, Path::new("rowbranch.toml"), &env).unwrap();
         let routes = startup::routes(&config).unwrap();
         let forge = Arc::new(Recording::default());
-        let env = Env {
+        let env = Launch {
             forge: Some(forge.clone()),
             mode: Mode::Serve { listen: Listen::FreePort, warm_up: false },
-            ..Env::process()
+            ..Launch::process()
         };
         let content_type = if json_type { "application/json" } else { "text/plain" };
         let response = runtime.block_on(async {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fake_github::{Fault, Op};
-use rowbranch::startup::{Application, Env, Mode};
+use rowbranch::startup::{Application, Launch, Mode};
 use rustix::process::Signal;
 use serde_json::Value;
 use tempfile::TempDir;
@@ -1048,9 +1048,9 @@ async fn the_consumer_alone_reads_and_settles_the_queue_with_no_port_open() {
     let env = |key: &str| (key == "DATABASE_URL").then(|| db.url.clone());
     let config = rowbranch::config::Config::parse(&text, &dir.path().join("rowbranch.toml"), &env)
         .expect("the config parses");
-    let env = Env {
+    let env = Launch {
         mode: Mode::ConsumerOnly,
-        ..Env::process()
+        ..Launch::process()
     };
     let application = Application::build(config, env)
         .await

@@ -19,13 +19,18 @@ use tokio_util::task::TaskTracker;
 
 use self::progress::{DatabaseTrouble, Idle, Progress};
 use super::budget::{Allowance, Budgets, Spent};
-use super::holds::{Holds, Taken, Token};
+use super::holds::{HoldId, Holds, Taken};
+use super::settle::Fate;
+use crate::config::Intake;
 use crate::config::{DatabaseUrl, PgmqSettings};
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database, Reachability, Unreachable};
 use crate::identity::QueueName;
-use crate::pipeline::{Pipeline, Routes};
+use crate::metrics::NO_ROUTE;
+use crate::pipeline::{Ignored, Pipeline, Plan, Routes};
+use crate::reason::Reason;
 use crate::shutdown::Shutdown;
+use crate::webhook::payload;
 
 /// About how many bytes of messages one read may bring in, so that a queue of big rows is read
 /// a few at a time.
@@ -307,19 +312,12 @@ impl Consumer {
     }
 
     /// Holds a message read and starts its handler; a message held already (read again after
-    /// its lease lapsed, a database outage, say) is adopted, not run twice. A new one whose
-    /// route's hourly budget is spent is put off until a row of the budget comes back (only a
-    /// queue shared by several routes reads such a message: with one, a read takes no more than
-    /// the budget allows).
+    /// its lease lapsed, a database outage, say) is adopted, not run twice.
     fn take(self: &Arc<Self>, message: Message, allowance: &mut Allowance) {
         match self.holds.take(&message) {
             Taken::New(token) => {
-                let put_off = match event_table(&message.body) {
-                    Some((schema, table)) => allowance.admit(&schema, &table).err(),
-                    None => None,
-                };
-                let put_off = put_off.map(|spent| self.put_off(message.id, &spent));
-                self.start(message, token, put_off);
+                let job = self.job(&message, allowance);
+                self.start(message, token, job);
             }
             Taken::Adopted => tracing::info!(
                 msg_id = message.id,
@@ -328,6 +326,63 @@ impl Consumer {
             ),
             // Its work is done; only its archive waits for the database, now under this read.
             Taken::Deferred => {}
+        }
+    }
+
+    /// The message's body parsed once (the same typed event a webhook's body gives), its route
+    /// found once, and its row planned; or its fate, when it needs no run. A new message whose
+    /// route's hourly budget is spent is put off until a row of the budget comes back (only a
+    /// queue shared by several routes reads such a message: with one, a read takes no more than
+    /// the budget allows).
+    fn job(&self, message: &Message, allowance: &mut Allowance) -> MessageRow {
+        let msg_id = message.id;
+        let no_route = |fate| MessageRow {
+            route: NO_ROUTE.to_owned(),
+            id: None,
+            plan: Err(fate),
+        };
+        let event = match payload::parse(message.body.as_bytes()) {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::error!(msg_id, error = %e, "a queue message is not a row's event");
+                return no_route(Fate::dead(Reason::Malformed));
+            }
+        };
+        let compiled = match self.routes.route(Intake::Pgmq, &event) {
+            Ok(compiled) => compiled,
+            Err(Ignored::Event { route, .. }) => {
+                let route = route.table_name();
+                tracing::warn!(msg_id, %route, "a queue message of an event the route does not take");
+                return MessageRow {
+                    route,
+                    id: None,
+                    plan: Err(Fate::Ignored),
+                };
+            }
+            Err(_) => return no_route(Fate::dead(Reason::NoRoute)),
+        };
+        let route = compiled.route.table_name();
+        if let Err(spent) = allowance.admit(&event.schema, &event.table) {
+            return MessageRow {
+                route,
+                id: None,
+                plan: Err(Fate::Later(self.put_off(msg_id, &spent))),
+            };
+        }
+        match compiled.plan_json(&event.record) {
+            Ok(plan) => MessageRow {
+                route,
+                id: Some(plan.id.to_string()),
+                plan: Ok(plan),
+            },
+            Err(e) => {
+                tracing::error!(msg_id, %route, error = %e, "a queue message's row cannot be planned");
+                MessageRow {
+                    route,
+                    id: e.row_id(),
+                    plan: Err(Fate::dead(e.reason())),
+                }
+            }
         }
     }
 
@@ -341,14 +396,13 @@ impl Consumer {
         wait
     }
 
-    /// Starts the handler of a held message; `put_off`: it is not run, but left in the queue for
-    /// this long. A handler that panics lets its hold go (the lease lapses, and the message is
-    /// read again), so that it never holds a place for ever.
-    fn start(self: &Arc<Self>, message: Message, token: Token, put_off: Option<Duration>) {
+    /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
+    /// lapses, and the message is read again), so that it never holds a place for ever.
+    fn start(self: &Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
         let this = Arc::clone(self);
         let id = message.id;
         self.handlers.spawn(async move {
-            let run = tokio::spawn(Arc::clone(&this).handle(message, token, put_off));
+            let run = tokio::spawn(Arc::clone(&this).handle(message, token, job));
             if let Err(e) = run.await {
                 tracing::error!(msg_id = id, error = %e, "a queue message's handler failed; the message is read again when its lease lapses");
                 this.holds.unhold(id, token);
@@ -437,16 +491,15 @@ enum Read {
     Spent(Spent),
 }
 
-/// The `schema` and `table` a message's event names, if it is an event; read as the message
-/// is taken, before its handler parses the whole of it.
-fn event_table(body: &str) -> Option<(String, String)> {
-    #[derive(serde::Deserialize)]
-    struct Names {
-        schema: String,
-        table: String,
-    }
-    let names: Names = serde_json::from_str(body).ok()?;
-    Some((names.schema, names.table))
+/// A message's row as the consumer takes it.
+pub(super) struct MessageRow {
+    /// The `schema.table` of the route that reads its table from the queue, for its metrics
+    /// and log line; else [`NO_ROUTE`].
+    route: String,
+    /// The row's id, as far as it is known.
+    id: Option<String>,
+    /// The row's plan, or the fate decided without a run.
+    plan: Result<Plan, Fate>,
 }
 
 /// How long to wait before reaching for the database again after `failures` failures.

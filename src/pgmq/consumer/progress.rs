@@ -8,16 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::watch;
 
 use crate::pgmq::budget::Spent;
-
-/// What a settled message counts as in a drain's summary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Counted {
-    /// Its row was dispatched (or dispatched again) by this process.
-    Dispatched,
-    /// Its row was handled already, or another claimant holds its branch.
-    Duplicate,
-    DeadLettered,
-}
+use crate::pgmq::settle::Fate;
 
 /// The messages settled so far, by what they count as.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -102,11 +93,15 @@ impl Progress {
         }
     }
 
-    pub(super) fn count(&self, counted: Counted) {
-        let counter = match counted {
-            Counted::Dispatched => &self.dispatched,
-            Counted::Duplicate => &self.duplicates,
-            Counted::DeadLettered => &self.dead_lettered,
+    /// Counts a message settled as `fate`: its row dispatched (or dispatched again) by this
+    /// process, handled already (or another claimant's), or dead-lettered; an ignored event,
+    /// a retry, a release or a lost lease counts for nothing.
+    pub(crate) fn count(&self, fate: &Fate) {
+        let counter = match fate {
+            Fate::Dispatched | Fate::Redispatched => &self.dispatched,
+            Fate::Handled => &self.duplicates,
+            Fate::DeadLetter { .. } => &self.dead_lettered,
+            _ => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -134,5 +129,38 @@ impl Progress {
             s.forge = Some(trouble);
             true
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::reason::Reason;
+
+    #[test]
+    fn each_settle_counts_as_the_summary_says() {
+        let progress = Progress::default();
+        for fate in [
+            Fate::Dispatched,
+            Fate::Redispatched,
+            Fate::Handled,
+            Fate::dead(Reason::BadId),
+            Fate::Ignored,
+            Fate::Later(Duration::from_secs(5)),
+            Fate::Release,
+            Fate::LeaseLost,
+        ] {
+            progress.count(&fate);
+        }
+        assert_eq!(
+            progress.counts(),
+            Counts {
+                dispatched: 2,
+                duplicates: 1,
+                dead_lettered: 1
+            }
+        );
     }
 }

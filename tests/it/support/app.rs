@@ -11,7 +11,7 @@ use std::time::Duration;
 use rowbranch::config::{Config, ForgeSettings};
 use rowbranch::forge::local::{create_repository, LocalForge};
 use rowbranch::forge::Forge;
-use rowbranch::startup::{Application, Env, Listen};
+use rowbranch::startup::{Application, Launch, Listen};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -210,7 +210,7 @@ async fn start(options: &Options, dir: Arc<TempDir>) -> TestApp {
     } else {
         (Arc::new(local), None)
     };
-    let env = Env {
+    let env = Launch {
         forge: Some(forge),
         // The config's `listen` is 127.0.0.1:0.
         ..serve_env(Listen::Config)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use rowbranch::startup::{Application, Env, Listen, Mode, StartupError};
+use rowbranch::startup::{Application, Launch, Listen, Mode, StartupError};
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -14,13 +14,13 @@ use super::http::{get, insert, reply, Reply};
 
 /// The environment of a server a test starts: it listens as `listen` says, and takes no first
 /// look at the forge (which a test double would count).
-pub fn serve_env(listen: Listen) -> Env {
-    Env {
+pub fn serve_env(listen: Listen) -> Launch {
+    Launch {
         mode: Mode::Serve {
             listen,
             warm_up: false,
         },
-        ..Env::process()
+        ..Launch::process()
     }
 }
 
