@@ -377,15 +377,17 @@ pub enum IntakeArg {
     Pgmq,
 }
 
-/// `init --host`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// `init --host`; the setup files name it in lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum HostArg {
     Server,
     Actions,
 }
 
-/// The kind of account that owns a repository.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// The kind of account that owns a repository; the setup files name it in lower case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OwnerType {
     User,
     Organization,

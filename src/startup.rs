@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
-use crate::config::{Config, ForgeSettings, Intake};
+use crate::config::{Config, ForgeSettings, Route};
 use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
@@ -389,21 +389,21 @@ async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) 
 /// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
 /// routes, and whether the consumer, the scheduled sweep (beside the server) and GitHub run.
 fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) -> metrics::Scope {
-    let tables = |intake: Intake| -> Vec<String> {
+    let tables = |of: fn(&Route) -> bool| -> Vec<String> {
         config
             .routes
             .iter()
-            .filter(|r| r.intake == intake)
+            .filter(|r| of(r))
             .map(|r| r.table_name())
             .collect()
     };
     metrics::Scope {
         webhook_routes: if serves {
-            tables(Intake::Webhook)
+            tables(Route::takes_webhooks)
         } else {
             Vec::new()
         },
-        queue_routes: tables(Intake::Pgmq),
+        queue_routes: tables(Route::reads_the_queue),
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,

@@ -8,12 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::Failure;
 use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
+use crate::forge::Forge;
 use crate::startup::{Application, Launch, Listen, Mode};
 use crate::webhook::auth::{generate_bearer_secret, hub_signature_256};
 
@@ -43,106 +49,63 @@ const LONG_TEXT: &str = "When I open the settings page on a phone in landscape m
 
 /// One delivery and the answer the demo expects of it.
 struct Delivery {
-    label: String,
+    label: &'static str,
     body: String,
-    auth: Auth,
+    credential: Credential,
     expect: u16,
 }
 
+/// How a delivery proves it comes from the sender.
 #[derive(Clone, Copy)]
-enum Auth {
+enum Credential {
     Bearer,
     HubSignature,
     None,
 }
 
-fn insert(id: Value, text: &str) -> String {
+/// The body Supabase's webhook posts for an INSERT of a row into `feedbacks`.
+fn insert(id: Value, text: &str) -> Value {
     json!({
         "type": "INSERT", "table": "feedbacks", "schema": "public",
         "record": { "id": id, "message": text, "created_at": "2026-12-02T09:30:00.000000+00:00" },
         "old_record": null
     })
-    .to_string()
 }
 
+/// What the demo sends, in order: new rows, redeliveries, and what must not become work.
 fn deliveries() -> Vec<Delivery> {
-    let row = |label: &str, id: Value, text: &str, expect: u16| Delivery {
-        label: label.into(),
-        body: insert(id, text),
-        auth: Auth::Bearer,
-        expect,
-    };
-    let mut update: Value =
-        serde_json::from_str(&insert(json!(42), "Add dark mode (edited)")).unwrap();
+    use Credential::{Bearer, HubSignature};
+    let mut update = insert(json!(42), "Add dark mode (edited)");
     update["type"] = json!("UPDATE");
-    let mut other_table: Value = serde_json::from_str(&insert(json!(7), "Nice work")).unwrap();
+    let mut other_table = insert(json!(7), "Nice work");
     other_table["table"] = json!("comments");
-    vec![
-        row("new row 42", json!(42), "Add dark mode!", 200),
-        row(
-            "new row 43, accents",
-            json!(43),
-            "Ärger über die Schriftgröße — bitte 16px!",
-            200,
-        ),
-        row(
-            "new row 44, Japanese",
-            json!(44),
-            "日本語の翻訳を追加してください",
-            200,
-        ),
-        row("new row 45, very long text", json!(45), LONG_TEXT, 200),
-        row("new row 46, only punctuation", json!("46"), "?!… ¿¡ —", 200),
-        row(
-            "new row with a UUID key",
-            json!("0b7c9e1a-5f3d-4c2a-9e8b-7d6f5a4b3c21"),
-            "Export to CSV, please (Excel too?)",
-            200,
-        ),
-        Delivery {
-            label: "new row 48, signed X-Hub-Signature-256".into(),
-            body: insert(json!(48), "Keyboard shortcut for search: /"),
-            auth: Auth::HubSignature,
-            expect: 200,
-        },
-        row(
-            "row 42 again (redelivery)",
-            json!(42),
-            "Add dark mode!",
-            200,
-        ),
-        row(
-            "row 42 as \"42\" (string id)",
-            json!("42"),
-            "Add dark mode!",
-            200,
-        ),
-        row(
-            "row 43, text edited since",
-            json!(43),
-            "Schrift zu klein",
-            200,
-        ),
-        Delivery {
-            label: "UPDATE of row 42".into(),
-            body: update.to_string(),
-            auth: Auth::Bearer,
-            expect: 200,
-        },
-        Delivery {
-            label: "INSERT into comments (no route)".into(),
-            body: other_table.to_string(),
-            auth: Auth::Bearer,
-            expect: 200,
-        },
-        row("row with id \"../etc\"", json!("../etc"), "Sneaky", 422),
-        Delivery {
-            label: "row 49 without credentials".into(),
-            body: insert(json!(49), "Let me in"),
-            auth: Auth::None,
-            expect: 401,
-        },
-    ]
+    let uuid = json!("0b7c9e1a-5f3d-4c2a-9e8b-7d6f5a4b3c21");
+    // One delivery a line: the table is easier to scan than rustfmt's layout.
+    #[rustfmt::skip]
+    let all = [
+        ("new row 42", insert(json!(42), "Add dark mode!"), Bearer, 200),
+        ("new row 43, accents", insert(json!(43), "Ärger über die Schriftgröße — bitte 16px!"), Bearer, 200),
+        ("new row 44, Japanese", insert(json!(44), "日本語の翻訳を追加してください"), Bearer, 200),
+        ("new row 45, very long text", insert(json!(45), LONG_TEXT), Bearer, 200),
+        ("new row 46, only punctuation", insert(json!("46"), "?!… ¿¡ —"), Bearer, 200),
+        ("new row with a UUID key", insert(uuid, "Export to CSV, please (Excel too?)"), Bearer, 200),
+        ("new row 48, signed X-Hub-Signature-256", insert(json!(48), "Keyboard shortcut for search: /"), HubSignature, 200),
+        ("row 42 again (redelivery)", insert(json!(42), "Add dark mode!"), Bearer, 200),
+        ("row 42 as \"42\" (string id)", insert(json!("42"), "Add dark mode!"), Bearer, 200),
+        ("row 43, text edited since", insert(json!(43), "Schrift zu klein"), Bearer, 200),
+        ("UPDATE of row 42", update, Bearer, 200),
+        ("INSERT into comments (no route)", other_table, Bearer, 200),
+        ("row with id \"../etc\"", insert(json!("../etc"), "Sneaky"), Bearer, 422),
+        ("row 49 without credentials", insert(json!(49), "Let me in"), Credential::None, 401),
+    ];
+    all.into_iter()
+        .map(|(label, body, credential, expect)| Delivery {
+            label,
+            body: body.to_string(),
+            credential,
+            expect,
+        })
+        .collect()
 }
 
 pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
@@ -176,13 +139,14 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         .map_err(anyhow::Error::new)?,
     );
     let dispatch_log = forge.dispatch_log().to_path_buf();
+    let route = config.routes[0].clone();
     let env = Launch {
         // No first look at the repository: it was made a moment ago.
         mode: Mode::Serve {
             listen: Listen::FreePort,
             warm_up: false,
         },
-        forge: Some(forge),
+        forge: Some(forge.clone()),
         ..Launch::process()
     };
     let application = Application::build(config, env)
@@ -198,15 +162,12 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         let _ = stopped.await;
     }));
 
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .context("could not build the HTTP client")?;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut surprises = 0;
     println!("  {:<42} answer", "delivery");
     for delivery in deliveries() {
         let answer = send(&client, &url, &secret, &delivery).await?;
-        surprises += print_answer(&delivery.label, delivery.expect, &answer);
+        surprises += print_answer(delivery.label, delivery.expect, &answer);
     }
     surprises += burst(&client, &url, &secret).await?;
 
@@ -216,7 +177,13 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
         .context("the server task failed")?
         .context("the server failed")?;
 
-    let branches = list_branches(&repo_path).await?;
+    let branches: Vec<String> = forge
+        .prefix_branches(&route.repo, &route.branch_prefix)
+        .await
+        .context("could not list the branches")?
+        .into_iter()
+        .map(|branch| branch.name.to_string())
+        .collect();
     let dispatched = read_dispatches(&dispatch_log)?;
     println!("\n  branches in the repository:");
     for branch in &branches {
@@ -256,27 +223,39 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// The demo's HTTP client: hyper's, on loopback.
+type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
 async fn send(
-    client: &reqwest::Client,
+    client: &HttpClient,
     url: &str,
     secret: &str,
     delivery: &Delivery,
 ) -> anyhow::Result<(u16, Value)> {
-    let mut request = client
-        .post(url)
-        .header("content-type", "application/json")
-        .body(delivery.body.clone());
-    request = match delivery.auth {
-        Auth::Bearer => request.header("authorization", format!("Bearer {secret}")),
-        Auth::HubSignature => request.header(
+    let mut request = http::Request::post(url).header("content-type", "application/json");
+    request = match delivery.credential {
+        Credential::Bearer => request.header("authorization", format!("Bearer {secret}")),
+        Credential::HubSignature => request.header(
             "x-hub-signature-256",
             hub_signature_256(secret, delivery.body.as_bytes()),
         ),
-        Auth::None => request,
+        Credential::None => request,
     };
-    let response = request.send().await.context("the delivery failed")?;
+    let request = request
+        .body(Full::new(Bytes::from(delivery.body.clone())))
+        .context("the delivery could not be made")?;
+    let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+        .await
+        .context("no answer within 60 s")?
+        .context("the delivery failed")?;
     let status = response.status().as_u16();
-    let body = response.text().await.context("the answer was cut off")?;
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .context("the answer was cut off")?
+        .to_bytes();
+    let body = String::from_utf8_lossy(&body).into_owned();
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
     Ok((status, body))
 }
@@ -303,11 +282,11 @@ fn print_answer(label: &str, expect: u16, (status, body): &(u16, Value)) -> usiz
 }
 
 /// Twenty copies of one new row at once: one claims and dispatches, the rest are duplicates.
-async fn burst(client: &reqwest::Client, url: &str, secret: &str) -> anyhow::Result<usize> {
+async fn burst(client: &HttpClient, url: &str, secret: &str) -> anyhow::Result<usize> {
     let delivery = Arc::new(Delivery {
-        label: "row 47 ×20 at once".into(),
-        body: insert(json!(47), "Crash when uploading a 20 MB avatar"),
-        auth: Auth::Bearer,
+        label: "row 47 ×20 at once",
+        body: insert(json!(47), "Crash when uploading a 20 MB avatar").to_string(),
+        credential: Credential::Bearer,
         expect: 200,
     });
     let sends = (0..20).map(|_| {
@@ -343,25 +322,6 @@ async fn burst(client: &reqwest::Client, url: &str, secret: &str) -> anyhow::Res
         summary.join(", ")
     );
     Ok(surprises)
-}
-
-async fn list_branches(repo: &Path) -> anyhow::Result<Vec<String>> {
-    let out = tokio::process::Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args([
-            "for-each-ref",
-            "--format=%(refname:strip=2)",
-            "refs/heads/feedback/",
-        ])
-        .output()
-        .await
-        .context("could not run git")?;
-    anyhow::ensure!(out.status.success(), "git for-each-ref failed");
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect())
 }
 
 /// The branch of every dispatch in the log.

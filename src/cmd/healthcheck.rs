@@ -6,10 +6,14 @@
 use std::time::Duration;
 
 use anyhow::anyhow;
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
 use super::Failure;
 use crate::cli::HealthcheckArgs;
-use crate::config::{process_env, ListenSetting};
+use crate::config::{listen_as_written, process_env};
 
 /// Long enough for a loaded process to answer, short of Docker's default 30 s timeout and of
 /// the recipes' 5 s.
@@ -19,33 +23,27 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
     let url = match args.url {
         Some(url) => url,
         None => {
-            let listen = ListenSetting::find(&args.config.config, &process_env);
-            probe_url(&listen.address).map_err(|problem| {
-                unhealthy(format!(
-                    "{} (from {}): {problem}",
-                    listen.address, listen.from
-                ))
-            })?
+            let (address, from) = listen_as_written(&args.config.config, &process_env);
+            probe_url(&address)
+                .map_err(|problem| unhealthy(format!("{address} (from {from}): {problem}")))?
         }
     };
-    let client = reqwest::Client::builder()
-        // A proxy from the environment would answer for rowbranch.
-        .no_proxy()
-        .timeout(TIMEOUT)
-        .build()
-        .map_err(|e| unhealthy(format!("no HTTP client: {e}")))?;
-    let answer = client.get(&url).send().await.map_err(|e| {
-        let why = if e.is_timeout() {
-            format!("no answer within {}s", TIMEOUT.as_secs())
-        } else if e.is_connect() {
-            format!("cannot connect: {}", root_cause(&e))
-        } else {
-            root_cause(&e)
-        };
-        unhealthy(format!("{url}: {why}"))
-    })?;
+    // hyper's client reads no proxy from the environment, which would answer for rowbranch.
+    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+    let uri: http::Uri = url.parse().map_err(|e| unhealthy(format!("{url}: {e}")))?;
+    let answer = tokio::time::timeout(TIMEOUT, client.get(uri))
+        .await
+        .map_err(|_| unhealthy(format!("{url}: no answer within {}s", TIMEOUT.as_secs())))?
+        .map_err(|e| {
+            let why = if e.is_connect() {
+                format!("cannot connect: {}", root_cause(&e))
+            } else {
+                root_cause(&e)
+            };
+            unhealthy(format!("{url}: {why}"))
+        })?;
     let status = answer.status();
-    if status != reqwest::StatusCode::OK {
+    if status != http::StatusCode::OK {
         return Err(unhealthy(format!("{url} answered {status}")));
     }
     println!("{url} answered {status}");
@@ -56,7 +54,7 @@ fn unhealthy(reason: String) -> Failure {
     Failure::Runtime(anyhow!("unhealthy: {reason}"))
 }
 
-/// The innermost error's words ("Connection refused (os error 111)"), not reqwest's wrapping.
+/// The innermost error's words ("Connection refused (os error 111)"), not the client's wrapping.
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut cause = e;
     while let Some(next) = cause.source() {
@@ -65,21 +63,12 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
-/// Why a listen address gives no URL to probe.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-enum BadListen {
-    #[error("not HOST:PORT")]
-    NotHostPort,
-    #[error("`{0}` is not a port number")]
-    NotAPort(String),
-}
-
 /// `http://HOST:PORT/healthz` for a listen address, asking an unspecified address (every
-/// interface) on loopback: 0.0.0.0 on 127.0.0.1, :: on ::1.
-fn probe_url(listen: &str) -> Result<String, BadListen> {
-    let (host, port) = listen.rsplit_once(':').ok_or(BadListen::NotHostPort)?;
+/// interface) on loopback: 0.0.0.0 on 127.0.0.1, :: on ::1; else why there is none.
+fn probe_url(listen: &str) -> Result<String, String> {
+    let (host, port) = listen.rsplit_once(':').ok_or("not HOST:PORT")?;
     port.parse::<u16>()
-        .map_err(|_| BadListen::NotAPort(port.to_owned()))?;
+        .map_err(|_| format!("`{port}` is not a port number"))?;
     let host = match host {
         "" | "0.0.0.0" => "127.0.0.1",
         "::" | "[::]" => "[::1]",

@@ -1,23 +1,24 @@
-//! `rowbranch init`: writes the setup files filled in for one repository and table, and prints
-//! the steps that remain; `--manifest-code` finishes creating the GitHub App; `--host actions`
-//! writes the setup that runs rowbranch in the repository's GitHub Actions ([`actions`]).
+//! `rowbranch init`: writes the [`setup`] files filled in for one repository and table, and
+//! prints the steps that remain; `--manifest-code` finishes creating the GitHub App;
+//! `--host actions` writes the setup that runs rowbranch in the repository's GitHub Actions
+//! ([`actions`]).
 
-mod actions;
+pub mod actions;
+pub mod setup;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
 
+use self::setup::{render, SetupContext};
 use super::Failure;
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
-use crate::doctor::quietly;
+use crate::doctor::workflow::{allows_bot, bot_login, claude_steps};
+use crate::doctor::{quietly, ACTIONS_BOT};
 use crate::forge::github::{account_type, convert_manifest};
-use crate::identity::{BranchPrefix, EventType, QueueName, RepoName};
-use crate::templates::actions::ActionsSetup;
-use crate::templates::setup::{render, Host, OwnerKind, SetupContext, SetupError};
-use crate::templates::workflow::{allows_bot, bot_login, claude_steps, set_allowed_bots};
+use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
 use crate::webhook::auth::{generate_bearer_secret, generate_secret};
 
 /// GitHub refuses App names longer than this.
@@ -28,19 +29,6 @@ const MAX_APP_NAME: usize = 34;
 /// (https://www.postgresql.org/docs/current/sql-syntax-lexical.html#SQL-SYNTAX-IDENTIFIERS).
 const MAX_IDENTIFIER_BYTES: usize = 63;
 
-/// The setup files `init` writes for either intake, each in the folder under its own name.
-const OUTPUTS: &[&str] = &[
-    "rowbranch.toml",
-    "workflow.yml",
-    "app-manifest.json",
-    "payload.json.j2",
-    "create-app.html",
-];
-
-/// The Supabase SQL for each intake.
-const WEBHOOK_SQL: &[&str] = &["supabase-vault.sql", "supabase.sql"];
-const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
-
 /// Where GitHub sends the browser after creating the App, for the queue intake without
 /// `--url`: this machine, at `serve`'s default address. Nothing answers there while the App is
 /// created (`serve` needs its key and the database first), so the steps say to copy the code
@@ -48,7 +36,7 @@ const QUEUE_SQL: &[&str] = &["supabase-queue.sql"];
 const LOCAL_URL: &str = "http://127.0.0.1:8080";
 
 /// The files that carry a webhook secret: readable by their owner only.
-const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql"];
+const PRIVATE: &[&str] = &["supabase-vault.sql", "supabase.sql", ENV_FILE];
 
 pub async fn run(args: InitArgs) -> Result<(), Failure> {
     match &args.manifest_code {
@@ -65,6 +53,27 @@ fn out_dir(args: &InitArgs) -> PathBuf {
         (None, HostArg::Server) => PathBuf::from("."),
         (None, HostArg::Actions) => PathBuf::from("setup"),
     }
+}
+
+/// The files `init` writes for the host and intake asked for, each under its own name.
+fn outputs(args: &InitArgs) -> Vec<&'static str> {
+    if args.host == HostArg::Actions {
+        return actions::outputs(args);
+    }
+    let mut names = vec![
+        "rowbranch.toml",
+        "workflow.yml",
+        "app-manifest.json",
+        "payload.json.j2",
+        "create-app.html",
+    ];
+    match args.intake {
+        Some(IntakeArg::Pgmq) => names.push("supabase-queue.sql"),
+        Some(IntakeArg::Webhook) | None => {
+            names.extend(["supabase-vault.sql", "supabase.sql", ENV_FILE])
+        }
+    }
+    names
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -117,16 +126,14 @@ fn public_url(raw: &str) -> Result<String, Failure> {
 }
 
 /// Asks GitHub whether `owner` is a user or an organization, unless `--owner-type` says so.
-async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerKind, Failure> {
-    match args.owner_type {
-        Some(OwnerType::User) => return Ok(OwnerKind::User),
-        Some(OwnerType::Organization) => return Ok(OwnerKind::Organization),
-        None => {}
+async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> {
+    if let Some(kind) = args.owner_type {
+        return Ok(kind);
     }
     let api = api_url(args);
     match quietly(account_type(&api, owner)).await {
-        Ok(Some(kind)) if kind == "User" => Ok(OwnerKind::User),
-        Ok(Some(kind)) if kind == "Organization" => Ok(OwnerKind::Organization),
+        Ok(Some(kind)) if kind == "User" => Ok(OwnerType::User),
+        Ok(Some(kind)) if kind == "Organization" => Ok(OwnerType::Organization),
         Ok(Some(other)) => Err(usage(format!(
             "--repo: GitHub says {owner} is an account of type {other}, which cannot own a GitHub App"
         ))),
@@ -138,28 +145,24 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerKind, Failure> 
     }
 }
 
+/// The setup's values from the flags, every one checked before GitHub is asked anything.
 async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     let repo_arg = args.repo.as_deref().ok_or_else(|| {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
     let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
-    let host = match args.host {
-        HostArg::Server => {
-            actions::refuse_actions_flags(args)?;
-            Host::Server
-        }
-        HostArg::Actions => {
-            actions::refuse_server_flags(args)?;
-            Host::Actions
-        }
-    };
-    let intake = match (args.intake, host) {
-        (Some(IntakeArg::Pgmq), _) | (None, Host::Actions) => Intake::Pgmq,
-        (Some(IntakeArg::Webhook), _) | (None, Host::Server) => Intake::Webhook,
+    let on_actions = args.host == HostArg::Actions;
+    actions::refuse_other_hosts_flags(args, on_actions)?;
+    let intake = match (args.intake, on_actions) {
+        // The hourly bound templates/rowbranch.toml writes on a queue route.
+        (Some(IntakeArg::Pgmq), _) | (None, true) => Intake::Pgmq {
+            max_rows_per_hour: Some(60),
+        },
+        (Some(IntakeArg::Webhook), _) | (None, false) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
         (Some(url), _) => public_url(url)?,
-        (None, Intake::Pgmq) => LOCAL_URL.to_owned(),
+        (None, Intake::Pgmq { .. }) => LOCAL_URL.to_owned(),
         (None, Intake::Webhook) => return Err(usage(
             "--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com \
              (or --intake pgmq, where rowbranch reads a queue and needs no public address)",
@@ -170,7 +173,7 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         return Err(usage(format!(
             "--queue `{}`: a queue's name (and its dead-letter queue's, NAME_dead) is 1 to 47 \
              of a-z, 0-9 and _, not starting with a digit",
-            crate::identity::excerpt(&args.queue)
+            excerpt(&args.queue)
         )));
     };
     BranchPrefix::parse(&args.branch_prefix).map_err(|e| usage(format!("--branch-prefix: {e}")))?;
@@ -192,22 +195,26 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
             .take(MAX_APP_NAME)
             .collect(),
     };
-    let mut app_slug = slug::slugify(&app_name);
+    // No App with --host actions: the drain job's GITHUB_TOKEN sends the dispatch, and its bot
+    // is the work workflow's actor.
+    let app_slug = match on_actions {
+        true => ACTIONS_BOT.to_owned(),
+        false => slug::slugify(&app_name),
+    };
     if app_slug.is_empty() {
         return Err(usage("--app-name needs at least one letter or digit"));
     }
-    let actions = match host {
-        Host::Server => ActionsSetup::example(),
-        Host::Actions => {
-            // No App: the drain job's GITHUB_TOKEN sends the dispatch, and its bot is the
-            // work workflow's actor.
-            app_slug = crate::templates::actions::ACTIONS_BOT.to_owned();
-            actions::setup(args, &api_url(args))?
-        }
+    // Two secrets, never one for both: the signing key of supabase-vault.sql, and the bearer
+    // secret supabase.sql writes into a header, where a signing key would stop being one.
+    let (webhook_secret, bearer_secret) = match intake {
+        Intake::Webhook => (
+            Some(generate_secret().context("no randomness for a secret")?),
+            Some(generate_bearer_secret().context("no randomness for a secret")?),
+        ),
+        Intake::Pgmq { .. } => (None, None),
     };
     let mut ctx = SetupContext {
         owner: repo.owner().to_owned(),
-        owner_kind: OwnerKind::User,
         repo: repo.to_string(),
         url,
         app_name,
@@ -218,42 +225,24 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         text_column: args.text_column.clone(),
         branch_prefix: args.branch_prefix.clone(),
         event_type: args.event_type.clone(),
-        // Two secrets, never one for both: the signing key of supabase-vault.sql, and the bearer
-        // secret supabase.sql writes into a header, where a signing key would stop being one.
-        webhook_secret: match intake {
-            Intake::Webhook => Some(generate_secret().context("no randomness for a secret")?),
-            Intake::Pgmq => None,
-        },
-        bearer_secret: match intake {
-            Intake::Webhook => {
-                Some(generate_bearer_secret().context("no randomness for a secret")?)
-            }
-            Intake::Pgmq => None,
-        },
+        webhook_secret,
+        bearer_secret,
         intake,
-        host,
-        actions,
+        host: args.host,
+        actions: match on_actions {
+            true => actions::setup(args, &api_url(args))?,
+            false => actions::ActionsSetup::example(),
+        },
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
         max_turns: args.max_turns,
         work_timeout_minutes: args.work_timeout_minutes,
+        // Asked of GitHub below, once every value is checked.
+        owner_kind: OwnerType::User,
     };
-    // Every value is checked before GitHub is asked anything.
-    ctx.check().map_err(
-        |SetupError::Unprintable {
-             field,
-             position,
-             code,
-         }| {
-            usage(format!(
-            "--{}: character {position} is U+{code:04X}, a control or invisible character; only \
-             printable text can be written into the setup files",
-            field.replace('_', "-")
-        ))
-        },
-    )?;
-    if host == Host::Server {
+    ctx.check().map_err(usage)?;
+    if !on_actions {
         // Only an App needs to know its owner's kind; --host actions asks GitHub nothing.
         ctx.owner_kind = owner_kind(args, repo.owner()).await?;
     }
@@ -262,53 +251,40 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
-    let mut names: Vec<&str> = match args.host {
-        HostArg::Server => OUTPUTS.to_vec(),
-        HostArg::Actions => actions::outputs(args),
-    };
-    match (args.host, args.intake) {
-        (HostArg::Actions, _) => {}
-        (HostArg::Server, Some(IntakeArg::Pgmq)) => names.extend(QUEUE_SQL),
-        (HostArg::Server, Some(IntakeArg::Webhook) | None) => {
-            names.extend(WEBHOOK_SQL);
-            names.push(ENV_FILE);
-        }
-    }
-    if !args.force {
-        let existing: Vec<&str> = names
-            .iter()
-            .copied()
-            .filter(|name| dir.join(name).exists())
-            .collect();
-        if !existing.is_empty() {
-            return Err(usage(format!(
-                "{} already has {}: pass --force to overwrite, or choose another --dir",
-                dir.display(),
-                existing.join(", ")
-            )));
-        }
+    let names = outputs(args);
+    let existing: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|name| dir.join(name).exists())
+        .collect();
+    if !args.force && !existing.is_empty() {
+        return Err(usage(format!(
+            "{} already has {}: pass --force to overwrite, or choose another --dir",
+            dir.display(),
+            existing.join(", ")
+        )));
     }
     let ctx = context(args).await?;
     // Everything is rendered before anything is written.
     let mut files = Vec::with_capacity(names.len());
-    for name in names.iter().filter(|name| **name != ENV_FILE) {
-        files.push((*name, render(name, &ctx)?));
+    for name in &names {
+        let text = match (*name, &ctx.webhook_secret, &ctx.bearer_secret) {
+            (ENV_FILE, Some(signing), Some(bearer)) => env_file(signing, bearer),
+            _ => render(name, &ctx)?,
+        };
+        files.push((*name, text));
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    for (out, text) in &files {
-        write(&dir.join(out), text, PRIVATE.contains(out))?;
-    }
-    if let (Some(signing), Some(bearer)) = (&ctx.webhook_secret, &ctx.bearer_secret) {
-        write(&dir.join(ENV_FILE), &env_file(signing, bearer), true)?;
+    for (name, text) in &files {
+        write(&dir.join(name), text, PRIVATE.contains(name))?;
     }
     println!("wrote to {}:", dir.display());
     for name in &names {
         println!("  {name}");
     }
-    match (ctx.host, ctx.intake) {
-        (Host::Actions, _) => actions::print_steps(dir, &ctx),
-        (Host::Server, Intake::Webhook) => print_next_steps(dir, &ctx),
-        (Host::Server, Intake::Pgmq) => print_queue_steps(dir, &ctx),
+    match ctx.host {
+        HostArg::Actions => actions::print_steps(dir, &ctx),
+        HostArg::Server => print_steps(dir, &ctx),
     }
     Ok(())
 }
@@ -326,33 +302,49 @@ ROWBRANCH_WEBHOOK_SECRET=\"{signing} {bearer}\"
     )
 }
 
-fn print_next_steps(dir: &Path, ctx: &SetupContext) {
+/// The steps that remain with `serve` and a GitHub App, in the order that works: the App
+/// first (it gives the id and key rowbranch needs), then the intake, then the workflow.
+fn print_steps(dir: &Path, ctx: &SetupContext) {
     let d = dir.display();
-    let repo = &ctx.repo;
+    let (repo, url, schema, table) = (&ctx.repo, &ctx.url, &ctx.schema, &ctx.table);
     let owner = match ctx.owner_kind {
-        OwnerKind::Organization => format!("the organization {}", ctx.owner),
-        OwnerKind::User => format!("your account {} (be signed in as {0})", ctx.owner),
+        OwnerType::Organization => format!("the organization {}", ctx.owner),
+        OwnerType::User => format!("your account {} (be signed in as {0})", ctx.owner),
     };
-    println!(
-        "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
-rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
-  1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=…, where nothing answers yet (rowbranch is
-     deployed in step 3): copy the code from the address bar (it works once, for an hour) and run
+    let webhook = ctx.intake == Intake::Webhook;
+    let starts = match webhook {
+        true => " (rowbranch is\n     deployed in step 3): copy",
+        false => "\n     (rowbranch starts in step 5, once it has the App's key and the database):\n     copy",
+    };
+    let app = format!(
+        "1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
+     button; GitHub then sends you to {url}/?code=…, where nothing answers yet{starts} the code from the address bar (it works once, for an hour) and run
        rowbranch init --dir {d} --manifest-code THE_CODE
      (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
      App into {d}/workflow.yml).
-  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
+  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}."
+    );
+    let workflow = |n: u32| {
+        format!(
+            "{n}. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
+     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
+     General → \"Allow GitHub Actions to create and approve pull requests\").
+  {}. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.",
+            n + 1
+        )
+    };
+    println!("\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then");
+    if webhook {
+        println!(
+            "rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
+  {app}
   3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
      from {d}/{ENV_FILE} (two secrets: the whsec_ signing key of supabase-vault.sql, then the
      bearer secret of supabase.sql) and the key {d}/app.pem in the platform's secret store;
      or, on a machine of your own behind a TLS proxy:
        set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
   4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
-  5. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
-     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
-     General → \"Allow GitHub Actions to create and approve pull requests\").
-  6. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
+  {}
   7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
      run {d}/supabase-vault.sql in the SQL editor: it keeps the signing key in Supabase Vault
      and posts every INSERT on {schema}.{table} to {url}/webhook, signed; rowbranch.toml takes
@@ -360,30 +352,12 @@ rowbranch running where Supabase reaches it, then the workflow and the trigger t
      ({d}/supabase.sql is the same trigger as the Dashboard makes it: it sends the bearer
      secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)
   8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
-        url = ctx.url,
-        schema = ctx.schema,
-        table = ctx.table,
-    );
-}
-
-fn print_queue_steps(dir: &Path, ctx: &SetupContext) {
-    let d = dir.display();
-    let repo = &ctx.repo;
-    let owner = match ctx.owner_kind {
-        OwnerKind::Organization => format!("the organization {}", ctx.owner),
-        OwnerKind::User => format!("your account {} (be signed in as {0})", ctx.owner),
-    };
-    println!(
-        "\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then
-the queue and its trigger, then rowbranch reading it, then the workflow.
-  1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=…, where nothing answers yet
-     (rowbranch starts in step 5, once it has the App's key and the database):
-     copy the code from the address bar (it works once, for an hour) and run
-       rowbranch init --dir {d} --manifest-code THE_CODE
-     (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
-     App into {d}/workflow.yml).
-  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}.
+            workflow(5)
+        );
+    } else {
+        println!(
+            "the queue and its trigger, then rowbranch reading it, then the workflow.
+  {app}
   3. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
      SQL editor: each INSERT on {schema}.{table} then puts the row into the queue {queue}, in
      the INSERT's own transaction.
@@ -394,16 +368,12 @@ the queue and its trigger, then rowbranch reading it, then the workflow.
   5. Start rowbranch anywhere that reaches the database; it needs no inbound port:
        DATABASE_URL=… rowbranch serve --config {d}/rowbranch.toml
      (docs/deploy.md for a platform; the key {d}/app.pem and DATABASE_URL in its secret store).
-  6. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
-     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
-     General → \"Allow GitHub Actions to create and approve pull requests\").
-  7. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.
+  {}
   8. rowbranch doctor --config {d}/rowbranch.toml, until every line is ✓",
-        url = ctx.url,
-        schema = ctx.schema,
-        table = ctx.table,
-        queue = ctx.queue,
-    );
+            workflow(6),
+            queue = ctx.queue,
+        );
+    }
 }
 
 /// A slug as GitHub makes them: lower-case letters, digits and `-`.
@@ -476,9 +446,9 @@ fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
             return Ok(());
         }
         Err(e) => {
-            return Err(Failure::Runtime(
-                anyhow!(e).context(format!("cannot read {}", path.display())),
-            ))
+            return Err(anyhow!(e)
+                .context(format!("cannot read {}", path.display()))
+                .into())
         }
     };
     let steps = claude_steps(&text).unwrap_or_default();
@@ -505,36 +475,65 @@ fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Replaces the `app_id = …` line of the config's `[github]` table; false when there is no
-/// config file.
+/// `workflow` with the `allowed_bots` of every claude-code-action step set to the App's bot,
+/// each on the line it was, with its indentation; every other line is untouched. Checks the
+/// result by reading it back; the error says why the workflow cannot be rewritten.
+pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'static str> {
+    let steps = claude_steps(workflow).ok_or("it is not a workflow rowbranch can read as YAML")?;
+    if steps.is_empty() {
+        return Err("it has no claude-code-action step");
+    }
+    let unmatched =
+        "its claude-code-action steps and its `allowed_bots:` lines do not match one to one";
+    let value = serde_json::Value::String(bot_login(app_slug)).to_string();
+    let mut rewritten = 0;
+    let mut out = String::with_capacity(workflow.len() + 16);
+    for line in workflow.split_inclusive('\n') {
+        let content = line.trim_end_matches(['\n', '\r']);
+        let indent = content.len() - content.trim_start().len();
+        if content.trim_start().starts_with("allowed_bots:") {
+            rewritten += 1;
+            let ending = &line[content.len()..];
+            out.push_str(&format!(
+                "{}allowed_bots: {value}{ending}",
+                &content[..indent]
+            ));
+        } else {
+            out.push_str(line);
+        }
+    }
+    let after = claude_steps(&out).unwrap_or_default();
+    if rewritten != steps.len()
+        || after.len() != steps.len()
+        || !after.iter().all(|s| allows_bot(&s.allowed_bots, app_slug))
+    {
+        return Err(unmatched);
+    }
+    Ok(out)
+}
+
+/// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the
+/// file as they are; false when there is no config file.
 fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
     let Ok(text) = std::fs::read_to_string(config) else {
         return Ok(false);
     };
-    let mut in_github = false;
-    let mut done = false;
-    let lines: Vec<String> = text
-        .lines()
-        .map(|line| {
-            let trimmed = line.trim_start();
-            if trimmed.starts_with('[') {
-                in_github = trimmed.starts_with("[github]");
-            }
-            if in_github && !done && trimmed.starts_with("app_id") {
-                done = true;
-                let comment = line.find('#').map(|at| &line[at..]).unwrap_or("");
-                return format!("app_id = {id:<24} {comment}").trim_end().to_owned();
-            }
-            line.to_owned()
-        })
-        .collect();
-    if !done {
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .with_context(|| format!("{} is not TOML", config.display()))?;
+    let Some(toml_edit::Item::Value(old)) = doc.get_mut("github").and_then(|t| t.get_mut("app_id"))
+    else {
         return Err(Failure::Runtime(anyhow!(
             "{} has no app_id in [github]: add app_id = {id}",
             config.display()
         )));
-    }
-    write(config, &(lines.join("\n") + "\n"), false)?;
+    };
+    let decor = old.decor().clone();
+    *old = i64::try_from(id)
+        .context("an App id beyond TOML's integers")?
+        .into();
+    *old.decor_mut() = decor;
+    write(config, &doc.to_string(), false)?;
     Ok(true)
 }
 
@@ -560,4 +559,73 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
     file.write_all(text.as_bytes())
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{set_allowed_bots, set_app_id};
+    use crate::doctor::workflow::{allows_bot, claude_steps};
+
+    const WORKFLOW: &str = "\
+on: repository_dispatch
+jobs:
+  work:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v5
+      - id: work
+        uses: anthropics/claude-code-action@v1
+        with:
+          # who may start it
+          allowed_bots: \"rowbranch-acme[bot]\"
+          prompt: hi
+";
+
+    #[test]
+    fn the_rewrite_changes_only_the_allowed_bots_line() {
+        let rewritten = set_allowed_bots(WORKFLOW, "rowbranch-acme-2").unwrap();
+        assert_eq!(
+            rewritten,
+            WORKFLOW.replace("\"rowbranch-acme[bot]\"", "\"rowbranch-acme-2[bot]\"")
+        );
+        assert!(allows_bot(
+            &claude_steps(&rewritten).unwrap()[0].allowed_bots,
+            "rowbranch-acme-2"
+        ));
+    }
+
+    #[test]
+    fn a_workflow_the_rewrite_cannot_follow_is_refused() {
+        assert_eq!(
+            set_allowed_bots("on: push\njobs: {}\n", "x"),
+            Err("it has no claude-code-action step")
+        );
+        let no_line = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
+        let unmatched =
+            "its claude-code-action steps and its `allowed_bots:` lines do not match one to one";
+        assert_eq!(set_allowed_bots(&no_line, "x"), Err(unmatched));
+        let other = format!(
+            "{WORKFLOW}      - uses: someone/else@v1\n        with:\n          allowed_bots: x\n"
+        );
+        assert_eq!(set_allowed_bots(&other, "x"), Err(unmatched));
+        // A comment that mentions the key is not a line to rewrite.
+        let comment = format!("{WORKFLOW}# allowed_bots: in a comment\n");
+        assert!(set_allowed_bots(&comment, "x")
+            .unwrap()
+            .ends_with("# allowed_bots: in a comment\n"));
+    }
+
+    #[test]
+    fn the_app_id_is_set_in_github_alone_keeping_its_comment() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("rowbranch.toml");
+        let before = "listen = \"x\"\n\n[github]\napp_id = 123456   # env GITHUB_APP_ID\n\n[[routes]]\napp_id = 1\n";
+        std::fs::write(&config, before).unwrap();
+        assert!(set_app_id(&config, 4242).unwrap());
+        assert_eq!(
+            std::fs::read_to_string(&config).unwrap(),
+            before.replace("123456", "4242")
+        );
+        assert!(!set_app_id(&dir.path().join("none.toml"), 1).unwrap());
+    }
 }

@@ -3,61 +3,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, Context};
+use anyhow::Context;
 
 use super::Failure;
 use crate::cli::ServeArgs;
-use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, GithubAuth, PrivateKeySource, StatusPage};
+use crate::config::{process_env, Config, Insecure};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Launch};
 
-/// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
-/// ten guesses a minute (see `http::login`) would not exhaust in the age of the universe.
-const MIN_STATUS_PASSWORD_CHARS: usize = 16;
-
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
-    let config = Config::load(&args.config.config, &process_env)?;
-    if config.reads_the_queue() && config.database_url.is_none() {
-        return Err(Failure::Usage(anyhow!(
-            "a route reads the queue (intake = \"pgmq\") but DATABASE_URL is not set: set it to \
-             the database's connection string (Supabase: Project Settings → Database → \
-             Connection string; sslmode=verify-full with the project's CA)"
-        )));
-    }
-    if config.takes_webhooks() && config.webhook.secrets.is_none() && !args.insecure_no_auth {
-        let set = secret_from_init(&config.source).unwrap_or_else(|| {
-            "set ROWBRANCH_WEBHOOK_SECRET (at least 24 characters; several separated by spaces \
-             to rotate)"
-                .to_owned()
-        });
-        return Err(Failure::Usage(anyhow!(
-            "no webhook secret: {set}; or pass --insecure-no-auth to accept deliveries without \
-             credentials (never on a public address)"
-        )));
-    }
-    warn_if_key_exposed(&config);
-    if let Some(secrets) = config
-        .webhook
-        .secrets
-        .as_ref()
-        .filter(|s| !s.can_authenticate_any())
-    {
-        if config.takes_webhooks() {
-            tracing::warn!(
-                "[webhook] accept = {} takes none of the secrets in ROWBRANCH_WEBHOOK_SECRET: \
-                 every delivery will be refused (\"bearer\" takes a secret that does not start \
-                 with whsec_, \"standard-webhooks\" one that does)",
-                secrets.accept_list()
-            );
-        }
-    }
-    if let Some(page) = &config.status_page {
-        status_page_password(page, args.insecure_public_status)?;
-    }
-    if config.reconcile.every.is_some() && config.database_url.is_none() {
-        tracing::warn!("reconcile_every is set but DATABASE_URL is not: no scheduled sweep");
-    }
+    let insecure = Insecure {
+        no_auth: args.insecure_no_auth,
+        public_status: args.insecure_public_status,
+    };
+    let config = Config::load_for_serve(&args.config.config, &process_env, insecure)?;
+    // What the config cannot say without the database: whether the routes fit their tables.
     if let Some(url) = &config.database_url {
         check_tables(&config, url.expose()).await?;
     }
@@ -94,67 +54,6 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
-}
-
-/// Says once, at start, when the App's private key file is open to group or others, as ssh says
-/// of a private key: whoever can read it can act as the App on every repository it is installed
-/// on. A key that cannot be read at all is the forge's error, not this warning.
-fn warn_if_key_exposed(config: &Config) {
-    let ForgeSettings::Github(github) = &config.forge else {
-        return;
-    };
-    let GithubAuth::App {
-        key: PrivateKeySource::File(path),
-        ..
-    } = &github.auth
-    else {
-        return;
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(metadata) = std::fs::metadata(path) else {
-            return;
-        };
-        let mode = metadata.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                mode = %format!("{mode:04o}"),
-                fix = %format!("chmod 600 {}", path.display()),
-                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
-            );
-        }
-    }
-}
-
-/// Refuses a status page anyone could read, or whose password a guesser could find: none, or
-/// one under [`MIN_STATUS_PASSWORD_CHARS`] characters, unless `--insecure-public-status`.
-fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), Failure> {
-    let chars = page.password.as_ref().map(|p| p.expose().chars().count());
-    let problem = match chars {
-        None => {
-            "ROWBRANCH_STATUS_PASSWORD is not set (or empty), so the status page would be public"
-                .to_owned()
-        }
-        Some(n) if n < MIN_STATUS_PASSWORD_CHARS => format!(
-            "ROWBRANCH_STATUS_PASSWORD has {n} characters, fewer than the \
-             {MIN_STATUS_PASSWORD_CHARS} required"
-        ),
-        Some(_) => return Ok(()),
-    };
-    if insecure {
-        tracing::warn!(
-            "{problem}: served anyway (--insecure-public-status); the page shows row ids and branch names"
-        );
-        return Ok(());
-    }
-    Err(Failure::Usage(anyhow!(
-        "status_page = true, but {problem}: the page shows row ids and branch names made from the \
-         rows' text. Set ROWBRANCH_STATUS_PASSWORD to a random password of \
-         {MIN_STATUS_PASSWORD_CHARS} or more characters (e.g. `openssl rand -hex 16`), turn the \
-         page off, or pass --insecure-public-status (never on a public address)"
-    )))
 }
 
 /// How long `serve` gives the database at start to say whether the routes fit their tables.

@@ -1,7 +1,7 @@
 //! The config file's shape (SPEC §2): every key a table takes, and — in the `Default` beside
 //! each table — what a key left out holds. Serde fills a missing key from that `Default`, so
 //! each default is declared once, here; `validate` turns the tables into settings, and
-//! `docs/spec.md` §2 documents each key (its `spec_tables` test holds the two in step).
+//! `docs/spec.md` §2 documents each key (its `spec_tests` hold the two in step).
 //!
 //! Values stay as written — durations as text, names as strings — so that validation can quote
 //! a bad one with its key. `None` marks a key with no default: required, or off.
@@ -10,7 +10,26 @@
 //! RawForge"), which is why they keep them. Serialized, the shape is what `rowbranch config`
 //! prints (`show`), and what the spec's tables are checked against.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
+
+/// `[github] write_hourly_max` for the App: GitHub allows about 500 content-creating requests an
+/// hour (SPEC §2).
+pub(super) const APP_WRITE_HOURLY_MAX: u32 = 450;
+
+/// `[github] write_hourly_max` for a plain token (`GITHUB_TOKEN`, which GitHub allows 1,000
+/// requests an hour per repository): a new row costs about four requests (two reads, the
+/// claim, the dispatch), so 200 rows an hour — 400 writes — spend 800 and leave 200 for
+/// duplicates' reads and compares and the sweep (SPEC §2).
+pub(super) const TOKEN_WRITE_HOURLY_MAX: u32 = 400;
+
+/// How often `serve` sweeps when `reconcile_every` is left out and `DATABASE_URL` is set: a
+/// row a sender never sent again (pg_net never retries) waits at most this long.
+pub(super) const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(6 * 3600);
+
+/// The least `queue_bytes` may be: a few big rows.
+pub(super) const MIN_QUEUE_BYTES: usize = 1 << 20;
 
 /// The whole file.
 #[derive(Deserialize, Serialize)]
@@ -23,7 +42,7 @@ pub(super) struct RawConfig {
     /// `GET /`'s live page of the last decisions.
     pub status_page: bool,
     /// `serve` sweeps on this schedule, or not at all with `"off"`. Left out, it sweeps every
-    /// [`super::DEFAULT_RECONCILE_EVERY`] when `DATABASE_URL` is set (`None` here).
+    /// [`DEFAULT_RECONCILE_EVERY`] when `DATABASE_URL` is set (`None` here).
     pub reconcile_every: Option<String>,
     /// How far back a scheduled sweep looks.
     pub reconcile_window: String,
@@ -95,8 +114,7 @@ pub(super) struct RawGithub {
     /// Writes allowed back to back before the pace applies.
     pub write_burst: u32,
     /// Writes per rolling hour: GitHub allows about 500 content-creating requests an hour.
-    /// When `None`, [`APP_WRITE_HOURLY_MAX`](super::APP_WRITE_HOURLY_MAX), or with `token_env`
-    /// [`TOKEN_WRITE_HOURLY_MAX`](super::TOKEN_WRITE_HOURLY_MAX).
+    /// When `None`, [`APP_WRITE_HOURLY_MAX`], or with `token_env` [`TOKEN_WRITE_HOURLY_MAX`].
     pub write_hourly_max: Option<u32>,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
     pub queue_capacity: usize,
@@ -243,7 +261,8 @@ pub(super) struct RawRoute {
     /// The most minutes the workflow's work job may run.
     pub work_timeout_minutes: u32,
     /// The most rows of the route that start work in any hour, counted from the queue's
-    /// archive; off when `None`. Only for `intake = "pgmq"`.
+    /// archive; off when `None`. Only for `intake = "pgmq"`: validation makes it part of the
+    /// queue's [`Intake`](super::Intake).
     pub max_rows_per_hour: Option<u32>,
 }
 

@@ -1,19 +1,20 @@
 //! Configuration (SPEC §2): the TOML file plus the environment variables the contract names,
-//! validated once into a typed [`Config`] of plain settings that the forge, the row reader and
-//! the server are each built from. Three steps, one module each:
+//! validated once — cross-field rules, and the rules `serve` adds, included — into a typed
+//! [`Config`] of plain settings that the forge, the row reader and the server are each built
+//! from. Three steps, one module each:
 //!
 //! - `file`: the file's shape, each key with its default;
-//! - [`env`]: every environment variable the config takes, read once through an injected
-//!   [`Env`] (so tests and the demo need not touch the process's), and the route that
+//! - [`env`]: every environment variable the config takes, read once, and the route that
 //!   `ROWBRANCH_REPO` writes into the file's shape in place of a file;
 //! - `validate`: the two together into the settings of `settings`, re-exported here.
 //!
 //! [`Config::load`] reads the file (or `ROWBRANCH_CONFIG`, or the route from the environment:
 //! one of them, never two); [`Config::parse`] only checks text; [`Config::show`] writes the
-//! effective config back out as TOML (`show`).
+//! effective config back out as TOML (`show`). The environment comes in as a function that
+//! reads one variable, so that tests and the demo need not touch the process's.
 //!
 //! A new key is a field of its table in `file` with its default in the `Default` beside it, a
-//! row in `docs/spec.md` §2 (`spec_tables` fails until both agree), and the field of the
+//! row in `docs/spec.md` §2 (`spec_tests` fails until both agree), and the field of the
 //! settings it lands in, filled (and bounded, if it has bounds) in `validate`.
 
 use std::fmt;
@@ -31,7 +32,7 @@ mod file;
 mod settings;
 mod show;
 #[cfg(test)]
-mod spec_tables;
+mod spec_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
@@ -42,12 +43,11 @@ pub use settings::{
     AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, APP_WRITE_HOURLY_MAX, DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES,
-    DEFAULT_RECONCILE_EVERY, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
-    MIN_QUEUE_BYTES, TOKEN_WRITE_HOURLY_MAX,
+    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_WORK_TIMEOUT_MINUTES,
+    MAX_WORK_TIMEOUT_MINUTES,
 };
-
 pub use show::Shown;
+pub use validate::Insecure;
 
 use env::Overlay;
 
@@ -93,62 +93,103 @@ enum Source {
 }
 
 impl Source {
+    /// The file at `path`, else `ROWBRANCH_CONFIG`, else the route's variables; two of them
+    /// together are refused, naming both and how to keep one.
     fn find(path: &Path, overlay: &Overlay) -> Result<Source, ConfigError> {
-        let route_variables = overlay.route.set();
-        match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let refused = if overlay.config.is_some() {
-                    Some(env::config_and_file())
-                } else if !route_variables.is_empty() {
-                    Some(env::conflict(&route_variables))
-                } else {
-                    None
-                };
-                match refused {
-                    Some(problem) => Err(ConfigError::new(path.display(), problem)),
-                    None => Ok(Source::Text {
-                        text,
-                        path: path.to_owned(),
-                    }),
-                }
+        let route = overlay.route_variables();
+        let names = route.join(", ");
+        let config = overlay.get(env::CONFIG);
+        let (name, problem) = match (std::fs::read_to_string(path), config, route.first()) {
+            (Ok(_), Some(_), _) => (
+                path.display().to_string(),
+                invalid!(
+                    "{} holds a config, and this file is one too: rowbranch takes one config. \
+                     To use the file, unset {0}; to use the variable, remove the file (or move \
+                     it away from where --config points)",
+                    env::CONFIG
+                ),
+            ),
+            (Ok(_), None, Some(_)) => (
+                path.display().to_string(),
+                invalid!(
+                    "{names} configure a route from the environment, and this file configures \
+                     the routes too: to use the file, unset {names}; to use the environment, \
+                     remove the file (or move it away from where --config points)"
+                ),
+            ),
+            (Ok(text), None, None) => {
+                let path = path.to_owned();
+                return Ok(Source::Text { text, path });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match (&overlay.config, route_variables.first()) {
-                    (Some(_), Some(_)) => Err(ConfigError::new(
-                        env::CONFIG,
-                        env::config_and_route(&route_variables),
-                    )),
-                    (Some(text), None) => Ok(Source::Text {
-                        text: text.clone(),
-                        path: PathBuf::from(env::CONFIG),
-                    }),
-                    (None, Some(&env::REPO)) => Ok(Source::Environment),
-                    (None, Some(_)) => Err(ConfigError::new(
-                        path.display(),
-                        env::repo_missing(&route_variables),
-                    )),
-                    (None, None) => Err(ConfigError::new(
-                        path.display(),
-                        invalid!(
-                            "cannot read the config file: {e} (pass --config FILE, or run \
-                             `rowbranch init` to write one; or set {} to the config's text, or \
-                             {} to configure one route from the environment)",
-                            env::CONFIG,
-                            env::REPO
-                        ),
-                    )),
-                }
-            }
-            Err(e) => Err(ConfigError::new(
-                path.display(),
+            (Err(e), ..) if e.kind() != std::io::ErrorKind::NotFound => (
+                path.display().to_string(),
                 invalid!("cannot read the config file: {e}"),
-            )),
+            ),
+            (Err(_), Some(_), Some(_)) => (
+                env::CONFIG.to_owned(),
+                invalid!(
+                    "{} holds a config, and {names} configure a route from the environment too: \
+                     rowbranch takes one config. Unset {names}, and put the route in {0}'s \
+                     [[routes]]",
+                    env::CONFIG
+                ),
+            ),
+            (Err(_), Some(text), None) => {
+                let (text, path) = (text.to_owned(), PathBuf::from(env::CONFIG));
+                return Ok(Source::Text { text, path });
+            }
+            (Err(_), None, Some(&env::REPO)) => return Ok(Source::Environment),
+            (Err(_), None, Some(_)) => (
+                path.display().to_string(),
+                invalid!(
+                    "there is no config file here, and {names} is set but {} is not: set \
+                     {0}=owner/name to configure the route from the environment, or write the \
+                     config file",
+                    env::REPO
+                ),
+            ),
+            (Err(e), None, None) => (
+                path.display().to_string(),
+                invalid!(
+                    "cannot read the config file: {e} (pass --config FILE, or run `rowbranch \
+                     init` to write one; or set {} to the config's text, or {} to configure one \
+                     route from the environment)",
+                    env::CONFIG,
+                    env::REPO
+                ),
+            ),
+        };
+        Err(ConfigError::new(name, problem))
+    }
+
+    /// The file's shape this source holds: its text's, or the one the route's variables write.
+    fn raw(&self, overlay: &Overlay) -> Result<file::RawConfig, Invalid> {
+        match self {
+            Source::Text { text, .. } => {
+                toml::from_str(text).map_err(|e| Invalid(e.to_string().trim_end().to_owned()))
+            }
+            Source::Environment => overlay.file(),
         }
     }
-}
 
-/// Reads one environment variable; injected so tests and the demo need not touch the process's.
-pub type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+    /// What messages about this source name: the file, `ROWBRANCH_CONFIG`, or the environment;
+    /// and the path its relative paths are relative to.
+    fn names(&self) -> (String, &Path) {
+        match self {
+            Source::Text { path, .. } => (path.display().to_string(), path),
+            Source::Environment => (env::SOURCE_NAME.to_owned(), Path::new(env::SOURCE)),
+        }
+    }
+
+    /// The config this source holds, with the environment laid over it; with `serve`, the
+    /// rules it adds too.
+    fn validate(&self, overlay: &Overlay, serve: Option<Insecure>) -> Result<Config, ConfigError> {
+        let (name, path) = self.names();
+        self.raw(overlay)
+            .and_then(|raw| validate::config(raw, overlay, path, serve))
+            .map_err(|e| ConfigError::new(name, e))
+    }
+}
 
 /// The process environment, for the binary. An empty variable counts as unset.
 pub fn process_env(key: &str) -> Option<String> {
@@ -158,96 +199,72 @@ pub fn process_env(key: &str) -> Option<String> {
 impl Config {
     /// Reads and validates the file at `path`, with `env` laid over it. When there is no file
     /// there, the config is `ROWBRANCH_CONFIG`'s text, or else, when `ROWBRANCH_REPO` is set,
-    /// the route from the environment alone ([`Config::from_env`]). Two of these together are
-    /// refused, naming both.
-    pub fn load(path: &Path, env: Env) -> Result<Config, ConfigError> {
+    /// the route from the environment alone (SPEC §2 "One route from the environment"). Two of
+    /// these together are refused, naming both.
+    pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         let overlay = Overlay::read(env);
-        match Source::find(path, &overlay)? {
-            Source::Text { text, path } => Config::from_text(&text, &path, &overlay),
-            Source::Environment => Config::from_overlay(&overlay),
-        }
+        Source::find(path, &overlay)?.validate(&overlay, None)
+    }
+
+    /// [`Config::load`] for `serve`, with the rules it adds: the secrets and the database its
+    /// parts need, unless `insecure` lets it do without (SPEC §2, §3).
+    pub fn load_for_serve(
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+        insecure: Insecure,
+    ) -> Result<Config, ConfigError> {
+        let overlay = Overlay::read(env);
+        Source::find(path, &overlay)?.validate(&overlay, Some(insecure))
     }
 
     /// What `rowbranch config` prints: the config [`Config::load`] would load, with the
     /// environment laid over it and every default written out, as TOML that
     /// [`Config::parse`] takes back; secrets only as set or not.
-    pub fn show(path: &Path, env: Env) -> Result<Shown, ConfigError> {
-        show::show(path, &Overlay::read(env))
+    pub fn show(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Shown, ConfigError> {
+        let overlay = Overlay::read(env);
+        let source = Source::find(path, &overlay)?;
+        // Validated first, exactly as the commands do: a config that does not load says why.
+        let config = source.validate(&overlay, None)?;
+        show::show(&source, &overlay, &config)
     }
 
     /// Validates `text` as if read from `path` (relative paths are relative to its folder).
     /// Reads no file.
-    pub fn parse(text: &str, path: &Path, env: Env) -> Result<Config, ConfigError> {
-        Config::from_text(text, path, &Overlay::read(env))
-    }
-
-    /// The config of the one route the environment describes (SPEC §2 "One route from the
-    /// environment"), with every other key at its default. Reads no file.
-    pub fn from_env(env: Env) -> Result<Config, ConfigError> {
-        Config::from_overlay(&Overlay::read(env))
-    }
-
-    fn from_text(text: &str, path: &Path, overlay: &Overlay) -> Result<Config, ConfigError> {
-        let raw: file::RawConfig = toml::from_str(text).map_err(|e| {
-            ConfigError::new(path.display(), Invalid(e.to_string().trim_end().to_owned()))
-        })?;
-        validate::config(raw, overlay, path).map_err(|e| ConfigError::new(path.display(), e))
-    }
-
-    fn from_overlay(overlay: &Overlay) -> Result<Config, ConfigError> {
-        overlay
-            .route
-            .file(overlay)
-            .and_then(|raw| validate::config(raw, overlay, Path::new(env::SOURCE)))
-            .map_err(|e| ConfigError::new(env::SOURCE_NAME, e))
+    pub fn parse(
+        text: &str,
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let (text, path) = (text.to_owned(), path.to_owned());
+        Source::Text { text, path }.validate(&Overlay::read(env), None)
     }
 }
 
-/// Where `serve` listens, as written, and the setting that says so: what `rowbranch
-/// healthcheck` asks. Found the way `serve` finds it — `ROWBRANCH_LISTEN`, else `PORT`, else
-/// the config's `listen`, else the default — without validating anything: of the config (the
-/// file at `path`, or `ROWBRANCH_CONFIG`) only `listen` is read, and a config that does not
-/// parse counts as one without it.
-pub struct ListenSetting {
-    /// `HOST:PORT`, unchecked.
-    pub address: String,
-    /// `ROWBRANCH_LISTEN`, `PORT`, `listen in FILE` or `the default`.
-    pub from: String,
-}
-
-impl ListenSetting {
-    pub fn find(path: &Path, env: Env) -> ListenSetting {
-        let overlay = Overlay::read(env);
-        if let Some(address) = overlay.listen {
-            return ListenSetting {
-                address,
-                from: env::LISTEN.to_owned(),
-            };
-        }
-        if let Some(port) = overlay.port {
-            return ListenSetting {
-                address: format!("0.0.0.0:{port}"),
-                from: env::PORT.to_owned(),
-            };
-        }
-        let (text, name) = match std::fs::read_to_string(path) {
-            Ok(text) => (Some(text), path.display().to_string()),
-            Err(_) => (overlay.config, env::CONFIG.to_owned()),
-        };
-        let written = text
-            .and_then(|text| text.parse::<toml::Table>().ok())
-            .and_then(|table| table.get("listen")?.as_str().map(str::to_owned));
-        match written {
-            Some(address) => ListenSetting {
-                address,
-                from: format!("listen in {name}"),
-            },
-            None => ListenSetting {
-                address: file::RawConfig::default().listen,
-                from: "the default".to_owned(),
-            },
-        }
-    }
+/// Where `serve` listens, as written, and the setting that chose it (`ROWBRANCH_LISTEN`,
+/// `PORT`, `listen in FILE` or `the default`): what `rowbranch healthcheck` asks. Found by the
+/// lookup `serve`'s config makes, without validating anything: of the config (the file at
+/// `path`, or `ROWBRANCH_CONFIG`) only `listen` is read, and a config that does not parse
+/// counts as one without it.
+pub fn listen_as_written(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> (String, String) {
+    let overlay = Overlay::read(env);
+    let (text, name) = match std::fs::read_to_string(path) {
+        Ok(text) => (Some(text), path.display().to_string()),
+        Err(_) => (
+            overlay.get(env::CONFIG).map(str::to_owned),
+            env::CONFIG.to_owned(),
+        ),
+    };
+    let written = text
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|table| table.get("listen")?.as_str().map(str::to_owned));
+    let default = file::RawConfig::default().listen;
+    let (address, origin) = overlay.listen(written.clone().unwrap_or(default));
+    let from = match (origin, written) {
+        (ListenOrigin::File, Some(_)) => format!("listen in {name}"),
+        (ListenOrigin::File, None) => "the default".to_owned(),
+        (origin, _) => origin.to_string(),
+    };
+    (address, from)
 }
 
 /// One local route, `public.feedbacks` → `acme/app` with branches `feedback/…`: the config the

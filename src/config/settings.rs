@@ -36,27 +36,12 @@ impl Config {
     /// Whether any route takes webhook deliveries (else `POST /webhook` is not served, and no
     /// webhook secret is needed).
     pub fn takes_webhooks(&self) -> bool {
-        self.routes.iter().any(|r| r.intake == Intake::Webhook)
+        self.routes.iter().any(|r| r.takes_webhooks())
     }
 
     /// Whether any route reads the queue.
     pub fn reads_the_queue(&self) -> bool {
-        self.routes.iter().any(|r| r.intake == Intake::Pgmq)
-    }
-
-    /// The route whose table is `table` (`schema.table` or a bare table name), for `redo`.
-    pub fn route_for_table(&self, table: &str) -> Option<&Arc<Route>> {
-        self.routes.iter().find(|r| match table.split_once('.') {
-            Some((schema, name)) => r.schema == schema && r.table == name,
-            None => r.table == table,
-        })
-    }
-
-    /// The route for a table, if one takes it.
-    pub fn route(&self, schema: &str, table: &str) -> Option<&Arc<Route>> {
-        self.routes
-            .iter()
-            .find(|r| r.schema == schema && r.table == table)
+        self.routes.iter().any(|r| r.reads_the_queue())
     }
 }
 
@@ -88,25 +73,6 @@ pub enum ListenOrigin {
     File,
 }
 
-impl ListenAddress {
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The address, when it is one rather than a name.
-    pub fn ip(&self) -> Option<IpAddr> {
-        match &self.host {
-            ListenHost::Ip(ip) => Some(*ip),
-            ListenHost::Name(_) => None,
-        }
-    }
-
-    /// The socket address, when the host is an address rather than a name.
-    pub fn socket_addr(&self) -> Option<SocketAddr> {
-        self.ip().map(|ip| SocketAddr::new(ip, self.port))
-    }
-}
-
 /// `HOST:PORT`, an IPv6 address in brackets: as it is written in the config.
 impl fmt::Display for ListenAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -132,6 +98,7 @@ impl fmt::Display for ListenOrigin {
 #[derive(Debug, Clone)]
 pub struct StatusPage {
     /// `ROWBRANCH_STATUS_PASSWORD`: asked for with HTTP basic authentication (any user name).
+    /// `None` only under `serve --insecure-public-status`.
     pub password: Option<Password>,
 }
 
@@ -145,8 +112,8 @@ impl Password {
     }
 }
 
-impl std::fmt::Debug for Password {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Password(<redacted>)")
     }
 }
@@ -161,8 +128,8 @@ impl DatabaseUrl {
     }
 }
 
-impl std::fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("DatabaseUrl(<redacted>)")
     }
 }
@@ -300,8 +267,8 @@ impl AccessToken {
     }
 }
 
-impl std::fmt::Debug for AccessToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for AccessToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "AccessToken({}, <redacted>)", self.variable)
     }
 }
@@ -323,8 +290,8 @@ pub enum PrivateKeySource {
     File(PathBuf),
 }
 
-impl std::fmt::Debug for PrivateKeySource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl fmt::Debug for PrivateKeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PrivateKeySource::Pem(_) => f.write_str("Pem(<redacted>)"),
             PrivateKeySource::File(path) => write!(f, "File({})", path.display()),
@@ -361,7 +328,7 @@ pub struct Route {
     /// `None`. Read and compiled when the pipeline's routes are built, not here.
     pub payload_template: Option<PayloadTemplateSource>,
     pub created_column: String,
-    /// Where the route's rows come from: webhook deliveries, or the queue.
+    /// Where the route's rows come from: webhook deliveries, or the queue with its bound.
     pub intake: Intake,
     /// The most turns Claude may take in one run of the route's workflow (its `--max-turns`);
     /// `doctor` holds the committed workflow to it.
@@ -369,10 +336,23 @@ pub struct Route {
     /// The most minutes the workflow's work job may run (its `timeout-minutes`); `doctor`
     /// holds the committed workflow to it.
     pub work_timeout_minutes: u32,
-    /// The most rows of the route that start work in any hour, counted from the queue's
-    /// archive so that every process reading the queue shares it; off when `None`. Only a
-    /// route that reads the queue has one (rows over it wait there).
-    pub max_rows_per_hour: Option<u32>,
+}
+
+impl Route {
+    /// `schema.table`, for messages.
+    pub fn table_name(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+
+    /// Whether the route's rows come as webhook deliveries.
+    pub fn takes_webhooks(&self) -> bool {
+        self.intake == Intake::Webhook
+    }
+
+    /// Whether the route's rows come from the queue.
+    pub fn reads_the_queue(&self) -> bool {
+        !self.takes_webhooks()
+    }
 }
 
 /// What the rows waiting may hold between them when the file does not set `queue_bytes`:
@@ -380,29 +360,12 @@ pub struct Route {
 /// connections' buffers at their worst beside them (SPEC §2 gives the sum).
 pub const DEFAULT_QUEUE_BYTES: usize = 32 << 20;
 
-/// The least `queue_bytes` may be: a few big rows.
-pub const MIN_QUEUE_BYTES: usize = 1 << 20;
-
-/// How often `serve` sweeps when `reconcile_every` is left out and `DATABASE_URL` is set: a
-/// row a sender never sent again (pg_net never retries) waits at most this long.
-pub const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(6 * 3600);
-
 /// The route's `max_turns` when the file does not set it, and `init --max-turns`'s default.
 pub const DEFAULT_MAX_TURNS: u32 = 30;
 
 /// The route's `work_timeout_minutes` when the file does not set it, and `init
 /// --work-timeout-minutes`'s default.
 pub const DEFAULT_WORK_TIMEOUT_MINUTES: u32 = 30;
-
-/// `[github] write_hourly_max` for the App: GitHub allows about 500 content-creating requests an
-/// hour (SPEC §2).
-pub const APP_WRITE_HOURLY_MAX: u32 = 450;
-
-/// `[github] write_hourly_max` for a plain token (`GITHUB_TOKEN`, which GitHub allows 1,000
-/// requests an hour per repository): a new row costs about four requests (two reads, the
-/// claim, the dispatch), so 200 rows an hour — 400 writes — spend 800 and leave 200 for
-/// duplicates' reads and compares and the sweep (SPEC §2).
-pub const TOKEN_WRITE_HOURLY_MAX: u32 = 400;
 
 /// The longest a job may run on a GitHub-hosted runner, and so the most `timeout-minutes` can
 /// bound (https://docs.github.com/en/actions/reference/limits).
@@ -417,22 +380,35 @@ pub enum PayloadTemplateSource {
     Inline(String),
 }
 
-/// Where a route's rows come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+/// Where a route's rows come from, with what only that intake may have: a bound on the rows
+/// an hour belongs to the queue, where rows over it wait; a webhook row turned away would be
+/// lost until a sweep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intake {
     /// `POST /webhook`: a Supabase Database Webhook (pg_net).
     Webhook,
     /// The `[pgmq]` queue that the INSERT's own transaction fills.
-    Pgmq,
+    Pgmq {
+        /// The most rows of the route that start work in any hour, counted from the queue's
+        /// archive so that every process reading the queue shares it; off when `None`.
+        max_rows_per_hour: Option<u32>,
+    },
 }
 
 impl Intake {
+    /// The name the file writes, `intake = "…"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Intake::Webhook => "webhook",
-            Intake::Pgmq => "pgmq",
+            Intake::Pgmq { .. } => "pgmq",
         }
+    }
+}
+
+/// As its name, for the setup files' templates.
+impl serde::Serialize for Intake {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
     }
 }
 
@@ -461,12 +437,5 @@ impl Default for PgmqSettings {
     fn default() -> PgmqSettings {
         super::validate::pgmq(super::file::RawPgmq::default())
             .unwrap_or_else(|e| panic!("the [pgmq] defaults are refused: {}", e.0))
-    }
-}
-
-impl Route {
-    /// `schema.table`, for messages.
-    pub fn table_name(&self) -> String {
-        format!("{}.{}", self.schema, self.table)
     }
 }

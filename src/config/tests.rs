@@ -68,11 +68,12 @@ fn a_minimal_local_config_gets_the_defaults() {
     };
     assert_eq!(path, Path::new("/etc/rowbranch/repo.git"));
     assert!(on_dispatch.is_none());
-    let route = config.route("public", "feedbacks").unwrap();
+    let route = &config.routes[0];
+    assert_eq!(route.table_name(), "public.feedbacks");
     assert_eq!(route.id_column, "id");
     assert_eq!(route.text_column.as_deref(), Some("message"));
     assert_eq!(route.created_column, "created_at");
-    assert!(config.route("public", "comments").is_none());
+    assert_eq!(config.routes.len(), 1);
 }
 
 #[test]
@@ -221,7 +222,7 @@ fn a_listen_address_may_name_a_host_and_says_which_setting_chose_it() {
     };
     let named = listen("localhost:8080", &[]).unwrap();
     assert_eq!(named.host, ListenHost::Name("localhost".into()));
-    assert_eq!((named.port(), named.origin), (8080, ListenOrigin::File));
+    assert_eq!((named.port, named.origin), (8080, ListenOrigin::File));
     assert_eq!(named.to_string(), "localhost:8080");
     let from_env = listen(
         "127.0.0.1:1",
@@ -231,7 +232,7 @@ fn a_listen_address_may_name_a_host_and_says_which_setting_chose_it() {
     assert_eq!(from_env.host, ListenHost::Name("rowbranch.internal".into()));
     assert_eq!(from_env.origin, ListenOrigin::Listen);
     let v6 = listen("[::1]:8080", &[]).unwrap();
-    assert_eq!(v6.ip(), Some("::1".parse().unwrap()));
+    assert_eq!(v6.host, ListenHost::Ip("::1".parse().unwrap()));
     assert_eq!(v6.to_string(), "[::1]:8080");
     assert_eq!(
         listen("127.0.0.1:1", &[("PORT", "7000")]).unwrap().origin,
@@ -311,7 +312,10 @@ fn an_empty_text_column_means_no_slug() {
 #[test]
 fn a_pgmq_route_reads_the_queue_of_the_pgmq_table() {
     let config = parse(&format!("{LOCAL}\nintake = \"pgmq\"")).unwrap();
-    assert_eq!(config.routes[0].intake, Intake::Pgmq);
+    let unbounded = Intake::Pgmq {
+        max_rows_per_hour: None,
+    };
+    assert_eq!(config.routes[0].intake, unbounded);
     assert!(config.reads_the_queue() && !config.takes_webhooks());
     assert_eq!(config.pgmq.queue, "rowbranch");
     assert_eq!(config.pgmq.dead_letter, "rowbranch_dead");
@@ -401,4 +405,106 @@ fn queue_bytes_is_at_least_a_mebibyte() {
         panic!("the github forge");
     };
     assert_eq!(github.queue_bytes, 1 << 20);
+}
+
+/// [`Config::load_for_serve`] of `text` in a file of its own, with `vars` and `insecure`.
+fn serve(text: &str, vars: &[(&str, &str)], insecure: Insecure) -> Result<Config, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    std::fs::write(&path, text).unwrap();
+    let env = |key: &str| {
+        vars.iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.to_string())
+    };
+    Config::load_for_serve(&path, &env, insecure).map_err(|e| e.to_string())
+}
+
+#[test]
+fn serve_refuses_a_webhook_route_without_a_secret_unless_told_to_take_deliveries_without() {
+    let err = serve(LOCAL, &[], Insecure::default()).unwrap_err();
+    assert!(
+        err.contains("no webhook secret") && err.contains("--insecure-no-auth"),
+        "{err}"
+    );
+    let no_auth = Insecure {
+        no_auth: true,
+        ..Insecure::default()
+    };
+    assert!(serve(LOCAL, &[], no_auth).is_ok());
+    assert!(serve(
+        LOCAL,
+        &[("ROWBRANCH_WEBHOOK_SECRET", SECRET)],
+        Insecure::default()
+    )
+    .is_ok());
+    // The other commands load it all the same: only serve takes deliveries.
+    assert!(parse(LOCAL).is_ok());
+}
+
+#[test]
+fn serve_refuses_a_queue_route_without_database_url() {
+    let queue = format!("{LOCAL}\nintake = \"pgmq\"");
+    let err = serve(&queue, &[], Insecure::default()).unwrap_err();
+    assert!(
+        err.contains("a route reads the queue (intake = \"pgmq\") but DATABASE_URL is not set"),
+        "{err}"
+    );
+    let url = ("DATABASE_URL", "postgres://u@db/x");
+    assert!(serve(&queue, &[url], Insecure::default()).is_ok());
+    assert!(parse(&queue).is_ok(), "preview and doctor need no database");
+}
+
+#[test]
+fn serve_refuses_a_status_page_without_a_long_password_unless_told_it_may_be_public() {
+    let page = format!("status_page = true\n{LOCAL}");
+    let secret = ("ROWBRANCH_WEBHOOK_SECRET", SECRET);
+    for password in [None, Some("fifteen-chars-x")] {
+        let vars: Vec<(&str, &str)> = [
+            Some(secret),
+            password.map(|p| ("ROWBRANCH_STATUS_PASSWORD", p)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let err = serve(&page, &vars, Insecure::default()).unwrap_err();
+        assert!(err.contains("ROWBRANCH_STATUS_PASSWORD"), "{err}");
+        assert!(
+            !err.contains("fifteen-chars-x"),
+            "the password is never shown: {err}"
+        );
+        let public = Insecure {
+            public_status: true,
+            ..Insecure::default()
+        };
+        assert!(serve(&page, &vars, public).is_ok());
+    }
+    let long = ("ROWBRANCH_STATUS_PASSWORD", "sixteen-chars-xy");
+    assert!(serve(&page, &[secret, long], Insecure::default()).is_ok());
+}
+
+#[test]
+fn healthcheck_finds_the_listen_address_as_serve_does_without_a_valid_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    let none = |_: &str| None;
+    let find = |env: &dyn Fn(&str) -> Option<String>| listen_as_written(&path, env);
+    assert_eq!(
+        find(&none),
+        ("127.0.0.1:8080".to_owned(), "the default".to_owned())
+    );
+    std::fs::write(&path, "listen = \"0.0.0.0:9\"\nno_such_key = 1\n").unwrap();
+    let written = format!("listen in {}", path.display());
+    assert_eq!(find(&none), ("0.0.0.0:9".to_owned(), written));
+    let port = |key: &str| (key == "PORT").then(|| "7000".to_owned());
+    assert_eq!(find(&port), ("0.0.0.0:7000".to_owned(), "PORT".to_owned()));
+    let both = |key: &str| match key {
+        "PORT" => Some("7000".to_owned()),
+        "ROWBRANCH_LISTEN" => Some("localhost:1".to_owned()),
+        _ => None,
+    };
+    let listen = ("localhost:1".to_owned(), "ROWBRANCH_LISTEN".to_owned());
+    assert_eq!(find(&both), listen);
+    std::fs::write(&path, "this is not TOML [").unwrap();
+    assert_eq!(find(&none).1, "the default");
 }

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::file::TOKEN_WRITE_HOURLY_MAX;
 use super::*;
 
 /// A queue route on GitHub with a workflow's token.

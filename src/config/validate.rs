@@ -1,40 +1,64 @@
 //! From the file's shape and the environment's overlay to the plain settings (SPEC §2). Each
-//! value is checked here, once, and a refusal names its key (or its variable) and says how to
-//! fix it; the first refusal, in the file's order, is the one reported.
+//! value is checked here, once, and so is each rule between values — the file's and the
+//! environment's, and the ones `serve` adds; a refusal names its key (or its variable) and says
+//! how to fix it, and the first refusal, in the file's order, is the one reported.
 
 use std::collections::HashSet;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::env::{Overlay, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY, LISTEN, PORT, WEBHOOK_SECRET};
-use super::file::{RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
+use super::env::{
+    secret_from_init, Overlay, DATABASE_URL, GITHUB_API_URL, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY,
+    LISTEN, PORT, STATUS_PASSWORD, WEBHOOK_SECRET,
+};
+use super::file::{self, RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
     AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
     ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
     PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, DEFAULT_RECONCILE_EVERY, MIN_QUEUE_BYTES,
+    WebhookSettings, DEFAULT_MAX_TURNS, MAX_WORK_TIMEOUT_MINUTES,
 };
 use super::Invalid;
 use crate::event::EventKind;
 use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
 use crate::webhook::auth::{Scheme, WebhookSecrets};
 
-/// The config of the file `raw`, read from `path`, with the environment laid over it.
-/// Relative paths in the file are relative to `path`'s folder.
-pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Config, Invalid> {
+/// What `serve` may run without when its command line says so; without them, a config that
+/// lacks these is refused (SPEC §3).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Insecure {
+    /// `--insecure-no-auth`: webhook deliveries without a secret.
+    pub no_auth: bool,
+    /// `--insecure-public-status`: the status page without a password of 16 characters.
+    pub public_status: bool,
+}
+
+/// The shortest status page password `serve` takes: 16 characters of hex are 64 bits, which
+/// ten guesses a minute (see `http::login`) would not exhaust in the age of the universe.
+const MIN_STATUS_PASSWORD_CHARS: usize = 16;
+
+/// The config of the file `raw`, read from `path`, with the environment laid over it; with
+/// `serve`, checked for what `serve` needs too. Relative paths in the file are relative to
+/// `path`'s folder.
+pub(super) fn config(
+    raw: RawConfig,
+    env: &Overlay,
+    path: &Path,
+    serve: Option<Insecure>,
+) -> Result<Config, Invalid> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let listen = listen_address(&raw.listen, env)?;
+    let listen = listen_address(raw.listen, env)?;
     let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
+    let database_url = env.get(DATABASE_URL).map(|url| DatabaseUrl(url.to_owned()));
     let reconcile = ReconcileSettings {
         // On by default wherever it can run: a row its sender did not deliver, or that was
         // refused for a full queue, has no other way back.
         every: match raw.reconcile_every.as_deref() {
-            None => env
-                .database_url
+            None => database_url
                 .is_some()
-                .then_some(DEFAULT_RECONCILE_EVERY),
+                .then_some(file::DEFAULT_RECONCILE_EVERY),
             Some("off") => None,
             Some(every) => Some(duration("reconcile_every", every)?),
         },
@@ -48,90 +72,70 @@ pub(super) fn config(raw: RawConfig, env: &Overlay, path: &Path) -> Result<Confi
     if let Some(token) = forge.token() {
         only_queue_routes(token, &routes)?;
     }
-    Ok(Config {
+    let config = Config {
         source: path.to_path_buf(),
         listen,
         shutdown_grace,
         status_page: raw.status_page.then(|| StatusPage {
-            password: env.status_password.clone().map(Password),
+            password: env.get(STATUS_PASSWORD).map(|p| Password(p.to_owned())),
         }),
         reconcile,
         forge,
         webhook,
         pgmq,
         routes,
-        database_url: env.database_url.clone().map(DatabaseUrl),
-    })
-}
-
-/// `ROWBRANCH_LISTEN`, else `PORT` on every interface, else the file's `listen`.
-fn listen_address(file: &str, env: &Overlay) -> Result<ListenAddress, Invalid> {
-    if let Some(addr) = &env.listen {
-        return host_port(addr, ListenOrigin::Listen).map_err(|why| {
-            invalid!("{LISTEN}=`{addr}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
-        });
+        database_url,
+    };
+    if let Some(insecure) = serve {
+        serve_rules(&config, insecure)?;
     }
-    if let Some(port) = &env.port {
-        let port: u16 = port
-            .parse()
-            .map_err(|_| invalid!("{PORT}=`{port}` is not a port number (0-65535)"))?;
-        return Ok(ListenAddress {
-            host: ListenHost::Ip(Ipv4Addr::UNSPECIFIED.into()),
-            port,
-            origin: ListenOrigin::Port,
-        });
-    }
-    host_port(file, ListenOrigin::File).map_err(|why| {
-        invalid!("listen = `{file}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or localhost:8080")
-    })
+    Ok(config)
 }
 
-/// Why a listen address is not `HOST:PORT`.
-#[derive(Debug, thiserror::Error)]
-enum NotAnAddress {
-    #[error("it has no port")]
-    NoPort,
-    #[error("`{0}` is not a port number (0-65535)")]
-    Port(String),
-    #[error("an IPv6 address goes in brackets, e.g. [::1]:8080")]
-    Unbracketed,
-    #[error("`{0}` is not an IP address or a host name")]
-    Host(String),
+/// The address as [`Overlay::listen`] finds it, refused with the setting that chose it.
+fn listen_address(file: String, env: &Overlay) -> Result<ListenAddress, Invalid> {
+    let (text, origin) = env.listen(file);
+    host_port(&text)
+        .map(|(host, port)| ListenAddress { host, port, origin })
+        .map_err(|why| match origin {
+            ListenOrigin::Port => invalid!(
+                "{PORT}=`{}` is not a port number (0-65535)",
+                env.get(PORT).unwrap_or_default()
+            ),
+            ListenOrigin::Listen => invalid!(
+                "{LISTEN}=`{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
+                 or localhost:8080"
+            ),
+            ListenOrigin::File => invalid!(
+                "listen = `{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
+                 or localhost:8080"
+            ),
+        })
 }
 
-/// `HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port. A name is only
-/// checked for its shape here; `serve` resolves it when it starts.
-fn host_port(text: &str, origin: ListenOrigin) -> Result<ListenAddress, NotAnAddress> {
+/// `HOST:PORT`: an IP address (IPv6 in brackets) or a host name, and a port; else why not. A
+/// name is only checked for its shape here; `serve` resolves it when it starts.
+fn host_port(text: &str) -> Result<(ListenHost, u16), String> {
     if let Ok(addr) = text.parse::<SocketAddr>() {
-        return Ok(ListenAddress {
-            host: ListenHost::Ip(addr.ip()),
-            port: addr.port(),
-            origin,
-        });
+        return Ok((ListenHost::Ip(addr.ip()), addr.port()));
     }
-    let (host, port) = text.rsplit_once(':').ok_or(NotAnAddress::NoPort)?;
-    let port: u16 = port
+    let (host, port) = text.rsplit_once(':').ok_or("it has no port")?;
+    let port = port
         .parse()
-        .map_err(|_| NotAnAddress::Port(port.to_owned()))?;
+        .map_err(|_| format!("`{port}` is not a port number (0-65535)"))?;
     if host.contains(':') || host.starts_with('[') {
-        return Err(NotAnAddress::Unbracketed);
+        return Err("an IPv6 address goes in brackets, e.g. [::1]:8080".to_owned());
     }
-    let is_name = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|label| {
-            !label.is_empty()
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-        });
-    if !is_name {
-        return Err(NotAnAddress::Host(host.to_owned()));
+    let is_label = |label: &str| {
+        !label.is_empty()
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+    };
+    if host.is_empty() || host.len() > 253 || !host.split('.').all(is_label) {
+        return Err(format!("`{host}` is not an IP address or a host name"));
     }
-    Ok(ListenAddress {
-        host: ListenHost::Name(host.to_ascii_lowercase()),
-        port,
-        origin,
-    })
+    Ok((ListenHost::Name(host.to_ascii_lowercase()), port))
 }
 
 fn duration(key: &str, value: &str) -> Result<Duration, Invalid> {
@@ -170,12 +174,10 @@ fn forge(
                 on_dispatch: raw.on_dispatch.filter(|c| !c.trim().is_empty()),
             }))
         }
-        "github" => {
-            if raw.path.is_some() || raw.on_dispatch.is_some() {
-                return Err(invalid!("[forge] path and on_dispatch belong to kind = \"local\"; remove them or set kind = \"local\""));
-            }
-            github_settings(github, dir, env).map(ForgeSettings::Github)
-        }
+        "github" if raw.path.is_some() || raw.on_dispatch.is_some() => Err(invalid!(
+            "[forge] path and on_dispatch belong to kind = \"local\"; remove them or set kind = \"local\""
+        )),
+        "github" => github_settings(github, dir, env).map(ForgeSettings::Github),
         other => Err(invalid!(
             "[forge] kind = \"{other}\" is not a forge: use \"github\" or \"local\""
         )),
@@ -187,35 +189,35 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
         Some(variable) => GithubAuth::Token(token(variable, &raw, env)?),
         None => app(&raw, dir, env)?,
     };
-    let api_url = env.github_api_url.clone().unwrap_or(raw.api_url);
+    let api_url = env.get(GITHUB_API_URL).unwrap_or(&raw.api_url);
     if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
         return Err(invalid!(
             "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
         ));
     }
+    crate::identity::api_url_problem(api_url).map_or(Ok(()), |p| Err(invalid!("{p}")))?;
     // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
     let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
-        GithubAuth::Token(_) => super::TOKEN_WRITE_HOURLY_MAX,
-        GithubAuth::App { .. } => super::APP_WRITE_HOURLY_MAX,
+        GithubAuth::Token(_) => file::TOKEN_WRITE_HOURLY_MAX,
+        GithubAuth::App { .. } => file::APP_WRITE_HOURLY_MAX,
     });
-    let hourly_max = at_least_one("write_hourly_max", hourly_max)?;
+    if raw.queue_bytes < file::MIN_QUEUE_BYTES {
+        return Err(invalid!(
+            "[github] queue_bytes = {} is too small: it must be at least {} (1 MiB)",
+            raw.queue_bytes,
+            file::MIN_QUEUE_BYTES
+        ));
+    }
     Ok(GithubSettings {
-        auth,
         api_url: api_url.trim_end_matches('/').to_owned(),
+        auth,
         pace: PaceSettings {
             interval: Duration::from_millis(raw.write_interval_ms),
             burst: at_least_one("write_burst", raw.write_burst)?,
-            hourly_max,
+            hourly_max: at_least_one("write_hourly_max", hourly_max)?,
         },
         queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
-        queue_bytes: if raw.queue_bytes >= MIN_QUEUE_BYTES {
-            raw.queue_bytes
-        } else {
-            return Err(invalid!(
-                "[github] queue_bytes = {} is too small: it must be at least {MIN_QUEUE_BYTES} (1 MiB)",
-                raw.queue_bytes
-            ));
-        },
+        queue_bytes: raw.queue_bytes,
         max_concurrent_requests: at_least_one(
             "max_concurrent_requests",
             raw.max_concurrent_requests,
@@ -228,11 +230,7 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
 /// With a token, every route reads the queue: webhooks are the App's alone (a delivery is
 /// answered within the request, which `drain` does not serve).
 fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), Invalid> {
-    let Some((i, route)) = routes
-        .iter()
-        .enumerate()
-        .find(|(_, r)| r.intake == Intake::Webhook)
-    else {
+    let Some((i, route)) = routes.iter().enumerate().find(|(_, r)| r.takes_webhooks()) else {
         return Ok(());
     };
     Err(invalid!(
@@ -249,7 +247,7 @@ fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), I
 
 /// The App's id and key: the variables win over the file.
 fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid> {
-    let app_id = match &env.github_app_id {
+    let app_id = match env.get(GITHUB_APP_ID) {
         Some(v) => v.parse().map_err(|_| {
             invalid!("{GITHUB_APP_ID}=`{v}` is not a number: use the App ID from the App's settings page")
         })?,
@@ -257,8 +255,8 @@ fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid
             invalid!("[github] app_id is missing: set it (the App ID from the App's settings page) or set {GITHUB_APP_ID}; or set token_env to authenticate with a token instead")
         })?,
     };
-    let key = match (&env.github_app_private_key, &raw.private_key_path) {
-        (Some(pem), _) => PrivateKeySource::Pem(pem.clone()),
+    let key = match (env.get(GITHUB_APP_PRIVATE_KEY), &raw.private_key_path) {
+        (Some(pem), _) => PrivateKeySource::Pem(pem.to_owned()),
         (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
         (None, None) => return Err(invalid!(
             "no GitHub App private key: set [github] private_key_path or {GITHUB_APP_PRIVATE_KEY} (the PEM text)"
@@ -272,10 +270,8 @@ fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid
 /// is never part of a message.
 fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, Invalid> {
     let setting = format!("[github] token_env = \"{}\"", excerpt(variable));
-    let is_name = variable
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let is_name = !variable.starts_with(|c: char| c.is_ascii_digit())
+        && !variable.is_empty()
         && variable
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_');
@@ -288,8 +284,11 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
     let app: Vec<&str> = [
         (raw.app_id.is_some(), "[github] app_id"),
         (raw.private_key_path.is_some(), "[github] private_key_path"),
-        (env.github_app_id.is_some(), GITHUB_APP_ID),
-        (env.github_app_private_key.is_some(), GITHUB_APP_PRIVATE_KEY),
+        (env.get(GITHUB_APP_ID).is_some(), GITHUB_APP_ID),
+        (
+            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
+            GITHUB_APP_PRIVATE_KEY,
+        ),
     ]
     .into_iter()
     .filter_map(|(set, name)| set.then_some(name))
@@ -305,10 +304,10 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         .filter(|v| !v.is_empty())
         .ok_or_else(|| {
             invalid!(
-            "{setting}, but {variable} is not set: set {variable} to a token that can write the \
-             routes' repositories (in a workflow, `{variable}: ${{{{ github.token }}}}` in the \
-             step's env)"
-        )
+                "{setting}, but {variable} is not set: set {variable} to a token that can write \
+                 the routes' repositories (in a workflow, `{variable}: ${{{{ github.token }}}}` \
+                 in the step's env)"
+            )
         })?;
     if !value.chars().all(|c| c.is_ascii_graphic()) {
         return Err(invalid!(
@@ -316,20 +315,35 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
              token has: set it to the token alone"
         ));
     }
-    Ok(AccessToken {
-        variable: variable.to_owned(),
-        value,
-    })
+    let variable = variable.to_owned();
+    Ok(AccessToken { variable, value })
 }
 
 fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
     if raw.secret.is_some() {
         return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
     }
-    let accept = accepted_schemes(&raw.accept)?;
+    if raw.accept.is_empty() {
+        return Err(invalid!(
+            "[webhook] accept is empty: every delivery would be refused; list the schemes the \
+             trigger uses, e.g. accept = [\"standard-webhooks\"]"
+        ));
+    }
+    let accept = raw
+        .accept
+        .iter()
+        .map(|name| {
+            Scheme::parse(name).ok_or_else(|| {
+                invalid!(
+                    "[webhook] accept: \"{}\" is not a scheme: use \"bearer\", \
+                     \"standard-webhooks\" or \"hub-signature\"",
+                    excerpt(name)
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let secrets = env
-        .webhook_secret
-        .as_deref()
+        .get(WEBHOOK_SECRET)
         .map(WebhookSecrets::parse)
         .transpose()
         .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
@@ -355,42 +369,20 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
     })
 }
 
-/// `[webhook] accept`: at least one scheme, each one rowbranch knows.
-fn accepted_schemes(names: &[String]) -> Result<Vec<Scheme>, Invalid> {
-    if names.is_empty() {
-        return Err(invalid!(
-            "[webhook] accept is empty: every delivery would be refused; list the schemes the \
-             trigger uses, e.g. accept = [\"standard-webhooks\"]"
-        ));
-    }
-    names
-        .iter()
-        .map(|name| {
-            Scheme::parse(name).ok_or_else(|| {
-                invalid!(
-                    "[webhook] accept: \"{}\" is not a scheme: use \"bearer\", \
-                     \"standard-webhooks\" or \"hub-signature\"",
-                    excerpt(name)
-                )
-            })
-        })
-        .collect()
-}
-
 /// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.
 pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, Invalid> {
-    let not_a_queue_name = |key: &str, name: &str| {
-        invalid!(
-            "[pgmq] {key} = \"{}\" is not a queue name rowbranch takes: use 1 to 47 of \
-             a-z, 0-9 and _, not starting with a digit (pgmq prefixes and lowercases it)",
-            excerpt(name)
-        )
+    let queue_name = |key: &str, name: &str| {
+        QueueName::parse(name).map_err(|_| {
+            invalid!(
+                "[pgmq] {key} = \"{}\" is not a queue name rowbranch takes: use 1 to 47 of \
+                 a-z, 0-9 and _, not starting with a digit (pgmq prefixes and lowercases it)",
+                excerpt(name)
+            )
+        })
     };
-    let queue = QueueName::parse(&raw.queue).map_err(|_| not_a_queue_name("queue", &raw.queue))?;
+    let queue = queue_name("queue", &raw.queue)?;
     let dead_letter = match &raw.dead_letter {
-        Some(name) => {
-            QueueName::parse(name).map_err(|_| not_a_queue_name("dead_letter", name))?
-        }
+        Some(name) => queue_name("dead_letter", name)?,
         // The queue's own: what `init --queue` creates, and for the default queue, the
         // default `rowbranch_dead`.
         None => queue.default_dead_letter().map_err(|_| {
@@ -403,7 +395,7 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, Invalid> {
     if queue == dead_letter {
         return Err(invalid!("[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""));
     }
-    if raw.batch == 0 || raw.batch > 1000 {
+    if !(1..=1000).contains(&raw.batch) {
         return Err(invalid!(
             "[pgmq] batch = {}: read 1 to 1000 messages at once",
             raw.batch
@@ -443,12 +435,10 @@ fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, Invalid> {
             "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
         ));
     }
-    let mut routes = Vec::with_capacity(raw.len());
     let mut seen = HashSet::new();
-    for (i, raw_route) in raw.into_iter().enumerate() {
-        let number = i + 1;
-        let route =
-            route(raw_route, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
+    let mut routes = Vec::with_capacity(raw.len());
+    for (number, raw) in (1..).zip(raw) {
+        let route = route(raw, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
         if !seen.insert((route.schema.clone(), route.table.clone())) {
             return Err(invalid!(
                 "[[routes]] number {number}: table {} has a route already; one table takes one route",
@@ -472,11 +462,11 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
     let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
     let branch_prefix =
         BranchPrefix::parse(&prefix).map_err(|e| invalid!("branch_prefix = \"{prefix}\": {e}"))?;
-    let slug_max_len = raw.slug_max_len;
-    if slug_max_len > 100 {
+    if raw.slug_max_len > 100 {
         return Err(invalid!(
-            "slug_max_len = {slug_max_len} is too long: branch names stay readable (and within \
-             git's limits) at 100 or less; 0 means no slug"
+            "slug_max_len = {} is too long: branch names stay readable (and within git's \
+             limits) at 100 or less; 0 means no slug",
+            raw.slug_max_len
         ));
     }
     let event_type = required(raw.event_type, "event_type", "feedback")?;
@@ -496,10 +486,24 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
             "events is empty: the route would take nothing; use [\"INSERT\"]"
         ));
     }
-    let intake = match raw.intake.as_str() {
-        "webhook" => Intake::Webhook,
-        "pgmq" => Intake::Pgmq,
-        other => {
+    let intake = match (raw.intake.as_str(), raw.max_rows_per_hour) {
+        ("webhook", None) => Intake::Webhook,
+        ("webhook", Some(_)) => {
+            return Err(invalid!(
+                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
+                 turned away is lost until a sweep, which would have to keep the same bound \
+                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
+                 over the bound wait, or remove max_rows_per_hour"
+            ))
+        }
+        ("pgmq", Some(0)) => {
+            return Err(invalid!(
+                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
+                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
+            ))
+        }
+        ("pgmq", max_rows_per_hour) => Intake::Pgmq { max_rows_per_hour },
+        (other, _) => {
             return Err(invalid!(
                 "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
                  Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
@@ -509,34 +513,16 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
     if raw.max_turns == 0 {
         return Err(invalid!(
             "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
-             may take, e.g. max_turns = {}",
-            super::DEFAULT_MAX_TURNS
+             may take, e.g. max_turns = {DEFAULT_MAX_TURNS}"
         ));
     }
     let minutes = raw.work_timeout_minutes;
-    if !(1..=super::MAX_WORK_TIMEOUT_MINUTES).contains(&minutes) {
+    if !(1..=MAX_WORK_TIMEOUT_MINUTES).contains(&minutes) {
         return Err(invalid!(
-            "work_timeout_minutes = {minutes} is out of range: 1 to {} (a job on a GitHub-hosted \
-             runner stops after {0} minutes anyway)",
-            super::MAX_WORK_TIMEOUT_MINUTES
+            "work_timeout_minutes = {minutes} is out of range: 1 to {MAX_WORK_TIMEOUT_MINUTES} \
+             (a job on a GitHub-hosted runner stops after {MAX_WORK_TIMEOUT_MINUTES} minutes \
+             anyway)"
         ));
-    }
-    match (raw.max_rows_per_hour, intake) {
-        (Some(0), _) => {
-            return Err(invalid!(
-                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
-                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
-            ))
-        }
-        (Some(_), Intake::Webhook) => {
-            return Err(invalid!(
-                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
-                 turned away is lost until a sweep, which would have to keep the same bound \
-                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
-                 over the bound wait, or remove max_rows_per_hour"
-            ))
-        }
-        _ => {}
     }
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
@@ -558,13 +544,114 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
         // An empty text column means "no slug".
         text_column: Some(raw.text_column).filter(|c| !c.trim().is_empty()),
         branch_prefix,
-        slug_max_len,
+        slug_max_len: raw.slug_max_len,
         event_type,
         payload_template,
         created_column: raw.created_column,
         intake,
         max_turns: raw.max_turns,
         work_timeout_minutes: minutes,
-        max_rows_per_hour: raw.max_rows_per_hour,
     })
+}
+
+/// The rules `serve` adds: what its parts need of the environment — the database for the
+/// queue, a webhook secret for webhook routes, a password for the status page — unless
+/// `insecure` lets it do without; and, said once at start, what would make it run worse than
+/// its config suggests.
+fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), Invalid> {
+    if config.reads_the_queue() && config.database_url.is_none() {
+        return Err(invalid!(
+            "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
+             to the database's connection string (Supabase: Project Settings → Database → \
+             Connection string; sslmode=verify-full with the project's CA)"
+        ));
+    }
+    let webhooks = config.takes_webhooks();
+    if webhooks && config.webhook.secrets.is_none() && !insecure.no_auth {
+        let set = secret_from_init(&config.source).unwrap_or_else(|| {
+            format!(
+                "set {WEBHOOK_SECRET} (at least 24 characters; several separated by spaces to \
+                 rotate)"
+            )
+        });
+        return Err(invalid!(
+            "no webhook secret: {set}; or pass --insecure-no-auth to accept deliveries without \
+             credentials (never on a public address)"
+        ));
+    }
+    warn_if_key_exposed(&config.forge);
+    if let Some(secrets) = &config.webhook.secrets {
+        if webhooks && !secrets.can_authenticate_any() {
+            tracing::warn!(
+                "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}: every \
+                 delivery will be refused (\"bearer\" takes a secret that does not start with \
+                 whsec_, \"standard-webhooks\" one that does)",
+                secrets.accept_list()
+            );
+        }
+    }
+    if let Some(page) = &config.status_page {
+        status_page_password(page, insecure.public_status)?;
+    }
+    if config.reconcile.every.is_some() && config.database_url.is_none() {
+        tracing::warn!("reconcile_every is set but {DATABASE_URL} is not: no scheduled sweep");
+    }
+    Ok(())
+}
+
+/// Says once, at start, when the App's private key file is open to group or others, as ssh says
+/// of a private key: whoever can read it can act as the App on every repository it is installed
+/// on. A key that cannot be read at all is the forge's error, not this warning.
+fn warn_if_key_exposed(forge: &ForgeSettings) {
+    #[cfg(unix)]
+    if let ForgeSettings::Github(GithubSettings {
+        auth:
+            GithubAuth::App {
+                key: PrivateKeySource::File(path),
+                ..
+            },
+        ..
+    }) = forge
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(metadata) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = metadata.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            tracing::warn!(
+                path = %path.display(),
+                mode = %format!("{mode:04o}"),
+                fix = %format!("chmod 600 {}", path.display()),
+                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
+            );
+        }
+    }
+}
+
+/// Refuses a status page anyone could read, or whose password a guesser could find: none, or
+/// one under [`MIN_STATUS_PASSWORD_CHARS`] characters, unless `--insecure-public-status`.
+fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), Invalid> {
+    let problem = match page.password.as_ref().map(|p| p.expose().chars().count()) {
+        None => {
+            format!("{STATUS_PASSWORD} is not set (or empty), so the status page would be public")
+        }
+        Some(n) if n < MIN_STATUS_PASSWORD_CHARS => format!(
+            "{STATUS_PASSWORD} has {n} characters, fewer than the {MIN_STATUS_PASSWORD_CHARS} \
+             required"
+        ),
+        Some(_) => return Ok(()),
+    };
+    if insecure {
+        tracing::warn!(
+            "{problem}: served anyway (--insecure-public-status); the page shows row ids and branch names"
+        );
+        return Ok(());
+    }
+    Err(invalid!(
+        "status_page = true, but {problem}: the page shows row ids and branch names made from the \
+         rows' text. Set {STATUS_PASSWORD} to a random password of {MIN_STATUS_PASSWORD_CHARS} \
+         or more characters (e.g. `openssl rand -hex 16`), turn the page off, or pass \
+         --insecure-public-status (never on a public address)"
+    ))
 }

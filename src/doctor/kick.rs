@@ -9,73 +9,43 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::Check;
-use crate::config::{Config, Intake};
+use super::queue::triggers;
+use super::{Check, KICK_SECRET, KICK_TRIGGER_PREFIX};
+use crate::config::Config;
 use crate::db::{describe, quote_ident, quote_relation, Database};
-use crate::templates::actions::{KICK_SECRET, KICK_TRIGGER_PREFIX};
 
-/// The kick trigger's name for `queue`.
-fn trigger_name(queue: &str) -> String {
-    format!("{KICK_TRIGGER_PREFIX}{queue}")
-}
-
-pub(super) async fn checks(config: &Config, out: &mut Vec<Check>) {
-    // Without a database, the queue's checks have said what is wrong.
-    let Some(url) = &config.database_url else {
-        return;
-    };
-    let Ok(database) = Database::connect(url.expose()).await else {
-        return;
-    };
+pub(super) async fn checks(config: &Config, database: &Database, out: &mut Vec<Check>) {
     let client = database.client();
-    let trigger = trigger_name(config.pgmq.queue.as_str());
+    let trigger = format!("{KICK_TRIGGER_PREFIX}{}", config.pgmq.queue);
     let mut kicked = false;
-    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+    for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         let table = quote_relation(&route.schema, &route.table);
-        let found = client
-            .query_typed(
-                "select t.tgenabled::text \
-                 from pg_catalog.pg_trigger as t \
-                 join pg_catalog.pg_class as c on c.oid = t.tgrelid \
-                 join pg_catalog.pg_namespace as n on n.oid = c.relnamespace \
-                 where n.nspname = $1::text and c.relname = $2::text and t.tgname = $3::text \
-                   and not t.tgisinternal",
-                &[
-                    (&route.schema, Type::TEXT),
-                    (&route.table, Type::TEXT),
-                    (&trigger, Type::TEXT),
-                ],
+        let found = match triggers(client, route).await {
+            Ok(found) => found,
+            Err(check) => {
+                out.push(check);
+                continue;
+            }
+        };
+        let Some(found) = found.iter().find(|t| t.name == trigger) else {
+            continue;
+        };
+        kicked = true;
+        out.push(if found.enabled() {
+            Check::pass(format!(
+                "{table}: trigger {trigger} asks GitHub to run the drain as rows arrive"
+            ))
+        } else {
+            Check::fail(
+                format!(
+                    "{table}: trigger {trigger} is disabled: rows wait for the drain's schedule"
+                ),
+                format!(
+                    "alter table {table} enable trigger {}; or run supabase-kick.sql again",
+                    quote_ident(&trigger)
+                ),
             )
-            .await;
-        match found {
-            Ok(rows) => match rows.first().map(|row| row.get::<_, String>(0)) {
-                None => {}
-                Some(enabled) if matches!(enabled.as_str(), "O" | "A") => {
-                    kicked = true;
-                    out.push(Check::pass(format!(
-                        "{table}: trigger {trigger} asks GitHub to run the drain as rows arrive"
-                    )));
-                }
-                Some(_) => {
-                    kicked = true;
-                    out.push(Check::fail(
-                        format!(
-                            "{table}: trigger {trigger} is disabled: rows wait for the drain's \
-                             schedule"
-                        ),
-                        format!(
-                            "alter table {table} enable trigger {}; or run supabase-kick.sql \
-                             again",
-                            quote_ident(&trigger)
-                        ),
-                    ));
-                }
-            },
-            Err(e) => out.push(Check::fail(
-                format!("{table}: its triggers cannot be read: {}", describe(&e)),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            )),
-        }
+        });
     }
     if !kicked {
         out.push(Check::pass(format!(

@@ -8,8 +8,8 @@ use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use super::Check;
-use crate::config::{Config, Intake, PgmqSettings, Route};
-use crate::db::{describe, queue, quote_ident, quote_relation, Database};
+use crate::config::{Config, PgmqSettings, Route};
+use crate::db::{self, describe, queue, quote_ident, quote_relation, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
 
@@ -25,34 +25,34 @@ const RUN_SETUP: &str =
 /// `pgmq.meta`, which pgmq lets only its owner and `pg_monitor` read.
 const LIST_GRANTS: &str = "grant usage on schema pgmq to ROLE; grant select on pgmq.meta to ROLE";
 
-pub async fn checks(config: &Config, out: &mut Vec<Check>) {
-    let Some(url) = &config.database_url else {
-        out.push(Check::fail(
-            "a route reads the queue but DATABASE_URL is not set",
-            "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
-             Session pooler, with the password of a role that may read the queue)",
-        ));
-        return;
-    };
-    let rows = match Database::connect(url.expose()).await {
-        Ok(rows) => {
-            out.push(Check::pass("DATABASE_URL connects"));
-            rows
+pub(super) async fn checks(
+    config: &Config,
+    database: Option<&db::Result<Database>>,
+    out: &mut Vec<Check>,
+) {
+    let rows = match database {
+        None => {
+            return out.push(Check::fail(
+                "a route reads the queue but DATABASE_URL is not set",
+                "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
+                 Session pooler, with the password of a role that may read the queue)",
+            ))
         }
-        Err(e) => {
-            out.push(Check::fail(
+        Some(Err(e)) => {
+            return out.push(Check::fail(
                 format!("DATABASE_URL does not connect: {e}"),
                 "check the host, port, user and password of DATABASE_URL (and sslmode)",
-            ));
-            return;
+            ))
         }
+        Some(Ok(rows)) => rows,
     };
+    out.push(Check::pass("DATABASE_URL connects"));
     let client = rows.client();
     let pgmq = &config.pgmq;
     if !queues_exist(client, pgmq, out).await {
         return;
     }
-    for route in config.routes.iter().filter(|r| r.intake == Intake::Pgmq) {
+    for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         trigger(client, route, pgmq, out).await;
     }
     own_rights(client, pgmq, out).await;
@@ -99,67 +99,85 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
     all
 }
 
-/// One trigger of the route's table, as the catalog holds it.
-struct Trigger {
-    name: String,
+/// One trigger of a route's table, as the catalog holds it.
+pub(super) struct Trigger {
+    pub(super) name: String,
     enabled: String,
     /// `pg_trigger.tgtype`: bit 0 row-level, 1 BEFORE, 2 INSERT, 3 DELETE, 4 UPDATE.
     kind: i16,
     args: Vec<String>,
+    /// Whether it calls `rowbranch.enqueue()`.
+    enqueues: bool,
     security_definer: bool,
     owner: String,
+}
+
+impl Trigger {
+    /// Whether it fires (`O`rigin and `A`lways; `R`eplica and `D`isabled do not).
+    pub(super) fn enabled(&self) -> bool {
+        matches!(self.enabled.as_str(), "O" | "A")
+    }
+}
+
+/// The triggers of `route`'s table, or a failed check that says they cannot be read. Found by
+/// name in the catalog, which every role may read: to_regprocedure would need USAGE on schema
+/// rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
+pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigger>, Check> {
+    let found = client
+        .query_typed(
+            "select t.tgname::text, t.tgenabled::text, t.tgtype, t.tgargs, \
+                    pn.nspname = 'rowbranch' and p.proname = 'enqueue' and p.pronargs = 0, \
+                    p.prosecdef, pg_catalog.pg_get_userbyid(p.proowner)::text \
+             from pg_catalog.pg_trigger as t \
+             join pg_catalog.pg_class as c on c.oid = t.tgrelid \
+             join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
+             join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
+             join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
+             where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal",
+            &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
+        )
+        .await
+        .map_err(|e| {
+            Check::fail(
+                format!(
+                    "{}: its triggers cannot be read: {}",
+                    quote_relation(&route.schema, &route.table),
+                    describe(&e)
+                ),
+                "give DATABASE_URL's role access to the catalog (every role has it by default)",
+            )
+        })?;
+    Ok(found
+        .iter()
+        .map(|row| Trigger {
+            name: row.get(0),
+            enabled: row.get(1),
+            kind: row.get(2),
+            args: row
+                .get::<_, Vec<u8>>(3)
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect(),
+            enqueues: row.get(4),
+            security_definer: row.get(5),
+            owner: row.get(6),
+        })
+        .collect())
 }
 
 /// The route's table has an enabled row-level trigger calling `rowbranch.enqueue()` with the
 /// queue's name, on every event the route takes, and the function's owner may send.
 async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
     let table = quote_relation(&route.schema, &route.table);
-    // By name in the catalog, which every role may read: to_regprocedure would need USAGE on
-    // schema rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
-    let found = client
-        .query_typed(
-            "select t.tgname::text, t.tgenabled::text, t.tgtype, t.tgargs, p.prosecdef, \
-                    pg_catalog.pg_get_userbyid(p.proowner)::text \
-             from pg_catalog.pg_trigger as t \
-             join pg_catalog.pg_class as c on c.oid = t.tgrelid \
-             join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
-             join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
-             join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
-             where cn.nspname = $1::text and c.relname = $2::text \
-               and not t.tgisinternal \
-               and pn.nspname = 'rowbranch' and p.proname = 'enqueue' and p.pronargs = 0",
-            &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
-        )
-        .await;
-    let found: Vec<Trigger> = match found {
-        Ok(rows) => rows
-            .iter()
-            .map(|row| Trigger {
-                name: row.get(0),
-                enabled: row.get(1),
-                kind: row.get(2),
-                args: row
-                    .get::<_, Vec<u8>>(3)
-                    .split(|b| *b == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(|a| String::from_utf8_lossy(a).into_owned())
-                    .collect(),
-                security_definer: row.get(4),
-                owner: row.get(5),
-            })
-            .collect(),
-        Err(e) => {
-            out.push(Check::fail(
-                format!("{table}: its triggers cannot be read: {}", describe(&e)),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            ));
-            return;
-        }
+    let found = match triggers(client, route).await {
+        Ok(found) => found,
+        Err(check) => return out.push(check),
     };
     let what = format!("{table}: trigger {TRIGGER_PREFIX}{}", pgmq.queue);
     let Some(found) = found
         .iter()
-        .find(|t| t.args.first().is_some_and(|arg| *arg == pgmq.queue))
+        .find(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
     else {
         out.push(Check::fail(
             format!("{what} is missing: its rows never reach the queue"),
@@ -168,7 +186,7 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         return;
     };
     let mut wrong = Vec::new();
-    if !matches!(found.enabled.as_str(), "O" | "A") {
+    if !found.enabled() {
         wrong.push("disabled".to_owned());
     }
     if found.kind & 1 == 0 {

@@ -8,23 +8,8 @@ use super::Check;
 use crate::config::Config;
 use crate::db::{Database, Error, Misfit};
 
-pub async fn checks(config: &Config, out: &mut Vec<Check>) {
-    let Some(url) = &config.database_url else {
-        return;
-    };
+pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check>) {
     let sweeps = config.reconcile.every.is_some();
-    let rows = match Database::connect(url.expose()).await {
-        Ok(rows) => rows,
-        // The queue's checks have said so already.
-        Err(_) if config.reads_the_queue() => return,
-        Err(e) => {
-            out.push(Check::advise(
-                format!("DATABASE_URL does not connect, so the routes' tables cannot be checked: {e:#}"),
-                "check the host, port, user and password of DATABASE_URL (and sslmode): reconcile and redo read the rows with it",
-            ));
-            return;
-        }
-    };
     for route in &config.routes {
         let table = route.table_name();
         let mut columns = vec![route.id_column.as_str()];
@@ -35,21 +20,21 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
                 "{table} has the route's columns: {}",
                 columns.join(", ")
             )));
-            out.extend(super::row_security::check(&rows, route).await);
+            out.extend(super::row_security::check(rows, route).await);
             continue;
         };
         let what = format!("{e:#}");
         let until = "until then each row is refused (missing_column)";
-        out.push(match misfit(&e) {
-            Some(Misfit::MissingColumn(missing)) if missing.key == "text_column" => Check::fail(
+        out.push(match &e {
+            Error::Table(Misfit::MissingColumn(missing)) if missing.key == "text_column" => Check::fail(
                 what,
                 format!("set the route's text_column to the table's column that holds the text (or \"\" for no text); {until}"),
             ),
-            Some(Misfit::MissingColumn(missing)) if missing.key == "id_column" => Check::fail(
+            Error::Table(Misfit::MissingColumn(missing)) if missing.key == "id_column" => Check::fail(
                 what,
                 format!("set the route's id_column to the table's primary key column; {until}"),
             ),
-            Some(Misfit::MissingColumn(_) | Misfit::CreatedType(_)) => {
+            Error::Table(Misfit::MissingColumn(_) | Misfit::CreatedType(_)) => {
                 let fix = "set the route's created_column to the table's creation time column: the sweep reads the rows of a window by it";
                 if sweeps {
                     Check::fail(what, fix)
@@ -57,22 +42,14 @@ pub async fn checks(config: &Config, out: &mut Vec<Check>) {
                     Check::advise(what, format!("{fix} (`rowbranch reconcile`, `redo`)"))
                 }
             }
-            Some(Misfit::NoTable(_)) => Check::advise(
+            Error::Table(Misfit::NoTable(_)) => Check::advise(
                 what,
                 "check the route's schema and table, and that DATABASE_URL names the database that holds the table: reconcile and redo read its rows there",
             ),
-            None => Check::advise(
+            _ => Check::advise(
                 what,
                 "give DATABASE_URL's role access to the catalog (every role has it by default)",
             ),
         });
-    }
-}
-
-/// The route's misfit with its table, when that is what the check found.
-fn misfit(e: &Error) -> Option<&Misfit> {
-    match e {
-        Error::Table(misfit) => Some(misfit),
-        _ => None,
     }
 }

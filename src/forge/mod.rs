@@ -334,9 +334,9 @@ pub enum OpenError {
     /// The key does not parse, or cannot sign the App's JWT.
     #[error(transparent)]
     Key(#[from] github::KeyError),
-    /// `api_url` is no URL; `cause` is its error with its causes.
-    #[error("api_url `{api_url}` is not a URL: {cause}")]
-    ApiUrl { api_url: String, cause: String },
+    /// `api_url` cannot be used: no URL, or plain HTTP beyond loopback. The whole sentence.
+    #[error("{0}")]
+    ApiUrl(String),
     /// The system's CA certificates, for GitHub's, could not be loaded.
     #[error("no TLS roots for GitHub's certificate: {cause}")]
     TlsRoots { cause: String },

@@ -29,7 +29,7 @@ use axum::{Json, Router};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::config::{Config, Intake};
+use crate::config::Config;
 use crate::db::Reachability;
 use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
@@ -322,7 +322,7 @@ async fn decide(app: &App, delivery: Delivered) -> Answer {
     let Delivered { id, start, event } = delivery;
     let mut seen = Seen::default();
     seen.table(&event.schema, &event.table);
-    let answer = match app.routes.route(Intake::Webhook, &event) {
+    let answer = match app.routes.route(false, &event) {
         Err(ignored) => {
             seen.route = ignored.route().map(|route| route.table_name());
             Answer::Ignored(ignored)

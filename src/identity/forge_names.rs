@@ -1,5 +1,6 @@
 //! Names on the forge's side of a route: the repository (`owner/name`) and the
-//! `repository_dispatch` event type. Checked once, so every call can trust them.
+//! `repository_dispatch` event type, and where GitHub's API is (`api_url`). Checked once, so
+//! every call can trust them.
 
 use std::fmt;
 
@@ -72,6 +73,8 @@ impl fmt::Display for RepoName {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct EventType(String);
 
+shown_as_text!(EventType);
+
 /// Why an event type was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EventTypeError {
@@ -94,16 +97,33 @@ impl EventType {
         }
         Ok(EventType(raw.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
-impl fmt::Display for EventType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why `api_url` may not carry rowbranch's credentials, or `None` when it may: `https://`, or
+/// plain `http://` only to a loopback host (127.0.0.0/8, `::1`, `localhost`: a test's or a
+/// local proxy's). Anywhere else plain HTTP sends the App's JWT and every token in clear.
+/// Decided on the text alone, before any name is looked up or connection made.
+pub fn api_url_problem(api_url: &str) -> Option<String> {
+    let rest = api_url.strip_prefix("http://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.split(':').next().unwrap_or_default(),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| {
+        format!(
+            "api_url = `{api_url}` is plain HTTP to a host that is not loopback: the App's JWT and \
+             tokens would cross the network in clear; use https:// (plain http:// is for \
+             127.0.0.1, ::1 or localhost only)"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -140,5 +160,31 @@ mod tests {
         assert!(EventType::parse(&"é".repeat(100)).is_ok());
         let err = EventType::parse(&"e".repeat(101)).unwrap_err();
         assert!(err.to_string().contains("100 characters"), "{err}");
+    }
+
+    #[test]
+    fn plain_http_is_for_loopback_only() {
+        for fine in [
+            "https://api.github.com",
+            "https://ghe.example.com/api/v3",
+            "http://127.0.0.1:8080/api/v3",
+            "http://127.3.4.5",
+            "http://[::1]:9000",
+            "http://localhost:3000/",
+            "http://LOCALHOST",
+        ] {
+            assert_eq!(api_url_problem(fine), None, "{fine}");
+        }
+        for clear in [
+            "http://ghe.example.com/api/v3",
+            "http://10.0.0.1:8080",
+            "http://[::2]",
+            "http://localhost.example.com",
+            "http://127.0.0.1@evil.example.com",
+            "http://0.0.0.0",
+        ] {
+            let problem = api_url_problem(clear).unwrap_or_default();
+            assert!(problem.contains("use https://"), "{clear}: {problem}");
+        }
     }
 }

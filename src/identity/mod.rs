@@ -4,15 +4,33 @@
 //! the queue rows arrive on ([`QueueName`]); and a branch name git takes, for a repository's
 //! default branch ([`RefName`]).
 
+/// `as_str` and `Display` for checked names that are their text once checked: each shows as
+/// what it holds.
+macro_rules! shown_as_text {
+    ($($name:ident),+) => {$(
+        impl $name {
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+    )+};
+}
+
 mod forge_names;
 mod queue_name;
 mod ref_name;
 
-pub use forge_names::{EventType, EventTypeError, RepoName, RepoNameError};
+pub use forge_names::{api_url_problem, EventType, EventTypeError, RepoName, RepoNameError};
 pub use queue_name::{QueueName, QueueNameError};
 pub use ref_name::{RefName, RefNameError};
 
-use std::fmt;
+shown_as_text!(RowId, Slug, BranchPrefix, BranchName);
 
 use serde_json::Value;
 
@@ -32,7 +50,7 @@ const QUOTE_LIMIT: usize = 40;
 ///
 /// Holds only text that is safe as (the start of) a git ref component; see
 /// [`RowId::parse`] for the rules.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct RowId(String);
 
 /// Why a row's id was refused. The `Display` text is shown to users.
@@ -51,19 +69,8 @@ pub enum IdError {
     Empty,
     #[error("the id {value:?} is {len} characters long; ids may be at most 100 characters")]
     TooLong { value: String, len: usize },
-    #[error(
-        "the id {value:?} contains {}; ids may contain only A-Z a-z 0-9 . _ -",
-        describe_char(*ch)
-    )]
-    BadChar { value: String, ch: char },
-    #[error("the id {value:?} starts with '{ch}'; ids may not start with '.' or '-'")]
-    BadStart { value: String, ch: char },
-    #[error("the id {value:?} contains '..'; ids may not contain two dots in a row")]
-    DoubleDot { value: String },
-    #[error("the id {value:?} ends with '.lock'; ids may not end with '.lock' (git reserves it)")]
-    EndsWithLock { value: String },
-    #[error("the id {value:?} ends with '.'; ids may not end with '.'")]
-    EndsWithDot { value: String },
+    #[error("the id {value:?} {fault}; ids {}", fault.rule())]
+    Part { value: String, fault: Fault },
 }
 
 impl RowId {
@@ -85,10 +92,6 @@ impl RowId {
         };
         check_id(&text)?;
         Ok(RowId(text))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
     }
 
     /// Whether `tail` — a branch name with its `{prefix}/` taken off — belongs to this row:
@@ -117,27 +120,12 @@ fn check_id(text: &str) -> Result<(), IdError> {
     if text.is_empty() {
         return Err(IdError::Empty);
     }
-    let value = || excerpt(text);
+    let value = excerpt(text);
     let len = text.chars().count();
     if len > MAX_ID_LEN {
-        return Err(IdError::TooLong {
-            value: value(),
-            len,
-        });
+        return Err(IdError::TooLong { value, len });
     }
-    check_part(text).map_err(|fault| match fault {
-        Fault::BadChar(ch) => IdError::BadChar { value: value(), ch },
-        Fault::BadStart(ch) => IdError::BadStart { value: value(), ch },
-        Fault::DoubleDot => IdError::DoubleDot { value: value() },
-        Fault::EndsWithLock => IdError::EndsWithLock { value: value() },
-        Fault::EndsWithDot => IdError::EndsWithDot { value: value() },
-    })
-}
-
-impl fmt::Display for RowId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+    check_part(text).map_err(|fault| IdError::Part { value, fault })
 }
 
 /// An id compares with its text, as it displays.
@@ -147,20 +135,33 @@ impl PartialEq<&str> for RowId {
     }
 }
 
-impl serde::Serialize for RowId {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
-    }
+/// What is wrong with one `/`-free piece of a ref name (an id, or one part of
+/// a prefix): what it does, then ([`Fault::rule`]) the rule it breaks, as either says it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    #[error("contains {}", describe_char(*.0))]
+    BadChar(char),
+    #[error("starts with '{0}'")]
+    BadStart(char),
+    #[error("contains '..'")]
+    DoubleDot,
+    #[error("ends with '.lock'")]
+    EndsWithLock,
+    #[error("ends with '.'")]
+    EndsWithDot,
 }
 
-/// What is wrong with one `/`-free piece of a ref name (an id, or one part of
-/// a prefix). Each kind of caller turns it into its own user-facing error.
-enum Fault {
-    BadChar(char),
-    BadStart(char),
-    DoubleDot,
-    EndsWithLock,
-    EndsWithDot,
+impl Fault {
+    /// The rule broken, to follow whose it is ("ids", "parts of a branch prefix").
+    fn rule(&self) -> &'static str {
+        match self {
+            Fault::BadChar(_) => "may contain only A-Z a-z 0-9 . _ -",
+            Fault::BadStart(_) => "may not start with '.' or '-'",
+            Fault::DoubleDot => "may not contain two dots in a row",
+            Fault::EndsWithLock => "may not end with '.lock' (git reserves it)",
+            Fault::EndsWithDot => "may not end with '.'",
+        }
+    }
 }
 
 /// The rules shared by ids and prefix parts: git's rules for a ref component,
@@ -227,10 +228,6 @@ impl Slug {
         let cut = cut_between_words(&full, max_len);
         (!cut.is_empty()).then(|| Slug(cut.to_owned()))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
 }
 
 /// Cuts a slugified string to at most `max_len` characters, at the last `-`
@@ -251,12 +248,6 @@ fn cut_between_words(slug: &str, max_len: usize) -> &str {
     match head.rfind('-') {
         Some(dash) => &head[..dash],
         None => head,
-    }
-}
-
-impl fmt::Display for Slug {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -286,26 +277,8 @@ pub enum PrefixError {
         describe_char(*ch)
     )]
     BadChar { prefix: String, ch: char },
-    #[error(
-        "the branch prefix part {part:?} starts with '{ch}'; \
-         parts of a branch prefix may not start with '.' or '-'"
-    )]
-    BadStart { part: String, ch: char },
-    #[error(
-        "the branch prefix part {part:?} contains '..'; \
-         branch prefixes may not contain two dots in a row"
-    )]
-    DoubleDot { part: String },
-    #[error(
-        "the branch prefix part {part:?} ends with '.lock'; \
-         parts of a branch prefix may not end with '.lock' (git reserves it)"
-    )]
-    EndsWithLock { part: String },
-    #[error(
-        "the branch prefix part {part:?} ends with '.'; \
-         parts of a branch prefix may not end with '.'"
-    )]
-    EndsWithDot { part: String },
+    #[error("the branch prefix part {part:?} {fault}; parts of a branch prefix {}", fault.rule())]
+    Part { part: String, fault: Fault },
 }
 
 impl BranchPrefix {
@@ -332,10 +305,6 @@ impl BranchPrefix {
         Ok(BranchPrefix(raw.to_owned()))
     }
 
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
     /// Whether `branch` (a short branch name, without refs/heads/) belongs to the row `id`.
     ///
     /// The id alone decides: `{prefix}/{id}` and `{prefix}/{id}-anything`
@@ -352,7 +321,6 @@ impl BranchPrefix {
 }
 
 fn check_prefix_part(raw: &str, part: &str) -> Result<(), PrefixError> {
-    let quoted = || excerpt(part);
     check_part(part).map_err(|fault| match fault {
         // A bad character is reported against the whole prefix: that is what
         // the user typed, and the character may be what split it into parts.
@@ -360,22 +328,16 @@ fn check_prefix_part(raw: &str, part: &str) -> Result<(), PrefixError> {
             prefix: excerpt(raw),
             ch,
         },
-        Fault::BadStart(ch) => PrefixError::BadStart { part: quoted(), ch },
-        Fault::DoubleDot => PrefixError::DoubleDot { part: quoted() },
-        Fault::EndsWithLock => PrefixError::EndsWithLock { part: quoted() },
-        Fault::EndsWithDot => PrefixError::EndsWithDot { part: quoted() },
+        fault => PrefixError::Part {
+            part: excerpt(part),
+            fault,
+        },
     })
-}
-
-impl fmt::Display for BranchPrefix {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// A short branch name (without refs/heads/): `{prefix}/{id}-{slug}` or
 /// `{prefix}/{id}`. Always valid for `git check-ref-format --branch`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct BranchName(String);
 
 impl BranchName {
@@ -405,28 +367,12 @@ impl BranchName {
     pub fn redo(&self, n: u32) -> BranchName {
         BranchName(format!("{self}-redo-{n}"))
     }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for BranchName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
 }
 
 /// A branch name compares with its text.
 impl PartialEq<&str> for BranchName {
     fn eq(&self, other: &&str) -> bool {
         self.0 == *other
-    }
-}
-
-impl serde::Serialize for BranchName {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&self.0)
     }
 }
 
@@ -467,16 +413,16 @@ mod tests {
             (json!(1.0), IdError::NotAnInteger { number: "1.0".into() }, "without a decimal point"),
             (json!(""), IdError::Empty, "is empty"),
             (json!(long), IdError::TooLong { value: long_quote, len: 101 }, "101 characters"),
-            (json!("my id"), IdError::BadChar { value: "my id".into(), ch: ' ' }, "' ' (a space)"),
-            (json!("a/b"), IdError::BadChar { value: "a/b".into(), ch: '/' }, "'/' (a slash)"),
-            (json!("tab\tx"), IdError::BadChar { value: "tab\tx".into(), ch: '\t' }, "a tab"),
-            (json!("größe"), IdError::BadChar { value: "größe".into(), ch: 'ö' }, "'ö'"),
-            (json!("a\u{200b}"), IdError::BadChar { value: "a\u{200b}".into(), ch: '\u{200b}' }, "\\u{200b}"),
-            (json!(-5), IdError::BadStart { value: "-5".into(), ch: '-' }, "starts with '-'"),
-            (json!(".x"), IdError::BadStart { value: ".x".into(), ch: '.' }, "starts with '.'"),
-            (json!("a..b"), IdError::DoubleDot { value: "a..b".into() }, "contains '..'"),
-            (json!("x.lock"), IdError::EndsWithLock { value: "x.lock".into() }, "ends with '.lock'"),
-            (json!("v1."), IdError::EndsWithDot { value: "v1.".into() }, "ends with '.'"),
+            (json!("my id"), IdError::Part { value: "my id".into(), fault: Fault::BadChar(' ') }, "' ' (a space)"),
+            (json!("a/b"), IdError::Part { value: "a/b".into(), fault: Fault::BadChar('/') }, "'/' (a slash)"),
+            (json!("tab\tx"), IdError::Part { value: "tab\tx".into(), fault: Fault::BadChar('\t') }, "a tab"),
+            (json!("größe"), IdError::Part { value: "größe".into(), fault: Fault::BadChar('ö') }, "'ö'"),
+            (json!("a\u{200b}"), IdError::Part { value: "a\u{200b}".into(), fault: Fault::BadChar('\u{200b}') }, "\\u{200b}"),
+            (json!(-5), IdError::Part { value: "-5".into(), fault: Fault::BadStart('-') }, "starts with '-'"),
+            (json!(".x"), IdError::Part { value: ".x".into(), fault: Fault::BadStart('.') }, "starts with '.'"),
+            (json!("a..b"), IdError::Part { value: "a..b".into(), fault: Fault::DoubleDot }, "contains '..'"),
+            (json!("x.lock"), IdError::Part { value: "x.lock".into(), fault: Fault::EndsWithLock }, "ends with '.lock'"),
+            (json!("v1."), IdError::Part { value: "v1.".into(), fault: Fault::EndsWithDot }, "ends with '.'"),
         ];
         for (value, expected, phrase) in cases {
             let error = RowId::parse(&value).expect_err(&format!("{value} should be refused"));
@@ -625,11 +571,11 @@ mod tests {
             ("bot feedback", PrefixError::BadChar { prefix: "bot feedback".into(), ch: ' ' }, "' ' (a space)"),
             ("bot/fée", PrefixError::BadChar { prefix: "bot/fée".into(), ch: 'é' }, "contains 'é'"),
             ("bot/x~1", PrefixError::BadChar { prefix: "bot/x~1".into(), ch: '~' }, "only A-Z a-z 0-9"),
-            (".bot/x", PrefixError::BadStart { part: ".bot".into(), ch: '.' }, "starts with '.'"),
-            ("bot/-x", PrefixError::BadStart { part: "-x".into(), ch: '-' }, "starts with '-'"),
-            ("bot/a..b", PrefixError::DoubleDot { part: "a..b".into() }, "contains '..'"),
-            ("bot/x.lock", PrefixError::EndsWithLock { part: "x.lock".into() }, "'.lock'"),
-            ("bot./x", PrefixError::EndsWithDot { part: "bot.".into() }, "ends with '.'"),
+            (".bot/x", PrefixError::Part { part: ".bot".into(), fault: Fault::BadStart('.') }, "starts with '.'"),
+            ("bot/-x", PrefixError::Part { part: "-x".into(), fault: Fault::BadStart('-') }, "starts with '-'"),
+            ("bot/a..b", PrefixError::Part { part: "a..b".into(), fault: Fault::DoubleDot }, "contains '..'"),
+            ("bot/x.lock", PrefixError::Part { part: "x.lock".into(), fault: Fault::EndsWithLock }, "'.lock'"),
+            ("bot./x", PrefixError::Part { part: "bot.".into(), fault: Fault::EndsWithDot }, "ends with '.'"),
         ];
         for (raw, expected, phrase) in cases {
             let error = BranchPrefix::parse(raw).expect_err(&format!("{raw:?} should be refused"));

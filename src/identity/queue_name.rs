@@ -1,8 +1,5 @@
 //! The name of a pgmq queue, checked once: a [`QueueName`] is a name pgmq stores as given.
 
-use std::fmt;
-use std::ops::Deref;
-
 /// Longest queue name pgmq takes (`pgmq.validate_queue_name`): room for its prefixes within
 /// PostgreSQL's 63-byte names.
 const MAX_LEN: usize = 47;
@@ -16,6 +13,8 @@ const DEAD_LETTER_SUFFIX: &str = "_dead";
 /// (https://github.com/pgmq/pgmq, `pgmq.format_table_name` and `pgmq.validate_queue_name`)
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct QueueName(String);
+
+shown_as_text!(QueueName);
 
 /// Why a queue name was refused. Each caller words the refusal for where the name came from
 /// (a `[pgmq]` key, `init --queue`); this carries the name, cut for quoting.
@@ -43,24 +42,6 @@ impl QueueName {
     /// over 47 characters.
     pub fn default_dead_letter(&self) -> Result<QueueName, QueueNameError> {
         QueueName::parse(&format!("{self}{DEAD_LETTER_SUFFIX}"))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl Deref for QueueName {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for QueueName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -1,14 +1,14 @@
 //! A branch name as git takes it, for the branches rowbranch does not name itself: a
 //! repository's default branch, where claims start.
 
-use std::fmt;
-
 /// A short branch name (without `refs/heads/`) that `git check-ref-format --branch` accepts:
 /// not empty, no part that starts with `.` or ends with `.lock`, no `..`, `@{`, `//`, no space,
 /// control character or any of `~^:?*[\`, and not starting with `-` or `/`, nor ending with `/`
 /// or `.`, nor `@` alone. (https://git-scm.com/docs/git-check-ref-format)
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RefName(String);
+
+shown_as_text!(RefName);
 
 /// Why a branch name was refused: the name, cut for quoting.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,16 +33,6 @@ impl RefName {
             return Err(refused());
         }
         Ok(RefName(raw.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for RefName {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 

@@ -43,16 +43,22 @@ impl Budgets {
         let queue_routes: Vec<&Route> = routes
             .iter()
             .map(|r| r.as_ref())
-            .filter(|r| r.intake == Intake::Pgmq)
+            .filter(|r| r.reads_the_queue())
             .collect();
         let table = |r: &Route| (r.schema.clone(), r.table.clone());
         let mut bounds: Vec<HourlyCap> = queue_routes
             .iter()
             .filter_map(|r| {
+                let Intake::Pgmq {
+                    max_rows_per_hour: Some(per_hour),
+                } = r.intake
+                else {
+                    return None;
+                };
                 Some(HourlyCap {
                     setting: format!("max_rows_per_hour of {}", r.table_name()),
                     tables: vec![table(r)],
-                    per_hour: u64::from(r.max_rows_per_hour?),
+                    per_hour: u64::from(per_hour),
                 })
             })
             .collect();

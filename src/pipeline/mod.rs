@@ -397,10 +397,10 @@ fn next_step(plan: &Plan, error: &RunError) -> String {
             plan.route.table_name(),
             plan.id
         ),
-        (Intake::Pgmq, false) => {
+        (Intake::Pgmq { .. }, false) => {
             "retry when the queue reads the message again, after its backoff".to_owned()
         }
-        (Intake::Pgmq, true) => {
+        (Intake::Pgmq { .. }, true) => {
             "dead-lettered; `rowbranch queue redrive` once the cause is fixed".to_owned()
         }
     }

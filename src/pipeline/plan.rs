@@ -80,26 +80,27 @@ impl Routes {
 
     /// Decides what an event that a webhook delivered means.
     pub fn plan(&self, event: RowEvent) -> Result<Planned, PlanError> {
-        self.plan_from(Intake::Webhook, event)
+        self.plan_from(false, event)
     }
 
-    /// Decides what an event means when it came by `intake`.
-    pub fn plan_from(&self, intake: Intake, event: RowEvent) -> Result<Planned, PlanError> {
-        match self.route(intake, &event) {
+    /// Decides what an event means when it came from the queue (`from_queue`) or a webhook.
+    pub fn plan_from(&self, from_queue: bool, event: RowEvent) -> Result<Planned, PlanError> {
+        match self.route(from_queue, &event) {
             Ok(compiled) => compiled.plan_json(&event.record).map(Planned::Run),
             Err(ignored) => Ok(Planned::Ignored(ignored)),
         }
     }
 
-    /// The route that takes an event which came by `intake`, found once for the event's whole
-    /// way: a route takes only the rows of its own intake, and the events it names.
-    pub fn route(&self, intake: Intake, event: &RowEvent) -> Result<&CompiledRoute, Ignored> {
+    /// The route that takes an event which came from the queue (`from_queue`) or a webhook,
+    /// found once for the event's whole way: a route takes only the rows of its own intake, and
+    /// the events it names.
+    pub fn route(&self, from_queue: bool, event: &RowEvent) -> Result<&CompiledRoute, Ignored> {
         let Some(compiled) = self.find(&event.schema, &event.table) else {
             return Err(Ignored::NoRoute {
                 table: format!("{}.{}", event.schema, event.table),
             });
         };
-        if compiled.route.intake != intake {
+        if compiled.route.reads_the_queue() != from_queue {
             return Err(Ignored::OtherIntake {
                 route: Arc::clone(&compiled.route),
             });
@@ -163,7 +164,7 @@ impl Ignored {
             Ignored::NoRoute { .. } => Reason::NoRoute,
             Ignored::Event { .. } => Reason::Event,
             Ignored::OtherIntake { route } => match route.intake {
-                Intake::Pgmq => Reason::PgmqIntake,
+                Intake::Pgmq { .. } => Reason::PgmqIntake,
                 Intake::Webhook => Reason::WebhookIntake,
             },
         }
@@ -192,7 +193,7 @@ impl std::fmt::Display for Ignored {
                 "the route for {} reads its rows from {}, not from here",
                 route.table_name(),
                 match route.intake {
-                    Intake::Pgmq => "the queue (intake = \"pgmq\")",
+                    Intake::Pgmq { .. } => "the queue (intake = \"pgmq\")",
                     Intake::Webhook => "webhook deliveries (intake = \"webhook\")",
                 }
             ),

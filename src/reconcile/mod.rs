@@ -221,7 +221,7 @@ async fn sweep_route(
         base: None,
     };
     let queued = match route.intake {
-        Intake::Pgmq => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
+        Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
         Intake::Webhook => None,
     };
     let mut pages = rows.since(route, since, options.page_size);

@@ -1,11 +1,5 @@
 //! The `client_payload` template: rendered with minijinja from the row and its identity, then
-//! checked against GitHub's limits for `repository_dispatch` before anything is sent; the
-//! [`setup`] files `rowbranch init` writes, with what the GitHub [`actions`] host adds; and
-//! what is read back from a target repository's [`workflow`].
-
-pub mod actions;
-pub mod setup;
-pub mod workflow;
+//! checked against GitHub's limits for `repository_dispatch` before anything is sent.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
-//! The App's JWT as rowbranch signs it (with ring, src/forge/github/jwt.rs), taken by the fake
-//! GitHub, which checks an App JWT as GitHub does (RS256 with the App's public key, `iat`,
-//! `exp` within 10 minutes, `iss`): the App's own requests and the token mint go through with
-//! it. And no RSA implementation but ring's is in the build (RUSTSEC-2023-0071).
+//! The App's JWT as rowbranch makes it (jsonwebtoken on ring, src/forge/github/jwt.rs), taken
+//! by the fake GitHub, which checks an App JWT as GitHub does (RS256 with the App's public key,
+//! `iat`, `exp` within 10 minutes, `iss`): the App's own requests and the token mint go through
+//! with it. And no RSA implementation but ring's is in what ships (RUSTSEC-2023-0071).
 
 use std::sync::Arc;
 
@@ -68,15 +68,43 @@ async fn the_apps_jwt_is_taken_by_github_for_the_apps_requests_and_the_token_min
     assert!(refused.contains("401"), "{refused}");
 }
 
-/// RUSTSEC-2023-0071 (the `rsa` crate, no fixed release) came in through octocrab's
-/// `jwt-rust-crypto`; jsonwebtoken's other backend is aws-lc, which deny.toml bans.
+/// What ships signs the App's JWT with jsonwebtoken on ring, and speaks to GitHub through
+/// octocrab: neither RustCrypto's `rsa` (RUSTSEC-2023-0071, no fixed release) nor aws-lc (a
+/// long C build), the two other backends jsonwebtoken and rustls have, nor reqwest, is in the
+/// normal dependency tree. Dev-dependencies (the tests' own HTTP client) are not what ships.
 #[test]
-fn no_rsa_or_jsonwebtoken_crate_is_in_the_lock_file() {
-    let lock = include_str!("../../Cargo.lock");
-    for name in ["rsa", "jsonwebtoken"] {
+fn what_ships_has_jsonwebtoken_and_octocrab_and_no_rsa_aws_lc_or_reqwest() {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "-p",
+            "rowbranch",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let crates: Vec<&str> = tree.lines().filter_map(|l| l.split(' ').next()).collect();
+    for needed in ["octocrab", "jsonwebtoken"] {
         assert!(
-            !lock.contains(&format!("\nname = \"{name}\"\n")),
-            "{name} is in Cargo.lock: the App's JWT is signed with ring"
+            crates.contains(&needed),
+            "{needed} is not in the tree:\n{tree}"
+        );
+    }
+    for banned in ["rsa", "aws-lc-sys", "aws-lc-rs", "reqwest"] {
+        assert!(
+            !crates.contains(&banned),
+            "{banned} is in the tree:\n{tree}"
         );
     }
 }

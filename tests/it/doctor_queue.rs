@@ -11,8 +11,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use rowbranch::cmd::init::setup::SetupContext;
 use rowbranch::forge::local::create_repository;
-use rowbranch::templates::setup::SetupContext;
 use tempfile::TempDir;
 use tokio::process::Command;
 use tokio_postgres::config::Host;

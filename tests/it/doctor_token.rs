@@ -4,8 +4,9 @@
 //! enabled; and with a database, the queue and the kick's trigger and Vault secret.
 
 use fake_github::FakeGithub;
-use rowbranch::templates::actions::ActionsSetup;
-use rowbranch::templates::setup::{render, Host, SetupContext};
+use rowbranch::cli::HostArg;
+use rowbranch::cmd::init::actions::ActionsSetup;
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use tempfile::TempDir;
 
 use crate::github_token::{
@@ -183,7 +184,7 @@ async fn database() -> Option<(TestDb, String, SetupContext)> {
     create_table(&db, "public", "feedbacks").await;
     let queue = format!("rbq_{}", db.tag);
     let ctx = SetupContext {
-        host: Host::Actions,
+        host: HostArg::Actions,
         actions: ActionsSetup {
             kick: true,
             ..ActionsSetup::example()

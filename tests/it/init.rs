@@ -8,7 +8,7 @@ use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::{Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource};
-use rowbranch::templates::workflow::claude_steps;
+use rowbranch::doctor::workflow::claude_steps;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
@@ -165,7 +165,9 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
     };
     let config = Config::load(&dir.path().join("rowbranch.toml"), &env).unwrap();
     let route = config
-        .route("public", "ideas")
+        .routes
+        .iter()
+        .find(|r| r.table_name() == "public.ideas")
         .expect("the route for the table");
     assert_eq!(route.repo.to_string(), "acme/app");
     assert_eq!(route.text_column.as_deref(), Some("body"));
@@ -635,7 +637,10 @@ fn the_queue_intake_writes_the_queue_sql_and_a_config_whose_route_reads_the_queu
         assert!(setup.join(name).is_file(), "{name} missing");
     }
     let config = Config::load(&setup.join("rowbranch.toml"), &|_| None).unwrap();
-    assert_eq!(config.routes[0].intake, Intake::Pgmq);
+    let intake = Intake::Pgmq {
+        max_rows_per_hour: Some(60),
+    };
+    assert_eq!(config.routes[0].intake, intake);
     assert!(config.reads_the_queue() && !config.takes_webhooks());
     assert_eq!(
         (config.pgmq.queue.as_str(), config.pgmq.dead_letter.as_str()),

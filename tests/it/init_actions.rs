@@ -10,11 +10,11 @@ use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use rowbranch::templates::actions::{
-    ActionsSetup, Every, Install, DRAIN_MAX_TIME_MINUTES, DRAIN_WORKFLOW_FILE,
-};
-use rowbranch::templates::setup::{render, Host, SetupContext};
-use rowbranch::templates::workflow::{allows_bot, claude_steps};
+use rowbranch::cli::HostArg;
+use rowbranch::cmd::init::actions::{ActionsSetup, Every, Install, DRAIN_MAX_TIME_MINUTES};
+use rowbranch::cmd::init::setup::{render, SetupContext};
+use rowbranch::doctor::workflow::{allows_bot, claude_steps};
+use rowbranch::doctor::DRAIN_WORKFLOW_FILE;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -88,7 +88,7 @@ fn refused(out: &Output) -> String {
 /// The context `init --host actions` fills in, with `install` and `every`.
 fn context(install: Install, every: &str) -> SetupContext {
     SetupContext {
-        host: Host::Actions,
+        host: HostArg::Actions,
         app_slug: "github-actions".into(),
         actions: ActionsSetup {
             every: Every::parse(every).unwrap(),
@@ -252,7 +252,10 @@ fn the_written_config_parses_as_token_auth_reading_the_queue() {
         "token auth"
     );
     let route = &config.routes[0];
-    assert_eq!(route.intake, Intake::Pgmq);
+    let intake = Intake::Pgmq {
+        max_rows_per_hour: Some(60),
+    };
+    assert_eq!(route.intake, intake);
     assert_eq!(route.payload_template, None, "the built-in payload");
 }
 

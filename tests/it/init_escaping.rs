@@ -5,8 +5,8 @@
 //! names in `setup_sql` and `setup_vault_sql`.)
 
 use proptest::prelude::*;
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use rowbranch::config::{Config, Intake};
-use rowbranch::templates::setup::{render, SetupContext};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -60,7 +60,9 @@ fn contexts() -> impl Strategy<Value = SetupContext> {
                 event_type,
                 url,
                 intake: if queue_intake {
-                    Intake::Pgmq
+                    Intake::Pgmq {
+                        max_rows_per_hour: Some(60),
+                    }
                 } else {
                     Intake::Webhook
                 },
@@ -162,8 +164,9 @@ fn check_config(ctx: &SetupContext) {
     }
     assert_eq!(config, example, "nothing added or moved");
 
-    // And rowbranch itself reads the same route out of it.
-    if !ctx.table.trim().is_empty() {
+    // And rowbranch itself reads the same route out of it (a blank table or event type is
+    // one `init` refuses).
+    if !ctx.table.trim().is_empty() && !ctx.event_type.trim().is_empty() {
         let parsed = Config::parse(&text, std::path::Path::new("/x/rowbranch.toml"), &|_| None)
             .unwrap_or_else(|e| panic!("rowbranch does not load it: {e}"));
         let route = &parsed.routes[0];
@@ -173,7 +176,7 @@ fn check_config(ctx: &SetupContext) {
         assert_eq!(route.intake, ctx.intake);
         assert_eq!(
             parsed.pgmq.queue,
-            if ctx.intake == Intake::Pgmq {
+            if ctx.intake != Intake::Webhook {
                 ctx.queue.as_str()
             } else {
                 "rowbranch"

@@ -12,8 +12,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use rowbranch::templates::actions::ActionsSetup;
-use rowbranch::templates::setup::{render, Host, SetupContext};
+use rowbranch::cli::HostArg;
+use rowbranch::cmd::init::actions::ActionsSetup;
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use serde_json::{json, Value};
 use tokio_postgres::{AsyncMessage, Client, NoTls};
 
@@ -31,7 +32,7 @@ const URL: &str =
 /// The kick for `schema.table` and the queue `rowbranch`, on the branch `trunk`.
 fn context(schema: &str, table: &str) -> SetupContext {
     SetupContext {
-        host: Host::Actions,
+        host: HostArg::Actions,
         actions: ActionsSetup {
             kick: true,
             default_branch: "trunk".into(),

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use rowbranch::templates::setup::{render, SetupContext};
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use serde_json::Value;
 use tokio_postgres::Client;
 

@@ -11,7 +11,7 @@
 //! database of its own, created for it and dropped after it: tests running at once never see
 //! each other's stand-in, calls or tables, and nothing is created in the `DATABASE_URL` database.
 
-use rowbranch::templates::setup::{render, SetupContext};
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 

@@ -12,7 +12,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rowbranch::templates::setup::render;
+use rowbranch::cmd::init::setup::render;
 use rowbranch::webhook::auth::standard_webhooks_signature;
 use serde_json::Value;
 use tokio_postgres::Client;

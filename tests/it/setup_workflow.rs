@@ -10,7 +10,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use rowbranch::templates::setup::{render, SetupContext};
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -110,8 +110,11 @@ fn the_workflow_takes_the_routes_dispatch_type_and_doctor_agrees() {
         .expect("on.repository_dispatch.types is a list");
     assert_eq!(types, &vec![key("row-inserted")]);
     let text = rendered();
-    assert!(rowbranch::doctor::listens_for(&text, "row-inserted"));
-    assert!(!rowbranch::doctor::listens_for(&text, "feedback"));
+    assert!(rowbranch::doctor::workflow::listens_for(
+        &text,
+        "row-inserted"
+    ));
+    assert!(!rowbranch::doctor::workflow::listens_for(&text, "feedback"));
 }
 
 #[test]

@@ -17,17 +17,14 @@ use anyhow::{anyhow, Context};
 use chrono::Utc;
 use serde_json::Value;
 
-use self::read::{read_forge, read_queue, read_row};
-use self::report::{Identity, Report, RouteView, RowView, Unreachable, VERSION};
-use self::verdict::Facts;
+use self::report::{Identity, Report, RouteSection, RowSection, SourceError};
 use super::Failure;
 use crate::cli::ExplainArgs;
-use crate::config::{process_env, Config, ForgeSettings, Intake, Route};
-use crate::db::Row;
+use crate::config::{process_env, Config, ForgeSettings, Intake};
 use crate::doctor::quietly;
 use crate::forge::Forge;
 use crate::identity::{BranchName, RowId};
-use crate::pipeline::{CompiledRoute, Plan};
+use crate::pipeline::CompiledRoute;
 use crate::startup;
 
 /// How long one GitHub read may go on retrying: someone is waiting at a terminal.
@@ -54,15 +51,13 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     } else {
         print!("{}", text::render(&report, Utc::now()));
     }
-    if report.unreachable.is_empty() {
+    let sources: Vec<String> = report
+        .first_errors()
+        .iter()
+        .map(|u| format!("the {}", u.source))
+        .collect();
+    if sources.is_empty() {
         return Ok(());
-    }
-    let mut sources: Vec<String> = Vec::new();
-    for u in &report.unreachable {
-        let source = format!("the {}", u.source);
-        if !sources.contains(&source) {
-            sources.push(source);
-        }
     }
     Err(Failure::Runtime(anyhow!(
         "could not reach {}; what they could not tell is left out",
@@ -80,156 +75,117 @@ pub async fn explain(
     let route = &compiled.route;
     let now = Utc::now();
     let mut unreachable = Vec::new();
-    let (rows, lookup) = read_row(config, route, id).await;
-    if let Lookup::Unreachable(error) = &lookup {
-        unreachable.push(Unreachable {
+    let (database, row) = read::row(config, route, id).await;
+    if let ("unreachable", Some(error)) = (row.status, &row.detail) {
+        unreachable.push(SourceError {
             source: "database",
             error: error.clone(),
         });
     }
-    let derived = derive(compiled, &lookup, id);
-    let since = match &lookup {
-        Lookup::Found(row) => row.created_at - CLOCK_SLACK,
-        _ => now - chrono::Duration::from_std(config.reconcile.window).unwrap_or_default(),
+    let identity = identity(compiled, &row, id);
+    let since = match row.created_at {
+        Some(created_at) => created_at - CLOCK_SLACK,
+        None => now - chrono::Duration::from_std(config.reconcile.window).unwrap_or_default(),
     };
-    let forge_view = read_forge(
+    let forge_section = read::forge(
         config,
         route,
         forge,
-        derived.id.as_ref(),
+        identity.id.as_ref(),
         since,
         &mut unreachable,
     )
     .await;
-    let queue_view = match route.intake {
-        Intake::Pgmq => {
-            Some(read_queue(config, route, rows.as_ref(), &lookup, &mut unreachable).await)
+    let queue = match route.intake {
+        Intake::Pgmq { .. } => {
+            Some(read::queue(config, route, database.as_ref(), &row, &mut unreachable).await)
         }
         Intake::Webhook => None,
     };
-    let facts = Facts {
+    let facts = verdict::Facts {
         config,
         compiled,
-        lookup: &lookup,
-        plan: derived.plan.as_ref(),
-        forge: &forge_view,
-        queue: queue_view.as_ref(),
+        row: &row,
+        identity: &identity,
+        forge: &forge_section,
+        queue: queue.as_ref(),
         now,
     };
     Report {
-        version: VERSION,
+        version: 1,
         id: id.to_owned(),
-        route: route_view(route),
+        route: RouteSection {
+            table: route.table_name(),
+            repo: route.repo.to_string(),
+            intake: route.intake.as_str(),
+            id_column: route.id_column.clone(),
+            text_column: route.text_column.clone(),
+            branch_prefix: route.branch_prefix.to_string(),
+            event_type: route.event_type.to_string(),
+        },
         reconcile: facts.reconcile(),
         redo: facts.redo(),
-        row: row_view(&lookup),
-        identity: derived.view,
-        forge: forge_view,
-        queue: queue_view,
+        row,
+        identity,
+        forge: forge_section,
+        queue,
         unreachable,
     }
 }
 
-/// What the table said of the row.
-enum Lookup {
-    /// `DATABASE_URL` is not set.
-    NotRead,
-    Unreachable(String),
-    /// No such row; `typed` is the id as the id column types it, when it is one of its values.
-    Missing {
-        typed: Option<Value>,
-        detail: String,
-    },
-    Found(Row),
-}
-
-fn row_view(lookup: &Lookup) -> RowView {
-    let (status, detail) = match lookup {
-        Lookup::NotRead => (
-            "not_read",
-            Some("DATABASE_URL is not set; what follows is what the id alone tells".to_owned()),
-        ),
-        Lookup::Unreachable(error) => ("unreachable", Some(error.clone())),
-        Lookup::Missing { detail, .. } => ("missing", Some(detail.clone())),
-        Lookup::Found(_) => ("found", None),
-    };
-    let row = match lookup {
-        Lookup::Found(row) => Some(row),
-        _ => None,
-    };
-    RowView {
-        status,
-        detail,
-        created_at: row.map(|r| r.created_at),
-        record: row.map(|r| r.record.clone()),
-    }
-}
-
-fn route_view(route: &Route) -> RouteView {
-    RouteView {
-        table: route.table_name(),
-        repo: route.repo.to_string(),
-        intake: route.intake.as_str(),
-        id_column: route.id_column.clone(),
-        text_column: route.text_column.clone(),
-        branch_prefix: route.branch_prefix.to_string(),
-        event_type: route.event_type.to_string(),
+impl Report {
+    /// The first error of each source that could not be reached: the sections say the rest.
+    fn first_errors(&self) -> Vec<&SourceError> {
+        let mut first: Vec<&SourceError> = Vec::new();
+        for u in &self.unreachable {
+            if !first.iter().any(|f| f.source == u.source) {
+                first.push(u);
+            }
+        }
+        first
     }
 }
 
 /// The row's identity: from the row itself when the table has it (the planner's branch, slug
 /// and all), else from the id alone (no text, so no slug: the branches are found by the id).
-struct Derived {
-    id: Option<RowId>,
-    plan: Option<Plan>,
-    view: Identity,
-}
-
-fn derive(compiled: &CompiledRoute, lookup: &Lookup, id: &str) -> Derived {
-    let failed = |error: String| Derived {
-        id: None,
-        plan: None,
-        view: Identity {
+fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
+    let named = match &row.record {
+        Some(record) => compiled
+            .plan_row(record)
+            .map(|plan| (plan.id.clone(), plan.branch.to_string(), "row", Some(plan)))
+            .map_err(|e| e.to_string()),
+        None => {
+            let value = row.typed_id.clone().unwrap_or(Value::String(id.to_owned()));
+            RowId::parse(&value)
+                .map(|row_id| {
+                    let branch = BranchName::new(&compiled.route.branch_prefix, &row_id, None);
+                    (row_id, branch.to_string(), "id", None)
+                })
+                .map_err(|e| e.to_string())
+        }
+    };
+    match named {
+        Ok((id, branch, derived_from, plan)) => Identity {
+            id: Some(id),
+            branch: Some(branch),
+            derived_from: Some(derived_from),
+            error: None,
+            plan,
+        },
+        Err(e) => Identity {
             id: None,
             branch: None,
             derived_from: None,
-            error: Some(error),
-        },
-    };
-    let value = match lookup {
-        Lookup::Found(row) => {
-            return match compiled.plan_row(&row.record) {
-                Ok(plan) => Derived {
-                    id: Some(plan.id.clone()),
-                    view: Identity {
-                        id: Some(plan.id.to_string()),
-                        branch: Some(plan.branch.to_string()),
-                        derived_from: Some("row"),
-                        error: None,
-                    },
-                    plan: Some(plan),
-                },
-                Err(e) => failed(e.to_string()),
-            }
-        }
-        Lookup::Missing {
-            typed: Some(typed), ..
-        } => typed.clone(),
-        _ => Value::String(id.to_owned()),
-    };
-    match RowId::parse(&value) {
-        Ok(row_id) => Derived {
-            view: Identity {
-                id: Some(row_id.to_string()),
-                branch: Some(
-                    BranchName::new(&compiled.route.branch_prefix, &row_id, None).to_string(),
-                ),
-                derived_from: Some("id"),
-                error: None,
-            },
-            id: Some(row_id),
+            error: Some(e),
             plan: None,
         },
-        Err(e) => failed(e.to_string()),
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
     }
 }

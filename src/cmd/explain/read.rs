@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::report::{BaseView, BranchView, ForgeView, Part, QueueView, Unreachable};
-use super::Lookup;
+use super::report::{
+    BaseView, BranchView, ForgeSection, Part, QueueSection, RowSection, SourceError,
+};
 use crate::config::{Config, ForgeSettings, Route};
-use crate::db::queue;
-use crate::db::{Database, Visibility};
+use crate::db::{queue, Database, Visibility};
 use crate::forge::{Forge, ForgeError, Listing};
 use crate::identity::{BranchName, RowId};
-use crate::reconcile;
+use crate::reconcile::id_text;
 
 /// How long the database may take to accept the connection: a host that drops packets would
 /// otherwise hold the terminal for the system's TCP timeout.
@@ -21,83 +21,83 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Reads the row as `redo` does (the id bound in the id column's own type), and the id as the
 /// column types it, for naming a row that is not there. The connection is kept for the queue.
-pub(super) async fn read_row(
+pub(super) async fn row(
     config: &Config,
     route: &Route,
     id: &str,
-) -> (Option<Database>, Lookup) {
+) -> (Option<Database>, RowSection) {
     let Some(url) = &config.database_url else {
-        return (None, Lookup::NotRead);
+        let why = "DATABASE_URL is not set; what follows is what the id alone tells";
+        return (None, RowSection::not("not_read", why.to_owned()));
     };
+    let unreachable = |error: String| RowSection::not("unreachable", error);
     let rows = match tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(url.expose())).await {
         Ok(Ok(rows)) => rows,
         Ok(Err(e)) => {
-            let error = format!("connecting to DATABASE_URL: {e:#}");
-            return (None, Lookup::Unreachable(error));
+            return (
+                None,
+                unreachable(format!("connecting to DATABASE_URL: {e:#}")),
+            )
         }
         Err(_) => {
-            let error = format!(
-                "connecting to DATABASE_URL: no answer within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            );
-            return (None, Lookup::Unreachable(error));
+            let secs = CONNECT_TIMEOUT.as_secs();
+            let error = format!("connecting to DATABASE_URL: no answer within {secs} s");
+            return (None, unreachable(error));
         }
     };
     let table = route.table_name();
-    let lookup = match rows.typed_id(route, id).await {
-        Err(e) => Lookup::Unreachable(format!("{e:#}")),
-        Ok(None) => Lookup::Missing {
-            typed: None,
-            detail: format!(
+    let section = match rows.typed_id(route, id).await {
+        Err(e) => unreachable(format!("{e:#}")),
+        Ok(None) => RowSection::not(
+            "missing",
+            format!(
                 "{id:?} is no value of the type of {table}'s `{}` column, so no row has it",
                 route.id_column
             ),
-        },
+        ),
         Ok(Some(typed)) => match rows.by_id(route, id).await {
-            Ok(Some(row)) => Lookup::Found(row),
-            Ok(None) => missing(&rows, route, typed, id).await,
-            Err(e) => Lookup::Unreachable(format!("{e:#}")),
+            Ok(Some(row)) => RowSection::found(row),
+            Err(e) => unreachable(format!("{e:#}")),
+            // No row with the id, as far as DATABASE_URL's role can see: row level security
+            // that hides every row from it leaves the table unread (whether the row is there
+            // cannot be told), and one that hides some is said beside "no row".
+            Ok(None) => {
+                let detail = format!("{table} has no row with {} = {id}", route.id_column);
+                let missing = match rows.visibility(route).await {
+                    Ok(Visibility::Blind(blind)) => unreachable(blind.to_string()),
+                    Ok(Visibility::Filtered(filtered)) => RowSection::not(
+                        "missing",
+                        format!("{detail} that DATABASE_URL's role can see: {filtered}"),
+                    ),
+                    _ => RowSection::not("missing", detail),
+                };
+                RowSection {
+                    typed_id: Some(typed).filter(|_| missing.status == "missing"),
+                    ..missing
+                }
+            }
         },
     };
-    (Some(rows), lookup)
-}
-
-/// No row with the id, as far as DATABASE_URL's role can see: row level security that hides
-/// every row from it leaves the table unread (whether the row is there cannot be told), and one
-/// that hides some is said beside "no row".
-async fn missing(rows: &Database, route: &Route, typed: serde_json::Value, id: &str) -> Lookup {
-    let table = route.table_name();
-    let detail = format!("{table} has no row with {} = {id}", route.id_column);
-    match rows.visibility(route).await {
-        Ok(Visibility::Blind(blind)) => Lookup::Unreachable(blind.to_string()),
-        Ok(Visibility::Filtered(filtered)) => Lookup::Missing {
-            typed: Some(typed),
-            detail: format!("{detail} that DATABASE_URL's role can see: {filtered}"),
-        },
-        _ => Lookup::Missing {
-            typed: Some(typed),
-            detail,
-        },
-    }
+    (Some(rows), section)
 }
 
 /// The forge's reads, at once: the row's branches, the default branch, its pull requests and
 /// its workflow runs; then a compare of each branch with the default branch.
-pub(super) async fn read_forge(
+pub(super) async fn forge(
     config: &Config,
     route: &Route,
     forge: &dyn Forge,
     id: Option<&RowId>,
     since: DateTime<Utc>,
-    unreachable: &mut Vec<Unreachable>,
-) -> ForgeView {
+    unreachable: &mut Vec<SourceError>,
+) -> ForgeSection {
     let kind = match config.forge {
         ForgeSettings::Github(_) => "github",
         ForgeSettings::Local(_) => "local",
     };
     let Some(id) = id else {
         let why = "no branch can be named for this id";
-        return ForgeView {
+        return ForgeSection {
             kind,
             status: "skipped",
             detail: Some(why.to_owned()),
@@ -114,7 +114,8 @@ pub(super) async fn read_forge(
         forge.row_pull_requests(repo, prefix, id, since),
         forge.row_workflow_runs(repo, prefix, id, since),
     );
-    let mut view = ForgeView {
+    let mut errors = Vec::new();
+    let mut section = ForgeSection {
         kind,
         status: "ok",
         detail: None,
@@ -123,52 +124,46 @@ pub(super) async fn read_forge(
         pull_requests: part(pulls, since, "pull requests", unreachable),
         runs: part(runs, since, "workflow runs", unreachable),
     };
-    let mut failed = |view: &mut ForgeView, error: String| {
-        view.status = "unreachable";
-        view.detail.get_or_insert_with(|| error.clone());
-        unreachable.push(Unreachable {
-            source: "forge",
-            error,
-        });
-    };
-    let base = match base {
-        Ok(base) => Some(base),
-        Err(e) => {
-            failed(&mut view, labelled("reading the default branch", &e));
-            None
-        }
-    };
+    let base = base
+        .map_err(|e| errors.push(labelled("reading the default branch", &e)))
+        .ok();
     match branches {
         Ok(branches) => {
             for branch in branches {
-                let ahead_by = match (
-                    &base,
-                    BranchName::existing(prefix, id, branch.name.as_str()),
-                ) {
-                    (Some(base), Some(name)) => match forge.ahead_by(repo, base, &name).await {
-                        Ok(ahead) => Some(ahead),
-                        Err(e) => {
+                let name = BranchName::existing(prefix, id, branch.name.as_str());
+                let ahead_by = match (&base, name) {
+                    (Some(base), Some(name)) => forge
+                        .ahead_by(repo, base, &name)
+                        .await
+                        .map_err(|e| {
                             let what = format!("comparing {} with {}", branch.name, base.branch);
-                            failed(&mut view, labelled(&what, &e));
-                            None
-                        }
-                    },
+                            errors.push(labelled(&what, &e));
+                        })
+                        .ok(),
                     _ => None,
                 };
-                view.branches.push(BranchView {
+                section.branches.push(BranchView {
                     name: branch.name.to_string(),
                     sha: branch.sha.to_string(),
                     ahead_by,
                 });
             }
         }
-        Err(e) => failed(&mut view, labelled("listing the row's branches", &e)),
+        Err(e) => errors.push(labelled("listing the row's branches", &e)),
     }
-    view.base = base.map(|b| BaseView {
+    section.base = base.map(|b| BaseView {
         branch: b.branch.to_string(),
         sha: b.sha.to_string(),
     });
-    view
+    if let Some(first) = errors.first() {
+        section.status = "unreachable";
+        section.detail = Some(first.clone());
+    }
+    unreachable.extend(errors.into_iter().map(|error| SourceError {
+        source: "forge",
+        error,
+    }));
+    section
 }
 
 /// A listing as the report shows it; a failure counts the forge as unreachable.
@@ -176,30 +171,29 @@ fn part<T>(
     listed: Result<Listing<T>, ForgeError>,
     since: DateTime<Utc>,
     what: &str,
-    unreachable: &mut Vec<Unreachable>,
+    unreachable: &mut Vec<SourceError>,
 ) -> Part<T> {
     let (status, detail, items) = match listed {
         Ok(Listing::Found(items)) => ("ok", None, items),
         Ok(Listing::NotKept) => (
             "not_kept",
             Some(format!("the local forge has no {what}")),
-            Vec::new(),
+            vec![],
         ),
-        Ok(Listing::NotPermitted { needs }) => (
-            "not_permitted",
-            Some(format!(
+        Ok(Listing::NotPermitted { needs }) => {
+            let detail = format!(
                 "not permitted (the App needs {}; approve it in the installation's settings)",
                 permission_words(&needs)
-            )),
-            Vec::new(),
-        ),
+            );
+            ("not_permitted", Some(detail), vec![])
+        }
         Err(e) => {
             let error = labelled(&format!("listing {what}"), &e);
-            unreachable.push(Unreachable {
+            unreachable.push(SourceError {
                 source: "forge",
                 error: error.clone(),
             });
-            ("unreachable", Some(error), Vec::new())
+            ("unreachable", Some(error), vec![])
         }
     };
     Part {
@@ -225,76 +219,73 @@ fn labelled(what: &str, e: &ForgeError) -> String {
 /// settings page names the first set: `Actions: read`.
 fn permission_words(needs: &str) -> String {
     let first = needs.split(';').next().unwrap_or(needs);
-    first
+    let words: Vec<String> = first
         .split(',')
         .filter_map(|p| {
             let (name, level) = p.trim().split_once('=')?;
-            let name = name.replace('_', " ");
-            let mut chars = name.chars();
-            let name = match chars.next() {
-                Some(c) => c.to_uppercase().chain(chars).collect::<String>(),
-                None => return None,
-            };
+            let mut name = name.replace('_', " ");
+            name.get_mut(..1)?.make_ascii_uppercase();
             Some(format!("{name}: {level}"))
         })
-        .collect::<Vec<_>>()
-        .join(", ")
+        .collect();
+    words.join(", ")
 }
 
 /// The row's messages in the queue, its archive and the dead letters, by plain SELECTs.
-pub(super) async fn read_queue(
+pub(super) async fn queue(
     config: &Config,
     route: &Route,
     rows: Option<&Database>,
-    lookup: &Lookup,
-    unreachable: &mut Vec<Unreachable>,
-) -> QueueView {
-    let mut view = QueueView {
+    row: &RowSection,
+    unreachable: &mut Vec<SourceError>,
+) -> QueueSection {
+    let pgmq = &config.pgmq;
+    let mut section = QueueSection {
         status: "skipped",
         detail: None,
-        queue: config.pgmq.queue.to_string(),
-        dead_letter: config.pgmq.dead_letter.to_string(),
+        queue: pgmq.queue.to_string(),
+        dead_letter: pgmq.dead_letter.to_string(),
         messages: Vec::new(),
     };
-    let id_value = match lookup {
-        Lookup::Found(row) => row.record.get(&route.id_column).cloned(),
-        Lookup::Missing { typed, .. } => typed.clone(),
-        Lookup::NotRead | Lookup::Unreachable(_) => None,
+    let id_value = match &row.record {
+        Some(record) => record.get(&route.id_column),
+        None => row.typed_id.as_ref(),
     };
-    let (Some(rows), Some(id)) = (rows, id_value.as_ref().and_then(reconcile::id_text)) else {
-        view.detail = Some(match lookup {
-            Lookup::NotRead => "DATABASE_URL is not set".to_owned(),
-            Lookup::Unreachable(_) => "the database could not be read".to_owned(),
+    let (Some(rows), Some(id)) = (rows, id_value.and_then(id_text)) else {
+        section.detail = Some(match row.status {
+            "not_read" => "DATABASE_URL is not set".to_owned(),
+            "unreachable" => "the database could not be read".to_owned(),
             _ => "the id is no value the queue's messages could hold".to_owned(),
         });
-        return view;
+        return section;
     };
+    let (schema, table, id_column) = (&route.schema, &route.table, &route.id_column);
+    let client = rows.client();
     let read = queue::row_messages(
-        rows.client(),
-        &config.pgmq.queue,
-        &config.pgmq.dead_letter,
-        &route.schema,
-        &route.table,
-        &route.id_column,
+        client,
+        &pgmq.queue,
+        &pgmq.dead_letter,
+        schema,
+        table,
+        id_column,
         &id,
-    )
-    .await;
-    match read {
+    );
+    match read.await {
         Ok(messages) => {
-            view.status = "ok";
-            view.messages = messages;
+            section.status = "ok";
+            section.messages = messages;
         }
         Err(e) => {
-            let error = format!("reading the queue {}: {}", config.pgmq.queue, e.describe());
-            view.status = "unreachable";
-            view.detail = Some(error.clone());
-            unreachable.push(Unreachable {
+            let error = format!("reading the queue {}: {}", pgmq.queue, e.describe());
+            section.status = "unreachable";
+            section.detail = Some(error.clone());
+            unreachable.push(SourceError {
                 source: "queue",
                 error,
             });
         }
     }
-    view
+    section
 }
 
 #[cfg(test)]

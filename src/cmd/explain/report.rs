@@ -7,34 +7,35 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::db::queue::RowMessage;
+use crate::db::Row;
 use crate::forge::{PullRequest, WorkflowRun};
-
-/// The version of the JSON shape: raised when a key changes meaning or goes away (new keys may
-/// be added without it).
-pub const VERSION: u32 = 1;
+use crate::identity::RowId;
+use crate::pipeline::Plan;
 
 /// One row, end to end.
 #[derive(Debug, Serialize)]
 pub struct Report {
+    /// The version of the JSON shape: raised when a key changes meaning or goes away (new keys
+    /// may be added without it).
     pub version: u32,
     /// The id as given on the command line.
     pub id: String,
-    pub route: RouteView,
-    pub row: RowView,
+    pub route: RouteSection,
+    pub row: RowSection,
     pub identity: Identity,
-    pub forge: ForgeView,
+    pub forge: ForgeSection,
     /// Only for a route with `intake = "pgmq"`.
-    pub queue: Option<QueueView>,
-    pub reconcile: Verdict,
-    pub redo: Verdict,
+    pub queue: Option<QueueSection>,
+    pub reconcile: Forecast,
+    pub redo: Forecast,
     /// The sources that could not be reached, each with why; empty when every source answered
     /// (the command then exits 0).
-    pub unreachable: Vec<Unreachable>,
+    pub unreachable: Vec<SourceError>,
 }
 
 /// The route the table names.
 #[derive(Debug, Serialize)]
-pub struct RouteView {
+pub struct RouteSection {
     /// `schema.table`.
     pub table: String,
     pub repo: String,
@@ -47,7 +48,7 @@ pub struct RouteView {
 
 /// The row as the table holds it.
 #[derive(Debug, Serialize)]
-pub struct RowView {
+pub struct RowSection {
     /// `found`, `missing` (the table has no such row), `not_read` (no `DATABASE_URL`) or
     /// `unreachable`.
     pub status: &'static str,
@@ -56,23 +57,69 @@ pub struct RowView {
     pub created_at: Option<DateTime<Utc>>,
     /// The whole row, as `to_jsonb` gives it (the shape a webhook carries).
     pub record: Option<Map<String, Value>>,
+    /// A missing row's id as the id column types it, when the id is one of its values.
+    #[serde(skip)]
+    pub typed_id: Option<Value>,
+}
+
+impl RowSection {
+    /// A row that was not found, and why.
+    pub fn not(status: &'static str, detail: String) -> RowSection {
+        RowSection {
+            status,
+            detail: Some(detail),
+            created_at: None,
+            record: None,
+            typed_id: None,
+        }
+    }
+
+    pub fn found(row: Row) -> RowSection {
+        RowSection {
+            status: "found",
+            detail: None,
+            created_at: Some(row.created_at),
+            record: Some(row.record),
+            typed_id: None,
+        }
+    }
+
+    /// The row, when it was found.
+    pub fn row(&self) -> Option<Row> {
+        Some(Row {
+            record: self.record.clone()?,
+            created_at: self.created_at?,
+        })
+    }
 }
 
 /// The row's identity and branch, as the planner derives them now.
 #[derive(Debug, Serialize)]
 pub struct Identity {
-    pub id: Option<String>,
+    #[serde(serialize_with = "as_text")]
+    pub id: Option<RowId>,
     /// The branch the pipeline would claim for the row now.
     pub branch: Option<String>,
     /// `row` (its id and text), or `id` (the id alone, without the row: no slug).
     pub derived_from: Option<&'static str>,
     /// Why no branch can be named.
     pub error: Option<String>,
+    /// The planner's plan, when the row was read.
+    #[serde(skip)]
+    pub plan: Option<Plan>,
+}
+
+/// The id as its text, as the branch names it.
+fn as_text<S: serde::Serializer>(id: &Option<RowId>, to: S) -> Result<S::Ok, S::Error> {
+    match id {
+        Some(id) => to.collect_str(id),
+        None => to.serialize_none(),
+    }
 }
 
 /// The forge's side: the row's branches, pull requests and workflow runs.
 #[derive(Debug, Serialize)]
-pub struct ForgeView {
+pub struct ForgeSection {
     /// `github` or `local`.
     pub kind: &'static str,
     /// `ok`, `unreachable`, or `skipped` (no id to look for).
@@ -116,10 +163,10 @@ pub struct Part<T> {
 }
 
 impl<T> Part<T> {
-    pub fn skipped(detail: impl Into<String>) -> Part<T> {
+    pub fn skipped(why: &str) -> Part<T> {
         Part {
             status: "skipped",
-            detail: Some(detail.into()),
+            detail: Some(why.to_owned()),
             since: None,
             items: Vec::new(),
         }
@@ -128,7 +175,7 @@ impl<T> Part<T> {
 
 /// The row's messages in the queue (`intake = "pgmq"`).
 #[derive(Debug, Serialize)]
-pub struct QueueView {
+pub struct QueueSection {
     /// `ok`, `unreachable`, or `skipped` (no database to read).
     pub status: &'static str,
     pub detail: Option<String>,
@@ -140,7 +187,7 @@ pub struct QueueView {
 
 /// What `reconcile` or `redo` would do with the row now.
 #[derive(Debug, Serialize)]
-pub struct Verdict {
+pub struct Forecast {
     /// reconcile: `handled`, `merged_before`, `dead_claim` (it would dispatch again),
     /// `would_dispatch`, `in_queue` (left to the consumer), `failed`, `no_row`, `unknown`.
     /// redo: `would_dispatch`, `cannot`, `unknown`.
@@ -154,9 +201,9 @@ pub struct Verdict {
     pub says: String,
 }
 
-impl Verdict {
-    pub fn new(verdict: &'static str, says: impl Into<String>) -> Verdict {
-        Verdict {
+impl Forecast {
+    pub fn new(verdict: &'static str, says: impl Into<String>) -> Forecast {
+        Forecast {
             verdict,
             branch: None,
             in_window: None,
@@ -164,15 +211,15 @@ impl Verdict {
         }
     }
 
-    pub fn on(mut self, branch: impl Into<String>) -> Verdict {
-        self.branch = Some(branch.into());
+    pub fn on(mut self, branch: impl ToString) -> Forecast {
+        self.branch = Some(branch.to_string());
         self
     }
 }
 
 /// A source that could not be reached.
 #[derive(Debug, Serialize)]
-pub struct Unreachable {
+pub struct SourceError {
     /// `database`, `forge` or `queue`.
     pub source: &'static str,
     pub error: String,

@@ -24,17 +24,18 @@ fn least() -> HashMap<&'static str, String> {
     ])
 }
 
+/// The config of the route from the environment `vars` describe.
 fn build(vars: &HashMap<&'static str, String>) -> Result<Config, ConfigError> {
-    Config::from_env(&|key: &str| vars.get(key).cloned())
+    let env = |key: &str| vars.get(key).cloned();
+    crate::config::Source::Environment.validate(&Overlay::read(&env), None)
 }
 
 #[test]
 fn the_repository_and_the_app_make_a_route_with_the_documented_defaults() {
     let config = build(&least()).unwrap();
     assert_eq!(config.routes.len(), 1);
-    let route = config
-        .route("public", "feedbacks")
-        .expect("the default table");
+    let route = &config.routes[0];
+    assert_eq!(route.table_name(), "public.feedbacks", "the default table");
     assert_eq!(route.repo.to_string(), "acme/app");
     assert_eq!(route.id_column, "id");
     assert_eq!(route.text_column.as_deref(), Some("message"));
@@ -78,10 +79,9 @@ fn each_variable_sets_its_part_of_the_route() {
         ("DATABASE_URL", "postgres://u:p@localhost/db".to_owned()),
     ]);
     let config = build(&vars).unwrap();
-    assert!(config.route("public", "feedbacks").is_none());
-    let route = config
-        .route("app", "wishes")
-        .expect("the route's own table");
+    assert_eq!(config.routes.len(), 1);
+    let route = &config.routes[0];
+    assert_eq!(route.table_name(), "app.wishes", "the route's own table");
     assert_eq!(route.id_column, "wish_id");
     assert_eq!(route.text_column.as_deref(), Some("title"));
     assert_eq!(route.branch_prefix.to_string(), "wish");
@@ -170,16 +170,17 @@ fn load_takes_the_environment_only_when_there_is_no_file_and_the_repository_is_s
 
 #[test]
 fn the_conflict_names_the_variables_to_unset_and_the_file_to_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rowbranch.toml");
+    std::fs::write(&path, crate::config::TEST_LOCAL_CONFIG).unwrap();
     let vars = HashMap::from([
         (REPO, "acme/app".to_owned()),
         ("ROWBRANCH_TABLE", "wishes".to_owned()),
     ]);
-    let set = Overlay::read(&|key: &str| vars.get(key).cloned())
-        .route
-        .set();
-    assert_eq!(set, [REPO, "ROWBRANCH_TABLE"]);
-    let err = ConfigError::new("/etc/rowbranch/rowbranch.toml", conflict(&set)).to_string();
-    assert!(err.starts_with("/etc/rowbranch/rowbranch.toml: "), "{err}");
+    let err = Config::load(&path, &|key: &str| vars.get(key).cloned())
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with(&format!("{}: ", path.display())), "{err}");
     assert!(
         err.contains("unset ROWBRANCH_REPO, ROWBRANCH_TABLE"),
         "{err}"
@@ -195,7 +196,10 @@ fn the_intake_and_the_queue_come_from_the_environment_too() {
         ("ROWBRANCH_PGMQ_QUEUE", "feedback_rows".to_owned()),
     ]);
     let config = build(&vars).unwrap();
-    assert_eq!(config.routes[0].intake, crate::config::Intake::Pgmq);
+    let unbounded = crate::config::Intake::Pgmq {
+        max_rows_per_hour: None,
+    };
+    assert_eq!(config.routes[0].intake, unbounded);
     assert_eq!(config.pgmq.queue, "feedback_rows");
     assert!(!config.takes_webhooks());
     vars.insert("ROWBRANCH_INTAKE", "kafka".to_owned());
@@ -216,7 +220,7 @@ fn variables_names_every_variable_the_config_reads_and_no_other() {
 #[test]
 fn the_route_variables_set_are_listed_in_their_order() {
     let all = Overlay::read(&|key: &str| Some(format!("{key}-value")));
-    assert_eq!(all.route.set(), ROUTE_VARIABLES);
+    assert_eq!(all.route_variables(), ROUTE_VARIABLES);
     for name in ROUTE_VARIABLES {
         assert!(VARIABLES.contains(&name), "{name}");
     }

@@ -17,11 +17,11 @@
 //! (https://docs.github.com/rest/git/refs#create-a-reference,
 //! https://docs.github.com/rest/using-the-rest-api/troubleshooting-the-rest-api#resource-not-accessible)
 
-use http::{Method, StatusCode};
-use serde_json::json;
+use octocrab::params::repos::Reference;
+use octocrab::GitHubError;
 
-use super::client::{Auth, Operation, Reply};
-use super::retry::{Attempt, Stop};
+use super::client::{missing_permission, said, unexpected, Auth};
+use super::retry::{Attempt, Setback};
 use super::GithubForge;
 use crate::forge::{Denial, Forge, ForgeError, WriteAccess};
 use crate::identity::RepoName;
@@ -30,73 +30,74 @@ impl GithubForge {
     /// The probe: the default branch's own ref, created again at its head.
     pub(super) async fn probe_write(&self, repo: &RepoName) -> Result<WriteAccess, ForgeError> {
         let base = self.base(repo).await?;
-        let body = json!({
-            "ref": format!("refs/heads/{}", base.branch),
-            "sha": base.sha.as_str(),
-        });
+        let reference = Reference::Branch(base.branch.as_str().to_owned());
         self.retry
             .run("checking write access", |_| {
-                let (body, base) = (&body, &base);
+                let (reference, base) = (&reference, &base);
                 async move {
                     let installation = self.auth.installation(repo).await?;
-                    let path = format!("/repos/{repo}/git/refs");
                     // A write like any other: paced, and given up once the shutdown begins.
-                    let reply = installation
+                    let created = installation
                         .writes
-                        .first_write(|| async {
-                            installation.ensure_token().await?;
-                            installation
-                                .send(Operation::CreateRef, Method::POST, &path, Some(body))
-                                .await
+                        .first_write(|| {
+                            installation.run(|gh| async move {
+                                let repos = gh.repos(repo.owner(), repo.name());
+                                repos.create_ref(reference, base.sha.as_str()).await
+                            })
                         })
                         .await??;
-                    let message = reply.message();
-                    match reply.status.as_u16() {
-                        422 if message.contains("already exists") => Ok(WriteAccess::Granted),
-                        // The default branch cannot have been missing: it was read just now.
-                        201 => Ok(WriteAccess::Granted),
-                        404 => Err(installation.not_found(repo, &reply)),
-                        403 => match self.denied(repo, &reply) {
+                    // 201: the default branch cannot have been missing, it was read just now.
+                    let Err(refusal) = created else {
+                        return Ok(WriteAccess::Granted);
+                    };
+                    match refusal.status_code.as_u16() {
+                        422 if refusal.message.contains("already exists") => {
+                            Ok(WriteAccess::Granted)
+                        }
+                        404 => Err(installation.not_found(repo, &refusal)),
+                        403 => match self.denied(repo, &refusal) {
                             Some(denial) => Ok(WriteAccess::Denied(denial)),
                             // A rate limit: retried, as any.
-                            None => reply.unexpected(),
+                            None => unexpected(&refusal),
                         },
                         400 | 422 => Ok(WriteAccess::Untold {
                             why: format!(
                                 "GitHub answered the probe (creating {}'s own ref, which \
-                                 exists) {} ({message}), which does not say",
-                                base.branch, reply.status
+                                 exists) {} ({}), which does not say",
+                                base.branch,
+                                refusal.status_code,
+                                said(&refusal)
                             ),
                         }),
-                        _ => reply.unexpected(),
+                        _ => unexpected(&refusal),
                     }
                 }
             })
             .await
     }
 
-    /// What a write's answer says when GitHub refused it for a permission rowbranch lacks: a
+    /// What a write's refusal says when GitHub refused it for a permission rowbranch lacks: a
     /// 403 that is not a rate limit. `None` for any other answer.
-    pub(super) fn denied(&self, repo: &RepoName, reply: &Reply) -> Option<Denial> {
-        if reply.status != StatusCode::FORBIDDEN {
+    pub(super) fn denied(&self, repo: &RepoName, refusal: &GitHubError) -> Option<Denial> {
+        if refusal.status_code.as_u16() != 403 {
             return None;
         }
-        let who = match &self.auth {
-            Auth::App(_) => "the App",
-            Auth::Token(_) => "the token",
+        let (who, app) = match &self.auth {
+            Auth::App(_) => ("the App", true),
+            Auth::Token(_) => ("the token", false),
         };
-        if let Some(needs) = reply.missing_permission() {
-            let fix = match &self.auth {
-                Auth::App(_) => format!(
+        if let Some(needs) = missing_permission(refusal) {
+            let fix = match app {
+                true => format!(
                     "in the App's settings grant {}, then accept the new permissions on the \
                      installation",
-                    App(&needs)
+                    as_settings_name(&needs)
                 ),
-                Auth::Token(_) => format!(
+                false => format!(
                     "in the workflow, give the job {} (a fine-grained personal access token \
                      needs {} on {repo})",
-                    Workflow(&needs),
-                    App(&needs)
+                    as_workflow_key(&needs),
+                    as_settings_name(&needs)
                 ),
             };
             return Some(Denial {
@@ -108,27 +109,27 @@ impl GithubForge {
             });
         }
         // A rate limit, said the way rate limits are: retried.
-        if matches!(reply.unexpected::<()>(), Err(Stop::Retry { .. })) {
+        if matches!(unexpected::<()>(refusal), Err(Setback::Retry { .. })) {
             return None;
         }
         Some(Denial {
             problem: format!(
                 "{who} cannot write {repo}: GitHub answered {} ({}) without naming a permission",
-                reply.status,
-                reply.message()
+                refusal.status_code,
+                said(refusal)
             ),
             fix: format!("it needs contents write on {repo}"),
         })
     }
 
-    /// A write's answer that the caller does not handle: with a token, a refusal for a missing
-    /// permission says which; everything else as [`Reply::unexpected`] says.
-    pub(super) fn unexpected_write<T>(&self, repo: &RepoName, reply: &Reply) -> Attempt<T> {
-        match (&self.auth, self.denied(repo, reply)) {
-            (Auth::Token(_), Some(denial)) => Err(Stop::Fail(ForgeError::Refused {
+    /// A write's refusal that the caller does not handle: with a token, a refusal for a
+    /// missing permission says which; everything else as [`unexpected`] says.
+    pub(super) fn unexpected_write<T>(&self, repo: &RepoName, refusal: &GitHubError) -> Attempt<T> {
+        match (&self.auth, self.denied(repo, refusal)) {
+            (Auth::Token(_), Some(denial)) => Err(Setback::Fail(ForgeError::Refused {
                 message: denial.to_string(),
             })),
-            _ => reply.unexpected(),
+            _ => unexpected(refusal),
         }
     }
 }
@@ -136,58 +137,43 @@ impl GithubForge {
 /// The first set of permissions an `X-Accepted-GitHub-Permissions` value accepts
 /// (`pull_requests=write,contents=read; issues=write`: the sets are alternatives), as
 /// `(name, level)` pairs.
-fn first_set(accepted: &str) -> Vec<(&str, &str)> {
-    accepted
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|pair| {
-            let (name, level) = pair.trim().split_once('=')?;
-            Some((name.trim(), level.trim()))
-        })
-        .collect()
+fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
+    let first = accepted.split(';').next().unwrap_or_default();
+    first.split(',').filter_map(|pair| {
+        let (name, level) = pair.trim().split_once('=')?;
+        Some((name.trim(), level.trim()))
+    })
 }
 
-/// The permissions, as a workflow's `permissions:` key writes them: `permissions: contents:
+/// The permissions as a workflow's `permissions:` key writes them: `permissions: contents:
 /// write`, the names with `-` for `_` (`pull-requests`).
-struct Workflow<'a>(&'a str);
-
-impl std::fmt::Display for Workflow<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pairs: Vec<String> = first_set(self.0)
-            .into_iter()
-            .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
-            .collect();
-        match pairs.as_slice() {
-            [one] => write!(f, "`permissions: {one}`"),
-            many => write!(f, "`permissions:` with `{}`", many.join("`, `")),
-        }
+fn as_workflow_key(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
+        .collect();
+    match pairs.as_slice() {
+        [one] => format!("`permissions: {one}`"),
+        many => format!("`permissions:` with `{}`", many.join("`, `")),
     }
 }
 
 /// The permissions as GitHub's settings pages name them: `Contents: read and write`.
-struct App<'a>(&'a str);
-
-impl std::fmt::Display for App<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pairs: Vec<String> = first_set(self.0)
-            .into_iter()
-            .map(|(name, level)| {
-                let mut words = name.replace('_', " ");
-                if let Some(first) = words.get_mut(0..1) {
-                    first.make_ascii_uppercase();
-                }
-                let level = match level {
-                    "write" => "read and write",
-                    "read" => "read-only",
-                    other => other,
-                };
-                format!("{words}: {level}")
-            })
-            .collect();
-        f.write_str(&pairs.join(", "))
-    }
+fn as_settings_name(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| {
+            let mut words = name.replace('_', " ");
+            if let Some(first) = words.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            let level = match level {
+                "write" => "read and write",
+                "read" => "read-only",
+                other => other,
+            };
+            format!("{words}: {level}")
+        })
+        .collect();
+    pairs.join(", ")
 }
 
 #[cfg(test)]
@@ -197,19 +183,19 @@ mod tests {
     #[test]
     fn a_permission_reads_as_a_workflow_writes_it_and_as_the_settings_page_names_it() {
         assert_eq!(
-            Workflow("contents=write").to_string(),
+            as_workflow_key("contents=write"),
             "`permissions: contents: write`"
         );
         assert_eq!(
-            Workflow("pull_requests=write,contents=read; issues=write").to_string(),
+            as_workflow_key("pull_requests=write,contents=read; issues=write"),
             "`permissions:` with `pull-requests: write`, `contents: read`"
         );
         assert_eq!(
-            App("contents=write").to_string(),
+            as_settings_name("contents=write"),
             "Contents: read and write"
         );
         assert_eq!(
-            App("pull_requests=read, actions=read").to_string(),
+            as_settings_name("pull_requests=read, actions=read"),
             "Pull requests: read-only, Actions: read-only"
         );
     }

@@ -1,206 +1,281 @@
-//! The GitHub clients: as the App, one client with a JWT signed for each request ([`AppKey`])
-//! and one per installation, held for the life of the process so its token is minted once and
-//! renewed before it expires; with a token (`[github] token_env`), one client that uses it as
-//! given. Every request goes through [`send`], which turns GitHub's answers (or their absence)
-//! into retry decisions.
+//! The GitHub client: octocrab, built once per forge on rowbranch's own connection stack, and
+//! the credentials its requests carry. As the App: a JWT for the App's own requests and one
+//! client per repository whose installation token is minted once and renewed before it
+//! expires; with a token (`[github] token_env`), one client that sends it as given.
+//!
+//! octocrab's default stack sends `User-Agent: octocrab` (its extra headers are appended, so
+//! ours would make a second one) and no `Accept`, retries POSTs and follows redirects. So the
+//! stack under it is built here: rustls with ring and the system's roots, plain HTTP allowed
+//! for a test server, octocrab's connect and read timeouts, and one service that sets the
+//! three headers GitHub asks for, bounds each answer's body, and counts the request.
+//! (https://docs.github.com/rest/using-the-rest-api/getting-started-with-the-rest-api#user-agent,
+//! https://docs.github.com/rest/about-the-rest-api/api-versions)
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
-use http::{HeaderMap, StatusCode};
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use http::header::{HeaderValue, ACCEPT, USER_AGENT};
+use http::{HeaderMap, HeaderName, Method, Request, StatusCode};
+use http_body_util::Limited;
+use octocrab::service::middleware::base_uri::BaseUriLayer;
+use octocrab::{AuthState, GitHubError, OctoBody, Octocrab, OctocrabBuilder};
+use serde::Deserialize;
+use serde_json::json;
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use super::jwt::AppKey;
 use super::pace::Pacer;
-use super::retry::{classify, Attempt, Cause, Stop};
-use super::transport::{self, Client, REQUEST_TIMEOUT};
-use super::wire;
+use super::retry::{classify, Attempt, Cause, Setback};
 use crate::config::{AccessToken, PaceSettings};
-use crate::forge::{ForgeError, OpenError};
+use crate::forge::{with_causes, ForgeError, OpenError};
 use crate::identity::RepoName;
-use crate::metrics::Metrics;
+use crate::metrics::{GithubOperation as Operation, Metrics};
 use crate::shutdown::Shutdown;
+
+/// rowbranch and its version: GitHub asks for the application's name, and refuses a request
+/// without a `User-Agent`.
+pub const USER_AGENT_VALUE: &str = concat!("rowbranch/", env!("CARGO_PKG_VERSION"));
+/// GitHub's media type for its REST API.
+pub const ACCEPT_VALUE: &str = "application/vnd.github+json";
+/// The REST API version every request asks for. `2022-11-28` is supported until March 2028;
+/// a request without the header gets the oldest version still supported, which changes under it.
+pub const API_VERSION: &str = "2022-11-28";
+const API_VERSION_HEADER: HeaderName = HeaderName::from_static("x-github-api-version");
+
+/// How long to wait for a connection; octocrab sets none by default.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one request may take in all, its answer's body included; past it the answer counts
+/// as lost (ambiguous).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// The most of an answer's body that is read: a single object is a few KiB.
+const ANSWER_LIMIT: usize = 1 << 20;
+/// The most of a refs listing that is read: `matching-refs` is not paged, and 50,000 branches
+/// are over 10 MB.
+const REFS_LIMIT: usize = 64 << 20;
 
 /// A token with less life left than this is renewed before use (GitHub's tokens live 1 h).
 const TOKEN_RENEW_BEFORE: i64 = 120;
 /// How long a repository's installation id is trusted.
 const INSTALLATION_TTL: Duration = Duration::from_secs(600);
 
-/// An installation of the App, by GitHub's id for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct InstallationId(pub u64);
-
-impl std::fmt::Display for InstallationId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
+/// octocrab for the API at `api_url`, without credentials: each request's client gets its
+/// bearer (the App's JWT, an installation's token) with `Octocrab::user_access_token`, and
+/// shares this stack. Builds in a tokio runtime (octocrab spawns its buffer's worker).
+pub fn octocrab(api_url: &str, metrics: Arc<Metrics>) -> Result<Octocrab, OpenError> {
+    let base: http::Uri = api_url.parse().map_err(|e| {
+        OpenError::ApiUrl(format!(
+            "api_url `{api_url}` is not a URL: {}",
+            with_causes(&e)
+        ))
+    })?;
+    if base.scheme().is_none() || base.authority().is_none() {
+        return Err(OpenError::ApiUrl(format!(
+            "api_url `{api_url}` names no scheme and host (e.g. https://api.github.com)"
+        )));
     }
-}
-
-/// What GitHub answered: status, headers and body.
-pub struct Reply {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: String,
-}
-
-impl Reply {
-    pub fn json<T: DeserializeOwned>(&self) -> Attempt<T> {
-        serde_json::from_str(&self.body).map_err(|e| {
-            Stop::Fail(ForgeError::Other(anyhow!(
-                "GitHub's {} answer did not parse: {e}",
-                self.status
-            )))
-        })
+    // The config refuses it first; `init --api-url` comes here directly.
+    if let Some(problem) = crate::identity::api_url_problem(api_url) {
+        return Err(OpenError::ApiUrl(problem));
     }
-
-    /// GitHub's `message` field, or the start of the body.
-    pub fn message(&self) -> String {
-        serde_json::from_str::<Value>(&self.body)
-            .ok()
-            .and_then(|v| v.get("message").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_else(|| self.body.chars().take(200).collect())
-    }
-
-    /// The answer as a retry decision, for statuses the caller does not handle itself.
-    pub fn unexpected<T>(&self) -> Attempt<T> {
-        Err(classify(self.status, &self.headers, &self.message()))
-    }
-
-    /// For a 403 that is a permission the installation lacks (not a rate limit): what GitHub
-    /// says the endpoint accepts, from `X-Accepted-GitHub-Permissions` (`actions=read`).
-    pub fn missing_permission(&self) -> Option<String> {
-        if self.status != StatusCode::FORBIDDEN {
-            return None;
-        }
-        let header = |name: &str| self.headers.get(name).and_then(|v| v.to_str().ok());
-        if header("x-ratelimit-remaining") == Some("0") || header("retry-after").is_some() {
-            return None;
-        }
-        header("x-accepted-github-permissions").map(str::to_owned)
-    }
-
-    /// The `rel="next"` page of a paginated answer.
-    pub fn next_page(&self) -> Option<String> {
-        let link = self.headers.get("link")?.to_str().ok()?;
-        link.split(',').find_map(|part| {
-            let (url, rel) = part.split_once(';')?;
-            if !rel.contains("rel=\"next\"") {
-                return None;
+    // The process's provider when one is installed, else ring: what octocrab picks.
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_native_roots(provider)
+        .map_err(|e| OpenError::TlsRoots {
+            cause: with_causes(&e),
+        })?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    let connector = Octocrab::builder()
+        .set_connect_timeout(Some(CONNECT_TIMEOUT))
+        .set_read_timeout(Some(REQUEST_TIMEOUT))
+        .set_write_timeout(Some(REQUEST_TIMEOUT))
+        .set_connect_timeout_service(connector);
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, OctoBody>(connector);
+    let service = tower::service_fn(move |mut request: Request<OctoBody>| {
+        let (http, metrics) = (http.clone(), Arc::clone(&metrics));
+        async move {
+            let headers = request.headers_mut();
+            headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+            headers.insert(ACCEPT, HeaderValue::from_static(ACCEPT_VALUE));
+            headers.insert(API_VERSION_HEADER, HeaderValue::from_static(API_VERSION));
+            let path = request.uri().path();
+            let operation = operation(request.method(), path);
+            let limit = match path.contains("/git/matching-refs/") {
+                true => REFS_LIMIT,
+                false => ANSWER_LIMIT,
+            };
+            let started = Instant::now();
+            let answer = http.request(request).await;
+            if let Some(operation) = operation {
+                count(&metrics, operation, &answer, started);
             }
-            // Path and query only: credentials go to the base URL's host alone,
-            // and an absolute URL on GitHub Enterprise would go out without them.
-            let url = url.trim().trim_start_matches('<').trim_end_matches('>');
-            let uri: http::Uri = url.parse().ok()?;
-            uri.path_and_query().map(|pq| pq.as_str().to_owned())
-        })
+            answer.map(|response| response.map(|body| Limited::new(body, limit)))
+        }
+    });
+    Ok(OctocrabBuilder::new_empty()
+        .with_service(service)
+        .with_layer(&BaseUriLayer::new(base))
+        .with_auth(AuthState::None)
+        .build()
+        .unwrap_or_else(|never| match never {}))
+}
+
+/// What a request does, by its method and path: `rowbranch_github_requests_total{operation}`
+/// counts by it. The token mint and `init`'s calls are not counted.
+fn operation(method: &Method, path: &str) -> Option<Operation> {
+    let Some((_, rest)) = path.split_once("/repos/") else {
+        return match (method.as_str(), path.rsplit('/').next()) {
+            ("GET", Some("app")) if !path.contains("/app/") => Some(Operation::GetApp),
+            ("GET", Some("rate_limit")) => Some(Operation::RateLimit),
+            _ => None,
+        };
+    };
+    // What follows `{owner}/{repo}`.
+    let within = rest.splitn(3, '/').nth(2).unwrap_or("");
+    let starts = |prefix: &str| within.starts_with(prefix);
+    Some(match method.as_str() {
+        "POST" if within == "git/refs" => Operation::CreateRef,
+        "POST" if within == "dispatches" => Operation::Dispatch,
+        "DELETE" if starts("git/refs/") => Operation::DeleteRef,
+        "GET" if within.is_empty() => Operation::GetRepo,
+        "GET" if within == "installation" => Operation::GetInstallation,
+        "GET" if starts("git/ref/") => Operation::GetRef,
+        "GET" if starts("git/matching-refs/") => Operation::MatchingRefs,
+        "GET" if within == "pulls" => Operation::ListPulls,
+        "GET" if starts("compare/") => Operation::Compare,
+        "GET" if starts("contents/") => Operation::GetContents,
+        "GET" if within == "actions/runs" => Operation::ListRuns,
+        "GET" if starts("actions/workflows/") => Operation::GetWorkflow,
+        _ => return None,
+    })
+}
+
+/// Counts a request: its answer's status (or `error`), how long its head took, and the rate
+/// limit GitHub says is left.
+fn count<B, E>(
+    metrics: &Metrics,
+    operation: Operation,
+    answer: &Result<http::Response<B>, E>,
+    started: Instant,
+) {
+    let status = match answer {
+        Ok(response) => {
+            let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
+            if let Some(left) = header("x-ratelimit-remaining").and_then(|v| v.parse().ok()) {
+                metrics
+                    .rate_limit_remaining(header("x-ratelimit-resource").unwrap_or("core"), left);
+            }
+            response.status().as_u16().to_string()
+        }
+        Err(_) => "error".to_owned(),
+    };
+    metrics.github_request(operation, &status, started.elapsed());
+}
+
+/// GitHub's answer when it is not a success: its status, `message` and headers.
+pub type Refusal = Box<GitHubError>;
+
+/// One request through octocrab, within [`REQUEST_TIMEOUT`]: what GitHub answered (the value,
+/// or its refusal for the caller to read), or a setback when there was no answer to read.
+pub async fn call<T>(
+    request: impl Future<Output = octocrab::Result<T>>,
+) -> Attempt<Result<T, Refusal>> {
+    let lost = |message| Setback::Retry {
+        message,
+        after: None,
+        ambiguous: true,
+        cause: Cause::NoAnswer,
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
+        Err(_) => Err(lost(format!(
+            "no answer within {} s",
+            REQUEST_TIMEOUT.as_secs()
+        ))),
+        Ok(Ok(value)) => Ok(Ok(value)),
+        Ok(Err(octocrab::Error::GitHub { source, .. })) => Ok(Err(source)),
+        Ok(Err(
+            e @ (octocrab::Error::Serde { .. }
+            | octocrab::Error::Json { .. }
+            | octocrab::Error::Uri { .. }
+            | octocrab::Error::UriParse { .. }
+            | octocrab::Error::Http { .. }),
+        )) => Err(Setback::Fail(ForgeError::Other(anyhow!(
+            "GitHub's answer could not be read, or the request made: {e}"
+        )))),
+        Ok(Err(e)) => Err(lost(no_answer(&e))),
     }
+}
+
+/// What went wrong on the way to GitHub, once: whether the connection was never made, and the
+/// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
+/// the layers of wrapping each library adds. An answer past its bound says so.
+fn no_answer(e: &octocrab::Error) -> String {
+    let mut innermost: &(dyn std::error::Error + 'static) = e;
+    let mut connect = false;
+    while let Some(source) = innermost.source() {
+        if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
+            connect |= client.is_connect();
+        }
+        if source.is::<http_body_util::LengthLimitError>() {
+            return format!(
+                "GitHub's answer was longer than rowbranch reads ({} MiB, {} MiB for a listing \
+                 of branches)",
+                ANSWER_LIMIT >> 20,
+                REFS_LIMIT >> 20
+            );
+        }
+        innermost = source;
+    }
+    let lead = match connect {
+        true => "could not connect",
+        false => "the connection failed",
+    };
+    format!("{lead}: {innermost}")
+}
+
+/// GitHub's `message`, cut for a message of ours.
+pub fn said(refusal: &GitHubError) -> String {
+    refusal.message.chars().take(200).collect()
+}
+
+/// A refusal as a retry decision, for statuses the caller does not handle itself.
+pub fn unexpected<T>(refusal: &GitHubError) -> Attempt<T> {
+    let none = HeaderMap::new();
+    let headers = refusal.headers.as_ref().unwrap_or(&none);
+    Err(classify(refusal.status_code, headers, &said(refusal)))
+}
+
+/// For a 403 that is a permission the credentials lack (not a rate limit): what GitHub says
+/// the endpoint accepts, from `X-Accepted-GitHub-Permissions` (`actions=read`).
+pub fn missing_permission(refusal: &GitHubError) -> Option<String> {
+    let headers = refusal.headers.as_ref()?;
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let limited = header("x-ratelimit-remaining") == Some("0") || header("retry-after").is_some();
+    (refusal.status_code == StatusCode::FORBIDDEN && !limited)
+        .then(|| header("x-accepted-github-permissions").map(str::to_owned))
+        .flatten()
 }
 
 /// GitHub's 409 for an empty repository: nothing to branch from.
-pub fn empty_repository(repo: &RepoName) -> Stop {
-    Stop::Fail(ForgeError::Refused {
+pub fn empty_repository(repo: &RepoName) -> Setback {
+    Setback::Fail(ForgeError::Refused {
         message: format!("{repo} is empty: push a first commit to its default branch"),
     })
 }
 
-/// Reads a listing of `repo` page by page: GETs `first`, hands each page to `take`, and follows
-/// `rel="next"` while `take` says to go on. GitHub is reported to send every matching ref at
-/// once, so a short page is not taken for the last one: only the missing link is.
-pub async fn pages<T, F>(
-    installation: &Installation,
-    operation: Operation,
-    repo: &RepoName,
-    first: &str,
-    take: F,
-) -> Attempt<()>
-where
-    T: DeserializeOwned,
-    F: FnMut(Vec<T>) -> bool,
-{
-    listing(installation, operation, repo, first, Permission::Held, take)
-        .await
-        .map(|_| ())
-}
-
-/// [`pages`] for a listing the installation may not be permitted to read: each page's body
-/// (of any shape) goes to `take`; a 403 for a missing permission ends the listing with what
-/// GitHub says it needs (`Some("actions=read")`), which is an answer, not a failure.
-pub async fn permitted_pages<P, F>(
-    installation: &Installation,
-    operation: Operation,
-    repo: &RepoName,
-    first: &str,
-    take: F,
-) -> Attempt<Option<String>>
-where
-    P: DeserializeOwned,
-    F: FnMut(P) -> bool,
-{
-    listing(
-        installation,
-        operation,
-        repo,
-        first,
-        Permission::MayLack,
-        take,
-    )
-    .await
-}
-
-/// Whether a listing's permission is the caller's to assume, or may be missing.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Permission {
-    /// Assumed (the repository's contents): a 409 is an empty repository.
-    Held,
-    /// May be missing: a 403 naming it is the answer.
-    MayLack,
-}
-
-/// The loop under [`pages`] and [`permitted_pages`].
-async fn listing<P, F>(
-    installation: &Installation,
-    operation: Operation,
-    repo: &RepoName,
-    first: &str,
-    permission: Permission,
-    mut take: F,
-) -> Attempt<Option<String>>
-where
-    P: DeserializeOwned,
-    F: FnMut(P) -> bool,
-{
-    let mut path = first.to_owned();
-    loop {
-        let reply = installation
-            .send(operation, http::Method::GET, &path, None::<&()>)
-            .await?;
-        match (reply.status.as_u16(), permission) {
-            (200, _) => {}
-            (404, _) => return Err(installation.not_found(repo, &reply)),
-            (409, Permission::Held) => return Err(empty_repository(repo)),
-            (_, Permission::MayLack) => match reply.missing_permission() {
-                Some(needs) => return Ok(Some(needs)),
-                None => return reply.unexpected(),
-            },
-            (_, Permission::Held) => return reply.unexpected(),
-        }
-        let go_on = take(reply.json()?);
-        match reply.next_page() {
-            Some(next) if go_on => path = next,
-            _ => return Ok(None),
-        }
-    }
-}
-
-/// Characters kept as they are in a path segment or query value; everything else is
-/// percent-encoded (a default branch or a file name may hold anything git allows).
+/// Characters kept as they are in a path segment; everything else is percent-encoded (a
+/// default branch or a file name may hold anything git allows). octocrab's typed calls put
+/// what they are given into the path as it is.
 const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
@@ -215,148 +290,35 @@ pub fn encode_path(path: &str) -> String {
         .join("/")
 }
 
-/// A query value for a URL.
-pub fn encode_query(value: &str) -> String {
-    percent_encoding::utf8_percent_encode(value, KEEP).to_string()
-}
-
-/// What a request does: `rowbranch_github_requests_total{operation}` counts by it.
-pub use crate::metrics::GithubOperation as Operation;
-
-/// [`send`], counted: the answer's status (or `error`), how long it took, and the rate limit
-/// GitHub says is left.
-async fn send_counted<B: Serialize + ?Sized>(
-    client: &Client,
-    metrics: &Metrics,
-    operation: Operation,
-    method: http::Method,
-    path: &str,
-    body: Option<&B>,
-) -> Attempt<Reply> {
-    let start = Instant::now();
-    let result = send(client, method, path, body).await;
-    let status = match &result {
-        Ok(reply) => {
-            let header = |name: &str| reply.headers.get(name).and_then(|v| v.to_str().ok());
-            if let Some(remaining) = header("x-ratelimit-remaining").and_then(|v| v.parse().ok()) {
-                metrics.rate_limit_remaining(
-                    header("x-ratelimit-resource").unwrap_or("core"),
-                    remaining,
-                );
-            }
-            reply.status.as_u16().to_string()
-        }
-        Err(_) => "error".to_owned(),
-    };
-    metrics.github_request(operation, &status, start.elapsed());
-    result
-}
-
-/// One request, and how its answer (or its absence) is to be read.
-pub async fn send<B: Serialize + ?Sized>(
-    client: &Client,
-    method: http::Method,
-    path: &str,
-    body: Option<&B>,
-) -> Attempt<Reply> {
-    let json = body.map(serde_json::to_vec).transpose().map_err(|e| {
-        Stop::Fail(ForgeError::Other(anyhow!(
-            "a request body did not serialize: {e}"
-        )))
-    })?;
-    match tokio::time::timeout(REQUEST_TIMEOUT, client.request(method, path, json)).await {
-        Ok(Ok(response)) => {
-            let (parts, body) = response.into_parts();
-            Ok(Reply {
-                status: parts.status,
-                headers: parts.headers,
-                // GitHub answers JSON, which is UTF-8; anything else is kept readable for the
-                // message that quotes it.
-                body: String::from_utf8(body.into())
-                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
-            })
-        }
-        Ok(Err(e)) => Err(from_transport(e)),
-        Err(_) => Err(Stop::Retry {
-            message: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()),
-            after: None,
-            ambiguous: true,
-            cause: Cause::NoAnswer,
-        }),
-    }
-}
-
-/// A request with no answer: a URL that cannot be made fails; a lost connection may have been
-/// applied.
-fn from_transport(e: transport::Error) -> Stop {
-    match &e {
-        transport::Error::Url(_) => Stop::Fail(ForgeError::Other(anyhow::Error::new(e))),
-        other => Stop::Retry {
-            message: transport_failure(other),
-            after: None,
-            ambiguous: true,
-            cause: Cause::NoAnswer,
-        },
-    }
-}
-
-/// What went wrong on the way to GitHub, once: whether the connection was never made, and the
-/// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
-/// the layers of wrapping each library adds ("Service Error: client error (Connect): tcp
-/// connect error: …").
-fn transport_failure(e: &transport::Error) -> String {
-    let mut innermost: &(dyn std::error::Error + 'static) = e;
-    let mut connect = matches!(e, transport::Error::Send(client) if client.is_connect());
-    while let Some(source) = innermost.source() {
-        if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
-            connect |= client.is_connect();
-        }
-        innermost = source;
-    }
-    let lead = if connect {
-        "could not connect"
-    } else {
-        "the connection failed"
-    };
-    format!("{lead}: {innermost}")
-}
-
-/// One installation — or, with a token, the token: its token, the pacer of its writes and the
-/// bound on its requests.
+/// One installation — or, with a token, the token: the client its requests go out with, the
+/// pacer of its writes and the bound on its requests.
 pub struct Installation {
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
-    token: TokenKind,
-    metrics: Arc<Metrics>,
+    token: TokenSource,
 }
 
 /// Where an [`Installation`]'s token comes from.
-enum TokenKind {
+enum TokenSource {
+    /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
+    Given(Octocrab),
     /// Minted from the App's JWT and renewed here.
     Minted(Minter),
-    /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
-    Given(Client),
 }
 
-/// What mints an installation's tokens, and the token last minted.
+/// What mints an installation's tokens, and the client with the token last minted.
 struct Minter {
-    id: InstallationId,
-    /// The App's client (no credentials of its own) and key.
-    app: Client,
-    key: Arc<AppKey>,
+    id: u64,
+    jwt: Arc<JwtClient>,
     /// The repository each token is narrowed to.
     repository: String,
-    /// The client with the current token; held while a token is minted, so that concurrent
-    /// requests do not each mint one.
-    current: Mutex<Option<Arc<Token>>>,
+    /// Held while a token is minted, so that concurrent requests do not each mint one.
+    current: Mutex<Option<Arc<MintedClient>>>,
 }
 
-/// An installation token, in the client that sends it.
-struct Token {
-    client: Client,
-    expires_at: DateTime<Utc>,
-}
+/// A client with a minted token, and when the token expires.
+type MintedClient = (Octocrab, DateTime<Utc>);
 
 /// GitHub's answer to a token mint (the fields read of it).
 #[derive(Deserialize)]
@@ -366,88 +328,73 @@ struct MintedToken {
 }
 
 impl Installation {
-    /// One request with this installation's token, holding one of the installation's request
-    /// permits while it is open, and only then: never while it waits for a turn to write or
-    /// between retries. With a minted token, a 401 means GitHub no longer takes it (revoked,
-    /// expired early): the request is made once more with a new one. A given token is sent as
-    /// it is; its 401 is the caller's to read.
-    pub async fn send<B: Serialize + ?Sized>(
-        &self,
-        operation: Operation,
-        method: http::Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Attempt<Reply> {
-        let _open = self.requests.acquire().await.map_err(closed)?;
+    /// One request with this installation's client, holding one of its request permits while
+    /// it is open, and only then: never while it waits for a turn to write or between retries.
+    /// With a minted token, a 401 means GitHub no longer takes it (revoked, expired early): the
+    /// request is made once more with a new one. A given token's 401 is the caller's to read.
+    pub async fn run<T, F, Fut>(&self, request: F) -> Attempt<Result<T, Refusal>>
+    where
+        F: Fn(Octocrab) -> Fut,
+        Fut: Future<Output = octocrab::Result<T>>,
+    {
+        let _open = self.requests.acquire().await.map_err(|_| closed())?;
         let minter = match &self.token {
-            TokenKind::Given(client) => {
-                return send_counted(client, &self.metrics, operation, method, path, body).await
-            }
-            TokenKind::Minted(minter) => minter,
+            TokenSource::Given(gh) => return call(request(gh.clone())).await,
+            TokenSource::Minted(minter) => minter,
         };
-        let token = minter.token(&self.metrics).await?;
-        let reply = send_counted(
-            &token.client,
-            &self.metrics,
-            operation,
-            method.clone(),
-            path,
-            body,
-        )
-        .await?;
-        if reply.status != StatusCode::UNAUTHORIZED {
-            return Ok(reply);
+        let token = minter.token().await?;
+        match call(request(token.0.clone())).await? {
+            Err(refusal) if refusal.status_code == StatusCode::UNAUTHORIZED => {
+                minter.forget(&token).await;
+                call(request(minter.token().await?.0.clone())).await
+            }
+            answer => Ok(answer),
         }
-        minter.forget(&token).await;
-        let token = minter.token(&self.metrics).await?;
-        send_counted(&token.client, &self.metrics, operation, method, path, body).await
+    }
+
+    /// Makes sure the token has life left, minting one (once) when it has not.
+    pub async fn ensure_token(&self) -> Attempt<()> {
+        match &self.token {
+            TokenSource::Minted(minter) => minter.token().await.map(drop),
+            TokenSource::Given(_) => Ok(()),
+        }
     }
 
     /// GitHub's 404 for something of `repo`: the repository is missing, or the credentials
     /// cannot see it.
-    pub fn not_found(&self, repo: &RepoName, reply: &Reply) -> Stop {
+    pub fn not_found(&self, repo: &RepoName, refusal: &GitHubError) -> Setback {
         let reach = match self.token {
-            TokenKind::Minted(_) => "is the App installed on it?",
-            TokenKind::Given(_) => {
+            TokenSource::Minted(_) => "is the App installed on it?",
+            TokenSource::Given(_) => {
                 "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
             }
         };
-        Stop::Fail(ForgeError::Refused {
+        Setback::Fail(ForgeError::Refused {
             message: format!(
                 "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
-                reply.message()
+                said(refusal)
             ),
         })
-    }
-
-    /// Makes sure the cached token has life left, minting one (once) when it has not. A
-    /// given token is used as it is.
-    pub async fn ensure_token(&self) -> Attempt<()> {
-        match &self.token {
-            TokenKind::Minted(minter) => minter.token(&self.metrics).await.map(|_| ()),
-            TokenKind::Given(_) => Ok(()),
-        }
     }
 }
 
 impl Minter {
-    /// The current token, minted first when there is none or it is about to expire.
-    async fn token(&self, metrics: &Metrics) -> Attempt<Arc<Token>> {
+    /// The client with the current token, minted first when there is none or it is about to
+    /// expire.
+    async fn token(&self) -> Attempt<Arc<MintedClient>> {
         let mut current = self.current.lock().await;
         let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
-        match &*current {
-            Some(token) if token.expires_at - Utc::now() > renew_at => Ok(Arc::clone(token)),
-            _ => {
-                let token = Arc::new(self.mint().await.map_err(Stop::not_applied)?);
-                metrics.token_minted();
-                *current = Some(Arc::clone(&token));
-                Ok(token)
-            }
+        if let Some(token) = current.as_ref().filter(|t| t.1 - Utc::now() > renew_at) {
+            return Ok(Arc::clone(token));
         }
+        let token = Arc::new(self.mint().await.map_err(Setback::not_applied)?);
+        self.jwt.metrics.token_minted();
+        *current = Some(Arc::clone(&token));
+        Ok(token)
     }
 
     /// Drops `token` unless another has replaced it meanwhile.
-    async fn forget(&self, token: &Arc<Token>) {
+    async fn forget(&self, token: &Arc<MintedClient>) {
         let mut current = self.current.lock().await;
         if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, token)) {
             *current = None;
@@ -456,36 +403,53 @@ impl Minter {
 
     /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
     /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
-    async fn mint(&self) -> Attempt<Token> {
-        let app = with_jwt(&self.app, &self.key)?;
+    async fn mint(&self) -> Attempt<MintedClient> {
         let path = format!("/app/installations/{}/access_tokens", self.id);
         let body = json!({ "repositories": [self.repository] });
-        let reply = send(&app, http::Method::POST, &path, Some(&body)).await?;
-        if !reply.status.is_success() {
-            return reply.unexpected();
-        }
-        let minted: MintedToken = reply.json()?;
-        Ok(Token {
-            client: with_token(&self.app, &minted.token)?,
-            expires_at: minted.expires_at,
-        })
+        let minted: MintedToken = match self
+            .jwt
+            .run(|gh| async move { gh.post(&path, Some(&body)).await })
+            .await?
+        {
+            Ok(minted) => minted,
+            Err(refusal) => return unexpected(&refusal),
+        };
+        let gh = self
+            .jwt
+            .gh
+            .user_access_token(minted.token)
+            .map_err(|e| Setback::Fail(ForgeError::Other(anyhow!("a token client: {e}"))))?;
+        Ok((gh, minted.expires_at))
     }
 }
 
-/// The App's client with a JWT made now.
-fn with_jwt(app: &Client, key: &AppKey) -> Attempt<Client> {
-    let jwt = key.jwt().map_err(|e| {
-        Stop::Fail(ForgeError::Refused {
-            message: format!("the App's JWT could not be made: {e}"),
-        })
-    })?;
-    with_token(app, &jwt)
+/// A request bound that was closed: nothing closes one, so this is a bug.
+fn closed() -> Setback {
+    Setback::Fail(ForgeError::Other(anyhow!("a request bound was closed")))
 }
 
-/// `app`'s connection pool with `token` as its bearer.
-fn with_token(app: &Client, token: &str) -> Attempt<Client> {
-    app.with_bearer(token)
-        .map_err(|e| Stop::Fail(ForgeError::Other(anyhow::Error::new(e))))
+/// What the GitHub client is built with, besides its credentials.
+pub struct Limits {
+    pub pace: PaceSettings,
+    pub max_concurrent_requests: usize,
+    pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
+}
+
+/// What one installation's clients share: the pacer of its writes and the bound on its requests.
+type PacerAndBound = (Arc<Pacer>, Arc<Semaphore>);
+
+impl Limits {
+    fn pacer_and_bound(&self) -> PacerAndBound {
+        (
+            Arc::new(Pacer::new(
+                self.pace,
+                self.shutdown.clone(),
+                Arc::clone(&self.metrics),
+            )),
+            Arc::new(Semaphore::new(self.max_concurrent_requests)),
+        )
+    }
 }
 
 /// A client that authenticates with `token` as given, for every repository: its writes keep
@@ -493,26 +457,27 @@ fn with_token(app: &Client, token: &str) -> Attempt<Client> {
 /// `GITHUB_TOKEN` are per repository, and a workflow's token reaches one).
 pub fn token_client(
     token: &AccessToken,
-    api_url: &str,
-    limits: Limits,
+    gh: &Octocrab,
+    limits: &Limits,
 ) -> Result<Installation, OpenError> {
-    let client = Client::new(api_url)?.with_bearer(token.expose())?;
+    let unusable = |cause: &str| OpenError::Client {
+        cause: cause.to_owned(),
+    };
+    HeaderValue::try_from(format!("Bearer {}", token.expose()))
+        .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
+    let gh = (gh.user_access_token(token.expose().to_owned()))
+        .map_err(|_| unusable("octocrab took no token"))?;
+    let (writes, requests) = limits.pacer_and_bound();
     Ok(Installation {
-        writes: Arc::new(Pacer::new(
-            limits.pace,
-            limits.shutdown,
-            Arc::clone(&limits.metrics),
-        )),
-        requests: Arc::new(Semaphore::new(limits.max_concurrent_requests)),
-        token: TokenKind::Given(client),
-        metrics: limits.metrics,
+        writes,
+        requests,
+        token: TokenSource::Given(gh),
     })
 }
 
 /// Who rowbranch is to GitHub: the App, with its installations, or a token.
 pub enum Auth {
-    /// Boxed: one forge a process, and the token's variant is a pointer.
-    App(Box<Apps>),
+    App(Arc<AppClient>),
     /// The one client of the token, for every repository.
     Token(Arc<Installation>),
 }
@@ -522,196 +487,157 @@ impl Auth {
     /// token's.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
         match self {
-            Auth::App(apps) => apps.installation(repo).await,
+            Auth::App(app) => app.installation(repo).await,
             Auth::Token(token) => Ok(Arc::clone(token)),
         }
     }
 }
 
-/// The App and its installations.
-pub struct Apps {
-    /// The connection stack every client shares, without credentials.
-    app: Client,
-    key: Arc<AppKey>,
-    pace: PaceSettings,
-    max_concurrent_requests: usize,
-    shutdown: Shutdown,
+/// The App's own requests: octocrab with a JWT made for each, within the App's bound.
+pub struct JwtClient {
+    /// octocrab without credentials: the stack every client shares.
+    pub gh: Octocrab,
+    key: AppKey,
+    /// Requests open at once with the App's JWT (installation lookups, mints, `GET /app`).
+    requests: Semaphore,
     metrics: Arc<Metrics>,
-    /// Requests open at once with the App's own JWT (installation lookups, `GET /app`).
-    app_requests: Semaphore,
-    /// One client per repository, its token narrowed to that repository: a repository missing
-    /// from an installation then fails alone, not every repository of its account.
-    installations: Mutex<HashMap<RepoName, (InstallationId, Arc<Installation>)>>,
+}
+
+impl JwtClient {
+    /// One request with a JWT made now, within the App's own bound.
+    pub async fn run<T, F, Fut>(&self, request: F) -> Attempt<Result<T, Refusal>>
+    where
+        F: FnOnce(Octocrab) -> Fut,
+        Fut: Future<Output = octocrab::Result<T>>,
+    {
+        let _open = self.requests.acquire().await.map_err(|_| closed())?;
+        let jwt = self.key.jwt().map_err(|e| {
+            Setback::Fail(ForgeError::Refused {
+                message: format!("the App's JWT could not be made: {e}"),
+            })
+        })?;
+        let gh = self
+            .gh
+            .user_access_token(jwt)
+            .map_err(|e| Setback::Fail(ForgeError::Other(anyhow!("the App's client: {e}"))))?;
+        call(request(gh)).await
+    }
+}
+
+/// The App: its own requests and its installations.
+pub struct AppClient {
+    pub jwt: Arc<JwtClient>,
+    limits: Limits,
+    /// One client per repository, its token narrowed to that repository (a repository
+    /// missing from an installation then fails alone), and when its installation was looked
+    /// up. Held across a lookup, so that a burst of rows looks it up once.
+    repos: Mutex<HashMap<RepoName, (Instant, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
-    limits: Mutex<HashMap<InstallationId, PerInstallation>>,
-    /// Held while a repository's installation is looked up, so a burst of rows looks it up once.
-    lookups: Mutex<HashMap<RepoName, (InstallationId, Instant)>>,
+    limits_of: std::sync::Mutex<HashMap<u64, PacerAndBound>>,
 }
 
-/// What one installation's clients share: the pacer of its writes and the bound on its requests.
-type PerInstallation = (Arc<Pacer>, Arc<Semaphore>);
-
-/// What the GitHub client is built with, besides the App's credentials.
-pub struct Limits {
-    pub pace: PaceSettings,
-    pub max_concurrent_requests: usize,
-    pub shutdown: Shutdown,
-    pub metrics: Arc<Metrics>,
+/// `GET /repos/{o}/{r}/installation`: the id read of it.
+#[derive(Deserialize)]
+struct InstallationFound {
+    id: u64,
 }
 
-impl Apps {
-    /// Builds the App's client: JWTs from `app_id` and the PEM key (which must sign one here,
-    /// as every request will), timeouts set, no redirects and no retries of the client's own
-    /// (they would re-send a dispatch).
-    pub fn new(app_id: u64, pem: &str, api_url: &str, limits: Limits) -> Result<Apps, OpenError> {
-        let key = Arc::new(AppKey::new(app_id, pem)?);
-        let app = Client::new(api_url)?;
-        Ok(Apps {
-            app,
-            key,
-            pace: limits.pace,
-            max_concurrent_requests: limits.max_concurrent_requests,
-            app_requests: Semaphore::new(limits.max_concurrent_requests),
-            shutdown: limits.shutdown,
-            metrics: limits.metrics,
-            installations: Mutex::new(HashMap::new()),
-            limits: Mutex::new(HashMap::new()),
-            lookups: Mutex::new(HashMap::new()),
-        })
-    }
-
-    /// One request with the App's JWT, for App endpoints, within the App's own bound.
-    pub async fn send_app<B: Serialize + ?Sized>(
-        &self,
-        operation: Operation,
-        method: http::Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Attempt<Reply> {
-        let _open = self.app_requests.acquire().await.map_err(closed)?;
-        let app = with_jwt(&self.app, &self.key)?;
-        send_counted(&app, &self.metrics, operation, method, path, body).await
+impl AppClient {
+    pub fn new(key: AppKey, gh: Octocrab, limits: Limits) -> AppClient {
+        AppClient {
+            jwt: Arc::new(JwtClient {
+                gh,
+                key,
+                requests: Semaphore::new(limits.max_concurrent_requests),
+                metrics: Arc::clone(&limits.metrics),
+            }),
+            limits,
+            repos: Mutex::new(HashMap::new()),
+            limits_of: std::sync::Mutex::new(HashMap::new()),
+        }
     }
 
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
-    /// stop is ambiguous.
+    /// setback is ambiguous.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
-        let id = self
-            .installation_id(repo)
-            .await
-            .map_err(Stop::not_applied)?;
         let installation = {
-            let mut all = self.installations.lock().await;
-            match all.get(repo) {
-                Some((known, installation)) if *known == id => Arc::clone(installation),
-                // New, or the repository moved to another installation.
+            let mut repos = self.repos.lock().await;
+            match repos.get(repo) {
+                Some((at, known)) if at.elapsed() < INSTALLATION_TTL => Arc::clone(known),
                 _ => {
-                    let made = Arc::new(self.client_for(id, repo).await);
-                    all.insert(repo.clone(), (id, Arc::clone(&made)));
-                    made
+                    let id = self
+                        .installation_id(repo)
+                        .await
+                        .map_err(Setback::not_applied)?;
+                    let installation = match repos.get(repo) {
+                        // The same installation: its token is still good.
+                        Some((_, known)) if matches!(&known.token, TokenSource::Minted(m) if m.id == id) => {
+                            Arc::clone(known)
+                        }
+                        _ => Arc::new(self.client_for(id, repo)),
+                    };
+                    repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
+                    installation
                 }
             }
         };
-        if let Err(stop) = installation.ensure_token().await {
+        if let Err(setback) = installation.ensure_token().await {
             // The installation may be gone or changed: look it up afresh next time.
-            if matches!(stop, Stop::Fail(_)) {
-                self.lookups.lock().await.remove(repo);
+            if matches!(setback, Setback::Fail(_)) {
+                self.repos.lock().await.remove(repo);
             }
-            return Err(stop);
+            return Err(setback);
         }
         Ok(installation)
     }
 
-    async fn client_for(&self, id: InstallationId, repo: &RepoName) -> Installation {
+    fn client_for(&self, id: u64, repo: &RepoName) -> Installation {
         let (writes, requests) = self
-            .limits
+            .limits_of
             .lock()
-            .await
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .entry(id)
-            .or_insert_with(|| {
-                (
-                    Arc::new(Pacer::new(
-                        self.pace,
-                        self.shutdown.clone(),
-                        Arc::clone(&self.metrics),
-                    )),
-                    Arc::new(Semaphore::new(self.max_concurrent_requests)),
-                )
-            })
+            .or_insert_with(|| self.limits.pacer_and_bound())
             .clone();
         Installation {
             writes,
             requests,
-            token: TokenKind::Minted(Minter {
+            token: TokenSource::Minted(Minter {
                 id,
-                app: self.app.clone(),
-                key: Arc::clone(&self.key),
+                jwt: Arc::clone(&self.jwt),
                 repository: repo.name().to_owned(),
                 current: Mutex::new(None),
             }),
-            metrics: Arc::clone(&self.metrics),
         }
     }
 
-    /// `GET /repos/{owner}/{repo}/installation`, cached for a while.
+    /// `GET /repos/{owner}/{repo}/installation`.
     /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    async fn installation_id(&self, repo: &RepoName) -> Attempt<InstallationId> {
-        // Held across the lookup: the rows of a burst wait for the first one's answer.
-        let mut known = self.lookups.lock().await;
-        if let Some((id, at)) = known.get(repo) {
-            if at.elapsed() < INSTALLATION_TTL {
-                return Ok(*id);
-            }
-        }
+    async fn installation_id(&self, repo: &RepoName) -> Attempt<u64> {
         let path = format!("/repos/{repo}/installation");
-        let reply = self
-            .send_app(
-                Operation::GetInstallation,
-                http::Method::GET,
-                &path,
-                None::<&()>,
-            )
+        let found = self
+            .jwt
+            .run(|gh| async move { gh.get::<InstallationFound, _, ()>(&path, None).await })
             .await?;
-        match reply.status.as_u16() {
-            200 => {
-                let id = InstallationId(reply.json::<wire::InstallationFound>()?.id);
-                known.insert(repo.clone(), (id, Instant::now()));
-                Ok(id)
-            }
-            404 => Err(Stop::Fail(ForgeError::Refused {
-                message: format!(
-                    "the GitHub App is not installed on {repo}: install it on that repository"
-                ),
-            })),
-            401 => Err(Stop::Fail(ForgeError::Refused {
-                message: format!(
-                    "GitHub refused the App's credentials ({}): check app_id and the private key",
-                    reply.message()
-                ),
-            })),
-            _ => reply.unexpected(),
+        match found {
+            Ok(found) => Ok(found.id),
+            Err(refusal) => match refusal.status_code.as_u16() {
+                404 => Err(Setback::Fail(ForgeError::Refused {
+                    message: format!(
+                        "the GitHub App is not installed on {repo}: install it on that repository"
+                    ),
+                })),
+                401 => Err(Setback::Fail(ForgeError::Refused {
+                    message: format!(
+                        "GitHub refused the App's credentials ({}): check app_id and the private key",
+                        said(&refusal)
+                    ),
+                })),
+                _ => unexpected(&refusal),
+            },
         }
     }
-}
-
-/// Where a new key comes from, for every message about a key that cannot sign.
-pub const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Generate a \
-     private key gives a .pem file whose text starts with -----BEGIN RSA PRIVATE KEY----- (or \
-     -----BEGIN PRIVATE KEY-----)";
-
-/// The App's private key cannot be used: what is wrong with it, then where a good one comes
-/// from. Never holds the key's text.
-#[derive(Debug, thiserror::Error)]
-#[error("{problem}: {NEW_KEY}")]
-pub struct KeyError {
-    /// What is wrong, without the remedy (`doctor` prints that on its own line).
-    pub problem: String,
-}
-
-/// A request bound that was closed: nothing closes one, so this is a bug.
-fn closed(_: tokio::sync::AcquireError) -> Stop {
-    Stop::Fail(ForgeError::Other(anyhow!("a request bound was closed")))
 }
 
 #[cfg(test)]
@@ -726,6 +652,51 @@ mod tests {
         );
         assert_eq!(encode_path("release/v1.0 #2"), "release/v1.0%20%232");
         assert_eq!(encode_path("größe"), "gr%C3%B6%C3%9Fe");
-        assert_eq!(encode_query("feature/a&b"), "feature%2Fa%26b");
+    }
+
+    #[test]
+    fn each_request_is_counted_as_what_it_does() {
+        let of = |method: Method, path: &str| operation(&method, path);
+        assert_eq!(of(Method::GET, "/app"), Some(Operation::GetApp));
+        assert_eq!(
+            of(Method::GET, "/api/v3/rate_limit"),
+            Some(Operation::RateLimit)
+        );
+        assert_eq!(of(Method::POST, "/app/installations/1/access_tokens"), None);
+        assert_eq!(of(Method::POST, "/app-manifests/c/conversions"), None);
+        assert_eq!(of(Method::GET, "/users/acme"), None);
+        let repo = "/api/v3/repos/acme/app";
+        for (method, tail, operation) in [
+            (Method::GET, "", Operation::GetRepo),
+            (Method::GET, "/installation", Operation::GetInstallation),
+            (Method::GET, "/git/ref/heads/main", Operation::GetRef),
+            (
+                Method::GET,
+                "/git/matching-refs/heads/f/1",
+                Operation::MatchingRefs,
+            ),
+            (Method::POST, "/git/refs", Operation::CreateRef),
+            (Method::DELETE, "/git/refs/heads/f/1", Operation::DeleteRef),
+            (Method::POST, "/dispatches", Operation::Dispatch),
+            (Method::GET, "/pulls", Operation::ListPulls),
+            (Method::GET, "/compare/main...f/1", Operation::Compare),
+            (
+                Method::GET,
+                "/contents/.github/workflows",
+                Operation::GetContents,
+            ),
+            (Method::GET, "/actions/runs", Operation::ListRuns),
+            (
+                Method::GET,
+                "/actions/workflows/a.yml",
+                Operation::GetWorkflow,
+            ),
+        ] {
+            assert_eq!(
+                of(method, &format!("{repo}{tail}")),
+                Some(operation),
+                "{tail}"
+            );
+        }
     }
 }

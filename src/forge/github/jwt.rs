@@ -1,34 +1,43 @@
-//! The App's JWT, signed here with `ring` (the crypto rustls already uses), so that no RSA
-//! implementation other than ring's is built in: octocrab's own App authentication goes
-//! through jsonwebtoken, whose backends are aws-lc (a C build this project keeps out) or
-//! RustCrypto's `rsa` (RUSTSEC-2023-0071, no fixed release; SECURITY.md). The token is what
-//! GitHub documents: RS256, `iat` 60 s in the past for clock drift, `exp` 9 minutes ahead
-//! (GitHub takes at most 10), `iss` the App's id.
+//! The App's JWT, made by jsonwebtoken with ring (jsonwebtoken 9, whose backend is ring: later
+//! majors sign with aws-lc, a C build this project keeps out, or RustCrypto's `rsa`,
+//! RUSTSEC-2023-0071 with no fixed release; SECURITY.md). The token is what GitHub documents:
+//! RS256, `iat` 60 s in the past for clock drift, `exp` 9 minutes ahead (GitHub takes at most
+//! 10), `iss` the App's id.
 //! (https://docs.github.com/apps/creating-github-apps/authenticating-with-a-github-app/generating-a-json-web-token-jwt-for-a-github-app)
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-use ring::rand::SystemRandom;
-use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
-use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::PrivateKeyDer;
-
-use super::client::KeyError;
-
-/// The JOSE header of every App JWT.
-const HEADER: &str = r#"{"alg":"RS256","typ":"JWT"}"#;
 /// How far back `iat` is set, for a clock a little ahead of GitHub's.
 const ISSUED_BEFORE: u64 = 60;
 /// How long a JWT lives from now (GitHub refuses more than 10 minutes).
 const LIFETIME: u64 = 9 * 60;
 
+/// Where a new key comes from, for every message about a key that cannot sign.
+pub const NEW_KEY: &str = "the App's settings page on GitHub → Private keys → Generate a \
+     private key gives a .pem file whose text starts with -----BEGIN RSA PRIVATE KEY----- (or \
+     -----BEGIN PRIVATE KEY-----)";
+
+/// The App's private key cannot be used: what is wrong with it, then where a good one comes
+/// from. Never holds the key's text.
+#[derive(Debug, thiserror::Error)]
+#[error("{problem}: {NEW_KEY}")]
+pub struct KeyError {
+    /// What is wrong, without the remedy (`doctor` prints that on its own line).
+    pub problem: String,
+}
+
+/// The claims GitHub reads of an App's JWT.
+#[derive(serde::Serialize)]
+struct Claims {
+    iat: u64,
+    exp: u64,
+    iss: u64,
+}
+
 /// The App's id and private key: signs its JWTs. Never prints the key.
 pub struct AppKey {
     app_id: u64,
-    key: RsaKeyPair,
-    rng: SystemRandom,
+    key: EncodingKey,
 }
 
 impl std::fmt::Debug for AppKey {
@@ -43,98 +52,58 @@ impl AppKey {
     /// The key from its PEM text (`-----BEGIN RSA PRIVATE KEY-----`, as GitHub hands it out,
     /// or `-----BEGIN PRIVATE KEY-----`), proved by signing a JWT as every request will: a
     /// public key, or a key of another kind, would otherwise fail only at the first request.
-    /// The error never holds the key's text.
+    /// The error never holds the key's text (jsonwebtoken's errors name a kind, not a line).
     pub fn new(app_id: u64, pem: &str) -> Result<AppKey, KeyError> {
-        let cannot_sign = |cause: &str, what: &str| KeyError {
-            problem: format!(
-                "the GitHub App private key cannot sign the App's JWT ({cause}): {what}"
-            ),
-        };
-        let not_rsa = "it is not an RSA private key";
-        let der = match PrivateKeyDer::from_pem_slice(pem.as_bytes()) {
-            Ok(der) => der,
-            Err(pem::Error::NoItemsFound) if pem.contains("PUBLIC KEY-----") => {
-                return Err(cannot_sign(
-                    "no private key in it",
-                    "it is a public key, and GitHub needs the App's private key",
-                ))
-            }
-            Err(e) => {
-                // Said in words of our own: some of the library's errors quote a line.
-                let why = match e {
-                    pem::Error::NoItemsFound => "no private key in it",
-                    pem::Error::Base64Decode(_) => {
-                        "the text between its BEGIN and END lines is not base64"
-                    }
-                    pem::Error::MissingSectionEnd { .. } => "its END line is missing",
-                    pem::Error::IllegalSectionStart { .. } => "its BEGIN line is malformed",
-                    _ => "it is not a PEM file",
-                };
-                return Err(KeyError {
-                    problem: format!("the GitHub App private key does not parse ({why})"),
-                });
-            }
-        };
-        let key = match &der {
-            PrivateKeyDer::Pkcs1(der) => RsaKeyPair::from_der(der.secret_pkcs1_der()),
-            PrivateKeyDer::Pkcs8(der) => RsaKeyPair::from_pkcs8(der.secret_pkcs8_der()),
-            _ => return Err(cannot_sign("an EC key", not_rsa)),
-        }
-        .map_err(|e| match e.to_string().as_str() {
-            "InvalidEncoding" => KeyError {
-                problem: "the GitHub App private key does not parse (what its base64 holds is no RSA key)"
+        let problem = |problem: String| KeyError { problem };
+        if !pem.contains("PRIVATE KEY-----") {
+            return Err(problem(match pem.contains("PUBLIC KEY-----") {
+                true => "the GitHub App private key cannot sign the App's JWT (no private key in \
+                         it): it is a public key, and GitHub needs the App's private key"
                     .to_owned(),
-            },
-            // TooSmall (under 2048 bits), WrongAlgorithm (a PKCS#8 key of another kind), …
-            other => cannot_sign(other, not_rsa),
+                false => {
+                    "the GitHub App private key does not parse (no private key in it)".to_owned()
+                }
+            }));
+        }
+        let key = EncodingKey::from_rsa_pem(pem.as_bytes()).map_err(|e| {
+            problem(format!(
+                "the GitHub App private key does not parse as an RSA private key ({e})"
+            ))
         })?;
-        let key = AppKey {
-            app_id,
-            key,
-            rng: SystemRandom::new(),
-        };
-        key.jwt()?;
+        let key = AppKey { app_id, key };
+        key.jwt_at(jsonwebtoken::get_current_timestamp())?;
         Ok(key)
     }
 
     /// A JWT that authenticates as the App for the next 9 minutes.
     pub fn jwt(&self) -> Result<String, KeyError> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        self.jwt_at(now)
+        self.jwt_at(jsonwebtoken::get_current_timestamp())
     }
 
     fn jwt_at(&self, now: u64) -> Result<String, KeyError> {
-        let claims = format!(
-            r#"{{"iat":{},"exp":{},"iss":{}}}"#,
-            now.saturating_sub(ISSUED_BEFORE),
-            now + LIFETIME,
-            self.app_id
-        );
-        let signed = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(HEADER),
-            URL_SAFE_NO_PAD.encode(claims)
-        );
-        let mut signature = vec![0; self.key.public().modulus_len()];
-        self.key
-            .sign(
-                &RSA_PKCS1_SHA256,
-                &self.rng,
-                signed.as_bytes(),
-                &mut signature,
-            )
-            .map_err(|_| KeyError {
-                problem: "the GitHub App private key could not sign the App's JWT".to_owned(),
-            })?;
-        Ok(format!("{signed}.{}", URL_SAFE_NO_PAD.encode(signature)))
+        let claims = Claims {
+            iat: now.saturating_sub(ISSUED_BEFORE),
+            exp: now + LIFETIME,
+            iss: self.app_id,
+        };
+        jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &self.key).map_err(|e| {
+            KeyError {
+                problem: format!(
+                    "the GitHub App private key cannot sign the App's JWT ({e}): it is not an \
+                     RSA private key GitHub takes"
+                ),
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use ring::signature::{UnparsedPublicKey, RSA_PKCS1_2048_8192_SHA256};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+    use jsonwebtoken::DecodingKey;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::PrivateKeyDer;
     use serde_json::{json, Value};
 
     use super::*;
@@ -159,11 +128,13 @@ mod tests {
             claims,
             json!({"iat": 1_699_999_940u64, "exp": 1_700_000_540u64, "iss": 4242})
         );
-        let public = key.key.public().as_ref().to_vec();
-        let (signed, _) = jwt.rsplit_once('.').unwrap();
-        UnparsedPublicKey::new(&RSA_PKCS1_2048_8192_SHA256, public)
-            .verify(signed.as_bytes(), &part(&jwt, 2))
-            .expect("the signature verifies");
+        let public = DecodingKey::from_rsa_pem(PUBLIC_PEM.as_bytes()).unwrap();
+        let (signed, signature) = jwt.rsplit_once('.').unwrap();
+        assert!(
+            jsonwebtoken::crypto::verify(signature, signed.as_bytes(), &public, Algorithm::RS256)
+                .unwrap(),
+            "the signature verifies"
+        );
     }
 
     #[test]

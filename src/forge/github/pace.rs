@@ -61,7 +61,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
-        let _queued = Queued::join(&self.metrics);
+        let _queued = InQueue::join(&self.metrics);
         let waited = async {
             let _first_in_line = self.new_rows.lock().await;
             let mut bucket = self.bucket.lock().await;
@@ -83,7 +83,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
-        let _queued = Queued::join(&self.metrics);
+        let _queued = InQueue::join(&self.metrics);
         let mut bucket = self.bucket.lock().await;
         tokio::select! {
             biased;
@@ -95,16 +95,16 @@ impl Pacer {
 }
 
 /// A write in the queue, counted until it leaves it however it ends (done, or dropped).
-struct Queued<'a>(&'a Metrics);
+struct InQueue<'a>(&'a Metrics);
 
-impl<'a> Queued<'a> {
-    fn join(metrics: &'a Metrics) -> Queued<'a> {
+impl<'a> InQueue<'a> {
+    fn join(metrics: &'a Metrics) -> InQueue<'a> {
         metrics.write_queue(true);
-        Queued(metrics)
+        InQueue(metrics)
     }
 }
 
-impl Drop for Queued<'_> {
+impl Drop for InQueue<'_> {
     fn drop(&mut self) {
         self.0.write_queue(false);
     }

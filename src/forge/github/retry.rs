@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderMap, StatusCode};
-use rand::Rng;
 use tokio::time::Instant;
 
 use crate::forge::ForgeError;
@@ -23,7 +22,7 @@ const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
 
 /// Why an attempt did not succeed, as far as retrying is concerned.
 #[derive(Debug)]
-pub enum Stop {
+pub enum Setback {
     /// Worth another try. `ambiguous`: the request may have been applied (a timeout, a lost
     /// connection, a 5xx), so a later "already exists" may be our own doing.
     Retry {
@@ -36,38 +35,28 @@ pub enum Stop {
     Fail(ForgeError),
 }
 
-impl From<ForgeError> for Stop {
-    fn from(e: ForgeError) -> Stop {
-        Stop::Fail(e)
+impl From<ForgeError> for Setback {
+    fn from(e: ForgeError) -> Setback {
+        Setback::Fail(e)
     }
 }
 
-impl Stop {
-    /// The same stop, but known not to have been applied (a read, or a step before the write).
-    pub fn not_applied(self) -> Stop {
-        match self {
-            Stop::Retry {
-                message,
-                after,
-                cause,
-                ..
-            } => Stop::Retry {
-                message,
-                after,
-                ambiguous: false,
-                cause,
-            },
-            fail => fail,
+impl Setback {
+    /// The same setback, but known not to have been applied (a read, or a step before the write).
+    pub fn not_applied(mut self) -> Setback {
+        if let Setback::Retry { ambiguous, .. } = &mut self {
+            *ambiguous = false;
         }
+        self
     }
 }
 
-/// A stop seen outside the retry loop (a one-off read): a retryable one is "unavailable".
-impl From<Stop> for ForgeError {
-    fn from(stop: Stop) -> ForgeError {
-        match stop {
-            Stop::Fail(e) => e,
-            Stop::Retry { message, after, .. } => ForgeError::Unavailable {
+/// A setback seen outside the retry loop (a one-off read): a retryable one is "unavailable".
+impl From<Setback> for ForgeError {
+    fn from(setback: Setback) -> ForgeError {
+        match setback {
+            Setback::Fail(e) => e,
+            Setback::Retry { message, after, .. } => ForgeError::Unavailable {
                 message,
                 retry_after: after,
             },
@@ -75,8 +64,8 @@ impl From<Stop> for ForgeError {
     }
 }
 
-/// One attempt's result: `?` passes a stop up to the retry loop.
-pub type Attempt<T> = Result<T, Stop>;
+/// One attempt's result: `?` passes a setback up to the retry loop.
+pub type Attempt<T> = Result<T, Setback>;
 
 /// Why an attempt is worth another: `rowbranch_github_retries_total{cause}` counts by it.
 pub use crate::metrics::RetryCause as Cause;
@@ -126,8 +115,8 @@ impl RetryPolicy {
         for n in 0u32.. {
             let (message, after, ambiguous, cause) = match attempt(ambiguous_before).await {
                 Ok(value) => return Ok(value),
-                Err(Stop::Fail(e)) => return Err((e, ambiguous_before)),
-                Err(Stop::Retry {
+                Err(Setback::Fail(e)) => return Err((e, ambiguous_before)),
+                Err(Setback::Retry {
                     message,
                     after,
                     ambiguous,
@@ -183,17 +172,17 @@ fn jittered(n: u32) -> Duration {
     let step = FIRST_STEP
         .saturating_mul(2u32.saturating_pow(n.min(16)))
         .min(MAX_STEP);
-    let millis = rand::rng().random_range(0..=step.as_millis() as u64);
+    let millis = rand::random_range(0..=step.as_millis() as u64);
     Duration::from_millis(millis)
 }
 
 /// Sorts an answer that is not a success into "retry" (with how long GitHub asks us to wait)
 /// or "final". `message` is GitHub's `message` field.
-pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop {
+pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Setback {
     let retry_after = header_secs(headers, "retry-after").map(Duration::from_secs);
     let remaining = header_secs(headers, "x-ratelimit-remaining");
     let reset_in = header_secs(headers, "x-ratelimit-reset").map(until_epoch);
-    let rate_limited = |after: Option<Duration>| Stop::Retry {
+    let rate_limited = |after: Option<Duration>| Setback::Retry {
         message: format!("rate limited ({status}): {message}"),
         after,
         ambiguous: false,
@@ -212,13 +201,13 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Stop 
         403 if message.to_ascii_lowercase().contains("rate limit") => {
             rate_limited(Some(SECONDARY_LIMIT_WAIT))
         }
-        500..=599 => Stop::Retry {
+        500..=599 => Setback::Retry {
             message: format!("GitHub answered {status}"),
             after: retry_after,
             ambiguous: true,
             cause: Cause::ServerError,
         },
-        _ => Stop::Fail(ForgeError::Refused {
+        _ => Setback::Fail(ForgeError::Refused {
             message: format!("GitHub answered {status}: {message}"),
         }),
     }
@@ -250,9 +239,9 @@ mod tests {
         h
     }
 
-    fn after(a: Stop) -> Option<Duration> {
+    fn after(a: Setback) -> Option<Duration> {
         match a {
-            Stop::Retry { after, .. } => after,
+            Setback::Retry { after, .. } => after,
             other => panic!("expected a retry, got {other:?}"),
         }
     }
@@ -328,7 +317,7 @@ mod tests {
     fn a_5xx_is_retried_and_may_have_been_applied() {
         assert!(matches!(
             classify(StatusCode::BAD_GATEWAY, &HeaderMap::new(), ""),
-            Stop::Retry {
+            Setback::Retry {
                 ambiguous: true,
                 ..
             }
@@ -346,7 +335,7 @@ mod tests {
                         &HeaderMap::new(),
                         "Resource not accessible by integration"
                     ),
-                    Stop::Fail(_)
+                    Setback::Fail(_)
                 ),
                 "{status}"
             );
@@ -365,7 +354,7 @@ mod tests {
         let result: Result<(), _> = policy
             .run("op", |_| async {
                 tries.fetch_add(1, Ordering::SeqCst);
-                Err::<(), _>(Stop::Retry {
+                Err::<(), _>(Setback::Retry {
                     message: "502".into(),
                     after: Some(Duration::from_secs(2)),
                     ambiguous: true,
@@ -406,7 +395,7 @@ mod tests {
                 if ambiguous_before {
                     Ok(true)
                 } else {
-                    Err(Stop::Retry {
+                    Err(Setback::Retry {
                         message: "timeout".into(),
                         after: None,
                         ambiguous: true,
@@ -432,7 +421,7 @@ mod tests {
         policy
             .run("op", |_| async {
                 if n.fetch_add(1, Ordering::SeqCst) == 0 {
-                    Err(Stop::Retry {
+                    Err(Setback::Retry {
                         message: "limited".into(),
                         after: Some(Duration::from_secs(2)),
                         ambiguous: false,
@@ -460,7 +449,7 @@ mod tests {
         let run = policy.run("dispatching", |_| {
             tries.fetch_add(1, Ordering::SeqCst);
             async {
-                Err::<(), _>(Stop::Retry {
+                Err::<(), _>(Setback::Retry {
                     message: "rate limited".into(),
                     after: Some(Duration::from_secs(60)),
                     ambiguous: false,

@@ -3,32 +3,52 @@
 //! the account type of a repository's owner and the manifest conversion that finishes creating
 //! the App.
 
-use base64::Engine;
-use http::Method;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use super::client::{encode_path, encode_query, send, Apps, Auth, Operation, Reply};
-use super::transport;
-use super::wire::{
-    Account, AppInfo, ContentEntry, ContentFile, InstallationFound, ManifestApp, Permissions,
-    Workflow,
-};
+use octocrab::{GitHubError, Octocrab};
+use serde::Deserialize;
+
+use super::client::{call, encode_path, missing_permission, octocrab, said, Auth, JwtClient};
 use super::GithubForge;
 use crate::forge::ForgeError;
 use crate::identity::{RefName, RepoName};
+use crate::metrics::Metrics;
 
-fn expect_ok(reply: Reply, what: &str) -> Result<Reply, ForgeError> {
-    if reply.status.is_success() {
-        return Ok(reply);
+/// The App, as `GET /app` describes it.
+#[derive(Debug)]
+pub struct AppInfo {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+}
+
+/// What GitHub hands back when an App is created from a manifest.
+#[derive(Deserialize)]
+pub struct ManifestApp {
+    pub id: u64,
+    pub slug: Option<String>,
+    pub name: String,
+    pub pem: String,
+}
+
+impl std::fmt::Debug for ManifestApp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ManifestApp({}, id {})", self.name, self.id)
     }
-    Err(ForgeError::Refused {
-        message: format!("{what} answered {}: {}", reply.status, reply.message()),
-    })
+}
+
+/// GitHub's refusal of a setup check, naming `what` was asked.
+fn refused(what: &str, refusal: &GitHubError) -> ForgeError {
+    ForgeError::Refused {
+        message: format!("{what} answered {}: {}", refusal.status_code, said(refusal)),
+    }
 }
 
 /// The App, for the calls only an App makes; a refusal with a token.
-fn apps(forge: &GithubForge) -> Result<&Apps, ForgeError> {
+fn app(forge: &GithubForge) -> Result<&JwtClient, ForgeError> {
     match &forge.auth {
-        Auth::App(apps) => Ok(apps),
+        Auth::App(app) => Ok(&app.jwt),
         Auth::Token(_) => Err(ForgeError::Refused {
             message: "rowbranch authenticates with a token ([github] token_env): there is no App"
                 .into(),
@@ -39,35 +59,46 @@ fn apps(forge: &GithubForge) -> Result<&Apps, ForgeError> {
 /// `GET /app` with the App's JWT.
 /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
 pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
-    let reply = apps(forge)?
-        .send_app(Operation::GetApp, Method::GET, "/app", None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    expect_ok(reply, "GET /app")?
-        .json()
-        .map_err(ForgeError::from)
+    let found = app(forge)?
+        .run(|gh| async move { gh.current().app().await })
+        .await?
+        .map_err(|refusal| refused("GET /app", &refusal))?;
+    Ok(AppInfo {
+        id: found.id.0,
+        slug: found.slug,
+        name: found.name,
+    })
 }
 
-/// The permissions of the installation that holds `repo` (`GET /repos/{o}/{r}/installation`).
+/// `GET /repos/{o}/{r}/installation`: the permissions read of it (octocrab's model names only
+/// seven, not `pull_requests`).
+#[derive(Deserialize)]
+struct InstallationFound {
+    #[serde(default)]
+    permissions: BTreeMap<String, String>,
+}
+
+/// The permissions of the installation that holds `repo`, each one's name and level
+/// (`contents` → `write`).
 /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
 pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
-) -> Result<Permissions, ForgeError> {
+) -> Result<BTreeMap<String, String>, ForgeError> {
     let path = format!("/repos/{repo}/installation");
-    let reply = apps(forge)?
-        .send_app(Operation::GetInstallation, Method::GET, &path, None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    if reply.status.as_u16() == 404 {
-        return Err(ForgeError::Refused {
+    let found = app(forge)?
+        .run(|gh| async move { gh.get::<InstallationFound, _, ()>(&path, None).await })
+        .await?;
+    match found {
+        Ok(found) => Ok(found.permissions),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::Refused {
             message: format!("the App is not installed on {repo}"),
-        });
+        }),
+        Err(refusal) => Err(refused(
+            &format!("GET /repos/{repo}/installation"),
+            &refusal,
+        )),
     }
-    let found: InstallationFound = expect_ok(reply, &format!("GET {path}"))?
-        .json()
-        .map_err(ForgeError::from)?;
-    Ok(found.permissions)
 }
 
 /// The workflow files on `branch` (`.github/workflows/*.yml|yaml`) and their text.
@@ -77,46 +108,37 @@ pub async fn workflows(
     repo: &RepoName,
     branch: &RefName,
 ) -> Result<Vec<(String, String)>, ForgeError> {
-    let installation = forge
-        .auth
-        .installation(repo)
-        .await
-        .map_err(ForgeError::from)?;
-    let at = encode_query(branch.as_str());
-    let path = format!("/repos/{repo}/contents/.github/workflows?ref={at}");
-    let reply = installation
-        .send(Operation::GetContents, Method::GET, &path, None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    if reply.status.as_u16() == 404 {
-        return Ok(Vec::new());
-    }
-    let entries: Vec<ContentEntry> = expect_ok(reply, "listing .github/workflows")?
-        .json()
-        .map_err(ForgeError::from)?;
+    let installation = forge.auth.installation(repo).await?;
+    let contents = |gh: Octocrab, path: String| async move {
+        let repos = gh.repos(repo.owner(), repo.name());
+        let content = repos.get_content().path(path).r#ref(branch.as_str());
+        content.send().await
+    };
+    let listed = installation
+        .run(|gh| contents(gh, ".github/workflows".to_owned()))
+        .await?;
+    let mut entries = match listed {
+        Ok(entries) => entries,
+        Err(refusal) if refusal.status_code.as_u16() == 404 => return Ok(Vec::new()),
+        Err(refusal) => return Err(refused("listing .github/workflows", &refusal)),
+    };
     let mut files = Vec::new();
-    for entry in entries {
+    for entry in entries.take_items() {
         let is_yaml = entry.path.ends_with(".yml") || entry.path.ends_with(".yaml");
-        if entry.kind != "file" || !is_yaml {
+        if entry.r#type != "file" || !is_yaml {
             continue;
         }
-        let path = format!(
-            "/repos/{repo}/contents/{}?ref={at}",
-            encode_path(&entry.path)
-        );
-        let reply = installation
-            .send(Operation::GetContents, Method::GET, &path, None::<&()>)
-            .await
-            .map_err(ForgeError::from)?;
-        let file: ContentFile = expect_ok(reply, &format!("reading {}", entry.path))?
-            .json()
-            .map_err(ForgeError::from)?;
-        // GitHub wraps the base64 text every 60 characters.
-        let compact: String = file.content.split_whitespace().collect();
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(compact)
-            .map_err(|e| ForgeError::Other(anyhow::anyhow!("{}: bad base64: {e}", entry.path)))?;
-        files.push((entry.path, String::from_utf8_lossy(&bytes).into_owned()));
+        let path = encode_path(&entry.path);
+        let mut file = installation
+            .run(|gh| contents(gh, path.clone()))
+            .await?
+            .map_err(|refusal| refused(&format!("reading {}", entry.path), &refusal))?;
+        let text = file
+            .take_items()
+            .into_iter()
+            .next()
+            .and_then(|f| f.decoded_content());
+        files.push((entry.path, text.unwrap_or_default()));
     }
     Ok(files)
 }
@@ -142,34 +164,45 @@ pub async fn workflow_state(
     repo: &RepoName,
     file: &str,
 ) -> Result<WorkflowState, ForgeError> {
-    let installation = forge
-        .auth
-        .installation(repo)
-        .await
-        .map_err(ForgeError::from)?;
-    let path = format!("/repos/{repo}/actions/workflows/{}", encode_path(file));
-    let reply = installation
-        .send(Operation::GetWorkflow, Method::GET, &path, None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    if reply.status.as_u16() == 404 {
-        return Ok(WorkflowState::Missing);
+    let installation = forge.auth.installation(repo).await?;
+    let file = encode_path(file);
+    let found = installation
+        .run(|gh| {
+            let file = file.clone();
+            async move {
+                gh.workflows(repo.owner(), repo.name())
+                    .get_workflow(file)
+                    .await
+            }
+        })
+        .await?;
+    match found {
+        Ok(found) => Ok(WorkflowState::Found {
+            state: found.state,
+            html_url: found.html_url.into(),
+        }),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(WorkflowState::Missing),
+        Err(refusal) => match missing_permission(&refusal) {
+            Some(needs) => Ok(WorkflowState::NotPermitted { needs }),
+            None => Err(refused(
+                &format!("GET /repos/{repo}/actions/workflows/{file}"),
+                &refusal,
+            )),
+        },
     }
-    if let Some(needs) = reply.missing_permission() {
-        return Ok(WorkflowState::NotPermitted { needs });
-    }
-    let found: Workflow = expect_ok(reply, &format!("GET {path}"))?
-        .json()
-        .map_err(ForgeError::from)?;
-    Ok(WorkflowState::Found {
-        state: found.state,
-        html_url: found.html_url,
-    })
 }
 
 /// A client without credentials, for the two calls `init` makes before the App exists.
-fn anonymous(api_url: &str) -> Result<transport::Client, ForgeError> {
-    transport::Client::new(api_url).map_err(|e| ForgeError::Other(e.into()))
+fn anonymous(api_url: &str) -> Result<Octocrab, ForgeError> {
+    octocrab(api_url, Arc::new(Metrics::new())).map_err(|e| ForgeError::Other(e.into()))
+}
+
+/// An account, as `GET /users/{username}` describes it.
+#[derive(Deserialize)]
+struct Account {
+    /// `User`, `Organization`, or `Bot` for an App's bot user.
+    #[serde(rename = "type")]
+    kind: String,
 }
 
 /// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can
@@ -177,35 +210,26 @@ fn anonymous(api_url: &str) -> Result<transport::Client, ForgeError> {
 /// there is no such account. Asked without credentials (`GET /users/{username}`).
 /// (https://docs.github.com/rest/users/users#get-a-user)
 pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, ForgeError> {
-    let client = anonymous(api_url)?;
+    let gh = anonymous(api_url)?;
     let path = format!("/users/{}", encode_path(login));
-    let reply = send(&client, Method::GET, &path, None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    if reply.status.as_u16() == 404 {
-        return Ok(None);
+    match call(gh.get::<Account, _, ()>(&path, None)).await? {
+        Ok(account) => Ok(Some(account.kind)),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
+        Err(refusal) => Err(refused("GET /users/{username}", &refusal)),
     }
-    let account: Account = expect_ok(reply, "GET /users/{username}")?
-        .json()
-        .map_err(ForgeError::from)?;
-    Ok(Some(account.kind))
 }
 
 /// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
 /// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
 /// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
 pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
-    let client = anonymous(api_url)?;
+    let gh = anonymous(api_url)?;
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
-    let reply = send(&client, Method::POST, &path, None::<&()>)
-        .await
-        .map_err(ForgeError::from)?;
-    if reply.status.as_u16() == 404 {
-        return Err(ForgeError::Refused {
+    match call(gh.post::<(), ManifestApp>(&path, None)).await? {
+        Ok(app) => Ok(app),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::Refused {
             message: "GitHub does not know that code: it works once, for an hour; create the App again from create-app.html".into(),
-        });
+        }),
+        Err(refusal) => Err(refused("POST /app-manifests/{code}/conversions", &refusal)),
     }
-    expect_ok(reply, "POST /app-manifests/{code}/conversions")?
-        .json()
-        .map_err(ForgeError::from)
 }

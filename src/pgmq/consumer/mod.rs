@@ -21,7 +21,6 @@ use self::progress::{DatabaseTrouble, Idle, Progress};
 use super::budget::{Allowance, Budgets, Spent};
 use super::holds::{HoldId, Holds, Taken};
 use super::settle::Fate;
-use crate::config::Intake;
 use crate::config::{DatabaseUrl, PgmqSettings};
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database, Reachability, Unreachable};
@@ -348,7 +347,7 @@ impl Consumer {
                 return no_route(Fate::dead(Reason::Malformed));
             }
         };
-        let compiled = match self.routes.route(Intake::Pgmq, &event) {
+        let compiled = match self.routes.route(true, &event) {
             Ok(compiled) => compiled,
             Err(Ignored::Event { route, .. }) => {
                 let route = route.table_name();
@@ -441,7 +440,9 @@ impl Consumer {
             if let Ok(db) = self.db().await {
                 for name in [self.queue(), &self.settings.pgmq.dead_letter] {
                     if let Ok((depth, age)) = queue::metrics(db.client(), name).await {
-                        self.pipeline.metrics().pgmq_queue(name, depth, age);
+                        self.pipeline
+                            .metrics()
+                            .pgmq_queue(name.as_str(), depth, age);
                     }
                 }
                 if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget(&db).await {

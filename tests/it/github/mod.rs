@@ -2,6 +2,7 @@
 //! same server, config and pipeline a user runs, with GitHub's answers — and its faults —
 //! coming from the fake.
 
+mod bounds;
 mod doctor;
 mod doctor_bounds;
 mod faults;

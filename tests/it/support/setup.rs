@@ -2,7 +2,7 @@
 //! a URL and applied to a test's database, the stand-in feedback table it is applied to, and the
 //! manifest the App's page posts.
 
-use rowbranch::templates::setup::{render, SetupContext};
+use rowbranch::cmd::init::setup::{render, SetupContext};
 use tokio_postgres::Client;
 
 use super::db::{db_message, ident};

@@ -9,8 +9,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
+use super::env::{self, Overlay};
 use super::file::{RawConfig, RawRoute};
-use super::{env, Config, ConfigError, ForgeSettings, TEST_LOCAL_CONFIG};
+use super::{Config, ConfigError, ForgeSettings, Intake, Source, TEST_LOCAL_CONFIG};
 
 const SPEC: &str = include_str!("../../docs/spec.md");
 
@@ -27,7 +28,7 @@ const GITHUB: &str = r#"
 "#;
 
 /// One row of a table: the key, its default cell, and its env cell where the table has one.
-struct Row {
+struct SpecRow {
     key: String,
     default: String,
     env: Option<String>,
@@ -42,8 +43,8 @@ fn section() -> &'static str {
 
 /// §2's tables by their heading, e.g. "`[github]`"; the local forge's bullets (`- \`path =
 /// …\``) count as rows of "`[forge]`", with "optional" or "required" as their default.
-fn spec_tables() -> BTreeMap<String, Vec<Row>> {
-    let mut tables: BTreeMap<String, Vec<Row>> = BTreeMap::new();
+fn spec_tables() -> BTreeMap<String, Vec<SpecRow>> {
+    let mut tables: BTreeMap<String, Vec<SpecRow>> = BTreeMap::new();
     for part in section().split("\n### ").skip(1) {
         let (heading, body) = part.split_once('\n').unwrap();
         let heading = match heading.trim() {
@@ -55,7 +56,7 @@ fn spec_tables() -> BTreeMap<String, Vec<Row>> {
         for line in body.lines() {
             if let Some(bullet) = line.strip_prefix("- `") {
                 let key = &bullet[..bullet.find(" =").expect("a bullet `key = …`")];
-                rows.push(Row {
+                rows.push(SpecRow {
                     key: key.to_owned(),
                     default: if line.contains("(optional)") {
                         "optional"
@@ -83,7 +84,7 @@ fn spec_tables() -> BTreeMap<String, Vec<Row>> {
                 let i = columns.iter().position(|c| c == name)?;
                 Some(cells[i].clone())
             };
-            rows.push(Row {
+            rows.push(SpecRow {
                 key: cells[0].trim_matches('`').to_owned(),
                 default: cell("default").expect("every table has a default column"),
                 env: cell("env"),
@@ -124,6 +125,11 @@ fn code_tables() -> BTreeMap<String, BTreeMap<String, Value>> {
     }
     tables.insert("Top level".to_owned(), top);
     tables
+}
+
+/// The config of the route from the environment `env` describes.
+fn from_env(env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    Source::Environment.validate(&Overlay::read(env), None)
 }
 
 fn parse(text: &str) -> Result<Config, ConfigError> {
@@ -200,10 +206,14 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
                 panic!("the github forge");
             };
             assert_eq!(github.pace.hourly_max, 450);
-            assert!(default.contains(&format!("`{}`", super::TOKEN_WRITE_HOURLY_MAX)));
+            assert!(default.contains(&format!("`{}`", super::file::TOKEN_WRITE_HOURLY_MAX)));
         }
         ("off", "`[[routes]]`", "max_rows_per_hour") => {
-            assert_eq!(parse(GITHUB).unwrap().routes[0].max_rows_per_hour, None);
+            let queue = parse(&format!("{GITHUB}intake = \"pgmq\"\n")).unwrap();
+            let off = Intake::Pgmq {
+                max_rows_per_hour: None,
+            };
+            assert_eq!(queue.routes[0].intake, off);
         }
         (
             "the built-in template",
@@ -313,12 +323,12 @@ fn the_route_from_the_environment_has_the_rows_and_defaults_of_the_spec() {
         env::GITHUB_APP_PRIVATE_KEY => Some("-----BEGIN RSA PRIVATE KEY-----".to_owned()),
         _ => None,
     };
-    let config = Config::from_env(&least).unwrap();
+    let config = from_env(&least).unwrap();
     let route = &config.routes[0];
     for row in rows {
         if row.default == "required" {
             let without = |name: &str| least(name).filter(|_| name != row.key);
-            let err = Config::from_env(&without).unwrap_err().to_string();
+            let err = from_env(&without).unwrap_err().to_string();
             assert!(err.contains(&format!("{} is not set", row.key)), "{err}");
             continue;
         }

@@ -17,68 +17,30 @@ use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 
 use super::actions::{self, ActionsSetup};
+use crate::cli::{HostArg, OwnerType};
 use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
+use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_TRIGGER_PREFIX};
 
-/// Each setup file: its name in `templates/` (and in the folder `init` writes) and its text.
-pub const FILES: &[(&str, &str)] = &[
-    ("workflow.yml", include_str!("../../templates/workflow.yml")),
-    (
-        "supabase-vault.sql",
-        include_str!("../../templates/supabase-vault.sql"),
-    ),
-    ("supabase.sql", include_str!("../../templates/supabase.sql")),
-    (
-        "supabase-queue.sql",
-        include_str!("../../templates/supabase-queue.sql"),
-    ),
-    (
-        "app-manifest.json",
-        include_str!("../../templates/app-manifest.json"),
-    ),
-    (
-        "payload.json.j2",
-        include_str!("../../templates/payload.json.j2"),
-    ),
-    (
-        "rowbranch.toml",
-        include_str!("../../templates/rowbranch.toml"),
-    ),
-    (
-        "create-app.html",
-        include_str!("../../templates/create-app.html"),
-    ),
-    (
-        "rowbranch-drain.yml",
-        include_str!("../../templates/rowbranch-drain.yml"),
-    ),
-    (
-        "supabase-kick.sql",
-        include_str!("../../templates/supabase-kick.sql"),
-    ),
+/// The setup files, each embedded under its name in `templates/` (and in the folder `init`
+/// writes), with its text.
+macro_rules! setup_files {
+    ($($name:literal),* $(,)?) => {
+        &[$(($name, include_str!(concat!("../../../templates/", $name)))),*]
+    };
+}
+
+pub const FILES: &[(&str, &str)] = setup_files![
+    "workflow.yml",
+    "supabase-vault.sql",
+    "supabase.sql",
+    "supabase-queue.sql",
+    "app-manifest.json",
+    "payload.json.j2",
+    "rowbranch.toml",
+    "create-app.html",
+    "rowbranch-drain.yml",
+    "supabase-kick.sql",
 ];
-
-/// The `app_id` the config carries until `rowbranch init --manifest-code` sets the real one.
-pub const PLACEHOLDER_APP_ID: u64 = 123456;
-
-/// What kind of GitHub account owns the repository, and so the App: a private App can be
-/// installed only on the account that owns it.
-/// (https://docs.github.com/apps/creating-github-apps/registering-a-github-app/making-a-github-app-public-or-private)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OwnerKind {
-    User,
-    Organization,
-}
-
-/// Where rowbranch runs (`init --host`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Host {
-    /// `serve`, always on, as a GitHub App.
-    Server,
-    /// `rowbranch drain` in the target repository's GitHub Actions, with the job's token.
-    Actions,
-}
 
 /// What the setup files are filled in with.
 #[derive(Debug, Clone, Serialize)]
@@ -86,7 +48,10 @@ pub struct SetupContext {
     /// `owner/name` of the target repository.
     pub repo: String,
     pub owner: String,
-    pub owner_kind: OwnerKind,
+    /// A private App can be installed only on the account that owns it, so the page offers
+    /// only the form for that kind of account.
+    /// (https://docs.github.com/apps/creating-github-apps/registering-a-github-app/making-a-github-app-public-or-private)
+    pub owner_kind: OwnerType,
     /// Where rowbranch is reachable, without a trailing `/` (the trigger posts to `{url}/webhook`).
     pub url: String,
     /// The GitHub App's name; its bot user is `{app_slug}[bot]`.
@@ -109,7 +74,7 @@ pub struct SetupContext {
     pub intake: Intake,
     /// Where rowbranch runs: the config's `[github]` authenticates as the App or with the
     /// Actions job's token, and the work workflow allows the bot that dispatches.
-    pub host: Host,
+    pub host: HostArg,
     /// The drain workflow's and the kick's values (used with `host = actions`).
     pub actions: ActionsSetup,
     /// The route's event types (`INSERT`, `UPDATE`, `DELETE`), which the queue's trigger fires on.
@@ -126,29 +91,13 @@ pub struct SetupContext {
     pub work_timeout_minutes: u32,
 }
 
-/// Why a value cannot go into the setup files.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SetupError {
-    #[error(
-        "{field}: character {position} is U+{code:04X}, a control or invisible character; \
-         only printable text can be written into the setup files"
-    )]
-    Unprintable {
-        /// The field of [`SetupContext`], which is also the name of `init`'s flag.
-        field: &'static str,
-        /// 1-based, in characters.
-        position: usize,
-        code: u32,
-    },
-}
-
 impl SetupContext {
     /// Example values, for the documentation's own checks.
     pub fn example() -> SetupContext {
         SetupContext {
             repo: "acme/app".into(),
             owner: "acme".into(),
-            owner_kind: OwnerKind::Organization,
+            owner_kind: OwnerType::Organization,
             url: "https://hooks.example.com".into(),
             app_name: "rowbranch-acme".into(),
             app_slug: "rowbranch-acme".into(),
@@ -161,7 +110,7 @@ impl SetupContext {
             webhook_secret: None,
             bearer_secret: None,
             intake: Intake::Webhook,
-            host: Host::Server,
+            host: HostArg::Server,
             actions: ActionsSetup::example(),
             events: vec!["INSERT".into()],
             queue: "rowbranch".into(),
@@ -171,38 +120,23 @@ impl SetupContext {
         }
     }
 
-    /// Refuses a value that no quoting makes safe in every file: see [`refused`].
-    pub fn check(&self) -> Result<(), SetupError> {
-        let fields: [(&'static str, &str); 15] = [
-            ("repo", &self.repo),
-            ("owner", &self.owner),
-            ("url", &self.url),
-            ("app_name", &self.app_name),
-            ("app_slug", &self.app_slug),
-            ("schema", &self.schema),
-            ("table", &self.table),
-            ("id_column", &self.id_column),
-            ("text_column", &self.text_column),
-            ("branch_prefix", &self.branch_prefix),
-            ("event_type", &self.event_type),
-            ("queue", &self.queue),
-            ("dead_letter", &self.dead_letter),
-            (
-                "webhook_secret",
-                self.webhook_secret.as_deref().unwrap_or_default(),
-            ),
-            (
-                "bearer_secret",
-                self.bearer_secret.as_deref().unwrap_or_default(),
-            ),
-        ];
-        for (field, value) in fields.into_iter().chain(self.actions.texts()) {
+    /// Refuses a value that no quoting makes safe in every file (see [`refused`]), naming the
+    /// flag it came from (the field's name, `-` for `_`) and the character.
+    pub fn check(&self) -> Result<(), String> {
+        // Every text field by its name, as the templates see them; then the nested ones.
+        let json = serde_json::to_value(self).map_err(|e| e.to_string())?;
+        let fields = json.as_object().into_iter().flatten();
+        let fields = fields.filter_map(|(field, value)| Some((field.as_str(), value.as_str()?)));
+        let nested = self.actions.texts().into_iter();
+        for (field, value) in fields.chain(nested.map(|(field, value)| (field, value.as_str()))) {
             if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
-                return Err(SetupError::Unprintable {
-                    field,
-                    position: at + 1,
-                    code: c as u32,
-                });
+                return Err(format!(
+                    "--{}: character {} is U+{:04X}, a control or invisible character; only \
+                     printable text can be written into the setup files",
+                    field.replace('_', "-"),
+                    at + 1,
+                    c as u32
+                ));
             }
         }
         Ok(())
@@ -238,7 +172,7 @@ fn toml_string(value: String) -> String {
 
 /// Renders the setup file `name` (one of [`FILES`]).
 pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
-    ctx.check()?;
+    ctx.check().map_err(|e| anyhow!(e))?;
     let (_, source) = FILES
         .iter()
         .find(|(file, _)| *file == name)
@@ -289,9 +223,9 @@ pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
         config_path => actions::CONFIG_PATH,
         ca_path => actions::CA_PATH,
         database_url_secret => actions::DATABASE_URL_SECRET,
-        drain_workflow => actions::DRAIN_WORKFLOW_FILE,
+        drain_workflow => DRAIN_WORKFLOW_FILE,
         kick_url => setup.kick_url(&ctx.repo),
-        kick_trigger => format!("{}{}", actions::KICK_TRIGGER_PREFIX, ctx.queue),
+        kick_trigger => format!("{KICK_TRIGGER_PREFIX}{}", ctx.queue),
         ..values
     };
     env.get_template(name)
@@ -308,6 +242,7 @@ mod tests {
     use crate::config::{
         Config, ForgeSettings, GithubAuth, PayloadTemplateSource, PrivateKeySource,
     };
+    use crate::doctor::PLACEHOLDER_APP_ID;
     use crate::event::EventKind;
 
     #[test]
@@ -343,21 +278,25 @@ mod tests {
         );
         assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
         assert_eq!(
-            route.max_rows_per_hour, None,
-            "a webhook route has no hourly bound"
+            route.intake,
+            Intake::Webhook,
+            "a webhook route, which has no hourly bound"
         );
     }
 
     #[test]
     fn the_queue_config_bounds_the_rows_an_hour() {
+        let intake = Intake::Pgmq {
+            max_rows_per_hour: Some(60),
+        };
         let ctx = SetupContext {
-            intake: Intake::Pgmq,
+            intake,
             ..SetupContext::example()
         };
         let text = render("rowbranch.toml", &ctx).unwrap();
         let config =
             Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.routes[0].max_rows_per_hour, Some(60));
+        assert_eq!(config.routes[0].intake, intake);
     }
 
     #[test]
@@ -376,16 +315,8 @@ mod tests {
                 ..SetupContext::example()
             };
             let err = ctx.check().unwrap_err();
-            assert_eq!(
-                err,
-                SetupError::Unprintable {
-                    field: "table",
-                    position: 2,
-                    code
-                }
-            );
             assert!(
-                err.to_string().starts_with("table: character 2 is U+"),
+                err.starts_with(&format!("--table: character 2 is U+{code:04X}, ")),
                 "{err}"
             );
             assert!(render("workflow.yml", &ctx).is_err(), "nothing is rendered");

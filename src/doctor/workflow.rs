@@ -1,8 +1,8 @@
-//! What rowbranch reads back from a target repository's workflow: the claude-code-action steps,
-//! whether their `allowed_bots` let the App's bot start a run — compared the way the action
-//! compares — and what bounds one run, Claude's `--max-turns` and its job's `timeout-minutes`,
-//! read the way the action and GitHub read them; and, for `rowbranch init --manifest-code`, the
-//! same workflow with `allowed_bots` naming the App GitHub actually created.
+//! What `doctor` reads back from a target repository's workflow: whether it takes the route's
+//! `repository_dispatch`, its claude-code-action steps, whether their `allowed_bots` let the
+//! App's bot start a run — compared the way the action compares — and what bounds one run,
+//! Claude's `--max-turns` and its job's `timeout-minutes`, read the way the action and GitHub
+//! read them.
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -151,6 +151,35 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
     Some(found)
 }
 
+/// Whether a workflow's `on:` takes `repository_dispatch` of `event_type`: a bare
+/// `repository_dispatch` (in a string or a list) takes every type; a mapping takes the listed
+/// `types`, or every type when it lists none.
+pub fn listens_for(workflow: &str, event_type: &str) -> bool {
+    let Ok(docs) = YamlLoader::load_from_str(workflow) else {
+        return false;
+    };
+    let Some(on) = docs.first().map(|doc| &doc["on"]) else {
+        return false;
+    };
+    match on {
+        Yaml::String(s) => s == "repository_dispatch",
+        Yaml::Array(items) => items
+            .iter()
+            .any(|i| i.as_str() == Some("repository_dispatch")),
+        Yaml::Hash(events) => match events.get(&Yaml::String("repository_dispatch".into())) {
+            None => false,
+            Some(Yaml::Null) => true,
+            Some(spec) => match &spec["types"] {
+                Yaml::BadValue | Yaml::Null => true,
+                Yaml::String(t) => t == event_type,
+                Yaml::Array(types) => types.iter().any(|t| t.as_str() == Some(event_type)),
+                _ => false,
+            },
+        },
+        _ => false,
+    }
+}
+
 /// The App's bot user, as GitHub names it: `{slug}[bot]`.
 pub fn bot_login(app_slug: &str) -> String {
     format!("{app_slug}[bot]")
@@ -178,53 +207,6 @@ pub fn allows_bot(allowed_bots: &str, app_slug: &str) -> bool {
         .map(|entry| normalize(entry.trim()))
         .filter(|entry| !entry.is_empty())
         .any(|entry| entry == actor)
-}
-
-/// Why [`set_allowed_bots`] could not rewrite a workflow.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RewriteError {
-    #[error("it is not a workflow rowbranch can read as YAML")]
-    NotYaml,
-    #[error("it has no claude-code-action step")]
-    NoClaudeStep,
-    #[error("its claude-code-action steps and its `allowed_bots:` lines do not match one to one")]
-    Unmatched,
-}
-
-/// `workflow` with the `allowed_bots` of every claude-code-action step set to the App's bot,
-/// each on the line it was, with its indentation; every other line is untouched. Checks the
-/// result by reading it back.
-pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, RewriteError> {
-    let steps = claude_steps(workflow).ok_or(RewriteError::NotYaml)?;
-    if steps.is_empty() {
-        return Err(RewriteError::NoClaudeStep);
-    }
-    let value = serde_json::Value::String(bot_login(app_slug)).to_string();
-    let mut rewritten = 0;
-    let mut out = String::with_capacity(workflow.len() + 16);
-    for line in workflow.split_inclusive('\n') {
-        let content = line.trim_end_matches(['\n', '\r']);
-        let ending = &line[content.len()..];
-        let indent = content.len() - content.trim_start().len();
-        match content.trim_start().strip_prefix("allowed_bots:") {
-            Some(_) => {
-                rewritten += 1;
-                out.push_str(&content[..indent]);
-                out.push_str("allowed_bots: ");
-                out.push_str(&value);
-                out.push_str(ending);
-            }
-            None => out.push_str(line),
-        }
-    }
-    if rewritten != steps.len() {
-        return Err(RewriteError::Unmatched);
-    }
-    let after = claude_steps(&out).ok_or(RewriteError::NotYaml)?;
-    if after.len() != steps.len() || !after.iter().all(|s| allows_bot(&s.allowed_bots, app_slug)) {
-        return Err(RewriteError::Unmatched);
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -291,41 +273,6 @@ jobs:
     }
 
     #[test]
-    fn the_rewrite_changes_only_the_allowed_bots_line() {
-        let rewritten = set_allowed_bots(WORKFLOW, "rowbranch-acme-2").unwrap();
-        assert_eq!(
-            rewritten,
-            WORKFLOW.replace("\"rowbranch-acme[bot]\"", "\"rowbranch-acme-2[bot]\"")
-        );
-        assert!(allows_bot(
-            &claude_steps(&rewritten).unwrap()[0].allowed_bots,
-            "rowbranch-acme-2"
-        ));
-    }
-
-    #[test]
-    fn a_workflow_the_rewrite_cannot_follow_is_refused() {
-        assert_eq!(
-            set_allowed_bots("on: push\njobs: {}\n", "x"),
-            Err(RewriteError::NoClaudeStep)
-        );
-        let no_line = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
-        assert_eq!(
-            set_allowed_bots(&no_line, "x"),
-            Err(RewriteError::Unmatched)
-        );
-        let other = format!(
-            "{WORKFLOW}      - uses: someone/else@v1\n        with:\n          allowed_bots: x\n"
-        );
-        assert_eq!(set_allowed_bots(&other, "x"), Err(RewriteError::Unmatched));
-        // A comment that mentions the key is not a line to rewrite.
-        let comment = format!("{WORKFLOW}# allowed_bots: in a comment\n");
-        assert!(set_allowed_bots(&comment, "x")
-            .unwrap()
-            .ends_with("# allowed_bots: in a comment\n"));
-    }
-
-    #[test]
     fn max_turns_is_read_from_claude_args_as_the_action_reads_it() {
         for (args, bound) in [
             ("--max-turns 30", Bound::Set(30)),
@@ -370,5 +317,32 @@ jobs:
             claude_steps(&expression).unwrap()[0].job_timeout_minutes,
             Bound::Unreadable("${{ vars.T }}".into())
         );
+    }
+
+    #[test]
+    fn a_workflow_listens_by_string_list_or_types() {
+        assert!(listens_for("on: repository_dispatch\njobs: {}", "feedback"));
+        assert!(listens_for("on: [push, repository_dispatch]", "feedback"));
+        assert!(listens_for("on:\n  repository_dispatch:\n", "feedback"));
+        assert!(listens_for(
+            "on:\n  repository_dispatch:\n    types: [feedback]\n",
+            "feedback"
+        ));
+        assert!(listens_for(
+            "\"on\":\n  repository_dispatch:\n    types:\n      - other\n      - feedback\n",
+            "feedback"
+        ));
+    }
+
+    #[test]
+    fn a_workflow_for_other_events_or_types_does_not() {
+        assert!(!listens_for("on: push", "feedback"));
+        assert!(!listens_for(
+            "on:\n  repository_dispatch:\n    types: [other]\n",
+            "feedback"
+        ));
+        assert!(!listens_for("on: {workflow_dispatch: {}}", "feedback"));
+        assert!(!listens_for(": not yaml : [", "feedback"));
+        assert!(!listens_for("jobs: {}", "feedback"));
     }
 }
