@@ -23,14 +23,12 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
 use axum::Router;
-use hyper::body::{Frame, Incoming, SizeHint};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::{service_fn, Service};
 use hyper::Request;
@@ -154,10 +152,14 @@ pub async fn serve(
             let in_request = InRequest::begin(&in_slot);
             let answer = router.call(request);
             async move {
+                // The hold goes with the answer's body: `map_err` only to tie it there, since
+                // it keeps the body's size hint, so hyper still sends a length rather than chunks.
                 let answer = answer.await?;
-                Ok::<_, Infallible>(answer.map(|body| Answering {
-                    body,
-                    _in_request: in_request,
+                Ok::<_, Infallible>(answer.map(|body| {
+                    body.map_err(move |e| {
+                        let _held = &in_request;
+                        e
+                    })
                 }))
             }
         });
@@ -318,34 +320,6 @@ impl InRequest {
 impl Drop for InRequest {
     fn drop(&mut self) {
         self.0.wait();
-    }
-}
-
-/// An answer's body, which keeps its connection in its request until hyper drops it.
-struct Answering {
-    body: Body,
-    /// Held, not read: dropped with the body.
-    _in_request: InRequest,
-}
-
-impl hyper::body::Body for Answering {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    /// The answer's own, so that hyper still sends its length rather than chunks.
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
     }
 }
 

@@ -11,48 +11,13 @@ use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
-use minijinja::Environment;
-use serde::Serialize;
+use minijinja::{context, Environment};
 use serde_json::json;
 
 use super::App;
 
 const STATUS: &str = include_str!("../../templates/status.html");
 const MANIFEST_CODE: &str = include_str!("../../templates/manifest-code.html");
-
-/// One decision on the status page. Never the row's text, never a secret.
-#[derive(Debug, Clone, Serialize)]
-pub struct DecisionView {
-    /// When it was decided, RFC 3339 in UTC to the second.
-    pub at: String,
-    pub route: String,
-    /// The delivery's `schema.table`, as it came.
-    pub table: String,
-    /// The row's id, or what came as one.
-    pub id: String,
-    /// The column at fault, for a refused row.
-    pub column: String,
-    pub branch: String,
-    /// The branch's page on the forge, when it has one.
-    pub branch_url: Option<String>,
-    pub status: u16,
-    pub outcome: &'static str,
-    /// Why, as the log says it (`unauthorized (wrong_secret)` with a refused credential's kind).
-    pub reason: String,
-}
-
-/// The status page's content.
-#[derive(Debug, Serialize)]
-pub struct StatusView {
-    /// The routes, `schema.table → owner/name`, for the heading.
-    pub routes: String,
-    pub now: String,
-    pub refresh_s: u32,
-    /// Totals, named for people.
-    pub counters: Vec<(String, u64)>,
-    /// Newest first.
-    pub decisions: Vec<DecisionView>,
-}
 
 /// `GET /`: where GitHub sends the browser once the App is created from its manifest
 /// (`?code=…`, answered whatever the settings, before any password), else the status page when
@@ -83,17 +48,16 @@ pub(super) async fn home(
         .collect();
     let mut counters = app.metrics.totals();
     counters.push(("rows in flight".into(), app.pipeline.in_flight() as u64));
-    let decisions = app.decisions.newest_first();
-    let view = StatusView {
-        routes: routes.join(", "),
-        now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        refresh_s: 5,
+    // The forge's web address makes each branch a link; counters are totals named for people.
+    let view = context! {
+        routes => routes.join(", "),
+        now => chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        refresh_s => 5,
         counters,
-        decisions: (decisions.iter())
-            .map(|d| d.view(app.web_url.as_deref()))
-            .collect(),
+        decisions => app.decisions.newest_first(),
+        web_url => app.web_url,
     };
-    Html(status_page(&view)).into_response()
+    Html(status_page(view)).into_response()
 }
 
 fn environment() -> Environment<'static> {
@@ -105,7 +69,7 @@ fn environment() -> Environment<'static> {
     env
 }
 
-pub fn status_page(view: &StatusView) -> String {
+pub fn status_page(view: minijinja::Value) -> String {
     environment()
         .get_template("status.html")
         .and_then(|t| t.render(view))
@@ -123,39 +87,52 @@ pub fn manifest_code_page(code: &str) -> String {
     let command = looks_like_a_code.then(|| format!("rowbranch init --manifest-code {code}"));
     environment()
         .get_template("manifest-code.html")
-        .and_then(|t| t.render(minijinja::context! { command => command }))
+        .and_then(|t| t.render(context! { command => command }))
         .expect("the manifest code page renders")
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::http::answer::Answer;
+    use crate::http::status::{Decision, Seen};
 
     #[test]
     fn the_status_page_escapes_what_it_shows() {
-        let page = status_page(&StatusView {
-            routes: "public.feedbacks → acme/app".into(),
-            now: "2026-12-03T10:00:00Z".into(),
-            refresh_s: 5,
-            counters: vec![("deliveries".into(), 3)],
-            decisions: vec![DecisionView {
-                at: "2026-12-03T09:59:58Z".into(),
-                route: "public.feedbacks".into(),
-                table: "public.feedbacks".into(),
-                id: "<b>42</b>".into(),
-                column: String::new(),
-                branch: "feedback/42-x".into(),
-                branch_url: Some("https://github.com/acme/app/tree/feedback/42-x".into()),
-                status: 200,
-                outcome: "dispatched",
-                reason: String::new(),
-            }],
+        let mut decision = Decision::new(
+            "d1".into(),
+            Seen::default(),
+            &Answer::Unauthorized,
+            Duration::ZERO,
+        );
+        decision.id = Some("<b>42</b>".into());
+        decision.branch = Some("feedback/42-x".into());
+        decision.repo = Some("acme/app".into());
+        decision.kind = Some("wrong_secret");
+        let page = status_page(context! {
+            routes => "public.feedbacks → acme/app",
+            now => "2026-12-03T10:00:00Z",
+            refresh_s => 5,
+            counters => vec![("deliveries", 3)],
+            decisions => vec![decision],
+            web_url => "https://github.com",
         });
         assert!(page.contains("&lt;b&gt;42&lt;&#x2f;b&gt;"), "{page}");
         assert!(!page.contains("<b>42"));
         assert!(page.contains("href=\"https:&#x2f;&#x2f;github.com&#x2f;acme&#x2f;app&#x2f;tree&#x2f;feedback&#x2f;42-x\""), "{page}");
         assert!(page.contains("http-equiv=\"refresh\" content=\"5\""));
         assert!(!page.contains("<script"));
+        // What a decision lacks is shown empty.
+        assert!(
+            page.contains("<td>none</td><td></td><td>&lt;b&gt;42"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<td>unauthorized (wrong_secret)</td>"),
+            "{page}"
+        );
     }
 
     #[test]

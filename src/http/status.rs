@@ -7,17 +7,17 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{SecondsFormat, Utc};
+use serde::Serialize;
 use serde_json::json;
 
 use super::answer::Answer;
-use super::pages::DecisionView;
 use super::App;
 use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
@@ -70,10 +70,12 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// One delivery's decision, as the status page and the log show it.
-#[derive(Debug, Clone)]
+/// One delivery's decision, as the status page (which shows what its template names: never the
+/// row's text, never a secret) and the log show it.
+#[derive(Debug, Clone, Serialize)]
 pub struct Decision {
-    pub at: SystemTime,
+    /// When it was decided, RFC 3339 in UTC to the second.
+    pub at: String,
     /// The `webhook-id` the sender gave, or one made up here.
     pub delivery: String,
     /// The route's `schema.table`, or `none`.
@@ -87,6 +89,7 @@ pub struct Decision {
     pub repo: Option<String>,
     pub http_status: u16,
     pub outcome: &'static str,
+    #[serde(serialize_with = "reason_text")]
     pub reason: Option<Reason>,
     /// The body's `reason` (empty when it has none), which the deliveries counter counts by.
     pub counted_reason: &'static str,
@@ -103,7 +106,7 @@ impl Decision {
         let row = answer.row();
         let http_status = answer.status().as_u16();
         Decision {
-            at: SystemTime::now(),
+            at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
             delivery,
             route: seen.route.unwrap_or_else(|| NO_ROUTE.to_owned()),
             table: seen.table,
@@ -159,31 +162,11 @@ impl Decision {
             _ => line!(error),
         }
     }
+}
 
-    /// As the status page shows it; `web_url` is the forge's, for links to branches.
-    pub fn view(&self, web_url: Option<&str>) -> DecisionView {
-        let branch_url = match (web_url, &self.repo, &self.branch) {
-            (Some(web), Some(repo), Some(branch)) => Some(format!("{web}/{repo}/tree/{branch}")),
-            _ => None,
-        };
-        let reason = match (self.reason, self.kind) {
-            (Some(reason), Some(kind)) => format!("{reason} ({kind})"),
-            (Some(reason), None) => reason.to_string(),
-            (None, _) => String::new(),
-        };
-        DecisionView {
-            at: DateTime::<Utc>::from(self.at).to_rfc3339_opts(SecondsFormat::Secs, true),
-            route: self.route.clone(),
-            table: self.table.clone().unwrap_or_default(),
-            id: self.id.clone().unwrap_or_default(),
-            column: self.column.clone().unwrap_or_default(),
-            branch: self.branch.clone().unwrap_or_default(),
-            branch_url,
-            status: self.http_status,
-            outcome: self.outcome,
-            reason,
-        }
-    }
+/// A reason as the log says it, empty for none.
+fn reason_text<S: serde::Serializer>(reason: &Option<Reason>, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(reason.map_or("", Reason::as_str))
 }
 
 /// The last [`KEPT`] decisions.
