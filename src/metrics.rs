@@ -2,21 +2,22 @@
 //! rendered as Prometheus text at `GET /metrics`. Label values come from fixed sets — a route's
 //! `schema.table`, a GitHub operation, a status code — never a row id or a branch. The names
 //! are part of the contract (docs/operating.md). Every counter exists at 0 from the start for
-//! the label sets its run can produce ([`Metrics::start_at_zero`]), so that an alert on its
-//! rise sees the first one; a gauge whose 0 would be a claim (the rate limit left, a queue's
-//! depth) appears once known. Beside them, the build and the process (src/metrics/process.rs).
+//! the label sets its run can produce ([`Metrics::start_at_zero`], from the config's routes
+//! and the label enums), so that an alert on its rise sees the first one; a gauge whose 0 would
+//! be a claim (the rate limit left, a queue's depth) appears once known. Beside them, the build
+//! and the process (src/metrics/process.rs).
 
 mod process;
-mod start;
-
-pub use start::{AnswerLabels, Scope, QUEUE_ROUTE_ANSWERS, ROUTE_ANSWERS, UNROUTED_ANSWERS};
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
+use std::hash::Hash;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::{
+    EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -30,10 +31,11 @@ pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 pub const NO_ROUTE: &str = "none";
 
 /// A label whose values are a fixed set: an enum, each variant with the text `/metrics` shows
-/// for it, and every variant in `ALL`. prometheus-client's own derive of `EncodeLabelValue`
-/// would show the variant's name (`LeaseLost`), not the contract's (`lease_lost`).
+/// for it, every variant in `ALL`, and the enum a label set of its own under `key`.
+/// prometheus-client's own derive of `EncodeLabelValue` would show the variant's name
+/// (`LeaseLost`), not the contract's (`lease_lost`).
 macro_rules! label_values {
-    ($(#[$meta:meta])* pub enum $name:ident {
+    ($(#[$meta:meta])* pub enum $name:ident as $key:literal {
         $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+
     }) => {
         $(#[$meta])*
@@ -59,12 +61,18 @@ macro_rules! label_values {
                 encoder.write_str(self.as_str())
             }
         }
+
+        impl EncodeLabelSet for $name {
+            fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
+                [($key, *self)].encode(encoder)
+            }
+        }
     };
 }
 
 label_values! {
     /// How a queue message was settled (`rowbranch_pgmq_messages_total{result}`).
-    pub enum MessageResult {
+    pub enum MessageResult as "result" {
         /// Archived: its row is handled.
         Archived => "archived",
         /// Sent to the dead-letter queue, and archived.
@@ -82,7 +90,7 @@ label_values! {
 
 label_values! {
     /// How a row's run ended (`rowbranch_runs_total{result}`).
-    pub enum RunResult {
+    pub enum RunResult as "result" {
         Dispatched => "dispatched",
         Duplicate => "duplicate",
         FailedUnavailable => "failed_unavailable",
@@ -94,7 +102,7 @@ label_values! {
 
 label_values! {
     /// A request to GitHub, by what it does (`rowbranch_github_requests_total{operation}`).
-    pub enum GithubOperation {
+    pub enum GithubOperation as "operation" {
         GetApp => "get_app",
         GetInstallation => "get_installation",
         GetRepo => "get_repo",
@@ -114,7 +122,7 @@ label_values! {
 
 label_values! {
     /// Why a request to GitHub was tried again (`rowbranch_github_retries_total{cause}`).
-    pub enum RetryCause {
+    pub enum RetryCause as "cause" {
         /// 429, or a 403 that is a rate limit.
         RateLimited => "rate_limited",
         /// A 5xx.
@@ -128,7 +136,7 @@ label_values! {
 
 label_values! {
     /// How one route's sweep ended (`rowbranch_reconcile_runs_total{result}`).
-    pub enum SweepResult {
+    pub enum SweepResult as "result" {
         Ok => "ok",
         /// It stopped early.
         Failed => "failed",
@@ -137,7 +145,7 @@ label_values! {
 
 label_values! {
     /// What a sweep made of one row (`rowbranch_reconcile_rows_total{verdict}`).
-    pub enum RowVerdict {
+    pub enum RowVerdict as "verdict" {
         Handled => "handled",
         MergedBefore => "merged_before",
         Dispatched => "dispatched",
@@ -146,6 +154,81 @@ label_values! {
         Failed => "failed",
         InQueue => "in_queue",
     }
+}
+
+impl GithubOperation {
+    /// The statuses `rowbranch_github_requests_total` has at 0 from the start for this
+    /// operation: what GitHub answers when it does what was asked (for `get_ref`, also the 404
+    /// of a branch not there, which a new row's claim expects), and `error` (no answer). Other
+    /// statuses appear when first answered. None for what `serve` never asks: `get_contents`
+    /// and `get_workflow` (`doctor`'s), `list_runs` (`explain`'s); nor for `rate_limit`, asked
+    /// only by `/readyz` with a token.
+    fn statuses_at_start(self) -> &'static [&'static str] {
+        use GithubOperation::*;
+        match self {
+            GetContents | ListRuns | GetWorkflow | RateLimit => &[],
+            GetRef => &["200", "404", "error"],
+            CreateRef => &["201", "error"],
+            DeleteRef | Dispatch => &["204", "error"],
+            GetApp | GetInstallation | GetRepo | MatchingRefs | ListPulls | Compare => {
+                &["200", "error"]
+            }
+        }
+    }
+}
+
+/// A webhook answer as `rowbranch_deliveries_total` labels it: its status, `outcome` and
+/// `reason`.
+pub type AnswerLabels = (u16, &'static str, &'static str);
+
+/// The answers a delivery of a webhook route's table can get (SPEC §3), each at 0 for each such
+/// route from the start. A test in src/http/answer.rs holds every answer the server can give to
+/// this list and the two below, and one in tests/it/metrics_at_start.rs the route each is
+/// counted under.
+pub const ROUTE_ANSWERS: &[AnswerLabels] = &[
+    (200, "dispatched", ""),
+    (200, "duplicate", "branch_exists"),
+    (200, "duplicate", "pull_request"),
+    (200, "duplicate", "claim_taken"),
+    (200, "duplicate", "in_flight"),
+    (200, "ignored", "event"),
+    (202, "accepted", ""),
+    (400, "error", ""),
+    (422, "error", ""),
+    (422, "error", "missing_column"),
+    (500, "error", ""),
+    (503, "error", ""),
+];
+
+/// The answers given before a delivery's route is known (`route="none"`): refused before its
+/// body is read or authenticated, a body that is not a row's event, a table no route takes.
+pub const UNROUTED_ANSWERS: &[AnswerLabels] = &[
+    (200, "ignored", "no_route"),
+    (400, "error", ""),
+    (401, "error", ""),
+    (408, "error", ""),
+    (413, "error", ""),
+    (415, "error", ""),
+];
+
+/// The answer a webhook delivery of a queue route's table gets (when another route takes
+/// webhooks, so that the server answers them at all).
+pub const QUEUE_ROUTE_ANSWERS: &[AnswerLabels] = &[(200, "ignored", "pgmq_intake")];
+
+/// What a process can count, known from its config at start: which series exist at 0 from then
+/// on ([`Metrics::start_at_zero`]).
+#[derive(Debug, Default, Clone)]
+pub struct Scope {
+    /// The `schema.table` of each route that takes webhook deliveries, when the server runs.
+    pub webhook_routes: Vec<String>,
+    /// The `schema.table` of each route that reads the queue.
+    pub queue_routes: Vec<String>,
+    /// Whether the queue's consumer runs.
+    pub consumer: bool,
+    /// Whether the sweep runs on a schedule.
+    pub sweep: bool,
+    /// Whether the forge is GitHub.
+    pub github: bool,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -157,25 +240,14 @@ struct BuildLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeliveryLabels {
     route: String,
-    status: String,
+    status: u16,
     outcome: &'static str,
     reason: &'static str,
 }
 
+/// A route's `schema.table`, or [`NO_ROUTE`].
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RunLabels {
-    route: String,
-    result: RunResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct MessageLabels {
-    route: String,
-    result: MessageResult,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabels {
+struct RouteLabel {
     route: String,
 }
 
@@ -186,23 +258,8 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationLabels {
-    operation: GithubOperation,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CauseLabels {
-    cause: RetryCause,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
     resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SweepLabels {
-    result: SweepResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -210,10 +267,19 @@ struct QueueLabels {
     queue: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VerdictLabels {
-    route: String,
-    verdict: RowVerdict,
+fn route_label(route: &str) -> RouteLabel {
+    RouteLabel {
+        route: route.to_owned(),
+    }
+}
+
+/// `route`, with each of `values`: a family's label sets for one route.
+fn by_route<'v, V: Copy>(
+    route: &str,
+    values: &'v [V],
+) -> impl Iterator<Item = (RouteLabel, V)> + use<'v, V> {
+    let route = route_label(route);
+    values.iter().map(move |value| (route.clone(), *value))
 }
 
 /// Seconds, from 5 ms to about 80 s: a read, a paced write, a run that waited its turn.
@@ -221,26 +287,84 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
-/// Every series rowbranch keeps.
-pub struct Metrics {
-    registry: Registry,
-    deliveries: Family<DeliveryLabels, Counter>,
-    runs: Family<RunLabels, Counter>,
-    run_duration: Family<RouteLabels, Histogram, fn() -> Histogram>,
-    github_requests: Family<RequestLabels, Counter>,
-    github_duration: Family<OperationLabels, Histogram, fn() -> Histogram>,
-    github_retries: Family<CauseLabels, Counter>,
-    rate_limit_remaining: Family<ResourceLabels, Gauge>,
-    tokens_minted: Counter,
-    write_queue_depth: Gauge,
-    runs_in_flight: Gauge,
-    reconcile_runs: Family<SweepLabels, Counter>,
-    reconcile_rows: Family<VerdictLabels, Counter>,
-    pgmq_messages: Family<MessageLabels, Counter>,
-    pgmq_queue_depth: Family<QueueLabels, Gauge>,
-    pgmq_oldest_age: Family<QueueLabels, Gauge>,
-    /// Deliveries by outcome and runs by result, summed over routes, for the status page.
-    totals: Mutex<BTreeMap<String, u64>>,
+type Seconds<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Declares [`Metrics`] with each of its families once: its field and type, how it is made,
+/// and the name (a counter gets its `_total` from the encoder) and help it is registered under.
+macro_rules! families {
+    ($($field:ident: $type:ty = $init:expr, $name:literal, $help:literal;)+) => {
+        /// Every series rowbranch keeps.
+        pub struct Metrics {
+            registry: Registry,
+            $($field: $type,)+
+            /// Deliveries by outcome, runs by result and queue messages by result, summed over
+            /// routes, for the status page.
+            totals: Mutex<BTreeMap<String, u64>>,
+        }
+
+        impl Metrics {
+            pub fn new() -> Metrics {
+                let mut registry = Registry::default();
+                $(
+                    let $field: $type = $init;
+                    registry.register($name, $help, $field.clone());
+                )+
+                let build = BuildLabels {
+                    version: env!("CARGO_PKG_VERSION"),
+                    commit: env!("ROWBRANCH_COMMIT"),
+                };
+                registry.register(
+                    "rowbranch_build",
+                    "The version of rowbranch running, and the commit it was built from",
+                    Info::new(build),
+                );
+                registry.register_collector(Box::new(process::ProcessCollector));
+                Metrics {
+                    registry,
+                    $($field,)+
+                    totals: Mutex::default(),
+                }
+            }
+        }
+    };
+}
+
+families! {
+    deliveries: Family<DeliveryLabels, Counter> = Family::default(), "rowbranch_deliveries",
+        "Webhook deliveries answered, by route, status, outcome and reason";
+    runs: Family<(RouteLabel, RunResult), Counter> = Family::default(), "rowbranch_runs",
+        "Rows' runs ended, by route and result, whatever their delivery was told";
+    run_duration: Seconds<RouteLabel> = Family::new_with_constructor(seconds),
+        "rowbranch_run_duration_seconds", "How long rows' runs took, from acceptance to their end";
+    github_requests: Family<RequestLabels, Counter> = Family::default(),
+        "rowbranch_github_requests",
+        "Requests to GitHub answered, by operation and status (error: no answer)";
+    github_duration: Seconds<GithubOperation> = Family::new_with_constructor(seconds),
+        "rowbranch_github_request_duration_seconds", "How long GitHub took to answer, by operation";
+    github_retries: Family<RetryCause, Counter> = Family::default(), "rowbranch_github_retries",
+        "GitHub requests tried again, by cause";
+    rate_limit_remaining: Family<ResourceLabels, Gauge> = Family::default(),
+        "rowbranch_github_rate_limit_remaining",
+        "Requests left in GitHub's current rate-limit window, by resource, as last answered";
+    tokens_minted: Counter = Counter::default(), "rowbranch_installation_tokens_minted",
+        "Installation tokens minted";
+    write_queue_depth: Gauge = Gauge::default(), "rowbranch_write_queue_depth",
+        "Writes to GitHub waiting for their turn or under way";
+    runs_in_flight: Gauge = Gauge::default(), "rowbranch_runs_in_flight",
+        "Rows accepted and not yet finished";
+    reconcile_runs: Family<SweepResult, Counter> = Family::default(), "rowbranch_reconcile_runs",
+        "Sweeps of a route ended, by result (ok, or failed: stopped early)";
+    reconcile_rows: Family<(RouteLabel, RowVerdict), Counter> = Family::default(),
+        "rowbranch_reconcile_rows", "Rows a sweep settled, by route and verdict";
+    pgmq_messages: Family<(RouteLabel, MessageResult), Counter> = Family::default(),
+        "rowbranch_pgmq_messages", "Queue messages settled, by route (none: no route) and result";
+    pgmq_queue_depth: Family<QueueLabels, Gauge> = Family::default(), "rowbranch_pgmq_queue_depth",
+        "Messages in the queue, visible or held, as last sampled";
+    pgmq_oldest_age: Family<QueueLabels, Gauge> = Family::default(),
+        "rowbranch_pgmq_oldest_message_age_seconds",
+        "Age of the oldest message in the queue, as last sampled";
+    unknown_paths: Counter = Counter::default(), "rowbranch_unknown_path_requests",
+        "Requests to a path the server does not serve, answered 404";
 }
 
 impl Default for Metrics {
@@ -255,123 +379,93 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// Creates each of `label_sets`' series of `family` at 0; one already there is left as it is.
+fn at_zero<L: Clone + Hash + Eq>(
+    family: &Family<L, Counter>,
+    label_sets: impl IntoIterator<Item = L>,
+) {
+    for labels in label_sets {
+        drop(family.get_or_create(&labels));
+    }
+}
+
 impl Metrics {
-    pub fn new() -> Metrics {
-        let m = Metrics {
-            registry: Registry::default(),
-            deliveries: Family::default(),
-            runs: Family::default(),
-            run_duration: Family::new_with_constructor(seconds),
-            github_requests: Family::default(),
-            github_duration: Family::new_with_constructor(seconds),
-            github_retries: Family::default(),
-            rate_limit_remaining: Family::default(),
-            tokens_minted: Counter::default(),
-            write_queue_depth: Gauge::default(),
-            runs_in_flight: Gauge::default(),
-            reconcile_runs: Family::default(),
-            reconcile_rows: Family::default(),
-            pgmq_messages: Family::default(),
-            pgmq_queue_depth: Family::default(),
-            pgmq_oldest_age: Family::default(),
-            totals: Mutex::new(BTreeMap::new()),
-        };
-        let mut registry = Registry::default();
-        // Counters get their `_total` from the encoder.
-        registry.register(
-            "rowbranch_deliveries",
-            "Webhook deliveries answered, by route, status, outcome and reason",
-            m.deliveries.clone(),
-        );
-        registry.register(
-            "rowbranch_runs",
-            "Rows' runs ended, by route and result, whatever their delivery was told",
-            m.runs.clone(),
-        );
-        registry.register(
-            "rowbranch_run_duration_seconds",
-            "How long rows' runs took, from acceptance to their end",
-            m.run_duration.clone(),
-        );
-        registry.register(
-            "rowbranch_github_requests",
-            "Requests to GitHub answered, by operation and status (error: no answer)",
-            m.github_requests.clone(),
-        );
-        registry.register(
-            "rowbranch_github_request_duration_seconds",
-            "How long GitHub took to answer, by operation",
-            m.github_duration.clone(),
-        );
-        registry.register(
-            "rowbranch_github_retries",
-            "GitHub requests tried again, by cause",
-            m.github_retries.clone(),
-        );
-        registry.register(
-            "rowbranch_github_rate_limit_remaining",
-            "Requests left in GitHub's current rate-limit window, by resource, as last answered",
-            m.rate_limit_remaining.clone(),
-        );
-        registry.register(
-            "rowbranch_installation_tokens_minted",
-            "Installation tokens minted",
-            m.tokens_minted.clone(),
-        );
-        registry.register(
-            "rowbranch_write_queue_depth",
-            "Writes to GitHub waiting for their turn or under way",
-            m.write_queue_depth.clone(),
-        );
-        registry.register(
-            "rowbranch_runs_in_flight",
-            "Rows accepted and not yet finished",
-            m.runs_in_flight.clone(),
-        );
-        registry.register(
-            "rowbranch_reconcile_runs",
-            "Sweeps of a route ended, by result (ok, or failed: stopped early)",
-            m.reconcile_runs.clone(),
-        );
-        registry.register(
-            "rowbranch_reconcile_rows",
-            "Rows a sweep settled, by route and verdict",
-            m.reconcile_rows.clone(),
-        );
-        registry.register(
-            "rowbranch_pgmq_messages",
-            "Queue messages settled, by route (none: no route) and result",
-            m.pgmq_messages.clone(),
-        );
-        registry.register(
-            "rowbranch_pgmq_queue_depth",
-            "Messages in the queue, visible or held, as last sampled",
-            m.pgmq_queue_depth.clone(),
-        );
-        registry.register(
-            "rowbranch_pgmq_oldest_message_age_seconds",
-            "Age of the oldest message in the queue, as last sampled",
-            m.pgmq_oldest_age.clone(),
-        );
-        registry.register(
-            "rowbranch_build",
-            "The version of rowbranch running, and the commit it was built from",
-            Info::new(BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-                commit: env!("ROWBRANCH_COMMIT"),
-            }),
-        );
-        registry.register_collector(Box::new(process::ProcessCollector));
-        Metrics { registry, ..m }
+    /// Creates, at 0, every counter series `scope`'s run can produce (docs/operating.md: the
+    /// label sets at start) — not the cross product of their labels' values. Histograms appear
+    /// with their first observation.
+    pub fn start_at_zero(&self, scope: &Scope) {
+        let (webhook, queue) = (&scope.webhook_routes, &scope.queue_routes);
+        // Without a webhook route the server answers no delivery (404), and counts none.
+        if !webhook.is_empty() {
+            let answers = webhook
+                .iter()
+                .map(|route| (route.as_str(), ROUTE_ANSWERS))
+                .chain(
+                    queue
+                        .iter()
+                        .map(|route| (route.as_str(), QUEUE_ROUTE_ANSWERS)),
+                )
+                .chain([(NO_ROUTE, UNROUTED_ANSWERS)]);
+            for (route, answers) in answers {
+                at_zero(
+                    &self.deliveries,
+                    answers
+                        .iter()
+                        .map(|&(status, outcome, reason)| DeliveryLabels {
+                            route: route.to_owned(),
+                            status,
+                            outcome,
+                            reason,
+                        }),
+                );
+            }
+        }
+        for route in webhook.iter().chain(queue) {
+            at_zero(&self.runs, by_route(route, RunResult::ALL));
+        }
+        if scope.sweep {
+            at_zero(&self.reconcile_runs, SweepResult::ALL.iter().copied());
+            // Not `would_dispatch` (a dry run's), and `in_queue` only for a route that reads
+            // the queue.
+            let routes = webhook
+                .iter()
+                .map(|r| (r, false))
+                .chain(queue.iter().map(|r| (r, true)));
+            for (route, reads_the_queue) in routes {
+                let verdicts = by_route(route, RowVerdict::ALL).filter(|(_, verdict)| {
+                    *verdict != RowVerdict::WouldDispatch
+                        && (reads_the_queue || *verdict != RowVerdict::InQueue)
+                });
+                at_zero(&self.reconcile_rows, verdicts);
+            }
+        }
+        if scope.consumer {
+            for route in queue {
+                at_zero(&self.pgmq_messages, by_route(route, MessageResult::ALL));
+            }
+            // A message no route reads is dead-lettered, unless its lease was lost first.
+            let unrouted = [MessageResult::Dead, MessageResult::LeaseLost];
+            at_zero(&self.pgmq_messages, by_route(NO_ROUTE, &unrouted));
+        }
+        if scope.github {
+            for &operation in GithubOperation::ALL {
+                let statuses = operation.statuses_at_start().iter();
+                at_zero(
+                    &self.github_requests,
+                    statuses.map(|status| RequestLabels {
+                        operation,
+                        status: (*status).to_owned(),
+                    }),
+                );
+            }
+            at_zero(&self.github_retries, RetryCause::ALL.iter().copied());
+        }
     }
 
     /// One queue message settled.
     pub fn pgmq_message(&self, route: &str, result: MessageResult) {
         self.pgmq_messages
-            .get_or_create(&MessageLabels {
-                route: route.to_owned(),
-                result,
-            })
+            .get_or_create(&(route_label(route), result))
             .inc();
         self.add(format!("queue messages {}", result.as_str()));
     }
@@ -389,45 +483,33 @@ impl Metrics {
 
     /// One webhook answer. `route` is the route's `schema.table`, or [`NO_ROUTE`].
     pub fn delivery(&self, route: &str, status: u16, outcome: &'static str, reason: &'static str) {
-        self.deliveries
-            .get_or_create(&DeliveryLabels {
-                route: route.to_owned(),
-                status: status.to_string(),
-                outcome,
-                reason,
-            })
-            .inc();
+        let labels = DeliveryLabels {
+            route: route.to_owned(),
+            status,
+            outcome,
+            reason,
+        };
+        self.deliveries.get_or_create(&labels).inc();
         self.add(format!("deliveries {outcome}"));
     }
 
     fn add(&self, total: String) {
-        *self
-            .totals
-            .lock()
-            .expect("totals lock poisoned")
-            .entry(total)
-            .or_default() += 1;
+        let mut totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
+        *totals.entry(total).or_default() += 1;
     }
 
-    /// Deliveries by outcome and runs by result, summed over routes.
+    /// Deliveries by outcome, runs by result and queue messages by result, summed over routes.
     pub fn totals(&self) -> Vec<(String, u64)> {
-        let totals = self.totals.lock().expect("totals lock poisoned");
+        let totals = self.totals.lock().unwrap_or_else(PoisonError::into_inner);
         totals.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 
     /// One run's end.
     pub fn run_ended(&self, route: &str, result: RunResult, took: Duration) {
-        self.runs
-            .get_or_create(&RunLabels {
-                route: route.to_owned(),
-                result,
-            })
-            .inc();
-        self.run_duration
-            .get_or_create(&RouteLabels {
-                route: route.to_owned(),
-            })
-            .observe(took.as_secs_f64());
+        let route = route_label(route);
+        let seconds = took.as_secs_f64();
+        self.run_duration.get_or_create(&route).observe(seconds);
+        self.runs.get_or_create(&(route, result)).inc();
         self.add(format!("runs {}", result.as_str()));
     }
 
@@ -438,30 +520,31 @@ impl Metrics {
 
     /// One request's answer (`status` its code, or `error` when none came).
     pub fn github_request(&self, operation: GithubOperation, status: &str, took: Duration) {
+        let status = status.to_owned();
         self.github_requests
-            .get_or_create(&RequestLabels {
-                operation,
-                status: status.to_owned(),
-            })
+            .get_or_create(&RequestLabels { operation, status })
             .inc();
         self.github_duration
-            .get_or_create(&OperationLabels { operation })
+            .get_or_create(&operation)
             .observe(took.as_secs_f64());
     }
 
     /// A request to GitHub tried again.
     pub fn github_retry(&self, cause: RetryCause) {
-        self.github_retries
-            .get_or_create(&CauseLabels { cause })
-            .inc();
+        self.github_retries.get_or_create(&cause).inc();
     }
 
     pub fn rate_limit_remaining(&self, resource: &str, remaining: i64) {
+        let resource = resource.to_owned();
         self.rate_limit_remaining
-            .get_or_create(&ResourceLabels {
-                resource: resource.to_owned(),
-            })
+            .get_or_create(&ResourceLabels { resource })
             .set(remaining);
+    }
+
+    /// A request to a path the server does not serve.
+    pub fn unknown_path(&self) {
+        self.unknown_paths.inc();
+        self.add("requests to unknown paths".to_owned());
     }
 
     pub fn token_minted(&self) {
@@ -470,27 +553,18 @@ impl Metrics {
 
     /// A write joins (+1) or leaves (-1) the queue.
     pub fn write_queue(&self, joined: bool) {
-        if joined {
-            self.write_queue_depth.inc();
-        } else {
-            self.write_queue_depth.dec();
-        }
+        self.write_queue_depth.inc_by(if joined { 1 } else { -1 });
     }
 
     /// One route's sweep ended.
     pub fn reconcile_run(&self, result: SweepResult) {
-        self.reconcile_runs
-            .get_or_create(&SweepLabels { result })
-            .inc();
+        self.reconcile_runs.get_or_create(&result).inc();
     }
 
     /// One row a sweep settled.
     pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
         self.reconcile_rows
-            .get_or_create(&VerdictLabels {
-                route: route.to_owned(),
-                verdict,
-            })
+            .get_or_create(&(route_label(route), verdict))
             .inc();
     }
 
@@ -505,7 +579,9 @@ impl Metrics {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use yaml_rust2::YamlLoader;
 
     use super::*;
 
@@ -527,6 +603,7 @@ mod tests {
         m.reconcile_run(SweepResult::Ok);
         m.reconcile_row("public.feedbacks", RowVerdict::Handled);
         m.pgmq_message("public.feedbacks", MessageResult::LeaseLost);
+        m.unknown_path();
         let text = m.render();
         for line in [
             r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="dispatched",reason=""} 1"#,
@@ -542,6 +619,7 @@ mod tests {
             r#"rowbranch_reconcile_runs_total{result="ok"} 1"#,
             r#"rowbranch_reconcile_rows_total{route="public.feedbacks",verdict="handled"} 1"#,
             r#"rowbranch_pgmq_messages_total{route="public.feedbacks",result="lease_lost"} 1"#,
+            "rowbranch_unknown_path_requests_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
         }
@@ -658,5 +736,193 @@ mod tests {
                 );
             }
         }
+    }
+
+    // The series at start.
+
+    /// A webhook route and a queue route, with the consumer, a scheduled sweep and GitHub.
+    fn everything() -> Scope {
+        Scope {
+            webhook_routes: vec!["public.feedbacks".into()],
+            queue_routes: vec!["public.tasks".into()],
+            consumer: true,
+            sweep: true,
+            github: true,
+        }
+    }
+
+    /// How many series each family has in `text`, by the family's name as `# TYPE` gives it.
+    fn counts(text: &str) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap_or_default();
+            *counts.entry(name.to_owned()).or_default() += 1;
+        }
+        counts
+    }
+
+    /// The `rowbranch_*` families of `text` (the process's own are another matter).
+    fn rowbranch(text: &str) -> BTreeMap<String, usize> {
+        let mut counts = counts(text);
+        counts.retain(|name, _| name.starts_with("rowbranch_"));
+        counts
+    }
+
+    #[test]
+    fn every_counter_starts_at_zero_for_the_label_sets_its_run_can_produce() {
+        let m = Metrics::new();
+        m.start_at_zero(&everything());
+        let text = m.render();
+        let expected: BTreeMap<String, usize> = [
+            // none: 6; the webhook route: 12; the queue route: its trigger posting anyway.
+            ("rowbranch_deliveries_total", 6 + 12 + 1),
+            ("rowbranch_runs_total", 2 * 6),
+            // 10 operations, two statuses each, and get_ref's 404.
+            ("rowbranch_github_requests_total", 10 * 2 + 1),
+            ("rowbranch_github_retries_total", 4),
+            ("rowbranch_installation_tokens_minted_total", 1),
+            ("rowbranch_write_queue_depth", 1),
+            ("rowbranch_runs_in_flight", 1),
+            ("rowbranch_unknown_path_requests_total", 1),
+            ("rowbranch_reconcile_runs_total", 2),
+            ("rowbranch_reconcile_rows_total", 5 + 6),
+            // The queue route's 6, and none's dead and lease_lost.
+            ("rowbranch_pgmq_messages_total", 6 + 2),
+            ("rowbranch_build_info", 1),
+        ]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+        assert_eq!(rowbranch(&text), expected, "{text}");
+        for line in text.lines().filter(|l| l.starts_with("rowbranch_")) {
+            assert!(
+                line.ends_with(" 0") || line.starts_with("rowbranch_build_info"),
+                "{line}"
+            );
+        }
+        for line in [
+            r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason=""} 0"#,
+            r#"rowbranch_deliveries_total{route="public.feedbacks",status="503",outcome="error",reason=""} 0"#,
+            r#"rowbranch_deliveries_total{route="public.tasks",status="200",outcome="ignored",reason="pgmq_intake"} 0"#,
+            r#"rowbranch_runs_total{route="public.tasks",result="failed_unavailable"} 0"#,
+            r#"rowbranch_github_requests_total{operation="get_ref",status="404"} 0"#,
+            r#"rowbranch_github_requests_total{operation="dispatch",status="error"} 0"#,
+            r#"rowbranch_github_retries_total{cause="no_answer"} 0"#,
+            r#"rowbranch_reconcile_rows_total{route="public.tasks",verdict="in_queue"} 0"#,
+            r#"rowbranch_pgmq_messages_total{route="none",result="dead"} 0"#,
+            r#"rowbranch_pgmq_messages_total{route="public.tasks",result="lease_lost"} 0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
+        for absent in [
+            r#"rowbranch_deliveries_total{route="public.tasks",status="200",outcome="dispatched""#,
+            r#"rowbranch_pgmq_messages_total{route="public.feedbacks""#,
+            r#"rowbranch_reconcile_rows_total{route="public.feedbacks",verdict="in_queue"}"#,
+            r#"verdict="would_dispatch""#,
+            r#"operation="get_contents""#,
+            r#"operation="list_runs""#,
+            // A gauge whose 0 would be a claim, and the histograms.
+            "rowbranch_github_rate_limit_remaining",
+            "rowbranch_pgmq_queue_depth",
+            "rowbranch_pgmq_oldest_message_age_seconds",
+            "rowbranch_run_duration_seconds",
+            "rowbranch_github_request_duration_seconds",
+        ] {
+            assert!(!text.contains(absent), "{absent} in:\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_webhook_route_on_the_local_forge_has_its_deliveries_and_runs_and_no_more() {
+        let m = Metrics::new();
+        m.start_at_zero(&Scope {
+            webhook_routes: vec!["public.feedbacks".into()],
+            ..Scope::default()
+        });
+        let expected: BTreeMap<String, usize> = [
+            ("rowbranch_deliveries_total", 6 + 12),
+            ("rowbranch_runs_total", 6),
+            ("rowbranch_installation_tokens_minted_total", 1),
+            ("rowbranch_write_queue_depth", 1),
+            ("rowbranch_runs_in_flight", 1),
+            ("rowbranch_unknown_path_requests_total", 1),
+            ("rowbranch_build_info", 1),
+        ]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+        assert_eq!(rowbranch(&m.render()), expected);
+    }
+
+    #[test]
+    fn starting_at_zero_keeps_what_was_counted() {
+        let m = Metrics::new();
+        m.run_ended(
+            "public.feedbacks",
+            RunResult::Dispatched,
+            Duration::from_millis(1),
+        );
+        m.start_at_zero(&everything());
+        let text = m.render();
+        let line = r#"rowbranch_runs_total{route="public.feedbacks",result="dispatched"} 1"#;
+        assert!(text.lines().any(|l| l == line), "{text}");
+    }
+
+    fn repository_file(relative: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{relative}: {e}"))
+    }
+
+    /// Everything counted once, with the queues of the alert rules' tests sampled.
+    fn all_series() -> String {
+        let m = Metrics::new();
+        m.start_at_zero(&everything());
+        m.run_ended("public.feedbacks", RunResult::Dispatched, Duration::ZERO);
+        m.github_request(GithubOperation::Dispatch, "502", Duration::ZERO);
+        m.rate_limit_remaining("core", 1);
+        m.pgmq_queue("rowbranch", 0, 0);
+        m.pgmq_queue("rowbranch_dead", 0, 0);
+        m.render()
+    }
+
+    #[test]
+    fn the_alert_rules_name_only_series_rowbranch_has() {
+        let text = all_series();
+        let families: BTreeSet<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split(' ').next())
+            .collect();
+        let rules = repository_file("deploy/alerts.yml");
+        let named: BTreeSet<&str> = rules
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| w.starts_with("rowbranch_"))
+            .collect();
+        assert!(named.len() >= 4, "{named:?}");
+        for name in named {
+            assert!(
+                families.contains(name),
+                "deploy/alerts.yml names {name}, which /metrics does not have"
+            );
+        }
+    }
+
+    #[test]
+    fn the_alert_rules_tests_feed_series_as_rowbranch_shows_them() {
+        let text = all_series();
+        let docs = YamlLoader::load_from_str(&repository_file("deploy/alerts.test.yml"))
+            .expect("deploy/alerts.test.yml is YAML");
+        let mut fed = 0;
+        for test in docs[0]["tests"].as_vec().expect("a list of tests") {
+            for input in test["input_series"].as_vec().expect("input series") {
+                let series = input["series"].as_str().expect("a series");
+                assert!(
+                    text.lines().any(|l| l.strip_prefix(series).is_some_and(|v| v.starts_with(' '))),
+                    "deploy/alerts.test.yml feeds {series}, which rowbranch does not show so:\n{text}"
+                );
+                fed += 1;
+            }
+        }
+        assert!(fed >= 5, "{fed} series");
     }
 }

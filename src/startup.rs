@@ -13,10 +13,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
-use crate::config::{Config, ForgeSettings, ListenHost, ListenOrigin, Route};
+use crate::config::{Config, ForgeSettings, Route};
 use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
@@ -30,19 +30,6 @@ use crate::shutdown::Shutdown;
 
 /// How long the check at start of what the forge may write waits for its answers.
 const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
-/// Connections beyond the connection cap wait in the listen backlog; `TcpListener::bind`
-/// would ask for 128, a flood of idle sockets fills that, and then a delivery cannot even
-/// connect until they are cut.
-const LISTEN_BACKLOG: u32 = 1024;
-/// File descriptors kept for the process itself whatever the config: the standard streams,
-/// the listener, the runtime's own, the log, DNS lookups, a git or `on_dispatch` process or two.
-const BASE_RESERVE: u64 = 32;
-/// For the local forge, which runs git (two pipes a command) and `on_dispatch` per row.
-const LOCAL_FORGE_RESERVE: u64 = 16;
-/// For each job that holds a PostgreSQL connection (the queue's consumer, the scheduled
-/// sweep): its connection, and the next one while it reconnects.
-const DATABASE_RESERVE: u64 = 2;
-
 /// What the process supplies beside the config: its open-files limit, the command line's
 /// choices, and — for the demo and the tests — a forge of their own and a free port. (The
 /// environment's variables are read into the config by `Config::load`.)
@@ -109,23 +96,9 @@ pub enum StartupError {
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
     Routes(#[from] RoutesError),
-    /// The address could not be bound; `fix` names the setting to change (empty for a free
-    /// port, which no setting chose). The cause is part of the message, before the fix.
-    #[error("could not listen on {addr}: {cause}{fix}")]
-    Listen {
-        addr: SocketAddr,
-        cause: io::Error,
-        fix: String,
-    },
-    /// The host name of the listen address does not resolve: the config's to fix.
-    #[error("{setting}: the host name `{host}` does not resolve ({cause}): use a name this machine resolves, or an address such as 127.0.0.1:{port} or 0.0.0.0:{port}")]
-    Resolve {
-        /// The setting as written: `ROWBRANCH_LISTEN=`…``, or `listen = "…"` in its file.
-        setting: String,
-        host: String,
-        port: u16,
-        cause: io::Error,
-    },
+    /// The server could not listen, or the open-files limit leaves no room for connections.
+    #[error(transparent)]
+    Listen(#[from] http::ListenError),
     #[error("no local address")]
     Address(#[source] io::Error),
     #[error(
@@ -140,12 +113,6 @@ pub enum StartupError {
     /// does not take, a repository they do not reach, an empty one.
     #[error("could not check whether {repo} may be written: {message}")]
     CannotCheck { repo: RepoName, message: String },
-    #[error(
-        "the open-files limit ({limit}) leaves no room for connections beyond the {reserve} \
-         file descriptors kept for GitHub, git and the database: raise it (`ulimit -n`, \
-         LimitNOFILE=) or lower [github] max_concurrent_requests"
-    )]
-    NoRoomForConnections { limit: u64, reserve: u64 },
 }
 
 /// rowbranch, built and ready to run: the parts every run shares, and what runs.
@@ -172,10 +139,7 @@ struct Server {
     listener: TcpListener,
     addr: SocketAddr,
     app: Arc<App>,
-    /// `max_connections`, before the open-files limit lowers it.
-    max_connections: usize,
-    /// File descriptors kept back from the open-files limit for what is not a connection.
-    reserve: u64,
+    /// The open-files limit, which may lower the connection cap.
     open_files: Option<u64>,
     /// Whether to take a first look at each route's repository.
     warm_up: bool,
@@ -203,17 +167,7 @@ impl Application {
                 listen: at,
                 warm_up,
             } => {
-                let listener =
-                    match at {
-                        Listen::Config => listen_as_configured(&config).await?,
-                        Listen::FreePort => listen(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(
-                            |(addr, cause)| StartupError::Listen {
-                                addr,
-                                cause,
-                                fix: String::new(),
-                            },
-                        )?,
-                    };
+                let listener = http::listen(&config, at == Listen::FreePort).await?;
                 Some((listener, warm_up))
             }
             Mode::ConsumerOnly => None,
@@ -252,8 +206,6 @@ impl Application {
                     listener,
                     addr,
                     app,
-                    max_connections: config.webhook.max_connections,
-                    reserve: reserve(&config),
                     open_files: env.open_files,
                     warm_up,
                 };
@@ -370,7 +322,7 @@ impl Application {
     ) -> Result<(), StartupError> {
         let consumer = match self.runs {
             Runs::Serve { server, consumer } => {
-                let connections = server.connections()?;
+                let connections = Connections::new(&self.config, server.open_files)?;
                 let jobs = spawn_jobs(&self.config, self.routes, &self.pipeline, server.warm_up);
                 let consumer = consumer.map(|c| tokio::spawn(c.run()));
                 // The jobs stop first, so that they start no run once the server drains its
@@ -432,144 +384,6 @@ async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) 
         let left = pipeline.report_unfinished();
         tracing::warn!(rows = left, "the shutdown grace ran out");
     }
-}
-
-impl Server {
-    /// How many connections to serve at once: `max_connections`, or the open-files limit
-    /// less the reserve when that is lower. An error when the limit leaves no room at all.
-    fn connections(&self) -> Result<Connections, StartupError> {
-        Ok(Connections {
-            cap: cap(self.max_connections, self.reserve, self.open_files)?,
-            open_files_limit: self.open_files,
-            reserve: self.reserve,
-        })
-    }
-}
-
-/// A listener on the config's `listen`: the address, or the first address its host name
-/// resolves to that can be bound (as `TcpListener::bind` tries them). A refusal names the
-/// setting that chose the address, to change.
-async fn listen_as_configured(config: &Config) -> Result<TcpListener, StartupError> {
-    let at = &config.listen;
-    let addrs = match &at.host {
-        ListenHost::Ip(ip) => vec![SocketAddr::new(*ip, at.port)],
-        ListenHost::Name(name) => {
-            let resolve_error = |cause| StartupError::Resolve {
-                setting: match at.origin {
-                    ListenOrigin::File => {
-                        format!("{}: listen = \"{at}\"", config.source.display())
-                    }
-                    origin => format!("{origin}=`{at}`"),
-                },
-                host: name.clone(),
-                port: at.port,
-                cause,
-            };
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((name.as_str(), at.port))
-                .await
-                .map_err(resolve_error)?
-                .collect();
-            if found.is_empty() {
-                return Err(resolve_error(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "no address",
-                )));
-            }
-            found
-        }
-    };
-    let mut last = None;
-    for addr in addrs {
-        match listen(addr) {
-            Ok(listener) => return Ok(listener),
-            Err(failed) => last = Some(failed),
-        }
-    }
-    let (addr, cause) = last.expect("at least one address was tried");
-    let change = match at.origin {
-        ListenOrigin::Listen => format!("set {} to a free HOST:PORT", ListenOrigin::Listen),
-        ListenOrigin::Port => format!(
-            "set {} to a free port ({} wins over it)",
-            ListenOrigin::Port,
-            ListenOrigin::Listen
-        ),
-        ListenOrigin::File => format!(
-            "change listen in {} to a free HOST:PORT (or set {})",
-            config.source.display(),
-            ListenOrigin::Listen
-        ),
-    };
-    let fix = match cause.kind() {
-        io::ErrorKind::AddrInUse => {
-            format!("; another process is listening there: stop it, or {change}")
-        }
-        _ => format!("; {change}"),
-    };
-    Err(StartupError::Listen { addr, cause, fix })
-}
-
-/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`]; the address with the error.
-fn listen(addr: SocketAddr) -> Result<TcpListener, (SocketAddr, io::Error)> {
-    let bind = || {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(LISTEN_BACKLOG)
-    };
-    bind().map_err(|cause| (addr, cause))
-}
-
-/// File descriptors kept back from the open-files limit for what is not a served connection:
-/// [`BASE_RESERVE`]; the forge's connections (GitHub: `max_concurrent_requests` for each
-/// installation — at most one per account owning a route's repository — and as many again for
-/// the App's own requests; with a token, `max_concurrent_requests` once); and
-/// [`DATABASE_RESERVE`] for each job that reads the database.
-fn reserve(config: &Config) -> u64 {
-    let forge = match &config.forge {
-        ForgeSettings::Github(github) if github.token().is_some() => {
-            github.max_concurrent_requests as u64
-        }
-        ForgeSettings::Github(github) => {
-            let owners: std::collections::BTreeSet<String> = config
-                .routes
-                .iter()
-                .map(|route| route.repo.owner().to_ascii_lowercase())
-                .collect();
-            (github.max_concurrent_requests as u64).saturating_mul(owners.len() as u64 + 1)
-        }
-        ForgeSettings::Local(_) => LOCAL_FORGE_RESERVE,
-    };
-    let database_jobs = match config.database_url {
-        Some(_) => {
-            u64::from(config.reads_the_queue()) + u64::from(config.reconcile.every.is_some())
-        }
-        None => 0,
-    };
-    BASE_RESERVE
-        .saturating_add(forge)
-        .saturating_add(database_jobs * DATABASE_RESERVE)
-}
-
-/// How many connections are served at once: `max_connections`, or the open-files limit less
-/// the reserve when that is lower. An error when the limit leaves no room at all.
-fn cap(
-    max_connections: usize,
-    reserve: u64,
-    open_files: Option<u64>,
-) -> Result<usize, StartupError> {
-    let Some(limit) = open_files else {
-        return Ok(max_connections);
-    };
-    let room = usize::try_from(limit.saturating_sub(reserve)).unwrap_or(usize::MAX);
-    if room == 0 {
-        return Err(StartupError::NoRoomForConnections { limit, reserve });
-    }
-    Ok(max_connections.min(room))
 }
 
 /// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
@@ -733,54 +547,6 @@ mod tests {
                 .map(|(_, v)| (*v).to_owned())
         };
         Config::parse(text, Path::new("/etc/rowbranch/rowbranch.toml"), &env).unwrap()
-    }
-
-    fn github(routes: &[&str], extra: &str) -> String {
-        let mut text = format!("[github]\napp_id = 1\nprivate_key_path = \"app.pem\"\n{extra}\n");
-        for (n, repo) in routes.iter().enumerate() {
-            text.push_str(&format!(
-                "[[routes]]\ntable = \"t{n}\"\nrepo = \"{repo}\"\nbranch_prefix = \"b\"\nevent_type = \"e\"\n"
-            ));
-        }
-        text
-    }
-
-    #[test]
-    fn the_reserve_grows_with_the_concurrent_requests_and_the_installations() {
-        // One installation and the App's own requests, 16 each: 32 + 32.
-        assert_eq!(reserve(&config(&github(&["acme/app"], ""), &[])), 64);
-        // Three accounts (two repositories of acme share its installation): 32 + 16 × 4.
-        let three = github(&["acme/app", "acme/web", "Globex/api", "initech/ops"], "");
-        assert_eq!(reserve(&config(&three, &[])), 96);
-        let wide = github(&["acme/app", "globex/api"], "max_concurrent_requests = 50");
-        assert_eq!(reserve(&config(&wide, &[])), 32 + 50 * 3);
-    }
-
-    #[test]
-    fn the_reserve_counts_the_jobs_that_hold_a_database_connection() {
-        let url = [("DATABASE_URL", "postgres://u@db/x")];
-        let sweeping = github(&["acme/app"], "");
-        let sweeping = format!("reconcile_every = \"5m\"\n{sweeping}");
-        assert_eq!(reserve(&config(&sweeping, &url)), 64 + 2);
-        // Without DATABASE_URL the sweep does not run.
-        assert_eq!(reserve(&config(&sweeping, &[])), 64);
-        // With DATABASE_URL the sweep is on unless the config turns it off.
-        let local = crate::config::TEST_LOCAL_CONFIG;
-        assert_eq!(reserve(&config(local, &url)), 32 + 16 + 2);
-        let off = format!("reconcile_every = \"off\"\n{local}");
-        assert_eq!(reserve(&config(&off, &url)), 32 + 16);
-    }
-
-    #[test]
-    fn the_cap_never_exceeds_the_limit_less_the_reserve() {
-        assert_eq!(cap(512, 64, None).unwrap(), 512);
-        assert_eq!(cap(512, 64, Some(1 << 20)).unwrap(), 512);
-        assert_eq!(cap(512, 64, Some(256)).unwrap(), 192);
-        assert_eq!(cap(512, 96, Some(100)).unwrap(), 4);
-        assert_eq!(cap(3, 64, Some(100)).unwrap(), 3);
-        let none = cap(512, 96, Some(96)).unwrap_err().to_string();
-        assert!(none.contains("(96)") && none.contains("ulimit"), "{none}");
-        assert!(cap(512, 96, Some(20)).is_err());
     }
 
     #[tokio::test]

@@ -16,6 +16,7 @@ pub mod serve;
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 use crate::config::ConfigError;
+use crate::http::ListenError;
 use crate::pipeline::CompiledRoute;
 use crate::startup::StartupError;
 
@@ -62,10 +63,11 @@ impl From<StartupError> for Failure {
         match e {
             StartupError::Forge(e) => Failure::Usage(e.into()),
             StartupError::Routes(e) => Failure::Usage(e.into()),
-            StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
-            StartupError::Listen { .. }
+            StartupError::NoQueue | StartupError::Listen(ListenError::Resolve { .. }) => {
+                Failure::Usage(e.into())
+            }
+            StartupError::Listen(_)
             | StartupError::Address(_)
-            | StartupError::NoRoomForConnections { .. }
             | StartupError::CannotWrite(_)
             | StartupError::CannotCheck { .. } => Failure::Runtime(e.into()),
         }

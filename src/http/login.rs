@@ -4,107 +4,113 @@
 //! per peer: behind a proxy every peer is the proxy. The one who knows the password waits out
 //! the minute with everyone else; a guesser gets ten guesses a minute, not thousands a second.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::status::OncePerMinute;
+use crate::webhook::auth;
 
 /// How long failures are counted together, and how long a lock lasts at most.
 const WINDOW: Duration = Duration::from_secs(60);
 /// Wrong passwords allowed in a [`WINDOW`]; beyond them, 429 until it ends.
 pub const MAX_FAILURES: u32 = 10;
 
-/// What a request to the status page carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Attempt {
-    /// No credentials: a browser's first request, before it asks for the password. Not a guess.
-    None,
-    Wrong,
-    Right,
-}
-
-/// How to answer it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
-    /// Show the page.
-    Allowed,
-    /// 401, asking for the password.
-    Refused,
-    /// 429: too many wrong passwords this minute; retry after this long.
-    Locked(Duration),
-}
-
 /// The process's count of wrong passwords.
 #[derive(Default)]
 pub struct Logins {
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
     /// When the current minute of failures began, and how many it has had.
-    window: Option<(Instant, u32)>,
-    /// When a wrong password was last logged, and how many went unlogged since.
-    logged: Option<(Instant, u64)>,
+    window: Mutex<Option<(Instant, u32)>>,
+    logged: OncePerMinute<()>,
 }
 
 impl Logins {
-    /// Judges one request at `now`: while the minute is locked, every request (even with the
-    /// right password, or a guess would learn it was right) is answered 429.
-    pub fn judge(&self, attempt: Attempt, now: Instant) -> Verdict {
-        let mut state = self.state.lock().expect("logins lock poisoned");
-        if let Some((began, _)) = state.window {
-            if now.duration_since(began) >= WINDOW {
-                state.window = None;
-            }
+    /// Judges a request for the status page, whose password is `password`, at `now`: `None`
+    /// when the page may be shown, else the answer — 401 asking for the password, or 429 while
+    /// the minute is locked (to every request then, even with the right password, or a guess
+    /// would learn it was right).
+    pub fn refusal(&self, headers: &HeaderMap, password: &str, now: Instant) -> Option<Response> {
+        let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
+        if window.is_some_and(|(began, _)| now.duration_since(began) >= WINDOW) {
+            *window = None;
         }
-        if let Some((began, failures)) = state.window {
+        if let Some((began, failures)) = *window {
             if failures >= MAX_FAILURES {
-                return Verdict::Locked(WINDOW - now.duration_since(began));
+                let secs = (WINDOW - now.duration_since(began)).as_secs_f64().ceil();
+                let secs = secs.max(1.0) as u64;
+                let message = format!(
+                    "too many wrong passwords for the status page within a minute: retry after \
+                     {secs} s"
+                );
+                let retry_after = [(header::RETRY_AFTER, secs.to_string())];
+                return Some((StatusCode::TOO_MANY_REQUESTS, retry_after, message).into_response());
             }
         }
-        match attempt {
-            Attempt::Right => Verdict::Allowed,
-            Attempt::None => Verdict::Refused,
-            Attempt::Wrong => {
-                let (began, failures) = state.window.get_or_insert((now, 0));
-                *failures += 1;
-                let (began, failures) = (*began, *failures);
-                state.log_failure(now, failures);
-                if failures == MAX_FAILURES {
-                    let left = WINDOW - now.duration_since(began);
-                    tracing::warn!(
-                        failures,
-                        locked_for_s = left.as_secs().max(1),
-                        "{MAX_FAILURES} wrong status page passwords within a minute: every login is \
-                         answered 429 until the minute is over"
-                    );
-                }
-                Verdict::Refused
-            }
+        if auth::basic_password_matches(headers, password) {
+            return None;
         }
-    }
-}
-
-impl State {
-    /// Logs a wrong password, unless one was logged less than a minute ago.
-    fn log_failure(&mut self, now: Instant, failures: u32) {
-        match &mut self.logged {
-            Some((at, quiet)) if now.duration_since(*at) < WINDOW => *quiet += 1,
-            logged => {
-                let quiet = logged.map_or(0, |(_, quiet)| quiet);
+        // A browser's first request carries no password, before it asks for one: not a guess.
+        if headers.contains_key(header::AUTHORIZATION) {
+            let (began, failures) = window.get_or_insert((now, 0));
+            *failures += 1;
+            if let Some(quiet) = self.logged.due((), now) {
                 tracing::warn!(
-                    failures_this_minute = failures,
+                    failures_this_minute = *failures,
                     unlogged_since_the_last = quiet,
                     "a wrong password for the status page (ROWBRANCH_STATUS_PASSWORD)"
                 );
-                *logged = Some((now, 0));
+            }
+            if *failures == MAX_FAILURES {
+                let left = WINDOW - now.duration_since(*began);
+                tracing::warn!(
+                    failures = *failures,
+                    locked_for_s = left.as_secs().max(1),
+                    "{MAX_FAILURES} wrong status page passwords within a minute: every login is \
+                     answered 429 until the minute is over"
+                );
             }
         }
+        let ask = [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")];
+        let message = "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)";
+        Some((StatusCode::UNAUTHORIZED, ask, message).into_response())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+
     use super::*;
+
+    const PASSWORD: &str = "the-right-password";
+
+    /// A request for the page with `password`, or with none.
+    fn carrying(password: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(password) = password {
+            let basic = base64::engine::general_purpose::STANDARD.encode(format!("u:{password}"));
+            headers.insert(
+                header::AUTHORIZATION,
+                format!("Basic {basic}").parse().unwrap(),
+            );
+        }
+        headers
+    }
+
+    /// The status of the answer to `password` at `now` (200: the page is shown), and its
+    /// Retry-After.
+    fn judge(logins: &Logins, password: Option<&str>, now: Instant) -> (u16, Option<String>) {
+        match logins.refusal(&carrying(password), PASSWORD, now) {
+            None => (200, None),
+            Some(refused) => (
+                refused.status().as_u16(),
+                (refused.headers().get(header::RETRY_AFTER))
+                    .map(|v| v.to_str().unwrap().to_owned()),
+            ),
+        }
+    }
 
     #[test]
     fn ten_wrong_passwords_in_a_minute_lock_every_login_for_the_rest_of_it() {
@@ -112,20 +118,20 @@ mod tests {
         let start = Instant::now();
         for n in 0..MAX_FAILURES {
             let at = start + Duration::from_secs(u64::from(n));
-            assert_eq!(logins.judge(Attempt::Wrong, at), Verdict::Refused, "{n}");
+            assert_eq!(judge(&logins, Some("wrong"), at), (401, None), "{n}");
         }
         let at = start + Duration::from_secs(20);
-        for attempt in [Attempt::Wrong, Attempt::Right, Attempt::None] {
+        for attempt in [Some("wrong"), Some(PASSWORD), None] {
             assert_eq!(
-                logins.judge(attempt, at),
-                Verdict::Locked(Duration::from_secs(40)),
+                judge(&logins, attempt, at),
+                (429, Some("40".to_owned())),
                 "{attempt:?}"
             );
         }
         // The lock does not grow with the guesses it turns away, and ends with the minute.
         let later = start + WINDOW;
-        assert_eq!(logins.judge(Attempt::Right, later), Verdict::Allowed);
-        assert_eq!(logins.judge(Attempt::Wrong, later), Verdict::Refused);
+        assert_eq!(judge(&logins, Some(PASSWORD), later), (200, None));
+        assert_eq!(judge(&logins, Some("wrong"), later), (401, None));
     }
 
     #[test]
@@ -133,17 +139,17 @@ mod tests {
         let logins = Logins::default();
         let now = Instant::now();
         for _ in 0..MAX_FAILURES - 1 {
-            logins.judge(Attempt::Wrong, now);
+            judge(&logins, Some("wrong"), now);
         }
         for _ in 0..100 {
-            assert_eq!(logins.judge(Attempt::None, now), Verdict::Refused);
+            assert_eq!(judge(&logins, None, now), (401, None));
         }
-        assert_eq!(logins.judge(Attempt::Right, now), Verdict::Allowed);
+        assert_eq!(judge(&logins, Some(PASSWORD), now), (200, None));
         // Failures of an earlier minute do not count toward this one.
         let next = now + WINDOW;
         for _ in 0..MAX_FAILURES - 1 {
-            assert_eq!(logins.judge(Attempt::Wrong, next), Verdict::Refused);
+            assert_eq!(judge(&logins, Some("wrong"), next), (401, None));
         }
-        assert_eq!(logins.judge(Attempt::Right, next), Verdict::Allowed);
+        assert_eq!(judge(&logins, Some(PASSWORD), next), (200, None));
     }
 }

@@ -6,23 +6,23 @@
 
 mod answer;
 mod conn;
+mod listen;
 mod login;
+mod pages;
 mod ready;
 mod status;
 
 pub use answer::{Answer, RowRef};
-pub use conn::Connections;
+pub use listen::{listen, Connections, ListenError};
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use axum::body::to_bytes;
-use axum::extract::{FromRequest, Query, Request, State};
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
-use axum::response::Html;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -30,15 +30,14 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::db::{Reachability, Unreachable};
+use crate::db::Reachability;
 use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Pipeline, PlanError, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
-use crate::templates::pages::{self, StatusView};
 use crate::webhook::{auth, payload};
-use login::{Attempt, Logins, Verdict};
+use login::Logins;
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals, Seen};
 
@@ -136,11 +135,12 @@ pub fn router(app: Arc<App>) -> Router {
         post(no_webhook)
     };
     Router::new()
-        .route("/", get(home))
+        .route("/", get(pages::home))
         .route("/webhook", webhook)
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+        .route("/readyz", get(ready::readyz))
         .route("/metrics", get(metrics))
+        .fallback(status::unknown_path)
         .with_state(app)
 }
 
@@ -173,114 +173,8 @@ async fn healthz() -> Response {
     Json(json!({ "status": "ok" })).into_response()
 }
 
-/// Ready when the config is loaded (it is, or there would be no server) and the forge answers
-/// with valid credentials. Concurrent probes share one check (see [`ready`]).
-///
-/// With routes that read the queue, the body also says whether the database answers; an
-/// unreachable database makes the server not ready only when no route takes webhooks (the
-/// webhook routes work on without it).
-async fn readyz(State(app): State<Arc<App>>) -> Response {
-    let github = app.readiness.check(app.pipeline.forge()).await;
-    let mut body =
-        json!({ "github": github.as_ref().map_or_else(ToString::to_string, |()| "ok".to_owned()) });
-    let mut ready = github.is_ok();
-    if app.config.reads_the_queue() {
-        let database = app
-            .database
-            .last()
-            .unwrap_or_else(|| Err(Unreachable("not reached yet".to_owned())));
-        body["database"] = json!(database
-            .as_ref()
-            .map_or_else(ToString::to_string, |()| "ok".to_owned()));
-        if database.is_err() && !app.config.takes_webhooks() {
-            ready = false;
-        }
-    }
-    // Each part's field says its cause, once; the status says which way it went.
-    body["status"] = json!(if ready { "ready" } else { "not ready" });
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
-    };
-    (status, Json(body)).into_response()
-}
-
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], app.metrics.render()).into_response()
-}
-
-/// `GET /`: where GitHub sends the browser once the App is created from its manifest
-/// (`?code=…`, answered whatever the settings, before any password), else the status page when
-/// `status_page = true`.
-async fn home(
-    State(app): State<Arc<App>>,
-    Query(query): Query<HashMap<String, String>>,
-    headers: HeaderMap,
-) -> Response {
-    if let Some(code) = query.get("code") {
-        return Html(pages::manifest_code_page(code)).into_response();
-    }
-    let Some(page) = &app.config.status_page else {
-        return (
-            StatusCode::NOT_FOUND,
-            Json(json!({"outcome": "error", "message": "no status page: set status_page = true to have one"})),
-        )
-            .into_response();
-    };
-    if let Some(password) = &page.password {
-        let attempt = if auth::basic_password_matches(&headers, password.expose()) {
-            Attempt::Right
-        } else if headers.contains_key(header::AUTHORIZATION) {
-            Attempt::Wrong
-        } else {
-            Attempt::None
-        };
-        match app.logins.judge(attempt, Instant::now()) {
-            Verdict::Allowed => {}
-            Verdict::Refused => {
-                return (
-                    StatusCode::UNAUTHORIZED,
-                    [(header::WWW_AUTHENTICATE, "Basic realm=\"rowbranch\"")],
-                    "the status page needs its password (ROWBRANCH_STATUS_PASSWORD)",
-                )
-                    .into_response();
-            }
-            Verdict::Locked(left) => {
-                let secs = left.as_secs_f64().ceil().max(1.0) as u64;
-                return (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    [(header::RETRY_AFTER, secs.to_string())],
-                    format!(
-                        "too many wrong passwords for the status page within a minute: retry \
-                         after {secs} s"
-                    ),
-                )
-                    .into_response();
-            }
-        }
-    }
-    let routes: Vec<String> = app
-        .config
-        .routes
-        .iter()
-        .map(|r| format!("{} → {}", r.table_name(), r.repo))
-        .collect();
-    let mut counters = app.metrics.totals();
-    counters.push(("rows in flight".into(), app.pipeline.in_flight() as u64));
-    let view = StatusView {
-        routes: routes.join(", "),
-        now: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        refresh_s: 5,
-        counters,
-        decisions: app
-            .decisions
-            .newest_first()
-            .iter()
-            .map(|d| d.view(app.web_url.as_deref()))
-            .collect(),
-    };
-    Html(pages::status_page(&view)).into_response()
 }
 
 /// `POST /webhook` when every route reads the queue.

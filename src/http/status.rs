@@ -5,15 +5,22 @@
 //! error when a row was refused for good.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use axum::extract::State;
+use axum::http::{Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::json;
 
 use super::answer::Answer;
+use super::App;
 use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
-use crate::templates::pages::DecisionView;
 
 /// How many decisions the status page shows.
 const KEPT: usize = 200;
@@ -63,10 +70,12 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// One delivery's decision, as the status page and the log show it.
-#[derive(Debug, Clone)]
+/// One delivery's decision, as the status page (which shows what its template names: never the
+/// row's text, never a secret) and the log show it.
+#[derive(Debug, Clone, Serialize)]
 pub struct Decision {
-    pub at: SystemTime,
+    /// When it was decided, RFC 3339 in UTC to the second.
+    pub at: String,
     /// The `webhook-id` the sender gave, or one made up here.
     pub delivery: String,
     /// The route's `schema.table`, or `none`.
@@ -80,6 +89,7 @@ pub struct Decision {
     pub repo: Option<String>,
     pub http_status: u16,
     pub outcome: &'static str,
+    #[serde(serialize_with = "reason_text")]
     pub reason: Option<Reason>,
     /// The body's `reason` (empty when it has none), which the deliveries counter counts by.
     pub counted_reason: &'static str,
@@ -96,7 +106,7 @@ impl Decision {
         let row = answer.row();
         let http_status = answer.status().as_u16();
         Decision {
-            at: SystemTime::now(),
+            at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
             delivery,
             route: seen.route.unwrap_or_else(|| NO_ROUTE.to_owned()),
             table: seen.table,
@@ -152,31 +162,11 @@ impl Decision {
             _ => line!(error),
         }
     }
+}
 
-    /// As the status page shows it; `web_url` is the forge's, for links to branches.
-    pub fn view(&self, web_url: Option<&str>) -> DecisionView {
-        let branch_url = match (web_url, &self.repo, &self.branch) {
-            (Some(web), Some(repo), Some(branch)) => Some(format!("{web}/{repo}/tree/{branch}")),
-            _ => None,
-        };
-        let reason = match (self.reason, self.kind) {
-            (Some(reason), Some(kind)) => format!("{reason} ({kind})"),
-            (Some(reason), None) => reason.to_string(),
-            (None, _) => String::new(),
-        };
-        DecisionView {
-            at: DateTime::<Utc>::from(self.at).to_rfc3339_opts(SecondsFormat::Secs, true),
-            route: self.route.clone(),
-            table: self.table.clone().unwrap_or_default(),
-            id: self.id.clone().unwrap_or_default(),
-            column: self.column.clone().unwrap_or_default(),
-            branch: self.branch.clone().unwrap_or_default(),
-            branch_url,
-            status: self.http_status,
-            outcome: self.outcome,
-            reason,
-        }
-    }
+/// A reason as the log says it, empty for none.
+fn reason_text<S: serde::Serializer>(reason: &Option<Reason>, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(reason.map_or("", Reason::as_str))
 }
 
 /// The last [`KEPT`] decisions.
@@ -187,7 +177,7 @@ pub struct Decisions {
 
 impl Decisions {
     pub fn push(&self, decision: Decision) {
-        let mut kept = self.kept.lock().expect("decisions lock poisoned");
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         if kept.len() == KEPT {
             kept.pop_front();
         }
@@ -196,7 +186,7 @@ impl Decisions {
 
     /// Newest first.
     pub fn newest_first(&self) -> Vec<Decision> {
-        let kept = self.kept.lock().expect("decisions lock poisoned");
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         kept.iter().rev().cloned().collect()
     }
 }
@@ -206,49 +196,96 @@ impl Decisions {
 /// went unlogged since. Never a header's value.
 #[derive(Default)]
 pub struct Refusals {
-    /// For each reason (and a refused credential's kind): when it was last logged, and how
-    /// many went unlogged since.
-    last: Mutex<HashMap<RefusalKey, (Instant, u64)>>,
+    /// Keyed by the reason, and for a 401 the credential's kind.
+    logged: OncePerMinute<(Reason, Option<&'static str>)>,
+    unknown_paths: OncePerMinute<()>,
 }
-
-/// A reason, and for a 401 the credential's kind.
-type RefusalKey = (Reason, Option<&'static str>);
 
 impl Refusals {
     pub fn refused(&self, decision: &Decision) {
         let Some(reason) = decision.reason.filter(|r| r.is_before_the_row()) else {
             return;
         };
-        let key = (reason, decision.kind);
-        let mut last = self.last.lock().expect("refusals lock poisoned");
-        let now = Instant::now();
+        let Some(quiet) = self.logged.due((reason, decision.kind), Instant::now()) else {
+            return;
+        };
+        let (reason, http_status) = (reason.as_str(), decision.http_status);
+        let (delivery, table) = (&decision.delivery, decision.table.as_deref());
+        match decision.kind {
+            Some(kind) => tracing::warn!(
+                reason,
+                kind,
+                http_status,
+                delivery,
+                unlogged_since_the_last = quiet,
+                "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)"
+            ),
+            None => tracing::warn!(
+                reason,
+                http_status,
+                delivery,
+                table,
+                detail = decision.detail.as_deref(),
+                unlogged_since_the_last = quiet,
+                "refused a delivery before reading its row"
+            ),
+        }
+    }
+}
+
+/// The longest path a log line quotes as it came, in bytes.
+const PATH_LIMIT: usize = 200;
+
+/// Any path the server does not serve: 404, counted, and logged at warn at most once a minute
+/// (anyone who can reach the port can send any), the path escaped and cut short — so that a
+/// sender posting to the wrong URL (`…/webhook/webhook`, say) shows in the log, on `/metrics`
+/// and on the status page.
+pub(super) async fn unknown_path(
+    State(app): State<Arc<App>>,
+    method: Method,
+    uri: Uri,
+) -> Response {
+    app.metrics.unknown_path();
+    if let Some(quiet) = app.refusals.unknown_paths.due((), Instant::now()) {
+        let mut path = printable(uri.path());
+        if path.len() > PATH_LIMIT {
+            let cut = (0..=PATH_LIMIT).rev().find(|&i| path.is_char_boundary(i));
+            path.truncate(cut.unwrap_or(0));
+            path.push('…');
+        }
+        tracing::warn!(
+            %method,
+            path,
+            http_status = 404,
+            unlogged_since_the_last = quiet,
+            "a request to a path rowbranch does not serve (deliveries go to POST /webhook)"
+        );
+    }
+    let message = "no such path: rowbranch takes deliveries at POST /webhook";
+    let body = Json(json!({ "outcome": "error", "message": message }));
+    (StatusCode::NOT_FOUND, body).into_response()
+}
+
+/// Lines logged at most once a [`REFUSAL_LOG_EVERY`] for each key, since anyone who can reach
+/// the port can make them: when each was last logged, and how many went unlogged since.
+pub struct OncePerMinute<K>(Mutex<HashMap<K, (Instant, u64)>>);
+
+impl<K> Default for OncePerMinute<K> {
+    fn default() -> Self {
+        OncePerMinute(Mutex::default())
+    }
+}
+
+impl<K: Hash + Eq> OncePerMinute<K> {
+    /// When a line for `key` is due at `now`: how many went unlogged since the last one.
+    pub fn due(&self, key: K, now: Instant) -> Option<u64> {
+        let mut last = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match last.get_mut(&key) {
-            Some((at, quiet)) if now.duration_since(*at) < REFUSAL_LOG_EVERY => *quiet += 1,
-            entry => {
-                let quiet = entry.map_or(0, |(_, quiet)| *quiet);
-                let (reason, http_status) = (reason.as_str(), decision.http_status);
-                let (delivery, table) = (&decision.delivery, decision.table.as_deref());
-                match decision.kind {
-                    Some(kind) => tracing::warn!(
-                        reason,
-                        kind,
-                        http_status,
-                        delivery,
-                        unlogged_since_the_last = quiet,
-                        "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)"
-                    ),
-                    None => tracing::warn!(
-                        reason,
-                        http_status,
-                        delivery,
-                        table,
-                        detail = decision.detail.as_deref(),
-                        unlogged_since_the_last = quiet,
-                        "refused a delivery before reading its row"
-                    ),
-                }
-                last.insert(key, (now, 0));
+            Some((at, quiet)) if now.duration_since(*at) < REFUSAL_LOG_EVERY => {
+                *quiet += 1;
+                None
             }
+            _ => Some(last.insert(key, (now, 0)).map_or(0, |(_, quiet)| quiet)),
         }
     }
 }
@@ -308,5 +345,17 @@ mod tests {
             "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk".parse().unwrap(),
         );
         assert_eq!(delivery_id(&headers), "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk");
+    }
+
+    #[test]
+    fn a_line_is_due_once_a_minute_for_each_key_with_the_count_it_left_out() {
+        let logged = OncePerMinute::default();
+        let start = Instant::now();
+        assert_eq!(logged.due("a", start), Some(0));
+        assert_eq!(logged.due("b", start), Some(0));
+        for n in 1..=3 {
+            assert_eq!(logged.due("a", start + Duration::from_secs(n)), None);
+        }
+        assert_eq!(logged.due("a", start + REFUSAL_LOG_EVERY), Some(3));
     }
 }

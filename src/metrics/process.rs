@@ -15,86 +15,63 @@ use prometheus_client::metrics::gauge::ConstGauge;
 #[derive(Debug, Default)]
 pub struct ProcessCollector;
 
-/// One reading of the process.
-#[derive(Debug, Default, PartialEq)]
-struct Sample {
-    cpu_seconds: Option<f64>,
-    resident_bytes: Option<f64>,
-    start_time_seconds: Option<f64>,
-    open_fds: Option<f64>,
-    max_fds: Option<f64>,
-}
-
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
-        let sample = Sample::read();
-        if let Some(seconds) = sample.cpu_seconds {
-            let metric = ConstCounter::new(seconds);
-            metric.encode(encoder.encode_descriptor(
-                "process_cpu_seconds",
-                "Total user and system CPU time spent in seconds.",
-                None,
-                metric.metric_type(),
-            )?)?;
-        }
-        for (name, help, value) in [
-            (
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                sample.resident_bytes,
-            ),
-            (
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-                sample.start_time_seconds,
-            ),
-            (
-                "process_open_fds",
-                "Number of open file descriptors.",
-                sample.open_fds,
-            ),
-            (
-                "process_max_fds",
-                "Maximum number of open file descriptors.",
-                sample.max_fds,
-            ),
-        ] {
-            if let Some(value) = value {
-                let metric = ConstGauge::new(value);
-                metric.encode(encoder.encode_descriptor(
-                    name,
-                    help,
-                    None,
-                    metric.metric_type(),
-                )?)?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Sample {
-    /// Nothing when there is no `/proc/self/stat` to read (not Linux).
-    fn read() -> Sample {
+        // Nothing where there is no `/proc/self/stat` to read (not Linux).
         let Some(stat) = fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|text| Stat::parse(&text))
         else {
-            return Sample::default();
+            return Ok(());
         };
         let ticks = rustix::param::clock_ticks_per_second() as f64;
-        Sample {
-            cpu_seconds: Some((stat.utime_ticks + stat.stime_ticks) as f64 / ticks),
-            resident_bytes: Some(stat.rss_pages as f64 * rustix::param::page_size() as f64),
-            start_time_seconds: boot_time().map(|boot| boot + stat.start_ticks as f64 / ticks),
-            open_fds: fs::read_dir("/proc/self/fd")
-                .ok()
-                .map(|entries| entries.count() as f64),
-            // The soft limit, as the Go client reports it; none when unlimited.
-            max_fds: rustix::process::getrlimit(rustix::process::Resource::Nofile)
-                .current
-                .map(|n| n as f64),
+        let cpu = ConstCounter::new((stat.utime_ticks + stat.stime_ticks) as f64 / ticks);
+        cpu.encode(encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent in seconds.",
+            None,
+            cpu.metric_type(),
+        )?)?;
+        let page_size = rustix::param::page_size() as f64;
+        let gauges = [
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                Some(stat.rss_pages as f64 * page_size),
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds.",
+                boot_time().map(|boot| boot + stat.start_ticks as f64 / ticks),
+            ),
+            (
+                "process_open_fds",
+                "Number of open file descriptors.",
+                fs::read_dir("/proc/self/fd")
+                    .ok()
+                    .map(|fds| fds.count() as f64),
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors.",
+                // The soft limit, as the Go client reports it; none when unlimited.
+                rustix::process::getrlimit(rustix::process::Resource::Nofile)
+                    .current
+                    .map(|n| n as f64),
+            ),
+        ];
+        for (name, help, value) in gauges {
+            if let Some(value) = value {
+                let gauge = ConstGauge::new(value);
+                gauge.encode(encoder.encode_descriptor(
+                    name,
+                    help,
+                    None,
+                    gauge.metric_type(),
+                )?)?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -163,24 +140,26 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn this_process_reads_as_itself() {
-        let sample = Sample::read();
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |name: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with(&format!("{name} ")));
+            let value = line.and_then(|l| l.split(' ').nth(1));
+            value
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+                .parse()
+                .unwrap()
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
-        let started = sample.start_time_seconds.expect("a start time");
-        assert!(
-            started <= now + 1.0 && started > now - 86_400.0,
-            "{sample:?}"
-        );
-        assert!(
-            sample.resident_bytes.expect("a resident size") > 1e6,
-            "{sample:?}"
-        );
-        assert!(sample.open_fds.expect("open files") >= 3.0, "{sample:?}");
-        assert!(
-            sample.cpu_seconds.expect("CPU seconds") >= 0.0,
-            "{sample:?}"
-        );
+        let started = value("process_start_time_seconds");
+        assert!(started <= now + 1.0 && started > now - 86_400.0, "{text}");
+        assert!(value("process_resident_memory_bytes") > 1e6, "{text}");
+        assert!(value("process_open_fds") >= 3.0, "{text}");
+        assert!(value("process_cpu_seconds_total") >= 0.0, "{text}");
     }
 }

@@ -1,8 +1,5 @@
 //! The `client_payload` template: rendered with minijinja from the row and its identity, then
-//! checked against GitHub's limits for `repository_dispatch` before anything is sent; and the
-//! server's HTML [`pages`].
-
-pub mod pages;
+//! checked against GitHub's limits for `repository_dispatch` before anything is sent.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -367,3 +367,56 @@ async fn the_status_page_lists_the_latest_deliveries_in_a_real_browser() {
     println!("status page screenshot: {}", shot.display());
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_request_to_an_unknown_path_is_answered_404_counted_and_logged_once_a_minute() {
+    let secret = random_secret();
+    let served = child::serve_local("", None, &secret).await;
+    let client = reqwest::Client::new();
+    // A long path, then twice what `init --url …/webhook` used to make the trigger post to.
+    let long = format!("/webhook/{}", "a".repeat(300));
+    for path in [long.as_str(), "/webhook/webhook", "/webhook/webhook"] {
+        let reply = client
+            .post(format!("{}{path}?secret=never-logged", served.url))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .body(insert(json!(1), "Lost").to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(reply.status().as_u16(), 404, "{path}");
+        // Sent with its length, as every answer is, not in chunks.
+        assert!(reply.headers().contains_key("content-length"), "{path}");
+        let body: Value = serde_json::from_str(&reply.text().await.unwrap()).unwrap();
+        assert!(
+            body["message"].as_str().unwrap().contains("POST /webhook"),
+            "{body}"
+        );
+    }
+    let metrics = reqwest::get(format!("{}/metrics", served.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        series(&metrics, "rowbranch_unknown_path_requests_total"),
+        Some(3.0),
+        "{metrics}"
+    );
+    let log = served.log();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("does not serve"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line a minute: {log}");
+    // The path, cut to 200 bytes.
+    let cut = format!("/webhook/{}…", "a".repeat(191));
+    assert!(lines[0].contains(&cut), "{log}");
+    assert!(!lines[0].contains(&"a".repeat(192)), "{log}");
+    assert!(
+        !log.contains("never-logged") && !log.contains(&secret),
+        "{log}"
+    );
+    assert!(served.branches().await.is_empty(), "nothing ran");
+}
