@@ -21,56 +21,42 @@ use octocrab::params::repos::Reference;
 use octocrab::GitHubError;
 
 use super::client::{missing_permission, said, unexpected, Auth};
-use super::retry::{Attempt, Setback};
-use super::GithubForge;
+use super::retry::Setback;
+use super::{GithubForge, Turn};
 use crate::forge::{Denial, Forge, ForgeError, WriteAccess};
 use crate::identity::RepoName;
 
 impl GithubForge {
     /// The probe: the default branch's own ref, created again at its head.
     pub(super) async fn probe_write(&self, repo: &RepoName) -> Result<WriteAccess, ForgeError> {
-        let base = self.base(repo).await?;
-        let reference = Reference::Branch(base.branch.as_str().to_owned());
+        let base = &self.base(repo).await?;
+        let reference = &Reference::Branch(base.branch.as_str().to_owned());
         self.retry
-            .run("checking write access", |_| {
-                let (reference, base) = (&reference, &base);
-                async move {
-                    let installation = self.auth.installation(repo).await?;
-                    // A write like any other: paced, and given up once the shutdown begins.
-                    let created = installation
-                        .writes
-                        .first_write(|| {
-                            installation.run(|gh| async move {
-                                let repos = gh.repos(repo.owner(), repo.name());
-                                repos.create_ref(reference, base.sha.as_str()).await
-                            })
-                        })
-                        .await??;
-                    // 201: the default branch cannot have been missing, it was read just now.
-                    let Err(refusal) = created else {
-                        return Ok(WriteAccess::Granted);
-                    };
-                    match refusal.status_code.as_u16() {
-                        422 if refusal.message.contains("already exists") => {
-                            Ok(WriteAccess::Granted)
-                        }
-                        404 => Err(installation.not_found(repo, &refusal)),
-                        403 => match self.denied(repo, &refusal) {
-                            Some(denial) => Ok(WriteAccess::Denied(denial)),
-                            // A rate limit: retried, as any.
-                            None => unexpected(&refusal),
-                        },
-                        400 | 422 => Ok(WriteAccess::Untold {
-                            why: format!(
-                                "GitHub answered the probe (creating {}'s own ref, which \
-                                 exists) {} ({}), which does not say",
-                                base.branch,
-                                refusal.status_code,
-                                said(&refusal)
-                            ),
-                        }),
-                        _ => unexpected(&refusal),
-                    }
+            .run("checking write access", |_| async move {
+                // A write like any other: paced, and given up once the shutdown begins.
+                let created = self.send(repo, Turn::Claim, |gh| async move {
+                    let repos = gh.repos(repo.owner(), repo.name());
+                    repos.create_ref(reference, base.sha.as_str()).await
+                });
+                // 201: the default branch cannot have been missing, it was read just now.
+                let Err(refusal) = created.await? else {
+                    return Ok(WriteAccess::Granted);
+                };
+                match refusal.status_code.as_u16() {
+                    422 if refusal.message.contains("already exists") => Ok(WriteAccess::Granted),
+                    // Not a denial: a rate limit, retried as any.
+                    403 => (self.denied(repo, &refusal).map(WriteAccess::Denied))
+                        .ok_or_else(|| unexpected(&refusal)),
+                    400 | 422 => Ok(WriteAccess::Untold {
+                        why: format!(
+                            "GitHub answered the probe (creating {}'s own ref, which exists) {} \
+                             ({}), which does not say",
+                            base.branch,
+                            refusal.status_code,
+                            said(&refusal)
+                        ),
+                    }),
+                    _ => Err(self.refused(repo, &refusal, Turn::Read)),
                 }
             })
             .await
@@ -82,55 +68,40 @@ impl GithubForge {
         if refusal.status_code.as_u16() != 403 {
             return None;
         }
-        let (who, app) = match &self.auth {
-            Auth::App(_) => ("the App", true),
-            Auth::Token(_) => ("the token", false),
-        };
-        if let Some(needs) = missing_permission(refusal) {
-            let fix = match app {
-                true => format!(
-                    "in the App's settings grant {}, then accept the new permissions on the \
-                     installation",
-                    as_settings_name(&needs)
-                ),
-                false => format!(
-                    "in the workflow, give the job {} (a fine-grained personal access token \
-                     needs {} on {repo})",
-                    as_workflow_key(&needs),
-                    as_settings_name(&needs)
-                ),
-            };
+        let app = matches!(self.auth, Auth::App(_));
+        let who = if app { "the App" } else { "the token" };
+        let Some(needs) = missing_permission(refusal) else {
+            // A rate limit, said the way rate limits are: retried.
+            if matches!(unexpected(refusal), Setback::Retry { .. }) {
+                return None;
+            }
             return Some(Denial {
                 problem: format!(
-                    "{who} cannot write {repo}: it lacks {needs} (GitHub's \
-                     X-Accepted-GitHub-Permissions)"
+                    "{who} cannot write {repo}: GitHub answered {} ({}) without naming a \
+                     permission",
+                    refusal.status_code,
+                    said(refusal)
                 ),
-                fix,
+                fix: format!("it needs contents write on {repo}"),
             });
-        }
-        // A rate limit, said the way rate limits are: retried.
-        if matches!(unexpected::<()>(refusal), Err(Setback::Retry { .. })) {
-            return None;
-        }
+        };
+        let (settings, key) = (as_settings_name(&needs), as_workflow_key(&needs));
         Some(Denial {
             problem: format!(
-                "{who} cannot write {repo}: GitHub answered {} ({}) without naming a permission",
-                refusal.status_code,
-                said(refusal)
+                "{who} cannot write {repo}: it lacks {needs} (GitHub's \
+                 X-Accepted-GitHub-Permissions)"
             ),
-            fix: format!("it needs contents write on {repo}"),
+            fix: match app {
+                true => format!(
+                    "in the App's settings grant {settings}, then accept the new permissions on \
+                     the installation"
+                ),
+                false => format!(
+                    "in the workflow, give the job {key} (a fine-grained personal access token \
+                     needs {settings} on {repo})"
+                ),
+            },
         })
-    }
-
-    /// A write's refusal that the caller does not handle: with a token, a refusal for a
-    /// missing permission says which; everything else as [`unexpected`] says.
-    pub(super) fn unexpected_write<T>(&self, repo: &RepoName, refusal: &GitHubError) -> Attempt<T> {
-        match (&self.auth, self.denied(repo, refusal)) {
-            (Auth::Token(_), Some(denial)) => Err(Setback::Fail(ForgeError::Refused {
-                message: denial.to_string(),
-            })),
-            _ => unexpected(refusal),
-        }
     }
 }
 
