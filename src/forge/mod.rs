@@ -254,15 +254,35 @@ pub trait Forge: Send + Sync {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError>;
 
-    /// The head branches under `prefix` of pull requests (any state) created at or after
+    /// The pull requests (any state) from a branch under `prefix` in the repository's own
+    /// account (a fork's branch of the same name is another branch), created at or after
     /// `since`.
-    async fn pull_request_heads(
+    async fn pull_requests(
         &self,
         _repo: &RepoName,
         _prefix: &BranchPrefix,
         _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        Ok(Listing::NotKept)
+    }
+
+    /// The heads of [`Forge::pull_requests`]; a missing permission is a refusal.
+    async fn pull_request_heads(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Vec<BranchName>, ForgeError> {
-        Ok(Vec::new())
+        match self.pull_requests(repo, prefix, since).await? {
+            Listing::Found(pulls) => Ok(pulls
+                .iter()
+                .filter_map(|p| BranchName::listed(prefix, &p.head))
+                .collect()),
+            Listing::NotPermitted { needs } => Err(ForgeError::refused(format!(
+                "GitHub does not let rowbranch list pull requests: it needs {needs}"
+            ))),
+            Listing::NotKept => Ok(Vec::new()),
+        }
     }
 
     /// How many commits `branch` has that the base branch has not.
@@ -289,16 +309,19 @@ pub trait Forge: Send + Sync {
             .collect())
     }
 
-    /// The pull requests (any state, the repository's own heads) from a branch of row `id`,
-    /// created at or after `since`, for `explain`.
+    /// The row's among [`Forge::pull_requests`], for `explain`.
     async fn row_pull_requests(
         &self,
-        _repo: &RepoName,
-        _prefix: &BranchPrefix,
-        _id: &RowId,
-        _since: chrono::DateTime<chrono::Utc>,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+        since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<PullRequest>, ForgeError> {
-        Ok(Listing::NotKept)
+        let mut listed = self.pull_requests(repo, prefix, since).await?;
+        if let Listing::Found(pulls) = &mut listed {
+            pulls.retain(|p| prefix.owns(id, &p.head));
+        }
+        Ok(listed)
     }
 
     /// The `repository_dispatch` workflow runs whose title names a branch of row `id`

@@ -306,11 +306,15 @@ impl Installation {
         let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
         let token = self.token().await?;
         match call(request(token.0.clone())).await? {
-            Err(refusal) if refusal.status_code == StatusCode::UNAUTHORIZED => {
-                if self.minter.is_none() {
-                    return Ok(Err(refusal));
+            Err(refusal)
+                if refusal.status_code == StatusCode::UNAUTHORIZED && self.minter.is_some() =>
+            {
+                // Dropped unless another has replaced it meanwhile.
+                let mut current = self.current.lock().await;
+                if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, &token)) {
+                    *current = None;
                 }
-                self.forget(&token).await;
+                drop(current);
                 call(request(self.token().await?.0.clone())).await
             }
             answer => Ok(answer),
@@ -318,7 +322,9 @@ impl Installation {
     }
 
     /// The client with the current token, minted first when there is none or it is about to
-    /// expire.
+    /// expire: `POST /app/installations/{id}/access_tokens`, the token narrowed to the
+    /// repository.
+    /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
     pub async fn token(&self) -> Attempt<Arc<Minted>> {
         let mut current = self.current.lock().await;
         let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
@@ -327,18 +333,16 @@ impl Installation {
         }
         // A given token never expires here: only a minted one comes this far.
         let minter = (self.minter.as_ref()).ok_or_else(|| Setback::bug("a given token expired"))?;
-        let token = Arc::new(minter.mint().await.map_err(Setback::not_applied)?);
+        let path = format!("/app/installations/{}/access_tokens", minter.id);
+        let body = json!({ "repositories": [minter.repository] });
+        let minted = (minter.jwt).run(|gh| async move { gh.post(&path, Some(&body)).await });
+        let minted: MintedToken = (minted.await.map_err(Setback::not_applied)?)
+            .map_err(|refusal| unexpected(&refusal).not_applied())?;
+        let gh = (minter.jwt.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
+        let token = Arc::new((gh, minted.expires_at));
         minter.jwt.metrics.token_minted();
         *current = Some(Arc::clone(&token));
         Ok(token)
-    }
-
-    /// Drops `token` unless another has replaced it meanwhile.
-    async fn forget(&self, token: &Arc<Minted>) {
-        let mut current = self.current.lock().await;
-        if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, token)) {
-            *current = None;
-        }
     }
 }
 
@@ -347,21 +351,6 @@ impl Installation {
 struct MintedToken {
     token: String,
     expires_at: DateTime<Utc>,
-}
-
-impl Minter {
-    /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
-    /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
-    async fn mint(&self) -> Attempt<Minted> {
-        let path = format!("/app/installations/{}/access_tokens", self.id);
-        let body = json!({ "repositories": [self.repository] });
-        let minted = self
-            .jwt
-            .run(|gh| async move { gh.post(&path, Some(&body)).await });
-        let minted: MintedToken = minted.await?.map_err(|refusal| unexpected(&refusal))?;
-        let gh = (self.jwt.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
-        Ok((gh, minted.expires_at))
-    }
 }
 
 /// What the GitHub client is built with, besides its credentials.
@@ -540,7 +529,28 @@ impl AppClient {
                         Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => {
                             Arc::clone(known)
                         }
-                        _ => Arc::new(self.client_for(id, repo)),
+                        _ => {
+                            let mut limits_of =
+                                (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
+                            let shared = limits_of
+                                .entry(id)
+                                .or_insert_with(|| self.limits.pacer_and_bound());
+                            let (writes, requests) = shared.clone();
+                            let jwt = Arc::clone(&self.jwt);
+                            let repository = repo.name().to_owned();
+                            let minter = Some(Minter {
+                                id,
+                                jwt,
+                                repository,
+                            });
+                            let current = Mutex::new(None);
+                            Arc::new(Installation {
+                                writes,
+                                requests,
+                                minter,
+                                current,
+                            })
+                        }
                     };
                     repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
                     installation
@@ -555,26 +565,6 @@ impl AppClient {
             return Err(setback);
         }
         Ok(installation)
-    }
-
-    fn client_for(&self, id: u64, repo: &RepoName) -> Installation {
-        let mut limits_of = (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
-        let shared = limits_of
-            .entry(id)
-            .or_insert_with(|| self.limits.pacer_and_bound());
-        let (writes, requests) = shared.clone();
-        let jwt = Arc::clone(&self.jwt);
-        let repository = repo.name().to_owned();
-        Installation {
-            writes,
-            requests,
-            minter: Some(Minter {
-                id,
-                jwt,
-                repository,
-            }),
-            current: Mutex::new(None),
-        }
     }
 }
 

@@ -3,7 +3,6 @@
 //! through the installation's pacer (the token's, with a token); every call runs inside the
 //! one retry policy.
 
-mod access;
 mod client;
 mod jwt;
 mod pace;
@@ -34,8 +33,8 @@ use tokio::time::Instant;
 use self::client::{encode_path, missing_permission, said, unexpected, Auth, Limits, Refusal};
 use self::retry::{Attempt, Cause, RetryPolicy, Setback};
 use super::{
-    Base, Branch, Claim, Forge, ForgeError, Listing, OpenError, PullRequest, Sha, WorkflowRun,
-    WriteAccess,
+    Base, Branch, Claim, Denial, Forge, ForgeError, Listing, OpenError, PullRequest, Sha,
+    WorkflowRun, WriteAccess,
 };
 use crate::config::GithubSettings;
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
@@ -267,44 +266,46 @@ impl GithubForge {
             .await
     }
 
-    /// The pull requests (any state) from a branch under `prefix` in the repository's own
-    /// account (a fork's branch of the same name is another branch) created at or after
-    /// `since`: `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page
-    /// until they are older. A branch deleted once its pull request merged is found too.
-    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
-    async fn pull_requests_since(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Listing<PullRequest>, ForgeError> {
-        let first =
-            format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
-        let take = |pulls: Vec<PullListed>, found: &mut Vec<PullRequest>| {
-            let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
-            found.extend(pulls.into_iter().filter_map(|p| {
-                let created_at = p.created_at.filter(|at| *at >= since)?;
-                let owner = p.head.label.as_deref().and_then(|l| l.split_once(':'));
-                let own = owner.is_some_and(|(o, _)| o.eq_ignore_ascii_case(repo.owner()));
-                prefix.tail(&p.head.ref_field)?;
-                own.then(|| PullRequest {
-                    number: p.number,
-                    state: match p.state {
-                        Some(octocrab::models::IssueState::Open) => "open",
-                        _ => "closed",
-                    }
-                    .to_owned(),
-                    merged: p.merged_at.is_some(),
-                    merged_at: p.merged_at,
-                    created_at,
-                    url: p.html_url.map(String::from).unwrap_or_default(),
-                    head: p.head.ref_field,
-                })
-            }));
-            !older
+    /// What a write's refusal says when GitHub refused it for a permission rowbranch lacks: a
+    /// 403 that is not a rate limit. `None` for any other answer.
+    fn denied(&self, repo: &RepoName, refusal: &GitHubError) -> Option<Denial> {
+        if refusal.status_code.as_u16() != 403 {
+            return None;
+        }
+        let app = matches!(self.auth, Auth::App(_));
+        let who = if app { "the App" } else { "the token" };
+        let Some(needs) = missing_permission(refusal) else {
+            // A rate limit, said the way rate limits are: retried.
+            if matches!(unexpected(refusal), Setback::Retry { .. }) {
+                return None;
+            }
+            return Some(Denial {
+                problem: format!(
+                    "{who} cannot write {repo}: GitHub answered {} ({}) without naming a \
+                     permission",
+                    refusal.status_code,
+                    said(refusal)
+                ),
+                fix: format!("it needs contents write on {repo}"),
+            });
         };
-        self.pages("listing pull requests", repo, &first, take)
-            .await
+        let (settings, key) = (as_settings_name(&needs), as_workflow_key(&needs));
+        Some(Denial {
+            problem: format!(
+                "{who} cannot write {repo}: it lacks {needs} (GitHub's \
+                 X-Accepted-GitHub-Permissions)"
+            ),
+            fix: match app {
+                true => format!(
+                    "in the App's settings grant {settings}, then accept the new permissions on \
+                     the installation"
+                ),
+                false => format!(
+                    "in the workflow, give the job {key} (a fine-grained personal access token \
+                     needs {settings} on {repo})"
+                ),
+            },
+        })
     }
 }
 
@@ -535,25 +536,6 @@ impl Forge for GithubForge {
         self.matching_refs(what, repo, prefix, &under).await
     }
 
-    /// The heads of [`GithubForge::pull_requests_since`]; a missing permission is a refusal.
-    async fn pull_request_heads(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        match self.pull_requests_since(repo, prefix, since).await? {
-            Listing::Found(pulls) => Ok(pulls
-                .iter()
-                .filter_map(|p| BranchName::listed(prefix, &p.head))
-                .collect()),
-            Listing::NotPermitted { needs } => Err(ForgeError::refused(format!(
-                "GitHub does not let rowbranch list pull requests: it needs {needs}"
-            ))),
-            Listing::NotKept => Ok(Vec::new()),
-        }
-    }
-
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
     /// (https://docs.github.com/rest/commits/commits#compare-two-commits)
     async fn ahead_by(
@@ -583,25 +565,48 @@ impl Forge for GithubForge {
         id: &RowId,
     ) -> Result<Vec<Branch>, ForgeError> {
         let under = format!("{prefix}/{id}");
-        let what = "listing the row's branches";
-        let mut refs = self.matching_refs(what, repo, prefix, &under).await?;
+        let mut refs =
+            (self.matching_refs("listing the row's branches", repo, prefix, &under)).await?;
         refs.retain(|b| prefix.owns(id, b.name.as_str()));
         Ok(refs)
     }
 
-    /// The row's among [`GithubForge::pull_requests_since`].
-    async fn row_pull_requests(
+    /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
+    /// they are older than `since`. A branch deleted once its pull request merged is found too.
+    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
+    async fn pull_requests(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-        id: &RowId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<PullRequest>, ForgeError> {
-        let mut listed = self.pull_requests_since(repo, prefix, since).await?;
-        if let Listing::Found(pulls) = &mut listed {
-            pulls.retain(|p| prefix.owns(id, &p.head));
-        }
-        Ok(listed)
+        let first =
+            format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
+        let take = |pulls: Vec<PullListed>, found: &mut Vec<PullRequest>| {
+            let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
+            found.extend(pulls.into_iter().filter_map(|p| {
+                let created_at = p.created_at.filter(|at| *at >= since)?;
+                let owner = p.head.label.as_deref().and_then(|l| l.split_once(':'));
+                let own = owner.is_some_and(|(o, _)| o.eq_ignore_ascii_case(repo.owner()));
+                prefix.tail(&p.head.ref_field)?;
+                own.then(|| PullRequest {
+                    number: p.number,
+                    state: match p.state {
+                        Some(octocrab::models::IssueState::Open) => "open",
+                        _ => "closed",
+                    }
+                    .to_owned(),
+                    merged: p.merged_at.is_some(),
+                    merged_at: p.merged_at,
+                    created_at,
+                    url: p.html_url.map(String::from).unwrap_or_default(),
+                    head: p.head.ref_field,
+                })
+            }));
+            !older
+        };
+        self.pages("listing pull requests", repo, &first, take)
+            .await
     }
 
     /// `GET /repos/{o}/{r}/actions/runs?event=repository_dispatch`, newest first, page by page
@@ -665,8 +670,122 @@ impl Forge for GithubForge {
         }
     }
 
-    /// The write access probe ([`access`]).
+    /// Whether rowbranch may write a repository: asked once at start without changing anything,
+    /// and said again, the same way, by a write GitHub refuses for a missing permission.
+    ///
+    /// GitHub tells no installation token what it may do — and a workflow's `GITHUB_TOKEN` is an
+    /// installation token: `GET /repos/{o}/{r}`'s `permissions` describe a user's access, not the
+    /// token's. So the probe is a write GitHub refuses whatever the token may do: it creates the
+    /// default branch's own ref at the head it points at already (`POST /repos/{o}/{r}/git/refs`).
+    /// A token that may write is told 422 "Reference already exists", and nothing is created; one
+    /// that may not is told 403 "Resource not accessible by integration" with
+    /// `X-Accepted-GitHub-Permissions: contents=write`, the permission the endpoint needs.
+    ///
+    /// That GitHub checks the permission before it looks at the request's body is what its docs
+    /// imply — "Resource not accessible" means "your token has insufficient permissions", and the
+    /// header lists what the endpoint needs, not what this request would — but do not state. So
+    /// the probe trusts only those two answers; anything else leaves the question untold, and the
+    /// first write answers it with the same message.
+    /// (https://docs.github.com/rest/git/refs#create-a-reference,
+    /// https://docs.github.com/rest/using-the-rest-api/troubleshooting-the-rest-api#resource-not-accessible)
     async fn write_access(&self, repo: &RepoName) -> Result<WriteAccess, ForgeError> {
-        self.probe_write(repo).await
+        let base = &self.base(repo).await?;
+        let reference = &Reference::Branch(base.branch.as_str().to_owned());
+        self.retry
+            .run("checking write access", |_| async move {
+                // A write like any other: paced, and given up once the shutdown begins.
+                let created = self.send(repo, Turn::Claim, |gh| async move {
+                    let repos = gh.repos(repo.owner(), repo.name());
+                    repos.create_ref(reference, base.sha.as_str()).await
+                });
+                // 201: the default branch cannot have been missing, it was read just now.
+                let Err(refusal) = created.await? else {
+                    return Ok(WriteAccess::Granted);
+                };
+                match refusal.status_code.as_u16() {
+                    422 if refusal.message.contains("already exists") => Ok(WriteAccess::Granted),
+                    // Not a denial: a rate limit, retried as any.
+                    403 => (self.denied(repo, &refusal).map(WriteAccess::Denied))
+                        .ok_or_else(|| unexpected(&refusal)),
+                    400 | 422 => Ok(WriteAccess::Untold {
+                        why: format!(
+                            "GitHub answered the probe (creating {}'s own ref, which exists) {} \
+                             ({}), which does not say",
+                            base.branch,
+                            refusal.status_code,
+                            said(&refusal)
+                        ),
+                    }),
+                    _ => Err(self.refused(repo, &refusal, Turn::Read)),
+                }
+            })
+            .await
+    }
+}
+
+/// The first set of permissions an `X-Accepted-GitHub-Permissions` value accepts
+/// (`pull_requests=write,contents=read; issues=write`: the sets are alternatives), as
+/// `(name, level)` pairs.
+fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
+    let first = accepted.split(';').next().unwrap_or_default();
+    first.split(',').filter_map(|pair| {
+        let (name, level) = pair.trim().split_once('=')?;
+        Some((name.trim(), level.trim()))
+    })
+}
+
+/// The permissions as a workflow's `permissions:` key writes them: `permissions: contents:
+/// write`, the names with `-` for `_` (`pull-requests`).
+fn as_workflow_key(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
+        .collect();
+    match pairs.as_slice() {
+        [one] => format!("`permissions: {one}`"),
+        many => format!("`permissions:` with `{}`", many.join("`, `")),
+    }
+}
+
+/// The permissions as GitHub's settings pages name them: `Contents: read and write`.
+fn as_settings_name(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| {
+            let mut words = name.replace('_', " ");
+            if let Some(first) = words.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            let level = match level {
+                "write" => "read and write",
+                "read" => "read-only",
+                other => other,
+            };
+            format!("{words}: {level}")
+        })
+        .collect();
+    pairs.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permission_reads_as_a_workflow_writes_it_and_as_the_settings_page_names_it() {
+        assert_eq!(
+            as_workflow_key("contents=write"),
+            "`permissions: contents: write`"
+        );
+        assert_eq!(
+            as_workflow_key("pull_requests=write,contents=read; issues=write"),
+            "`permissions:` with `pull-requests: write`, `contents: read`"
+        );
+        assert_eq!(
+            as_settings_name("contents=write"),
+            "Contents: read and write"
+        );
+        assert_eq!(
+            as_settings_name("pull_requests=read, actions=read"),
+            "Pull requests: read-only, Actions: read-only"
+        );
     }
 }
