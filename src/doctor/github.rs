@@ -1,7 +1,7 @@
 //! `rowbranch doctor` with GitHub: the credentials — the App's key, its JWT and its bot's name,
 //! or a token in its place (`[github] token_env`), which has no App to check — then, for each
 //! route's repository, what rowbranch needs there: the App's installation and its permissions,
-//! or that the token may write (the probe of `forge::github::access`, which changes nothing);
+//! or that the token may write (the probe of `Forge::write_access`, which changes nothing);
 //! the default branch; a workflow on it that takes the route's dispatch, lets the bot that sends
 //! it start the work and bounds each run within the route's `max_turns` and
 //! `work_timeout_minutes`; and with a token, the drain workflow, which GitHub must still run (a
@@ -92,19 +92,15 @@ pub(super) async fn checks(config: &Config, settings: &GithubSettings, out: &mut
             })
         }
     };
-    let mut repos: Vec<&RepoName> = Vec::new();
+    // Each repository once, with its routes, in the config's order.
+    let mut repos: Vec<(&RepoName, Vec<&Route>)> = Vec::new();
     for route in &config.routes {
-        if !repos.contains(&&route.repo) {
-            repos.push(&route.repo);
+        match repos.iter_mut().find(|(repo, _)| **repo == route.repo) {
+            Some((_, routes)) => routes.push(route),
+            None => repos.push((&route.repo, vec![route])),
         }
     }
-    for repo in repos {
-        let routes: Vec<&Route> = config
-            .routes
-            .iter()
-            .filter(|r| r.repo == *repo)
-            .map(|r| &**r)
-            .collect();
+    for (repo, routes) in repos {
         if !repo_checks(&forge, settings, repo, &routes, bot.as_ref(), out).await {
             return;
         }
@@ -188,11 +184,7 @@ async fn repo_checks(
             return true;
         }
     };
-    let reads = if token.is_some() {
-        "the token reads it: "
-    } else {
-        ""
-    };
+    let reads = token.map_or("", |_| "the token reads it: ");
     out.push(Check::pass(format!(
         "{repo}: {reads}default branch {} at {}",
         base.branch,
@@ -204,11 +196,7 @@ async fn repo_checks(
     let files = match github::workflows(forge, repo, &base.branch).await {
         Ok(files) => files,
         Err(e) => {
-            let who = if token.is_some() {
-                "the token"
-            } else {
-                "the App"
-            };
+            let who = token.map_or("the App", |_| "the token");
             out.push(Check::fail(
                 format!("{repo}: cannot read .github/workflows: {e}"),
                 format!("{who} needs contents read on the repository; see the message for anything else"),

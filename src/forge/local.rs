@@ -3,7 +3,7 @@
 //! to `dispatches.jsonl` beside the repository. It has no pull requests.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{anyhow, Context};
@@ -15,13 +15,13 @@ use tokio::sync::Mutex;
 
 use super::{Base, Branch, Claim, Forge, ForgeError, OpenError, Sha};
 use crate::config::LocalSettings;
-use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
+use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName};
 
 /// How long an `on_dispatch` command may run before it counts as a failed dispatch.
 const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a failed local dispatch asks the sender to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// How often a claim that met another writer's lock file looks again.
+/// How often a ref update that met another writer's lock file looks again.
 const LOCK_RETRIES: u32 = 50;
 /// A ref's lock file older than this was left by a git process that died holding it (one that
 /// was killed): git holds a ref's lock for the milliseconds an update takes, and never removes
@@ -58,6 +58,43 @@ pub struct LocalForge {
     log_lock: Mutex<()>,
 }
 
+/// Runs git on the repository `git_dir`, with stable messages to match on, no prompts from a
+/// server process, and a fixed identity, so a machine without `user.name` can still commit.
+async fn git(git_dir: &Path, args: &[&str]) -> anyhow::Result<Output> {
+    Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .args(args)
+        .env("LC_ALL", "C")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_AUTHOR_NAME", "rowbranch")
+        .env("GIT_AUTHOR_EMAIL", "rowbranch@localhost")
+        .env("GIT_COMMITTER_NAME", "rowbranch")
+        .env("GIT_COMMITTER_EMAIL", "rowbranch@localhost")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .context("could not run git: is it installed and on PATH?")
+}
+
+/// Runs git and returns its stdout, trimmed, or an error carrying its stderr.
+async fn git_ok(git_dir: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = git(git_dir, args).await?;
+    let text = |bytes: &[u8]| String::from_utf8_lossy(bytes).trim().to_owned();
+    anyhow::ensure!(
+        out.status.success(),
+        "git {} failed: {}",
+        args.join(" "),
+        text(&out.stderr)
+    );
+    Ok(text(&out.stdout))
+}
+
+fn stderr(out: &Output) -> std::borrow::Cow<'_, str> {
+    String::from_utf8_lossy(&out.stderr)
+}
+
 impl LocalForge {
     /// Opens the repository at the settings' `path` (bare, or a work tree with `.git`). Fails
     /// with a message that names the path when it is not a git repository.
@@ -69,21 +106,19 @@ impl LocalForge {
         } else {
             path.to_path_buf()
         };
-        let forge = LocalForge {
-            dispatch_log: dispatch_log_path(path),
+        let not_a_repository = || OpenError::NotARepository {
+            path: path.to_path_buf(),
+        };
+        git_ok(&git_dir, &["rev-parse", "--git-dir"])
+            .await
+            .map_err(|_| not_a_repository())?;
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        Ok(LocalForge {
+            dispatch_log: parent.unwrap_or(Path::new(".")).join("dispatches.jsonl"),
             git_dir,
             on_dispatch: settings.on_dispatch.clone(),
             log_lock: Mutex::new(()),
-        };
-        forge
-            .git(&["rev-parse", "--git-dir"])
-            .await
-            .ok()
-            .filter(|out| out.status.success())
-            .ok_or_else(|| OpenError::NotARepository {
-                path: path.to_path_buf(),
-            })?;
-        Ok(forge)
+        })
     }
 
     /// Where this forge logs its dispatches: `dispatches.jsonl` beside the repository.
@@ -91,44 +126,36 @@ impl LocalForge {
         &self.dispatch_log
     }
 
-    fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new("git");
-        cmd.arg("--git-dir")
-            .arg(&self.git_dir)
-            .args(args)
-            // Stable messages to match on, and no prompts from a server process.
-            .env("LC_ALL", "C")
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        cmd
-    }
-
-    async fn git(&self, args: &[&str]) -> anyhow::Result<std::process::Output> {
-        self.command(args)
-            .output()
-            .await
-            .context("could not run git: is it installed and on PATH?")
-    }
-
-    /// Runs git and returns its stdout, or an error carrying its stderr.
-    async fn git_ok(&self, args: &[&str]) -> Result<String, ForgeError> {
-        let out = self.git(args).await?;
-        if !out.status.success() {
-            return Err(ForgeError::Other(anyhow!(
-                "git {} failed: {}",
-                args.join(" "),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
     async fn ref_exists(&self, full_ref: &str) -> Result<bool, ForgeError> {
-        let out = self
-            .git(&["rev-parse", "--verify", "--quiet", full_ref])
-            .await?;
+        let out = git(
+            &self.git_dir,
+            &["rev-parse", "--verify", "--quiet", full_ref],
+        )
+        .await?;
         Ok(out.status.success())
+    }
+
+    /// `git update-ref ARGS` of `full_ref`, waiting while another writer holds the ref's lock
+    /// (its update may yet fail), and once more after removing a lock that a git process left
+    /// when it died: git's answer, or `Unavailable` when the lock stayed.
+    async fn update_ref(&self, full_ref: &str, args: &[&str]) -> Result<Output, ForgeError> {
+        let args = [&["update-ref"], args].concat();
+        for _round in 0..2 {
+            for _ in 0..LOCK_RETRIES {
+                let out = git(&self.git_dir, &args).await?;
+                if out.status.success() || !stderr(&out).contains("File exists") {
+                    return Ok(out);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if !self.clear_stale_locks(full_ref) {
+                break;
+            }
+        }
+        Err(ForgeError::Unavailable {
+            message: format!("{full_ref} stayed locked by another git process"),
+            retry_after: Some(RETRY_AFTER),
+        })
     }
 
     /// Removes the lock files of `full_ref` (and of packed-refs) older than [`STALE_LOCK`]:
@@ -188,40 +215,13 @@ impl LocalForge {
             return Ok(());
         }
         // The command's own words go to the log only: the HTTP answer stays ours.
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: String = stderr.trim().chars().take(300).collect();
+        let tail: String = stderr(&out).trim().chars().take(300).collect();
         tracing::warn!(exit_status = %out.status, stderr = %tail, "on_dispatch failed");
         Err(unavailable(format!(
             "on_dispatch exited with {}",
             out.status
         )))
     }
-
-    async fn append_dispatch(&self, line: &str) -> Result<(), ForgeError> {
-        let _guard = self.log_lock.lock().await;
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.dispatch_log)
-            .await
-            .with_context(|| format!("could not open {}", self.dispatch_log.display()))?;
-        // One write per line: appends from other processes do not interleave inside it.
-        // tokio's File finishes a write in the background: flush, so the line is in the log
-        // before the dispatch counts as done, and a failed write is an error, not a shrug.
-        let appended = file.write_all(format!("{line}\n").as_bytes()).await;
-        appended
-            .and(file.flush().await)
-            .with_context(|| format!("could not append to {}", self.dispatch_log.display()))?;
-        Ok(())
-    }
-}
-
-fn dispatch_log_path(repo: &Path) -> PathBuf {
-    let parent = match repo.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    parent.join("dispatches.jsonl")
 }
 
 fn head_ref(branch: &BranchName) -> String {
@@ -230,56 +230,27 @@ fn head_ref(branch: &BranchName) -> String {
 
 #[async_trait]
 impl Forge for LocalForge {
-    async fn row_branches(
-        &self,
-        _repo: &RepoName,
-        prefix: &BranchPrefix,
-        id: &RowId,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        let pattern = format!("refs/heads/{prefix}/{id}*");
-        let out = self
-            .git_ok(&["for-each-ref", "--format=%(refname)", &pattern])
-            .await?;
-        Ok(out
-            .lines()
-            .filter_map(|r| r.strip_prefix("refs/heads/"))
-            .filter_map(|branch| BranchName::existing(prefix, id, branch))
-            .collect())
-    }
-
-    async fn has_pull_request(
-        &self,
-        _repo: &RepoName,
-        _branch: &BranchName,
-    ) -> Result<bool, ForgeError> {
-        // A bare git repository has no pull requests.
-        Ok(false)
-    }
-
     async fn base(&self, _repo: &RepoName) -> Result<Base, ForgeError> {
-        let head = self.git_ok(&["symbolic-ref", "HEAD"]).await?;
-        let head = head.trim();
-        let branch = head.strip_prefix("refs/heads/").unwrap_or(head).to_owned();
-        let branch = RefName::parse(&branch).map_err(|e| ForgeError::Refused {
-            message: format!("the repository's default branch: {e}"),
+        let head = git_ok(&self.git_dir, &["symbolic-ref", "HEAD"]).await?;
+        let branch = head.strip_prefix("refs/heads/").unwrap_or(&head);
+        let branch = RefName::parse(branch)
+            .map_err(|e| ForgeError::refused(format!("the repository's default branch: {e}")))?;
+        let commit = format!("{head}^{{commit}}");
+        let sha = git_ok(
+            &self.git_dir,
+            &["rev-parse", "--verify", "--quiet", &commit],
+        )
+        .await;
+        let sha = sha.map_err(|_| {
+            ForgeError::refused(format!(
+                "the repository's default branch `{branch}` has no commits yet: make a first \
+                 commit"
+            ))
         })?;
-        let sha = self
-            .git(&[
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("{head}^{{commit}}"),
-            ])
-            .await?;
-        if !sha.status.success() {
-            return Err(ForgeError::Refused {
-                message: format!(
-                    "the repository's default branch `{branch}` has no commits yet: make a first commit"
-                ),
-            });
-        }
-        let sha = Sha::new(String::from_utf8_lossy(&sha.stdout).trim());
-        Ok(Base { branch, sha })
+        Ok(Base {
+            branch,
+            sha: Sha::new(sha),
+        })
     }
 
     async fn claim(
@@ -289,39 +260,19 @@ impl Forge for LocalForge {
         sha: &Sha,
     ) -> Result<Claim, ForgeError> {
         let full_ref = head_ref(branch);
-        // A second round only after a stale lock was removed.
-        for _round in 0..2 {
-            for _ in 0..LOCK_RETRIES {
-                // An empty old value makes git refuse the update when the ref exists: the
-                // atomic create-if-absent that GitHub's `POST /git/refs` gives.
-                let out = self
-                    .git(&["update-ref", &full_ref, sha.as_str(), ""])
-                    .await?;
-                if out.status.success() {
-                    return Ok(Claim::Created);
-                }
-                let stderr = String::from_utf8_lossy(&out.stderr);
-                if stderr.contains("reference already exists") || self.ref_exists(&full_ref).await?
-                {
-                    return Ok(Claim::Exists);
-                }
-                if !stderr.contains("File exists") {
-                    return Err(ForgeError::Other(anyhow!(
-                        "git update-ref {full_ref} failed: {}",
-                        stderr.trim()
-                    )));
-                }
-                // Another writer holds the ref's lock and its update may yet fail: look again.
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            if !self.clear_stale_locks(&full_ref) {
-                break;
-            }
+        // An empty old value makes git refuse the update when the ref exists: the atomic
+        // create-if-absent that GitHub's `POST /git/refs` gives.
+        let out = (self.update_ref(&full_ref, &[&full_ref, sha.as_str(), ""])).await?;
+        if out.status.success() {
+            return Ok(Claim::Created);
         }
-        Err(ForgeError::Unavailable {
-            message: format!("{full_ref} stayed locked by another git process"),
-            retry_after: Some(RETRY_AFTER),
-        })
+        if stderr(&out).contains("reference already exists") || self.ref_exists(&full_ref).await? {
+            return Ok(Claim::Exists);
+        }
+        Err(ForgeError::Other(anyhow!(
+            "git update-ref {full_ref} failed: {}",
+            stderr(&out).trim()
+        )))
     }
 
     async fn dispatch(
@@ -336,7 +287,20 @@ impl Forge for LocalForge {
         if let Some(command) = &self.on_dispatch {
             self.run_on_dispatch(command, &line).await?;
         }
-        self.append_dispatch(&line).await
+        let _guard = self.log_lock.lock().await;
+        let log = self.dispatch_log.display();
+        let mut file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.dispatch_log)
+            .await
+            .with_context(|| format!("could not open {log}"))?;
+        // One write per line: appends from other processes do not interleave inside it.
+        // tokio's File finishes a write in the background: flush, so the line is in the log
+        // before the dispatch counts as done, and a failed write is an error, not a shrug.
+        let appended = file.write_all(format!("{line}\n").as_bytes()).await;
+        (appended.and(file.flush().await)).with_context(|| format!("could not append to {log}"))?;
+        Ok(())
     }
 
     async fn prefix_branches(
@@ -344,33 +308,17 @@ impl Forge for LocalForge {
         _repo: &RepoName,
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
+        let format = "--format=%(refname) %(objectname)";
         let pattern = format!("refs/heads/{prefix}/");
-        let out = self
-            .git_ok(&[
-                "for-each-ref",
-                "--format=%(refname) %(objectname)",
-                &pattern,
-            ])
-            .await?;
-        Ok(out
-            .lines()
-            .filter_map(|line| line.split_once(' '))
-            .filter_map(|(name, sha)| {
-                Some(Branch {
-                    name: BranchName::listed(prefix, name.strip_prefix("refs/heads/")?)?,
-                    sha: Sha::new(sha),
-                })
+        let out = git_ok(&self.git_dir, &["for-each-ref", format, &pattern]).await?;
+        let branch = |(name, sha): (&str, &str)| {
+            Some(Branch {
+                name: BranchName::listed(prefix, name.strip_prefix("refs/heads/")?)?,
+                sha: Sha::new(sha),
             })
-            .collect())
-    }
-
-    async fn pull_request_heads(
-        &self,
-        _repo: &RepoName,
-        _prefix: &BranchPrefix,
-        _since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        Ok(Vec::new())
+        };
+        let lines = out.lines().filter_map(|line| line.split_once(' '));
+        Ok(lines.filter_map(branch).collect())
     }
 
     async fn ahead_by(
@@ -380,14 +328,14 @@ impl Forge for LocalForge {
         branch: &BranchName,
     ) -> Result<u64, ForgeError> {
         let range = format!("refs/heads/{}..{}", base.branch, head_ref(branch));
-        let out = self.git_ok(&["rev-list", "--count", &range]).await?;
-        out.trim()
-            .parse()
+        let out = git_ok(&self.git_dir, &["rev-list", "--count", &range]).await?;
+        out.parse()
             .map_err(|e| ForgeError::Other(anyhow!("git rev-list --count said {out:?}: {e}")))
     }
 
     async fn ready(&self) -> Result<(), ForgeError> {
-        self.git_ok(&["rev-parse", "--git-dir"]).await.map(drop)
+        git_ok(&self.git_dir, &["rev-parse", "--git-dir"]).await?;
+        Ok(())
     }
 
     async fn release(
@@ -397,31 +345,13 @@ impl Forge for LocalForge {
         sha: &Sha,
     ) -> Result<(), ForgeError> {
         let full_ref = head_ref(branch);
-        let mut out = self
-            .git(&["update-ref", "-d", &full_ref, sha.as_str()])
-            .await?;
-        if !out.status.success()
-            && String::from_utf8_lossy(&out.stderr).contains("File exists")
-            && self.clear_stale_locks(&full_ref)
-        {
-            out = self
-                .git(&["update-ref", "-d", &full_ref, sha.as_str()])
-                .await?;
-        }
+        let out = (self.update_ref(&full_ref, &["-d", &full_ref, sha.as_str()])).await?;
         if out.status.success() || !self.ref_exists(&full_ref).await? {
             return Ok(());
         }
-        if String::from_utf8_lossy(&out.stderr).contains("File exists") {
-            return Err(ForgeError::Unavailable {
-                message: format!("{full_ref} is locked by another git process"),
-                retry_after: Some(RETRY_AFTER),
-            });
-        }
-        Err(ForgeError::Refused {
-            message: format!(
-                "{full_ref} was not deleted: it no longer points at the claimed commit {sha}"
-            ),
-        })
+        Err(ForgeError::refused(format!(
+            "{full_ref} was not deleted: it no longer points at the claimed commit {sha}"
+        )))
     }
 }
 
@@ -431,62 +361,18 @@ pub async fn create_repository(path: &Path) -> anyhow::Result<Base> {
     if path.exists() {
         anyhow::bail!("{} exists already", path.display());
     }
-    let dir = path.to_str().context("the repository path is not UTF-8")?;
-    setup_git(&["init", "--quiet", "--bare", "--initial-branch=main", dir]).await?;
-    let empty_tree = setup_git(&[
-        "--git-dir",
-        dir,
-        "hash-object",
-        "-t",
-        "tree",
-        "-w",
-        "/dev/null",
-    ])
+    git_ok(
+        path,
+        &["init", "--quiet", "--bare", "--initial-branch=main"],
+    )
     .await?;
-    let commit = setup_git(&[
-        "--git-dir",
-        dir,
-        "commit-tree",
-        &empty_tree,
-        "-m",
-        "Initial commit",
-    ])
-    .await?;
-    setup_git(&[
-        "--git-dir",
-        dir,
-        "update-ref",
-        "refs/heads/main",
-        &commit,
-        "",
-    ])
-    .await?;
+    let empty_tree = git_ok(path, &["hash-object", "-t", "tree", "-w", "/dev/null"]).await?;
+    let commit = git_ok(path, &["commit-tree", &empty_tree, "-m", "Initial commit"]).await?;
+    git_ok(path, &["update-ref", "refs/heads/main", &commit, ""]).await?;
     Ok(Base {
         branch: RefName::parse("main").expect("main is a branch name"),
         sha: Sha::new(commit),
     })
-}
-
-/// Runs git with a fixed identity, so a machine without `user.name` can still commit.
-async fn setup_git(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new("git")
-        .args(args)
-        .env("LC_ALL", "C")
-        .env("GIT_AUTHOR_NAME", "rowbranch")
-        .env("GIT_AUTHOR_EMAIL", "rowbranch@localhost")
-        .env("GIT_COMMITTER_NAME", "rowbranch")
-        .env("GIT_COMMITTER_EMAIL", "rowbranch@localhost")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .context("could not run git: is it installed and on PATH?")?;
-    anyhow::ensure!(
-        out.status.success(),
-        "git {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    );
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 #[cfg(test)]
@@ -496,6 +382,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::identity::RowId;
 
     async fn forge() -> (tempfile::TempDir, LocalForge, BranchName, Sha) {
         let dir = tempfile::tempdir().expect("a temporary directory");

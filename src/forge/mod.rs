@@ -76,24 +76,29 @@ pub struct PullRequest {
     pub url: String,
 }
 
-/// A workflow run, as `explain` shows it. A run that `repository_dispatch` started runs on
+/// A workflow run, as `explain` shows it and as GitHub lists it (`GET …/actions/runs`, whose
+/// `display_title` octocrab's model lacks). A run that `repository_dispatch` started runs on
 /// the default branch: the row's branch is only in its title (the workflow's `run-name`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkflowRun {
     /// GitHub's run id (above 2^31 on github.com).
     pub id: u64,
+    #[serde(default)]
     pub run_number: u64,
     /// The workflow's name.
     pub name: Option<String>,
     /// GitHub's `display_title`: the `run-name` the workflow sets.
+    #[serde(default, rename(deserialize = "display_title"))]
     pub title: String,
     /// `queued`, `in_progress`, `completed`, …
     pub status: Option<String>,
     /// Once completed: `success`, `failure`, `cancelled`, …
     pub conclusion: Option<String>,
+    #[serde(default)]
     pub event: String,
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// Its page, for people.
+    #[serde(default, rename(deserialize = "html_url"))]
     pub url: String,
 }
 
@@ -134,18 +139,13 @@ pub enum WriteAccess {
 
 /// Credentials that may not write a repository: what they lack, and how to fix it. Written
 /// whole, `{problem}; {fix}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{problem}; {fix}")]
 pub struct Denial {
     /// `the token cannot write acme/app: it lacks contents=write (…)`.
     pub problem: String,
     /// `in the workflow, give the job …`.
     pub fix: String,
-}
-
-impl fmt::Display for Denial {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}; {}", self.problem, self.fix)
-    }
 }
 
 /// What a claim (an atomic create-if-absent of a branch) found out.
@@ -181,13 +181,22 @@ pub enum ForgeError {
     Other(anyhow::Error),
 }
 
+impl ForgeError {
+    pub fn refused(message: impl Into<String>) -> ForgeError {
+        ForgeError::Refused {
+            message: message.into(),
+        }
+    }
+}
+
 impl From<anyhow::Error> for ForgeError {
     fn from(e: anyhow::Error) -> ForgeError {
         ForgeError::Other(e)
     }
 }
 
-/// The operations the pipeline needs from a forge. Each is one request on GitHub.
+/// The operations the pipeline needs from a forge. Each is one request on GitHub. What a
+/// forge keeps no pull requests or runs for (the local one) has none of them, by default.
 #[async_trait]
 pub trait Forge: Send + Sync {
     /// Branches (short names) that belong to row `id` under `prefix`: `{prefix}/{id}` or
@@ -197,14 +206,19 @@ pub trait Forge: Send + Sync {
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: &RowId,
-    ) -> Result<Vec<BranchName>, ForgeError>;
+    ) -> Result<Vec<BranchName>, ForgeError> {
+        let heads = self.row_branch_heads(repo, prefix, id).await?;
+        Ok(heads.into_iter().map(|b| b.name).collect())
+    }
 
     /// Whether a pull request in any state has `branch` as its head.
     async fn has_pull_request(
         &self,
-        repo: &RepoName,
-        branch: &BranchName,
-    ) -> Result<bool, ForgeError>;
+        _repo: &RepoName,
+        _branch: &BranchName,
+    ) -> Result<bool, ForgeError> {
+        Ok(false)
+    }
 
     /// The default branch and its head commit: where a claim starts.
     async fn base(&self, repo: &RepoName) -> Result<Base, ForgeError>;
@@ -240,14 +254,36 @@ pub trait Forge: Send + Sync {
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError>;
 
-    /// The head branches under `prefix` of pull requests (any state) created at or after
+    /// The pull requests (any state) from a branch under `prefix` in the repository's own
+    /// account (a fork's branch of the same name is another branch), created at or after
     /// `since`.
+    async fn pull_requests(
+        &self,
+        _repo: &RepoName,
+        _prefix: &BranchPrefix,
+        _since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        Ok(Listing::NotKept)
+    }
+
+    /// The heads of [`Forge::pull_requests`]; a missing permission is a refusal.
     async fn pull_request_heads(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
         since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError>;
+    ) -> Result<Vec<BranchName>, ForgeError> {
+        match self.pull_requests(repo, prefix, since).await? {
+            Listing::Found(pulls) => Ok(pulls
+                .iter()
+                .filter_map(|p| BranchName::listed(prefix, &p.head))
+                .collect()),
+            Listing::NotPermitted { needs } => Err(ForgeError::refused(format!(
+                "GitHub does not let rowbranch list pull requests: it needs {needs}"
+            ))),
+            Listing::NotKept => Ok(Vec::new()),
+        }
+    }
 
     /// How many commits `branch` has that the base branch has not.
     async fn ahead_by(
@@ -273,16 +309,19 @@ pub trait Forge: Send + Sync {
             .collect())
     }
 
-    /// The pull requests (any state, the repository's own heads) from a branch of row `id`,
-    /// created at or after `since`, for `explain`.
+    /// The row's among [`Forge::pull_requests`], for `explain`.
     async fn row_pull_requests(
         &self,
-        _repo: &RepoName,
-        _prefix: &BranchPrefix,
-        _id: &RowId,
-        _since: chrono::DateTime<chrono::Utc>,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+        since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<PullRequest>, ForgeError> {
-        Ok(Listing::NotKept)
+        let mut listed = self.pull_requests(repo, prefix, since).await?;
+        if let Listing::Found(pulls) = &mut listed {
+            pulls.retain(|p| prefix.owns(id, &p.head));
+        }
+        Ok(listed)
     }
 
     /// The `repository_dispatch` workflow runs whose title names a branch of row `id`
@@ -322,39 +361,13 @@ pub enum OpenError {
         path.display()
     )]
     NotARepository { path: PathBuf },
-    #[error(
-        "cannot read the GitHub App private key {}: {cause} (set [github] private_key_path, or \
-         GITHUB_APP_PRIVATE_KEY to the PEM text)",
-        path.display()
-    )]
-    KeyUnreadable {
-        path: PathBuf,
-        cause: std::io::Error,
-    },
     /// The key does not parse, or cannot sign the App's JWT.
     #[error(transparent)]
     Key(#[from] github::KeyError),
-    /// `api_url` cannot be used: no URL, or plain HTTP beyond loopback. The whole sentence.
+    /// The GitHub client cannot be built: the key file unreadable, `api_url` no URL or plain
+    /// HTTP beyond loopback, no TLS roots, a token no header can carry. The whole sentence.
     #[error("{0}")]
-    ApiUrl(String),
-    /// The system's CA certificates, for GitHub's, could not be loaded.
-    #[error("no TLS roots for GitHub's certificate: {cause}")]
-    TlsRoots { cause: String },
-    /// The GitHub client could not be built (a token no header can carry).
-    #[error("could not build the GitHub client: {cause}")]
-    Client { cause: String },
-}
-
-/// An error and its causes, `: `-separated.
-pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+    Github(String),
 }
 
 /// Opens the forge the settings name; its waits and retries end with `shutdown`'s grace, and

@@ -11,12 +11,11 @@
 //! (https://docs.github.com/rest/using-the-rest-api/getting-started-with-the-rest-api#user-agent,
 //! https://docs.github.com/rest/about-the-rest-api/api-versions)
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 use http::header::{HeaderValue, ACCEPT, USER_AGENT};
 use http::{HeaderMap, HeaderName, Method, Request, StatusCode};
@@ -31,20 +30,20 @@ use tokio::time::Instant;
 use super::jwt::AppKey;
 use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Setback};
-use crate::config::{AccessToken, PaceSettings};
-use crate::forge::{with_causes, ForgeError, OpenError};
+use crate::config::{GithubAuth, GithubSettings, PaceSettings, PrivateKeySource};
+use crate::forge::OpenError;
 use crate::identity::RepoName;
 use crate::metrics::{GithubOperation as Operation, Metrics};
 use crate::shutdown::Shutdown;
 
 /// rowbranch and its version: GitHub asks for the application's name, and refuses a request
 /// without a `User-Agent`.
-pub const USER_AGENT_VALUE: &str = concat!("rowbranch/", env!("CARGO_PKG_VERSION"));
+const USER_AGENT_VALUE: &str = concat!("rowbranch/", env!("CARGO_PKG_VERSION"));
 /// GitHub's media type for its REST API.
-pub const ACCEPT_VALUE: &str = "application/vnd.github+json";
+const ACCEPT_VALUE: &str = "application/vnd.github+json";
 /// The REST API version every request asks for. `2022-11-28` is supported until March 2028;
 /// a request without the header gets the oldest version still supported, which changes under it.
-pub const API_VERSION: &str = "2022-11-28";
+const API_VERSION: &str = "2022-11-28";
 const API_VERSION_HEADER: HeaderName = HeaderName::from_static("x-github-api-version");
 
 /// How long to wait for a connection; octocrab sets none by default.
@@ -67,20 +66,16 @@ const INSTALLATION_TTL: Duration = Duration::from_secs(600);
 /// bearer (the App's JWT, an installation's token) with `Octocrab::user_access_token`, and
 /// shares this stack. Builds in a tokio runtime (octocrab spawns its buffer's worker).
 pub fn octocrab(api_url: &str, metrics: Arc<Metrics>) -> Result<Octocrab, OpenError> {
-    let base: http::Uri = api_url.parse().map_err(|e| {
-        OpenError::ApiUrl(format!(
-            "api_url `{api_url}` is not a URL: {}",
-            with_causes(&e)
-        ))
-    })?;
+    let unusable = |why: String| OpenError::Github(format!("api_url `{api_url}` {why}"));
+    let base: http::Uri = (api_url.parse()).map_err(|e| unusable(format!("is not a URL: {e}")))?;
     if base.scheme().is_none() || base.authority().is_none() {
-        return Err(OpenError::ApiUrl(format!(
-            "api_url `{api_url}` names no scheme and host (e.g. https://api.github.com)"
-        )));
+        return Err(unusable(
+            "names no scheme and host (e.g. https://api.github.com)".into(),
+        ));
     }
     // The config refuses it first; `init --api-url` comes here directly.
     if let Some(problem) = crate::identity::api_url_problem(api_url) {
-        return Err(OpenError::ApiUrl(problem));
+        return Err(OpenError::Github(problem));
     }
     // The process's provider when one is installed, else ring: what octocrab picks.
     let provider = rustls::crypto::CryptoProvider::get_default()
@@ -88,8 +83,9 @@ pub fn octocrab(api_url: &str, metrics: Arc<Metrics>) -> Result<Octocrab, OpenEr
         .unwrap_or_else(|| Arc::new(rustls::crypto::ring::default_provider()));
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
         .with_provider_and_native_roots(provider)
-        .map_err(|e| OpenError::TlsRoots {
-            cause: with_causes(&e),
+        .map_err(|e| {
+            let e = anyhow::Error::new(e);
+            OpenError::Github(format!("no TLS roots for GitHub's certificate: {e:#}"))
         })?
         .https_or_http()
         .enable_http1()
@@ -110,14 +106,26 @@ pub fn octocrab(api_url: &str, metrics: Arc<Metrics>) -> Result<Octocrab, OpenEr
             headers.insert(API_VERSION_HEADER, HeaderValue::from_static(API_VERSION));
             let path = request.uri().path();
             let operation = operation(request.method(), path);
-            let limit = match path.contains("/git/matching-refs/") {
-                true => REFS_LIMIT,
-                false => ANSWER_LIMIT,
-            };
+            let refs = path.contains("/git/matching-refs/");
+            let limit = if refs { REFS_LIMIT } else { ANSWER_LIMIT };
             let started = Instant::now();
             let answer = http.request(request).await;
+            // Counted: the answer's status (or `error`), how long its head took, and the rate
+            // limit GitHub says is left.
             if let Some(operation) = operation {
-                count(&metrics, operation, &answer, started);
+                let status = match &answer {
+                    Ok(response) => {
+                        let header = |name| response.headers().get(name)?.to_str().ok();
+                        let left = header("x-ratelimit-remaining").and_then(|v| v.parse().ok());
+                        if let Some(left) = left {
+                            let resource = header("x-ratelimit-resource").unwrap_or("core");
+                            metrics.rate_limit_remaining(resource, left);
+                        }
+                        response.status().as_u16().to_string()
+                    }
+                    Err(_) => "error".to_owned(),
+                };
+                metrics.github_request(operation, &status, started.elapsed());
             }
             answer.map(|response| response.map(|body| Limited::new(body, limit)))
         }
@@ -160,28 +168,6 @@ fn operation(method: &Method, path: &str) -> Option<Operation> {
     })
 }
 
-/// Counts a request: its answer's status (or `error`), how long its head took, and the rate
-/// limit GitHub says is left.
-fn count<B, E>(
-    metrics: &Metrics,
-    operation: Operation,
-    answer: &Result<http::Response<B>, E>,
-    started: Instant,
-) {
-    let status = match answer {
-        Ok(response) => {
-            let header = |name| response.headers().get(name).and_then(|v| v.to_str().ok());
-            if let Some(left) = header("x-ratelimit-remaining").and_then(|v| v.parse().ok()) {
-                metrics
-                    .rate_limit_remaining(header("x-ratelimit-resource").unwrap_or("core"), left);
-            }
-            response.status().as_u16().to_string()
-        }
-        Err(_) => "error".to_owned(),
-    };
-    metrics.github_request(operation, &status, started.elapsed());
-}
-
 /// GitHub's answer when it is not a success: its status, `message` and headers.
 pub type Refusal = Box<GitHubError>;
 
@@ -209,9 +195,9 @@ pub async fn call<T>(
             | octocrab::Error::Uri { .. }
             | octocrab::Error::UriParse { .. }
             | octocrab::Error::Http { .. }),
-        )) => Err(Setback::Fail(ForgeError::Other(anyhow!(
+        )) => Err(Setback::bug(format!(
             "GitHub's answer could not be read, or the request made: {e}"
-        )))),
+        ))),
         Ok(Err(e)) => Err(lost(no_answer(&e))),
     }
 }
@@ -248,11 +234,11 @@ pub fn said(refusal: &GitHubError) -> String {
     refusal.message.chars().take(200).collect()
 }
 
-/// A refusal as a retry decision, for statuses the caller does not handle itself.
-pub fn unexpected<T>(refusal: &GitHubError) -> Attempt<T> {
+/// A refusal as the retry policy sorts it, for statuses the caller does not handle itself.
+pub fn unexpected(refusal: &GitHubError) -> Setback {
     let none = HeaderMap::new();
     let headers = refusal.headers.as_ref().unwrap_or(&none);
-    Err(classify(refusal.status_code, headers, &said(refusal)))
+    classify(refusal.status_code, headers, &said(refusal))
 }
 
 /// For a 403 that is a permission the credentials lack (not a rate limit): what GitHub says
@@ -264,13 +250,6 @@ pub fn missing_permission(refusal: &GitHubError) -> Option<String> {
     (refusal.status_code == StatusCode::FORBIDDEN && !limited)
         .then(|| header("x-accepted-github-permissions").map(str::to_owned))
         .flatten()
-}
-
-/// GitHub's 409 for an empty repository: nothing to branch from.
-pub fn empty_repository(repo: &RepoName) -> Setback {
-    Setback::Fail(ForgeError::Refused {
-        message: format!("{repo} is empty: push a first commit to its default branch"),
-    })
 }
 
 /// Characters kept as they are in a path segment; everything else is percent-encoded (a
@@ -290,41 +269,28 @@ pub fn encode_path(path: &str) -> String {
         .join("/")
 }
 
-/// One installation — or, with a token, the token: the client its requests go out with, the
-/// pacer of its writes and the bound on its requests.
+/// A client with a token, and when the token expires (never, for a token given as it is).
+type Minted = (Octocrab, DateTime<Utc>);
+
+/// One installation's client for one repository — or, with a token, the token's for every
+/// repository: the pacer of its writes, the bound on its requests, and its token.
 pub struct Installation {
     pub writes: Arc<Pacer>,
     /// Requests open at GitHub at once for this installation, reads and writes together.
     requests: Arc<Semaphore>,
-    token: TokenSource,
+    /// What mints its tokens; `None` for a token given as it is, never minted or renewed.
+    minter: Option<Minter>,
+    /// The client with the current token. Held while a token is minted, so that concurrent
+    /// requests do not each mint one.
+    current: Mutex<Option<Arc<Minted>>>,
 }
 
-/// Where an [`Installation`]'s token comes from.
-enum TokenSource {
-    /// Given (`[github] token_env`): its client, used as it is, never minted or renewed.
-    Given(Octocrab),
-    /// Minted from the App's JWT and renewed here.
-    Minted(Minter),
-}
-
-/// What mints an installation's tokens, and the client with the token last minted.
+/// What mints an installation's tokens: its id, the App, and the repository each token is
+/// narrowed to (a repository missing from an installation then fails alone).
 struct Minter {
     id: u64,
     jwt: Arc<JwtClient>,
-    /// The repository each token is narrowed to.
     repository: String,
-    /// Held while a token is minted, so that concurrent requests do not each mint one.
-    current: Mutex<Option<Arc<MintedClient>>>,
-}
-
-/// A client with a minted token, and when the token expires.
-type MintedClient = (Octocrab, DateTime<Utc>);
-
-/// GitHub's answer to a token mint (the fields read of it).
-#[derive(Deserialize)]
-struct MintedToken {
-    token: String,
-    expires_at: DateTime<Utc>,
 }
 
 impl Installation {
@@ -337,95 +303,54 @@ impl Installation {
         F: Fn(Octocrab) -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        let _open = self.requests.acquire().await.map_err(|_| closed())?;
-        let minter = match &self.token {
-            TokenSource::Given(gh) => return call(request(gh.clone())).await,
-            TokenSource::Minted(minter) => minter,
-        };
-        let token = minter.token().await?;
+        let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
+        let token = self.token().await?;
         match call(request(token.0.clone())).await? {
-            Err(refusal) if refusal.status_code == StatusCode::UNAUTHORIZED => {
-                minter.forget(&token).await;
-                call(request(minter.token().await?.0.clone())).await
+            Err(refusal)
+                if refusal.status_code == StatusCode::UNAUTHORIZED && self.minter.is_some() =>
+            {
+                // Dropped unless another has replaced it meanwhile.
+                let mut current = self.current.lock().await;
+                if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, &token)) {
+                    *current = None;
+                }
+                drop(current);
+                call(request(self.token().await?.0.clone())).await
             }
             answer => Ok(answer),
         }
     }
 
-    /// Makes sure the token has life left, minting one (once) when it has not.
-    pub async fn ensure_token(&self) -> Attempt<()> {
-        match &self.token {
-            TokenSource::Minted(minter) => minter.token().await.map(drop),
-            TokenSource::Given(_) => Ok(()),
-        }
-    }
-
-    /// GitHub's 404 for something of `repo`: the repository is missing, or the credentials
-    /// cannot see it.
-    pub fn not_found(&self, repo: &RepoName, refusal: &GitHubError) -> Setback {
-        let reach = match self.token {
-            TokenSource::Minted(_) => "is the App installed on it?",
-            TokenSource::Given(_) => {
-                "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
-            }
-        };
-        Setback::Fail(ForgeError::Refused {
-            message: format!(
-                "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
-                said(refusal)
-            ),
-        })
-    }
-}
-
-impl Minter {
     /// The client with the current token, minted first when there is none or it is about to
-    /// expire.
-    async fn token(&self) -> Attempt<Arc<MintedClient>> {
+    /// expire: `POST /app/installations/{id}/access_tokens`, the token narrowed to the
+    /// repository.
+    /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
+    pub async fn token(&self) -> Attempt<Arc<Minted>> {
         let mut current = self.current.lock().await;
         let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
         if let Some(token) = current.as_ref().filter(|t| t.1 - Utc::now() > renew_at) {
             return Ok(Arc::clone(token));
         }
-        let token = Arc::new(self.mint().await.map_err(Setback::not_applied)?);
-        self.jwt.metrics.token_minted();
+        // A given token never expires here: only a minted one comes this far.
+        let minter = (self.minter.as_ref()).ok_or_else(|| Setback::bug("a given token expired"))?;
+        let path = format!("/app/installations/{}/access_tokens", minter.id);
+        let body = json!({ "repositories": [minter.repository] });
+        let minted = (minter.jwt).run(|gh| async move { gh.post(&path, Some(&body)).await });
+        let minted: MintedToken = (minted.await.map_err(Setback::not_applied)?)
+            .map_err(|refusal| unexpected(&refusal).not_applied())?;
+        let gh = (minter.jwt.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
+        let token = Arc::new((gh, minted.expires_at));
+        minter.jwt.metrics.token_minted();
         *current = Some(Arc::clone(&token));
         Ok(token)
     }
-
-    /// Drops `token` unless another has replaced it meanwhile.
-    async fn forget(&self, token: &Arc<MintedClient>) {
-        let mut current = self.current.lock().await;
-        if current.as_ref().is_some_and(|t| Arc::ptr_eq(t, token)) {
-            *current = None;
-        }
-    }
-
-    /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
-    /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
-    async fn mint(&self) -> Attempt<MintedClient> {
-        let path = format!("/app/installations/{}/access_tokens", self.id);
-        let body = json!({ "repositories": [self.repository] });
-        let minted: MintedToken = match self
-            .jwt
-            .run(|gh| async move { gh.post(&path, Some(&body)).await })
-            .await?
-        {
-            Ok(minted) => minted,
-            Err(refusal) => return unexpected(&refusal),
-        };
-        let gh = self
-            .jwt
-            .gh
-            .user_access_token(minted.token)
-            .map_err(|e| Setback::Fail(ForgeError::Other(anyhow!("a token client: {e}"))))?;
-        Ok((gh, minted.expires_at))
-    }
 }
 
-/// A request bound that was closed: nothing closes one, so this is a bug.
-fn closed() -> Setback {
-    Setback::Fail(ForgeError::Other(anyhow!("a request bound was closed")))
+/// GitHub's answer to a token mint (the fields read of it).
+#[derive(Deserialize)]
+struct MintedToken {
+    token: String,
+    expires_at: DateTime<Utc>,
 }
 
 /// What the GitHub client is built with, besides its credentials.
@@ -441,48 +366,68 @@ type PacerAndBound = (Arc<Pacer>, Arc<Semaphore>);
 
 impl Limits {
     fn pacer_and_bound(&self) -> PacerAndBound {
-        (
-            Arc::new(Pacer::new(
-                self.pace,
-                self.shutdown.clone(),
-                Arc::clone(&self.metrics),
-            )),
-            Arc::new(Semaphore::new(self.max_concurrent_requests)),
-        )
+        let pacer = Pacer::new(self.pace, self.shutdown.clone(), Arc::clone(&self.metrics));
+        let bound = Semaphore::new(self.max_concurrent_requests);
+        (Arc::new(pacer), Arc::new(bound))
     }
-}
-
-/// A client that authenticates with `token` as given, for every repository: its writes keep
-/// one pace and its requests one bound, as an installation's do (GitHub's limits for a
-/// `GITHUB_TOKEN` are per repository, and a workflow's token reaches one).
-pub fn token_client(
-    token: &AccessToken,
-    gh: &Octocrab,
-    limits: &Limits,
-) -> Result<Installation, OpenError> {
-    let unusable = |cause: &str| OpenError::Client {
-        cause: cause.to_owned(),
-    };
-    HeaderValue::try_from(format!("Bearer {}", token.expose()))
-        .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
-    let gh = (gh.user_access_token(token.expose().to_owned()))
-        .map_err(|_| unusable("octocrab took no token"))?;
-    let (writes, requests) = limits.pacer_and_bound();
-    Ok(Installation {
-        writes,
-        requests,
-        token: TokenSource::Given(gh),
-    })
 }
 
 /// Who rowbranch is to GitHub: the App, with its installations, or a token.
 pub enum Auth {
-    App(Arc<AppClient>),
-    /// The one client of the token, for every repository.
+    App(AppClient),
+    /// The one client of the token, for every repository: its writes keep one pace and its
+    /// requests one bound, as an installation's do (GitHub's limits for a `GITHUB_TOKEN` are
+    /// per repository, and a workflow's token reaches one).
     Token(Arc<Installation>),
 }
 
 impl Auth {
+    /// The credentials the settings name, on the stack `gh`: the App's key read (from its
+    /// file, or the PEM text) and proved, or the token taken as it is. Makes no request.
+    pub fn new(settings: &GithubSettings, gh: Octocrab, limits: Limits) -> Result<Auth, OpenError> {
+        let (app_id, key) = match &settings.auth {
+            GithubAuth::App { app_id, key } => (*app_id, key),
+            GithubAuth::Token(token) => {
+                let unusable = |cause: &str| {
+                    OpenError::Github(format!("could not build the GitHub client: {cause}"))
+                };
+                HeaderValue::try_from(format!("Bearer {}", token.expose()))
+                    .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
+                let gh = (gh.user_access_token(token.expose().to_owned()))
+                    .map_err(|_| unusable("octocrab took no token"))?;
+                let (writes, requests) = limits.pacer_and_bound();
+                return Ok(Auth::Token(Arc::new(Installation {
+                    writes,
+                    requests,
+                    minter: None,
+                    current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
+                })));
+            }
+        };
+        let pem = match key {
+            PrivateKeySource::Pem(pem) => pem.clone(),
+            PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|cause| {
+                OpenError::Github(format!(
+                    "cannot read the GitHub App private key {}: {cause} (set [github] \
+                     private_key_path, or GITHUB_APP_PRIVATE_KEY to the PEM text)",
+                    path.display()
+                ))
+            })?,
+        };
+        let jwt = JwtClient {
+            gh,
+            key: AppKey::new(app_id, &pem)?,
+            requests: Semaphore::new(limits.max_concurrent_requests),
+            metrics: Arc::clone(&limits.metrics),
+        };
+        Ok(Auth::App(AppClient {
+            jwt: Arc::new(jwt),
+            limits,
+            repos: Mutex::new(HashMap::new()),
+            limits_of: std::sync::Mutex::new(HashMap::new()),
+        }))
+    }
+
     /// The client for `repo`, with a token ready: the installation that holds it, or the
     /// token's.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
@@ -503,6 +448,15 @@ pub struct JwtClient {
     metrics: Arc<Metrics>,
 }
 
+/// `GET /repos/{o}/{r}/installation`: the installation that holds the repository, and what
+/// it may do (octocrab's model names only seven permissions, not `pull_requests`).
+#[derive(Deserialize)]
+pub struct InstallationFound {
+    id: u64,
+    #[serde(default)]
+    pub permissions: BTreeMap<String, String>,
+}
+
 impl JwtClient {
     /// One request with a JWT made now, within the App's own bound.
     pub async fn run<T, F, Fut>(&self, request: F) -> Attempt<Result<T, Refusal>>
@@ -510,17 +464,33 @@ impl JwtClient {
         F: FnOnce(Octocrab) -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        let _open = self.requests.acquire().await.map_err(|_| closed())?;
-        let jwt = self.key.jwt().map_err(|e| {
-            Setback::Fail(ForgeError::Refused {
-                message: format!("the App's JWT could not be made: {e}"),
-            })
-        })?;
-        let gh = self
-            .gh
-            .user_access_token(jwt)
-            .map_err(|e| Setback::Fail(ForgeError::Other(anyhow!("the App's client: {e}"))))?;
-        call(request(gh)).await
+        let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
+        let jwt = (self.key.jwt())
+            .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
+        call(request(
+            self.gh.user_access_token(jwt).map_err(Setback::bug)?,
+        ))
+        .await
+    }
+
+    /// The installation that holds `repo`, or `None` when the App is not installed on it.
+    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
+    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<Option<InstallationFound>> {
+        let path = format!("/repos/{repo}/installation");
+        match self
+            .run(|gh| async move { gh.get(&path, None::<&()>).await })
+            .await?
+        {
+            Ok(found) => Ok(Some(found)),
+            Err(refusal) => match refusal.status_code.as_u16() {
+                404 => Ok(None),
+                401 => Err(Setback::refused(format!(
+                    "GitHub refused the App's credentials ({}): check app_id and the private key",
+                    said(&refusal)
+                ))),
+                _ => Err(unexpected(&refusal)),
+            },
+        }
     }
 }
 
@@ -528,61 +498,66 @@ impl JwtClient {
 pub struct AppClient {
     pub jwt: Arc<JwtClient>,
     limits: Limits,
-    /// One client per repository, its token narrowed to that repository (a repository
-    /// missing from an installation then fails alone), and when its installation was looked
-    /// up. Held across a lookup, so that a burst of rows looks it up once.
+    /// One client per repository, its token narrowed to that repository, and when its
+    /// installation was looked up. Held across a lookup, so that a burst of rows looks it up
+    /// once.
     repos: Mutex<HashMap<RepoName, (Instant, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
     limits_of: std::sync::Mutex<HashMap<u64, PacerAndBound>>,
 }
 
-/// `GET /repos/{o}/{r}/installation`: the id read of it.
-#[derive(Deserialize)]
-struct InstallationFound {
-    id: u64,
-}
-
 impl AppClient {
-    pub fn new(key: AppKey, gh: Octocrab, limits: Limits) -> AppClient {
-        AppClient {
-            jwt: Arc::new(JwtClient {
-                gh,
-                key,
-                requests: Semaphore::new(limits.max_concurrent_requests),
-                metrics: Arc::clone(&limits.metrics),
-            }),
-            limits,
-            repos: Mutex::new(HashMap::new()),
-            limits_of: std::sync::Mutex::new(HashMap::new()),
-        }
-    }
-
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
     /// setback is ambiguous.
-    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+    async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
         let installation = {
             let mut repos = self.repos.lock().await;
             match repos.get(repo) {
                 Some((at, known)) if at.elapsed() < INSTALLATION_TTL => Arc::clone(known),
                 _ => {
-                    let id = self
-                        .installation_id(repo)
-                        .await
-                        .map_err(Setback::not_applied)?;
+                    let found = self.jwt.installation_of(repo).await;
+                    let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
+                    let id = id.ok_or_else(|| {
+                        Setback::refused(format!(
+                            "the GitHub App is not installed on {repo}: install it on that \
+                             repository"
+                        ))
+                    })?;
                     let installation = match repos.get(repo) {
                         // The same installation: its token is still good.
-                        Some((_, known)) if matches!(&known.token, TokenSource::Minted(m) if m.id == id) => {
+                        Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => {
                             Arc::clone(known)
                         }
-                        _ => Arc::new(self.client_for(id, repo)),
+                        _ => {
+                            let mut limits_of =
+                                (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
+                            let shared = limits_of
+                                .entry(id)
+                                .or_insert_with(|| self.limits.pacer_and_bound());
+                            let (writes, requests) = shared.clone();
+                            let jwt = Arc::clone(&self.jwt);
+                            let repository = repo.name().to_owned();
+                            let minter = Some(Minter {
+                                id,
+                                jwt,
+                                repository,
+                            });
+                            let current = Mutex::new(None);
+                            Arc::new(Installation {
+                                writes,
+                                requests,
+                                minter,
+                                current,
+                            })
+                        }
                     };
                     repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
                     installation
                 }
             }
         };
-        if let Err(setback) = installation.ensure_token().await {
+        if let Err(setback) = installation.token().await {
             // The installation may be gone or changed: look it up afresh next time.
             if matches!(setback, Setback::Fail(_)) {
                 self.repos.lock().await.remove(repo);
@@ -590,53 +565,6 @@ impl AppClient {
             return Err(setback);
         }
         Ok(installation)
-    }
-
-    fn client_for(&self, id: u64, repo: &RepoName) -> Installation {
-        let (writes, requests) = self
-            .limits_of
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(id)
-            .or_insert_with(|| self.limits.pacer_and_bound())
-            .clone();
-        Installation {
-            writes,
-            requests,
-            token: TokenSource::Minted(Minter {
-                id,
-                jwt: Arc::clone(&self.jwt),
-                repository: repo.name().to_owned(),
-                current: Mutex::new(None),
-            }),
-        }
-    }
-
-    /// `GET /repos/{owner}/{repo}/installation`.
-    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    async fn installation_id(&self, repo: &RepoName) -> Attempt<u64> {
-        let path = format!("/repos/{repo}/installation");
-        let found = self
-            .jwt
-            .run(|gh| async move { gh.get::<InstallationFound, _, ()>(&path, None).await })
-            .await?;
-        match found {
-            Ok(found) => Ok(found.id),
-            Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Err(Setback::Fail(ForgeError::Refused {
-                    message: format!(
-                        "the GitHub App is not installed on {repo}: install it on that repository"
-                    ),
-                })),
-                401 => Err(Setback::Fail(ForgeError::Refused {
-                    message: format!(
-                        "GitHub refused the App's credentials ({}): check app_id and the private key",
-                        said(&refusal)
-                    ),
-                })),
-                _ => unexpected(&refusal),
-            },
-        }
     }
 }
 

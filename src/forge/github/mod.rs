@@ -3,7 +3,6 @@
 //! through the installation's pacer (the token's, with a token); every call runs inside the
 //! one retry policy.
 
-mod access;
 mod client;
 mod jwt;
 mod pace;
@@ -22,26 +21,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use octocrab::models::repos::{Object, Ref};
+use octocrab::models::pulls::PullRequest as PullListed;
 use octocrab::params::repos::Reference;
-use octocrab::params::{Direction, State};
-use octocrab::{Octocrab, Page};
+use octocrab::{GitHubError, Octocrab, Page};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{
-    empty_repository, encode_path, token_client, unexpected, AppClient, Auth, Installation, Limits,
-    Refusal,
-};
+use self::client::{encode_path, missing_permission, said, unexpected, Auth, Limits, Refusal};
 use self::retry::{Attempt, Cause, RetryPolicy, Setback};
 use super::{
-    Base, Branch, Claim, Forge, ForgeError, Listing, OpenError, PullRequest, Sha, WorkflowRun,
-    WriteAccess,
+    Base, Branch, Claim, Denial, Forge, ForgeError, Listing, OpenError, PullRequest, Sha,
+    WorkflowRun, WriteAccess,
 };
-use crate::config::{GithubAuth, GithubSettings, PrivateKeySource};
+use crate::config::GithubSettings;
 use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -65,23 +60,30 @@ struct CachedBase {
     head_read: Instant,
 }
 
-/// A run of `GET /repos/{o}/{r}/actions/runs`: the fields `explain` shows (octocrab's model
-/// has no `display_title`, the title a row's run is told by).
+/// A ref as GitHub gives it: its full name and the commit it points at (a branch's always
+/// points at one).
 #[derive(Deserialize)]
-struct RunListed {
-    id: u64,
-    #[serde(default)]
-    run_number: u64,
-    name: Option<String>,
-    #[serde(default)]
-    display_title: String,
-    status: Option<String>,
-    conclusion: Option<String>,
-    #[serde(default)]
-    event: String,
-    created_at: chrono::DateTime<chrono::Utc>,
-    #[serde(default)]
-    html_url: String,
+struct GitRef {
+    #[serde(rename = "ref")]
+    name: String,
+    object: GitObject,
+}
+
+#[derive(Deserialize)]
+struct GitObject {
+    sha: Sha,
+}
+
+/// How a request waits for its turn.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// A read: at once.
+    Read,
+    /// A row's first write (its claim): at the pace, and given up once the shutdown begins.
+    Claim,
+    /// A write a row that holds a claim owes (its dispatch or release): ahead of rows still
+    /// waiting to claim, and never refused.
+    Owed,
 }
 
 impl GithubForge {
@@ -93,112 +95,78 @@ impl GithubForge {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Result<GithubForge, OpenError> {
-        let key = match &settings.auth {
-            GithubAuth::App { app_id, key } => Some(jwt::AppKey::new(
-                *app_id,
-                &match key {
-                    PrivateKeySource::Pem(pem) => pem.clone(),
-                    PrivateKeySource::File(path) => {
-                        std::fs::read_to_string(path).map_err(|cause| OpenError::KeyUnreadable {
-                            path: path.clone(),
-                            cause,
-                        })?
-                    }
-                },
-            )?),
-            GithubAuth::Token(_) => None,
-        };
-        let gh = client::octocrab(&settings.api_url, Arc::clone(&metrics))?;
         let limits = Limits {
             pace: settings.pace,
             max_concurrent_requests: settings.max_concurrent_requests,
             shutdown: shutdown.clone(),
             metrics: Arc::clone(&metrics),
         };
-        let auth = match (&settings.auth, key) {
-            (GithubAuth::Token(token), _) => {
-                Auth::Token(Arc::new(token_client(token, &gh, &limits)?))
-            }
-            (_, key) => Auth::App(Arc::new(AppClient::new(
-                key.expect("an App has a key"),
-                gh,
-                limits,
-            ))),
-        };
-        let host = settings.api_url.parse::<http::Uri>().ok();
+        let gh = client::octocrab(&settings.api_url, Arc::clone(&metrics))?;
+        // The host of `api_url`, with its port if it has one, for messages.
+        let uri = settings.api_url.parse::<http::Uri>().ok();
+        let host = uri.and_then(|uri| Some(uri.authority()?.to_string()));
         Ok(GithubForge {
-            auth,
+            auth: Auth::new(settings, gh, limits)?,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
                 shutdown,
                 metrics,
-                // The host of `api_url`, with its port if it has one, for messages.
-                host: host
-                    .as_ref()
-                    .and_then(|uri| uri.authority())
-                    .map_or_else(|| settings.api_url.clone(), |a| a.as_str().to_owned()),
+                host: host.unwrap_or_default(),
             },
             head_ttl: settings.base_cache,
             bases: Mutex::new(HashMap::new()),
         })
     }
 
-    /// GitHub's host, for messages: `api.github.com`, or a GitHub Enterprise Server's.
-    pub fn host(&self) -> &str {
-        &self.retry.host
-    }
-
-    /// A read: retried as one unit with the installation lookup it needs.
-    async fn read<T, F, Fut>(&self, what: &str, repo: &RepoName, f: F) -> Result<T, ForgeError>
-    where
-        F: Fn(Arc<Installation>) -> Fut,
-        Fut: Future<Output = Attempt<T>>,
-    {
-        self.retry
-            .run(what, |_| async {
-                let installation = self.auth.installation(repo).await?;
-                f(installation).await.map_err(Setback::not_applied)
-            })
-            .await
-    }
-
-    /// The commit a branch points at, or `None`.
-    /// (https://docs.github.com/rest/git/refs#get-a-reference)
-    async fn branch_sha(
-        installation: &Installation,
+    /// One request for `repo` with its installation's client, in its turn: what GitHub
+    /// answered (the value, or its refusal), or a setback when there was no answer to read.
+    async fn send<T, F, Fut>(
+        &self,
         repo: &RepoName,
-        branch: &str,
-    ) -> Attempt<Option<Sha>> {
-        let reference = Reference::Branch(encode_path(branch));
-        let found = installation
-            .run(|gh| {
-                let reference = &reference;
-                async move { gh.repos(repo.owner(), repo.name()).get_ref(reference).await }
-            })
-            .await?;
-        match found {
-            Ok(found) => Ok(commit(found)),
-            Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Ok(None),
-                409 => Err(empty_repository(repo)),
-                _ => unexpected(&refusal),
-            },
+        turn: Turn,
+        request: F,
+    ) -> Attempt<Result<T, Refusal>>
+    where
+        F: Fn(Octocrab) -> Fut,
+        Fut: Future<Output = octocrab::Result<T>>,
+    {
+        let installation = self.auth.installation(repo).await?;
+        let run = || installation.run(&request);
+        match turn {
+            Turn::Read => run().await.map_err(Setback::not_applied),
+            Turn::Claim => installation.writes.first_write(run).await?,
+            Turn::Owed => installation.writes.write(run).await,
         }
     }
 
-    /// One look at whether `branch` exists, for deciding after a claim gave up; `None` when
-    /// GitHub does not say.
-    async fn branch_exists(&self, repo: &RepoName, branch: &BranchName) -> Option<bool> {
-        let installation = self.auth.installation(repo).await.ok()?;
-        Self::branch_sha(&installation, repo, branch.as_str())
-            .await
-            .ok()
-            .map(|sha| sha.is_some())
+    /// A refusal the caller does not read further: the repository missing or out of the
+    /// credentials' reach (404), an empty one (409), with a token a write it lacks the
+    /// permission for (saying which), or as the retry policy sorts it.
+    fn refused(&self, repo: &RepoName, refusal: &GitHubError, turn: Turn) -> Setback {
+        let reach = match self.auth {
+            Auth::App(_) => "is the App installed on it?",
+            Auth::Token(_) => {
+                "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
+            }
+        };
+        match (refusal.status_code.as_u16(), &self.auth) {
+            (404, _) => Setback::refused(format!(
+                "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
+                said(refusal)
+            )),
+            (409, _) => Setback::refused(format!(
+                "{repo} is empty: push a first commit to its default branch"
+            )),
+            (_, Auth::Token(_)) if turn != Turn::Read => match self.denied(repo, refusal) {
+                Some(denial) => Setback::refused(denial.to_string()),
+                None => unexpected(refusal),
+            },
+            _ => unexpected(refusal),
+        }
     }
 
-    /// One request of a read, retried as one unit with the installation lookup it needs; its
-    /// refusal is the repository's (404), an empty one's (409), or a retry decision.
-    async fn read_one<T, F, Fut>(
+    /// A read: one request, retried as one unit with the installation lookup it needs.
+    async fn read<T, F, Fut>(
         &self,
         what: &str,
         repo: &RepoName,
@@ -208,18 +176,30 @@ impl GithubForge {
         F: Fn(Octocrab) -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        self.read(what, repo, |installation| {
-            let request = &request;
-            async move {
-                let answer = installation.run(request).await?;
-                answer.map_err(|refusal| read_refused(&installation, repo, &refusal))
-            }
-        })
-        .await
+        self.retry
+            .run(what, |_| async {
+                let answer = self.send(repo, Turn::Read, &request).await?;
+                answer.map_err(|refusal| self.refused(repo, &refusal, Turn::Read))
+            })
+            .await
     }
 
-    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{under}`: every branch whose name starts
-    /// with `under`, in one answer (GitHub does not page it).
+    /// The commit a branch points at, or `None`: one request, not retried.
+    /// (https://docs.github.com/rest/git/refs#get-a-reference)
+    async fn branch_sha(&self, repo: &RepoName, branch: &str) -> Attempt<Option<Sha>> {
+        let path = &format!("/repos/{repo}/git/ref/heads/{}", encode_path(branch));
+        let found = self.send(repo, Turn::Read, |gh| async move {
+            gh.get::<GitRef, _, ()>(path, None).await
+        });
+        match found.await? {
+            Ok(found) => Ok(Some(found.object.sha)),
+            Err(refusal) if refusal.status_code == http::StatusCode::NOT_FOUND => Ok(None),
+            Err(refusal) => Err(self.refused(repo, &refusal, Turn::Read)),
+        }
+    }
+
+    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{under}`: every branch under `prefix` whose
+    /// name starts with `under`, in one answer (GitHub does not page it).
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
     async fn matching_refs(
         &self,
@@ -228,156 +208,109 @@ impl GithubForge {
         prefix: &BranchPrefix,
         under: &str,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let refs = self
-            .read_one(what, repo, |gh| async move {
-                let listing = gh.repos(repo.owner(), repo.name());
-                listing.list_matching_refs(format!("heads/{under}")).await
-            })
+        let path = &format!("/repos/{repo}/git/matching-refs/heads/{under}");
+        let refs: Vec<GitRef> = self
+            .read(
+                what,
+                repo,
+                |gh| async move { gh.get(path, None::<&()>).await },
+            )
             .await?;
-        Ok(refs
-            .into_iter()
-            .filter_map(|r| {
-                let name = BranchName::listed(prefix, r.ref_field.strip_prefix("refs/heads/")?)?;
-                Some(Branch {
-                    name,
-                    sha: commit(r)?,
-                })
+        let branch = |r: GitRef| {
+            let name = BranchName::listed(prefix, r.name.strip_prefix("refs/heads/")?)?;
+            Some(Branch {
+                name,
+                sha: r.object.sha,
             })
-            .collect())
-    }
-
-    /// The pull requests (any state) from a branch under `prefix` in the repository's own
-    /// account (a fork's branch of the same name is another branch) created at or after
-    /// `since`: `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page
-    /// until they are older. A branch deleted once its pull request merged is found too.
-    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
-    async fn pull_requests_since(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Listing<PullRequest>, ForgeError> {
-        self.read("listing pull requests", repo, |installation| async move {
-            let first = |gh: Octocrab| async move {
-                let pulls = gh.pulls(repo.owner(), repo.name());
-                let list = pulls
-                    .list()
-                    .state(State::All)
-                    .direction(Direction::Descending);
-                let list = list.sort(octocrab::params::pulls::Sort::Created);
-                list.per_page(100).send().await
-            };
-            let mut found = Vec::new();
-            let read = pages(&installation, first, |pulls| {
-                let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
-                found.extend(pulls.into_iter().filter_map(|p| {
-                    let created_at = p.created_at.filter(|at| *at >= since)?;
-                    let owner = p.head.label.as_deref().and_then(|l| l.split_once(':'));
-                    let own = owner.is_some_and(|(o, _)| o.eq_ignore_ascii_case(repo.owner()));
-                    (own && prefix.tail(&p.head.ref_field).is_some()).then(|| PullRequest {
-                        number: p.number,
-                        state: match p.state {
-                            Some(octocrab::models::IssueState::Open) => "open",
-                            _ => "closed",
-                        }
-                        .to_owned(),
-                        merged: p.merged_at.is_some(),
-                        merged_at: p.merged_at,
-                        created_at,
-                        url: p.html_url.map(String::from).unwrap_or_default(),
-                        head: p.head.ref_field,
-                    })
-                }));
-                !older
-            })
-            .await?;
-            listing(&installation, repo, read, found)
-        })
-        .await
-    }
-}
-
-/// The commit a ref points at (a branch's always is one).
-fn commit(reference: Ref) -> Option<Sha> {
-    match reference.object {
-        Object::Commit { sha, .. } | Object::Tag { sha, .. } => Some(Sha::new(sha)),
-        _ => None,
-    }
-}
-
-/// A read's refusal: 404 is the repository (or the credentials' reach), 409 an empty one.
-fn read_refused(installation: &Installation, repo: &RepoName, refusal: &Refusal) -> Setback {
-    match refusal.status_code.as_u16() {
-        404 => installation.not_found(repo, refusal),
-        409 => empty_repository(repo),
-        _ => unexpected::<()>(refusal).unwrap_err(),
-    }
-}
-
-/// Reads a listing page by page: the first page, then each `rel="next"` while `take` says to
-/// go on. Only the next link's path and query are followed: octocrab sends credentials with a
-/// relative path alone, and on GitHub Enterprise Server an absolute one would go without them.
-async fn pages<T, F, Fut>(
-    installation: &Installation,
-    first: F,
-    mut take: impl FnMut(Vec<T>) -> bool,
-) -> Attempt<Result<(), Refusal>>
-where
-    T: DeserializeOwned,
-    F: Fn(Octocrab) -> Fut,
-    Fut: Future<Output = octocrab::Result<Page<T>>>,
-{
-    let mut page = installation.run(first).await?;
-    loop {
-        let mut listed = match page {
-            Ok(listed) => listed,
-            Err(refusal) => return Ok(Err(refusal)),
         };
-        let next = listed.next.as_ref().and_then(|uri| uri.path_and_query());
-        let next = next.map(|pq| pq.as_str().to_owned());
-        let go_on = take(listed.take_items());
-        match next {
-            Some(next) if go_on => {
-                let next = &next;
-                page = installation
-                    .run(|gh| async move { gh.get::<Page<T>, _, ()>(next, None).await })
-                    .await?;
-            }
-            _ => return Ok(Ok(())),
-        }
+        Ok(refs.into_iter().filter_map(branch).collect())
     }
-}
 
-/// A listing the credentials may not be permitted to read: a 403 naming the permission is
-/// the answer (`actions=read`), not a failure.
-fn listing<T>(
-    installation: &Installation,
-    repo: &RepoName,
-    read: Result<(), Refusal>,
-    found: Vec<T>,
-) -> Attempt<Listing<T>> {
-    match read {
-        Ok(()) => Ok(Listing::Found(found)),
-        Err(refusal) => match client::missing_permission(&refusal) {
-            Some(needs) => Ok(Listing::NotPermitted { needs }),
-            None => Err(read_refused(installation, repo, &refusal)),
-        },
+    /// A listing read from `first` page by page, each page's items kept by `take` until it
+    /// says to stop; retried as one unit. Only the next link's path and query are followed:
+    /// octocrab sends credentials with a relative path alone, and on GitHub Enterprise Server
+    /// an absolute one would go without them. A 403 naming the permission the credentials
+    /// lack (`actions=read`) is the answer, not a failure.
+    async fn pages<T: DeserializeOwned, U>(
+        &self,
+        what: &str,
+        repo: &RepoName,
+        first: &str,
+        take: impl Fn(Vec<T>, &mut Vec<U>) -> bool,
+    ) -> Result<Listing<U>, ForgeError> {
+        self.retry
+            .run(what, |_| async {
+                let (mut found, mut next) = (Vec::new(), Some(first.to_owned()));
+                while let Some(path) = next.take() {
+                    let path = &path;
+                    let page = self.send(repo, Turn::Read, |gh| async move {
+                        gh.get::<Page<T>, _, ()>(path, None).await
+                    });
+                    let mut page = match page.await? {
+                        Ok(page) => page,
+                        Err(refusal) => {
+                            return match missing_permission(&refusal) {
+                                Some(needs) => Ok(Listing::NotPermitted { needs }),
+                                None => Err(self.refused(repo, &refusal, Turn::Read)),
+                            }
+                        }
+                    };
+                    let link = page.next.as_ref().and_then(|uri| uri.path_and_query());
+                    let link = link.map(|pq| pq.as_str().to_owned());
+                    if take(page.take_items(), &mut found) {
+                        next = link;
+                    }
+                }
+                Ok(Listing::Found(found))
+            })
+            .await
+    }
+
+    /// What a write's refusal says when GitHub refused it for a permission rowbranch lacks: a
+    /// 403 that is not a rate limit. `None` for any other answer.
+    fn denied(&self, repo: &RepoName, refusal: &GitHubError) -> Option<Denial> {
+        if refusal.status_code.as_u16() != 403 {
+            return None;
+        }
+        let app = matches!(self.auth, Auth::App(_));
+        let who = if app { "the App" } else { "the token" };
+        let Some(needs) = missing_permission(refusal) else {
+            // A rate limit, said the way rate limits are: retried.
+            if matches!(unexpected(refusal), Setback::Retry { .. }) {
+                return None;
+            }
+            return Some(Denial {
+                problem: format!(
+                    "{who} cannot write {repo}: GitHub answered {} ({}) without naming a \
+                     permission",
+                    refusal.status_code,
+                    said(refusal)
+                ),
+                fix: format!("it needs contents write on {repo}"),
+            });
+        };
+        let (settings, key) = (as_settings_name(&needs), as_workflow_key(&needs));
+        Some(Denial {
+            problem: format!(
+                "{who} cannot write {repo}: it lacks {needs} (GitHub's \
+                 X-Accepted-GitHub-Permissions)"
+            ),
+            fix: match app {
+                true => format!(
+                    "in the App's settings grant {settings}, then accept the new permissions on \
+                     the installation"
+                ),
+                false => format!(
+                    "in the workflow, give the job {key} (a fine-grained personal access token \
+                     needs {settings} on {repo})"
+                ),
+            },
+        })
     }
 }
 
 #[async_trait]
 impl Forge for GithubForge {
-    /// The row's branches, from [`Forge::row_branch_heads`].
-    async fn row_branches(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        id: &RowId,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        let heads = self.row_branch_heads(repo, prefix, id).await?;
-        Ok(heads.into_iter().map(|b| b.name).collect())
-    }
-
     /// `GET /repos/{o}/{r}/pulls?head=OWNER:BRANCH&state=all`; without `OWNER:` GitHub ignores
     /// the filter, so the head is compared here too.
     /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
@@ -387,14 +320,13 @@ impl Forge for GithubForge {
         branch: &BranchName,
     ) -> Result<bool, ForgeError> {
         let owner_label = &format!("{}:{branch}", repo.owner());
-        let pulls = self
-            .read_one("looking up pull requests", repo, |gh| async move {
-                let pulls = gh.pulls(repo.owner(), repo.name());
-                let list = pulls.list().state(State::All).head(owner_label);
-                list.per_page(100).send().await
+        let path = &format!("/repos/{repo}/pulls?state=all&head={owner_label}&per_page=100");
+        let pulls: Vec<PullListed> = self
+            .read("looking up pull requests", repo, |gh| async move {
+                gh.get(path, None::<&()>).await
             })
             .await?;
-        Ok(pulls.items.iter().any(|p| {
+        Ok(pulls.iter().any(|p| {
             p.head.ref_field == branch.as_str()
                 && (p.head.label.as_deref()).is_none_or(|l| l.eq_ignore_ascii_case(owner_label))
         }))
@@ -406,39 +338,40 @@ impl Forge for GithubForge {
         let slot = Arc::clone(self.bases.lock().await.entry(repo.clone()).or_default());
         // Held across the read: the rows of a burst wait for one read of the head, not one each.
         let mut slot = slot.lock().await;
-        if let Some(cached) = slot
-            .as_ref()
-            .filter(|c| c.head_read.elapsed() < self.head_ttl)
-        {
+        let cached = |ttl: Duration, read: fn(&CachedBase) -> Instant| {
+            slot.as_ref().filter(|c| read(c).elapsed() < ttl)
+        };
+        if let Some(cached) = cached(self.head_ttl, |c| c.head_read) {
             return Ok(cached.base.clone());
         }
-        let known_branch = slot
-            .as_ref()
-            .filter(|c| c.branch_read.elapsed() < DEFAULT_BRANCH_TTL)
-            .map(|c| (c.base.branch.clone(), c.branch_read));
-        let (base, branch_read) = self
-            .read("reading the default branch", repo, |installation| {
-                let known_branch = known_branch.clone();
+        let known = cached(DEFAULT_BRANCH_TTL, |c| c.branch_read);
+        let known = known.map(|c| (c.base.branch.clone(), c.branch_read));
+        let path = &format!("/repos/{repo}");
+        let (base, branch_read) = (self.retry)
+            .run("reading the default branch", |_| {
+                let known = known.clone();
                 async move {
-                    let (branch, branch_read) = match known_branch {
+                    let (branch, branch_read) = match known {
                         Some(known) => known,
                         None => {
-                            let found = installation
-                                .run(|gh| async move { gh.repos(repo.owner(), repo.name()).get().await })
-                                .await?
-                                .map_err(|refusal| read_refused(&installation, repo, &refusal))?;
-                            let name = found.default_branch.unwrap_or_default();
-                            let branch = RefName::parse(&name).map_err(|e| ForgeError::Refused {
-                                message: format!("the default branch of {repo}: {e}"),
+                            let found = self.send(repo, Turn::Read, |gh| async move {
+                                gh.get::<Value, _, ()>(path, None).await
+                            });
+                            let found = (found.await?)
+                                .map_err(|refusal| self.refused(repo, &refusal, Turn::Read))?;
+                            let name = found["default_branch"].as_str().unwrap_or_default();
+                            let branch = RefName::parse(name).map_err(|e| {
+                                Setback::refused(format!("the default branch of {repo}: {e}"))
                             })?;
                             (branch, Instant::now())
                         }
                     };
-                    match Self::branch_sha(&installation, repo, branch.as_str()).await? {
+                    match self.branch_sha(repo, branch.as_str()).await? {
                         Some(sha) => Ok((Base { branch, sha }, branch_read)),
-                        None => Err(Setback::Fail(ForgeError::Refused {
-                            message: format!("the default branch `{branch}` of {repo} does not exist: push a first commit"),
-                        })),
+                        None => Err(Setback::refused(format!(
+                            "the default branch `{branch}` of {repo} does not exist: push a \
+                             first commit"
+                        ))),
                     }
                 }
             })
@@ -460,51 +393,39 @@ impl Forge for GithubForge {
         branch: &BranchName,
         sha: &Sha,
     ) -> Result<Claim, ForgeError> {
-        let reference = Reference::Branch(branch.as_str().to_owned());
-        let claimed = self
-            .retry
-            .run_noting("claiming the branch", |ambiguous_before| {
-                let reference = &reference;
-                async move {
-                    let installation = self.auth.installation(repo).await?;
-                    let post = || {
-                        installation.run(|gh| async move {
-                            let repos = gh.repos(repo.owner(), repo.name());
-                            repos.create_ref(reference, sha.as_str()).await
-                        })
-                    };
-                    // After a lost answer the branch may be ours: that claim is never refused
-                    // for a full queue, and a branch found now may be ours.
-                    let (created, taken) = if ambiguous_before {
-                        (installation.writes.write(post).await?, Claim::Ambiguous)
-                    } else {
-                        (installation.writes.first_write(post).await??, Claim::Exists)
-                    };
-                    let Err(refusal) = created else {
-                        return Ok(Claim::Created);
-                    };
-                    match refusal.status_code.as_u16() {
-                        422 if refusal.message.contains("already exists") => Ok(taken),
-                        // Not "exists" (e.g. "Reference update failed"): whether this request
-                        // created the ref cannot be told, so a ref found now counts as ours too.
-                        422 => match Self::branch_sha(&installation, repo, branch.as_str())
-                            .await
-                            .map_err(Setback::not_applied)?
-                        {
-                            Some(_) => Ok(Claim::Ambiguous),
-                            None => Err(Setback::Retry {
-                                message: format!(
-                                    "GitHub answered 422 ({}) and the ref is not there",
-                                    client::said(&refusal)
-                                ),
-                                after: None,
-                                ambiguous: false,
-                                cause: Cause::NotThereYet,
-                            }),
-                        },
-                        409 => Err(empty_repository(repo)),
-                        _ => self.unexpected_write(repo, &refusal),
-                    }
+        let reference = &Reference::Branch(branch.as_str().to_owned());
+        let claimed = (self.retry)
+            .run_noting("claiming the branch", |ambiguous_before| async move {
+                // After a lost answer the branch may be ours: that claim is never refused for
+                // a full queue, and a branch found now may be ours.
+                let (turn, taken) = match ambiguous_before {
+                    true => (Turn::Owed, Claim::Ambiguous),
+                    false => (Turn::Claim, Claim::Exists),
+                };
+                let created = self.send(repo, turn, |gh| async move {
+                    let repos = gh.repos(repo.owner(), repo.name());
+                    repos.create_ref(reference, sha.as_str()).await
+                });
+                let Err(refusal) = created.await? else {
+                    return Ok(Claim::Created);
+                };
+                match refusal.status_code.as_u16() {
+                    422 if refusal.message.contains("already exists") => Ok(taken),
+                    // Not "exists" (e.g. "Reference update failed"): whether this request
+                    // created the ref cannot be told, so a ref found now counts as ours too.
+                    422 => match self.branch_sha(repo, branch.as_str()).await? {
+                        Some(_) => Ok(Claim::Ambiguous),
+                        None => Err(Setback::Retry {
+                            message: format!(
+                                "GitHub answered 422 ({}) and the ref is not there",
+                                said(&refusal)
+                            ),
+                            after: None,
+                            ambiguous: false,
+                            cause: Cause::NotThereYet,
+                        }),
+                    },
+                    _ => Err(self.refused(repo, &refusal, turn)),
                 }
             })
             .await;
@@ -512,8 +433,8 @@ impl Forge for GithubForge {
             Ok(claim) => Ok(claim),
             // Given up after an answer was lost: if the branch is there it may be ours, and at
             // least once beats at most once.
-            Err((error, true)) => match self.branch_exists(repo, branch).await {
-                Some(true) => Ok(Claim::Ambiguous),
+            Err((error, true)) => match self.branch_sha(repo, branch.as_str()).await {
+                Ok(Some(_)) => Ok(Claim::Ambiguous),
                 _ => Err(error),
             },
             Err((error, false)) => Err(error),
@@ -530,47 +451,36 @@ impl Forge for GithubForge {
         event_type: &EventType,
         payload: &Value,
     ) -> Result<(), ForgeError> {
-        let body = json!({ "event_type": event_type.as_str(), "client_payload": payload });
-        let path = format!("/repos/{repo}/dispatches");
+        let body = &json!({ "event_type": event_type.as_str(), "client_payload": payload });
+        let path = &format!("/repos/{repo}/dispatches");
         self.retry
-            .run("dispatching", |_| {
-                let (body, path) = (&body, &path);
-                async move {
-                    let installation = self.auth.installation(repo).await?;
-                    let sent = installation
-                        .writes
-                        .write(|| {
-                            installation.run(|gh| async move {
-                                let answer = gh._post(path.as_str(), Some(body)).await?;
-                                octocrab::map_github_error(answer).await.map(drop)
-                            })
-                        })
-                        .await?;
-                    let Err(refusal) = sent else { return Ok(()) };
-                    if refusal.status_code.as_u16() == 422 {
-                        return Err(Setback::Fail(ForgeError::Refused {
-                            message: format!(
-                                "GitHub refused the dispatch: {}",
-                                client::said(&refusal)
-                            ),
-                        }));
+            .run("dispatching", |_| async move {
+                let sent = self.send(repo, Turn::Owed, |gh| async move {
+                    let answer = gh._post(path.as_str(), Some(body)).await?;
+                    octocrab::map_github_error(answer).await.map(drop)
+                });
+                let Err(refusal) = sent.await? else {
+                    return Ok(());
+                };
+                if refusal.status_code.as_u16() == 422 {
+                    let message = format!("GitHub refused the dispatch: {}", said(&refusal));
+                    return Err(Setback::refused(message));
+                }
+                match self.refused(repo, &refusal, Turn::Owed) {
+                    Setback::Fail(ForgeError::Refused { message }) => {
+                        let message = match &self.auth {
+                            Auth::App(_) => {
+                                format!("{message}: does the App have contents write on {repo}?")
+                            }
+                            // It says what the token lacks already.
+                            Auth::Token(_) => message,
+                        };
+                        Err(Setback::Fail(ForgeError::Unavailable {
+                            message,
+                            retry_after: Some(Duration::from_secs(60)),
+                        }))
                     }
-                    match self.unexpected_write::<()>(repo, &refusal) {
-                        Err(Setback::Fail(ForgeError::Refused { message })) => {
-                            let message = match &self.auth {
-                                Auth::App(_) => format!(
-                                    "{message}: does the App have contents write on {repo}?"
-                                ),
-                                // It says what the token lacks already.
-                                Auth::Token(_) => message,
-                            };
-                            Err(Setback::Fail(ForgeError::Unavailable {
-                                message,
-                                retry_after: Some(Duration::from_secs(60)),
-                            }))
-                        }
-                        other => other,
-                    }
+                    other => Err(other),
                 }
             })
             .await
@@ -585,39 +495,31 @@ impl Forge for GithubForge {
         branch: &BranchName,
         sha: &Sha,
     ) -> Result<(), ForgeError> {
-        let reference = Reference::Branch(encode_path(branch.as_str()));
+        let reference = &Reference::Branch(encode_path(branch.as_str()));
         self.retry
-            .run("releasing the claim", |_| {
-                let reference = &reference;
-                async move {
-                    let installation = self.auth.installation(repo).await?;
-                    match Self::branch_sha(&installation, repo, branch.as_str()).await? {
-                        None => return Ok(()),
-                        Some(now) if now != *sha => {
-                            return Err(Setback::Fail(ForgeError::Refused {
-                                message: format!("{branch} moved to {now} since it was claimed at {sha}: left as it is"),
-                            }))
-                        }
-                        Some(_) => {}
+            .run("releasing the claim", |_| async move {
+                match self.branch_sha(repo, branch.as_str()).await? {
+                    None => return Ok(()),
+                    Some(now) if now != *sha => {
+                        return Err(Setback::refused(format!(
+                            "{branch} moved to {now} since it was claimed at {sha}: left as it is"
+                        )))
                     }
-                    let deleted = installation
-                        .writes
-                        .write(|| {
-                            installation.run(|gh| async move {
-                                    gh.repos(repo.owner(), repo.name()).delete_ref(reference).await
-                                })
-                        })
-                        .await?;
-                    match deleted {
-                        Ok(()) => Ok(()),
-                        Err(refusal)
-                            if refusal.status_code.as_u16() == 422
-                                && refusal.message.contains("does not exist") =>
-                        {
-                            Ok(())
-                        }
-                        Err(refusal) => self.unexpected_write(repo, &refusal),
+                    Some(_) => {}
+                }
+                let deleted = self.send(repo, Turn::Owed, |gh| async move {
+                    gh.repos(repo.owner(), repo.name())
+                        .delete_ref(reference)
+                        .await
+                });
+                match deleted.await? {
+                    Err(refusal)
+                        if !(refusal.status_code.as_u16() == 422
+                            && refusal.message.contains("does not exist")) =>
+                    {
+                        Err(self.refused(repo, &refusal, Turn::Owed))
                     }
+                    _ => Ok(()),
                 }
             })
             .await
@@ -629,34 +531,9 @@ impl Forge for GithubForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
-        self.matching_refs(
-            "listing the prefix's branches",
-            repo,
-            prefix,
-            &format!("{prefix}/"),
-        )
-        .await
-    }
-
-    /// The heads of [`GithubForge::pull_requests_since`]; a missing permission is a refusal.
-    async fn pull_request_heads(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        match self.pull_requests_since(repo, prefix, since).await? {
-            Listing::Found(pulls) => Ok(pulls
-                .iter()
-                .filter_map(|p| BranchName::listed(prefix, &p.head))
-                .collect()),
-            Listing::NotPermitted { needs } => Err(ForgeError::Refused {
-                message: format!(
-                    "GitHub does not let rowbranch list pull requests: it needs {needs}"
-                ),
-            }),
-            Listing::NotKept => Ok(Vec::new()),
-        }
+        let under = format!("{prefix}/");
+        let what = "listing the prefix's branches";
+        self.matching_refs(what, repo, prefix, &under).await
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
@@ -672,7 +549,7 @@ impl Forge for GithubForge {
             &encode_path(branch.as_str()),
         );
         let compared = self
-            .read_one("comparing with the base", repo, |gh| async move {
+            .read("comparing with the base", repo, |gh| async move {
                 let repos = gh.repos(repo.owner(), repo.name());
                 repos.compare_commits(base, head).send().await
             })
@@ -687,37 +564,49 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let refs = self
-            .matching_refs(
-                "listing the row's branches",
-                repo,
-                prefix,
-                &format!("{prefix}/{id}"),
-            )
-            .await?;
-        Ok(refs
-            .into_iter()
-            .filter(|b| prefix.owns(id, b.name.as_str()))
-            .collect())
+        let under = format!("{prefix}/{id}");
+        let mut refs =
+            (self.matching_refs("listing the row's branches", repo, prefix, &under)).await?;
+        refs.retain(|b| prefix.owns(id, b.name.as_str()));
+        Ok(refs)
     }
 
-    /// The row's among [`GithubForge::pull_requests_since`].
-    async fn row_pull_requests(
+    /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
+    /// they are older than `since`. A branch deleted once its pull request merged is found too.
+    /// (https://docs.github.com/rest/pulls/pulls#list-pull-requests)
+    async fn pull_requests(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-        id: &RowId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<PullRequest>, ForgeError> {
-        Ok(match self.pull_requests_since(repo, prefix, since).await? {
-            Listing::Found(pulls) => Listing::Found(
-                pulls
-                    .into_iter()
-                    .filter(|p| prefix.owns(id, &p.head))
-                    .collect(),
-            ),
-            other => other,
-        })
+        let first =
+            format!("/repos/{repo}/pulls?state=all&sort=created&direction=desc&per_page=100");
+        let take = |pulls: Vec<PullListed>, found: &mut Vec<PullRequest>| {
+            let older = pulls.last().is_some_and(|p| p.created_at < Some(since));
+            found.extend(pulls.into_iter().filter_map(|p| {
+                let created_at = p.created_at.filter(|at| *at >= since)?;
+                let owner = p.head.label.as_deref().and_then(|l| l.split_once(':'));
+                let own = owner.is_some_and(|(o, _)| o.eq_ignore_ascii_case(repo.owner()));
+                prefix.tail(&p.head.ref_field)?;
+                own.then(|| PullRequest {
+                    number: p.number,
+                    state: match p.state {
+                        Some(octocrab::models::IssueState::Open) => "open",
+                        _ => "closed",
+                    }
+                    .to_owned(),
+                    merged: p.merged_at.is_some(),
+                    merged_at: p.merged_at,
+                    created_at,
+                    url: p.html_url.map(String::from).unwrap_or_default(),
+                    head: p.head.ref_field,
+                })
+            }));
+            !older
+        };
+        self.pages("listing pull requests", repo, &first, take)
+            .await
     }
 
     /// `GET /repos/{o}/{r}/actions/runs?event=repository_dispatch`, newest first, page by page
@@ -734,39 +623,14 @@ impl Forge for GithubForge {
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<WorkflowRun>, ForgeError> {
         let first = format!("/repos/{repo}/actions/runs?event=repository_dispatch&per_page=100");
-        self.read("listing workflow runs", repo, |installation| {
-            let first = &first;
-            async move {
-                let mut found = Vec::new();
-                let read = pages(
-                    &installation,
-                    |gh| async move { gh.get::<Page<RunListed>, _, ()>(first, None).await },
-                    |runs| {
-                        let older = runs.last().is_none_or(|r| r.created_at < since);
-                        found.extend(
-                            runs.into_iter()
-                                .filter(|r| r.created_at >= since)
-                                .map(|r| WorkflowRun {
-                                    id: r.id,
-                                    run_number: r.run_number,
-                                    name: r.name,
-                                    title: r.display_title,
-                                    status: r.status,
-                                    conclusion: r.conclusion,
-                                    event: r.event,
-                                    created_at: r.created_at,
-                                    url: r.html_url,
-                                })
-                                .filter(|r| r.names_row(prefix, id)),
-                        );
-                        !older
-                    },
-                )
-                .await?;
-                listing(&installation, repo, read, found)
-            }
-        })
-        .await
+        let take = |runs: Vec<WorkflowRun>, found: &mut Vec<WorkflowRun>| {
+            let older = runs.last().is_none_or(|r| r.created_at < since);
+            let rows = runs.into_iter().filter(|r| r.created_at >= since);
+            found.extend(rows.filter(|r| r.names_row(prefix, id)));
+            !older
+        };
+        self.pages("listing workflow runs", repo, &first, take)
+            .await
     }
 
     /// `GET /app` with the App's JWT: are the credentials good and GitHub reachable? With a
@@ -775,7 +639,7 @@ impl Forge for GithubForge {
     /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app,
     /// https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user)
     async fn ready(&self) -> Result<(), ForgeError> {
-        let host = self.host();
+        let host = &self.retry.host;
         let asked = |gh: Octocrab, path: &'static str| async move {
             octocrab::map_github_error(gh._get(path).await?)
                 .await
@@ -790,13 +654,11 @@ impl Forge for GithubForge {
         };
         match answer.map_err(ForgeError::from) {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(refusal)) => Err(ForgeError::Refused {
-                message: format!(
-                    "GitHub at {host}: {what} answered {}: {}",
-                    refusal.status_code.as_u16(),
-                    client::said(&refusal)
-                ),
-            }),
+            Ok(Err(refusal)) => Err(ForgeError::refused(format!(
+                "GitHub at {host}: {what} answered {}: {}",
+                refusal.status_code.as_u16(),
+                said(&refusal)
+            ))),
             Err(ForgeError::Unavailable {
                 message,
                 retry_after,
@@ -808,8 +670,122 @@ impl Forge for GithubForge {
         }
     }
 
-    /// The write access probe ([`access`]).
+    /// Whether rowbranch may write a repository: asked once at start without changing anything,
+    /// and said again, the same way, by a write GitHub refuses for a missing permission.
+    ///
+    /// GitHub tells no installation token what it may do — and a workflow's `GITHUB_TOKEN` is an
+    /// installation token: `GET /repos/{o}/{r}`'s `permissions` describe a user's access, not the
+    /// token's. So the probe is a write GitHub refuses whatever the token may do: it creates the
+    /// default branch's own ref at the head it points at already (`POST /repos/{o}/{r}/git/refs`).
+    /// A token that may write is told 422 "Reference already exists", and nothing is created; one
+    /// that may not is told 403 "Resource not accessible by integration" with
+    /// `X-Accepted-GitHub-Permissions: contents=write`, the permission the endpoint needs.
+    ///
+    /// That GitHub checks the permission before it looks at the request's body is what its docs
+    /// imply — "Resource not accessible" means "your token has insufficient permissions", and the
+    /// header lists what the endpoint needs, not what this request would — but do not state. So
+    /// the probe trusts only those two answers; anything else leaves the question untold, and the
+    /// first write answers it with the same message.
+    /// (https://docs.github.com/rest/git/refs#create-a-reference,
+    /// https://docs.github.com/rest/using-the-rest-api/troubleshooting-the-rest-api#resource-not-accessible)
     async fn write_access(&self, repo: &RepoName) -> Result<WriteAccess, ForgeError> {
-        self.probe_write(repo).await
+        let base = &self.base(repo).await?;
+        let reference = &Reference::Branch(base.branch.as_str().to_owned());
+        self.retry
+            .run("checking write access", |_| async move {
+                // A write like any other: paced, and given up once the shutdown begins.
+                let created = self.send(repo, Turn::Claim, |gh| async move {
+                    let repos = gh.repos(repo.owner(), repo.name());
+                    repos.create_ref(reference, base.sha.as_str()).await
+                });
+                // 201: the default branch cannot have been missing, it was read just now.
+                let Err(refusal) = created.await? else {
+                    return Ok(WriteAccess::Granted);
+                };
+                match refusal.status_code.as_u16() {
+                    422 if refusal.message.contains("already exists") => Ok(WriteAccess::Granted),
+                    // Not a denial: a rate limit, retried as any.
+                    403 => (self.denied(repo, &refusal).map(WriteAccess::Denied))
+                        .ok_or_else(|| unexpected(&refusal)),
+                    400 | 422 => Ok(WriteAccess::Untold {
+                        why: format!(
+                            "GitHub answered the probe (creating {}'s own ref, which exists) {} \
+                             ({}), which does not say",
+                            base.branch,
+                            refusal.status_code,
+                            said(&refusal)
+                        ),
+                    }),
+                    _ => Err(self.refused(repo, &refusal, Turn::Read)),
+                }
+            })
+            .await
+    }
+}
+
+/// The first set of permissions an `X-Accepted-GitHub-Permissions` value accepts
+/// (`pull_requests=write,contents=read; issues=write`: the sets are alternatives), as
+/// `(name, level)` pairs.
+fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
+    let first = accepted.split(';').next().unwrap_or_default();
+    first.split(',').filter_map(|pair| {
+        let (name, level) = pair.trim().split_once('=')?;
+        Some((name.trim(), level.trim()))
+    })
+}
+
+/// The permissions as a workflow's `permissions:` key writes them: `permissions: contents:
+/// write`, the names with `-` for `_` (`pull-requests`).
+fn as_workflow_key(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
+        .collect();
+    match pairs.as_slice() {
+        [one] => format!("`permissions: {one}`"),
+        many => format!("`permissions:` with `{}`", many.join("`, `")),
+    }
+}
+
+/// The permissions as GitHub's settings pages name them: `Contents: read and write`.
+fn as_settings_name(accepted: &str) -> String {
+    let pairs: Vec<String> = first_set(accepted)
+        .map(|(name, level)| {
+            let mut words = name.replace('_', " ");
+            if let Some(first) = words.get_mut(0..1) {
+                first.make_ascii_uppercase();
+            }
+            let level = match level {
+                "write" => "read and write",
+                "read" => "read-only",
+                other => other,
+            };
+            format!("{words}: {level}")
+        })
+        .collect();
+    pairs.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_permission_reads_as_a_workflow_writes_it_and_as_the_settings_page_names_it() {
+        assert_eq!(
+            as_workflow_key("contents=write"),
+            "`permissions: contents: write`"
+        );
+        assert_eq!(
+            as_workflow_key("pull_requests=write,contents=read; issues=write"),
+            "`permissions:` with `pull-requests: write`, `contents: read`"
+        );
+        assert_eq!(
+            as_settings_name("contents=write"),
+            "Contents: read and write"
+        );
+        assert_eq!(
+            as_settings_name("pull_requests=read, actions=read"),
+            "Pull requests: read-only, Actions: read-only"
+        );
     }
 }

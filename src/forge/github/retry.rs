@@ -42,6 +42,16 @@ impl From<ForgeError> for Setback {
 }
 
 impl Setback {
+    /// Final: GitHub refused, for the reason `message` gives.
+    pub fn refused(message: impl Into<String>) -> Setback {
+        Setback::Fail(ForgeError::refused(message))
+    }
+
+    /// Final: a bug, here or there.
+    pub fn bug(what: impl std::fmt::Display) -> Setback {
+        Setback::Fail(ForgeError::Other(anyhow::anyhow!("{what}")))
+    }
+
     /// The same setback, but known not to have been applied (a read, or a step before the write).
     pub fn not_applied(mut self) -> Setback {
         if let Setback::Retry { ambiguous, .. } = &mut self {
@@ -140,7 +150,9 @@ impl RetryPolicy {
                 Err((error, ambiguous_before))
             };
             loop {
-                if wake > self.limit(since) {
+                // The budget from the first failure, or the end of the shutdown's grace.
+                let limit = since + self.budget;
+                if wake > self.shutdown.deadline().map_or(limit, |end| limit.min(end)) {
                     return give_up();
                 }
                 tokio::select! {
@@ -154,16 +166,6 @@ impl RetryPolicy {
                 wait_ms = wait.as_millis() as u64, %message, "retried");
         }
         unreachable!("the loop only ends by returning")
-    }
-
-    /// When retrying must have ended: the budget from the first failure, or the end of the
-    /// shutdown's grace, whichever comes first.
-    fn limit(&self, first_failure: Instant) -> Instant {
-        let budget = first_failure + self.budget;
-        match self.shutdown.deadline() {
-            Some(deadline) => budget.min(deadline),
-            None => budget,
-        }
     }
 }
 
@@ -207,9 +209,7 @@ pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Setba
             ambiguous: true,
             cause: Cause::ServerError,
         },
-        _ => Setback::Fail(ForgeError::Refused {
-            message: format!("GitHub answered {status}: {message}"),
-        }),
+        _ => Setback::refused(format!("GitHub answered {status}: {message}")),
     }
 }
 

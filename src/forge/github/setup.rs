@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use octocrab::{GitHubError, Octocrab};
 use serde::Deserialize;
+use serde_json::Value;
 
 use super::client::{call, encode_path, missing_permission, octocrab, said, Auth, JwtClient};
 use super::GithubForge;
@@ -16,7 +17,7 @@ use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 
 /// The App, as `GET /app` describes it.
-#[derive(Debug)]
+#[derive(Debug, Deserialize)]
 pub struct AppInfo {
     pub id: u64,
     pub slug: Option<String>,
@@ -40,64 +41,40 @@ impl std::fmt::Debug for ManifestApp {
 
 /// GitHub's refusal of a setup check, naming `what` was asked.
 fn refused(what: &str, refusal: &GitHubError) -> ForgeError {
-    ForgeError::Refused {
-        message: format!("{what} answered {}: {}", refusal.status_code, said(refusal)),
-    }
+    let status = refusal.status_code;
+    ForgeError::refused(format!("{what} answered {status}: {}", said(refusal)))
 }
 
 /// The App, for the calls only an App makes; a refusal with a token.
 fn app(forge: &GithubForge) -> Result<&JwtClient, ForgeError> {
     match &forge.auth {
         Auth::App(app) => Ok(&app.jwt),
-        Auth::Token(_) => Err(ForgeError::Refused {
-            message: "rowbranch authenticates with a token ([github] token_env): there is no App"
-                .into(),
-        }),
+        Auth::Token(_) => Err(ForgeError::refused(
+            "rowbranch authenticates with a token ([github] token_env): there is no App",
+        )),
     }
 }
 
 /// `GET /app` with the App's JWT.
 /// (https://docs.github.com/rest/apps/apps#get-the-authenticated-app)
 pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
-    let found = app(forge)?
-        .run(|gh| async move { gh.current().app().await })
+    let found = app(forge)?.run(|gh| async move { gh.get("/app", None::<&()>).await });
+    found
         .await?
-        .map_err(|refusal| refused("GET /app", &refusal))?;
-    Ok(AppInfo {
-        id: found.id.0,
-        slug: found.slug,
-        name: found.name,
-    })
-}
-
-/// `GET /repos/{o}/{r}/installation`: the permissions read of it (octocrab's model names only
-/// seven, not `pull_requests`).
-#[derive(Deserialize)]
-struct InstallationFound {
-    #[serde(default)]
-    permissions: BTreeMap<String, String>,
+        .map_err(|refusal| refused("GET /app", &refusal))
 }
 
 /// The permissions of the installation that holds `repo`, each one's name and level
 /// (`contents` → `write`).
-/// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
 pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
 ) -> Result<BTreeMap<String, String>, ForgeError> {
-    let path = format!("/repos/{repo}/installation");
-    let found = app(forge)?
-        .run(|gh| async move { gh.get::<InstallationFound, _, ()>(&path, None).await })
-        .await?;
-    match found {
-        Ok(found) => Ok(found.permissions),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::Refused {
-            message: format!("the App is not installed on {repo}"),
-        }),
-        Err(refusal) => Err(refused(
-            &format!("GET /repos/{repo}/installation"),
-            &refusal,
-        )),
+    match app(forge)?.installation_of(repo).await? {
+        Some(found) => Ok(found.permissions),
+        None => Err(ForgeError::refused(format!(
+            "the App is not installed on {repo}"
+        ))),
     }
 }
 
@@ -111,13 +88,15 @@ pub async fn workflows(
     let installation = forge.auth.installation(repo).await?;
     let contents = |gh: Octocrab, path: String| async move {
         let repos = gh.repos(repo.owner(), repo.name());
-        let content = repos.get_content().path(path).r#ref(branch.as_str());
-        content.send().await
+        repos
+            .get_content()
+            .path(path)
+            .r#ref(branch.as_str())
+            .send()
+            .await
     };
-    let listed = installation
-        .run(|gh| contents(gh, ".github/workflows".to_owned()))
-        .await?;
-    let mut entries = match listed {
+    let listed = installation.run(|gh| contents(gh, ".github/workflows".to_owned()));
+    let mut entries = match listed.await? {
         Ok(entries) => entries,
         Err(refusal) if refusal.status_code.as_u16() == 404 => return Ok(Vec::new()),
         Err(refusal) => return Err(refused("listing .github/workflows", &refusal)),
@@ -129,10 +108,9 @@ pub async fn workflows(
             continue;
         }
         let path = encode_path(&entry.path);
-        let mut file = installation
-            .run(|gh| contents(gh, path.clone()))
-            .await?
-            .map_err(|refusal| refused(&format!("reading {}", entry.path), &refusal))?;
+        let file = installation.run(|gh| contents(gh, path.clone())).await?;
+        let mut file =
+            file.map_err(|refusal| refused(&format!("reading {}", entry.path), &refusal))?;
         let text = file
             .take_items()
             .into_iter()
@@ -147,8 +125,8 @@ pub async fn workflows(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WorkflowState {
     /// GitHub knows the workflow: its `state` (`active`, `disabled_inactivity`,
-    /// `disabled_manually`, `disabled_fork`, `deleted`, or one added since) and its page.
-    Found { state: String, html_url: String },
+    /// `disabled_manually`, `disabled_fork`, `deleted`, or one added since).
+    Found { state: String },
     /// GitHub knows no workflow by that file name.
     Missing,
     /// The credentials may not read it: what GitHub says the request needs (`actions=read`).
@@ -165,29 +143,16 @@ pub async fn workflow_state(
     file: &str,
 ) -> Result<WorkflowState, ForgeError> {
     let installation = forge.auth.installation(repo).await?;
-    let file = encode_path(file);
-    let found = installation
-        .run(|gh| {
-            let file = file.clone();
-            async move {
-                gh.workflows(repo.owner(), repo.name())
-                    .get_workflow(file)
-                    .await
-            }
-        })
-        .await?;
-    match found {
+    let path = &format!("/repos/{repo}/actions/workflows/{}", encode_path(file));
+    let found = installation.run(|gh| async move { gh.get::<Value, _, ()>(path, None).await });
+    match found.await? {
         Ok(found) => Ok(WorkflowState::Found {
-            state: found.state,
-            html_url: found.html_url.into(),
+            state: found["state"].as_str().unwrap_or_default().to_owned(),
         }),
         Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(WorkflowState::Missing),
         Err(refusal) => match missing_permission(&refusal) {
             Some(needs) => Ok(WorkflowState::NotPermitted { needs }),
-            None => Err(refused(
-                &format!("GET /repos/{repo}/actions/workflows/{file}"),
-                &refusal,
-            )),
+            None => Err(refused(&format!("GET {path}"), &refusal)),
         },
     }
 }
@@ -197,23 +162,14 @@ fn anonymous(api_url: &str) -> Result<Octocrab, ForgeError> {
     octocrab(api_url, Arc::new(Metrics::new())).map_err(|e| ForgeError::Other(e.into()))
 }
 
-/// An account, as `GET /users/{username}` describes it.
-#[derive(Deserialize)]
-struct Account {
-    /// `User`, `Organization`, or `Bot` for an App's bot user.
-    #[serde(rename = "type")]
-    kind: String,
-}
-
 /// The `type` GitHub gives the account `login` — `User` or `Organization` (a private App can
 /// be installed only on the account that owns it, so `init` creates it there) — or `None` when
 /// there is no such account. Asked without credentials (`GET /users/{username}`).
 /// (https://docs.github.com/rest/users/users#get-a-user)
 pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, ForgeError> {
-    let gh = anonymous(api_url)?;
     let path = format!("/users/{}", encode_path(login));
-    match call(gh.get::<Account, _, ()>(&path, None)).await? {
-        Ok(account) => Ok(Some(account.kind)),
+    match call(anonymous(api_url)?.get::<Value, _, ()>(&path, None)).await? {
+        Ok(account) => Ok(account["type"].as_str().map(str::to_owned)),
         Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
         Err(refusal) => Err(refused("GET /users/{username}", &refusal)),
     }
@@ -223,13 +179,13 @@ pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, 
 /// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
 /// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
 pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
-    let gh = anonymous(api_url)?;
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
-    match call(gh.post::<(), ManifestApp>(&path, None)).await? {
+    match call(anonymous(api_url)?.post::<(), ManifestApp>(&path, None)).await? {
         Ok(app) => Ok(app),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::Refused {
-            message: "GitHub does not know that code: it works once, for an hour; create the App again from create-app.html".into(),
-        }),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::refused(
+            "GitHub does not know that code: it works once, for an hour; create the App again \
+             from create-app.html",
+        )),
         Err(refusal) => Err(refused("POST /app-manifests/{code}/conversions", &refusal)),
     }
 }
