@@ -42,20 +42,15 @@ pub struct StatusView {
     pub decisions: Vec<DecisionView>,
 }
 
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.add_template("status.html", STATUS)
-        .expect("the status page template compiles");
-    env.add_template("manifest-code.html", MANIFEST_CODE)
-        .expect("the manifest code page template compiles");
-    env
+/// `source` rendered under `name`, whose `.html` makes the engine escape every value.
+fn render(name: &str, source: &str, values: impl Serialize) -> String {
+    Environment::new()
+        .render_named_str(name, source, values)
+        .unwrap_or_else(|e| panic!("the page {name} renders: {e}"))
 }
 
 pub fn status_page(view: &StatusView) -> String {
-    environment()
-        .get_template("status.html")
-        .and_then(|t| t.render(view))
-        .expect("the status page renders")
+    render("status.html", STATUS, view)
 }
 
 /// The page for `GET /?code=CODE`: the command that finishes creating the App, or (for a value
@@ -67,10 +62,11 @@ pub fn manifest_code_page(code: &str) -> String {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     let command = looks_like_a_code.then(|| format!("rowbranch init --manifest-code {code}"));
-    environment()
-        .get_template("manifest-code.html")
-        .and_then(|t| t.render(minijinja::context! { command => command }))
-        .expect("the manifest code page renders")
+    render(
+        "manifest-code.html",
+        MANIFEST_CODE,
+        minijinja::context! { command },
+    )
 }
 
 #[cfg(test)]
