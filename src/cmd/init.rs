@@ -9,6 +9,7 @@ pub mod setup;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use clap::ValueEnum;
 
 use self::setup::{render, steps, SetupContext};
 use super::Failure;
@@ -111,10 +112,8 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
     }
     let api = api_url(args);
     match quietly(account_type(&api, owner)).await {
-        Ok(Some(kind)) if kind == "User" => Ok(OwnerType::User),
-        Ok(Some(kind)) if kind == "Organization" => Ok(OwnerType::Organization),
-        Ok(Some(other)) => Err(usage(format!(
-            "--repo: GitHub says {owner} is an account of type {other}, which cannot own a GitHub App"
+        Ok(Some(kind)) => OwnerType::from_str(&kind, true).map_err(|_| usage(format!(
+            "--repo: GitHub says {owner} is an account of type {kind}, which cannot own a GitHub App"
         ))),
         Ok(None) => Err(usage(format!("--repo: GitHub has no account named {owner}"))),
         Err(e) => Err(Failure::Runtime(anyhow!(
@@ -162,19 +161,16 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     identifier("--table", &args.table, false)?;
     identifier("--id-column", &args.id_column, false)?;
     identifier("--text-column", &args.text_column, true)?;
-    let app_name = match &args.app_name {
-        Some(name) if name.chars().count() > MAX_APP_NAME => {
-            return Err(usage(format!(
-                "--app-name is {} characters long; GitHub allows at most {MAX_APP_NAME}",
-                name.chars().count()
-            )))
-        }
-        Some(name) => name.clone(),
-        None => format!("rowbranch-{}", repo.owner())
-            .chars()
-            .take(MAX_APP_NAME)
-            .collect(),
-    };
+    let app_name = args.app_name.clone().unwrap_or_else(|| {
+        let name = format!("rowbranch-{}", repo.owner());
+        name.chars().take(MAX_APP_NAME).collect()
+    });
+    if app_name.chars().count() > MAX_APP_NAME {
+        return Err(usage(format!(
+            "--app-name is {} characters long; GitHub allows at most {MAX_APP_NAME}",
+            app_name.chars().count()
+        )));
+    }
     // No App with --host actions: the drain job's GITHUB_TOKEN sends the dispatch, and its bot
     // is the work workflow's actor.
     let app_slug = match on_actions {
@@ -263,14 +259,6 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// A slug as GitHub makes them: lower-case letters, digits and `-`.
-fn plausible_slug(slug: &str) -> bool {
-    !slug.is_empty()
-        && slug
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
-}
-
 async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     let api_url = api_url(args);
     let dir = &out_dir(args);
@@ -289,7 +277,9 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");
     let set = set_app_id(&config, app.id)?;
-    let slug = app.slug.as_deref().filter(|s| plausible_slug(s));
+    // A slug as GitHub makes them: lower-case letters, digits, `-` and `_`.
+    let plausible = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    let slug = (app.slug.as_deref()).filter(|s| !s.is_empty() && s.chars().all(plausible));
     println!(
         "created the GitHub App {} (id {}){}",
         slug.unwrap_or(&app.name),
@@ -374,21 +364,18 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
         "its claude-code-action steps and its `allowed_bots:` lines do not match one to one";
     let value = serde_json::Value::String(bot_login(app_slug)).to_string();
     let mut rewritten = 0;
-    let mut out = String::with_capacity(workflow.len() + 16);
-    for line in workflow.split_inclusive('\n') {
-        let content = line.trim_end_matches(['\n', '\r']);
-        let indent = content.len() - content.trim_start().len();
-        if content.trim_start().starts_with("allowed_bots:") {
+    let out: String = (workflow.split_inclusive('\n'))
+        .map(|line| {
+            let content = line.trim_start();
+            if !content.starts_with("allowed_bots:") {
+                return line.to_owned();
+            }
             rewritten += 1;
-            let ending = &line[content.len()..];
-            out.push_str(&format!(
-                "{}allowed_bots: {value}{ending}",
-                &content[..indent]
-            ));
-        } else {
-            out.push_str(line);
-        }
-    }
+            let indent = &line[..line.len() - content.len()];
+            let ending = &content[content.trim_end_matches(['\n', '\r']).len()..];
+            format!("{indent}allowed_bots: {value}{ending}")
+        })
+        .collect();
     let after = claude_steps(&out).unwrap_or_default();
     if rewritten != steps.len()
         || after.len() != steps.len()

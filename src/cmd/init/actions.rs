@@ -216,18 +216,16 @@ pub(super) fn refuse_other_hosts_flags(args: &InitArgs, actions: bool) -> Result
         ]
     };
     let given: Vec<&str> = flags.iter().filter(|f| f.1).map(|f| f.0).collect();
-    let given_words = given.join(", ");
-    match given.len() {
-        0 => Ok(()),
-        _ if actions => Err(usage(format!(
-            "--host actions takes no {given_words}: the drain job reads the queue with the \
+    let given = given.join(", ");
+    match given.is_empty() {
+        true => Ok(()),
+        false if actions => Err(usage(format!(
+            "--host actions takes no {given}: the drain job reads the queue with the \
              repository's own token, so there is no App, no public address and no webhook"
         ))),
-        n => Err(usage(format!(
-            "{given_words} {} for --host actions, which runs rowbranch in the repository's GitHub \
-             Actions: add --host actions, or leave {} out",
-            if n == 1 { "is" } else { "are" },
-            if n == 1 { "it" } else { "them" },
+        false => Err(usage(format!(
+            "{given}: only for --host actions, which runs rowbranch in the repository's GitHub \
+             Actions: add --host actions, or leave out {given}"
         ))),
     }
 }
