@@ -322,11 +322,7 @@ fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        Err(e) => {
-            return Err(anyhow!(e)
-                .context(format!("cannot read {}", path.display()))
-                .into())
-        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display()))?,
     };
     let steps = claude_steps(&text).unwrap_or_default();
     if !steps.is_empty() && steps.iter().all(|s| allows_bot(&s.allowed_bots, slug)) {
@@ -412,6 +408,8 @@ fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
+    use std::io::Write;
+    let cannot = || format!("cannot write {}", path.display());
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -419,19 +417,15 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut file = options.open(path).with_context(cannot)?;
     #[cfg(unix)]
     if private {
         // An existing file keeps its mode when opened: narrow it too.
         use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot restrict {}", path.display()))?;
+        let private = std::fs::Permissions::from_mode(0o600);
+        file.set_permissions(private).with_context(cannot)?;
     }
-    use std::io::Write;
-    file.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes()).with_context(cannot)?;
     Ok(())
 }
 
