@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use super::Failure;
 use crate::cli::DoctorArgs;
 use crate::config::{process_env, Config};
-use crate::doctor;
+use crate::doctor::{checks, quietly};
 
 pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = match Config::load(&args.config.config, &process_env) {
@@ -17,7 +17,7 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
             return Err(Failure::Usage(anyhow!("the config does not load")));
         }
     };
-    let checks = doctor::checks(&config).await;
+    let checks = quietly(checks(&config)).await;
     let failed = checks.iter().filter(|c| !c.ok).count();
     for check in &checks {
         // `!`: passed, with advice for something only an optional feature needs.

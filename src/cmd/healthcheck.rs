@@ -35,12 +35,14 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
         .await
         .map_err(|_| unhealthy(format!("{url}: no answer within {}s", TIMEOUT.as_secs())))?
         .map_err(|e| {
-            let why = if e.is_connect() {
-                format!("cannot connect: {}", root_cause(&e))
+            // The innermost error's words ("Connection refused (os error 111)"), not the
+            // client's wrapping.
+            let connect = if e.is_connect() {
+                "cannot connect: "
             } else {
-                root_cause(&e)
+                ""
             };
-            unhealthy(format!("{url}: {why}"))
+            unhealthy(format!("{url}: {connect}{}", anyhow!(e).root_cause()))
         })?;
     let status = answer.status();
     if status != http::StatusCode::OK {
@@ -52,15 +54,6 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
 
 fn unhealthy(reason: String) -> Failure {
     Failure::Runtime(anyhow!("unhealthy: {reason}"))
-}
-
-/// The innermost error's words ("Connection refused (os error 111)"), not the client's wrapping.
-fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut cause = e;
-    while let Some(next) = cause.source() {
-        cause = next;
-    }
-    cause.to_string()
 }
 
 /// `http://HOST:PORT/healthz` for a listen address, asking an unspecified address (every

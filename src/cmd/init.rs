@@ -9,8 +9,9 @@ pub mod setup;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context};
+use clap::ValueEnum;
 
-use self::setup::{render, SetupContext};
+use self::setup::{render, steps, SetupContext};
 use super::Failure;
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::config::env::ENV_FILE;
@@ -53,27 +54,6 @@ fn out_dir(args: &InitArgs) -> PathBuf {
         (None, HostArg::Server) => PathBuf::from("."),
         (None, HostArg::Actions) => PathBuf::from("setup"),
     }
-}
-
-/// The files `init` writes for the host and intake asked for, each under its own name.
-fn outputs(args: &InitArgs) -> Vec<&'static str> {
-    if args.host == HostArg::Actions {
-        return actions::outputs(args);
-    }
-    let mut names = vec![
-        "rowbranch.toml",
-        "workflow.yml",
-        "app-manifest.json",
-        "payload.json.j2",
-        "create-app.html",
-    ];
-    match args.intake {
-        Some(IntakeArg::Pgmq) => names.push("supabase-queue.sql"),
-        Some(IntakeArg::Webhook) | None => {
-            names.extend(["supabase-vault.sql", "supabase.sql", ENV_FILE])
-        }
-    }
-    names
 }
 
 fn usage(message: impl Into<String>) -> Failure {
@@ -132,10 +112,8 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
     }
     let api = api_url(args);
     match quietly(account_type(&api, owner)).await {
-        Ok(Some(kind)) if kind == "User" => Ok(OwnerType::User),
-        Ok(Some(kind)) if kind == "Organization" => Ok(OwnerType::Organization),
-        Ok(Some(other)) => Err(usage(format!(
-            "--repo: GitHub says {owner} is an account of type {other}, which cannot own a GitHub App"
+        Ok(Some(kind)) => OwnerType::from_str(&kind, true).map_err(|_| usage(format!(
+            "--repo: GitHub says {owner} is an account of type {kind}, which cannot own a GitHub App"
         ))),
         Ok(None) => Err(usage(format!("--repo: GitHub has no account named {owner}"))),
         Err(e) => Err(Failure::Runtime(anyhow!(
@@ -145,8 +123,9 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
     }
 }
 
-/// The setup's values from the flags, every one checked before GitHub is asked anything.
-async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
+/// The setup's values from the flags, every one checked; the owner's kind is asked of GitHub
+/// later, only once nothing stands in the way of writing.
+fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     let repo_arg = args.repo.as_deref().ok_or_else(|| {
         usage("--repo OWNER/NAME is required: the repository the work happens in")
     })?;
@@ -182,19 +161,16 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     identifier("--table", &args.table, false)?;
     identifier("--id-column", &args.id_column, false)?;
     identifier("--text-column", &args.text_column, true)?;
-    let app_name = match &args.app_name {
-        Some(name) if name.chars().count() > MAX_APP_NAME => {
-            return Err(usage(format!(
-                "--app-name is {} characters long; GitHub allows at most {MAX_APP_NAME}",
-                name.chars().count()
-            )))
-        }
-        Some(name) => name.clone(),
-        None => format!("rowbranch-{}", repo.owner())
-            .chars()
-            .take(MAX_APP_NAME)
-            .collect(),
-    };
+    let app_name = args.app_name.clone().unwrap_or_else(|| {
+        let name = format!("rowbranch-{}", repo.owner());
+        name.chars().take(MAX_APP_NAME).collect()
+    });
+    if app_name.chars().count() > MAX_APP_NAME {
+        return Err(usage(format!(
+            "--app-name is {} characters long; GitHub allows at most {MAX_APP_NAME}",
+            app_name.chars().count()
+        )));
+    }
     // No App with --host actions: the drain job's GITHUB_TOKEN sends the dispatch, and its bot
     // is the work workflow's actor.
     let app_slug = match on_actions {
@@ -213,7 +189,7 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         ),
         Intake::Pgmq { .. } => (None, None),
     };
-    let mut ctx = SetupContext {
+    let ctx = SetupContext {
         owner: repo.owner().to_owned(),
         repo: repo.to_string(),
         url,
@@ -230,28 +206,25 @@ async fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         intake,
         host: args.host,
         actions: match on_actions {
-            true => actions::setup(args, &api_url(args))?,
-            false => actions::ActionsSetup::example(),
+            true => Some(actions::setup(args, &api_url(args))?),
+            false => None,
         },
         events: vec!["INSERT".into()],
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
         max_turns: args.max_turns,
         work_timeout_minutes: args.work_timeout_minutes,
-        // Asked of GitHub below, once every value is checked.
+        // Asked of GitHub once nothing stands in the way of writing.
         owner_kind: OwnerType::User,
     };
     ctx.check().map_err(usage)?;
-    if !on_actions {
-        // Only an App needs to know its owner's kind; --host actions asks GitHub nothing.
-        ctx.owner_kind = owner_kind(args, repo.owner()).await?;
-    }
     Ok(ctx)
 }
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
-    let names = outputs(args);
+    let mut ctx = context(args)?;
+    let names = ctx.outputs();
     let existing: Vec<&str> = names
         .iter()
         .copied()
@@ -264,16 +237,16 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
             existing.join(", ")
         )));
     }
-    let ctx = context(args).await?;
-    // Everything is rendered before anything is written.
-    let mut files = Vec::with_capacity(names.len());
-    for name in &names {
-        let text = match (*name, &ctx.webhook_secret, &ctx.bearer_secret) {
-            (ENV_FILE, Some(signing), Some(bearer)) => env_file(signing, bearer),
-            _ => render(name, &ctx)?,
-        };
-        files.push((*name, text));
+    if ctx.host == HostArg::Server {
+        // Only an App needs to know its owner's kind; --host actions asks GitHub nothing.
+        ctx.owner_kind = owner_kind(args, &ctx.owner).await?;
     }
+    // Everything is rendered before anything is written.
+    let files: Vec<(&str, String)> = names
+        .iter()
+        .map(|name| Ok((*name, render(name, &ctx)?)))
+        .collect::<anyhow::Result<_>>()?;
+    let steps = steps(dir, &ctx)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     for (name, text) in &files {
         write(&dir.join(name), text, PRIVATE.contains(name))?;
@@ -282,106 +255,8 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     for name in &names {
         println!("  {name}");
     }
-    match ctx.host {
-        HostArg::Actions => actions::print_steps(dir, &ctx),
-        HostArg::Server => print_steps(dir, &ctx),
-    }
+    print!("{steps}");
     Ok(())
-}
-
-/// `rowbranch.env`: both secrets in `ROWBRANCH_WEBHOOK_SECRET`, saying which is which.
-fn env_file(signing: &str, bearer: &str) -> String {
-    format!(
-        "# rowbranch's webhook secrets, separated by a space. Keep this file and the two SQL files private.
-#  1. whsec_…: the signing key supabase-vault.sql keeps in Supabase Vault and signs each
-#     delivery with (rowbranch.toml: [webhook] accept = [\"standard-webhooks\"]);
-#  2. the other: the bearer secret supabase.sql sends in its Authorization header, taken only
-#     when [webhook] accept lists \"bearer\". A whsec_ secret is never taken as a bearer token.
-ROWBRANCH_WEBHOOK_SECRET=\"{signing} {bearer}\"
-"
-    )
-}
-
-/// The steps that remain with `serve` and a GitHub App, in the order that works: the App
-/// first (it gives the id and key rowbranch needs), then the intake, then the workflow.
-fn print_steps(dir: &Path, ctx: &SetupContext) {
-    let d = dir.display();
-    let (repo, url, schema, table) = (&ctx.repo, &ctx.url, &ctx.schema, &ctx.table);
-    let owner = match ctx.owner_kind {
-        OwnerType::Organization => format!("the organization {}", ctx.owner),
-        OwnerType::User => format!("your account {} (be signed in as {0})", ctx.owner),
-    };
-    let webhook = ctx.intake == Intake::Webhook;
-    let starts = match webhook {
-        true => " (rowbranch is\n     deployed in step 3): copy",
-        false => "\n     (rowbranch starts in step 5, once it has the App's key and the database):\n     copy",
-    };
-    let app = format!(
-        "1. Create the GitHub App on {owner}: open {d}/create-app.html in a browser and press the
-     button; GitHub then sends you to {url}/?code=…, where nothing answers yet{starts} the code from the address bar (it works once, for an hour) and run
-       rowbranch init --dir {d} --manifest-code THE_CODE
-     (it writes {d}/app.pem, the App's id into {d}/rowbranch.toml, and the name GitHub gave the
-     App into {d}/workflow.yml).
-  2. Install the App on {repo}: the App's page on GitHub → Install App → only {repo}."
-    );
-    let workflow = |n: u32| {
-        format!(
-            "{n}. Add the workflow's secret to {repo} (Settings → Secrets and variables → Actions →
-     ANTHROPIC_API_KEY), and let the workflow open pull requests (Settings → Actions →
-     General → \"Allow GitHub Actions to create and approve pull requests\").
-  {}. Commit {d}/workflow.yml to {repo}'s default branch as .github/workflows/rowbranch.yml.",
-            n + 1
-        )
-    };
-    println!("\nnext steps, in this order: the App first (it gives the id and key rowbranch needs), then");
-    if webhook {
-        println!(
-            "rowbranch running where Supabase reaches it, then the workflow and the trigger that point at it.
-  {app}
-  3. Deploy rowbranch at {url} and start it (docs/deploy.md), with ROWBRANCH_WEBHOOK_SECRET
-     from {d}/{ENV_FILE} (two secrets: the whsec_ signing key of supabase-vault.sql, then the
-     bearer secret of supabase.sql) and the key {d}/app.pem in the platform's secret store;
-     or, on a machine of your own behind a TLS proxy:
-       set -a; . {d}/{ENV_FILE}; set +a; rowbranch serve --config {d}/rowbranch.toml
-  4. rowbranch doctor --config {d}/rowbranch.toml: every line ✓ but the workflow's.
-  {}
-  7. In Supabase, turn Database Webhooks on (Integrations → Database Webhooks → Enable), then
-     run {d}/supabase-vault.sql in the SQL editor: it keeps the signing key in Supabase Vault
-     and posts every INSERT on {schema}.{table} to {url}/webhook, signed; rowbranch.toml takes
-     only such deliveries ([webhook] accept = [\"standard-webhooks\"]).
-     ({d}/supabase.sql is the same trigger as the Dashboard makes it: it sends the bearer
-     secret, readable in the trigger's definition, and needs accept = [\"bearer\"].)
-  8. rowbranch doctor --config {d}/rowbranch.toml again, until every line is ✓",
-            workflow(5)
-        );
-    } else {
-        println!(
-            "the queue and its trigger, then rowbranch reading it, then the workflow.
-  {app}
-  3. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
-     SQL editor: each INSERT on {schema}.{table} then puts the row into the queue {queue}, in
-     the INSERT's own transaction.
-  4. Give rowbranch a database role of its own that may read the queues (doctor prints the
-     grants), and set DATABASE_URL to it: on Supabase, Connect → Session pooler (or the direct
-     connection), with sslmode=verify-full and sslrootcert= the project's CA (Database
-     Settings → SSL Configuration).
-  5. Start rowbranch anywhere that reaches the database; it needs no inbound port:
-       DATABASE_URL=… rowbranch serve --config {d}/rowbranch.toml
-     (docs/deploy.md for a platform; the key {d}/app.pem and DATABASE_URL in its secret store).
-  {}
-  8. rowbranch doctor --config {d}/rowbranch.toml, until every line is ✓",
-            workflow(6),
-            queue = ctx.queue,
-        );
-    }
-}
-
-/// A slug as GitHub makes them: lower-case letters, digits and `-`.
-fn plausible_slug(slug: &str) -> bool {
-    !slug.is_empty()
-        && slug
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
 }
 
 async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
@@ -402,7 +277,9 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");
     let set = set_app_id(&config, app.id)?;
-    let slug = app.slug.as_deref().filter(|s| plausible_slug(s));
+    // A slug as GitHub makes them: lower-case letters, digits, `-` and `_`.
+    let plausible = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    let slug = (app.slug.as_deref()).filter(|s| !s.is_empty() && s.chars().all(plausible));
     println!(
         "created the GitHub App {} (id {}){}",
         slug.unwrap_or(&app.name),
@@ -445,11 +322,7 @@ fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
             );
             return Ok(());
         }
-        Err(e) => {
-            return Err(anyhow!(e)
-                .context(format!("cannot read {}", path.display()))
-                .into())
-        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display()))?,
     };
     let steps = claude_steps(&text).unwrap_or_default();
     if !steps.is_empty() && steps.iter().all(|s| allows_bot(&s.allowed_bots, slug)) {
@@ -487,21 +360,18 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
         "its claude-code-action steps and its `allowed_bots:` lines do not match one to one";
     let value = serde_json::Value::String(bot_login(app_slug)).to_string();
     let mut rewritten = 0;
-    let mut out = String::with_capacity(workflow.len() + 16);
-    for line in workflow.split_inclusive('\n') {
-        let content = line.trim_end_matches(['\n', '\r']);
-        let indent = content.len() - content.trim_start().len();
-        if content.trim_start().starts_with("allowed_bots:") {
+    let out: String = (workflow.split_inclusive('\n'))
+        .map(|line| {
+            let content = line.trim_start();
+            if !content.starts_with("allowed_bots:") {
+                return line.to_owned();
+            }
             rewritten += 1;
-            let ending = &line[content.len()..];
-            out.push_str(&format!(
-                "{}allowed_bots: {value}{ending}",
-                &content[..indent]
-            ));
-        } else {
-            out.push_str(line);
-        }
-    }
+            let indent = &line[..line.len() - content.len()];
+            let ending = &content[content.trim_end_matches(['\n', '\r']).len()..];
+            format!("{indent}allowed_bots: {value}{ending}")
+        })
+        .collect();
     let after = claude_steps(&out).unwrap_or_default();
     if rewritten != steps.len()
         || after.len() != steps.len()
@@ -538,6 +408,8 @@ fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
+    use std::io::Write;
+    let cannot = || format!("cannot write {}", path.display());
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -545,19 +417,15 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut file = options.open(path).with_context(cannot)?;
     #[cfg(unix)]
     if private {
         // An existing file keeps its mode when opened: narrow it too.
         use std::os::unix::fs::PermissionsExt;
-        file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot restrict {}", path.display()))?;
+        let private = std::fs::Permissions::from_mode(0o600);
+        file.set_permissions(private).with_context(cannot)?;
     }
-    use std::io::Write;
-    file.write_all(text.as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes()).with_context(cannot)?;
     Ok(())
 }
 

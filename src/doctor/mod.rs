@@ -64,37 +64,26 @@ pub struct Check {
 
 impl Check {
     fn pass(what: impl Into<String>) -> Check {
-        Check {
-            ok: true,
-            what: what.into(),
-            fix: None,
-        }
+        Check::new(true, what, None)
     }
 
     /// Passed, with advice: something only an optional feature needs is missing.
     fn advise(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check {
-            ok: true,
-            what: what.into(),
-            fix: Some(fix.into()),
-        }
+        Check::new(true, what, Some(fix.into()))
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check {
-            ok: false,
-            what: what.into(),
-            fix: Some(fix.into()),
-        }
+        Check::new(false, what, Some(fix.into()))
+    }
+
+    fn new(ok: bool, what: impl Into<String>, fix: Option<String>) -> Check {
+        let what = what.into();
+        Check { ok, what, fix }
     }
 }
 
-/// Runs every check that applies to `config`.
+/// Runs every check that applies to `config` (under [`quietly`]: the report is the output).
 pub async fn checks(config: &Config) -> Vec<Check> {
-    quietly(all_checks(config)).await
-}
-
-async fn all_checks(config: &Config) -> Vec<Check> {
     let mut out = vec![Check::pass(format!(
         "config {} parses",
         config.source.display()

@@ -16,7 +16,7 @@ use crate::support::child;
 use crate::support::db::{db_message, Install, Template, TestDb};
 use crate::support::github::REPO;
 use crate::support::or_skip;
-use crate::support::setup::{apply, create_table, queue_context};
+use crate::support::setup::{actions_example, apply, create_table, queue_context};
 use crate::support::supabase::STAND_IN;
 use crate::support::tools::output_text;
 
@@ -185,10 +185,10 @@ async fn database() -> Option<(TestDb, String, SetupContext)> {
     let queue = format!("rbq_{}", db.tag);
     let ctx = SetupContext {
         host: HostArg::Actions,
-        actions: ActionsSetup {
+        actions: Some(ActionsSetup {
             kick: true,
-            ..ActionsSetup::example()
-        },
+            ..actions_example()
+        }),
         ..queue_context("public", "feedbacks", &queue, &format!("{queue}_dead"))
     };
     apply(&db, &ctx).await;

@@ -7,12 +7,19 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
-use rowbranch::config::{Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource};
+use std::time::Duration;
+
+use rowbranch::cmd::init::setup::{render, SetupContext};
+use rowbranch::config::{
+    Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource, PrivateKeySource,
+};
 use rowbranch::doctor::workflow::claude_steps;
+use rowbranch::doctor::PLACEHOLDER_APP_ID;
+use rowbranch::event::EventKind;
 use rowbranch::templates::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
-use crate::support::setup::posted_manifest;
+use crate::support::setup::{example, posted_manifest};
 
 fn rowbranch(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_rowbranch"))
@@ -708,4 +715,56 @@ fn a_bad_queue_name_or_a_webhook_without_a_url_is_a_usage_error_that_says_what_t
         "{}",
         text(&out)
     );
+}
+
+#[test]
+fn the_shipped_example_config_parses_with_the_documented_defaults() {
+    let text = render("rowbranch.toml", &example()).unwrap();
+    let config =
+        Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
+    assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
+    // The sweep is written on: rows a sender never sent again come back within 6 h.
+    assert_eq!(config.reconcile.every, Some(Duration::from_secs(6 * 3600)));
+    assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("the example uses the github forge");
+    };
+    let GithubAuth::App { app_id, key } = &github.auth else {
+        panic!("the App");
+    };
+    assert_eq!(*app_id, PLACEHOLDER_APP_ID);
+    assert_eq!(github.pace.burst, 10);
+    assert_eq!(github.queue_bytes, rowbranch::config::DEFAULT_QUEUE_BYTES);
+    assert!(matches!(key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem")));
+    let route = &config.routes[0];
+    assert_eq!(route.slug_max_len, 40);
+    assert_eq!(route.events, vec![EventKind::Insert]);
+    assert_eq!(
+        route.payload_template,
+        Some(PayloadTemplateSource::File(
+            "/etc/rowbranch/payload.json.j2".into()
+        )),
+        "the config uses the payload template written beside it"
+    );
+    assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
+    assert_eq!(
+        route.intake,
+        Intake::Webhook,
+        "a webhook route, which has no hourly bound"
+    );
+}
+
+#[test]
+fn the_queue_config_bounds_the_rows_an_hour() {
+    let intake = Intake::Pgmq {
+        max_rows_per_hour: Some(60),
+    };
+    let ctx = SetupContext {
+        intake,
+        ..example()
+    };
+    let text = render("rowbranch.toml", &ctx).unwrap();
+    let config =
+        Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
+    assert_eq!(config.routes[0].intake, intake);
 }

@@ -18,6 +18,7 @@ use rowbranch::doctor::DRAIN_WORKFLOW_FILE;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::support::setup::{actions_example, example};
 use crate::support::tools::{
     actionlint, assert_says, assert_says_none, checked, have, have_actionlint, have_shellcheck,
     output_text, shellcheck,
@@ -90,12 +91,12 @@ fn context(install: Install, every: &str) -> SetupContext {
     SetupContext {
         host: HostArg::Actions,
         app_slug: "github-actions".into(),
-        actions: ActionsSetup {
+        actions: Some(ActionsSetup {
             every: Every::parse(every).unwrap(),
             install,
-            ..ActionsSetup::example()
-        },
-        ..SetupContext::example()
+            ..actions_example()
+        }),
+        ..example()
     }
 }
 
@@ -553,7 +554,10 @@ fn the_timeout_covers_the_install_the_drain_and_its_grace() {
         let timeout = doc["jobs"]["drain"]["timeout-minutes"]
             .as_i64()
             .expect("a timeout");
-        assert_eq!(timeout, i64::from(ctx.actions.timeout_minutes()));
+        assert_eq!(
+            timeout,
+            i64::from(ctx.actions.as_ref().unwrap().timeout_minutes())
+        );
         let drain = step(&doc, "Drain the queue");
         let script = drain["run"].as_str().unwrap();
         let max_time = format!("--max-time {DRAIN_MAX_TIME_MINUTES}m");

@@ -5,12 +5,12 @@
 //! names in `setup_sql` and `setup_vault_sql`.)
 
 use proptest::prelude::*;
-use rowbranch::cmd::init::setup::{render, SetupContext};
+use rowbranch::cmd::init::setup::{render, SetupContext, FILES};
 use rowbranch::config::{Config, Intake};
 use serde_json::Value;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::support::setup::posted_manifest;
+use crate::support::setup::{example, posted_manifest};
 
 /// Printable text: no control, format, private-use or unassigned character (Unicode's `C`
 /// categories), and no line or paragraph separator.
@@ -35,7 +35,7 @@ fn example_for(ctx: &SetupContext) -> SetupContext {
         intake: ctx.intake,
         queue: ctx.queue.clone(),
         dead_letter: ctx.dead_letter.clone(),
-        ..SetupContext::example()
+        ..example()
     }
 }
 
@@ -68,7 +68,7 @@ fn contexts() -> impl Strategy<Value = SetupContext> {
                 },
                 dead_letter: format!("{queue}_dead"),
                 queue,
-                ..SetupContext::example()
+                ..example()
             },
         )
         .prop_filter("a slug needs a letter or digit", |c| !c.app_slug.is_empty())
@@ -269,7 +269,7 @@ fn the_checks_catch_a_value_printed_raw() {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let example = SetupContext::example();
+    let example = example();
     let raw_toml = replace_line(
         &rendered("rowbranch.toml", &example),
         "table = ",
@@ -286,4 +286,41 @@ fn the_checks_catch_a_value_printed_raw() {
         rendered("workflow.yml", &example).replacen("# rowbranch:", "# rowbranch:\nx: [", 1);
     assert!(YamlLoader::load_from_str(&raw_yaml).is_err());
     assert_ne!(html_escaped("<b>"), "<b>");
+}
+
+#[test]
+fn a_line_break_or_an_invisible_character_is_refused_and_named() {
+    for (bad, code) in [
+        ("a\nb", 0x0A),
+        ("a\rb", 0x0D),
+        ("a\u{85}b", 0x85),
+        ("a\u{2028}b", 0x2028),
+        ("a\u{202E}b", 0x202E),
+        ("a\u{200B}b", 0x200B),
+        ("a\u{7F}b", 0x7F),
+    ] {
+        let ctx = SetupContext {
+            table: bad.into(),
+            ..example()
+        };
+        let err = ctx.check().unwrap_err();
+        assert!(
+            err.starts_with(&format!("--table: character 2 is U+{code:04X}, ")),
+            "{err}"
+        );
+        assert!(render("workflow.yml", &ctx).is_err(), "nothing is rendered");
+    }
+}
+
+#[test]
+fn quotes_brackets_and_non_latin_text_are_printable() {
+    let ctx = SetupContext {
+        table: "a\"b'c<d>&e\\f 日本 é ${{ x }} #".into(),
+        app_name: "Bot <b>\"x\"</b>".into(),
+        ..example()
+    };
+    assert_eq!(ctx.check(), Ok(()));
+    for (name, _) in FILES {
+        render(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    }
 }

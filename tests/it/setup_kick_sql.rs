@@ -23,7 +23,9 @@ use crate::support::db::{
 };
 use crate::support::or_skip;
 use crate::support::random::random_hex;
-use crate::support::setup::{apply, create_table, insert_row, queue_context, refusal, try_insert};
+use crate::support::setup::{
+    actions_example, apply, create_table, insert_row, queue_context, refusal, try_insert,
+};
 use crate::support::supabase::STAND_IN;
 
 const URL: &str =
@@ -33,11 +35,11 @@ const URL: &str =
 fn context(schema: &str, table: &str) -> SetupContext {
     SetupContext {
         host: HostArg::Actions,
-        actions: ActionsSetup {
+        actions: Some(ActionsSetup {
             kick: true,
             default_branch: "trunk".into(),
-            ..ActionsSetup::example()
-        },
+            ..actions_example()
+        }),
         ..queue_context(schema, table, "rowbranch", "rowbranch_dead")
     }
 }

@@ -15,6 +15,7 @@ use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::git_http::{basic_auth, Access, GitHttp};
+use crate::support::setup::example;
 use crate::support::tools::{
     actionlint, assert_says, checked, have_actionlint, have_shellcheck, shellcheck,
 };
@@ -26,7 +27,7 @@ fn context() -> SetupContext {
         app_slug: "acme-rows".into(),
         app_name: "Acme Rows".into(),
         branch_prefix: "wish".into(),
-        ..SetupContext::example()
+        ..example()
     }
 }
 

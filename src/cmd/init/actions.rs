@@ -3,19 +3,16 @@
 //! drain workflow (`rowbranch-drain.yml`), on a schedule and on demand, and the kick
 //! (`supabase-kick.sql`), which asks GitHub to run it as soon as rows arrive. Here: the flags
 //! that host takes and refuses, the schedule's arithmetic and the job's time budget, what the
-//! drain job installs (built from git at a commit, or a release's archive at its checksum), and
-//! the steps that remain, in the order that works.
+//! drain job installs (built from git at a commit, or a release's archive at its checksum).
 
 use std::fmt;
-use std::path::Path;
 
 use serde::Serialize;
 
-use super::setup::SetupContext;
 use super::{public_url, usage};
 use crate::cli::{InitArgs, IntakeArg};
 use crate::cmd::Failure;
-use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_SECRET};
+use crate::doctor::DRAIN_WORKFLOW_FILE;
 use crate::identity::{excerpt, BranchPrefix};
 
 /// Where the drain workflow reads its config, in the target repository: under `.github/`, so
@@ -44,7 +41,7 @@ const BUILD_MINUTES: u32 = 30;
 const DOWNLOAD_MINUTES: u32 = 2;
 
 /// The commit this binary was built from, as `--version` names it: the default `--rev`.
-const OWN_COMMIT: &str = env!("ROWBRANCH_COMMIT");
+pub(super) const OWN_COMMIT: &str = env!("ROWBRANCH_COMMIT");
 
 /// How often the schedule runs the drain: a number of minutes that a cron expression can say
 /// exactly, every day at the same times — a divisor of an hour, a divisor of a day in whole
@@ -169,20 +166,6 @@ pub struct ActionsSetup {
 }
 
 impl ActionsSetup {
-    /// Example values, for the documentation's own checks.
-    pub fn example() -> ActionsSetup {
-        ActionsSetup {
-            every: Every::HOURLY,
-            install: Install::Git {
-                url: "https://github.com/acme/rowbranch".into(),
-                rev: "0123456789abcdef0123456789abcdef01234567".into(),
-            },
-            kick: false,
-            default_branch: "main".into(),
-            api_url: "https://api.github.com".into(),
-        }
-    }
-
     /// The drain job's `timeout-minutes`: the runner and the checkout, the install at its
     /// slowest, the drain's `--max-time` (its grace included), and a minute to spare.
     pub fn timeout_minutes(&self) -> u32 {
@@ -198,35 +181,17 @@ impl ActionsSetup {
         )
     }
 
-    /// The text values, each with its flag's name, for the check that refuses control and
-    /// invisible characters.
-    pub fn texts(&self) -> Vec<(&'static str, &String)> {
-        let (url, more) = match &self.install {
-            Install::Git { url, rev } => (("install_from_git", url), ("rev", rev)),
-            Install::Release { url, sha256 } => (("release_url", url), ("release_sha256", sha256)),
-        };
-        vec![
-            ("default_branch", &self.default_branch),
-            ("api_url", &self.api_url),
-            (url.0, url.1),
-            (more.0, more.1),
-        ]
+    /// What the drain workflow, the kick and the steps compute from these values, for the
+    /// repository `repo`.
+    pub(super) fn values(&self, repo: &str) -> minijinja::Value {
+        minijinja::context! {
+            cron => self.every.cron(repo),
+            every => self.every.to_string(),
+            timeout_minutes => self.timeout_minutes(),
+            install_minutes => self.install.minutes(),
+            kick_url => self.kick_url(repo),
+        }
     }
-}
-
-/// What `--host actions` writes: no App manifest, page or key, no webhook secret; the payload
-/// template is the built-in one (a file beside the config can replace it).
-pub(super) fn outputs(args: &InitArgs) -> Vec<&'static str> {
-    let mut names = vec![
-        "rowbranch.toml",
-        "workflow.yml",
-        DRAIN_WORKFLOW_FILE,
-        "supabase-queue.sql",
-    ];
-    if args.kick {
-        names.push("supabase-kick.sql");
-    }
-    names
 }
 
 /// Refuses, with `--host actions`, the flags of an App and a server, which it has no use for;
@@ -251,18 +216,16 @@ pub(super) fn refuse_other_hosts_flags(args: &InitArgs, actions: bool) -> Result
         ]
     };
     let given: Vec<&str> = flags.iter().filter(|f| f.1).map(|f| f.0).collect();
-    let given_words = given.join(", ");
-    match given.len() {
-        0 => Ok(()),
-        _ if actions => Err(usage(format!(
-            "--host actions takes no {given_words}: the drain job reads the queue with the \
+    let given = given.join(", ");
+    match given.is_empty() {
+        true => Ok(()),
+        false if actions => Err(usage(format!(
+            "--host actions takes no {given}: the drain job reads the queue with the \
              repository's own token, so there is no App, no public address and no webhook"
         ))),
-        n => Err(usage(format!(
-            "{given_words} {} for --host actions, which runs rowbranch in the repository's GitHub \
-             Actions: add --host actions, or leave {} out",
-            if n == 1 { "is" } else { "are" },
-            if n == 1 { "it" } else { "them" },
+        false => Err(usage(format!(
+            "{given}: only for --host actions, which runs rowbranch in the repository's GitHub \
+             Actions: add --host actions, or leave out {given}"
         ))),
     }
 }
@@ -341,72 +304,6 @@ fn https(flag: &str, raw: &str) -> Result<String, Failure> {
         return Err(usage(format!("{flag} `{raw}` must be an https:// URL")));
     }
     Ok(url)
-}
-
-pub(super) fn print_steps(dir: &Path, ctx: &SetupContext) {
-    let d = dir.display();
-    let repo = &ctx.repo;
-    let setup = &ctx.actions;
-    let first_run = match &setup.install {
-        Install::Git { url, rev } => {
-            let whose = if rev == OWN_COMMIT {
-                ", the commit this rowbranch was built from"
-            } else {
-                ""
-            };
-            format!(
-                "The first run builds rowbranch from {url}\n     at {rev}{whose}\n     \
-                 (up to half an hour); later runs take it from the cache in seconds."
-            )
-        }
-        Install::Release { .. } => {
-            "Each run downloads rowbranch's release and checks its SHA-256 first.".to_owned()
-        }
-    };
-    println!(
-        "\nnext steps, in this order: the queue and its trigger, a database role for the drain, the
-repository's secrets and files, then a first run. No App, no server, no public address.
-  1. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
-     SQL editor (as postgres): each INSERT on {schema}.{table} then puts the row into the queue
-     {queue}, in the INSERT's own transaction.
-  2. Give the drain a database role of its own that may read the queues (rowbranch's
-     docs/queue.md, \"The database role\", has the grants). GitHub's runners reach Supabase
-     over IPv4 only and the direct host is IPv6 unless the project has the IPv4 add-on, so its
-     DATABASE_URL is the session pooler's (Connect → Session pooler), with sslmode=verify-full:
-       postgres://ROLE.PROJECT_REF:PASSWORD@aws-0-REGION.pooler.supabase.com:5432/postgres?sslmode=verify-full
-  3. In {repo}, Settings → Secrets and variables → Actions: add that as the repository secret
-     {DATABASE_URL_SECRET}, and the work's ANTHROPIC_API_KEY. Settings → Actions → General:
-     \"Allow GitHub Actions to create and approve pull requests\".
-  4. Commit to {repo}'s default branch:
-       {d}/rowbranch.toml       as {CONFIG_PATH}
-       {d}/workflow.yml         as .github/workflows/rowbranch.yml
-       {d}/{DRAIN_WORKFLOW_FILE}  as .github/workflows/{DRAIN_WORKFLOW_FILE}
-     and Supabase's CA certificate as {CA_PATH} (Database Settings → SSL
-     Configuration → Download certificate; it is public): verify-full checks the pooler with it.
-  5. Run the drain once: Actions → rowbranch drain → Run workflow, or
-       gh workflow run {DRAIN_WORKFLOW_FILE} --repo {repo}
-     {first_run}
-     From then on it runs every {every}.",
-        schema = ctx.schema,
-        table = ctx.table,
-        queue = ctx.queue,
-        every = setup.every,
-    );
-    let mut step = 6;
-    if setup.kick {
-        println!(
-            "  {step}. The kick, to drain within seconds of an insert rather than on the schedule: on
-     GitHub, Settings → Developer settings → Fine-grained tokens → Generate new token, with
-     access to {repo} only and one permission, Actions: Read and write. In Supabase, keep it in
-     Vault as {KICK_SECRET} (Integrations → Vault → Add new secret; never in a file),
-     enable pg_net (Integrations → Database Webhooks → Enable), then run {d}/supabase-kick.sql.",
-        );
-        step += 1;
-    }
-    println!(
-        "  {step}. rowbranch doctor --config {d}/rowbranch.toml, with DATABASE_URL and GITHUB_TOKEN (a
-     token that can read {repo}) set, until every line is ✓."
-    );
 }
 
 #[cfg(test)]
@@ -518,9 +415,22 @@ mod tests {
         assert!(minutes.len() > 10, "{minutes:?}");
     }
 
+    fn example() -> ActionsSetup {
+        ActionsSetup {
+            every: Every::HOURLY,
+            install: Install::Git {
+                url: "https://github.com/acme/rowbranch".into(),
+                rev: "0123456789abcdef0123456789abcdef01234567".into(),
+            },
+            kick: false,
+            default_branch: "main".into(),
+            api_url: "https://api.github.com".into(),
+        }
+    }
+
     #[test]
     fn the_job_has_time_for_the_install_the_drain_and_a_minute_more() {
-        let mut setup = ActionsSetup::example();
+        let mut setup = example();
         assert_eq!(
             setup.timeout_minutes(),
             SETUP_MINUTES + BUILD_MINUTES + DRAIN_MAX_TIME_MINUTES + SPARE_MINUTES
@@ -535,7 +445,7 @@ mod tests {
     #[test]
     fn the_kick_posts_to_the_drain_workflows_dispatches() {
         assert_eq!(
-            ActionsSetup::example().kick_url("acme/app"),
+            example().kick_url("acme/app"),
             "https://api.github.com/repos/acme/app/actions/workflows/rowbranch-drain.yml/dispatches"
         );
     }

@@ -11,18 +11,21 @@
 //! break in a comment, an invisible character that makes a name read as another — is refused
 //! by [`SetupContext::check`] before anything is rendered.
 
+use std::path::Path;
+
 use anyhow::{anyhow, Context};
 use minijinja::syntax::SyntaxConfig;
-use minijinja::{AutoEscape, Environment, UndefinedBehavior};
+use minijinja::{context, AutoEscape, Environment, UndefinedBehavior, Value};
 use serde::Serialize;
 
 use super::actions::{self, ActionsSetup};
 use crate::cli::{HostArg, OwnerType};
-use crate::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
-use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_TRIGGER_PREFIX};
+use crate::config::env::ENV_FILE;
+use crate::config::Intake;
+use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_SECRET, KICK_TRIGGER_PREFIX};
 
 /// The setup files, each embedded under its name in `templates/` (and in the folder `init`
-/// writes), with its text.
+/// writes), with its text; in the order `init` names them.
 macro_rules! setup_files {
     ($($name:literal),* $(,)?) => {
         &[$(($name, include_str!(concat!("../../../templates/", $name)))),*]
@@ -30,17 +33,21 @@ macro_rules! setup_files {
 }
 
 pub const FILES: &[(&str, &str)] = setup_files![
+    "rowbranch.toml",
     "workflow.yml",
-    "supabase-vault.sql",
-    "supabase.sql",
-    "supabase-queue.sql",
+    "rowbranch-drain.yml",
     "app-manifest.json",
     "payload.json.j2",
-    "rowbranch.toml",
     "create-app.html",
-    "rowbranch-drain.yml",
+    "supabase-vault.sql",
+    "supabase.sql",
+    "rowbranch.env",
+    "supabase-queue.sql",
     "supabase-kick.sql",
 ];
+
+/// The steps `init` prints once the files are written, filled in from the same values.
+const STEPS: &str = include_str!("steps.txt");
 
 /// What the setup files are filled in with.
 #[derive(Debug, Clone, Serialize)]
@@ -75,8 +82,8 @@ pub struct SetupContext {
     /// Where rowbranch runs: the config's `[github]` authenticates as the App or with the
     /// Actions job's token, and the work workflow allows the bot that dispatches.
     pub host: HostArg,
-    /// The drain workflow's and the kick's values (used with `host = actions`).
-    pub actions: ActionsSetup,
+    /// The drain workflow's and the kick's values, with `host = actions`.
+    pub actions: Option<ActionsSetup>,
     /// The route's event types (`INSERT`, `UPDATE`, `DELETE`), which the queue's trigger fires on.
     pub events: Vec<String>,
     /// The pgmq queue the queue's trigger sends rows to.
@@ -92,43 +99,34 @@ pub struct SetupContext {
 }
 
 impl SetupContext {
-    /// Example values, for the documentation's own checks.
-    pub fn example() -> SetupContext {
-        SetupContext {
-            repo: "acme/app".into(),
-            owner: "acme".into(),
-            owner_kind: OwnerType::Organization,
-            url: "https://hooks.example.com".into(),
-            app_name: "rowbranch-acme".into(),
-            app_slug: "rowbranch-acme".into(),
-            schema: "public".into(),
-            table: "feedbacks".into(),
-            id_column: "id".into(),
-            text_column: "message".into(),
-            branch_prefix: "feedback".into(),
-            event_type: "feedback".into(),
-            webhook_secret: None,
-            bearer_secret: None,
-            intake: Intake::Webhook,
-            host: HostArg::Server,
-            actions: ActionsSetup::example(),
-            events: vec!["INSERT".into()],
-            queue: "rowbranch".into(),
-            dead_letter: "rowbranch_dead".into(),
-            max_turns: DEFAULT_MAX_TURNS,
-            work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
-        }
+    /// The files this setup writes, by name.
+    pub fn outputs(&self) -> Vec<&'static str> {
+        let (app, webhook) = (self.host == HostArg::Server, self.intake == Intake::Webhook);
+        let kick = self.actions.as_ref().is_some_and(|setup| setup.kick);
+        let writes = |name: &str| match name {
+            "app-manifest.json" | "payload.json.j2" | "create-app.html" => app,
+            "supabase-vault.sql" | "supabase.sql" | ENV_FILE => webhook,
+            "supabase-queue.sql" => !webhook,
+            DRAIN_WORKFLOW_FILE => !app,
+            "supabase-kick.sql" => kick,
+            _ => true,
+        };
+        FILES
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| writes(name))
+            .collect()
     }
 
     /// Refuses a value that no quoting makes safe in every file (see [`refused`]), naming the
-    /// flag it came from (the field's name, `-` for `_`) and the character.
+    /// flag it came from (the field's name, `-` for `_`) and the character. The drain's values
+    /// need no look: their own checks (a URL, hexadecimal digits, a branch name) let only
+    /// printable ASCII through.
     pub fn check(&self) -> Result<(), String> {
-        // Every text field by its name, as the templates see them; then the nested ones.
+        // Every text field by its name, as the templates see them.
         let json = serde_json::to_value(self).map_err(|e| e.to_string())?;
         let fields = json.as_object().into_iter().flatten();
-        let fields = fields.filter_map(|(field, value)| Some((field.as_str(), value.as_str()?)));
-        let nested = self.actions.texts().into_iter();
-        for (field, value) in fields.chain(nested.map(|(field, value)| (field, value.as_str()))) {
+        for (field, value) in fields.filter_map(|(field, value)| Some((field, value.as_str()?))) {
             if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
                 return Err(format!(
                     "--{}: character {} is U+{:04X}, a control or invisible character; only \
@@ -172,15 +170,32 @@ fn toml_string(value: String) -> String {
 
 /// Renders the setup file `name` (one of [`FILES`]).
 pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
-    ctx.check().map_err(|e| anyhow!(e))?;
     let (_, source) = FILES
         .iter()
         .find(|(file, _)| *file == name)
         .ok_or_else(|| anyhow!("no setup template named {name}"))?;
     if name.ends_with(".j2") {
         // The payload template is rendered per row, by the server: it is written as it is.
+        ctx.check().map_err(|e| anyhow!(e))?;
         return Ok((*source).to_owned());
     }
+    let page = match name {
+        // The page posts the manifest, so it carries it (HTML-escaped where it is printed).
+        "create-app.html" => context! { manifest => render("app-manifest.json", ctx)? },
+        _ => context! {},
+    };
+    fill(name, source, ctx, page)
+}
+
+/// The steps that remain after `init` wrote the files into `dir`, in the order that works.
+pub fn steps(dir: &Path, ctx: &SetupContext) -> anyhow::Result<String> {
+    let values = context! { dir => dir.display().to_string(), own_commit => actions::OWN_COMMIT };
+    fill("steps.txt", STEPS, ctx, values)
+}
+
+/// `source` filled in from `ctx`, `more` and what the files compute from them.
+fn fill(name: &str, source: &str, ctx: &SetupContext, more: Value) -> anyhow::Result<String> {
+    ctx.check().map_err(|e| anyhow!(e))?;
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
     let syntax = SyntaxConfig::builder()
@@ -205,28 +220,23 @@ pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
     env.add_filter("toml", toml_string);
     env.add_template(name, source)
         .with_context(|| format!("templates/{name}"))?;
-    let mut values = minijinja::Value::from_serialize(ctx);
-    if name == "create-app.html" {
-        // The page posts the manifest, so it carries it (HTML-escaped where it is printed).
-        let manifest = render("app-manifest.json", ctx)?;
-        values = minijinja::context! { manifest => manifest, ..values };
-    }
-    // What the GitHub Actions host's files compute from the values, computed here once.
-    let setup = &ctx.actions;
-    values = minijinja::context! {
-        cron => setup.every.cron(&ctx.repo),
-        every => setup.every.to_string(),
-        timeout_minutes => setup.timeout_minutes(),
+    let drain = ctx.actions.as_ref().map(|setup| setup.values(&ctx.repo));
+    let names = context! {
         max_time_minutes => actions::DRAIN_MAX_TIME_MINUTES,
-        install_minutes => setup.install.minutes(),
         config_dir => actions::CONFIG_DIR,
         config_path => actions::CONFIG_PATH,
         ca_path => actions::CA_PATH,
         database_url_secret => actions::DATABASE_URL_SECRET,
         drain_workflow => DRAIN_WORKFLOW_FILE,
-        kick_url => setup.kick_url(&ctx.repo),
+        kick_secret => KICK_SECRET,
         kick_trigger => format!("{KICK_TRIGGER_PREFIX}{}", ctx.queue),
-        ..values
+        env_file => ENV_FILE,
+    };
+    let values = context! {
+        ..names,
+        ..more,
+        ..drain.unwrap_or_default(),
+        ..Value::from_serialize(ctx)
     };
     env.get_template(name)
         .and_then(|template| template.render(values))
@@ -235,106 +245,7 @@ pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-    use std::time::Duration;
-
     use super::*;
-    use crate::config::{
-        Config, ForgeSettings, GithubAuth, PayloadTemplateSource, PrivateKeySource,
-    };
-    use crate::doctor::PLACEHOLDER_APP_ID;
-    use crate::event::EventKind;
-
-    #[test]
-    fn the_shipped_example_config_parses_with_the_documented_defaults() {
-        let text = render("rowbranch.toml", &SetupContext::example()).unwrap();
-        let config =
-            Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.listen.to_string(), "127.0.0.1:8080");
-        // The sweep is written on: rows a sender never sent again come back within 6 h.
-        assert_eq!(config.reconcile.every, Some(Duration::from_secs(6 * 3600)));
-        assert_eq!(config.reconcile.window, Duration::from_secs(48 * 3600));
-        let ForgeSettings::Github(github) = &config.forge else {
-            panic!("the example uses the github forge");
-        };
-        let GithubAuth::App { app_id, key } = &github.auth else {
-            panic!("the App");
-        };
-        assert_eq!(*app_id, PLACEHOLDER_APP_ID);
-        assert_eq!(github.pace.burst, 10);
-        assert_eq!(github.queue_bytes, crate::config::DEFAULT_QUEUE_BYTES);
-        assert!(
-            matches!(key, PrivateKeySource::File(p) if p == Path::new("/etc/rowbranch/app.pem"))
-        );
-        let route = &config.routes[0];
-        assert_eq!(route.slug_max_len, 40);
-        assert_eq!(route.events, vec![EventKind::Insert]);
-        assert_eq!(
-            route.payload_template,
-            Some(PayloadTemplateSource::File(
-                "/etc/rowbranch/payload.json.j2".into()
-            )),
-            "the config uses the payload template written beside it"
-        );
-        assert_eq!(config.webhook.respond_within, Duration::from_millis(800));
-        assert_eq!(
-            route.intake,
-            Intake::Webhook,
-            "a webhook route, which has no hourly bound"
-        );
-    }
-
-    #[test]
-    fn the_queue_config_bounds_the_rows_an_hour() {
-        let intake = Intake::Pgmq {
-            max_rows_per_hour: Some(60),
-        };
-        let ctx = SetupContext {
-            intake,
-            ..SetupContext::example()
-        };
-        let text = render("rowbranch.toml", &ctx).unwrap();
-        let config =
-            Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
-        assert_eq!(config.routes[0].intake, intake);
-    }
-
-    #[test]
-    fn a_line_break_or_an_invisible_character_is_refused_and_named() {
-        for (bad, code) in [
-            ("a\nb", 0x0A),
-            ("a\rb", 0x0D),
-            ("a\u{85}b", 0x85),
-            ("a\u{2028}b", 0x2028),
-            ("a\u{202E}b", 0x202E),
-            ("a\u{200B}b", 0x200B),
-            ("a\u{7F}b", 0x7F),
-        ] {
-            let ctx = SetupContext {
-                table: bad.into(),
-                ..SetupContext::example()
-            };
-            let err = ctx.check().unwrap_err();
-            assert!(
-                err.starts_with(&format!("--table: character 2 is U+{code:04X}, ")),
-                "{err}"
-            );
-            assert!(render("workflow.yml", &ctx).is_err(), "nothing is rendered");
-        }
-    }
-
-    #[test]
-    fn quotes_brackets_and_non_latin_text_are_printable() {
-        let ctx = SetupContext {
-            table: "a\"b'c<d>&e\\f 日本 é ${{ x }} #".into(),
-            app_name: "Bot <b>\"x\"</b>".into(),
-            ..SetupContext::example()
-        };
-        assert_eq!(ctx.check(), Ok(()));
-        for (name, _) in FILES {
-            render(name, &ctx).unwrap_or_else(|e| panic!("{name}: {e:#}"));
-        }
-    }
 
     #[test]
     fn a_toml_string_reads_back_as_the_same_text() {

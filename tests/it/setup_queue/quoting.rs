@@ -67,7 +67,7 @@ fn no_value_lands_in_a_comment_or_a_dollar_quoted_body() {
         table: "MARK-table".into(),
         queue: "zzmarkq".into(),
         dead_letter: "zzmarkd".into(),
-        ..SetupContext::example()
+        ..crate::support::setup::example()
     };
     let sql = render_sql(&ctx);
     assert!(sql.starts_with("-- rowbranch:"), "{sql}");
@@ -109,7 +109,7 @@ fn no_value_lands_in_a_comment_or_a_dollar_quoted_body() {
 fn the_trigger_fires_on_the_route_s_events_and_nothing_else_renders() {
     let with = |events: &[&str]| SetupContext {
         events: events.iter().map(|e| (*e).to_owned()).collect(),
-        ..SetupContext::example()
+        ..crate::support::setup::example()
     };
     let all = render_sql(&with(&["INSERT", "UPDATE", "DELETE"]));
     assert!(

@@ -2,10 +2,56 @@
 //! a URL and applied to a test's database, the stand-in feedback table it is applied to, and the
 //! manifest the App's page posts.
 
+use rowbranch::cli::{HostArg, OwnerType};
+use rowbranch::cmd::init::actions::{ActionsSetup, Every, Install};
 use rowbranch::cmd::init::setup::{render, SetupContext};
+use rowbranch::config::{Intake, DEFAULT_MAX_TURNS, DEFAULT_WORK_TIMEOUT_MINUTES};
 use tokio_postgres::Client;
 
 use super::db::{db_message, ident};
+
+/// Example values for every file, the drain's too: the webhook setup of `public.feedbacks` for
+/// `acme/app`, its secrets left to the placeholders.
+pub fn example() -> SetupContext {
+    SetupContext {
+        repo: "acme/app".into(),
+        owner: "acme".into(),
+        owner_kind: OwnerType::Organization,
+        url: "https://hooks.example.com".into(),
+        app_name: "rowbranch-acme".into(),
+        app_slug: "rowbranch-acme".into(),
+        schema: "public".into(),
+        table: "feedbacks".into(),
+        id_column: "id".into(),
+        text_column: "message".into(),
+        branch_prefix: "feedback".into(),
+        event_type: "feedback".into(),
+        webhook_secret: None,
+        bearer_secret: None,
+        intake: Intake::Webhook,
+        host: HostArg::Server,
+        actions: Some(actions_example()),
+        events: vec!["INSERT".into()],
+        queue: "rowbranch".into(),
+        dead_letter: "rowbranch_dead".into(),
+        max_turns: DEFAULT_MAX_TURNS,
+        work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
+    }
+}
+
+/// Example values for the drain workflow and the kick: hourly, built from git, no kick.
+pub fn actions_example() -> ActionsSetup {
+    ActionsSetup {
+        every: Every::HOURLY,
+        install: Install::Git {
+            url: "https://github.com/acme/rowbranch".into(),
+            rev: "0123456789abcdef0123456789abcdef01234567".into(),
+        },
+        kick: false,
+        default_branch: "main".into(),
+        api_url: "https://api.github.com".into(),
+    }
+}
 
 /// What `supabase-queue.sql` is rendered with: `schema.table` sends to `queue`, and what cannot
 /// be run goes to `dead_letter`.
@@ -15,7 +61,7 @@ pub fn queue_context(schema: &str, table: &str, queue: &str, dead_letter: &str) 
         table: table.to_owned(),
         queue: queue.to_owned(),
         dead_letter: dead_letter.to_owned(),
-        ..SetupContext::example()
+        ..example()
     }
 }
 
@@ -29,7 +75,7 @@ pub fn webhook_context(schema: &str, table: &str, url: &str, secret: Option<&str
         url: url.to_owned(),
         webhook_secret: secret.map(str::to_owned),
         bearer_secret: secret.map(str::to_owned),
-        ..SetupContext::example()
+        ..example()
     }
 }
 
