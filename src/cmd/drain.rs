@@ -68,14 +68,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;
     let queue = config.pgmq.queue.clone();
-    let sweep = args.sweep.then(|| SweepOptions {
-        window: config.reconcile.window,
-        stale_claim_after: config.reconcile.stale_claim_after,
-        dry_run: false,
-        concurrency: 4,
-        page_size: 1000,
-        pgmq: config.pgmq.clone(),
-    });
+    let sweep = args.sweep.then(|| SweepOptions::of(&config));
     let env = Launch {
         mode: Mode::ConsumerOnly,
         ..Launch::process()
@@ -88,15 +81,18 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         application.check_write_access().await?;
     }
     let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
-    let job = Job {
-        standing: consumer.progress().watch(),
-        reading_ends: tokio::time::Instant::now() + reading,
+    let (said, why) = oneshot::channel();
+    let reading_ends = tokio::time::Instant::now() + reading;
+    let standing = consumer.progress().watch();
+    let stop = stop(
+        &application,
+        standing,
+        reading_ends,
         url,
         sweep,
-        application: &application,
-    };
-    let (said, why) = oneshot::channel();
-    let stop = job.stop(grace, grace.min(SIGNAL_GRACE), said);
+        grace,
+        said,
+    );
     application.run(stop).await?;
     let (stop, swept) = why.await.unwrap_or((Stop::Signal, None));
     let left = match stop {
@@ -146,82 +142,72 @@ enum Stop {
     Signal,
 }
 
-/// What the stop needs to watch and, with `--sweep`, to sweep with.
-struct Job<'a> {
-    standing: watch::Receiver<Standing>,
+/// Resolves when the reading is to stop (by `standing`, or at `reading_ends`), after the sweep
+/// when one is asked for and the queue is drained; says why on `said`. The shutdown begins then
+/// with `grace`, or at a signal at once with at most [`SIGNAL_GRACE`]; the run keeps the first.
+fn stop(
+    application: &Application,
+    mut standing: watch::Receiver<Standing>,
     reading_ends: tokio::time::Instant,
     url: DatabaseUrl,
     sweep: Option<SweepOptions>,
-    application: &'a Application,
-}
-
-impl Job<'_> {
-    /// Resolves when the reading is to stop, after the sweep when one is asked for and the
-    /// queue is drained; says why on `said`. The shutdown begins then with `grace`, or at a
-    /// signal at once with `signal_grace`; the run keeps the first.
-    fn stop(
-        mut self,
-        grace: Duration,
-        signal_grace: Duration,
-        said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,
-    ) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let shutdown = self.application.shutdown().clone();
-        let routes = Arc::clone(self.application.routes());
-        let pipeline = Arc::clone(self.application.pipeline());
-        let sweep = self.sweep.take();
-        let (url, reading_ends) = (self.url.clone(), self.reading_ends);
-        let mut standing = self.standing;
-        async move {
-            let signalled = || {
-                let shutdown = shutdown.clone();
-                async move {
+    grace: Duration,
+    said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let shutdown = application.shutdown().clone();
+    let routes = Arc::clone(application.routes());
+    let pipeline = Arc::clone(application.pipeline());
+    let signal_grace = grace.min(SIGNAL_GRACE);
+    async move {
+        let signalled = || {
+            let shutdown = shutdown.clone();
+            async move {
+                super::serve::signal().await;
+                shutdown.begin(signal_grace);
+                tracing::info!(
+                    grace_s = signal_grace.as_secs_f64(),
+                    "stopping: what has not started is released; runs under way get the grace"
+                );
+                tokio::spawn(async {
                     super::serve::signal().await;
-                    shutdown.begin(signal_grace);
-                    tracing::info!(
-                        grace_s = signal_grace.as_secs_f64(),
-                        "stopping: what has not started is released; runs under way get the grace"
-                    );
-                    tokio::spawn(async {
-                        super::serve::signal().await;
-                        tracing::warn!("a second signal: exiting now");
-                        std::process::exit(1);
-                    });
+                    tracing::warn!("a second signal: exiting now");
+                    std::process::exit(1);
+                });
+            }
+        };
+        let stop = tokio::select! {
+            stop = stopped(&mut standing) => stop,
+            () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
+            () = signalled() => Stop::Signal,
+        };
+        let swept = match (stop, sweep) {
+            (Stop::Drained, Some(options)) => {
+                let run = async {
+                    let db = Database::connect(url.expose()).await?;
+                    let summaries =
+                        reconcile::sweep(&routes, &db, &pipeline, &options, &|_| {}).await;
+                    Ok::<_, crate::db::Error>(summaries)
+                };
+                tokio::select! {
+                    swept = run => match swept {
+                        Ok(summaries) => (Stop::Drained, Some(summaries)),
+                        Err(e) => (
+                            Stop::Database(DatabaseTrouble {
+                                message: format!("the sweep could not connect: {e}"),
+                                code: e.code().map(|c| c.code().to_owned()),
+                                attempts: 1,
+                            }),
+                            None,
+                        ),
+                    },
+                    () = tokio::time::sleep_until(reading_ends) => (Stop::OutOfTime, None),
+                    () = signalled() => (Stop::Signal, None),
                 }
-            };
-            let stop = tokio::select! {
-                stop = stopped(&mut standing) => stop,
-                () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
-                () = signalled() => Stop::Signal,
-            };
-            let swept = match (stop, sweep) {
-                (Stop::Drained, Some(options)) => {
-                    let run = async {
-                        let db = Database::connect(url.expose()).await?;
-                        let summaries =
-                            reconcile::sweep(&routes, &db, &pipeline, &options, &|_| {}).await;
-                        Ok::<_, crate::db::Error>(summaries)
-                    };
-                    tokio::select! {
-                        swept = run => match swept {
-                            Ok(summaries) => (Stop::Drained, Some(summaries)),
-                            Err(e) => (
-                                Stop::Database(DatabaseTrouble {
-                                    message: format!("the sweep could not connect: {e}"),
-                                    code: e.code().map(|c| c.code().to_owned()),
-                                    attempts: 1,
-                                }),
-                                None,
-                            ),
-                        },
-                        () = tokio::time::sleep_until(reading_ends) => (Stop::OutOfTime, None),
-                        () = signalled() => (Stop::Signal, None),
-                    }
-                }
-                (stop, _) => (stop, None),
-            };
-            shutdown.begin(grace);
-            let _ = said.send(swept);
-        }
+            }
+            (stop, _) => (stop, None),
+        };
+        shutdown.begin(grace);
+        let _ = said.send(swept);
     }
 }
 
@@ -290,17 +276,10 @@ impl Stop {
                 )))
             }
         }
-        let Some(summaries) = swept else {
-            return Ok(());
-        };
-        let failed: u64 = summaries.iter().map(|s| s.failed).sum();
-        let stopped = summaries.iter().filter(|s| s.error.is_some()).count();
-        if failed > 0 || stopped > 0 {
-            return Err(Failure::Runtime(anyhow!(
-                "the sweep: {failed} rows failed; {stopped} routes stopped early"
-            )));
+        match swept.and_then(RouteSummary::trouble) {
+            Some(trouble) => Err(Failure::Runtime(anyhow!("the sweep: {trouble}"))),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

@@ -41,11 +41,9 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let pipeline = startup::pipeline(&config, forge, &shared);
     let options = SweepOptions {
         window,
-        stale_claim_after: config.reconcile.stale_claim_after,
         dry_run: args.dry_run,
         concurrency: 8,
-        page_size: 1000,
-        pgmq: config.pgmq.clone(),
+        ..SweepOptions::of(&config)
     };
     let terminal = std::io::stderr().is_terminal() && !args.json;
     let show = |s: &RouteSummary| {
@@ -70,12 +68,8 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     } else {
         print!("{}", reconcile::table(&summaries, args.dry_run));
     }
-    let failed: u64 = summaries.iter().map(|s| s.failed).sum();
-    let stopped = summaries.iter().filter(|s| s.error.is_some()).count();
-    if failed > 0 || stopped > 0 {
-        return Err(Failure::Runtime(anyhow!(
-            "{failed} rows failed; {stopped} routes stopped early"
-        )));
+    match RouteSummary::trouble(&summaries) {
+        Some(trouble) => Err(Failure::Runtime(anyhow!("{trouble}"))),
+        None => Ok(()),
     }
-    Ok(())
 }

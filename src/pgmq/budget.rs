@@ -3,10 +3,11 @@
 //! memory: replicas, restarts and successive drains share one budget instead of each getting a
 //! fresh one. Two kinds: a route's `max_rows_per_hour`, and (in a drain) an installation's
 //! `[github] write_hourly_max`, taken as two writes (claim and dispatch) for every message its
-//! routes settled. Before each read the consumer asks for an [`Allowance`]: how many messages to
-//! read at most, and message by message whether its route may start one more now.
+//! routes settled. Before each read the consumer asks what is left of them ([`Budgets::left`]):
+//! how many messages to read at most, and message by message whether its route may start one
+//! more now.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use crate::config::{ForgeSettings, Intake, Route};
@@ -15,21 +16,33 @@ use crate::db::queue::TableUse;
 /// A table as a message's event names it: `(schema, table)`.
 type TableKey = (String, String);
 
-/// One bound: at most `per_hour` rows of `tables` an hour.
+/// One bound: at most `rows` rows of `tables` an hour; in what is left of the budgets, the
+/// rows left this hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HourlyCap {
     /// The setting, for messages: `max_rows_per_hour of public.feedbacks`.
     setting: String,
     tables: Vec<TableKey>,
-    per_hour: u64,
+    rows: u64,
+    /// When the next row of it comes back; `None` when none of its rows was archived yet.
+    frees_in: Option<Duration>,
 }
 
-/// The hourly bounds on the queue's routes; none when nothing bounds them.
+/// The hourly bounds on the queue's routes (none when nothing bounds them), or what is left of
+/// them until the next read, taken message by message.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Budgets {
-    bounds: Vec<HourlyCap>,
+    caps: Vec<HourlyCap>,
     /// The tables of the routes that read the queue.
     queue_tables: Vec<TableKey>,
+}
+
+/// A message whose route's budget is spent: which setting, and when a row of it comes back
+/// (`None`: when the rows held now are settled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spent {
+    pub setting: String,
+    pub frees_in: Option<Duration>,
 }
 
 impl Budgets {
@@ -46,20 +59,23 @@ impl Budgets {
             .filter(|r| r.reads_the_queue())
             .collect();
         let table = |r: &Route| (r.schema.clone(), r.table.clone());
-        let mut bounds: Vec<HourlyCap> = queue_routes
+        let cap = |setting, tables, rows| HourlyCap {
+            setting,
+            tables,
+            rows,
+            frees_in: None,
+        };
+        let mut caps: Vec<HourlyCap> = queue_routes
             .iter()
-            .filter_map(|r| {
-                let Intake::Pgmq {
+            .filter_map(|r| match r.intake {
+                Intake::Pgmq {
                     max_rows_per_hour: Some(per_hour),
-                } = r.intake
-                else {
-                    return None;
-                };
-                Some(HourlyCap {
-                    setting: format!("max_rows_per_hour of {}", r.table_name()),
-                    tables: vec![table(r)],
-                    per_hour: u64::from(per_hour),
-                })
+                } => Some(cap(
+                    format!("max_rows_per_hour of {}", r.table_name()),
+                    vec![table(r)],
+                    u64::from(per_hour),
+                )),
+                _ => None,
             })
             .collect();
         if let (true, ForgeSettings::Github(github)) = (count_writes, forge) {
@@ -68,92 +84,43 @@ impl Budgets {
                 .map(|r| r.repo.owner().to_ascii_lowercase())
                 .collect();
             for owner in owners {
-                bounds.push(HourlyCap {
-                    setting: format!("[github] write_hourly_max for {owner}"),
-                    tables: queue_routes
-                        .iter()
-                        .filter(|r| r.repo.owner().eq_ignore_ascii_case(&owner))
-                        .map(|r| table(r))
-                        .collect(),
-                    per_hour: u64::from(github.pace.hourly_max / 2),
-                });
+                let tables = queue_routes
+                    .iter()
+                    .filter(|r| r.repo.owner().eq_ignore_ascii_case(&owner))
+                    .map(|r| table(r))
+                    .collect();
+                let per_hour = u64::from(github.pace.hourly_max / 2);
+                let setting = format!("[github] write_hourly_max for {owner}");
+                caps.push(cap(setting, tables, per_hour));
             }
         }
         Budgets {
-            bounds,
+            caps,
             queue_tables: queue_routes.iter().map(|r| table(r)).collect(),
         }
     }
 
     /// Whether any bound applies: without one, the consumer never asks the database.
     pub fn any(&self) -> bool {
-        !self.bounds.is_empty()
+        !self.caps.is_empty()
     }
 
-    /// What may start now, given what the last hour used.
-    pub fn allowance(&self, used: &[TableUse]) -> Allowance {
-        let by_table: HashMap<TableKey, &TableUse> = used
-            .iter()
-            .map(|u| ((u.schema.clone(), u.table.clone()), u))
-            .collect();
-        let left = self
-            .bounds
-            .iter()
-            .map(|bound| {
-                let mut spent = 0;
-                let mut frees_in: Option<f64> = None;
-                for table in &bound.tables {
-                    if let Some(u) = by_table.get(table) {
-                        spent += u.rows;
-                        frees_in = match (frees_in, u.frees_in_s) {
-                            (Some(a), Some(b)) => Some(a.min(b)),
-                            (a, b) => a.or(b),
-                        };
-                    }
-                }
-                Left {
-                    rows: bound.per_hour.saturating_sub(spent),
-                    frees_in: frees_in.map(|s| Duration::from_secs_f64(s.max(0.0))),
-                }
-            })
-            .collect();
-        Allowance {
-            budgets: self.clone(),
-            left,
+    /// What is left of each budget, given what the last hour used.
+    pub fn left(&self, used: &[TableUse]) -> Budgets {
+        let mut left = self.clone();
+        for cap in &mut left.caps {
+            let covered = |u: &&TableUse| {
+                cap.tables
+                    .iter()
+                    .any(|(s, t)| *s == u.schema && *t == u.table)
+            };
+            for u in used.iter().filter(covered) {
+                let frees_in = u.frees_in_s.map(|s| Duration::from_secs_f64(s.max(0.0)));
+                cap.rows = cap.rows.saturating_sub(u.rows);
+                cap.frees_in = cap.frees_in.into_iter().chain(frees_in).min();
+            }
         }
-    }
-}
-
-/// What one bound has left this hour.
-#[derive(Debug, Clone, Copy)]
-struct Left {
-    rows: u64,
-    /// When the next row of it comes back; `None` when none of its rows was archived yet.
-    frees_in: Option<Duration>,
-}
-
-/// What may start until the next read: each bound's rows left, taken message by message.
-#[derive(Debug)]
-pub struct Allowance {
-    budgets: Budgets,
-    left: Vec<Left>,
-}
-
-/// A message whose route's budget is spent: which setting, and when a row of it comes back
-/// (`None`: when the rows held now are settled).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spent {
-    pub setting: String,
-    pub frees_in: Option<Duration>,
-}
-
-impl Allowance {
-    /// No bound at all.
-    pub fn unbounded() -> Allowance {
-        Allowance {
-            budgets: Budgets::default(),
-            left: Vec::new(),
-        }
+        left
     }
 
     /// The most messages worth reading now: what the queue's tables have left together
@@ -161,25 +128,17 @@ impl Allowance {
     /// budget allows; with several, a message over its own route's budget may still be read,
     /// and is put off (see [`admit`](Self::admit)).
     pub fn rows(&self) -> Option<u64> {
-        if self.budgets.bounds.is_empty() {
+        if self.caps.is_empty() {
             return None;
         }
-        let mut total: u64 = 0;
-        for table in &self.budgets.queue_tables {
-            let least = self.covering(table).map(|i| self.left[i].rows).min()?;
-            total = total.saturating_add(least);
-        }
-        Some(total)
-    }
-
-    /// The bounds that cover `table`, by index.
-    fn covering<'a>(&'a self, table: &'a TableKey) -> impl Iterator<Item = usize> + 'a {
-        self.budgets
-            .bounds
-            .iter()
-            .enumerate()
-            .filter(move |(_, b)| b.tables.contains(table))
-            .map(|(i, _)| i)
+        let least = |table| {
+            self.caps
+                .iter()
+                .filter(|c| c.tables.contains(table))
+                .map(|c| c.rows)
+                .min()
+        };
+        self.queue_tables.iter().map(least).sum()
     }
 
     /// Takes one row of `schema.table` from every bound that covers it, or says which bound is
@@ -187,15 +146,12 @@ impl Allowance {
     /// message starts no work.
     pub fn admit(&mut self, schema: &str, table: &str) -> Result<(), Spent> {
         let table = (schema.to_owned(), table.to_owned());
-        let covering: Vec<usize> = self.covering(&table).collect();
-        if let Some(&i) = covering.iter().find(|&&i| self.left[i].rows == 0) {
-            return Err(Spent {
-                setting: self.budgets.bounds[i].setting.clone(),
-                frees_in: self.left[i].frees_in,
-            });
+        let mut covering = self.caps.iter_mut().filter(|c| c.tables.contains(&table));
+        if let Some(spent) = covering.find(|c| c.rows == 0) {
+            return Err(spent.spent());
         }
-        for i in covering {
-            self.left[i].rows -= 1;
+        for cap in self.caps.iter_mut().filter(|c| c.tables.contains(&table)) {
+            cap.rows -= 1;
         }
         Ok(())
     }
@@ -206,11 +162,16 @@ impl Allowance {
         if self.rows() != Some(0) {
             return None;
         }
-        let (i, left) = self.left.iter().enumerate().find(|(_, l)| l.rows == 0)?;
-        Some(Spent {
-            setting: self.budgets.bounds[i].setting.clone(),
-            frees_in: left.frees_in,
-        })
+        self.caps.iter().find(|c| c.rows == 0).map(HourlyCap::spent)
+    }
+}
+
+impl HourlyCap {
+    fn spent(&self) -> Spent {
+        Spent {
+            setting: self.setting.clone(),
+            frees_in: self.frees_in,
+        }
     }
 }
 
@@ -248,8 +209,8 @@ mod tests {
         let config = config(&route("t", "acme/app", "max_rows_per_hour = 60"), "");
         let budgets = Budgets::new(&config.routes, &config.forge, false);
         assert!(budgets.any());
-        assert_eq!(budgets.allowance(&[]).rows(), Some(60));
-        let mut allowance = budgets.allowance(&[used("t", 58, Some(120.0))]);
+        assert_eq!(budgets.left(&[]).rows(), Some(60));
+        let mut allowance = budgets.left(&[used("t", 58, Some(120.0))]);
         assert_eq!(allowance.rows(), Some(2));
         assert_eq!(allowance.admit("public", "t"), Ok(()));
         assert_eq!(allowance.admit("public", "t"), Ok(()));
@@ -267,8 +228,8 @@ mod tests {
         let config = config(&route("t", "acme/app", ""), "");
         let budgets = Budgets::new(&config.routes, &config.forge, false);
         assert!(!budgets.any());
-        assert_eq!(budgets.allowance(&[]).rows(), None);
-        assert_eq!(Allowance::unbounded().rows(), None);
+        assert_eq!(budgets.left(&[]).rows(), None);
+        assert_eq!(Budgets::default().rows(), None);
     }
 
     #[test]
@@ -282,10 +243,10 @@ mod tests {
         let config = config(&routes, "write_hourly_max = 100");
         // serve's consumer leaves the write cap to each process's pacer.
         let serve = Budgets::new(&config.routes, &config.forge, false);
-        assert_eq!(serve.allowance(&[]).rows(), None, "a and c have no bound");
+        assert_eq!(serve.left(&[]).rows(), None, "a and c have no bound");
         let drain = Budgets::new(&config.routes, &config.forge, true);
         // acme: 50 rows for a and b together; b at most 10; globex: 50.
-        let allowance = drain.allowance(&[used("a", 45, Some(10.0)), used("c", 50, None)]);
+        let allowance = drain.left(&[used("a", 45, Some(10.0)), used("c", 50, None)]);
         // a: min(50 − 45) = 5; b: min(10, 5) = 5; c: 0.
         assert_eq!(allowance.rows(), Some(10));
         let mut allowance = allowance;

@@ -1,10 +1,9 @@
-//! What the consumer holds: each message read and not yet let go, by where its lease stands,
-//! and the settles kept for after a reconnect. One lock, taken by small methods for a few map
-//! operations and never across an await. The renewal loop and the settles order themselves
-//! here, message by message: a renewal marks its messages before its statement and a settle
-//! of one of them waits for the renewal's answer, so a renewal sent before a retry's or a
-//! release's statement never lands after it; a renewal leaves out a message being settled,
-//! whose own statement renews it.
+//! What the consumer holds: each message read and not yet let go, by where its lease stands.
+//! One lock, taken by small methods for a few map operations and never across an await. The
+//! renewal loop and the settles order themselves here, message by message: a renewal marks its
+//! messages before its statement and a settle of one of them waits for the renewal's answer,
+//! so a renewal sent before a retry's or a release's statement never lands after it; a renewal
+//! leaves out a message being settled, whose own statement renews it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -12,7 +11,6 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use super::settle::Fate;
 use crate::db::queue::Message;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a
@@ -44,46 +42,14 @@ struct Hold {
     lease: Lease,
 }
 
-/// A settle the database did not take (the connection went): made again after reconnecting.
-#[derive(Debug, Clone)]
-pub struct Deferred {
-    pub id: i64,
-    /// The read it is settled under: checked (and renewed) before the statement, so a message
-    /// another reader took meanwhile is left to it.
-    pub read_ct: i32,
-    pub route: String,
-    /// `None`: archive; `Some`: dead-letter with this letter.
-    pub letter: Option<String>,
-    /// The fate it settles, counted once made: archived or dead-lettered.
-    pub fate: Fate,
-}
-
 /// What a read message is to this process.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Taken {
     /// A new hold: start its run.
     New(HoldId),
     /// Held already (read again after its lease lapsed, in a database outage say): adopted
-    /// under the new read, not run twice.
+    /// under the new read, not run twice; a settle waiting for the database is made under it.
     Adopted,
-    /// Its work is done and its settle waits for the database: now made under the new read.
-    Deferred,
-}
-
-/// A hold as its run ends: the read its settle is decided on, and whether its lease was found
-/// lost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HoldNow {
-    pub read_ct: i32,
-    pub lost: bool,
-}
-
-/// A held message to run again, under a new token: read again by this process while its
-/// settle was being decided or made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rerun {
-    pub token: HoldId,
-    pub read_ct: i32,
 }
 
 /// Where a settle stands when it begins.
@@ -93,12 +59,12 @@ pub enum Begin {
     Gone,
     /// The message was read again by this process since the decision: the decision is made
     /// again on a run of the new read.
-    ReadAgain(Rerun),
+    ReadAgain,
     /// Settle it; `lost`: its lease was found lost.
     Settle { lost: bool },
 }
 
-/// The holds, the deferred settles, and what sizes the reads, behind one lock.
+/// The holds, and what sizes the reads, behind one lock.
 pub struct Holds {
     ledger: Mutex<Ledger>,
     /// Woken when a renewal ends: a settle of one of its messages waits for that.
@@ -109,37 +75,9 @@ pub struct Holds {
 
 struct Ledger {
     holds: HashMap<i64, Hold>,
-    /// Settles kept for after a reconnect. Not holds: their work is done, and nothing renews
-    /// them.
-    deferred: Vec<Deferred>,
     next_token: u64,
     /// A running estimate of a message's size, for sizing reads by bytes.
     average_bytes: usize,
-}
-
-impl Ledger {
-    fn new_token(&mut self) -> HoldId {
-        let token = HoldId(self.next_token);
-        self.next_token += 1;
-        token
-    }
-
-    /// The hold `token` of message `id`, if it is still that one.
-    fn hold(&mut self, id: i64, token: HoldId) -> Option<&mut Hold> {
-        self.holds.get_mut(&id).filter(|h| h.token == token)
-    }
-
-    /// Gives hold `id` a new token, under its current read, renewed by the loop again.
-    fn rerun(&mut self, id: i64) -> Option<Rerun> {
-        let token = self.new_token();
-        let hold = self.holds.get_mut(&id)?;
-        hold.token = token;
-        hold.lease = Lease::Renewed;
-        Some(Rerun {
-            token,
-            read_ct: hold.read_ct,
-        })
-    }
 }
 
 impl Holds {
@@ -148,7 +86,6 @@ impl Holds {
         Holds {
             ledger: Mutex::new(Ledger {
                 holds: HashMap::new(),
-                deferred: Vec::new(),
                 next_token: 0,
                 average_bytes: first_guess_bytes,
             }),
@@ -176,15 +113,10 @@ impl Holds {
         self.freed.notified()
     }
 
-    /// A message read: a new hold, an adoption of one held already, or the new read of a
-    /// deferred settle's message.
+    /// A message read: a new hold, or an adoption of one held already.
     pub fn take(&self, message: &Message) -> Taken {
         let mut ledger = self.ledger();
         ledger.average_bytes = (ledger.average_bytes * 7 + message.body.len()) / 8 + 1;
-        if let Some(deferred) = ledger.deferred.iter_mut().find(|d| d.id == message.id) {
-            deferred.read_ct = message.read_ct;
-            return Taken::Deferred;
-        }
         if let Some(hold) = ledger.holds.get_mut(&message.id) {
             hold.read_ct = message.read_ct;
             if hold.lease == Lease::Lost {
@@ -192,37 +124,33 @@ impl Holds {
             }
             return Taken::Adopted;
         }
-        let token = ledger.new_token();
-        ledger.holds.insert(
-            message.id,
-            Hold {
-                token,
-                read_ct: message.read_ct,
-                lease: Lease::Renewed,
-            },
-        );
+        let token = HoldId(ledger.next_token);
+        ledger.next_token += 1;
+        let hold = Hold {
+            token,
+            read_ct: message.read_ct,
+            lease: Lease::Renewed,
+        };
+        ledger.holds.insert(message.id, hold);
         Taken::New(token)
     }
 
-    /// Forgets hold `token` of message `id` (its handler panicked); a newer hold is left alone.
+    /// Ends hold `token` of message `id`; a newer hold is left alone.
     pub fn unhold(&self, id: i64, token: HoldId) {
-        {
-            let mut ledger = self.ledger();
-            if ledger.hold(id, token).is_some() {
-                ledger.holds.remove(&id);
-            }
+        let mut ledger = self.ledger();
+        if ledger.holds.get(&id).is_some_and(|h| h.token == token) {
+            ledger.holds.remove(&id);
         }
+        drop(ledger);
         self.freed.notify_waiters();
     }
 
     /// The hold's read now (an adoption may have raised it) and whether its lease was found
     /// lost; `None` when the hold is gone.
-    pub fn standing(&self, id: i64, token: HoldId) -> Option<HoldNow> {
-        let mut ledger = self.ledger();
-        ledger.hold(id, token).map(|h| HoldNow {
-            read_ct: h.read_ct,
-            lost: h.lease == Lease::Lost,
-        })
+    pub fn standing(&self, id: i64, token: HoldId) -> Option<(i32, bool)> {
+        let ledger = self.ledger();
+        let hold = ledger.holds.get(&id).filter(|h| h.token == token)?;
+        Some((hold.read_ct, hold.lease == Lease::Lost))
     }
 
     /// Begins the hold's settle, decided on read `read_ct`, once no renewal of it is under way:
@@ -236,142 +164,86 @@ impl Holds {
             let renewed = self.renewed.notified();
             tokio::pin!(renewed);
             renewed.as_mut().enable();
-            match self.try_begin_settle(id, token, read_ct, lets_go) {
-                Some(begin) => return begin,
-                None => renewed.await,
-            }
-        }
-    }
-
-    /// [`begin_settle`](Self::begin_settle) now; `None` while a renewal of the message is under
-    /// way.
-    fn try_begin_settle(
-        &self,
-        id: i64,
-        token: HoldId,
-        read_ct: i32,
-        lets_go: bool,
-    ) -> Option<Begin> {
-        let mut ledger = self.ledger();
-        let Some(hold) = ledger.hold(id, token) else {
-            drop(ledger);
-            self.freed.notify_waiters();
-            return Some(Begin::Gone);
-        };
-        if hold.lease == Lease::Renewing {
-            return None;
-        }
-        if hold.read_ct != read_ct {
-            let rerun = ledger.rerun(id).expect("the hold was just found");
-            return Some(Begin::ReadAgain(rerun));
-        }
-        let lost = hold.lease == Lease::Lost;
-        if lets_go {
-            ledger.holds.remove(&id);
-        } else {
-            hold.lease = Lease::Settling;
-        }
-        Some(Begin::Settle { lost })
-    }
-
-    /// The hold's end, after its settle's statement under read `settled_read`. A message read
-    /// again while that statement was being made (its lease lapsed meanwhile) is held by this
-    /// process under the new read with no handler: it is to be run again, which finds its row
-    /// handled or dispatches it.
-    pub fn settled(&self, id: i64, token: HoldId, settled_read: i32) -> Option<Rerun> {
-        let rerun = {
-            let mut ledger = self.ledger();
-            match ledger.hold(id, token).map(|h| h.read_ct) {
-                Some(read_ct) if read_ct != settled_read => ledger.rerun(id),
-                Some(_) => {
-                    ledger.holds.remove(&id);
-                    None
+            let begin = {
+                let mut ledger = self.ledger();
+                match ledger.holds.get_mut(&id).filter(|h| h.token == token) {
+                    None => Some(Begin::Gone),
+                    Some(hold) if hold.lease == Lease::Renewing => None,
+                    Some(hold) if hold.read_ct != read_ct => Some(Begin::ReadAgain),
+                    Some(hold) => {
+                        let lost = hold.lease == Lease::Lost;
+                        hold.lease = Lease::Settling;
+                        if lets_go {
+                            ledger.holds.remove(&id);
+                        }
+                        Some(Begin::Settle { lost })
+                    }
                 }
-                None => None,
+            };
+            match begin {
+                None => renewed.await,
+                Some(begin) => {
+                    if begin == Begin::Gone {
+                        self.freed.notify_waiters();
+                    }
+                    return begin;
+                }
             }
-        };
-        self.freed.notify_waiters();
-        rerun
+        }
+    }
+
+    /// The hold's end, after its settle's statement under read `settled_read`; `true` when the
+    /// message was read again while that statement was being made (its lease lapsed
+    /// meanwhile): it stays held under the new read, renewed by the loop, to be run again,
+    /// which finds its row handled or dispatches it.
+    pub fn settled(&self, id: i64, token: HoldId, settled_read: i32) -> bool {
+        let mut ledger = self.ledger();
+        if let Some(hold) = ledger.holds.get_mut(&id).filter(|h| h.token == token) {
+            if hold.read_ct != settled_read {
+                hold.lease = Lease::Renewed;
+                return true;
+            }
+        }
+        drop(ledger);
+        self.unhold(id, token);
+        false
     }
 
     /// Marks every hold the loop renews as in this renewal, and lists them with their reads:
-    /// the renewal's statement renews those. Dropped, the renewal lets them go back to the loop.
-    pub fn begin_renewal(&self) -> Renewal<'_> {
+    /// the renewal's statement renews those. [`renewal_over`](Self::renewal_over) ends it.
+    pub fn begin_renewal(&self) -> Vec<(i64, i32)> {
         let mut ledger = self.ledger();
-        let leases = ledger
+        let renewed = ledger
             .holds
             .iter_mut()
-            .filter(|(_, h)| h.lease == Lease::Renewed)
+            .filter(|(_, h)| h.lease == Lease::Renewed);
+        renewed
             .map(|(id, h)| {
                 h.lease = Lease::Renewing;
                 (*id, h.read_ct)
             })
-            .collect();
-        Renewal {
-            holds: self,
-            leases,
-        }
+            .collect()
     }
 
-    /// Keeps a settle the database did not take, for after reconnecting.
-    pub fn defer(&self, deferred: Deferred) {
-        self.ledger().deferred.push(deferred);
-    }
-
-    /// The settles kept, to be made now; one the database does not take again goes back with
-    /// [`defer`](Self::defer).
-    pub fn take_deferred(&self) -> Vec<Deferred> {
-        std::mem::take(&mut self.ledger().deferred)
-    }
-}
-
-/// A renewal under way: its messages are marked, and a settle of one of them waits until the
-/// renewal is answered or dropped.
-pub struct Renewal<'a> {
-    holds: &'a Holds,
-    leases: Vec<(i64, i32)>,
-}
-
-impl Renewal<'_> {
-    /// The messages to renew, each with the read it is held under.
-    pub fn leases(&self) -> &[(i64, i32)] {
-        &self.leases
-    }
-
-    /// The statement's answer, the messages it renewed: one it did not was read again by
-    /// another reader, or is gone, and its lease is lost — unless this process read it again
-    /// meanwhile, when the next renewal renews it under the new read.
-    pub fn answered(self, renewed: &[(i64, i32)]) {
-        let renewed: HashSet<&(i64, i32)> = renewed.iter().collect();
-        let mut ledger = self.holds.ledger();
-        for &(id, read_ct) in &self.leases {
-            if let Some(hold) = ledger.holds.get_mut(&id) {
-                if hold.lease == Lease::Renewing
-                    && hold.read_ct == read_ct
-                    && !renewed.contains(&(id, read_ct))
-                {
-                    hold.lease = Lease::Lost;
-                }
+    /// The renewal of `listed` is over: with its statement's answer (the messages it renewed),
+    /// one it did not renew was read again by another reader, or is gone, and its lease is
+    /// lost — unless this process read it again meanwhile, when the next renewal renews it
+    /// under the new read. What it marked goes back to the loop, and the settles waiting for
+    /// it go on.
+    pub fn renewal_over(&self, listed: &[(i64, i32)], answer: Option<&[(i64, i32)]>) {
+        let renewed: HashSet<&(i64, i32)> = answer.unwrap_or_default().iter().collect();
+        let mut ledger = self.ledger();
+        for lease in listed {
+            let Some(hold) = ledger.holds.get_mut(&lease.0) else {
+                continue;
+            };
+            if hold.lease == Lease::Renewing {
+                let lost = answer.is_some() && hold.read_ct == lease.1 && !renewed.contains(lease);
+                hold.lease = if lost { Lease::Lost } else { Lease::Renewed };
             }
         }
-    }
-}
-
-impl Drop for Renewal<'_> {
-    /// The renewal is over (answered, failed, or its task stopped): what it marked goes back to
-    /// the loop, and the settles waiting for it go on.
-    fn drop(&mut self) {
-        {
-            let mut ledger = self.holds.ledger();
-            for (id, _) in &self.leases {
-                if let Some(hold) = ledger.holds.get_mut(id) {
-                    if hold.lease == Lease::Renewing {
-                        hold.lease = Lease::Renewed;
-                    }
-                }
-            }
-        }
-        self.holds.renewed.notify_waiters();
+        drop(ledger);
+        self.renewed.notify_waiters();
     }
 }
 
@@ -406,9 +278,9 @@ mod tests {
         let token = new_hold(&holds, 1, 1);
         let order = Mutex::new(Vec::new());
 
-        // The renewal marks the message; its statement is under way until `answered`.
+        // The renewal marks the message; its statement is under way until it is over.
         let renewal = holds.begin_renewal();
-        assert_eq!(renewal.leases(), [(1, 1)]);
+        assert_eq!(renewal, [(1, 1)]);
 
         // A release of it, polled now, waits for the renewal's answer.
         let mut release = Box::pin(async {
@@ -422,11 +294,11 @@ mod tests {
         );
 
         order.lock().unwrap().push("renewal");
-        renewal.answered(&[(1, 1)]);
+        holds.renewal_over(&renewal, Some(&[(1, 1)]));
         assert_eq!(release.await, Begin::Settle { lost: false });
         assert_eq!(*order.lock().unwrap(), ["renewal", "release"]);
         // Let go: no later renewal includes it.
-        assert!(holds.begin_renewal().leases().is_empty());
+        assert!(holds.begin_renewal().is_empty());
         assert_eq!(holds.count(), 0);
     }
 
@@ -445,7 +317,7 @@ mod tests {
         assert_eq!(begin(1, archived, false), Begin::Settle { lost: false });
         assert_eq!(begin(2, released, true), Begin::Settle { lost: false });
         // The archive's statement renews message 1; message 2 is visible again.
-        assert_eq!(holds.begin_renewal().leases(), [(3, 2)]);
+        assert_eq!(holds.begin_renewal(), [(3, 2)]);
         assert_eq!(holds.count(), 2);
     }
 
@@ -455,19 +327,19 @@ mod tests {
         new_hold(&holds, 1, 1);
         let renewal = holds.begin_renewal();
         let token = new_hold(&holds, 2, 1);
-        assert_eq!(renewal.leases(), [(1, 1)]);
+        assert_eq!(renewal, [(1, 1)]);
         let begin = holds.begin_settle(2, token, 1, true).now_or_never();
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
     }
 
     #[tokio::test]
-    async fn a_renewal_that_fails_or_stops_lets_its_settles_go_on_with_their_lease_held() {
+    async fn a_renewal_that_fails_lets_its_settles_go_on_with_their_lease_held() {
         let holds = Holds::new(1);
         let token = new_hold(&holds, 1, 1);
         let renewal = holds.begin_renewal();
         let mut settle = Box::pin(holds.begin_settle(1, token, 1, false));
         assert!((&mut settle).now_or_never().is_none());
-        drop(renewal);
+        holds.renewal_over(&renewal, None);
         assert_eq!(settle.await, Begin::Settle { lost: false });
     }
 
@@ -479,55 +351,27 @@ mod tests {
         let kept = new_hold(&holds, 3, 1);
         let renewal = holds.begin_renewal();
         assert_eq!(holds.take(&message(2, 2)), Taken::Adopted);
-        renewal.answered(&[(3, 1)]);
-        let standing = |id, token| holds.standing(id, token).unwrap();
-        assert_eq!(
-            standing(1, lost),
-            HoldNow {
-                read_ct: 1,
-                lost: true
-            }
-        );
-        assert_eq!(
-            standing(2, adopted),
-            HoldNow {
-                read_ct: 2,
-                lost: false
-            }
-        );
-        assert_eq!(
-            standing(3, kept),
-            HoldNow {
-                read_ct: 1,
-                lost: false
-            }
-        );
+        holds.renewal_over(&renewal, Some(&[(3, 1)]));
+        assert_eq!(holds.standing(1, lost), Some((1, true)));
+        assert_eq!(holds.standing(2, adopted), Some((2, false)));
+        assert_eq!(holds.standing(3, kept), Some((1, false)));
         // A lost lease is not renewed; read again by this process, it is.
-        assert_eq!(holds.begin_renewal().leases().len(), 2);
+        assert_eq!(holds.begin_renewal().len(), 2);
         assert_eq!(holds.take(&message(1, 3)), Taken::Adopted);
-        assert_eq!(
-            standing(1, lost),
-            HoldNow {
-                read_ct: 3,
-                lost: false
-            }
-        );
+        assert_eq!(holds.standing(1, lost), Some((3, false)));
     }
 
     #[test]
-    fn a_message_read_again_before_its_settle_begins_is_run_again_under_a_new_token() {
+    fn a_message_read_again_before_its_settle_begins_is_decided_again_on_the_new_read() {
         let holds = Holds::new(1);
         let token = new_hold(&holds, 1, 1);
         assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
-        let Some(Begin::ReadAgain(rerun)) = holds.begin_settle(1, token, 1, false).now_or_never()
-        else {
-            panic!("not read again");
-        };
-        assert_eq!(rerun.read_ct, 2);
-        assert_ne!(rerun.token, token);
-        // The old handler's hold is gone; the new one's is there.
-        assert_eq!(holds.standing(1, token), None);
-        assert!(holds.standing(1, rerun.token).is_some());
+        let begin = holds.begin_settle(1, token, 1, false).now_or_never();
+        assert_eq!(begin, Some(Begin::ReadAgain));
+        // Its handler's hold is there under the new read, and settles under it.
+        assert_eq!(holds.standing(1, token), Some((2, false)));
+        let begin = holds.begin_settle(1, token, 2, false).now_or_never();
+        assert_eq!(begin, Some(Begin::Settle { lost: false }));
     }
 
     #[test]
@@ -537,28 +381,27 @@ mod tests {
         let begin = holds.begin_settle(1, token, 1, false).now_or_never();
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
         assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
-        let rerun = holds.settled(1, token, 1).expect("run again");
-        assert_eq!(rerun.read_ct, 2);
-        assert_eq!(holds.settled(1, rerun.token, 2), None);
+        assert!(holds.settled(1, token, 1), "run again");
+        // Renewed by the loop again while it runs.
+        assert_eq!(holds.begin_renewal(), [(1, 2)]);
+        assert!(!holds.settled(1, token, 2));
         assert_eq!(holds.count(), 0);
     }
 
     #[test]
-    fn a_deferred_settle_takes_the_new_read_of_its_message_and_holds_nothing() {
+    fn a_settle_waiting_for_the_database_takes_the_new_read_of_its_message() {
         let holds = Holds::new(1);
-        holds.defer(Deferred {
-            id: 1,
-            read_ct: 1,
-            route: "public.t".into(),
-            letter: None,
-            fate: Fate::Handled,
-        });
-        assert_eq!(holds.take(&message(1, 2)), Taken::Deferred);
+        let token = new_hold(&holds, 1, 1);
+        let begin = holds.begin_settle(1, token, 1, false).now_or_never();
+        assert_eq!(begin, Some(Begin::Settle { lost: false }));
+        // Its statement failed with the connection: nothing renews it while it waits.
+        assert!(holds.begin_renewal().is_empty());
+        assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
+        assert_eq!(holds.standing(1, token), Some((2, false)));
+        assert!(holds.begin_renewal().is_empty());
+        // Made under the new read: done, not run again.
+        assert!(!holds.settled(1, token, 2));
         assert_eq!(holds.count(), 0);
-        let deferred = holds.take_deferred();
-        assert_eq!(deferred.len(), 1);
-        assert_eq!(deferred[0].read_ct, 2);
-        assert!(holds.take_deferred().is_empty());
     }
 
     #[test]

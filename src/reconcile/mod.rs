@@ -41,6 +41,20 @@ pub struct SweepOptions {
     pub pgmq: PgmqSettings,
 }
 
+impl SweepOptions {
+    /// The config's window and claims, writing, four rows at once, read by the thousand.
+    pub fn of(config: &Config) -> SweepOptions {
+        SweepOptions {
+            window: config.reconcile.window,
+            stale_claim_after: config.reconcile.stale_claim_after,
+            dry_run: false,
+            concurrency: 4,
+            page_size: 1000,
+            pgmq: config.pgmq.clone(),
+        }
+    }
+}
+
 /// What a sweep did for one route.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct RouteSummary {
@@ -97,10 +111,11 @@ pub enum Settled {
     InQueue,
 }
 
-impl Settled {
-    /// As `rowbranch_reconcile_rows_total{verdict}` names it.
-    pub fn label(&self) -> RowVerdict {
-        match self {
+impl RouteSummary {
+    /// Counts one row; its label in `rowbranch_reconcile_rows_total{verdict}`.
+    fn count(&mut self, settled: Settled) -> RowVerdict {
+        self.rows_seen += 1;
+        let label = match &settled {
             Settled::Handled => RowVerdict::Handled,
             Settled::MergedBefore => RowVerdict::MergedBefore,
             Settled::Dispatched => RowVerdict::Dispatched,
@@ -108,13 +123,7 @@ impl Settled {
             Settled::DeadClaim { .. } => RowVerdict::DeadClaim,
             Settled::Failed(_) => RowVerdict::Failed,
             Settled::InQueue => RowVerdict::InQueue,
-        }
-    }
-}
-
-impl RouteSummary {
-    fn count(&mut self, settled: Settled) {
-        self.rows_seen += 1;
+        };
         match settled {
             Settled::Handled => self.already_handled += 1,
             Settled::MergedBefore => self.merged_before += 1,
@@ -135,6 +144,15 @@ impl RouteSummary {
             }
             Settled::InQueue => self.in_queue += 1,
         }
+        label
+    }
+
+    /// Why the sweep of `summaries` counts as failed, if it does.
+    pub fn trouble(summaries: &[RouteSummary]) -> Option<String> {
+        let failed: u64 = summaries.iter().map(|s| s.failed).sum();
+        let stopped = summaries.iter().filter(|s| s.error.is_some()).count();
+        (failed > 0 || stopped > 0)
+            .then(|| format!("{failed} rows failed; {stopped} routes stopped early"))
     }
 }
 
@@ -220,7 +238,7 @@ async fn sweep_route(
         dry_run: options.dry_run,
         base: None,
     };
-    let queued = match route.intake {
+    let mut queued = match route.intake {
         Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
         Intake::Webhook => None,
     };
@@ -228,23 +246,22 @@ async fn sweep_route(
     loop {
         let page = pages.next_page().await?;
         if page.is_empty() {
-            if let Some(queued) = &queued {
+            if let Some(queued) = &mut queued {
                 queued.report(route, summary);
             }
             return Ok(());
         }
         let table = route.table_name();
         let count = |summary: &mut RouteSummary, settled: Settled| {
-            pipeline.metrics().reconcile_row(&table, settled.label());
-            summary.count(settled);
+            pipeline
+                .metrics()
+                .reconcile_row(&table, summary.count(settled));
         };
         let mut to_run = Vec::new();
         for mut row in page {
-            if let Some(queued) = &queued {
-                if let Queued::InQueue = queued.look(route, &mut row) {
-                    count(summary, Settled::InQueue);
-                    continue;
-                }
+            if queued.as_mut().is_some_and(|q| q.in_queue(route, &mut row)) {
+                count(summary, Settled::InQueue);
+                continue;
             }
             match classify(&known, compiled, row, stale_before) {
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
@@ -277,13 +294,7 @@ struct QueueView {
     /// Rows created since then may have committed after the queue was read: their message is
     /// in the queue now, unseen by this view, so they are left to the consumer.
     unseen_since: chrono::DateTime<chrono::Utc>,
-    not_queued: std::sync::Mutex<Vec<String>>,
-}
-
-enum Queued {
-    InQueue,
-    Archived,
-    Neither,
+    not_queued: Vec<String>,
 }
 
 impl QueueView {
@@ -309,38 +320,32 @@ impl QueueView {
             archived: archived.into_iter().collect(),
             expected_since: loaded_at - retention,
             unseen_since: loaded_at - UNSEEN_MARGIN,
-            not_queued: std::sync::Mutex::new(Vec::new()),
+            not_queued: Vec::new(),
         })
     }
 
-    /// Where the row's message is. An archived row's age counts from its message's archive
-    /// (when its work started), so that a backlog in the queue never looks like dead claims.
-    fn look(&self, route: &Route, row: &mut Row) -> Queued {
+    /// Whether the row's message is in the queue (or may be, unseen): the consumer's. An
+    /// archived row's age counts from its message's archive (when its work started), so that a
+    /// backlog in the queue never looks like dead claims.
+    fn in_queue(&mut self, route: &Route, row: &mut Row) -> bool {
         let Some(id) = row.record.get(&route.id_column).and_then(id_text) else {
-            return Queued::Neither;
+            return false;
         };
-        if self.queued.contains(&id) {
-            return Queued::InQueue;
-        }
         if let Some(archived_at) = self.archived.get(&id) {
             row.created_at = row.created_at.max(*archived_at);
-            return Queued::Archived;
+            return self.queued.contains(&id);
         }
-        if row.created_at >= self.unseen_since {
-            return Queued::InQueue;
+        if self.queued.contains(&id) || row.created_at >= self.unseen_since {
+            return true;
         }
         if row.created_at >= self.expected_since {
-            self.not_queued
-                .lock()
-                .expect("not-queued lock poisoned")
-                .push(id);
+            self.not_queued.push(id);
         }
-        Queued::Neither
+        false
     }
 
-    fn report(&self, route: &Route, summary: &mut RouteSummary) {
-        let missing =
-            std::mem::take(&mut *self.not_queued.lock().expect("not-queued lock poisoned"));
+    fn report(&mut self, route: &Route, summary: &mut RouteSummary) {
+        let missing = std::mem::take(&mut self.not_queued);
         if !missing.is_empty() {
             tracing::warn!(route = %route.table_name(), rows = missing.len(),
                 "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
@@ -468,12 +473,8 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
         return;
     };
     let options = SweepOptions {
-        window: config.reconcile.window,
-        stale_claim_after: config.reconcile.stale_claim_after,
-        dry_run: false,
-        concurrency: 4,
         page_size: SWEEP_PAGE_ROWS,
-        pgmq: config.pgmq.clone(),
+        ..SweepOptions::of(&config)
     };
     // The first sweep comes shortly after start, then one every interval; a sweep that runs
     // long delays the next rather than overlapping it.

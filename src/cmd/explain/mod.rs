@@ -173,11 +173,8 @@ fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
             plan,
         },
         Err(e) => Identity {
-            id: None,
-            branch: None,
-            derived_from: None,
             error: Some(e),
-            plan: None,
+            ..Identity::default()
         },
     }
 }

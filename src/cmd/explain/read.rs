@@ -56,7 +56,12 @@ pub(super) async fn row(
             ),
         ),
         Ok(Some(typed)) => match rows.by_id(route, id).await {
-            Ok(Some(row)) => RowSection::found(row),
+            Ok(Some(row)) => RowSection {
+                status: "found",
+                created_at: Some(row.created_at),
+                record: Some(row.record),
+                ..RowSection::default()
+            },
             Err(e) => unreachable(format!("{e:#}")),
             // No row with the id, as far as DATABASE_URL's role can see: row level security
             // that hides every row from it leaves the table unread (whether the row is there

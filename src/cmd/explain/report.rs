@@ -47,7 +47,7 @@ pub struct RouteSection {
 }
 
 /// The row as the table holds it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct RowSection {
     /// `found`, `missing` (the table has no such row), `not_read` (no `DATABASE_URL`) or
     /// `unreachable`.
@@ -65,22 +65,11 @@ pub struct RowSection {
 impl RowSection {
     /// A row that was not found, and why.
     pub fn not(status: &'static str, detail: String) -> RowSection {
+        let detail = Some(detail);
         RowSection {
             status,
-            detail: Some(detail),
-            created_at: None,
-            record: None,
-            typed_id: None,
-        }
-    }
-
-    pub fn found(row: Row) -> RowSection {
-        RowSection {
-            status: "found",
-            detail: None,
-            created_at: Some(row.created_at),
-            record: Some(row.record),
-            typed_id: None,
+            detail,
+            ..RowSection::default()
         }
     }
 
@@ -94,7 +83,7 @@ impl RowSection {
 }
 
 /// The row's identity and branch, as the planner derives them now.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Identity {
     #[serde(serialize_with = "as_text")]
     pub id: Option<RowId>,
@@ -186,7 +175,7 @@ pub struct QueueSection {
 }
 
 /// What `reconcile` or `redo` would do with the row now.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Forecast {
     /// reconcile: `handled`, `merged_before`, `dead_claim` (it would dispatch again),
     /// `would_dispatch`, `in_queue` (left to the consumer), `failed`, `no_row`, `unknown`.
@@ -203,11 +192,11 @@ pub struct Forecast {
 
 impl Forecast {
     pub fn new(verdict: &'static str, says: impl Into<String>) -> Forecast {
+        let says = says.into();
         Forecast {
             verdict,
-            branch: None,
-            in_window: None,
-            says: says.into(),
+            says,
+            ..Forecast::default()
         }
     }
 

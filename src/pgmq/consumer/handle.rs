@@ -1,93 +1,93 @@
 //! One message's life in this process: its row run through the pipeline, its [`Fate`] decided,
-//! a dispatch again when one is owed, the settle's statement once no renewal of it is under
-//! way, and the one count and log line of how it was settled.
+//! a dispatch again when one is owed, then the statement that settles it once no renewal of it
+//! is under way — its lease checked and renewed first, in the same way as a renewal, so a
+//! message another reader holds now is left to it; made again once the database is back when
+//! the connection is what failed — and the one count and log line of how it was settled.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{Consumer, MessageRow};
-use crate::db::queue::Message;
+use serde_json::json;
+use serde_json::value::RawValue;
+
+use super::{reconnect_wait, Consumer, MessageRow};
+use crate::db::queue::{self, Message};
+use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::identity::BranchName;
-use crate::pgmq::holds::{Begin, HoldId, HoldNow, Rerun};
+use crate::pgmq::holds::{Begin, HoldId};
 use crate::pgmq::settle::{backoff, Fate};
 use crate::pipeline::{at_base, DuplicateReason, Outcome, Plan, RunError, Start};
 use crate::reason::Reason;
 
 impl Consumer {
     /// Runs one message's row (or not, when its job says its fate already) and settles the
-    /// message.
+    /// message; runs it again when this process read the message again meanwhile.
     pub(super) async fn handle(self: Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
-        let fate = match &job.plan {
-            Ok(plan) => self.run_row(&message, plan).await,
-            Err(fate) => fate.clone(),
-        };
-        let Some(HoldNow { read_ct, lost }) = self.holds.standing(message.id, token) else {
-            return;
-        };
         let pgmq = &self.settings.pgmq;
-        let fate = match fate.decided(read_ct, pgmq.backoff_base, pgmq.backoff_cap) {
-            // Another reader holds the message now: the dispatch again is its to make.
-            Fate::AtBase(_) if lost => Fate::LeaseLost,
-            // Made while the loop still renews the lease; then the archive checks it once more.
-            Fate::AtBase(branch) => match self.redispatch(&job, branch).await {
-                Ok(()) => Fate::Redispatched,
-                Err(e) => {
-                    tracing::warn!(msg_id = message.id, error = %e, "could not dispatch the row again; the message is tried again later");
-                    Fate::Later(backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap))
-                }
-            },
-            fate => fate,
-        };
-        if fate == Fate::Release {
-            // A release comes at shutdown: after the loop's last read, which would otherwise
-            // read the message again (its read_ct one more) and hide it for a lease.
-            self.reading_stopped.cancelled().await;
-        }
-        let begin = self
-            .holds
-            .begin_settle(message.id, token, read_ct, fate.lets_go());
-        let lost = match begin.await {
-            Begin::Gone => return,
-            Begin::ReadAgain(rerun) => {
+        let (msg_id, route) = (message.id, job.route.as_str());
+        let id = job.id.as_deref().unwrap_or_default();
+        loop {
+            let fate = match &job.plan {
+                Ok(plan) => self.run_row(&message, plan).await,
+                Err(fate) => fate.clone(),
+            };
+            let Some((read_ct, lost)) = self.holds.standing(msg_id, token) else {
+                return;
+            };
+            let fate = match (
+                fate.decided(read_ct, pgmq.backoff_base, pgmq.backoff_cap),
+                &job.plan,
+            ) {
+                // Another reader holds the message now: the dispatch again is its to make.
+                (Fate::AtBase(_), _) if lost => Fate::LeaseLost,
+                // Made while the loop still renews the lease; then the archive checks it once more.
+                (Fate::AtBase(branch), Ok(plan)) => match self.redispatch(plan, branch).await {
+                    Ok(()) => Fate::Redispatched,
+                    Err(e) => {
+                        tracing::warn!(msg_id, error = %e, "could not dispatch the row again; the message is tried again later");
+                        Fate::Later(backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap))
+                    }
+                },
+                (fate, _) => fate,
+            };
+            if fate == Fate::Release {
+                // A release comes at shutdown: after the loop's last read, which would otherwise
+                // read the message again (its read_ct one more) and hide it for a lease.
+                self.reading_stopped.cancelled().await;
+            }
+            let begin = self
+                .holds
+                .begin_settle(msg_id, token, read_ct, fate.lets_go());
+            let lost = match begin.await {
+                Begin::Gone => return,
                 // Read again by this process while its run went on, after the decision: the
                 // decision is made again on a run of the new read.
-                self.rerun(message, rerun, job);
+                Begin::ReadAgain => continue,
+                Begin::Settle { lost } => lost,
+            };
+            let (fate, read_ct) = self
+                .settle(&message, token, read_ct, lost, fate, route)
+                .await;
+            let again = self.holds.settled(msg_id, token, read_ct);
+            let result = fate.label();
+            self.pipeline.metrics().pgmq_message(route, result);
+            self.progress.count(&fate);
+            match fate {
+                Fate::DeadLetter { reason, letter_id } => tracing::error!(msg_id, read_ct, %route,
+                    id, reason = reason.as_str(), dead_letter_id = letter_id,
+                    "queue message dead-lettered: `rowbranch queue redrive --id <dead_letter_id>` brings it back"),
+                Fate::LeaseLost => tracing::warn!(msg_id, read_ct, %route, id,
+                    "queue message's lease was lost: another reader settles it"),
+                fate => {
+                    tracing::info!(msg_id, read_ct, %route, id, result = result.as_str(), ?fate,
+                    "queue message")
+                }
+            }
+            if !again {
                 return;
             }
-            Begin::Settle { lost } => lost,
-        };
-        let (route, id) = (job.route.clone(), job.id.clone().unwrap_or_default());
-        let made = self.apply(&message, read_ct, lost, fate, &route).await;
-        if let Some(rerun) = self.holds.settled(message.id, token, read_ct) {
-            self.rerun(message.clone(), rerun, job);
         }
-        let Some(fate) = made else {
-            tracing::warn!(msg_id = message.id, %route, "a queue message's settle waits for the database");
-            return;
-        };
-        let result = fate.label();
-        self.pipeline.metrics().pgmq_message(&route, result);
-        self.progress.count(&fate);
-        let msg_id = message.id;
-        match fate {
-            Fate::DeadLetter { reason, letter_id } => tracing::error!(msg_id, read_ct, %route,
-                id, reason = reason.as_str(), dead_letter_id = letter_id,
-                "queue message dead-lettered: `rowbranch queue redrive --id <dead_letter_id>` brings it back"),
-            Fate::LeaseLost => tracing::warn!(msg_id, read_ct, %route, id,
-                "queue message's lease was lost: another reader settles it"),
-            fate => tracing::info!(msg_id, read_ct, %route, id, result = result.as_str(), ?fate,
-                "queue message"),
-        }
-    }
-
-    /// Runs a held message again, under its new read and a new token (so that nothing the
-    /// earlier handler does to its own hold reaches this one).
-    fn rerun(self: &Arc<Self>, message: Message, rerun: Rerun, job: MessageRow) {
-        let message = Message {
-            read_ct: rerun.read_ct,
-            ..message
-        };
-        self.start(message, rerun.token, job);
     }
 
     /// Runs the row and says what its run means for the message: the run's own result, not a
@@ -104,69 +104,62 @@ impl Consumer {
         else {
             return Fate::Retry(None);
         };
-        match submission.run.await {
-            Ok(Outcome::Dispatched { .. }) => Fate::Dispatched,
+        let forge = self.pipeline.forge().as_ref();
+        let at = match submission.run.await {
+            Ok(Outcome::Dispatched { .. }) => return Fate::Dispatched,
             Ok(Outcome::Duplicate {
                 reason: DuplicateReason::PullRequest,
                 ..
-            }) => Fate::Handled,
+            }) => return Fate::Handled,
             Ok(Outcome::Duplicate {
                 reason: DuplicateReason::ClaimTaken | DuplicateReason::InFlight,
                 branch,
-            }) => Fate::AtBase(branch),
+            }) => return Fate::AtBase(branch),
             // Handled when it is ahead of its base, at its base otherwise (asked only now).
             Ok(Outcome::Duplicate {
                 reason: DuplicateReason::BranchExists,
                 branch,
             }) => {
-                let forge = self.pipeline.forge().as_ref();
                 let plan = plan.clone().on_branch(branch);
-                let at = match forge.base(&plan.route.repo).await {
-                    Ok(base) => at_base(forge, &plan, &base).await,
+                match forge.base(&plan.route.repo).await {
+                    Ok(base) => at_base(forge, &plan, &base)
+                        .await
+                        .map(|at| (at, plan.branch)),
                     Err(e) => Err(e),
-                };
-                match at {
-                    Ok(true) => Fate::AtBase(plan.branch),
-                    Ok(false) => Fate::Handled,
-                    Err(ForgeError::Unavailable {
-                        retry_after,
-                        message,
-                    }) => {
-                        self.forge_failed(message);
-                        Fate::Retry(retry_after)
-                    }
-                    Err(_) => Fate::Retry(None),
                 }
             }
             Err(RunError::Unavailable {
                 retry_after,
                 message,
                 ..
+            }) => Err(ForgeError::Unavailable {
+                message,
+                retry_after,
+            }),
+            Err(RunError::Internal(_)) => return Fate::Retry(None),
+            Err(RunError::Refused(_)) => return Fate::dead(Reason::PayloadRefused),
+            Err(RunError::Abandoned) => return Fate::Release,
+        };
+        match at {
+            Ok((true, branch)) => Fate::AtBase(branch),
+            Ok((false, _)) => Fate::Handled,
+            // Turned away past its retries: a drain stops there.
+            Err(ForgeError::Unavailable {
+                retry_after,
+                message,
             }) => {
-                self.forge_failed(message);
+                self.progress.forge_failed(super::progress::ForgeTrouble {
+                    rate_limited: rate_limited(&message),
+                    message,
+                });
                 Fate::Retry(retry_after)
             }
-            Err(RunError::Internal(_)) => Fate::Retry(None),
-            Err(RunError::Refused(_)) => Fate::dead(Reason::PayloadRefused),
-            Err(RunError::Abandoned) => Fate::Release,
+            Err(_) => Fate::Retry(None),
         }
     }
 
-    /// Notes a run the forge turned away past its retries, for a drain: it stops there.
-    fn forge_failed(&self, message: String) {
-        self.progress.forge_failed(super::progress::ForgeTrouble {
-            rate_limited: rate_limited(&message),
-            message,
-        });
-    }
-
     /// Dispatches the row again on `branch` as it is, from the current base.
-    async fn redispatch(&self, job: &MessageRow, branch: BranchName) -> Result<(), RunError> {
-        let Ok(plan) = &job.plan else {
-            return Err(RunError::Internal(Arc::new(anyhow::anyhow!(
-                "a message with no plan to dispatch again"
-            ))));
-        };
+    async fn redispatch(&self, plan: &Plan, branch: BranchName) -> Result<(), RunError> {
         let plan = plan.clone().on_branch(branch);
         let base = self
             .pipeline
@@ -179,6 +172,121 @@ impl Consumer {
             Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
         }
     }
+
+    /// Settles the message as `fate`, decided on read `read_ct`. When the connection is what
+    /// failed, an archive or a dead letter is made again once the database is back, under the
+    /// read the message is held under then (raised if this process read it again meanwhile);
+    /// a retry or a release needs nothing more, since the message's lease lapses by itself. Any
+    /// other error (a privilege, a missing queue) is logged with its SQLSTATE, and the message
+    /// is read again when its lease lapses. The fate as made, and the read it was made under.
+    async fn settle(
+        &self,
+        message: &Message,
+        token: HoldId,
+        mut read_ct: i32,
+        lost: bool,
+        fate: Fate,
+        route: &str,
+    ) -> (Fate, i32) {
+        if fate == Fate::LeaseLost {
+            return (fate, read_ct);
+        }
+        let mut failures = 0;
+        loop {
+            let error = match self.db().await {
+                // A lease found lost is another reader's to settle, whenever the database is back.
+                Err(_) if lost => return (Fate::LeaseLost, read_ct),
+                Err(e) => e,
+                Ok(db) => match self.statement(&db, message, read_ct, &fate).await {
+                    Ok(made) => return (made, read_ct),
+                    Err(e) => {
+                        self.failed(&e).await;
+                        if !e.transient() {
+                            tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
+                                error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
+                            return (Fate::Later(self.settings.pgmq.visibility_timeout), read_ct);
+                        }
+                        e
+                    }
+                },
+            };
+            if fate.lets_go() {
+                return (fate, read_ct);
+            }
+            failures += 1;
+            if failures == 1 {
+                tracing::warn!(msg_id = message.id, %route, error = %error, "a queue message's settle waits for the database");
+            }
+            tokio::time::sleep(reconnect_wait(failures)).await;
+            read_ct = self
+                .holds
+                .standing(message.id, token)
+                .map_or(read_ct, |(now, _)| now);
+        }
+    }
+
+    /// `fate`'s statement under read `read_ct`: the lease checked and renewed first, in the
+    /// same statement as a renewal, so a message another reader holds now is left to it, whatever
+    /// this run did; then the archive or the dead letter. The fate as made: the same, or
+    /// [`Fate::LeaseLost`].
+    async fn statement(
+        &self,
+        db: &Database,
+        message: &Message,
+        read_ct: i32,
+        fate: &Fate,
+    ) -> db::Result<Fate> {
+        let client = db.client();
+        let vt = match fate {
+            Fate::Later(after) => whole_seconds(*after),
+            Fate::Release => 0,
+            _ => self.vt_seconds(),
+        };
+        let held = [(message.id, read_ct)];
+        if queue::renew(client, self.queue(), &held, vt)
+            .await?
+            .is_empty()
+        {
+            return Ok(Fate::LeaseLost);
+        }
+        Ok(match fate {
+            // The renewal was the statement.
+            Fate::Later(_) | Fate::Release => fate.clone(),
+            Fate::DeadLetter { reason, .. } => {
+                let dead = &self.settings.pgmq.dead_letter;
+                let letter = letter(*reason, message);
+                match queue::dead_letter(client, self.queue(), dead, message.id, &letter).await? {
+                    Some(id) => Fate::DeadLetter {
+                        reason: *reason,
+                        letter_id: Some(id),
+                    },
+                    // Not there to archive, just after its lease was renewed: deleted by another.
+                    None => Fate::LeaseLost,
+                }
+            }
+            // An archive that finds the message gone was made already (its answer was lost).
+            _ => {
+                queue::archive(client, self.queue(), message.id).await?;
+                fate.clone()
+            }
+        })
+    }
+}
+
+/// The dead letter: why, which message, and the message itself (its JSON as it came).
+fn letter(reason: Reason, message: &Message) -> String {
+    let original = match serde_json::from_str::<&RawValue>(&message.body) {
+        Ok(raw) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": raw}),
+        Err(_) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": message.body}),
+    };
+    original.to_string()
+}
+
+/// A wait in whole seconds, at least one: pgmq's visibility is set in seconds, and a backoff
+/// rounded down to none would read the message again at once.
+fn whole_seconds(wait: Duration) -> i32 {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    i32::try_from(secs.max(1)).unwrap_or(i32::MAX)
 }
 
 /// Whether a forge's refusal is GitHub's rate limit: the retry policy words every rate-limited
@@ -190,6 +298,8 @@ fn rate_limited(message: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[test]
@@ -206,5 +316,28 @@ mod tests {
             "claiming the branch: GitHub answered 403 Forbidden: Resource not accessible by \
              integration"
         ));
+    }
+
+    #[test]
+    fn a_dead_letter_carries_why_which_and_what() {
+        let message = Message {
+            id: 7,
+            read_ct: 1,
+            enqueued_at: chrono::Utc::now(),
+            body: r#"{"type":"INSERT","record":{"id":"a b"}}"#.into(),
+        };
+        let letter: Value = serde_json::from_str(&letter(Reason::BadId, &message)).unwrap();
+        assert_eq!(letter["reason"], "bad_id");
+        assert_eq!(letter["msg_id"], 7);
+        assert_eq!(letter["message"]["record"]["id"], "a b");
+    }
+
+    #[test]
+    fn a_visibility_is_whole_seconds_and_never_none() {
+        assert_eq!(whole_seconds(Duration::from_millis(100)), 1);
+        assert_eq!(whole_seconds(Duration::from_millis(1500)), 2);
+        assert_eq!(whole_seconds(Duration::from_secs(5)), 5);
+        assert_eq!(whole_seconds(Duration::ZERO), 1);
+        assert_eq!(whole_seconds(Duration::from_secs(u64::MAX)), i32::MAX);
     }
 }

@@ -3,13 +3,12 @@
 //! or left for later. A message leaves the queue only when its work is settled; while a run is
 //! under way its message stays hidden from other readers by a lease renewed every third of the
 //! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
-//! message's life, `statement` the statements that settle it, `progress` what a drain watches,
-//! what is held is in `pgmq::holds`, and the hourly budgets in `pgmq::budget`. How and why this
+//! message's life and the statement that settles it, `progress` what a drain watches, what is
+//! held is in `pgmq::holds`, and the hourly budgets in `pgmq::budget`. How and why this
 //! loses nothing is in docs/design.md ("The queue").
 
 mod handle;
 pub mod progress;
-mod statement;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use self::progress::{DatabaseTrouble, Idle, Progress};
-use super::budget::{Allowance, Budgets, Spent};
+use super::budget::Budgets;
 use super::holds::{HoldId, Holds, Taken};
 use super::settle::Fate;
 use crate::config::{DatabaseUrl, PgmqSettings};
@@ -72,8 +71,7 @@ pub struct Consumer {
     /// The one connection, made again when it ends; locked while connecting, so that two
     /// callers never open two.
     link: tokio::sync::Mutex<Link>,
-    /// The messages held and the settles deferred: the consumer's state, behind one lock that
-    /// no await holds.
+    /// The messages held: the consumer's state, behind one lock that no await holds.
     holds: Holds,
     handlers: TaskTracker,
     /// Cancelled once the loop has stopped reading: a release waits for it, so that no read
@@ -174,7 +172,7 @@ impl Consumer {
     /// Reads and runs the queue until the shutdown begins; then stops reading, lets the runs
     /// under way settle their messages within the grace, and releases the rest.
     pub async fn run(self: Arc<Self>) {
-        let renewals = tokio::spawn(Arc::clone(&self).renew_leases());
+        tokio::spawn(Arc::clone(&self).renew_leases());
         let samples = tokio::spawn(Arc::clone(&self).sample());
         let mut failures = 0u32;
         while !self.shutdown.is_draining() {
@@ -183,45 +181,31 @@ impl Consumer {
                 self.wait(self.settings.pgmq.poll_interval).await;
                 continue;
             }
-            // A failed statement, unlike a failed connection, may leave a connection behind.
-            let read = match self.db().await {
-                Ok(db) => {
-                    self.settle_deferred(&db).await;
-                    self.read(&db, room).await.map_err(|e| (e, true))
-                }
-                Err(e) => Err((e, false)),
-            };
-            match read {
+            match self.read(room).await {
                 Ok(read) => {
                     if failures > 0 {
                         tracing::info!(queue = self.queue().as_str(), "reading the queue again");
                     }
                     failures = 0;
                     let nothing_held = self.holds.count() == 0;
-                    match read {
-                        Read::Spent(spent) => {
-                            self.progress
-                                .read(nothing_held.then(|| Idle::BudgetSpent(spent.clone())));
-                            let poll = self.settings.pgmq.poll_interval;
-                            let wait = spent.frees_in.unwrap_or(poll).clamp(poll, SPENT_RECHECK);
-                            self.wait(wait).await;
-                        }
-                        Read::Messages(messages, _) if messages.is_empty() => {
-                            self.progress.read(nothing_held.then_some(Idle::Drained));
-                            self.wait(self.settings.pgmq.poll_interval).await;
-                        }
-                        Read::Messages(messages, mut allowance) => {
-                            self.progress.read(None);
-                            for message in messages {
-                                self.take(message, &mut allowance);
-                            }
+                    let (messages, mut left) = read;
+                    let poll = self.settings.pgmq.poll_interval;
+                    if let Some(spent) = left.spent() {
+                        let wait = spent.frees_in.unwrap_or(poll).clamp(poll, SPENT_RECHECK);
+                        self.progress
+                            .read(nothing_held.then_some(Idle::BudgetSpent(spent)));
+                        self.wait(wait).await;
+                    } else if messages.is_empty() {
+                        self.progress.read(nothing_held.then_some(Idle::Drained));
+                        self.wait(poll).await;
+                    } else {
+                        self.progress.read(None);
+                        for message in messages {
+                            self.take(message, &mut left);
                         }
                     }
                 }
-                Err((error, statement)) => {
-                    if statement {
-                        self.failed(&error).await;
-                    }
+                Err(error) => {
                     failures += 1;
                     let wait = reconnect_wait(failures);
                     self.progress.database_failed(DatabaseTrouble {
@@ -246,36 +230,37 @@ impl Consumer {
         if let Some(deadline) = self.shutdown.deadline() {
             let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
         }
-        if let Ok(db) = self.db().await {
-            self.settle_deferred(&db).await;
-        }
-        renewals.abort();
         samples.abort();
     }
 
-    /// One read of at most `room` messages, within what the hourly budgets have left; when they
-    /// have nothing left, no read, and which budget is spent.
-    async fn read(&self, db: &Database, room: usize) -> db::Result<Read> {
-        let allowance = if self.settings.budgets.any() {
-            let lease = self.vt_seconds();
-            let used = queue::hour_use(db.client(), self.queue(), lease).await?;
-            self.settings.budgets.allowance(&used)
-        } else {
-            Allowance::unbounded()
-        };
-        let room = match allowance.rows() {
-            Some(0) => {
-                let spent = allowance
-                    .spent()
-                    .expect("a budget with no rows left is spent");
-                return Ok(Read::Spent(spent));
+    /// One read of at most `room` messages, and what the hourly budgets have left for them; when
+    /// they have nothing left, no read (and [`Budgets::spent`] says which).
+    async fn read(&self, room: usize) -> db::Result<(Vec<Message>, Budgets)> {
+        let db = self.db().await?;
+        let read = self.read_on(&db, room).await;
+        if let Err(e) = &read {
+            // A failed statement, unlike a failed connection, may leave a connection behind.
+            self.failed(e).await;
+        }
+        read
+    }
+
+    async fn read_on(&self, db: &Database, room: usize) -> db::Result<(Vec<Message>, Budgets)> {
+        let budgets = &self.settings.budgets;
+        let left = match budgets.any() {
+            true => {
+                budgets.left(&queue::hour_use(db.client(), self.queue(), self.vt_seconds()).await?)
             }
+            false => budgets.clone(),
+        };
+        let room = match left.rows() {
+            Some(0) => return Ok((Vec::new(), left)),
             Some(rows) => room.min(usize::try_from(rows).unwrap_or(usize::MAX)),
             None => room,
         };
         let qty = i32::try_from(room).unwrap_or(i32::MAX);
         let messages = queue::read(db.client(), self.queue(), self.vt_seconds(), qty).await?;
-        Ok(Read::Messages(messages, allowance))
+        Ok((messages, left))
     }
 
     /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
@@ -312,10 +297,10 @@ impl Consumer {
 
     /// Holds a message read and starts its handler; a message held already (read again after
     /// its lease lapsed, a database outage, say) is adopted, not run twice.
-    fn take(self: &Arc<Self>, message: Message, allowance: &mut Allowance) {
+    fn take(self: &Arc<Self>, message: Message, left: &mut Budgets) {
         match self.holds.take(&message) {
             Taken::New(token) => {
-                let job = self.job(&message, allowance);
+                let job = self.job(&message, left);
                 self.start(message, token, job);
             }
             Taken::Adopted => tracing::info!(
@@ -323,76 +308,58 @@ impl Consumer {
                 read_ct = message.read_ct,
                 "read again a message held already: adopted, not run twice"
             ),
-            // Its work is done; only its archive waits for the database, now under this read.
-            Taken::Deferred => {}
         }
     }
 
     /// The message's body parsed once (the same typed event a webhook's body gives), its route
     /// found once, and its row planned; or its fate, when it needs no run. A new message whose
-    /// route's hourly budget is spent is put off until a row of the budget comes back (only a
-    /// queue shared by several routes reads such a message: with one, a read takes no more than
-    /// the budget allows).
-    fn job(&self, message: &Message, allowance: &mut Allowance) -> MessageRow {
+    /// route's hourly budget is spent is put off until a row of the budget comes back, and at
+    /// least past a lease (only a queue shared by several routes reads such a message: with
+    /// one, a read takes no more than the budget allows).
+    fn job(&self, message: &Message, left: &mut Budgets) -> MessageRow {
         let msg_id = message.id;
-        let no_route = |fate| MessageRow {
+        let mut job = MessageRow {
             route: NO_ROUTE.to_owned(),
             id: None,
-            plan: Err(fate),
+            plan: Err(Fate::dead(Reason::NoRoute)),
         };
         let event = match payload::parse(message.body.as_bytes()) {
             Ok(event) => event,
             Err(e) => {
                 tracing::error!(msg_id, error = %e, "a queue message is not a row's event");
-                return no_route(Fate::dead(Reason::Malformed));
+                job.plan = Err(Fate::dead(Reason::Malformed));
+                return job;
             }
         };
         let compiled = match self.routes.route(true, &event) {
             Ok(compiled) => compiled,
             Err(Ignored::Event { route, .. }) => {
-                let route = route.table_name();
-                tracing::warn!(msg_id, %route, "a queue message of an event the route does not take");
-                return MessageRow {
-                    route,
-                    id: None,
-                    plan: Err(Fate::Ignored),
-                };
+                job.route = route.table_name();
+                tracing::warn!(msg_id, route = %job.route, "a queue message of an event the route does not take");
+                job.plan = Err(Fate::Ignored);
+                return job;
             }
-            Err(_) => return no_route(Fate::dead(Reason::NoRoute)),
+            Err(_) => return job,
         };
-        let route = compiled.route.table_name();
-        if let Err(spent) = allowance.admit(&event.schema, &event.table) {
-            return MessageRow {
-                route,
-                id: None,
-                plan: Err(Fate::Later(self.put_off(msg_id, &spent))),
-            };
-        }
-        match compiled.plan_json(&event.record) {
-            Ok(plan) => MessageRow {
-                route,
-                id: Some(plan.id.to_string()),
-                plan: Ok(plan),
-            },
-            Err(e) => {
-                tracing::error!(msg_id, %route, error = %e, "a queue message's row cannot be planned");
-                MessageRow {
-                    route,
-                    id: e.row_id(),
-                    plan: Err(Fate::dead(e.reason())),
-                }
+        job.route = compiled.route.table_name();
+        job.plan = match left.admit(&event.schema, &event.table) {
+            Err(spent) => {
+                let least = self.settings.pgmq.visibility_timeout + PUT_OFF_MARGIN;
+                let wait = spent.frees_in.unwrap_or(least).max(least);
+                tracing::info!(msg_id, budget = %spent.setting, wait_s = wait.as_secs(),
+                    "the hourly budget is spent: the message waits in the queue");
+                Err(Fate::Later(wait))
             }
+            Ok(()) => compiled.plan_json(&event.record).map_err(|e| {
+                tracing::error!(msg_id, route = %job.route, error = %e, "a queue message's row cannot be planned");
+                job.id = e.row_id();
+                Fate::dead(e.reason())
+            }),
+        };
+        if let Ok(plan) = &job.plan {
+            job.id = Some(plan.id.to_string());
         }
-    }
-
-    /// How long a message over `spent`'s budget waits: until a row of it comes back, and at
-    /// least past a lease.
-    fn put_off(&self, id: i64, spent: &Spent) -> Duration {
-        let least = self.settings.pgmq.visibility_timeout + PUT_OFF_MARGIN;
-        let wait = spent.frees_in.unwrap_or(least).max(least);
-        tracing::info!(msg_id = id, budget = %spent.setting, wait_s = wait.as_secs(),
-            "the hourly budget is spent: the message waits in the queue");
-        wait
+        job
     }
 
     /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
@@ -412,23 +379,27 @@ impl Consumer {
     /// Renews every held message's lease every third of the visibility timeout, in one
     /// statement; a renewal that finds a message gone, or read again by another (another
     /// `read_ct`), marks it lost. Its messages stay marked from the list to the answer, so a
-    /// settle of one of them waits for the answer rather than race it.
+    /// settle of one of them waits for the answer rather than race it. It ends once the reading
+    /// has stopped and every handler has ended, never in the middle of a renewal.
     async fn renew_leases(self: Arc<Self>) {
         let every = self.settings.pgmq.visibility_timeout / 3;
         loop {
             tokio::time::sleep(every).await;
-            let renewal = self.holds.begin_renewal();
-            if renewal.leases().is_empty() {
+            if self.handlers.is_closed() && self.handlers.is_empty() {
+                return;
+            }
+            let leases = self.holds.begin_renewal();
+            if leases.is_empty() {
                 continue;
             }
-            let Ok(db) = self.db().await else { continue };
-            let vt = self.vt_seconds();
-            match queue::renew(db.client(), self.queue(), renewal.leases(), vt).await {
-                Ok(renewed) => renewal.answered(&renewed),
-                Err(e) => {
-                    drop(renewal);
-                    self.failed(&e).await;
-                }
+            let Ok(db) = self.db().await else {
+                self.holds.renewal_over(&leases, None);
+                continue;
+            };
+            let renewed = queue::renew(db.client(), self.queue(), &leases, self.vt_seconds()).await;
+            self.holds.renewal_over(&leases, renewed.as_deref().ok());
+            if let Err(e) = renewed {
+                self.failed(&e).await;
             }
         }
     }
@@ -445,7 +416,7 @@ impl Consumer {
                             .pgmq_queue(name.as_str(), depth, age);
                     }
                 }
-                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget(&db).await {
+                if forgot.is_none_or(|at| at.elapsed() >= FORGET_EVERY) && self.forget_old().await {
                     forgot = Some(Instant::now());
                 }
             }
@@ -457,13 +428,9 @@ impl Consumer {
     /// whole rows: the queue's, and that of the dead letters redriven). A process that runs
     /// for a while does it hourly; a drain, once before it exits. Whether both went.
     pub async fn forget_old(&self) -> bool {
-        match self.db().await {
-            Ok(db) => self.forget(&db).await,
-            Err(_) => false,
-        }
-    }
-
-    async fn forget(&self, db: &Database) -> bool {
+        let Ok(db) = self.db().await else {
+            return false;
+        };
         let retention = self.settings.pgmq.archive_retention.as_secs_f64();
         let mut all = true;
         for name in [self.queue(), &self.settings.pgmq.dead_letter] {
@@ -482,14 +449,6 @@ impl Consumer {
         }
         all
     }
-}
-
-/// What one turn of the loop read.
-enum Read {
-    /// Messages (perhaps none), and what the budgets let start of them.
-    Messages(Vec<Message>, Allowance),
-    /// Nothing was read: the hourly budgets have nothing left.
-    Spent(Spent),
 }
 
 /// A message's row as the consumer takes it.

@@ -3,8 +3,6 @@
 //! whether its last read found nothing while it held nothing, its hourly budget is spent, GitHub
 //! stopped it, or the database cannot be read. `serve` keeps reading whatever it says.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use tokio::sync::watch;
 
 use crate::pgmq::budget::Spent;
@@ -18,7 +16,7 @@ pub struct Counts {
     pub dead_lettered: u64,
 }
 
-/// Where the reading stands.
+/// Where the reading stands, and what it has settled.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Standing {
     /// Why the consumer has nothing to start now, once it has not; `None` while it reads.
@@ -30,6 +28,7 @@ pub struct Standing {
     pub database: Option<DatabaseTrouble>,
     /// Whether any read of the queue has succeeded.
     pub read_once: bool,
+    pub counts: Counts,
 }
 
 /// Why nothing starts now.
@@ -59,56 +58,38 @@ pub struct DatabaseTrouble {
     pub attempts: u32,
 }
 
-/// The counts and the standing, shared by the consumer's tasks and whoever watches.
-#[derive(Debug)]
-pub struct Progress {
-    dispatched: AtomicU64,
-    duplicates: AtomicU64,
-    dead_lettered: AtomicU64,
-    standing: watch::Sender<Standing>,
-}
-
-impl Default for Progress {
-    fn default() -> Progress {
-        Progress {
-            dispatched: AtomicU64::new(0),
-            duplicates: AtomicU64::new(0),
-            dead_lettered: AtomicU64::new(0),
-            standing: watch::Sender::new(Standing::default()),
-        }
-    }
-}
+/// The standing, shared by the consumer's tasks and whoever watches.
+#[derive(Debug, Default)]
+pub struct Progress(watch::Sender<Standing>);
 
 impl Progress {
-    /// The standing now and as it changes.
+    /// The standing now and as it changes (a count alone wakes no watcher).
     pub fn watch(&self) -> watch::Receiver<Standing> {
-        self.standing.subscribe()
+        self.0.subscribe()
     }
 
     pub fn counts(&self) -> Counts {
-        Counts {
-            dispatched: self.dispatched.load(Ordering::Relaxed),
-            duplicates: self.duplicates.load(Ordering::Relaxed),
-            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
-        }
+        self.0.borrow().counts
     }
 
     /// Counts a message settled as `fate`: its row dispatched (or dispatched again) by this
     /// process, handled already (or another claimant's), or dead-lettered; an ignored event,
     /// a retry, a release or a lost lease counts for nothing.
     pub(crate) fn count(&self, fate: &Fate) {
-        let counter = match fate {
-            Fate::Dispatched | Fate::Redispatched => &self.dispatched,
-            Fate::Handled => &self.duplicates,
-            Fate::DeadLetter { .. } => &self.dead_lettered,
-            _ => return,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        self.0.send_if_modified(|s| {
+            match fate {
+                Fate::Dispatched | Fate::Redispatched => s.counts.dispatched += 1,
+                Fate::Handled => s.counts.duplicates += 1,
+                Fate::DeadLetter { .. } => s.counts.dead_lettered += 1,
+                _ => {}
+            }
+            false
+        });
     }
 
     /// A read succeeded: `idle` says whether anything may start.
     pub(super) fn read(&self, idle: Option<Idle>) {
-        self.standing.send_if_modified(|s| {
+        self.0.send_if_modified(|s| {
             let changed = s.idle != idle || s.database.is_some() || !s.read_once;
             s.idle = idle;
             s.database = None;
@@ -118,16 +99,16 @@ impl Progress {
     }
 
     pub(super) fn database_failed(&self, trouble: DatabaseTrouble) {
-        self.standing.send_modify(|s| s.database = Some(trouble));
+        self.0.send_modify(|s| s.database = Some(trouble));
     }
 
     pub(super) fn forge_failed(&self, trouble: ForgeTrouble) {
-        self.standing.send_if_modified(|s| {
-            if s.forge.is_some() {
-                return false;
+        self.0.send_if_modified(|s| {
+            let first = s.forge.is_none();
+            if first {
+                s.forge = Some(trouble);
             }
-            s.forge = Some(trouble);
-            true
+            first
         });
     }
 }
