@@ -60,14 +60,11 @@ impl From<StartupError> for Failure {
     /// open-files limit) is a runtime failure.
     fn from(e: StartupError) -> Failure {
         match e {
-            StartupError::Forge(e) => Failure::Usage(e.into()),
-            StartupError::Routes(e) => Failure::Usage(e.into()),
-            StartupError::NoQueue | StartupError::Resolve { .. } => Failure::Usage(e.into()),
-            StartupError::Listen { .. }
-            | StartupError::Address(_)
-            | StartupError::NoRoomForConnections { .. }
-            | StartupError::CannotWrite(_)
-            | StartupError::CannotCheck { .. } => Failure::Runtime(e.into()),
+            StartupError::Forge(_)
+            | StartupError::Routes(_)
+            | StartupError::NoQueue
+            | StartupError::Resolve { .. } => Failure::Usage(e.into()),
+            _ => Failure::Runtime(e.into()),
         }
     }
 }
