@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
+    Insecure, DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES,
+    MAX_WORK_TIMEOUT_MINUTES,
 };
 
 /// What `rowbranch --version` prints after the name: the version and the commit it was built
@@ -104,7 +105,7 @@ pub enum Command {
     /// Paths are made absolute and a payload template file is carried inline, so the output
     /// can be carried whole in ROWBRANCH_CONFIG. Secrets are never printed; standard error
     /// says which are set.
-    Config(ConfigArgs),
+    Config(ConfigArg),
     /// Ask a running `serve` for /healthz: exit 0 when it answers 200, 1 otherwise (with the
     /// reason on standard error), within 3 seconds. The container image's health check.
     ///
@@ -112,12 +113,6 @@ pub enum Command {
     /// the config's `listen`, with 0.0.0.0 and :: asked on 127.0.0.1 and ::1. It needs no
     /// secret and no valid config: of the config it reads `listen` alone.
     Healthcheck(HealthcheckArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct ConfigArgs {
-    #[command(flatten)]
-    pub config: ConfigArg,
 }
 
 #[derive(Debug, Args)]
@@ -214,15 +209,8 @@ With no config file, ROWBRANCH_REPO makes one route from the environment:
 pub struct ServeArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// Accept deliveries without credentials when ROWBRANCH_WEBHOOK_SECRET is not set.
-    /// Anyone who can reach the port can then create branches: never on a public address.
-    #[arg(long)]
-    pub insecure_no_auth: bool,
-    /// Serve the status page (status_page = true) without ROWBRANCH_STATUS_PASSWORD, or with
-    /// one shorter than 16 characters. Anyone who can reach the port then reads row ids and
-    /// branch names: only on a private address.
-    #[arg(long)]
-    pub insecure_public_status: bool,
+    #[command(flatten)]
+    pub insecure: Insecure,
 }
 
 #[derive(Debug, Args)]

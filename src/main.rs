@@ -12,7 +12,11 @@ fn main() -> ExitCode {
         Command::Demo(_) => "warn",
         _ => "info",
     };
-    let filter = log_filter(std::env::var("RUST_LOG").ok(), default_level);
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|spec| !spec.trim().is_empty())
+        .and_then(|spec| EnvFilter::try_new(spec).ok())
+        .unwrap_or_else(|| EnvFilter::new(default_level));
     let format = cli.log_format;
     match format {
         LogFormat::Text => tracing_subscriber::fmt()
@@ -64,12 +68,4 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(1);
     }
     builder.enable_all().build()
-}
-
-/// `RUST_LOG`, else `default_level`.
-fn log_filter(rust_log: Option<String>, default_level: &str) -> EnvFilter {
-    rust_log
-        .filter(|spec| !spec.trim().is_empty())
-        .and_then(|spec| EnvFilter::try_new(spec).ok())
-        .unwrap_or_else(|| EnvFilter::new(default_level))
 }

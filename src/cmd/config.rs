@@ -7,11 +7,11 @@ use std::io::Write;
 use anyhow::Context;
 
 use super::Failure;
-use crate::cli::ConfigArgs;
+use crate::cli::ConfigArg;
 use crate::config::{process_env, Config};
 
-pub fn run(args: ConfigArgs) -> Result<(), Failure> {
-    let shown = Config::show(&args.config.config, &process_env)?;
+pub fn run(args: ConfigArg) -> Result<(), Failure> {
+    let shown = Config::show(&args.config, &process_env)?;
     std::io::stdout()
         .lock()
         .write_all(shown.toml.as_bytes())

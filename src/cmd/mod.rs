@@ -61,15 +61,11 @@ impl From<StartupError> for Failure {
     /// open-files limit) is a runtime failure.
     fn from(e: StartupError) -> Failure {
         match e {
-            StartupError::Forge(e) => Failure::Usage(e.into()),
-            StartupError::Routes(e) => Failure::Usage(e.into()),
-            StartupError::NoQueue | StartupError::Listen(ListenError::Resolve { .. }) => {
-                Failure::Usage(e.into())
-            }
-            StartupError::Listen(_)
-            | StartupError::Address(_)
-            | StartupError::CannotWrite(_)
-            | StartupError::CannotCheck { .. } => Failure::Runtime(e.into()),
+            StartupError::Forge(_)
+            | StartupError::Routes(_)
+            | StartupError::NoQueue
+            | StartupError::Listen(ListenError::Resolve { .. }) => Failure::Usage(e.into()),
+            _ => Failure::Runtime(e.into()),
         }
     }
 }

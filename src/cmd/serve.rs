@@ -7,16 +7,12 @@ use anyhow::Context;
 
 use super::Failure;
 use crate::cli::ServeArgs;
-use crate::config::{process_env, Config, Insecure};
+use crate::config::{process_env, Config};
 use crate::db::{Database, Error as DbError, Misfit};
 use crate::startup::{Application, Launch};
 
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
-    let insecure = Insecure {
-        no_auth: args.insecure_no_auth,
-        public_status: args.insecure_public_status,
-    };
-    let config = Config::load_for_serve(&args.config.config, &process_env, insecure)?;
+    let config = Config::load_for_serve(&args.config.config, &process_env, args.insecure)?;
     // What the config cannot say without the database: whether the routes fit their tables.
     if let Some(url) = &config.database_url {
         check_tables(&config, url.expose()).await?;
@@ -25,7 +21,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let routes = config.routes.len();
     let token = config.forge.token().is_some();
     let env = Launch {
-        insecure_no_auth: args.insecure_no_auth,
+        insecure_no_auth: args.insecure.no_auth,
         ..Launch::process()
     };
     // Nothing here talks to GitHub: the port answers at once. With a token, which no start
@@ -74,15 +70,13 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
         }
         Ok::<_, DbError>(checked)
     })
-    .await;
+    .await
+    .map_err(|_| format!("no answer within {} s", TABLE_CHECK_WITHIN.as_secs()))
+    .and_then(|checked| checked.map_err(|e| format!("{e:#}")));
     let checked = match checked {
-        Ok(Ok(checked)) => checked,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %format!("{e:#}"), "could not check the routes against their tables (DATABASE_URL); starting anyway");
-            return Ok(());
-        }
-        Err(_) => {
-            tracing::warn!(within_s = TABLE_CHECK_WITHIN.as_secs(), "the database did not answer in time to check the routes against their tables (DATABASE_URL); starting anyway");
+        Ok(checked) => checked,
+        Err(error) => {
+            tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
             return Ok(());
         }
     };

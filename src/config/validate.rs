@@ -26,12 +26,17 @@ use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
 use crate::webhook::auth::{Scheme, WebhookSecrets};
 
 /// What `serve` may run without when its command line says so; without them, a config that
-/// lacks these is refused (SPEC §3).
-#[derive(Debug, Clone, Copy, Default)]
+/// lacks these is refused (SPEC §3). Its fields are `serve`'s flags.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
 pub struct Insecure {
-    /// `--insecure-no-auth`: webhook deliveries without a secret.
+    /// Accept deliveries without credentials when ROWBRANCH_WEBHOOK_SECRET is not set.
+    /// Anyone who can reach the port can then create branches: never on a public address.
+    #[arg(long = "insecure-no-auth")]
     pub no_auth: bool,
-    /// `--insecure-public-status`: the status page without a password of 16 characters.
+    /// Serve the status page (status_page = true) without ROWBRANCH_STATUS_PASSWORD, or with
+    /// one shorter than 16 characters. Anyone who can reach the port then reads row ids and
+    /// branch names: only on a private address.
+    #[arg(long = "insecure-public-status")]
     pub public_status: bool,
 }
 
