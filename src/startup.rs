@@ -115,23 +115,17 @@ pub enum StartupError {
     CannotCheck { repo: RepoName, message: String },
 }
 
-/// rowbranch, built and ready to run: the parts every run shares, and what runs.
+/// rowbranch, built and ready to run: the parts every run shares, and what runs — the server,
+/// the consumer, or both; never neither.
 pub struct Application {
     config: Arc<Config>,
     routes: Arc<Routes>,
     pipeline: Arc<Pipeline>,
     shutdown: Shutdown,
-    runs: Runs,
-}
-
-/// What [`Application::run`] runs.
-enum Runs {
-    /// The server, and the consumer when a route reads the queue.
-    Serve {
-        server: Server,
-        consumer: Option<Arc<Consumer>>,
-    },
-    ConsumerOnly(Arc<Consumer>),
+    /// `None` when the consumer runs alone.
+    server: Option<Server>,
+    /// When a route reads the queue and `DATABASE_URL` is set.
+    consumer: Option<Arc<Consumer>>,
 }
 
 /// The listener and the state of the requests it will take.
@@ -163,11 +157,8 @@ impl Application {
                 .map_err(StartupError::Forge)?,
         };
         let listener = match env.mode {
-            Mode::Serve {
-                listen: at,
-                warm_up,
-            } => {
-                let listener = http::listen(&config, at == Listen::FreePort).await?;
+            Mode::Serve { listen, warm_up } => {
+                let listener = http::listen(&config, listen == Listen::FreePort).await?;
                 Some((listener, warm_up))
             }
             Mode::ConsumerOnly => None,
@@ -186,14 +177,13 @@ impl Application {
                 Arc::clone(&database),
             )
         });
-        let serves = listener.is_some();
-        shared
-            .metrics
-            .start_at_zero(&metrics_scope(&config, serves, consumer.is_some(), github));
-        let runs = match (listener, consumer) {
-            (Some((listener, warm_up)), consumer) => {
-                let addr = listener.local_addr().map_err(StartupError::Address)?;
-                let app = App::new(
+        let scope = metrics_scope(&config, listener.is_some(), consumer.is_some(), github);
+        shared.metrics.start_at_zero(&scope);
+        let server = match listener {
+            Some((listener, warm_up)) => Some(Server {
+                addr: listener.local_addr().map_err(StartupError::Address)?,
+                listener,
+                app: App::new(
                     Arc::clone(&config),
                     Arc::clone(&routes),
                     Arc::clone(&pipeline),
@@ -201,26 +191,19 @@ impl Application {
                     shared.shutdown.clone(),
                     database,
                     env.insecure_no_auth,
-                );
-                let server = Server {
-                    listener,
-                    addr,
-                    app,
-                    open_files: env.open_files,
-                    warm_up,
-                };
-                Runs::Serve { server, consumer }
-            }
-            (None, Some(consumer)) => Runs::ConsumerOnly(consumer),
-            // Said before anything was opened.
-            (None, None) => return Err(StartupError::NoQueue),
+                ),
+                open_files: env.open_files,
+                warm_up,
+            }),
+            None => None,
         };
         Ok(Application {
             config,
             routes,
             pipeline,
             shutdown: shared.shutdown,
-            runs,
+            server,
+            consumer,
         })
     }
 
@@ -265,10 +248,7 @@ impl Application {
 
     /// The address the server listens on; `None` when the consumer runs alone.
     pub fn addr(&self) -> Option<SocketAddr> {
-        match &self.runs {
-            Runs::Serve { server, .. } => Some(server.addr),
-            Runs::ConsumerOnly(_) => None,
-        }
+        self.server.as_ref().map(|server| server.addr)
     }
 
     /// The pipeline every row runs through: to report the runs left at a second signal, or
@@ -284,10 +264,7 @@ impl Application {
 
     /// The queue's consumer, when one runs: what it has done and where its reading stands.
     pub fn consumer(&self) -> Option<&Arc<Consumer>> {
-        match &self.runs {
-            Runs::Serve { consumer, .. } => consumer.as_ref(),
-            Runs::ConsumerOnly(consumer) => Some(consumer),
-        }
+        self.consumer.as_ref()
     }
 
     /// The process's shutdown. Begun by the caller before [`run`](Self::run)'s `shutdown`
@@ -299,10 +276,7 @@ impl Application {
     /// The server's routes over this application's state, for tests that send requests
     /// without a socket; `None` when the consumer runs alone.
     pub fn router(&self) -> Option<axum::Router> {
-        match &self.runs {
-            Runs::Serve { server, .. } => Some(http::router(Arc::clone(&server.app))),
-            Runs::ConsumerOnly(_) => None,
-        }
+        (self.server.as_ref()).map(|server| http::router(Arc::clone(&server.app)))
     }
 
     /// Runs until `shutdown` resolves, then shuts down within `shutdown_grace`.
@@ -320,27 +294,44 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
-        let consumer = match self.runs {
-            Runs::Serve { server, consumer } => {
-                let connections = Connections::new(&self.config, server.open_files)?;
-                let jobs = spawn_jobs(&self.config, self.routes, &self.pipeline, server.warm_up);
-                let consumer = consumer.map(|c| tokio::spawn(c.run()));
-                // The jobs stop first, so that they start no run once the server drains its
-                // runs; the consumer stops reading by itself once the shutdown begins.
+        let connections = (self.server.as_ref())
+            .map(|server| Connections::new(&self.config, server.open_files))
+            .transpose()?;
+        let consumer = self.consumer.map(|consumer| tokio::spawn(consumer.run()));
+        match self.server.zip(connections) {
+            Some((server, connections)) => {
+                // Beside the server: the scheduled sweep, and the first look at each route's
+                // repository (in the background, so that the port answers at once even when
+                // GitHub is slow or down). They stop first, so that they start no run once the
+                // server drains its runs; the consumer stops reading by itself once the shutdown
+                // begins.
+                let (config, pipeline) = (&self.config, &self.pipeline);
+                let sweeps =
+                    reconcile::every(Arc::clone(config), self.routes, Arc::clone(pipeline));
+                let mut jobs = vec![tokio::spawn(sweeps).abort_handle()];
+                if server.warm_up {
+                    let look = warm_up(Arc::clone(config), Arc::clone(pipeline));
+                    jobs.push(tokio::spawn(look).abort_handle());
+                }
                 let stop = async move {
                     shutdown.await;
                     jobs.iter().for_each(AbortHandle::abort);
                 };
                 http::serve(server.listener, server.app, connections, stop).await;
-                consumer
             }
-            Runs::ConsumerOnly(consumer) => {
-                let consumer = tokio::spawn(consumer.run());
+            None => {
                 shutdown.await;
-                finish_runs(&self.pipeline, &self.shutdown, self.config.shutdown_grace).await;
-                Some(consumer)
+                // The shutdown begins unless it has (its deadline stays); what is still running
+                // at its end is logged by id, and left, as `http::serve` does.
+                self.shutdown.begin(self.config.shutdown_grace);
+                let deadline = self.shutdown.deadline().expect("the shutdown has begun");
+                let drained = tokio::time::timeout_at(deadline, self.pipeline.drain()).await;
+                if drained.is_err() {
+                    let left = self.pipeline.report_unfinished();
+                    tracing::warn!(rows = left, "the shutdown grace ran out");
+                }
             }
-        };
+        }
         if let Some(consumer) = consumer {
             let deadline = self
                 .shutdown
@@ -349,40 +340,6 @@ impl Application {
             let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
         }
         Ok(())
-    }
-}
-
-/// Starts the jobs that run beside the server: the first look at each route's repository
-/// (when `warm_up`; in the background, so that the port answers at once even when GitHub is
-/// slow or down) and the scheduled sweep. Their handles, to stop them.
-fn spawn_jobs(
-    config: &Arc<Config>,
-    routes: Arc<Routes>,
-    pipeline: &Arc<Pipeline>,
-    warm_up: bool,
-) -> Vec<AbortHandle> {
-    let mut jobs = Vec::new();
-    if warm_up {
-        let job = tokio::spawn(self::warm_up(Arc::clone(config), Arc::clone(pipeline)));
-        jobs.push(job.abort_handle());
-    }
-    let sweeps = reconcile::every(Arc::clone(config), routes, Arc::clone(pipeline));
-    jobs.push(tokio::spawn(sweeps).abort_handle());
-    jobs
-}
-
-/// Begins the shutdown (unless it has begun: its deadline stays) and gives the runs under way
-/// the grace; what is still running when it ends is logged by id, and left (as
-/// [`http::serve`] does for the server's runs).
-async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) {
-    shutdown.begin(grace);
-    let deadline = shutdown.deadline().expect("the shutdown has begun");
-    if tokio::time::timeout_at(deadline, pipeline.drain())
-        .await
-        .is_err()
-    {
-        let left = pipeline.report_unfinished();
-        tracing::warn!(rows = left, "the shutdown grace ran out");
     }
 }
 
