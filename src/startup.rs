@@ -152,9 +152,7 @@ impl Application {
         let github = env.forge.is_none() && matches!(config.forge, ForgeSettings::Github(_));
         let forge = match env.forge {
             Some(forge) => forge,
-            None => self::forge(&config, &shared)
-                .await
-                .map_err(StartupError::Forge)?,
+            None => self::forge(&config, &shared).await?,
         };
         let listener = match env.mode {
             Mode::Serve { listen, warm_up } => {
@@ -163,7 +161,7 @@ impl Application {
             }
             Mode::ConsumerOnly => None,
         };
-        let routes = Arc::new(routes(&config).map_err(StartupError::Routes)?);
+        let routes = Arc::new(routes(&config)?);
         let pipeline = pipeline(&config, forge, &shared);
         let config = Arc::new(config);
         // The consumer finds whether the database answers; `/readyz` says so.
@@ -222,26 +220,25 @@ impl Application {
             if !asked.insert(repo.clone()) {
                 continue;
             }
-            match tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await {
+            let answer = tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await;
+            let why = match answer {
                 Ok(Ok(WriteAccess::Granted)) => {
                     tracing::info!(%repo, "the forge's credentials may write the repository");
+                    continue;
                 }
                 Ok(Ok(WriteAccess::Denied(denial))) => {
                     return Err(StartupError::CannotWrite(denial))
                 }
-                Ok(Ok(WriteAccess::Untold { why })) => tracing::warn!(%repo, %why,
-                    "could not tell at start whether the repository may be written; the first write will"),
                 Ok(Err(ForgeError::Refused { message })) => {
-                    return Err(StartupError::CannotCheck {
-                        repo: repo.clone(),
-                        message,
-                    })
+                    let repo = repo.clone();
+                    return Err(StartupError::CannotCheck { repo, message });
                 }
-                Ok(Err(e)) => tracing::warn!(%repo, error = %e,
-                    "could not check at start whether the repository may be written; the first write will"),
-                Err(_) => tracing::warn!(%repo, within_s = WRITE_CHECK_WITHIN.as_secs(),
-                    "GitHub did not answer in time whether the repository may be written; the first write will"),
-            }
+                Ok(Ok(WriteAccess::Untold { why })) => why,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {} s", WRITE_CHECK_WITHIN.as_secs()),
+            };
+            tracing::warn!(%repo, %why,
+                "could not tell at start whether the repository may be written; the first write will");
         }
         Ok(())
     }
@@ -346,21 +343,13 @@ impl Application {
 /// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
 /// routes, and whether the consumer, the scheduled sweep (beside the server) and GitHub run.
 fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) -> metrics::Scope {
-    let tables = |of: fn(&Route) -> bool| -> Vec<String> {
-        config
-            .routes
-            .iter()
-            .filter(|r| of(r))
-            .map(|r| r.table_name())
-            .collect()
+    let tables = |of: &dyn Fn(&Route) -> bool| -> Vec<String> {
+        let routes = config.routes.iter().filter(|r| of(r));
+        routes.map(|r| r.table_name()).collect()
     };
     metrics::Scope {
-        webhook_routes: if serves {
-            tables(Route::takes_webhooks)
-        } else {
-            Vec::new()
-        },
-        queue_routes: tables(Route::reads_the_queue),
+        webhook_routes: tables(&|r| serves && r.takes_webhooks()),
+        queue_routes: tables(&Route::reads_the_queue),
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,
