@@ -232,12 +232,6 @@ pub struct Scope {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: &'static str,
-    commit: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeliveryLabels {
     route: String,
     status: u16,
@@ -245,39 +239,19 @@ struct DeliveryLabels {
     reason: &'static str,
 }
 
-/// A route's `schema.table`, or [`NO_ROUTE`].
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RouteLabel {
-    route: String,
-}
+/// One label: its name, and its value as it came (a route's `schema.table` or [`NO_ROUTE`], a
+/// rate-limit resource, a queue, a status).
+type OneLabel = [(&'static str, String); 1];
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    operation: GithubOperation,
-    status: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResourceLabels {
-    resource: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct QueueLabels {
-    queue: String,
-}
-
-fn route_label(route: &str) -> RouteLabel {
-    RouteLabel {
-        route: route.to_owned(),
-    }
+fn route_label(route: &str) -> OneLabel {
+    [("route", route.to_owned())]
 }
 
 /// `route`, with each of `values`: a family's label sets for one route.
 fn by_route<'v, V: Copy>(
     route: &str,
     values: &'v [V],
-) -> impl Iterator<Item = (RouteLabel, V)> + use<'v, V> {
+) -> impl Iterator<Item = (OneLabel, V)> + use<'v, V> {
     let route = route_label(route);
     values.iter().map(move |value| (route.clone(), *value))
 }
@@ -309,10 +283,10 @@ macro_rules! families {
                     let $field: $type = $init;
                     registry.register($name, $help, $field.clone());
                 )+
-                let build = BuildLabels {
-                    version: env!("CARGO_PKG_VERSION"),
-                    commit: env!("ROWBRANCH_COMMIT"),
-                };
+                let build = [
+                    ("version", env!("CARGO_PKG_VERSION")),
+                    ("commit", env!("ROWBRANCH_COMMIT")),
+                ];
                 registry.register(
                     "rowbranch_build",
                     "The version of rowbranch running, and the commit it was built from",
@@ -332,18 +306,18 @@ macro_rules! families {
 families! {
     deliveries: Family<DeliveryLabels, Counter> = Family::default(), "rowbranch_deliveries",
         "Webhook deliveries answered, by route, status, outcome and reason";
-    runs: Family<(RouteLabel, RunResult), Counter> = Family::default(), "rowbranch_runs",
+    runs: Family<(OneLabel, RunResult), Counter> = Family::default(), "rowbranch_runs",
         "Rows' runs ended, by route and result, whatever their delivery was told";
-    run_duration: Seconds<RouteLabel> = Family::new_with_constructor(seconds),
+    run_duration: Seconds<OneLabel> = Family::new_with_constructor(seconds),
         "rowbranch_run_duration_seconds", "How long rows' runs took, from acceptance to their end";
-    github_requests: Family<RequestLabels, Counter> = Family::default(),
+    github_requests: Family<(GithubOperation, OneLabel), Counter> = Family::default(),
         "rowbranch_github_requests",
         "Requests to GitHub answered, by operation and status (error: no answer)";
     github_duration: Seconds<GithubOperation> = Family::new_with_constructor(seconds),
         "rowbranch_github_request_duration_seconds", "How long GitHub took to answer, by operation";
     github_retries: Family<RetryCause, Counter> = Family::default(), "rowbranch_github_retries",
         "GitHub requests tried again, by cause";
-    rate_limit_remaining: Family<ResourceLabels, Gauge> = Family::default(),
+    rate_limit_remaining: Family<OneLabel, Gauge> = Family::default(),
         "rowbranch_github_rate_limit_remaining",
         "Requests left in GitHub's current rate-limit window, by resource, as last answered";
     tokens_minted: Counter = Counter::default(), "rowbranch_installation_tokens_minted",
@@ -354,13 +328,13 @@ families! {
         "Rows accepted and not yet finished";
     reconcile_runs: Family<SweepResult, Counter> = Family::default(), "rowbranch_reconcile_runs",
         "Sweeps of a route ended, by result (ok, or failed: stopped early)";
-    reconcile_rows: Family<(RouteLabel, RowVerdict), Counter> = Family::default(),
+    reconcile_rows: Family<(OneLabel, RowVerdict), Counter> = Family::default(),
         "rowbranch_reconcile_rows", "Rows a sweep settled, by route and verdict";
-    pgmq_messages: Family<(RouteLabel, MessageResult), Counter> = Family::default(),
+    pgmq_messages: Family<(OneLabel, MessageResult), Counter> = Family::default(),
         "rowbranch_pgmq_messages", "Queue messages settled, by route (none: no route) and result";
-    pgmq_queue_depth: Family<QueueLabels, Gauge> = Family::default(), "rowbranch_pgmq_queue_depth",
+    pgmq_queue_depth: Family<OneLabel, Gauge> = Family::default(), "rowbranch_pgmq_queue_depth",
         "Messages in the queue, visible or held, as last sampled";
-    pgmq_oldest_age: Family<QueueLabels, Gauge> = Family::default(),
+    pgmq_oldest_age: Family<OneLabel, Gauge> = Family::default(),
         "rowbranch_pgmq_oldest_message_age_seconds",
         "Age of the oldest message in the queue, as last sampled";
     unknown_paths: Counter = Counter::default(), "rowbranch_unknown_path_requests",
@@ -452,10 +426,7 @@ impl Metrics {
                 let statuses = operation.statuses_at_start().iter();
                 at_zero(
                     &self.github_requests,
-                    statuses.map(|status| RequestLabels {
-                        operation,
-                        status: (*status).to_owned(),
-                    }),
+                    statuses.map(|status| (operation, [("status", (*status).to_owned())])),
                 );
             }
             at_zero(&self.github_retries, RetryCause::ALL.iter().copied());
@@ -472,9 +443,7 @@ impl Metrics {
 
     /// A sample of a queue: how many messages, and how old the oldest is.
     pub fn pgmq_queue(&self, queue: &str, depth: i64, oldest_age_seconds: i64) {
-        let labels = QueueLabels {
-            queue: queue.to_owned(),
-        };
+        let labels = [("queue", queue.to_owned())];
         self.pgmq_queue_depth.get_or_create(&labels).set(depth);
         self.pgmq_oldest_age
             .get_or_create(&labels)
@@ -520,9 +489,9 @@ impl Metrics {
 
     /// One request's answer (`status` its code, or `error` when none came).
     pub fn github_request(&self, operation: GithubOperation, status: &str, took: Duration) {
-        let status = status.to_owned();
+        let status = [("status", status.to_owned())];
         self.github_requests
-            .get_or_create(&RequestLabels { operation, status })
+            .get_or_create(&(operation, status))
             .inc();
         self.github_duration
             .get_or_create(&operation)
@@ -535,9 +504,9 @@ impl Metrics {
     }
 
     pub fn rate_limit_remaining(&self, resource: &str, remaining: i64) {
-        let resource = resource.to_owned();
+        let resource = [("resource", resource.to_owned())];
         self.rate_limit_remaining
-            .get_or_create(&ResourceLabels { resource })
+            .get_or_create(&resource)
             .set(remaining);
     }
 

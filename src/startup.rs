@@ -115,23 +115,17 @@ pub enum StartupError {
     CannotCheck { repo: RepoName, message: String },
 }
 
-/// rowbranch, built and ready to run: the parts every run shares, and what runs.
+/// rowbranch, built and ready to run: the parts every run shares, and what runs — the server,
+/// the consumer, or both; never neither.
 pub struct Application {
     config: Arc<Config>,
     routes: Arc<Routes>,
     pipeline: Arc<Pipeline>,
     shutdown: Shutdown,
-    runs: Runs,
-}
-
-/// What [`Application::run`] runs.
-enum Runs {
-    /// The server, and the consumer when a route reads the queue.
-    Serve {
-        server: Server,
-        consumer: Option<Arc<Consumer>>,
-    },
-    ConsumerOnly(Arc<Consumer>),
+    /// `None` when the consumer runs alone.
+    server: Option<Server>,
+    /// When a route reads the queue and `DATABASE_URL` is set.
+    consumer: Option<Arc<Consumer>>,
 }
 
 /// The listener and the state of the requests it will take.
@@ -158,21 +152,16 @@ impl Application {
         let github = env.forge.is_none() && matches!(config.forge, ForgeSettings::Github(_));
         let forge = match env.forge {
             Some(forge) => forge,
-            None => self::forge(&config, &shared)
-                .await
-                .map_err(StartupError::Forge)?,
+            None => self::forge(&config, &shared).await?,
         };
         let listener = match env.mode {
-            Mode::Serve {
-                listen: at,
-                warm_up,
-            } => {
-                let listener = http::listen(&config, at == Listen::FreePort).await?;
+            Mode::Serve { listen, warm_up } => {
+                let listener = http::listen(&config, listen == Listen::FreePort).await?;
                 Some((listener, warm_up))
             }
             Mode::ConsumerOnly => None,
         };
-        let routes = Arc::new(routes(&config).map_err(StartupError::Routes)?);
+        let routes = Arc::new(routes(&config)?);
         let pipeline = pipeline(&config, forge, &shared);
         let config = Arc::new(config);
         // The consumer finds whether the database answers; `/readyz` says so.
@@ -186,14 +175,13 @@ impl Application {
                 Arc::clone(&database),
             )
         });
-        let serves = listener.is_some();
-        shared
-            .metrics
-            .start_at_zero(&metrics_scope(&config, serves, consumer.is_some(), github));
-        let runs = match (listener, consumer) {
-            (Some((listener, warm_up)), consumer) => {
-                let addr = listener.local_addr().map_err(StartupError::Address)?;
-                let app = App::new(
+        let scope = metrics_scope(&config, listener.is_some(), consumer.is_some(), github);
+        shared.metrics.start_at_zero(&scope);
+        let server = match listener {
+            Some((listener, warm_up)) => Some(Server {
+                addr: listener.local_addr().map_err(StartupError::Address)?,
+                listener,
+                app: App::new(
                     Arc::clone(&config),
                     Arc::clone(&routes),
                     Arc::clone(&pipeline),
@@ -201,26 +189,19 @@ impl Application {
                     shared.shutdown.clone(),
                     database,
                     env.insecure_no_auth,
-                );
-                let server = Server {
-                    listener,
-                    addr,
-                    app,
-                    open_files: env.open_files,
-                    warm_up,
-                };
-                Runs::Serve { server, consumer }
-            }
-            (None, Some(consumer)) => Runs::ConsumerOnly(consumer),
-            // Said before anything was opened.
-            (None, None) => return Err(StartupError::NoQueue),
+                ),
+                open_files: env.open_files,
+                warm_up,
+            }),
+            None => None,
         };
         Ok(Application {
             config,
             routes,
             pipeline,
             shutdown: shared.shutdown,
-            runs,
+            server,
+            consumer,
         })
     }
 
@@ -239,36 +220,32 @@ impl Application {
             if !asked.insert(repo.clone()) {
                 continue;
             }
-            match tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await {
+            let answer = tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await;
+            let why = match answer {
                 Ok(Ok(WriteAccess::Granted)) => {
                     tracing::info!(%repo, "the forge's credentials may write the repository");
+                    continue;
                 }
                 Ok(Ok(WriteAccess::Denied(denial))) => {
                     return Err(StartupError::CannotWrite(denial))
                 }
-                Ok(Ok(WriteAccess::Untold { why })) => tracing::warn!(%repo, %why,
-                    "could not tell at start whether the repository may be written; the first write will"),
                 Ok(Err(ForgeError::Refused { message })) => {
-                    return Err(StartupError::CannotCheck {
-                        repo: repo.clone(),
-                        message,
-                    })
+                    let repo = repo.clone();
+                    return Err(StartupError::CannotCheck { repo, message });
                 }
-                Ok(Err(e)) => tracing::warn!(%repo, error = %e,
-                    "could not check at start whether the repository may be written; the first write will"),
-                Err(_) => tracing::warn!(%repo, within_s = WRITE_CHECK_WITHIN.as_secs(),
-                    "GitHub did not answer in time whether the repository may be written; the first write will"),
-            }
+                Ok(Ok(WriteAccess::Untold { why })) => why,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {} s", WRITE_CHECK_WITHIN.as_secs()),
+            };
+            tracing::warn!(%repo, %why,
+                "could not tell at start whether the repository may be written; the first write will");
         }
         Ok(())
     }
 
     /// The address the server listens on; `None` when the consumer runs alone.
     pub fn addr(&self) -> Option<SocketAddr> {
-        match &self.runs {
-            Runs::Serve { server, .. } => Some(server.addr),
-            Runs::ConsumerOnly(_) => None,
-        }
+        self.server.as_ref().map(|server| server.addr)
     }
 
     /// The pipeline every row runs through: to report the runs left at a second signal, or
@@ -284,10 +261,7 @@ impl Application {
 
     /// The queue's consumer, when one runs: what it has done and where its reading stands.
     pub fn consumer(&self) -> Option<&Arc<Consumer>> {
-        match &self.runs {
-            Runs::Serve { consumer, .. } => consumer.as_ref(),
-            Runs::ConsumerOnly(consumer) => Some(consumer),
-        }
+        self.consumer.as_ref()
     }
 
     /// The process's shutdown. Begun by the caller before [`run`](Self::run)'s `shutdown`
@@ -299,10 +273,7 @@ impl Application {
     /// The server's routes over this application's state, for tests that send requests
     /// without a socket; `None` when the consumer runs alone.
     pub fn router(&self) -> Option<axum::Router> {
-        match &self.runs {
-            Runs::Serve { server, .. } => Some(http::router(Arc::clone(&server.app))),
-            Runs::ConsumerOnly(_) => None,
-        }
+        (self.server.as_ref()).map(|server| http::router(Arc::clone(&server.app)))
     }
 
     /// Runs until `shutdown` resolves, then shuts down within `shutdown_grace`.
@@ -320,27 +291,44 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
-        let consumer = match self.runs {
-            Runs::Serve { server, consumer } => {
-                let connections = Connections::new(&self.config, server.open_files)?;
-                let jobs = spawn_jobs(&self.config, self.routes, &self.pipeline, server.warm_up);
-                let consumer = consumer.map(|c| tokio::spawn(c.run()));
-                // The jobs stop first, so that they start no run once the server drains its
-                // runs; the consumer stops reading by itself once the shutdown begins.
+        let connections = (self.server.as_ref())
+            .map(|server| Connections::new(&self.config, server.open_files))
+            .transpose()?;
+        let consumer = self.consumer.map(|consumer| tokio::spawn(consumer.run()));
+        match self.server.zip(connections) {
+            Some((server, connections)) => {
+                // Beside the server: the scheduled sweep, and the first look at each route's
+                // repository (in the background, so that the port answers at once even when
+                // GitHub is slow or down). They stop first, so that they start no run once the
+                // server drains its runs; the consumer stops reading by itself once the shutdown
+                // begins.
+                let (config, pipeline) = (&self.config, &self.pipeline);
+                let sweeps =
+                    reconcile::every(Arc::clone(config), self.routes, Arc::clone(pipeline));
+                let mut jobs = vec![tokio::spawn(sweeps).abort_handle()];
+                if server.warm_up {
+                    let look = warm_up(Arc::clone(config), Arc::clone(pipeline));
+                    jobs.push(tokio::spawn(look).abort_handle());
+                }
                 let stop = async move {
                     shutdown.await;
                     jobs.iter().for_each(AbortHandle::abort);
                 };
                 http::serve(server.listener, server.app, connections, stop).await;
-                consumer
             }
-            Runs::ConsumerOnly(consumer) => {
-                let consumer = tokio::spawn(consumer.run());
+            None => {
                 shutdown.await;
-                finish_runs(&self.pipeline, &self.shutdown, self.config.shutdown_grace).await;
-                Some(consumer)
+                // The shutdown begins unless it has (its deadline stays); what is still running
+                // at its end is logged by id, and left, as `http::serve` does.
+                self.shutdown.begin(self.config.shutdown_grace);
+                let deadline = self.shutdown.deadline().expect("the shutdown has begun");
+                let drained = tokio::time::timeout_at(deadline, self.pipeline.drain()).await;
+                if drained.is_err() {
+                    let left = self.pipeline.report_unfinished();
+                    tracing::warn!(rows = left, "the shutdown grace ran out");
+                }
             }
-        };
+        }
         if let Some(consumer) = consumer {
             let deadline = self
                 .shutdown
@@ -352,58 +340,16 @@ impl Application {
     }
 }
 
-/// Starts the jobs that run beside the server: the first look at each route's repository
-/// (when `warm_up`; in the background, so that the port answers at once even when GitHub is
-/// slow or down) and the scheduled sweep. Their handles, to stop them.
-fn spawn_jobs(
-    config: &Arc<Config>,
-    routes: Arc<Routes>,
-    pipeline: &Arc<Pipeline>,
-    warm_up: bool,
-) -> Vec<AbortHandle> {
-    let mut jobs = Vec::new();
-    if warm_up {
-        let job = tokio::spawn(self::warm_up(Arc::clone(config), Arc::clone(pipeline)));
-        jobs.push(job.abort_handle());
-    }
-    let sweeps = reconcile::every(Arc::clone(config), routes, Arc::clone(pipeline));
-    jobs.push(tokio::spawn(sweeps).abort_handle());
-    jobs
-}
-
-/// Begins the shutdown (unless it has begun: its deadline stays) and gives the runs under way
-/// the grace; what is still running when it ends is logged by id, and left (as
-/// [`http::serve`] does for the server's runs).
-async fn finish_runs(pipeline: &Pipeline, shutdown: &Shutdown, grace: Duration) {
-    shutdown.begin(grace);
-    let deadline = shutdown.deadline().expect("the shutdown has begun");
-    if tokio::time::timeout_at(deadline, pipeline.drain())
-        .await
-        .is_err()
-    {
-        let left = pipeline.report_unfinished();
-        tracing::warn!(rows = left, "the shutdown grace ran out");
-    }
-}
-
 /// What a run of `config` can count: the server's webhook routes when it `serves`, the queue
 /// routes, and whether the consumer, the scheduled sweep (beside the server) and GitHub run.
 fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) -> metrics::Scope {
-    let tables = |of: fn(&Route) -> bool| -> Vec<String> {
-        config
-            .routes
-            .iter()
-            .filter(|r| of(r))
-            .map(|r| r.table_name())
-            .collect()
+    let tables = |of: &dyn Fn(&Route) -> bool| -> Vec<String> {
+        let routes = config.routes.iter().filter(|r| of(r));
+        routes.map(|r| r.table_name()).collect()
     };
     metrics::Scope {
-        webhook_routes: if serves {
-            tables(Route::takes_webhooks)
-        } else {
-            Vec::new()
-        },
-        queue_routes: tables(Route::reads_the_queue),
+        webhook_routes: tables(&|r| serves && r.takes_webhooks()),
+        queue_routes: tables(&Route::reads_the_queue),
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,

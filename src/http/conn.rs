@@ -15,8 +15,8 @@
 //! Two more bounds cover what the header timeout does not see. A write that makes no progress
 //! for `read_timeout_ms` fails (a client that sends requests and never reads its answers would
 //! otherwise keep hyper waiting to write, with no timer, forever). And a connection lives at
-//! most [`max_age`]: then it is asked to close after the request under way, and it is cut if it
-//! has not closed within [`closing_allowance`] more (a client that asks for `/healthz` just
+//! most six read timeouts: then it is asked to close after the request under way, and it is cut
+//! if it has not closed within what that request may take more (a client that asks for `/healthz` just
 //! within every timeout would otherwise keep its slot forever).
 
 use std::collections::HashMap;
@@ -50,16 +50,16 @@ const MAX_BUF_SIZE: usize = 64 * 1024;
 /// A connection's life, in read timeouts (1 minute by default).
 const MAX_AGE_IN_READ_TIMEOUTS: u32 = 6;
 
-/// How long a connection is served before it is asked to close.
-pub fn max_age(settings: &WebhookSettings) -> Duration {
-    settings.read_timeout * MAX_AGE_IN_READ_TIMEOUTS
-}
-
-/// How long a connection asked to close at [`max_age`] still gets before it is cut: what the
-/// request under way may take at most — its headers, its body and the writing of its answer
-/// within `read_timeout_ms` each, and the answer within `respond_within_ms`.
-pub fn closing_allowance(settings: &WebhookSettings) -> Duration {
-    settings.read_timeout * 3 + settings.respond_within
+/// How long a connection is served before it is asked to close, and when it is cut if it has
+/// not closed by then: once the request under way has had what it may take at most — its
+/// headers, its body and the writing of its answer within `read_timeout_ms` each, and the
+/// answer within `respond_within_ms`.
+fn lifetime(settings: &WebhookSettings) -> (Duration, Duration) {
+    let max_age = settings.read_timeout * MAX_AGE_IN_READ_TIMEOUTS;
+    (
+        max_age,
+        max_age + settings.read_timeout * 3 + settings.respond_within,
+    )
 }
 
 /// The connections being served, to be shut down gracefully.
@@ -109,6 +109,7 @@ pub async fn serve(
         // A sender that writes its whole request and closes its side still gets its row run:
         // without this, hyper drops the request when it reads the end of the stream.
         .half_close(true);
+    let (max_age, cut_at) = lifetime(settings);
     tokio::pin!(stop);
     for id in 0u64.. {
         // A free permit, or a connection waiting for a head to make room: nothing is accepted
@@ -164,11 +165,7 @@ pub async fn serve(
             }
         });
         let connection = builder.serve_connection(TokioIo::new(Box::pin(io)), service);
-        let (stopped, max_age, cut_at) = (
-            open.stop.clone(),
-            max_age(settings),
-            max_age(settings) + closing_allowance(settings),
-        );
+        let stopped = open.stop.clone();
         open.tasks.spawn(async move {
             let _permit: OwnedSemaphorePermit = permit;
             let mut connection = std::pin::pin!(connection);
@@ -349,8 +346,10 @@ mod tests {
     #[test]
     fn a_connection_lives_six_read_timeouts_and_may_then_finish_its_request() {
         let settings = &config(crate::config::TEST_LOCAL_CONFIG).webhook;
-        assert_eq!(max_age(settings), Duration::from_secs(60));
-        assert_eq!(closing_allowance(settings), Duration::from_millis(30_800));
+        // Asked to close at 60 s, then 30.8 s more for the request under way.
+        let (max_age, cut_at) = lifetime(settings);
+        assert_eq!(max_age, Duration::from_secs(60));
+        assert_eq!(cut_at - max_age, Duration::from_millis(30_800));
     }
 
     /// A server's end of a pipe whose writes fail once they make no progress for `timeout`,

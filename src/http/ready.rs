@@ -30,13 +30,10 @@ type PendingCheck = Shared<BoxFuture<'static, Result<(), NotReady>>>;
 #[error("{0}")]
 pub struct NotReady(String);
 
-/// The forge's readiness, as last checked.
+/// The forge's readiness: the last answer, and the check under way.
 #[derive(Default)]
-pub struct Readiness {
-    state: Arc<Mutex<Checked>>,
-}
+pub struct Readiness(Arc<Mutex<Checked>>);
 
-/// The last answer, and the check under way.
 #[derive(Default)]
 struct Checked {
     last: Option<(Instant, Result<(), NotReady>)>,
@@ -47,20 +44,15 @@ impl Readiness {
     /// Whether the forge answers with valid credentials.
     pub async fn check(&self, forge: &Arc<dyn Forge>) -> Result<(), NotReady> {
         let pending = {
-            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some((at, result)) = &state.last {
+            let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((at, fresh)) = &state.last {
                 if at.elapsed() < READINESS_TTL {
-                    return result.clone();
+                    return fresh.clone();
                 }
             }
-            let pending = match &state.pending {
-                Some(pending) => pending.clone(),
-                None => {
-                    let pending = self.start(Arc::clone(forge));
-                    state.pending = Some(pending.clone());
-                    pending
-                }
-            };
+            let pending = (state.pending)
+                .get_or_insert_with(|| check(Arc::clone(&self.0), Arc::clone(forge)))
+                .clone();
             match &state.last {
                 Some((_, stale)) => return stale.clone(),
                 None => pending,
@@ -68,25 +60,23 @@ impl Readiness {
         };
         pending.await
     }
+}
 
-    /// One check, spawned, so that it finishes (and records its answer) even when every probe
-    /// that waited for it has gone.
-    fn start(&self, forge: Arc<dyn Forge>) -> PendingCheck {
-        let state = Arc::clone(&self.state);
-        let task = tokio::spawn(async move {
-            let result = forge.ready().await.map_err(|e| NotReady(e.to_string()));
-            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-            state.last = Some((Instant::now(), result.clone()));
-            state.pending = None;
-            result
-        });
-        async move {
-            task.await
-                .unwrap_or_else(|e| Err(NotReady(format!("the readiness check failed: {e}"))))
-        }
-        .boxed()
-        .shared()
-    }
+/// One check, spawned, so that it finishes (and records its answer in `state`) even when every
+/// probe that waited for it has gone.
+fn check(state: Arc<Mutex<Checked>>, forge: Arc<dyn Forge>) -> PendingCheck {
+    let task = tokio::spawn(async move {
+        let result = forge.ready().await.map_err(|e| NotReady(e.to_string()));
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.last = Some((Instant::now(), result.clone()));
+        state.pending = None;
+        result
+    });
+    let answer = async move {
+        task.await
+            .unwrap_or_else(|e| Err(NotReady(format!("the readiness check failed: {e}"))))
+    };
+    answer.boxed().shared()
 }
 
 /// Ready when the config is loaded (it is, or there would be no server) and the forge answers

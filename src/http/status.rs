@@ -45,29 +45,27 @@ impl Seen {
     /// The body's schema and table, as it named them: two names of at most 63 bytes each in
     /// PostgreSQL, so longer is cut.
     pub fn table(&mut self, schema: &str, table: &str) {
-        let named = printable(&format!("{schema}.{table}"));
-        self.table = Some(match named.char_indices().nth(TABLE_LIMIT) {
-            Some((cut, _)) => format!("{}…", &named[..cut]),
-            None => named,
-        });
+        self.table = Some(quoted(&format!("{schema}.{table}"), TABLE_LIMIT));
     }
 }
 
-/// The longest `schema.table` a log line quotes as it came.
+/// The longest `schema.table` a log line quotes as it came, in bytes.
 const TABLE_LIMIT: usize = 128;
 
-/// `text` with its control characters escaped, so that what a sender wrote stays on its line of
-/// a text log.
-fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+/// `text` as a log line quotes it: its control characters escaped, so that what a sender wrote
+/// stays on its line of a text log, and cut to `limit` bytes.
+fn quoted(text: &str, limit: usize) -> String {
+    let escape = |c: char| match c.is_control() {
+        true => c.escape_default().to_string(),
+        false => c.to_string(),
+    };
+    let mut text: String = text.chars().map(escape).collect();
+    if text.len() > limit {
+        let cut = (0..=limit).rev().find(|&i| text.is_char_boundary(i));
+        text.truncate(cut.unwrap_or(0));
+        text.push('…');
+    }
+    text
 }
 
 /// One delivery's decision, as the status page (which shows what its template names: never the
@@ -119,7 +117,7 @@ impl Decision {
             reason: answer.reason(),
             counted_reason: answer.body_reason().map_or("", Reason::as_str),
             kind: seen.kind,
-            detail: (!answer.status().is_success()).then(|| printable(&answer.message())),
+            detail: (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX)),
             fix: None,
             took,
         }
@@ -209,27 +207,20 @@ impl Refusals {
         let Some(quiet) = self.logged.due((reason, decision.kind), Instant::now()) else {
             return;
         };
-        let (reason, http_status) = (reason.as_str(), decision.http_status);
-        let (delivery, table) = (&decision.delivery, decision.table.as_deref());
-        match decision.kind {
-            Some(kind) => tracing::warn!(
-                reason,
-                kind,
-                http_status,
-                delivery,
-                unlogged_since_the_last = quiet,
-                "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)"
-            ),
-            None => tracing::warn!(
-                reason,
-                http_status,
-                delivery,
-                table,
-                detail = decision.detail.as_deref(),
-                unlogged_since_the_last = quiet,
-                "refused a delivery before reading its row"
-            ),
-        }
+        let what = match decision.kind {
+            Some(_) => "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)",
+            None => "refused a delivery before reading its row",
+        };
+        tracing::warn!(
+            reason = reason.as_str(),
+            kind = decision.kind,
+            http_status = decision.http_status,
+            delivery = decision.delivery,
+            table = decision.table.as_deref(),
+            detail = decision.detail.as_deref(),
+            unlogged_since_the_last = quiet,
+            "{what}"
+        );
     }
 }
 
@@ -247,12 +238,7 @@ pub(super) async fn unknown_path(
 ) -> Response {
     app.metrics.unknown_path();
     if let Some(quiet) = app.refusals.unknown_paths.due((), Instant::now()) {
-        let mut path = printable(uri.path());
-        if path.len() > PATH_LIMIT {
-            let cut = (0..=PATH_LIMIT).rev().find(|&i| path.is_char_boundary(i));
-            path.truncate(cut.unwrap_or(0));
-            path.push('…');
-        }
+        let path = quoted(uri.path(), PATH_LIMIT);
         tracing::warn!(
             %method,
             path,
