@@ -544,10 +544,8 @@ impl Forge for GithubForge {
         base: &Base,
         branch: &BranchName,
     ) -> Result<u64, ForgeError> {
-        let (base, head) = (
-            &encode_path(base.branch.as_str()),
-            &encode_path(branch.as_str()),
-        );
+        let base = &encode_path(base.branch.as_str());
+        let head = &encode_path(branch.as_str());
         let compared = self
             .read("comparing with the base", repo, |gh| async move {
                 let repos = gh.repos(repo.owner(), repo.name());
@@ -652,21 +650,18 @@ impl Forge for GithubForge {
                 "GET /rate_limit with the token",
             ),
         };
-        match answer.map_err(ForgeError::from) {
+        match answer {
             Ok(Ok(())) => Ok(()),
             Ok(Err(refusal)) => Err(ForgeError::refused(format!(
                 "GitHub at {host}: {what} answered {}: {}",
                 refusal.status_code.as_u16(),
                 said(&refusal)
             ))),
-            Err(ForgeError::Unavailable {
-                message,
-                retry_after,
-            }) => Err(ForgeError::Unavailable {
+            Err(Setback::Retry { message, after, .. }) => Err(ForgeError::Unavailable {
                 message: format!("GitHub at {host}: {message}"),
-                retry_after,
+                retry_after: after,
             }),
-            Err(other) => Err(other),
+            Err(Setback::Fail(e)) => Err(e),
         }
     }
 
