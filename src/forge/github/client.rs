@@ -511,52 +511,44 @@ impl AppClient {
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
     /// setback is ambiguous.
     async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
-        let installation = {
-            let mut repos = self.repos.lock().await;
-            match repos.get(repo) {
-                Some((at, known)) if at.elapsed() < INSTALLATION_TTL => Arc::clone(known),
-                _ => {
-                    let found = self.jwt.installation_of(repo).await;
-                    let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
-                    let id = id.ok_or_else(|| {
-                        Setback::refused(format!(
-                            "the GitHub App is not installed on {repo}: install it on that \
-                             repository"
-                        ))
-                    })?;
-                    let installation = match repos.get(repo) {
-                        // The same installation: its token is still good.
-                        Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => {
-                            Arc::clone(known)
-                        }
-                        _ => {
-                            let mut limits_of =
-                                (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
-                            let shared = limits_of
-                                .entry(id)
-                                .or_insert_with(|| self.limits.pacer_and_bound());
-                            let (writes, requests) = shared.clone();
-                            let jwt = Arc::clone(&self.jwt);
-                            let repository = repo.name().to_owned();
-                            let minter = Some(Minter {
+        let mut repos = self.repos.lock().await;
+        let known = repos.get(repo).cloned();
+        let installation = match known {
+            Some((at, known)) if at.elapsed() < INSTALLATION_TTL => known,
+            _ => {
+                let found = self.jwt.installation_of(repo).await;
+                let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
+                let id = id.ok_or_else(|| {
+                    Setback::refused(format!(
+                        "the GitHub App is not installed on {repo}: install it on that repository"
+                    ))
+                })?;
+                let installation = match known {
+                    // The same installation: its token is still good.
+                    Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => known,
+                    _ => {
+                        let mut limits_of =
+                            (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
+                        let shared =
+                            (limits_of.entry(id)).or_insert_with(|| self.limits.pacer_and_bound());
+                        let (jwt, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        Arc::new(Installation {
+                            writes: Arc::clone(&shared.0),
+                            requests: Arc::clone(&shared.1),
+                            minter: Some(Minter {
                                 id,
                                 jwt,
                                 repository,
-                            });
-                            let current = Mutex::new(None);
-                            Arc::new(Installation {
-                                writes,
-                                requests,
-                                minter,
-                                current,
-                            })
-                        }
-                    };
-                    repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
-                    installation
-                }
+                            }),
+                            current: Mutex::new(None),
+                        })
+                    }
+                };
+                repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
+                installation
             }
         };
+        drop(repos);
         if let Err(setback) = installation.token().await {
             // The installation may be gone or changed: look it up afresh next time.
             if matches!(setback, Setback::Fail(_)) {
