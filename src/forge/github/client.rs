@@ -273,11 +273,9 @@ pub fn encode_path(path: &str) -> String {
 type Minted = (Octocrab, DateTime<Utc>);
 
 /// One installation's client for one repository — or, with a token, the token's for every
-/// repository: the pacer of its writes, the bound on its requests, and its token.
+/// repository: the pacer of its writes and the bound on its requests, and its token.
 pub struct Installation {
     pub writes: Arc<Pacer>,
-    /// Requests open at GitHub at once for this installation, reads and writes together.
-    requests: Arc<Semaphore>,
     /// What mints its tokens; `None` for a token given as it is, never minted or renewed.
     minter: Option<Minter>,
     /// The client with the current token. Held while a token is minted, so that concurrent
@@ -303,7 +301,7 @@ impl Installation {
         F: Fn(Octocrab) -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
+        let _open = (self.writes.requests.acquire().await).map_err(Setback::bug)?;
         let token = self.token().await?;
         match call(request(token.0.clone())).await? {
             Err(refusal)
@@ -361,14 +359,13 @@ pub struct Limits {
     pub metrics: Arc<Metrics>,
 }
 
-/// What one installation's clients share: the pacer of its writes and the bound on its requests.
-type PacerAndBound = (Arc<Pacer>, Arc<Semaphore>);
-
 impl Limits {
-    fn pacer_and_bound(&self) -> PacerAndBound {
-        let pacer = Pacer::new(self.pace, self.shutdown.clone(), Arc::clone(&self.metrics));
-        let bound = Semaphore::new(self.max_concurrent_requests);
-        (Arc::new(pacer), Arc::new(bound))
+    /// What one installation's clients share: the pacer of its writes and the bound on its
+    /// requests.
+    fn pacer(&self) -> Arc<Pacer> {
+        let (shutdown, metrics) = (self.shutdown.clone(), Arc::clone(&self.metrics));
+        let max = self.max_concurrent_requests;
+        Arc::new(Pacer::new(self.pace, max, shutdown, metrics))
     }
 }
 
@@ -395,10 +392,8 @@ impl Auth {
                     .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
                 let gh = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
-                let (writes, requests) = limits.pacer_and_bound();
                 return Ok(Auth::Token(Arc::new(Installation {
-                    writes,
-                    requests,
+                    writes: limits.pacer(),
                     minter: None,
                     current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
                 })));
@@ -504,7 +499,7 @@ pub struct AppClient {
     repos: Mutex<HashMap<RepoName, (Instant, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
-    limits_of: std::sync::Mutex<HashMap<u64, PacerAndBound>>,
+    limits_of: std::sync::Mutex<HashMap<u64, Arc<Pacer>>>,
 }
 
 impl AppClient {
@@ -529,12 +524,10 @@ impl AppClient {
                     _ => {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
-                        let shared =
-                            (limits_of.entry(id)).or_insert_with(|| self.limits.pacer_and_bound());
+                        let shared = limits_of.entry(id).or_insert_with(|| self.limits.pacer());
                         let (jwt, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
                         Arc::new(Installation {
-                            writes: Arc::clone(&shared.0),
-                            requests: Arc::clone(&shared.1),
+                            writes: Arc::clone(shared),
                             minter: Some(Minter {
                                 id,
                                 jwt,
