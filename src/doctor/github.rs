@@ -424,37 +424,28 @@ fn bound_check(
     let mut largest = 0;
     for step in steps {
         let job = &step.job;
-        match (limit.of)(step) {
-            Bound::Set(n) if *n <= u64::from(most) => largest = largest.max(*n),
+        let problem = match (limit.of)(step) {
+            Bound::Set(n) if *n <= u64::from(most) => {
+                largest = largest.max(*n);
+                continue;
+            }
             Bound::Set(n) => {
                 return Check::fail(
                     format!("{at} allows {n} {unit} a run ({setting} in job {job}), more than the route's {key} = {most}"),
                     format!("{}, or raise {key} in the route to {n}", fix(job)),
                 )
             }
-            Bound::Missing => {
-                return Check::fail(
-                    format!("{at} sets no {setting} in job {job}: {}, while the route's {key} = {most}", limit.unbounded),
-                    fix(job),
-                )
-            }
-            Bound::Unreadable(text) => {
-                return Check::fail(
-                    format!("{at}: {setting} in job {job} is {text:?}, not a number rowbranch can hold to the route's {key} = {most}"),
-                    fix(job),
-                )
-            }
-        }
+            Bound::Missing => format!("{at} sets no {setting} in job {job}: {}, while the route's {key} = {most}", limit.unbounded),
+            Bound::Unreadable(text) => format!("{at}: {setting} in job {job} is {text:?}, not a number rowbranch can hold to the route's {key} = {most}"),
+        };
+        return Check::fail(problem, fix(job));
     }
-    if largest == u64::from(most) {
-        Check::pass(format!(
-            "{at} bounds a run to {most} {unit} ({setting}, the route's {key})"
-        ))
-    } else {
-        Check::pass(format!(
+    Check::pass(match largest == u64::from(most) {
+        true => format!("{at} bounds a run to {most} {unit} ({setting}, the route's {key})"),
+        false => format!(
             "{at} bounds a run to {largest} {unit} ({setting}), within the route's {key} = {most}"
-        ))
-    }
+        ),
+    })
 }
 
 /// The drain workflow is on the default branch, and GitHub runs it.

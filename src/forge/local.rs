@@ -106,12 +106,9 @@ impl LocalForge {
         } else {
             path.to_path_buf()
         };
-        let not_a_repository = || OpenError::NotARepository {
-            path: path.to_path_buf(),
-        };
-        git_ok(&git_dir, &["rev-parse", "--git-dir"])
-            .await
-            .map_err(|_| not_a_repository())?;
+        let path_buf = path.to_path_buf();
+        let opened = git_ok(&git_dir, &["rev-parse", "--git-dir"]).await;
+        opened.map_err(|_| OpenError::NotARepository { path: path_buf })?;
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         Ok(LocalForge {
             dispatch_log: parent.unwrap_or(Path::new(".")).join("dispatches.jsonl"),

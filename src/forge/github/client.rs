@@ -273,11 +273,9 @@ pub fn encode_path(path: &str) -> String {
 type Minted = (Octocrab, DateTime<Utc>);
 
 /// One installation's client for one repository — or, with a token, the token's for every
-/// repository: the pacer of its writes, the bound on its requests, and its token.
+/// repository: the pacer of its writes and the bound on its requests, and its token.
 pub struct Installation {
     pub writes: Arc<Pacer>,
-    /// Requests open at GitHub at once for this installation, reads and writes together.
-    requests: Arc<Semaphore>,
     /// What mints its tokens; `None` for a token given as it is, never minted or renewed.
     minter: Option<Minter>,
     /// The client with the current token. Held while a token is minted, so that concurrent
@@ -303,7 +301,7 @@ impl Installation {
         F: Fn(Octocrab) -> Fut,
         Fut: Future<Output = octocrab::Result<T>>,
     {
-        let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
+        let _open = (self.writes.requests.acquire().await).map_err(Setback::bug)?;
         let token = self.token().await?;
         match call(request(token.0.clone())).await? {
             Err(refusal)
@@ -361,14 +359,13 @@ pub struct Limits {
     pub metrics: Arc<Metrics>,
 }
 
-/// What one installation's clients share: the pacer of its writes and the bound on its requests.
-type PacerAndBound = (Arc<Pacer>, Arc<Semaphore>);
-
 impl Limits {
-    fn pacer_and_bound(&self) -> PacerAndBound {
-        let pacer = Pacer::new(self.pace, self.shutdown.clone(), Arc::clone(&self.metrics));
-        let bound = Semaphore::new(self.max_concurrent_requests);
-        (Arc::new(pacer), Arc::new(bound))
+    /// What one installation's clients share: the pacer of its writes and the bound on its
+    /// requests.
+    fn pacer(&self) -> Arc<Pacer> {
+        let (shutdown, metrics) = (self.shutdown.clone(), Arc::clone(&self.metrics));
+        let max = self.max_concurrent_requests;
+        Arc::new(Pacer::new(self.pace, max, shutdown, metrics))
     }
 }
 
@@ -395,10 +392,8 @@ impl Auth {
                     .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
                 let gh = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
-                let (writes, requests) = limits.pacer_and_bound();
                 return Ok(Auth::Token(Arc::new(Installation {
-                    writes,
-                    requests,
+                    writes: limits.pacer(),
                     minter: None,
                     current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
                 })));
@@ -504,59 +499,49 @@ pub struct AppClient {
     repos: Mutex<HashMap<RepoName, (Instant, Arc<Installation>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
-    limits_of: std::sync::Mutex<HashMap<u64, PacerAndBound>>,
+    limits_of: std::sync::Mutex<HashMap<u64, Arc<Pacer>>>,
 }
 
 impl AppClient {
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
     /// setback is ambiguous.
     async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
-        let installation = {
-            let mut repos = self.repos.lock().await;
-            match repos.get(repo) {
-                Some((at, known)) if at.elapsed() < INSTALLATION_TTL => Arc::clone(known),
-                _ => {
-                    let found = self.jwt.installation_of(repo).await;
-                    let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
-                    let id = id.ok_or_else(|| {
-                        Setback::refused(format!(
-                            "the GitHub App is not installed on {repo}: install it on that \
-                             repository"
-                        ))
-                    })?;
-                    let installation = match repos.get(repo) {
-                        // The same installation: its token is still good.
-                        Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => {
-                            Arc::clone(known)
-                        }
-                        _ => {
-                            let mut limits_of =
-                                (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
-                            let shared = limits_of
-                                .entry(id)
-                                .or_insert_with(|| self.limits.pacer_and_bound());
-                            let (writes, requests) = shared.clone();
-                            let jwt = Arc::clone(&self.jwt);
-                            let repository = repo.name().to_owned();
-                            let minter = Some(Minter {
+        let mut repos = self.repos.lock().await;
+        let known = repos.get(repo).cloned();
+        let installation = match known {
+            Some((at, known)) if at.elapsed() < INSTALLATION_TTL => known,
+            _ => {
+                let found = self.jwt.installation_of(repo).await;
+                let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
+                let id = id.ok_or_else(|| {
+                    Setback::refused(format!(
+                        "the GitHub App is not installed on {repo}: install it on that repository"
+                    ))
+                })?;
+                let installation = match known {
+                    // The same installation: its token is still good.
+                    Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => known,
+                    _ => {
+                        let mut limits_of =
+                            (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
+                        let shared = limits_of.entry(id).or_insert_with(|| self.limits.pacer());
+                        let (jwt, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        Arc::new(Installation {
+                            writes: Arc::clone(shared),
+                            minter: Some(Minter {
                                 id,
                                 jwt,
                                 repository,
-                            });
-                            let current = Mutex::new(None);
-                            Arc::new(Installation {
-                                writes,
-                                requests,
-                                minter,
-                                current,
-                            })
-                        }
-                    };
-                    repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
-                    installation
-                }
+                            }),
+                            current: Mutex::new(None),
+                        })
+                    }
+                };
+                repos.insert(repo.clone(), (Instant::now(), Arc::clone(&installation)));
+                installation
             }
         };
+        drop(repos);
         if let Err(setback) = installation.token().await {
             // The installation may be gone or changed: look it up afresh next time.
             if matches!(setback, Setback::Fail(_)) {

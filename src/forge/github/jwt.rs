@@ -40,14 +40,6 @@ pub struct AppKey {
     key: EncodingKey,
 }
 
-impl std::fmt::Debug for AppKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AppKey")
-            .field("app_id", &self.app_id)
-            .finish_non_exhaustive()
-    }
-}
-
 impl AppKey {
     /// The key from its PEM text (`-----BEGIN RSA PRIVATE KEY-----`, as GitHub hands it out,
     /// or `-----BEGIN PRIVATE KEY-----`), proved by signing a JWT as every request will: a
@@ -174,17 +166,17 @@ mod tests {
 
     #[test]
     fn a_public_key_or_a_broken_one_is_named_and_never_echoed() {
-        let public = AppKey::new(1, PUBLIC_PEM).unwrap_err().problem;
+        let public = AppKey::new(1, PUBLIC_PEM).err().unwrap().problem;
         assert!(public.contains("cannot sign the App's JWT"), "{public}");
         assert!(public.contains("it is a public key"), "{public}");
         let broken = "-----BEGIN RSA PRIVATE KEY-----\nnot a key\n-----END RSA PRIVATE KEY-----\n";
-        let problem = AppKey::new(1, broken).unwrap_err().problem;
+        let problem = AppKey::new(1, broken).err().unwrap().problem;
         assert!(
             problem.starts_with("the GitHub App private key does not parse"),
             "{problem}"
         );
         assert!(!problem.contains("not a key"), "{problem}");
-        let nothing = AppKey::new(1, "hello").unwrap_err().problem;
+        let nothing = AppKey::new(1, "hello").err().unwrap().problem;
         assert!(
             nothing.contains("does not parse (no private key in it)"),
             "{nothing}"

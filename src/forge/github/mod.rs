@@ -50,14 +50,9 @@ pub struct GithubForge {
     retry: RetryPolicy,
     /// How long a default branch's head is reused before it is read again.
     head_ttl: Duration,
-    /// Each repository's default branch and head, behind a lock of its own.
-    bases: Mutex<HashMap<RepoName, Arc<Mutex<Option<CachedBase>>>>>,
-}
-
-struct CachedBase {
-    base: Base,
-    branch_read: Instant,
-    head_read: Instant,
+    /// Each repository's default branch and head, when the branch's name and the head were
+    /// read, behind a lock of its own.
+    bases: Mutex<HashMap<RepoName, Arc<Mutex<Option<(Base, Instant, Instant)>>>>>,
 }
 
 /// A ref as GitHub gives it: its full name and the commit it points at (a branch's always
@@ -338,49 +333,39 @@ impl Forge for GithubForge {
         let slot = Arc::clone(self.bases.lock().await.entry(repo.clone()).or_default());
         // Held across the read: the rows of a burst wait for one read of the head, not one each.
         let mut slot = slot.lock().await;
-        let cached = |ttl: Duration, read: fn(&CachedBase) -> Instant| {
-            slot.as_ref().filter(|c| read(c).elapsed() < ttl)
-        };
-        if let Some(cached) = cached(self.head_ttl, |c| c.head_read) {
-            return Ok(cached.base.clone());
+        if let Some((base, _, head_read)) = &*slot {
+            if head_read.elapsed() < self.head_ttl {
+                return Ok(base.clone());
+            }
         }
-        let known = cached(DEFAULT_BRANCH_TTL, |c| c.branch_read);
-        let known = known.map(|c| (c.base.branch.clone(), c.branch_read));
-        let path = &format!("/repos/{repo}");
-        let (base, branch_read) = (self.retry)
-            .run("reading the default branch", |_| {
-                let known = known.clone();
-                async move {
-                    let (branch, branch_read) = match known {
-                        Some(known) => known,
-                        None => {
-                            let found = self.send(repo, Turn::Read, |gh| async move {
-                                gh.get::<Value, _, ()>(path, None).await
-                            });
-                            let found = (found.await?)
-                                .map_err(|refusal| self.refused(repo, &refusal, Turn::Read))?;
-                            let name = found["default_branch"].as_str().unwrap_or_default();
-                            let branch = RefName::parse(name).map_err(|e| {
-                                Setback::refused(format!("the default branch of {repo}: {e}"))
-                            })?;
-                            (branch, Instant::now())
-                        }
-                    };
-                    match self.branch_sha(repo, branch.as_str()).await? {
-                        Some(sha) => Ok((Base { branch, sha }, branch_read)),
-                        None => Err(Setback::refused(format!(
-                            "the default branch `{branch}` of {repo} does not exist: push a \
-                             first commit"
-                        ))),
-                    }
-                }
+        let known = slot.as_ref().filter(|c| c.1.elapsed() < DEFAULT_BRANCH_TTL);
+        let (branch, branch_read) = match known.map(|c| (c.0.branch.clone(), c.1)) {
+            Some(known) => known,
+            None => {
+                let path = &format!("/repos/{repo}");
+                let found: Value =
+                    (self.read("reading the default branch", repo, |gh| async move {
+                        gh.get(path, None::<&()>).await
+                    }))
+                    .await?;
+                let name = found["default_branch"].as_str().unwrap_or_default();
+                let branch = RefName::parse(name).map_err(|e| {
+                    ForgeError::refused(format!("the default branch of {repo}: {e}"))
+                })?;
+                (branch, Instant::now())
+            }
+        };
+        let sha = (self.retry.run("reading the default branch", |_| async {
+            let sha = self.branch_sha(repo, branch.as_str()).await?;
+            sha.ok_or_else(|| {
+                Setback::refused(format!(
+                    "the default branch `{branch}` of {repo} does not exist: push a first commit"
+                ))
             })
-            .await?;
-        *slot = Some(CachedBase {
-            base: base.clone(),
-            branch_read,
-            head_read: Instant::now(),
-        });
+        }))
+        .await?;
+        let base = Base { branch, sha };
+        *slot = Some((base.clone(), branch_read, Instant::now()));
         Ok(base)
     }
 
@@ -544,10 +529,8 @@ impl Forge for GithubForge {
         base: &Base,
         branch: &BranchName,
     ) -> Result<u64, ForgeError> {
-        let (base, head) = (
-            &encode_path(base.branch.as_str()),
-            &encode_path(branch.as_str()),
-        );
+        let base = &encode_path(base.branch.as_str());
+        let head = &encode_path(branch.as_str());
         let compared = self
             .read("comparing with the base", repo, |gh| async move {
                 let repos = gh.repos(repo.owner(), repo.name());
@@ -652,21 +635,18 @@ impl Forge for GithubForge {
                 "GET /rate_limit with the token",
             ),
         };
-        match answer.map_err(ForgeError::from) {
+        match answer {
             Ok(Ok(())) => Ok(()),
             Ok(Err(refusal)) => Err(ForgeError::refused(format!(
                 "GitHub at {host}: {what} answered {}: {}",
                 refusal.status_code.as_u16(),
                 said(&refusal)
             ))),
-            Err(ForgeError::Unavailable {
-                message,
-                retry_after,
-            }) => Err(ForgeError::Unavailable {
+            Err(Setback::Retry { message, after, .. }) => Err(ForgeError::Unavailable {
                 message: format!("GitHub at {host}: {message}"),
-                retry_after,
+                retry_after: after,
             }),
-            Err(other) => Err(other),
+            Err(Setback::Fail(e)) => Err(e),
         }
     }
 

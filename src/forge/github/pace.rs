@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
 use crate::config::PaceSettings;
@@ -20,8 +20,10 @@ use crate::shutdown::Shutdown;
 
 const HOUR: Duration = Duration::from_secs(3600);
 
-/// Lets one write out at a time, at the pace.
+/// Lets one write out at a time, at the pace; and bounds the requests open at once.
 pub struct Pacer {
+    /// Requests open at GitHub at once for this installation, reads and writes together.
+    pub requests: Semaphore,
     pace: PaceSettings,
     shutdown: Shutdown,
     /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`).
@@ -41,8 +43,14 @@ struct Bucket {
 }
 
 impl Pacer {
-    pub fn new(pace: PaceSettings, shutdown: Shutdown, metrics: Arc<Metrics>) -> Pacer {
+    pub fn new(
+        pace: PaceSettings,
+        max_requests: usize,
+        shutdown: Shutdown,
+        metrics: Arc<Metrics>,
+    ) -> Pacer {
         Pacer {
+            requests: Semaphore::new(max_requests),
             shutdown,
             metrics,
             new_rows: Mutex::new(()),
@@ -180,6 +188,7 @@ mod tests {
     fn pacer(burst: u32, hourly_max: u32) -> Arc<Pacer> {
         Arc::new(Pacer::new(
             pace(burst, hourly_max),
+            10,
             Shutdown::new(),
             Arc::new(Metrics::new()),
         ))
@@ -220,6 +229,7 @@ mod tests {
         let shutdown = Shutdown::new();
         let pacer = Arc::new(Pacer::new(
             pace(1, 2),
+            10,
             shutdown.clone(),
             Arc::new(Metrics::new()),
         ));
