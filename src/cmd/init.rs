@@ -126,10 +126,9 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
 /// The setup's values from the flags, every one checked; the owner's kind is asked of GitHub
 /// later, only once nothing stands in the way of writing.
 fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
-    let repo_arg = args.repo.as_deref().ok_or_else(|| {
-        usage("--repo OWNER/NAME is required: the repository the work happens in")
-    })?;
-    let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
+    // clap requires --repo unless --manifest-code is given, which does not come here.
+    let repo = RepoName::parse(args.repo.as_deref().unwrap_or_default())
+        .map_err(|e| usage(format!("--repo: {e}")))?;
     let on_actions = args.host == HostArg::Actions;
     actions::refuse_other_hosts_flags(args, on_actions)?;
     let intake = match (args.intake, on_actions) {
