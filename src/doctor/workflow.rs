@@ -155,13 +155,8 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
 /// `repository_dispatch` (in a string or a list) takes every type; a mapping takes the listed
 /// `types`, or every type when it lists none.
 pub fn listens_for(workflow: &str, event_type: &str) -> bool {
-    let Ok(docs) = YamlLoader::load_from_str(workflow) else {
-        return false;
-    };
-    let Some(on) = docs.first().map(|doc| &doc["on"]) else {
-        return false;
-    };
-    match on {
+    let docs = YamlLoader::load_from_str(workflow).unwrap_or_default();
+    match docs.first().map_or(&Yaml::BadValue, |doc| &doc["on"]) {
         Yaml::String(s) => s == "repository_dispatch",
         Yaml::Array(items) => items
             .iter()
