@@ -100,11 +100,8 @@ fn shell_words(text: &str) -> Vec<String> {
 fn timeout_minutes(value: &Yaml) -> Bound {
     match value {
         Yaml::BadValue | Yaml::Null => Bound::Missing,
-        Yaml::Integer(n) => {
-            u64::try_from(*n).map_or_else(|_| Bound::Unreadable(n.to_string()), Bound::Set)
-        }
-        Yaml::String(s) => Bound::parse(s),
-        Yaml::Real(r) => Bound::Unreadable(r.clone()),
+        Yaml::Integer(n) => Bound::parse(&n.to_string()),
+        Yaml::String(s) | Yaml::Real(s) => Bound::parse(s),
         other => Bound::Unreadable(format!("{other:?}")),
     }
 }
@@ -132,9 +129,8 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
                 continue;
             }
             let allowed_bots = match &step["with"]["allowed_bots"] {
-                Yaml::String(s) => s.clone(),
+                Yaml::String(s) | Yaml::Real(s) => s.clone(),
                 Yaml::Integer(i) => i.to_string(),
-                Yaml::Real(r) => r.clone(),
                 Yaml::Boolean(b) => b.to_string(),
                 _ => String::new(),
             };
