@@ -202,8 +202,9 @@ pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
 /// The demo's HTTP client: hyper's, on loopback.
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// Sends the delivery's copies at once and prints their answers on one line; returns how many
-/// were not as expected (and 1 more when not exactly one of several copies was dispatched).
+/// Sends the delivery's copies at once and prints on one line how many ended each way and the
+/// last one's branch or message; returns how many were not as expected (and 1 more when not
+/// exactly one of several copies was dispatched).
 async fn send_all(
     client: &HttpClient,
     url: &str,
@@ -219,32 +220,35 @@ async fn send_all(
         .iter()
         .filter(|(status, _)| *status != expect)
         .count();
-    let (status, body) = &answers[answers.len() - 1];
-    let outcome = body["outcome"].as_str().unwrap_or("?");
-    let text = |key: &str| body[key].as_str().unwrap_or("").to_owned();
-    let answer = if copies == 1 {
-        let detail = match outcome {
-            "dispatched" => text("branch"),
-            "duplicate" => format!("{} ({})", text("reason"), text("branch")),
-            _ => text("message").trim_start_matches("ignored: ").to_owned(),
+    // Each answer as its outcome and reason, or its status when it has none.
+    let mut tally = BTreeMap::<String, usize>::new();
+    for (status, body) in &answers {
+        let key = match (body["outcome"].as_str(), body["reason"].as_str()) {
+            (Some(outcome), Some(reason)) => format!("{outcome} {reason}"),
+            (Some(outcome), None) => outcome.to_owned(),
+            (None, _) => status.to_string(),
         };
-        format!("{outcome:<10} {detail}")
-    } else {
-        let mut tally = BTreeMap::<String, usize>::new();
-        for (status, body) in &answers {
-            let key = match body["outcome"].as_str() {
-                Some("duplicate") => format!("duplicate {}", body["reason"].as_str().unwrap_or("")),
-                Some(other) => other.to_owned(),
-                None => format!("{status}"),
-            };
-            *tally.entry(key).or_default() += 1;
-        }
+        *tally.entry(key).or_default() += 1;
+    }
+    if copies > 1 {
         surprises += usize::from(tally.get("dispatched") != Some(&1));
-        let summary: Vec<String> = tally.iter().map(|(k, n)| format!("{n}× {k}")).collect();
-        format!("{} — {}", summary.join(", "), text("branch"))
+    }
+    let counts: Vec<String> = match copies {
+        1 => tally.into_keys().collect(),
+        _ => tally.iter().map(|(k, n)| format!("{n}× {k}")).collect(),
+    };
+    let (status, last) = &answers[answers.len() - 1];
+    let text = |key: &str| last[key].as_str().unwrap_or("");
+    let detail = match text("branch") {
+        "" => text("message").trim_start_matches("ignored: "),
+        branch => branch,
     };
     let mark = if surprises == 0 { " " } else { "✗" };
-    println!("{mark} {:<42} {status} {answer}", delivery.label);
+    let label = &delivery.label;
+    println!(
+        "{mark} {label:<42} {status} {} — {detail}",
+        counts.join(", ")
+    );
     Ok(surprises)
 }
 
@@ -256,8 +260,8 @@ async fn send(
     credential: Credential,
     body: &str,
 ) -> anyhow::Result<(u16, Value)> {
-    let mut request = http::Request::post(url).header("content-type", "application/json");
-    request = match credential {
+    let request = http::Request::post(url).header("content-type", "application/json");
+    let request = match credential {
         Credential::Bearer => request.header("authorization", format!("Bearer {secret}")),
         Credential::HubSignature => request.header(
             "x-hub-signature-256",
@@ -265,21 +269,17 @@ async fn send(
         ),
         Credential::None => request,
     };
-    let request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .context("the delivery could not be made")?;
+    let request = request.body(Full::from(body.to_owned()))?;
     let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
         .await
         .context("no answer within 60 s")?
         .context("the delivery failed")?;
     let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .context("the answer was cut off")?
-        .to_bytes();
-    let body = String::from_utf8_lossy(&body).into_owned();
-    let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    Ok((status, body))
+    let body = response.into_body().collect().await;
+    let body = body.context("the answer was cut off")?.to_bytes();
+    let text = || Value::String(String::from_utf8_lossy(&body).into_owned());
+    Ok((
+        status,
+        serde_json::from_slice(&body).unwrap_or_else(|_| text()),
+    ))
 }

@@ -126,10 +126,9 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
 /// The setup's values from the flags, every one checked; the owner's kind is asked of GitHub
 /// later, only once nothing stands in the way of writing.
 fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
-    let repo_arg = args.repo.as_deref().ok_or_else(|| {
-        usage("--repo OWNER/NAME is required: the repository the work happens in")
-    })?;
-    let repo = RepoName::parse(repo_arg).map_err(|e| usage(format!("--repo: {e}")))?;
+    // clap requires --repo unless --manifest-code is given, which does not come here.
+    let repo = RepoName::parse(args.repo.as_deref().unwrap_or_default())
+        .map_err(|e| usage(format!("--repo: {e}")))?;
     let on_actions = args.host == HostArg::Actions;
     actions::refuse_other_hosts_flags(args, on_actions)?;
     let intake = match (args.intake, on_actions) {
@@ -276,7 +275,6 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");
-    let set = set_app_id(&config, app.id)?;
     // A slug as GitHub makes them: lower-case letters, digits, `-` and `_`.
     let plausible = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
     let slug = (app.slug.as_deref()).filter(|s| !s.is_empty() && s.chars().all(plausible));
@@ -288,15 +286,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             .unwrap_or_default()
     );
     println!("  wrote {} (readable by you only)", key_path.display());
-    if set {
-        println!("  set app_id = {} in {}", app.id, config.display());
-    } else {
-        println!(
-            "  no {} to update: set GITHUB_APP_ID={}",
-            config.display(),
-            app.id
-        );
-    }
+    set_app_id(&config, app.id)?;
     match slug {
         Some(slug) => name_the_bot(&dir.join("workflow.yml"), slug)?,
         None => println!(
@@ -383,10 +373,14 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
 }
 
 /// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the
-/// file as they are; false when there is no config file.
-fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
+/// file as they are, and says so; or says to set it in the environment when there is no config.
+fn set_app_id(config: &Path, id: u64) -> Result<(), Failure> {
     let Ok(text) = std::fs::read_to_string(config) else {
-        return Ok(false);
+        println!(
+            "  no {} to update: set GITHUB_APP_ID={id}",
+            config.display()
+        );
+        return Ok(());
     };
     let mut doc: toml_edit::DocumentMut = text
         .parse()
@@ -404,7 +398,8 @@ fn set_app_id(config: &Path, id: u64) -> Result<bool, Failure> {
         .into();
     *old.decor_mut() = decor;
     write(config, &doc.to_string(), false)?;
-    Ok(true)
+    println!("  set app_id = {id} in {}", config.display());
+    Ok(())
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
@@ -489,11 +484,14 @@ jobs:
         let config = dir.path().join("rowbranch.toml");
         let before = "listen = \"x\"\n\n[github]\napp_id = 123456   # env GITHUB_APP_ID\n\n[[routes]]\napp_id = 1\n";
         std::fs::write(&config, before).unwrap();
-        assert!(set_app_id(&config, 4242).unwrap());
+        set_app_id(&config, 4242).unwrap();
         assert_eq!(
             std::fs::read_to_string(&config).unwrap(),
             before.replace("123456", "4242")
         );
-        assert!(!set_app_id(&dir.path().join("none.toml"), 1).unwrap());
+        // No config: nothing is written (the environment is told to carry the id).
+        let none = dir.path().join("none.toml");
+        set_app_id(&none, 1).unwrap();
+        assert!(!none.exists());
     }
 }

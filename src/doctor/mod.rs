@@ -8,6 +8,7 @@
 
 use std::future::Future;
 
+use futures_util::future::OptionFuture;
 use tracing::instrument::WithSubscriber;
 
 use crate::config::env::secret_from_init;
@@ -135,10 +136,8 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         ForgeSettings::Github(settings) => github::checks(config, settings, &mut out).await,
     }
     // One connection for every check that reads the database.
-    let database = match &config.database_url {
-        Some(url) => Some(Database::connect(url.expose()).await),
-        None => None,
-    };
+    let connect = (config.database_url.as_ref()).map(|url| Database::connect(url.expose()));
+    let database = OptionFuture::from(connect).await;
     transit::checks(config, &mut out);
     if config.reads_the_queue() {
         queue::checks(config, database.as_ref(), &mut out).await;

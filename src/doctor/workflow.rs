@@ -100,11 +100,8 @@ fn shell_words(text: &str) -> Vec<String> {
 fn timeout_minutes(value: &Yaml) -> Bound {
     match value {
         Yaml::BadValue | Yaml::Null => Bound::Missing,
-        Yaml::Integer(n) => {
-            u64::try_from(*n).map_or_else(|_| Bound::Unreadable(n.to_string()), Bound::Set)
-        }
-        Yaml::String(s) => Bound::parse(s),
-        Yaml::Real(r) => Bound::Unreadable(r.clone()),
+        Yaml::Integer(n) => Bound::parse(&n.to_string()),
+        Yaml::String(s) | Yaml::Real(s) => Bound::parse(s),
         other => Bound::Unreadable(format!("{other:?}")),
     }
 }
@@ -132,9 +129,8 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
                 continue;
             }
             let allowed_bots = match &step["with"]["allowed_bots"] {
-                Yaml::String(s) => s.clone(),
+                Yaml::String(s) | Yaml::Real(s) => s.clone(),
                 Yaml::Integer(i) => i.to_string(),
-                Yaml::Real(r) => r.clone(),
                 Yaml::Boolean(b) => b.to_string(),
                 _ => String::new(),
             };
@@ -155,13 +151,8 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
 /// `repository_dispatch` (in a string or a list) takes every type; a mapping takes the listed
 /// `types`, or every type when it lists none.
 pub fn listens_for(workflow: &str, event_type: &str) -> bool {
-    let Ok(docs) = YamlLoader::load_from_str(workflow) else {
-        return false;
-    };
-    let Some(on) = docs.first().map(|doc| &doc["on"]) else {
-        return false;
-    };
-    match on {
+    let docs = YamlLoader::load_from_str(workflow).unwrap_or_default();
+    match docs.first().map_or(&Yaml::BadValue, |doc| &doc["on"]) {
         Yaml::String(s) => s == "repository_dispatch",
         Yaml::Array(items) => items
             .iter()

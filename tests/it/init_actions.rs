@@ -397,13 +397,14 @@ fn every_sets_the_schedule_the_workflow_runs_on() {
         ));
         let text = fs::read_to_string(dir.path().join(&out).join(DRAIN_WORKFLOW_FILE)).unwrap();
         let doc = yaml(&text);
-        let expected = Every::parse(every).unwrap();
+        let every = Every::parse(every).unwrap();
         let schedule = doc["on"]["schedule"].as_vec().expect("a schedule");
         assert_eq!(schedule.len(), 1);
         assert_eq!(
             schedule[0]["cron"].as_str(),
-            Some(expected.cron("acme/app").as_str())
+            Some(every.cron("acme/app").as_str())
         );
+        let expected = every.words();
         assert!(
             printed.contains(&format!("runs every {expected}")),
             "{printed}"

@@ -5,8 +5,6 @@
 //! that host takes and refuses, the schedule's arithmetic and the job's time budget, what the
 //! drain job installs (built from git at a commit, or a release's archive at its checksum).
 
-use std::fmt;
-
 use serde::Serialize;
 
 use super::{public_url, usage};
@@ -83,6 +81,16 @@ impl Every {
         Ok(Every { minutes })
     }
 
+    /// In words, for the workflow's comments and the steps `init` prints.
+    pub fn words(self) -> String {
+        match self.minutes {
+            60 => "hour".into(),
+            1440 => "day".into(),
+            m if m % 60 == 0 => format!("{} hours", m / 60),
+            m => format!("{m} minutes"),
+        }
+    }
+
     /// The cron expression, in UTC as GitHub reads it. Its minutes are never the hour's first:
     /// "High load times include the start of every hour. … To decrease the chance of delay,
     /// schedule your workflow to run at a different time of the hour" (the page above). Which
@@ -111,18 +119,6 @@ impl Every {
                 "{minute} {}-23/{hours} * * *",
                 (hash >> 32) % u64::from(hours)
             ),
-        }
-    }
-}
-
-impl fmt::Display for Every {
-    /// In words, for the workflow's comments and the steps `init` prints.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.minutes {
-            60 => write!(f, "hour"),
-            1440 => write!(f, "day"),
-            m if m % 60 == 0 => write!(f, "{} hours", m / 60),
-            m => write!(f, "{m} minutes"),
         }
     }
 }
@@ -186,7 +182,7 @@ impl ActionsSetup {
     pub(super) fn values(&self, repo: &str) -> minijinja::Value {
         minijinja::context! {
             cron => self.every.cron(repo),
-            every => self.every.to_string(),
+            every => self.every.words(),
             timeout_minutes => self.timeout_minutes(),
             install_minutes => self.install.minutes(),
             kick_url => self.kick_url(repo),
@@ -325,7 +321,7 @@ mod tests {
         ] {
             let every = Every::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"));
             assert_eq!(every.minutes, minutes, "{text}");
-            assert_eq!(every.to_string(), words, "{text}");
+            assert_eq!(every.words(), words, "{text}");
         }
     }
 

@@ -103,7 +103,7 @@ impl SetupContext {
     pub fn outputs(&self) -> Vec<&'static str> {
         let (app, webhook) = (self.host == HostArg::Server, self.intake == Intake::Webhook);
         let kick = self.actions.as_ref().is_some_and(|setup| setup.kick);
-        let writes = |name: &str| match name {
+        let writes = |name: &&str| match *name {
             "app-manifest.json" | "payload.json.j2" | "create-app.html" => app,
             "supabase-vault.sql" | "supabase.sql" | ENV_FILE => webhook,
             "supabase-queue.sql" => !webhook,
@@ -111,11 +111,7 @@ impl SetupContext {
             "supabase-kick.sql" => kick,
             _ => true,
         };
-        FILES
-            .iter()
-            .map(|(name, _)| *name)
-            .filter(|name| writes(name))
-            .collect()
+        FILES.iter().map(|(name, _)| *name).filter(writes).collect()
     }
 
     /// Refuses a value that no quoting makes safe in every file (see [`refused`]), naming the
