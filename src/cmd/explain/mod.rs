@@ -179,9 +179,8 @@ fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
 }
 
 fn plural(n: u64) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
+    match n {
+        1 => "",
+        _ => "s",
     }
 }
