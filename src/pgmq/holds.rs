@@ -42,16 +42,6 @@ struct Hold {
     lease: Lease,
 }
 
-/// What a read message is to this process.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Taken {
-    /// A new hold: start its run.
-    New(HoldId),
-    /// Held already (read again after its lease lapsed, in a database outage say): adopted
-    /// under the new read, not run twice; a settle waiting for the database is made under it.
-    Adopted,
-}
-
 /// Where a settle stands when it begins.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Begin {
@@ -113,8 +103,10 @@ impl Holds {
         self.freed.notified()
     }
 
-    /// A message read: a new hold, or an adoption of one held already.
-    pub fn take(&self, message: &Message) -> Taken {
+    /// A message read: a new hold, to start its run; or `None` when it is held already (read
+    /// again after its lease lapsed, in a database outage say): adopted under the new read, not
+    /// run twice, and a settle waiting for the database is made under it.
+    pub fn take(&self, message: &Message) -> Option<HoldId> {
         let mut ledger = self.ledger();
         ledger.average_bytes = (ledger.average_bytes * 7 + message.body.len()) / 8 + 1;
         if let Some(hold) = ledger.holds.get_mut(&message.id) {
@@ -122,7 +114,7 @@ impl Holds {
             if hold.lease == Lease::Lost {
                 hold.lease = Lease::Renewed;
             }
-            return Taken::Adopted;
+            return None;
         }
         let token = HoldId(ledger.next_token);
         ledger.next_token += 1;
@@ -132,7 +124,7 @@ impl Holds {
             lease: Lease::Renewed,
         };
         ledger.holds.insert(message.id, hold);
-        Taken::New(token)
+        Some(token)
     }
 
     /// Ends hold `token` of message `id`; a newer hold is left alone.
@@ -266,10 +258,9 @@ mod tests {
     }
 
     fn new_hold(holds: &Holds, id: i64, read_ct: i32) -> HoldId {
-        match holds.take(&message(id, read_ct)) {
-            Taken::New(token) => token,
-            other => panic!("message {id} taken as {other:?}"),
-        }
+        holds
+            .take(&message(id, read_ct))
+            .unwrap_or_else(|| panic!("message {id} taken as held already"))
     }
 
     #[tokio::test]
@@ -350,14 +341,14 @@ mod tests {
         let adopted = new_hold(&holds, 2, 1);
         let kept = new_hold(&holds, 3, 1);
         let renewal = holds.begin_renewal();
-        assert_eq!(holds.take(&message(2, 2)), Taken::Adopted);
+        assert_eq!(holds.take(&message(2, 2)), None);
         holds.renewal_over(&renewal, Some(&[(3, 1)]));
         assert_eq!(holds.standing(1, lost), Some((1, true)));
         assert_eq!(holds.standing(2, adopted), Some((2, false)));
         assert_eq!(holds.standing(3, kept), Some((1, false)));
         // A lost lease is not renewed; read again by this process, it is.
         assert_eq!(holds.begin_renewal().len(), 2);
-        assert_eq!(holds.take(&message(1, 3)), Taken::Adopted);
+        assert_eq!(holds.take(&message(1, 3)), None);
         assert_eq!(holds.standing(1, lost), Some((3, false)));
     }
 
@@ -365,7 +356,7 @@ mod tests {
     fn a_message_read_again_before_its_settle_begins_is_decided_again_on_the_new_read() {
         let holds = Holds::new(1);
         let token = new_hold(&holds, 1, 1);
-        assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
+        assert_eq!(holds.take(&message(1, 2)), None);
         let begin = holds.begin_settle(1, token, 1, false).now_or_never();
         assert_eq!(begin, Some(Begin::ReadAgain));
         // Its handler's hold is there under the new read, and settles under it.
@@ -380,7 +371,7 @@ mod tests {
         let token = new_hold(&holds, 1, 1);
         let begin = holds.begin_settle(1, token, 1, false).now_or_never();
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
-        assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
+        assert_eq!(holds.take(&message(1, 2)), None);
         assert!(holds.settled(1, token, 1), "run again");
         // Renewed by the loop again while it runs.
         assert_eq!(holds.begin_renewal(), [(1, 2)]);
@@ -396,7 +387,7 @@ mod tests {
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
         // Its statement failed with the connection: nothing renews it while it waits.
         assert!(holds.begin_renewal().is_empty());
-        assert_eq!(holds.take(&message(1, 2)), Taken::Adopted);
+        assert_eq!(holds.take(&message(1, 2)), None);
         assert_eq!(holds.standing(1, token), Some((2, false)));
         assert!(holds.begin_renewal().is_empty());
         // Made under the new read: done, not run again.

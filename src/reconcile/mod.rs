@@ -236,7 +236,7 @@ async fn sweep_route(
     let mut apply = Apply {
         pipeline,
         dry_run: options.dry_run,
-        base: None,
+        base: tokio::sync::OnceCell::new(),
     };
     let mut queued = match route.intake {
         Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
@@ -368,7 +368,7 @@ struct Apply<'a> {
     pipeline: &'a Arc<Pipeline>,
     dry_run: bool,
     /// The default branch, read once per route when a suspect first needs it.
-    base: Option<Base>,
+    base: tokio::sync::OnceCell<Base>,
 }
 
 impl Apply<'_> {
@@ -387,15 +387,9 @@ impl Apply<'_> {
     /// A suspect's compare decides it: ahead of its base is handled, at its base a dead claim.
     async fn suspect(&mut self, plan: Plan, claimed_at: Sha) -> anyhow::Result<Settled> {
         let forge = self.pipeline.forge();
-        let repo = &plan.route.repo;
-        if self.base.is_none() {
-            let base = forge
-                .base(repo)
-                .await
-                .context("reading the default branch")?;
-            self.base = Some(base);
-        }
-        let base = self.base.as_ref().expect("read above");
+        let read = forge.base(&plan.route.repo);
+        let base = self.base.get_or_try_init(|| read).await;
+        let base = base.context("reading the default branch")?;
         let id = plan.id.to_string();
         let failed = |error: String| Settled::Failed(Failed { id, error });
         // A compare that fails (the branch deleted since the listing) fails this row only.

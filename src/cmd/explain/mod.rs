@@ -17,7 +17,7 @@ use anyhow::{anyhow, Context};
 use chrono::Utc;
 use serde_json::Value;
 
-use self::report::{Identity, Report, RouteSection, RowSection, SourceError};
+use self::report::{Forecast, Identity, Report, RouteSection, RowSection, SourceError};
 use super::Failure;
 use crate::cli::ExplainArgs;
 use crate::config::{process_env, Config, ForgeSettings, Intake};
@@ -102,16 +102,7 @@ pub async fn explain(
         }
         Intake::Webhook => None,
     };
-    let facts = verdict::Facts {
-        config,
-        compiled,
-        row: &row,
-        identity: &identity,
-        forge: &forge_section,
-        queue: queue.as_ref(),
-        now,
-    };
-    Report {
+    let mut report = Report {
         version: 1,
         id: id.to_owned(),
         route: RouteSection {
@@ -123,14 +114,22 @@ pub async fn explain(
             branch_prefix: route.branch_prefix.to_string(),
             event_type: route.event_type.to_string(),
         },
-        reconcile: facts.reconcile(),
-        redo: facts.redo(),
+        reconcile: Forecast::default(),
+        redo: Forecast::default(),
         row,
         identity,
         forge: forge_section,
         queue,
         unreachable,
-    }
+    };
+    let facts = verdict::Facts {
+        config,
+        compiled,
+        report: &report,
+        now,
+    };
+    (report.reconcile, report.redo) = (facts.reconcile(), facts.redo());
+    report
 }
 
 impl Report {
@@ -180,9 +179,8 @@ fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
 }
 
 fn plural(n: u64) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
+    match n {
+        1 => "",
+        _ => "s",
     }
 }

@@ -150,7 +150,7 @@ fn message(m: &RowMessage, now: DateTime<Utc>) -> String {
     let reads = format!(
         "read {} time{}",
         m.read_ct,
-        if m.read_ct == 1 { "" } else { "s" }
+        plural(m.read_ct.unsigned_abs().into())
     );
     let sent = when(m.enqueued_at, now);
     match m.place {

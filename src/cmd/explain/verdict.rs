@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::plural;
-use super::report::{Forecast, ForgeSection, Identity, QueueSection, RowSection};
+use super::report::{Forecast, Report};
 use crate::cmd::redo::free_branch;
 use crate::config::{Config, Route};
 use crate::db::Row;
@@ -15,14 +15,11 @@ use crate::identity::BranchName;
 use crate::pipeline::CompiledRoute;
 use crate::reconcile::{self, classify, Known, Verdict};
 
-/// What the forecasts are made from.
+/// What the forecasts are made from: the report's sources, read.
 pub(super) struct Facts<'a> {
     pub(super) config: &'a Config,
     pub(super) compiled: &'a CompiledRoute,
-    pub(super) row: &'a RowSection,
-    pub(super) identity: &'a Identity,
-    pub(super) forge: &'a ForgeSection,
-    pub(super) queue: Option<&'a QueueSection>,
+    pub(super) report: &'a Report,
     pub(super) now: DateTime<Utc>,
 }
 
@@ -33,10 +30,10 @@ impl Facts<'_> {
 
     /// The row, or the forecast for want of it.
     fn row(&self, command: &str) -> Result<Row, Forecast> {
-        if let Some(row) = self.row.row() {
+        if let Some(row) = self.report.row.row() {
             return Ok(row);
         }
-        let (verdict, says) = match (self.row.status, command) {
+        let (verdict, says) = match (self.report.row.status, command) {
             ("not_read", _) => (
                 "unknown",
                 "unknown: it reads the row from DATABASE_URL, which is not set",
@@ -56,7 +53,7 @@ impl Facts<'_> {
 
     /// Whether the forge told what the commands read there, or the forecast for want of it.
     fn forge_read(&self) -> Result<(), Forecast> {
-        match self.forge.status {
+        match self.report.forge.status {
             "ok" => Ok(()),
             _ => Err(Forecast::new(
                 "unknown",
@@ -67,7 +64,7 @@ impl Facts<'_> {
 
     /// `redo`: its branch if free, else the next free `{branch}-redo-N`.
     pub(super) fn redo(&self) -> Forecast {
-        let plan = match (self.row("redo"), &self.identity.plan) {
+        let plan = match (self.row("redo"), &self.report.identity.plan) {
             (Err(forecast), _) => return forecast,
             (Ok(_), None) => return Forecast::new("cannot", "cannot: the row's id is not usable"),
             (Ok(_), Some(plan)) => plan,
@@ -77,6 +74,7 @@ impl Facts<'_> {
         }
         let prefix = &self.route().branch_prefix;
         let taken: Vec<BranchName> = self
+            .report
             .forge
             .branches
             .iter()
@@ -104,7 +102,7 @@ impl Facts<'_> {
             Ok(row) => row,
             Err(forecast) => return forecast,
         };
-        let pulls = &self.forge.pull_requests;
+        let pulls = &self.report.forge.pull_requests;
         if !matches!(pulls.status, "ok" | "not_kept") {
             return Forecast::new(
                 "unknown",
@@ -131,7 +129,7 @@ impl Facts<'_> {
     fn sweep(&self, mut row: Row) -> Forecast {
         let route = self.route();
         let mut note = String::new();
-        if let Some(queue) = self.queue {
+        if let Some(queue) = &self.report.queue {
             let placed = |place| queue.messages.iter().filter(move |m| m.place == place);
             if queue.status != "ok" {
                 return Forecast::new("unknown", "unknown: the queue could not be read");
@@ -167,13 +165,13 @@ impl Facts<'_> {
             }
         }
         let prefix = &route.branch_prefix;
-        let branches = self.forge.branches.iter().filter_map(|b| {
+        let branches = self.report.forge.branches.iter().filter_map(|b| {
             Some(Branch {
                 name: BranchName::listed(prefix, &b.name)?,
                 sha: Sha::new(b.sha.clone()),
             })
         });
-        let pulls = &self.forge.pull_requests.items;
+        let pulls = &self.report.forge.pull_requests.items;
         let heads = pulls
             .iter()
             .filter_map(|p| BranchName::listed(prefix, &p.head));
@@ -181,6 +179,7 @@ impl Facts<'_> {
         let stale_after = self.config.reconcile.stale_claim_after;
         let stale_before = self.now - since(stale_after);
         let base = self
+            .report
             .forge
             .base
             .as_ref()
@@ -197,7 +196,7 @@ impl Facts<'_> {
             }
             Verdict::Handled => Forecast::new(
                 "handled",
-                match self.forge.branches.as_slice() {
+                match self.report.forge.branches.as_slice() {
                     [only] if row.created_at >= stale_before && only.ahead_by == Some(0) => format!(
                         "nothing yet: its branch is at its base, but the row is younger than stale_claim_after ({}); a later sweep dispatches again if it stays there",
                         duration(stale_after)
@@ -214,7 +213,7 @@ impl Facts<'_> {
                 "nothing: a pull request came from a branch of the row, which is gone: merged or closed work is not redone",
             ),
             Verdict::Suspect { plan, claimed_at } => {
-                let branch = self.forge.branches.iter().find(|b| b.name == plan.branch.as_str());
+                let branch = self.report.forge.branches.iter().find(|b| b.name == plan.branch.as_str());
                 match branch.and_then(|b| b.ahead_by) {
                     Some(0) => Forecast::new(
                         "dead_claim",

@@ -104,8 +104,7 @@ impl Consumer {
         else {
             return Fate::Retry(None);
         };
-        let forge = self.pipeline.forge().as_ref();
-        let at = match submission.run.await {
+        let branch = match submission.run.await {
             Ok(Outcome::Dispatched { .. }) => return Fate::Dispatched,
             Ok(Outcome::Duplicate {
                 reason: DuplicateReason::PullRequest,
@@ -115,47 +114,46 @@ impl Consumer {
                 reason: DuplicateReason::ClaimTaken | DuplicateReason::InFlight,
                 branch,
             }) => return Fate::AtBase(branch),
-            // Handled when it is ahead of its base, at its base otherwise (asked only now).
             Ok(Outcome::Duplicate {
                 reason: DuplicateReason::BranchExists,
                 branch,
-            }) => {
-                let plan = plan.clone().on_branch(branch);
-                match forge.base(&plan.route.repo).await {
-                    Ok(base) => at_base(forge, &plan, &base)
-                        .await
-                        .map(|at| (at, plan.branch)),
-                    Err(e) => Err(e),
-                }
-            }
+            }) => branch,
             Err(RunError::Unavailable {
                 retry_after,
                 message,
                 ..
-            }) => Err(ForgeError::Unavailable {
-                message,
-                retry_after,
-            }),
+            }) => return self.turned_away(message, retry_after),
             Err(RunError::Internal(_)) => return Fate::Retry(None),
             Err(RunError::Refused(_)) => return Fate::dead(Reason::PayloadRefused),
             Err(RunError::Abandoned) => return Fate::Release,
         };
+        // Its branch exists: handled when it is ahead of its base, at its base otherwise
+        // (asked only now).
+        let forge = self.pipeline.forge().as_ref();
+        let plan = plan.clone().on_branch(branch);
+        let at = match forge.base(&plan.route.repo).await {
+            Ok(base) => at_base(forge, &plan, &base).await,
+            Err(e) => Err(e),
+        };
         match at {
-            Ok((true, branch)) => Fate::AtBase(branch),
-            Ok((false, _)) => Fate::Handled,
-            // Turned away past its retries: a drain stops there.
+            Ok(true) => Fate::AtBase(plan.branch),
+            Ok(false) => Fate::Handled,
             Err(ForgeError::Unavailable {
                 retry_after,
                 message,
-            }) => {
-                self.progress.forge_failed(super::progress::ForgeTrouble {
-                    rate_limited: rate_limited(&message),
-                    message,
-                });
-                Fate::Retry(retry_after)
-            }
+            }) => self.turned_away(message, retry_after),
             Err(_) => Fate::Retry(None),
         }
+    }
+
+    /// A run the forge turned away past its retries: worth another try, and a drain stops
+    /// there.
+    fn turned_away(&self, message: String, retry_after: Option<Duration>) -> Fate {
+        self.progress.forge_failed(super::progress::ForgeTrouble {
+            rate_limited: rate_limited(&message),
+            message,
+        });
+        Fate::Retry(retry_after)
     }
 
     /// Dispatches the row again on `branch` as it is, from the current base.

@@ -18,7 +18,7 @@ use tokio_util::task::TaskTracker;
 
 use self::progress::{DatabaseTrouble, Idle, Progress};
 use super::budget::Budgets;
-use super::holds::{HoldId, Holds, Taken};
+use super::holds::{HoldId, Holds};
 use super::settle::Fate;
 use crate::config::{DatabaseUrl, PgmqSettings};
 use crate::db::queue::{self, Message};
@@ -236,31 +236,28 @@ impl Consumer {
     /// One read of at most `room` messages, and what the hourly budgets have left for them; when
     /// they have nothing left, no read (and [`Budgets::spent`] says which).
     async fn read(&self, room: usize) -> db::Result<(Vec<Message>, Budgets)> {
-        let db = self.db().await?;
-        let read = self.read_on(&db, room).await;
+        let (db, budgets) = (self.db().await?, &self.settings.budgets);
+        let read = async {
+            let left = match budgets.any() {
+                true => budgets
+                    .left(&queue::hour_use(db.client(), self.queue(), self.vt_seconds()).await?),
+                false => budgets.clone(),
+            };
+            let room = match left.rows() {
+                Some(0) => return Ok((Vec::new(), left)),
+                Some(rows) => room.min(usize::try_from(rows).unwrap_or(usize::MAX)),
+                None => room,
+            };
+            let qty = i32::try_from(room).unwrap_or(i32::MAX);
+            let messages = queue::read(db.client(), self.queue(), self.vt_seconds(), qty).await?;
+            Ok((messages, left))
+        };
+        let read = read.await;
         if let Err(e) = &read {
             // A failed statement, unlike a failed connection, may leave a connection behind.
             self.failed(e).await;
         }
         read
-    }
-
-    async fn read_on(&self, db: &Database, room: usize) -> db::Result<(Vec<Message>, Budgets)> {
-        let budgets = &self.settings.budgets;
-        let left = match budgets.any() {
-            true => {
-                budgets.left(&queue::hour_use(db.client(), self.queue(), self.vt_seconds()).await?)
-            }
-            false => budgets.clone(),
-        };
-        let room = match left.rows() {
-            Some(0) => return Ok((Vec::new(), left)),
-            Some(rows) => room.min(usize::try_from(rows).unwrap_or(usize::MAX)),
-            None => room,
-        };
-        let qty = i32::try_from(room).unwrap_or(i32::MAX);
-        let messages = queue::read(db.client(), self.queue(), self.vt_seconds(), qty).await?;
-        Ok((messages, left))
     }
 
     /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
@@ -299,11 +296,11 @@ impl Consumer {
     /// its lease lapsed, a database outage, say) is adopted, not run twice.
     fn take(self: &Arc<Self>, message: Message, left: &mut Budgets) {
         match self.holds.take(&message) {
-            Taken::New(token) => {
+            Some(token) => {
                 let job = self.job(&message, left);
                 self.start(message, token, job);
             }
-            Taken::Adopted => tracing::info!(
+            None => tracing::info!(
                 msg_id = message.id,
                 read_ct = message.read_ct,
                 "read again a message held already: adopted, not run twice"
