@@ -26,9 +26,9 @@ mod forge_names;
 mod queue_name;
 mod ref_name;
 
-pub use forge_names::{api_url_problem, EventType, EventTypeError, RepoName, RepoNameError};
-pub use queue_name::{QueueName, QueueNameError};
-pub use ref_name::{RefName, RefNameError};
+pub use forge_names::{api_url_problem, EventType, RepoName};
+pub use queue_name::QueueName;
+pub use ref_name::RefName;
 
 shown_as_text!(RowId, Slug, BranchPrefix, BranchName);
 
@@ -53,8 +53,9 @@ const QUOTE_LIMIT: usize = 40;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct RowId(String);
 
-/// Why a row's id or a branch prefix was refused, worded for users: what is wrong, then the
-/// rule it breaks. A value it quotes is cut to about 40 characters.
+/// Why a name was refused (a row's id, a branch prefix, a repository, an event type, a queue
+/// or a default branch), worded for users: what is wrong, then the rule it breaks. A value it
+/// quotes is cut to about 40 characters.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct NameError(String);
