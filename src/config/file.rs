@@ -1,6 +1,6 @@
-//! The config file's shape (SPEC §2): every key a table takes, and — in the `Default` beside
-//! each table — what a key left out holds. Serde fills a missing key from that `Default`, so
-//! each default is declared once, here; `validate` turns the tables into settings, and
+//! The config file's shape (SPEC §2): every key a table takes, and — in the `#[default]` above
+//! each key — what a key left out holds. Serde fills a missing key from that default, so each
+//! default is declared once, beside its key; `validate` turns the tables into settings, and
 //! `docs/spec.md` §2 documents each key (its `spec_tests` hold the two in step).
 //!
 //! Values stay as written — durations as text, names as strings — so that validation can quote
@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use smart_default::SmartDefault;
 
 /// `[github] write_hourly_max` for the App: GitHub allows about 500 content-creating requests an
 /// hour (SPEC §2).
@@ -32,12 +33,14 @@ pub(super) const DEFAULT_RECONCILE_EVERY: Duration = Duration::from_secs(6 * 360
 pub(super) const MIN_QUEUE_BYTES: usize = 1 << 20;
 
 /// The whole file.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawConfig {
     /// `HOST:PORT` that `serve` listens on; `ROWBRANCH_LISTEN`, or `PORT`, wins over it.
+    #[default = "127.0.0.1:8080"]
     pub listen: String,
     /// On SIGTERM or SIGINT, how long in-flight requests and claimed rows get to finish.
+    #[default = "20s"]
     pub shutdown_grace: String,
     /// `GET /`'s live page of the last decisions.
     pub status_page: bool,
@@ -45,8 +48,10 @@ pub(super) struct RawConfig {
     /// [`DEFAULT_RECONCILE_EVERY`] when `DATABASE_URL` is set (`None` here).
     pub reconcile_every: Option<String>,
     /// How far back a scheduled sweep looks.
+    #[default = "48h"]
     pub reconcile_window: String,
     /// A claimed branch still at its base after this long is a dead claim (SPEC §6).
+    #[default = "1h"]
     pub stale_claim_after: String,
     pub forge: RawForge,
     pub github: RawGithub,
@@ -55,29 +60,12 @@ pub(super) struct RawConfig {
     pub routes: Vec<RawRoute>,
 }
 
-impl Default for RawConfig {
-    fn default() -> RawConfig {
-        RawConfig {
-            listen: "127.0.0.1:8080".into(),
-            shutdown_grace: "20s".into(),
-            status_page: false,
-            reconcile_every: None,
-            reconcile_window: "48h".into(),
-            stale_claim_after: "1h".into(),
-            forge: RawForge::default(),
-            github: RawGithub::default(),
-            webhook: RawWebhook::default(),
-            pgmq: RawPgmq::default(),
-            routes: Vec::new(),
-        }
-    }
-}
-
 /// `[forge]`: which forge; `path` and `on_dispatch` belong to the local one.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawForge {
     /// `"github"` for a GitHub App, `"local"` for a git repository on this machine.
+    #[default = "github"]
     pub kind: String,
     /// The local forge's git repository; required with `kind = "local"`.
     pub path: Option<String>,
@@ -85,18 +73,8 @@ pub(super) struct RawForge {
     pub on_dispatch: Option<String>,
 }
 
-impl Default for RawForge {
-    fn default() -> RawForge {
-        RawForge {
-            kind: "github".into(),
-            path: None,
-            on_dispatch: None,
-        }
-    }
-}
-
 /// `[github]`: the App (or a token), and the pace and limits of its requests.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawGithub {
     /// The App's id; required, here or in `GITHUB_APP_ID`, unless `token_env` is set.
@@ -108,47 +86,36 @@ pub(super) struct RawGithub {
     /// (`"GITHUB_TOKEN"` in a workflow); the App when `None`.
     pub token_env: Option<String>,
     /// GitHub's API: `https://HOST/api/v3` for GitHub Enterprise Server.
+    #[default = "https://api.github.com"]
     pub api_url: String,
     /// Sustained pace of one installation's writes: one per interval.
+    #[default = 1000]
     pub write_interval_ms: u64,
     /// Writes allowed back to back before the pace applies.
+    #[default = 10]
     pub write_burst: u32,
     /// Writes per rolling hour: GitHub allows about 500 content-creating requests an hour.
     /// When `None`, [`APP_WRITE_HOURLY_MAX`], or with `token_env` [`TOKEN_WRITE_HOURLY_MAX`].
     pub write_hourly_max: Option<u32>,
     /// Rows accepted and not yet finished; beyond it, deliveries get 503 with `Retry-After`.
+    #[default = 10_000]
     pub queue_capacity: usize,
     /// What those rows may hold, in bytes; beyond it, deliveries get 503 with `Retry-After`.
+    #[default(super::DEFAULT_QUEUE_BYTES)]
     pub queue_bytes: usize,
     /// How long one GitHub operation may go on retrying.
+    #[default = 30_000]
     pub retry_budget_ms: u64,
     /// How long a read of the default branch's head is reused for new claims.
+    #[default = 10_000]
     pub base_cache_ms: u64,
     /// GitHub requests open at once per installation, reads and writes together.
+    #[default = 16]
     pub max_concurrent_requests: usize,
 }
 
-impl Default for RawGithub {
-    fn default() -> RawGithub {
-        RawGithub {
-            app_id: None,
-            private_key_path: None,
-            token_env: None,
-            api_url: "https://api.github.com".into(),
-            write_interval_ms: 1000,
-            write_burst: 10,
-            write_hourly_max: None,
-            queue_capacity: 10_000,
-            queue_bytes: super::DEFAULT_QUEUE_BYTES,
-            retry_budget_ms: 30_000,
-            base_cache_ms: 10_000,
-            max_concurrent_requests: 16,
-        }
-    }
-}
-
 /// `[webhook]`: how deliveries are read and answered.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawWebhook {
     /// Taken only to be refused with a better message than "unknown key": the secret comes from
@@ -156,93 +123,82 @@ pub(super) struct RawWebhook {
     #[serde(skip_serializing)]
     pub secret: Option<toml::Value>,
     /// Answer by then; unfinished work carries on in the background (202).
+    #[default = 800]
     pub respond_within_ms: u64,
     /// Larger bodies are refused (413).
+    #[default = 262_144]
     pub max_body_bytes: usize,
     /// The headers, and then the whole body, must each arrive within this.
+    #[default = 10_000]
     pub read_timeout_ms: u64,
     /// Connections open at once, at most (the open-files limit may lower it).
+    #[default = 512]
     pub max_connections: usize,
     /// The schemes a delivery may authenticate with: `"bearer"`, `"standard-webhooks"`,
     /// `"hub-signature"`. All three by default, so that a setup written before the key existed
     /// keeps working; `init` writes only the one its trigger uses.
+    #[default(vec![
+        "bearer".into(),
+        "standard-webhooks".into(),
+        "hub-signature".into(),
+    ])]
     pub accept: Vec<String>,
-}
-
-impl Default for RawWebhook {
-    fn default() -> RawWebhook {
-        RawWebhook {
-            secret: None,
-            respond_within_ms: 800,
-            max_body_bytes: 262_144,
-            read_timeout_ms: 10_000,
-            max_connections: 512,
-            accept: vec![
-                "bearer".into(),
-                "standard-webhooks".into(),
-                "hub-signature".into(),
-            ],
-        }
-    }
 }
 
 /// `[pgmq]`: the queue the `intake = "pgmq"` routes read. SPEC §2 says why each default is
 /// what it is.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawPgmq {
     /// The queue the trigger sends each row to (`pgmq.q_{queue}`).
+    #[default = "rowbranch"]
     pub queue: String,
     /// Where messages refused for good go; the queue's own `{queue}_dead` when `None`, which is
     /// what `init --queue` creates.
     pub dead_letter: Option<String>,
     /// Messages read at once, at most.
+    #[default = 50]
     pub batch: usize,
     /// The wait before reading again after an empty read.
+    #[default = 1000]
     pub poll_interval_ms: u64,
     /// How long a message read stays hidden from other readers; renewed while it is worked on.
+    #[default = 60]
     pub visibility_timeout_s: u64,
     /// Archived messages older than this are deleted.
+    #[default = "7d"]
     pub archive_retention: String,
     /// A retried message waits `backoff_base_ms × 2^(reads − 1)`, at most `backoff_cap_ms`.
+    #[default = 5000]
     pub backoff_base_ms: u64,
+    #[default = 300_000]
     pub backoff_cap_ms: u64,
-}
-
-impl Default for RawPgmq {
-    fn default() -> RawPgmq {
-        RawPgmq {
-            queue: "rowbranch".into(),
-            dead_letter: None,
-            batch: 50,
-            poll_interval_ms: 1000,
-            visibility_timeout_s: 60,
-            archive_retention: "7d".into(),
-            backoff_base_ms: 5000,
-            backoff_cap_ms: 300_000,
-        }
-    }
 }
 
 /// One `[[routes]]` table: one table wired to one repository. The environment's single route
 /// (`ROWBRANCH_REPO`) is one of these too.
-#[derive(Deserialize, Serialize)]
+#[derive(Deserialize, Serialize, SmartDefault)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawRoute {
     /// The table the route takes; required.
     pub table: Option<String>,
+    #[default = "public"]
     pub schema: String,
     /// The repository (`owner/name`) that gets the branches and dispatches; required.
     pub repo: Option<String>,
     /// `INSERT` and/or `UPDATE`.
+    #[default(vec!["INSERT".into()])]
     pub events: Vec<String>,
     /// The column that holds the row's id.
+    #[default = "id"]
     pub id_column: String,
     /// The column the slug is made from; an empty string means no slug.
+    #[default = "message"]
     pub text_column: String,
     /// The first part of every branch name; required.
     pub branch_prefix: Option<String>,
     /// Longest slug, in characters; 0 means no slug.
+    #[default = 40]
     pub slug_max_len: usize,
     /// The `repository_dispatch` event type; required.
     pub event_type: Option<String>,
@@ -253,38 +209,19 @@ pub(super) struct RawRoute {
     /// where no file can travel beside it.
     pub payload_template_inline: Option<String>,
     /// The rows' creation time, read by reconcile.
+    #[default = "created_at"]
     pub created_column: String,
     /// `"webhook"` (`POST /webhook`) or `"pgmq"` (the `[pgmq]` queue).
+    #[default = "webhook"]
     pub intake: String,
     /// The most turns Claude may take in one run of the workflow.
+    #[default(super::DEFAULT_MAX_TURNS)]
     pub max_turns: u32,
     /// The most minutes the workflow's work job may run.
+    #[default(super::DEFAULT_WORK_TIMEOUT_MINUTES)]
     pub work_timeout_minutes: u32,
     /// The most rows of the route that start work in any hour, counted from the queue's
     /// archive; off when `None`. Only for `intake = "pgmq"`: validation makes it part of the
     /// queue's [`Intake`](super::Intake).
     pub max_rows_per_hour: Option<u32>,
-}
-
-impl Default for RawRoute {
-    fn default() -> RawRoute {
-        RawRoute {
-            table: None,
-            schema: "public".into(),
-            repo: None,
-            events: vec!["INSERT".into()],
-            id_column: "id".into(),
-            text_column: "message".into(),
-            branch_prefix: None,
-            slug_max_len: 40,
-            event_type: None,
-            payload_template: None,
-            payload_template_inline: None,
-            created_column: "created_at".into(),
-            intake: "webhook".into(),
-            max_turns: super::DEFAULT_MAX_TURNS,
-            work_timeout_minutes: super::DEFAULT_WORK_TIMEOUT_MINUTES,
-            max_rows_per_hour: None,
-        }
-    }
 }

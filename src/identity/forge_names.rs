@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use super::{excerpt, NameError};
+
 /// GitHub's limit on a `repository_dispatch` event type.
 /// (https://docs.github.com/rest/repos/repos#create-a-repository-dispatch-event)
 const MAX_EVENT_TYPE_CHARS: usize = 100;
@@ -15,22 +17,12 @@ pub struct RepoName {
     name: String,
 }
 
-/// Why `owner/name` was refused; the text is shown to users.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RepoNameError {
-    #[error("`{0}` is not of the form owner/name")]
-    NoSlash(String),
-    #[error("`{0}` is not a valid owner: use letters, digits and `-`, up to 39 characters")]
-    BadOwner(String),
-    #[error("`{0}` is not a valid repository name: use letters, digits, `-`, `_` and `.`")]
-    BadName(String),
-}
-
 impl RepoName {
     /// Parses `owner/name`.
-    pub fn parse(raw: &str) -> Result<RepoName, RepoNameError> {
+    pub fn parse(raw: &str) -> Result<RepoName, NameError> {
         let Some((owner, name)) = raw.split_once('/') else {
-            return Err(RepoNameError::NoSlash(super::excerpt(raw)));
+            let raw = excerpt(raw);
+            return Err(NameError(format!("`{raw}` is not of the form owner/name")));
         };
         let owner_ok = !owner.is_empty()
             && owner.len() <= 39
@@ -43,10 +35,16 @@ impl RepoName {
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
         if !owner_ok {
-            return Err(RepoNameError::BadOwner(super::excerpt(owner)));
+            return Err(NameError(format!(
+                "`{}` is not a valid owner: use letters, digits and `-`, up to 39 characters",
+                excerpt(owner)
+            )));
         }
         if !name_ok {
-            return Err(RepoNameError::BadName(super::excerpt(name)));
+            return Err(NameError(format!(
+                "`{}` is not a valid repository name: use letters, digits, `-`, `_` and `.`",
+                excerpt(name)
+            )));
         }
         Ok(RepoName {
             owner: owner.to_owned(),
@@ -75,25 +73,20 @@ pub struct EventType(String);
 
 shown_as_text!(EventType);
 
-/// Why an event type was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EventTypeError {
-    #[error("the event type is empty; GitHub needs 1 to 100 characters, e.g. \"feedback\"")]
-    Empty,
-    #[error(
-        "the event type is {0} characters long; GitHub refuses event types longer than 100 characters"
-    )]
-    TooLong(usize),
-}
-
 impl EventType {
-    pub fn parse(raw: &str) -> Result<EventType, EventTypeError> {
+    pub fn parse(raw: &str) -> Result<EventType, NameError> {
         let chars = raw.chars().count();
         if chars == 0 {
-            return Err(EventTypeError::Empty);
+            return Err(NameError(
+                "the event type is empty; GitHub needs 1 to 100 characters, e.g. \"feedback\""
+                    .into(),
+            ));
         }
         if chars > MAX_EVENT_TYPE_CHARS {
-            return Err(EventTypeError::TooLong(chars));
+            return Err(NameError(format!(
+                "the event type is {chars} characters long; GitHub refuses event types longer \
+                 than 100 characters"
+            )));
         }
         Ok(EventType(raw.to_owned()))
     }
@@ -133,18 +126,14 @@ mod tests {
     #[test]
     fn a_repo_name_needs_an_owner_and_a_name() {
         assert!(RepoName::parse("acme/app").is_ok());
-        assert!(matches!(
-            RepoName::parse("acme"),
-            Err(RepoNameError::NoSlash(_))
-        ));
-        assert!(matches!(
-            RepoName::parse("/app"),
-            Err(RepoNameError::BadOwner(_))
-        ));
-        assert!(matches!(
-            RepoName::parse("acme/"),
-            Err(RepoNameError::BadName(_))
-        ));
+        for (raw, why) in [
+            ("acme", "`acme` is not of the form owner/name"),
+            ("/app", "`` is not a valid owner"),
+            ("acme/", "`` is not a valid repository name"),
+        ] {
+            let err = RepoName::parse(raw).unwrap_err().to_string();
+            assert!(err.starts_with(why), "{raw}: {err}");
+        }
         assert!(RepoName::parse("acme/a/b").is_err());
         assert!(RepoName::parse("ac me/app").is_err());
         assert_eq!(
@@ -156,7 +145,8 @@ mod tests {
     #[test]
     fn an_event_type_has_1_to_100_characters() {
         assert_eq!(EventType::parse("feedback").unwrap().as_str(), "feedback");
-        assert_eq!(EventType::parse(""), Err(EventTypeError::Empty));
+        let empty = EventType::parse("").unwrap_err().to_string();
+        assert!(empty.starts_with("the event type is empty"), "{empty}");
         assert!(EventType::parse(&"é".repeat(100)).is_ok());
         let err = EventType::parse(&"e".repeat(101)).unwrap_err();
         assert!(err.to_string().contains("100 characters"), "{err}");

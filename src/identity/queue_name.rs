@@ -1,5 +1,7 @@
 //! The name of a pgmq queue, checked once: a [`QueueName`] is a name pgmq stores as given.
 
+use super::{excerpt, NameError};
+
 /// Longest queue name pgmq takes (`pgmq.validate_queue_name`): room for its prefixes within
 /// PostgreSQL's 63-byte names.
 const MAX_LEN: usize = 47;
@@ -16,14 +18,8 @@ pub struct QueueName(String);
 
 shown_as_text!(QueueName);
 
-/// Why a queue name was refused. Each caller words the refusal for where the name came from
-/// (a `[pgmq]` key, `init --queue`); this carries the name, cut for quoting.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}` is not a queue name: use 1 to 47 of a-z, 0-9 and _, not starting with a digit")]
-pub struct QueueNameError(String);
-
 impl QueueName {
-    pub fn parse(raw: &str) -> Result<QueueName, QueueNameError> {
+    pub fn parse(raw: &str) -> Result<QueueName, NameError> {
         let mut chars = raw.chars();
         let first_ok = chars
             .next()
@@ -34,13 +30,17 @@ impl QueueName {
         {
             Ok(QueueName(raw.to_owned()))
         } else {
-            Err(QueueNameError(super::excerpt(raw)))
+            Err(NameError(format!(
+                "`{}` is not a queue name: use 1 to 47 of a-z, 0-9 and _, not starting with a \
+                 digit",
+                excerpt(raw)
+            )))
         }
     }
 
     /// `{self}_dead`, the dead-letter queue's name when none is given; refused when that is
     /// over 47 characters.
-    pub fn default_dead_letter(&self) -> Result<QueueName, QueueNameError> {
+    pub fn default_dead_letter(&self) -> Result<QueueName, NameError> {
         QueueName::parse(&format!("{self}{DEAD_LETTER_SUFFIX}"))
     }
 }

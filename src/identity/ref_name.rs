@@ -1,6 +1,8 @@
 //! A branch name as git takes it, for the branches rowbranch does not name itself: a
 //! repository's default branch, where claims start.
 
+use super::{excerpt, NameError};
+
 /// A short branch name (without `refs/heads/`) that `git check-ref-format --branch` accepts:
 /// not empty, no part that starts with `.` or ends with `.lock`, no `..`, `@{`, `//`, no space,
 /// control character or any of `~^:?*[\`, and not starting with `-` or `/`, nor ending with `/`
@@ -10,14 +12,9 @@ pub struct RefName(String);
 
 shown_as_text!(RefName);
 
-/// Why a branch name was refused: the name, cut for quoting.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a branch name git takes")]
-pub struct RefNameError(String);
-
 impl RefName {
-    pub fn parse(raw: &str) -> Result<RefName, RefNameError> {
-        let refused = || RefNameError(super::excerpt(raw));
+    pub fn parse(raw: &str) -> Result<RefName, NameError> {
+        let refused = || NameError(format!("{:?} is not a branch name git takes", excerpt(raw)));
         let bad_char = |c: char| c.is_ascii_control() || " ~^:?*[\\".contains(c);
         let bad_part =
             |part: &str| part.is_empty() || part.starts_with('.') || part.ends_with(".lock");

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::config::{Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
-use crate::identity::{excerpt, BranchName, IdError, RowId, Slug};
+use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::reason::Reason;
 use crate::templates::{
     cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, TemplateFileError,
@@ -285,7 +285,7 @@ pub enum PlanError {
         /// The id as it came, as JSON, cut to a few dozen characters.
         received: String,
         #[source]
-        source: IdError,
+        source: NameError,
     },
     #[error("the row is not a JSON object of columns: {detail}")]
     NotAnObject { detail: String },
