@@ -10,9 +10,7 @@
 //! a role whose privileges it has), and that every such restrictive policy lets through; with no
 //! permissive policy, or only ones without a `using` condition, it sees none.
 
-use tokio_postgres::types::Type;
-
-use super::{describe, Database, Error, Result};
+use super::{Database, Error, Result};
 use crate::config::Route;
 
 /// The name the fix gives the policy it writes.
@@ -61,32 +59,34 @@ impl Visibility {
     }
 }
 
+/// The route's table: its oid, its name and the role's, quoted, and how row level security
+/// stands for the role.
+const TABLE: &str = "select c.oid, quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
+        quote_ident(current_user), c.relrowsecurity, c.relforcerowsecurity, \
+        row_security_active(c.oid::regclass), pg_has_role(current_user, c.relowner, 'USAGE') \
+    from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
+    where n.nspname = $1 and c.relname = $2";
+
+/// The policies for reading that apply to the role, as PostgreSQL picks them: (name,
+/// restrictive, condition).
+const POLICIES: &str = "select quote_ident(p.polname), not p.polpermissive, \
+        pg_catalog.pg_get_expr(p.polqual, p.polrelid) \
+    from pg_catalog.pg_policy p \
+    where p.polrelid = $1 and p.polcmd in ('r', '*') \
+      and exists (select from unnest(p.polroles) as r(oid) \
+                  where case when r.oid = 0 then true \
+                        else pg_has_role(current_user, r.oid, 'USAGE') end) \
+    order by p.polname";
+
 impl Database {
     /// What DATABASE_URL's role sees of the route's table under row level security.
     pub async fn visibility(&self, route: &Route) -> Result<Visibility> {
-        let failed = |cause: tokio_postgres::Error| Error::Query {
-            message: format!(
-                "could not read the row level security of table {}.{} (DATABASE_URL): {}",
-                route.schema,
-                route.table,
-                describe(&cause)
-            ),
-            cause,
-        };
-        let table = self
-            .client
-            .query_typed(
-                "select c.oid, \
-                        quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
-                        quote_ident(current_user), \
-                        c.relrowsecurity, c.relforcerowsecurity, \
-                        row_security_active(c.oid::regclass), \
-                        pg_has_role(current_user, c.relowner, 'USAGE') \
-                 from pg_catalog.pg_class c \
-                 join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
-                 where n.nspname = $1 and c.relname = $2",
-                &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
-            )
+        let what = format!(
+            "could not read the row level security of table {}.{} (DATABASE_URL)",
+            route.schema, route.table
+        );
+        let failed = |cause| Error::query(&what, cause);
+        let table = super::query(&self.client, TABLE, &[&route.schema, &route.table])
             .await
             .map_err(failed)?;
         let Some(table) = table.first() else {
@@ -105,20 +105,7 @@ impl Database {
                 format!("role {role} bypasses row level security (BYPASSRLS, or a superuser)")
             }));
         }
-        // The policies for reading that apply to the role, as PostgreSQL picks them.
-        let policies = self
-            .client
-            .query_typed(
-                "select quote_ident(p.polname), not p.polpermissive, \
-                        pg_catalog.pg_get_expr(p.polqual, p.polrelid) \
-                 from pg_catalog.pg_policy p \
-                 where p.polrelid = $1 and p.polcmd in ('r', '*') \
-                   and exists (select from unnest(p.polroles) as r(oid) \
-                               where case when r.oid = 0 then true \
-                                     else pg_has_role(current_user, r.oid, 'USAGE') end) \
-                 order by p.polname",
-                &[(&oid, Type::OID)],
-            )
+        let policies = super::query(&self.client, POLICIES, &[&oid])
             .await
             .map_err(failed)?;
         let policies: Vec<(String, bool, Option<String>)> = policies
