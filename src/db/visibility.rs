@@ -128,13 +128,14 @@ fn judge(
         format!("create policy {POLICY} on {table} for select to {role} using (true);");
     let literally_true = |c: &str| c.trim().eq_ignore_ascii_case("true");
     // A permissive policy without a condition lets nothing through; a restrictive one, nothing
-    // out.
-    let permissive: Vec<(&String, &String)> = policies
+    // out: only those with a condition count.
+    let policies: Vec<(&String, bool, &String)> = policies
         .iter()
-        .filter(|(_, restrictive, _)| !restrictive)
-        .filter_map(|(name, _, condition)| condition.as_ref().map(|c| (name, c)))
+        .filter_map(|(name, restrictive, condition)| {
+            Some((name, *restrictive, condition.as_ref()?))
+        })
         .collect();
-    if permissive.is_empty() {
+    if policies.iter().all(|(_, restrictive, _)| *restrictive) {
         let on = if forced_on_owner {
             format!(
                 "row level security is forced on table {table}, which binds its owner {role} too,"
@@ -150,18 +151,14 @@ fn judge(
             fix: read_policy,
         });
     }
-    let opens = permissive.iter().find(|(_, c)| literally_true(c));
-    // The policies that may hide rows: a restrictive one with a condition, and without a
-    // permissive `true` every permissive one with a condition.
-    let narrowing: Vec<(&String, bool, &String)> = policies
+    let opens = policies.iter().find(|(_, r, c)| !r && literally_true(c));
+    // The policies that may hide rows: a restrictive one, and without a permissive `true` every
+    // permissive one.
+    let narrowing: Vec<&(&String, bool, &String)> = policies
         .iter()
-        .filter_map(|(name, restrictive, condition)| {
-            let condition = condition.as_ref()?;
-            let hides = !literally_true(condition) && (*restrictive || opens.is_none());
-            hides.then_some((name, *restrictive, condition))
-        })
+        .filter(|(_, restrictive, c)| !literally_true(c) && (*restrictive || opens.is_none()))
         .collect();
-    if let (Some((name, _)), true) = (opens, narrowing.is_empty()) {
+    if let (Some((name, ..)), true) = (opens, narrowing.is_empty()) {
         return Visibility::Every(format!(
             "policy {name} lets role {role} read them: using (true)"
         ));

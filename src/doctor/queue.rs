@@ -36,9 +36,10 @@ const TRIGGERS: &str = "select t.tgname::text, t.tgenabled in ('O', 'A'), t.tgty
     where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal";
 
 /// The rights on the queues' tables that PUBLIC holds, or `anon` and `authenticated` hold by
-/// grant or inheritance: (holder, table, rights).
-const GRANTS: &str = "select h.holder, c.oid::regclass::text, \
-           string_agg(distinct h.privilege, ', ')::text \
+/// grant or inheritance: the holder in lowercase (as a revoke names it), and "HOLDER has RIGHTS
+/// on TABLE".
+const GRANTS: &str = "select lower(h.holder), h.holder || ' has ' \
+           || string_agg(distinct h.privilege, ', ') || ' on ' || c.oid::regclass::text \
     from unnest($1::text[]) as wanted(name) \
     join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
     cross join lateral ( \
@@ -51,9 +52,11 @@ const GRANTS: &str = "select h.holder, c.oid::regclass::text, \
       where r.rolname in ('anon', 'authenticated') \
         and pg_catalog.has_table_privilege(r.oid, c.oid, p.privilege) \
     ) as h \
-    group by 1, 2 order by 1, 2";
+    group by h.holder, c.oid order by h.holder, c.oid::regclass::text";
 
-/// Whether `pgmq_public` has a function `anon` or `authenticated` may execute.
+/// Whether Supabase's `pgmq_public` schema ("Expose Queues via PostgREST") is there with a
+/// function `anon` or `authenticated` may execute. Its functions run as their caller, so they
+/// reach a queue only through rights on its tables.
 const PGMQ_PUBLIC: &str = "select exists ( \
     select 1 from pg_catalog.pg_proc as p \
     join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
@@ -361,7 +364,8 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
         .flat_map(|name| [queue::table('q', name), queue::table('a', name)])
         .collect();
     let found = query(client, GRANTS, &[&tables]).await;
-    let exposed = pgmq_public_exposed(client).await;
+    // Unknown (the catalog unreadable) counts as not exposed.
+    let exposed = value(client, PGMQ_PUBLIC, &[]).await.ok().flatten() == Some(true);
     match found {
         Ok(rows) if rows.is_empty() => out.push(Check::pass(if exposed {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables, so pgmq_public \
@@ -372,22 +376,9 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
         Ok(rows) => {
             // Only the roles that hold a right: a revoke naming a role that does not exist
             // (authenticated, outside Supabase) fails whole. The rows come by holder.
-            let mut holders: Vec<String> = rows
-                .iter()
-                .map(|r| r.get::<_, String>(0).to_lowercase())
-                .collect();
+            let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
             holders.dedup();
-            let grants: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} has {} on {}",
-                        r.get::<_, String>(0),
-                        r.get::<_, String>(2),
-                        r.get::<_, String>(1)
-                    )
-                })
-                .collect();
+            let grants: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
             out.push(Check::fail(
                 format!(
                     "the queue is open to the Data API's roles: {}{} (whoever holds the anon \
@@ -413,17 +404,6 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
             "check that DATABASE_URL's role can read the catalog",
         )),
     }
-}
-
-/// Whether Supabase's `pgmq_public` schema ("Expose Queues via PostgREST") is there with a
-/// function `anon` or `authenticated` may execute. Its functions run as their caller, so they
-/// reach a queue only through rights on its tables; false when it cannot be told.
-async fn pgmq_public_exposed(client: &Client) -> bool {
-    value(client, PGMQ_PUBLIC, &[])
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(false)
 }
 
 /// The sequence pgmq gives a queue's message ids.
