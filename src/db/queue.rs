@@ -27,7 +27,9 @@ pub fn table(kind: char, queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("{kind}_{queue}")))
 }
 
-const READ: &str = "select m.msg_id, m.read_ct, m.enqueued_at, m.message::text \
+// pgmq.send takes a NULL message; such a message is no row's event, and is dead-lettered as
+// malformed like any other.
+const READ: &str = "select m.msg_id, m.read_ct, m.enqueued_at, coalesce(m.message::text, 'null') \
     from pgmq.read($1::text, $2::integer, $3::integer) as m";
 
 /// `pgmq.read`: up to `qty` visible messages, hidden from other readers for `vt` seconds.
@@ -39,11 +41,7 @@ pub async fn read(client: &Client, queue: &QueueName, vt: i32, qty: i32) -> Resu
             id: row.get(0),
             read_ct: row.get(1),
             enqueued_at: row.get(2),
-            // pgmq.send takes a NULL message; such a message is no row's event, and is
-            // dead-lettered as malformed like any other.
-            body: row
-                .get::<_, Option<String>>(3)
-                .unwrap_or_else(|| "null".to_owned()),
+            body: row.get(3),
         })
         .collect())
 }
@@ -112,14 +110,10 @@ pub async fn dead_letter(
 /// `pgmq.metrics`: the queue's length and the age of its oldest message in seconds (0 when
 /// empty).
 pub async fn metrics(client: &Client, queue: &QueueName) -> Result<(i64, i64)> {
-    let sql = "select m.queue_length, m.oldest_msg_age_sec from pgmq.metrics($1::text) as m";
+    let sql = "select coalesce(m.queue_length, 0), coalesce(m.oldest_msg_age_sec, 0)::bigint \
+               from pgmq.metrics($1::text) as m";
     let rows = query(client, sql, &[&queue.as_str()]).await?;
-    Ok(rows.first().map_or((0, 0), |r| {
-        (
-            r.get::<_, Option<i64>>(0).unwrap_or(0),
-            i64::from(r.get::<_, Option<i32>>(1).unwrap_or(0)),
-        )
-    }))
+    Ok(rows.first().map_or((0, 0), |r| (r.get(0), r.get(1))))
 }
 
 /// The queue names pgmq knows (`pgmq.list_queues`), with whether each is unlogged.

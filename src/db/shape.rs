@@ -90,10 +90,7 @@ impl Shape {
 
 /// A name for a message: bare when it needs no quoting, quoted otherwise.
 fn ident_for_message(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+    let plain = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
