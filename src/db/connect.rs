@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
@@ -204,7 +204,7 @@ impl ConnectSettings {
         let verifier = Arc::new(Verifier {
             chain,
             host: self.mode.host,
-            provider: provider.clone(),
+            signatures: provider.signature_verification_algorithms,
         });
         let mut config = ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -415,7 +415,7 @@ fn root_store(roots: &Roots) -> Result<RootCertStore> {
 struct Verifier {
     chain: Option<Arc<WebPkiServerVerifier>>,
     host: bool,
-    provider: Arc<CryptoProvider>,
+    signatures: WebPkiSupportedAlgorithms,
 }
 
 impl ServerCertVerifier for Verifier {
@@ -445,12 +445,7 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls12_signature(message, cert, dss, &self.signatures)
     }
 
     fn verify_tls13_signature(
@@ -459,18 +454,11 @@ impl ServerCertVerifier for Verifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        verify_tls13_signature(message, cert, dss, &self.signatures)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.signatures.supported_schemes()
     }
 }
 

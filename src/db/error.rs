@@ -12,12 +12,6 @@ pub enum Error {
     /// DATABASE_URL cannot be used as written: its form, its `sslmode`, its `sslrootcert`.
     #[error("{0}")]
     Url(String),
-    /// The server could not be reached, or refused the connection: where, why, and what to do.
-    #[error("{message}")]
-    Connect {
-        message: String,
-        cause: tokio_postgres::Error,
-    },
     /// The route's table is not as the config says: missing, a column missing, or of a type
     /// that cannot serve.
     #[error(transparent)]
@@ -25,7 +19,8 @@ pub enum Error {
     /// A row is not as the table's rules want it: its id not unique, its created value NULL.
     #[error("{0}")]
     Row(String),
-    /// A statement on the route's table failed: the message names the table and the cause.
+    /// A statement on the route's table failed, or the connection could not be made: the
+    /// message names the table or the server, the cause, and what to do.
     #[error("{message}")]
     Query {
         message: String,
@@ -39,12 +34,16 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// A failed statement: what could not be done, then the server's words.
+    pub(super) fn query(what: impl std::fmt::Display, cause: tokio_postgres::Error) -> Error {
+        let message = format!("{what}: {}", describe(&cause));
+        Error::Query { message, cause }
+    }
+
     /// The tokio-postgres error under it, if a statement or the connection failed.
     fn postgres(&self) -> Option<&tokio_postgres::Error> {
         match self {
-            Error::Connect { cause, .. } | Error::Query { cause, .. } | Error::Postgres(cause) => {
-                Some(cause)
-            }
+            Error::Query { cause, .. } | Error::Postgres(cause) => Some(cause),
             Error::Url(_) | Error::Table(_) | Error::Row(_) => None,
         }
     }

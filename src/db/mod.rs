@@ -6,8 +6,8 @@
 //! and `sslrootcert` mean what they mean to libpq (`connect.rs` holds the table of the modes).
 //! No message ever holds any part of the password.
 //!
-//! Every statement goes out unprepared (`query_typed`: parse, bind and execute in one round trip,
-//! no named statements), so Supabase's transaction-mode pooler (port 6543) works as well as a
+//! Every statement goes out unprepared ([`query`], on `query_typed`: parse, bind and execute in
+//! one round trip, no named statements), so Supabase's transaction-mode pooler (port 6543) works as well as a
 //! direct or session-mode connection.
 //!
 //! Identifiers from the config are always quoted ([`quote_ident`]), so any schema, table or
@@ -22,6 +22,10 @@ mod visibility;
 
 use std::path::PathBuf;
 
+use chrono::{DateTime, Utc};
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::Client;
+
 use connect::ConnectSettings;
 pub use connect::{unchecked, Unchecked};
 pub use error::{describe, Error, Result};
@@ -30,18 +34,11 @@ pub use shape::{Misfit, MissingColumn};
 pub use visibility::{Blind, Filtered, Visibility};
 
 /// A connection to the database that holds the routes' tables and the queue.
+#[derive(Debug)]
 pub struct Database {
     client: tokio_postgres::Client,
     /// Drives the connection; it ends by itself once `client` is dropped.
     _connection: tokio::task::JoinHandle<()>,
-}
-
-impl std::fmt::Debug for Database {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Database")
-            .field("closed", &self.client.is_closed())
-            .finish()
-    }
 }
 
 impl Database {
@@ -54,7 +51,7 @@ impl Database {
         let (client, connection) = match settings.config.connect(settings.connector()?).await {
             Ok(pair) => pair,
             Err(cause) => {
-                return Err(Error::Connect {
+                return Err(Error::Query {
                     message: settings.connect_error(&cause),
                     cause,
                 })
@@ -71,8 +68,8 @@ impl Database {
         })
     }
 
-    /// The connection, for statements of other modules (the doctor's); unprepared
-    /// (`query_typed`) like this module's own, so a transaction-mode pooler works.
+    /// The connection, for statements of other modules (the doctor's), made through [`query`]
+    /// and [`value`] like this module's own, so a transaction-mode pooler works.
     pub fn client(&self) -> &tokio_postgres::Client {
         &self.client
     }
@@ -106,6 +103,49 @@ impl Reachability {
             .expect("reachability lock poisoned")
             .clone()
     }
+}
+
+/// A statement's argument and the type PostgreSQL is told it has: statements go out unprepared
+/// (`query_typed`), so each argument's type travels with it, and the SQL casts it (`$1::text`).
+pub trait Arg: Sync {
+    fn typed(&self) -> (&(dyn ToSql + Sync), Type);
+}
+
+macro_rules! arg_types {
+    ($($rust:ty => $sql:ident),* $(,)?) => {$(
+        impl Arg for $rust {
+            fn typed(&self) -> (&(dyn ToSql + Sync), Type) {
+                (self, Type::$sql)
+            }
+        }
+    )*};
+}
+
+arg_types!(
+    &str => TEXT, String => TEXT, Option<&str> => TEXT, i32 => INT4, i64 => INT8,
+    Option<i64> => INT8, f64 => FLOAT8, u32 => OID, DateTime<Utc> => TIMESTAMPTZ,
+    Vec<i32> => INT4_ARRAY, Vec<i64> => INT8_ARRAY, Vec<&str> => TEXT_ARRAY,
+    Vec<String> => TEXT_ARRAY,
+);
+
+/// Runs one statement, unprepared, so a transaction-mode pooler works: its rows.
+pub async fn query(
+    client: &Client,
+    sql: &str,
+    args: &[&dyn Arg],
+) -> std::result::Result<Vec<tokio_postgres::Row>, tokio_postgres::Error> {
+    let args: Vec<_> = args.iter().map(|a| a.typed()).collect();
+    client.query_typed(sql, &args).await
+}
+
+/// The first column of a statement's first row, if it gave one (and it is not NULL).
+pub async fn value<T: tokio_postgres::types::FromSqlOwned>(
+    client: &Client,
+    sql: &str,
+    args: &[&dyn Arg],
+) -> std::result::Result<Option<T>, tokio_postgres::Error> {
+    let rows = query(client, sql, args).await?;
+    Ok(rows.first().and_then(|r| r.get::<_, Option<T>>(0)))
 }
 
 /// `name` as a PostgreSQL identifier: always quoted, `"` doubled.

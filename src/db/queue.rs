@@ -3,13 +3,12 @@
 //! function resolves the same in every version; result columns selected by name, so a column
 //! a later version adds or moves changes nothing; no function named by its signature. Reads of
 //! the tables themselves (`pgmq.q_<queue>`, `pgmq.a_<queue>`) use the 1.4.4 columns only. Every
-//! statement is unprepared (`query_typed`), so Supavisor's transaction pooler works.
+//! statement is unprepared ([`query`]), so Supavisor's transaction pooler works.
 
 use chrono::{DateTime, Utc};
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
-use super::{quote_ident, Result};
+use super::{query, quote_ident, value, Result};
 use crate::identity::QueueName;
 
 /// A message as read: its id, how often it has been read (this read included), when it was
@@ -28,30 +27,21 @@ pub fn table(kind: char, queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("{kind}_{queue}")))
 }
 
+// pgmq.send takes a NULL message; such a message is no row's event, and is dead-lettered as
+// malformed like any other.
+const READ: &str = "select m.msg_id, m.read_ct, m.enqueued_at, coalesce(m.message::text, 'null') \
+    from pgmq.read($1::text, $2::integer, $3::integer) as m";
+
 /// `pgmq.read`: up to `qty` visible messages, hidden from other readers for `vt` seconds.
 pub async fn read(client: &Client, queue: &QueueName, vt: i32, qty: i32) -> Result<Vec<Message>> {
-    let rows = client
-        .query_typed(
-            "select m.msg_id, m.read_ct, m.enqueued_at, m.message::text \
-             from pgmq.read($1::text, $2::integer, $3::integer) as m",
-            &[
-                (&queue.as_str(), Type::TEXT),
-                (&vt, Type::INT4),
-                (&qty, Type::INT4),
-            ],
-        )
-        .await?;
+    let rows = query(client, READ, &[&queue.as_str(), &vt, &qty]).await?;
     Ok(rows
         .iter()
         .map(|row| Message {
             id: row.get(0),
             read_ct: row.get(1),
             enqueued_at: row.get(2),
-            // pgmq.send takes a NULL message; such a message is no row's event, and is
-            // dead-lettered as malformed like any other.
-            body: row
-                .get::<_, Option<String>>(3)
-                .unwrap_or_else(|| "null".to_owned()),
+            body: row.get(3),
         })
         .collect())
 }
@@ -81,33 +71,22 @@ pub async fn renew(
          from mine, lateral pgmq.set_vt($1::text, mine.msg_id::bigint, $4::integer) as m",
         table('q', queue)
     );
-    let rows = client
-        .query_typed(
-            &sql,
-            &[
-                (&queue.as_str(), Type::TEXT),
-                (&ids, Type::INT8_ARRAY),
-                (&reads, Type::INT4_ARRAY),
-                (&vt, Type::INT4),
-            ],
-        )
-        .await?;
+    let rows = query(client, &sql, &[&queue.as_str(), &ids, &reads, &vt]).await?;
     Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
 
 /// `pgmq.archive`: false when the message was not there (archived already, or deleted).
 pub async fn archive(client: &Client, queue: &QueueName, id: i64) -> Result<bool> {
-    let row = client
-        .query_typed(
-            "select pgmq.archive($1::text, $2::bigint)",
-            &[(&queue.as_str(), Type::TEXT), (&id, Type::INT8)],
-        )
-        .await?;
-    Ok(row
-        .first()
-        .and_then(|r| r.get::<_, Option<bool>>(0))
+    let sql = "select pgmq.archive($1::text, $2::bigint)";
+    Ok(value(client, sql, &[&queue.as_str(), &id])
+        .await?
         .unwrap_or(false))
 }
+
+const DEAD_LETTER: &str = "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
+    sent as (select pgmq.send($1::text, $2::text::jsonb, 0::integer) as id \
+             from gone where gone.archived) \
+    select sent.id from sent";
 
 /// Archives message `id` and, only when that archived it, sends `letter` (JSON text) to the
 /// dead-letter queue, in one statement: both happen or neither, and made again (after a lost
@@ -120,59 +99,27 @@ pub async fn dead_letter(
     id: i64,
     letter: &str,
 ) -> Result<Option<i64>> {
-    let rows = client
-        .query_typed(
-            "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
-                  sent as (select pgmq.send($1::text, $2::text::jsonb, 0::integer) as id \
-                           from gone where gone.archived) \
-             select sent.id from sent",
-            &[
-                (&dead.as_str(), Type::TEXT),
-                (&letter, Type::TEXT),
-                (&queue.as_str(), Type::TEXT),
-                (&id, Type::INT8),
-            ],
-        )
-        .await?;
-    Ok(rows.first().and_then(|r| r.get::<_, Option<i64>>(0)))
-}
-
-/// `pgmq.send` of `body` (JSON text) to `queue`: the new message's id.
-pub async fn send(client: &Client, queue: &QueueName, body: &str) -> Result<i64> {
-    let row = client
-        .query_typed(
-            "select pgmq.send($1::text, $2::text::jsonb, 0::integer)",
-            &[(&queue.as_str(), Type::TEXT), (&body, Type::TEXT)],
-        )
-        .await?;
-    Ok(row.first().map_or(0, |r| r.get(0)))
+    Ok(value(
+        client,
+        DEAD_LETTER,
+        &[&dead.as_str(), &letter, &queue.as_str(), &id],
+    )
+    .await?)
 }
 
 /// `pgmq.metrics`: the queue's length and the age of its oldest message in seconds (0 when
 /// empty).
 pub async fn metrics(client: &Client, queue: &QueueName) -> Result<(i64, i64)> {
-    let rows = client
-        .query_typed(
-            "select m.queue_length, m.oldest_msg_age_sec from pgmq.metrics($1::text) as m",
-            &[(&queue.as_str(), Type::TEXT)],
-        )
-        .await?;
-    Ok(rows.first().map_or((0, 0), |r| {
-        (
-            r.get::<_, Option<i64>>(0).unwrap_or(0),
-            i64::from(r.get::<_, Option<i32>>(1).unwrap_or(0)),
-        )
-    }))
+    let sql = "select coalesce(m.queue_length, 0), coalesce(m.oldest_msg_age_sec, 0)::bigint \
+               from pgmq.metrics($1::text) as m";
+    let rows = query(client, sql, &[&queue.as_str()]).await?;
+    Ok(rows.first().map_or((0, 0), |r| (r.get(0), r.get(1))))
 }
 
 /// The queue names pgmq knows (`pgmq.list_queues`), with whether each is unlogged.
 pub async fn list(client: &Client) -> Result<Vec<(String, bool)>> {
-    let rows = client
-        .query_typed(
-            "select q.queue_name::text, q.is_unlogged from pgmq.list_queues() as q",
-            &[],
-        )
-        .await?;
+    let sql = "select q.queue_name::text, q.is_unlogged from pgmq.list_queues() as q";
+    let rows = query(client, sql, &[]).await?;
     Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
 }
 
@@ -195,13 +142,10 @@ pub async fn forget_archived(client: &Client, queue: &QueueName, retention_s: f6
     );
     let mut total = 0;
     loop {
-        let rows = client
-            .query_typed(
-                &sql,
-                &[(&retention_s, Type::FLOAT8), (&FORGET_BATCH, Type::INT4)],
-            )
-            .await?;
-        let gone = rows.first().map_or(0, |r| r.get::<_, i64>(0).max(0) as u64);
+        let gone: i64 = value(client, &sql, &[&retention_s, &FORGET_BATCH])
+            .await?
+            .unwrap_or(0);
+        let gone = gone.max(0) as u64;
         total += gone;
         if gone < FORGET_BATCH as u64 {
             return Ok(total);
@@ -220,22 +164,13 @@ pub async fn redrive(
     let sql = format!(
         "with moved as ( \
            select d.msg_id, pgmq.send($1::text, (d.message -> 'message')::jsonb, 0::integer) as sent \
-           from {dead_table} as d \
+           from {} as d \
            where $3::bigint is null or d.msg_id = $3::bigint \
          ) \
          select pgmq.archive($2::text, moved.msg_id::bigint) from moved",
-        dead_table = table('q', dead)
+        table('q', dead)
     );
-    let rows = client
-        .query_typed(
-            &sql,
-            &[
-                (&queue.as_str(), Type::TEXT),
-                (&dead.as_str(), Type::TEXT),
-                (&only, Type::INT8),
-            ],
-        )
-        .await?;
+    let rows = query(client, &sql, &[&queue.as_str(), &dead.as_str(), &only]).await?;
     Ok(rows
         .iter()
         .filter(|r| r.get::<_, Option<bool>>(0).unwrap_or(false))
@@ -256,16 +191,7 @@ pub async fn queued_ids(
          where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text",
         table('q', queue)
     );
-    let rows = client
-        .query_typed(
-            &sql,
-            &[
-                (&id_column, Type::TEXT),
-                (&schema, Type::TEXT),
-                (&table_name, Type::TEXT),
-            ],
-        )
-        .await?;
+    let rows = query(client, &sql, &[&id_column, &schema, &table_name]).await?;
     Ok(rows.iter().filter_map(|r| r.get(0)).collect())
 }
 
@@ -287,17 +213,7 @@ pub async fn archived_ids(
          group by 1",
         table('a', queue)
     );
-    let rows = client
-        .query_typed(
-            &sql,
-            &[
-                (&id_column, Type::TEXT),
-                (&schema, Type::TEXT),
-                (&table_name, Type::TEXT),
-                (&since, Type::TIMESTAMPTZ),
-            ],
-        )
-        .await?;
+    let rows = query(client, &sql, &[&id_column, &schema, &table_name, &since]).await?;
     Ok(rows
         .iter()
         .filter_map(|r| Some((r.get::<_, Option<String>>(0)?, r.get(1))))
@@ -330,8 +246,7 @@ pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Resul
            select m.message ->> 'schema' as schema_name, m.message ->> 'table' as table_name, \
                   m.archived_at \
            from {archive} as m \
-           where m.archived_at > clock_timestamp() - interval '1 hour' \
-           union all \
+           where m.archived_at > clock_timestamp() - interval '1 hour' union all \
            select m.message ->> 'schema', m.message ->> 'table', null::timestamptz \
            from {queue} as m \
            where m.read_ct > 0 and m.vt > clock_timestamp() \
@@ -341,7 +256,7 @@ pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Resul
         archive = table('a', queue),
         queue = table('q', queue),
     );
-    let rows = client.query_typed(&sql, &[(&lease_s, Type::INT4)]).await?;
+    let rows = query(client, &sql, &[&lease_s]).await?;
     Ok(rows
         .iter()
         .filter_map(|r| {
@@ -358,10 +273,8 @@ pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Resul
 /// How many messages the queue holds, visible or not: a plain count of its table, which reads
 /// none (`pgmq.read` would count a read and hide them).
 pub async fn depth(client: &Client, queue: &QueueName) -> Result<i64> {
-    let rows = client
-        .query_typed(&format!("select count(*) from {}", table('q', queue)), &[])
-        .await?;
-    Ok(rows.first().map_or(0, |r| r.get(0)))
+    let sql = format!("select count(*) from {}", table('q', queue));
+    Ok(value(client, &sql, &[]).await?.unwrap_or(0))
 }
 
 /// Where a row's message is, as `explain` shows it.
@@ -399,54 +312,39 @@ pub async fn row_messages(
     id_column: &str,
     id: &str,
 ) -> Result<Vec<RowMessage>> {
-    // (place, table, where the row's event is in the message, which columns it has)
     let sources = [
-        ("queue", table('q', queue), "m.message", false),
-        ("archive", table('a', queue), "m.message", true),
-        (
-            "dead_letter",
-            table('q', dead),
-            "(m.message -> 'message')",
-            false,
-        ),
-        (
-            "dead_letter_archive",
-            table('a', dead),
-            "(m.message -> 'message')",
-            true,
-        ),
+        ("queue", table('q', queue)),
+        ("archive", table('a', queue)),
+        ("dead_letter", table('q', dead)),
+        ("dead_letter_archive", table('a', dead)),
     ];
     let mut found = Vec::new();
-    for (place, relation, event, archived) in sources {
-        let exists = client
-            .query_typed(
-                "select to_regclass($1::text) is not null",
-                &[(&relation, Type::TEXT)],
-            )
-            .await?;
-        if !exists.first().is_some_and(|r| r.get::<_, bool>(0)) {
+    for (place, relation) in sources {
+        let exists = "select to_regclass($1::text) is not null";
+        if value(client, exists, &[&relation]).await? != Some(true) {
             continue;
         }
-        let when = if archived {
+        // A dead letter holds the row's event under `message`; an archive, when it went there.
+        let dead_letter = place.starts_with("dead_letter");
+        let event = if dead_letter {
+            "(m.message -> 'message')"
+        } else {
+            "m.message"
+        };
+        let when = if place.ends_with("archive") {
             "null::timestamptz, m.archived_at"
         } else {
             "m.vt, null::timestamptz"
         };
         let sql = format!(
-            "select m.msg_id, m.read_ct, m.enqueued_at, {when},                     m.message ->> 'reason', m.message ->> 'msg_id'              from {relation} as m              where {event} ->> 'schema' = $1::text and {event} ->> 'table' = $2::text                and {event} -> 'record' ->> $3::text = $4::text              order by m.msg_id"
+            "select m.msg_id, m.read_ct, m.enqueued_at, {when}, \
+                    m.message ->> 'reason', m.message ->> 'msg_id' \
+             from {relation} as m \
+             where {event} ->> 'schema' = $1::text and {event} ->> 'table' = $2::text \
+               and {event} -> 'record' ->> $3::text = $4::text \
+             order by m.msg_id"
         );
-        let rows = client
-            .query_typed(
-                &sql,
-                &[
-                    (&schema, Type::TEXT),
-                    (&table_name, Type::TEXT),
-                    (&id_column, Type::TEXT),
-                    (&id, Type::TEXT),
-                ],
-            )
-            .await?;
-        let dead_letter = place.starts_with("dead_letter");
+        let rows = query(client, &sql, &[&schema, &table_name, &id_column, &id]).await?;
         found.extend(rows.iter().map(|r| {
             RowMessage {
                 place,

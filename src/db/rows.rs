@@ -13,10 +13,9 @@
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
-use tokio_postgres::types::Type;
 
 use super::shape::{quoted_for_message, Shape};
-use super::{describe, Database, Error, Result};
+use super::{Database, Error, Result};
 use crate::config::Route;
 
 /// One row: the whole row as JSON (as the webhook would carry it: `to_jsonb`), and when it was
@@ -72,9 +71,9 @@ impl Database {
     pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
         let shape = Shape::read(&self.client, route).await?;
         let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
-        match self.client.query_typed(&sql, &[(&id, Type::TEXT)]).await {
+        match super::query(&self.client, &sql, &[&id]).await {
             Ok(rows) => Ok(rows.first().and_then(|r| r.get::<_, Option<Value>>(0))),
-            Err(e) if e.code().is_some_and(|c| c.code().starts_with("22")) => Ok(None),
+            Err(e) if data_error(&e) => Ok(None),
             Err(e) => Err(shape.query_error(e)),
         }
     }
@@ -90,27 +89,21 @@ impl Database {
             "where r.{} = cast($1::text as {}) limit 2",
             shape.id, shape.id_type
         ));
-        let found = self
-            .client
-            .query_typed(&sql, &[(&id, Type::TEXT)])
-            .await
-            .map_err(|cause| {
-                let is_data_error = cause.code().is_some_and(|c| c.code().starts_with("22"));
-                if is_data_error {
-                    Error::Query {
-                        message: format!(
-                            "{id:?} is not an id of table {}: its id column {} is of type {} ({})",
+        let found =
+            super::query(&self.client, &sql, &[&id])
+                .await
+                .map_err(|cause| match data_error(&cause) {
+                    true => Error::query(
+                        format!(
+                            "{id:?} is not an id of table {}: its id column {} is of type {}",
                             shape.name,
                             quoted_for_message(&route.id_column),
                             shape.id_type,
-                            describe(&cause)
                         ),
                         cause,
-                    }
-                } else {
-                    shape.query_error(cause)
-                }
-            })?;
+                    ),
+                    false => shape.query_error(cause),
+                })?;
         match found.as_slice() {
             [] => Ok(None),
             [row] => match shape.decode(row)? {
@@ -133,6 +126,11 @@ impl Database {
             ))),
         }
     }
+}
+
+/// Whether a statement failed on its data (SQLSTATE class 22): the id is no value of its type.
+fn data_error(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("22"))
 }
 
 /// The route's rows of a window, a page at a time; see [`Database::since`].
@@ -183,13 +181,7 @@ impl RowPages<'_> {
             ),
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
-        let found = self
-            .database
-            .client
-            .query_typed(
-                &sql,
-                &[(&from, Type::TEXT), (&id, Type::TEXT), (&limit, Type::INT8)],
-            )
+        let found = super::query(&self.database.client, &sql, &[&from, &id, &limit])
             .await
             .map_err(|e| shape.query_error(e))?;
         let mut page = Vec::with_capacity(found.len());

@@ -3,11 +3,10 @@
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use tokio_postgres::types::Type;
 
 use crate::config::Route;
 
-use super::{describe, quote_ident, quote_relation, Error, Result};
+use super::{quote_ident, quote_relation, Error, Result};
 
 /// The types a created column may have (or its domain's base type): `timestamp with time zone`,
 /// `timestamp` (read as UTC, Supabase's time zone) and `date` (a day starts at its midnight).
@@ -59,13 +58,11 @@ impl Shape {
 
     /// A result row of [`Shape::select`].
     pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Decoded> {
-        let bad = |cause: tokio_postgres::Error| Error::Query {
-            message: format!(
-                "could not read a row of table {}: {}",
-                self.name,
-                describe(&cause)
-            ),
-            cause,
+        let bad = |cause| {
+            Error::query(
+                format!("could not read a row of table {}", self.name),
+                cause,
+            )
         };
         let Value::Object(record) = row.try_get(0).map_err(bad)? else {
             return Err(Error::Row(format!(
@@ -84,23 +81,16 @@ impl Shape {
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
-        Error::Query {
-            message: format!(
-                "could not read table {} (DATABASE_URL): {}",
-                self.name,
-                describe(&cause)
-            ),
+        Error::query(
+            format!("could not read table {} (DATABASE_URL)", self.name),
             cause,
-        }
+        )
     }
 }
 
 /// A name for a message: bare when it needs no quoting, quoted otherwise.
 fn ident_for_message(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+    let plain = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
@@ -155,6 +145,20 @@ pub struct MissingColumn {
     pub columns: Vec<String>,
 }
 
+/// The schemas and their tables named so but for case, so that a near miss can be named.
+const TABLES: &str = "select n.nspname::text, c.relname::text, c.oid \
+    from pg_catalog.pg_namespace n \
+    left join pg_catalog.pg_class c on c.relnamespace = n.oid \
+      and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
+    where lower(n.nspname) = lower($1)";
+
+/// A table's columns: name, type as SQL spells it, and the type's oid (a domain's base type's).
+const COLUMNS: &str = "select a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), \
+        case when t.typtype = 'd' then t.typbasetype else a.atttypid end \
+    from pg_catalog.pg_attribute a join pg_catalog.pg_type t on t.oid = a.atttypid \
+    where a.attrelid = $1 and a.attnum > 0 and not a.attisdropped \
+    order by a.attnum";
+
 /// A route's table as the catalog has it: its name for messages and its columns.
 struct CatalogTable {
     name: String,
@@ -166,23 +170,9 @@ impl CatalogTable {
     /// (unlike `information_schema`, which shows only what the role has rights on).
     async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<CatalogTable> {
         let name = table_for_message(&route.schema, &route.table);
-        let lookup_error = |cause: tokio_postgres::Error| Error::Query {
-            message: format!(
-                "could not look up table {name} in the database (DATABASE_URL): {}",
-                describe(&cause)
-            ),
-            cause,
-        };
-        // The schemas and their tables named so but for case, so that a near miss can be named.
-        let found = client
-            .query_typed(
-                "select n.nspname::text, c.relname::text, c.oid \
-                 from pg_catalog.pg_namespace n \
-                 left join pg_catalog.pg_class c on c.relnamespace = n.oid \
-                   and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
-                 where lower(n.nspname) = lower($1)",
-                &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
-            )
+        let lookup = format!("could not look up table {name} in the database (DATABASE_URL)");
+        let lookup_error = |cause| Error::query(&lookup, cause);
+        let found = super::query(client, TABLES, &[&route.schema, &route.table])
             .await
             .map_err(lookup_error)?;
         let in_schema: Vec<_> = found
@@ -213,16 +203,7 @@ impl CatalogTable {
         };
         let oid: u32 = table.get(2);
 
-        let columns = client
-            .query_typed(
-                "select a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), \
-                        case when t.typtype = 'd' then t.typbasetype else a.atttypid end \
-                 from pg_catalog.pg_attribute a \
-                 join pg_catalog.pg_type t on t.oid = a.atttypid \
-                 where a.attrelid = $1 and a.attnum > 0 and not a.attisdropped \
-                 order by a.attnum",
-                &[(&oid, Type::OID)],
-            )
+        let columns = super::query(client, COLUMNS, &[&oid])
             .await
             .map_err(lookup_error)?;
         let columns = columns

@@ -10,9 +10,7 @@
 //! a role whose privileges it has), and that every such restrictive policy lets through; with no
 //! permissive policy, or only ones without a `using` condition, it sees none.
 
-use tokio_postgres::types::Type;
-
-use super::{describe, Database, Error, Result};
+use super::{Database, Error, Result};
 use crate::config::Route;
 
 /// The name the fix gives the policy it writes.
@@ -61,32 +59,34 @@ impl Visibility {
     }
 }
 
+/// The route's table: its oid, its name and the role's, quoted, and how row level security
+/// stands for the role.
+const TABLE: &str = "select c.oid, quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
+        quote_ident(current_user), c.relrowsecurity, c.relforcerowsecurity, \
+        row_security_active(c.oid::regclass), pg_has_role(current_user, c.relowner, 'USAGE') \
+    from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
+    where n.nspname = $1 and c.relname = $2";
+
+/// The policies for reading that apply to the role, as PostgreSQL picks them: (name,
+/// restrictive, condition).
+const POLICIES: &str = "select quote_ident(p.polname), not p.polpermissive, \
+        pg_catalog.pg_get_expr(p.polqual, p.polrelid) \
+    from pg_catalog.pg_policy p \
+    where p.polrelid = $1 and p.polcmd in ('r', '*') \
+      and exists (select from unnest(p.polroles) as r(oid) \
+                  where case when r.oid = 0 then true \
+                        else pg_has_role(current_user, r.oid, 'USAGE') end) \
+    order by p.polname";
+
 impl Database {
     /// What DATABASE_URL's role sees of the route's table under row level security.
     pub async fn visibility(&self, route: &Route) -> Result<Visibility> {
-        let failed = |cause: tokio_postgres::Error| Error::Query {
-            message: format!(
-                "could not read the row level security of table {}.{} (DATABASE_URL): {}",
-                route.schema,
-                route.table,
-                describe(&cause)
-            ),
-            cause,
-        };
-        let table = self
-            .client
-            .query_typed(
-                "select c.oid, \
-                        quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
-                        quote_ident(current_user), \
-                        c.relrowsecurity, c.relforcerowsecurity, \
-                        row_security_active(c.oid::regclass), \
-                        pg_has_role(current_user, c.relowner, 'USAGE') \
-                 from pg_catalog.pg_class c \
-                 join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
-                 where n.nspname = $1 and c.relname = $2",
-                &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
-            )
+        let what = format!(
+            "could not read the row level security of table {}.{} (DATABASE_URL)",
+            route.schema, route.table
+        );
+        let failed = |cause| Error::query(&what, cause);
+        let table = super::query(&self.client, TABLE, &[&route.schema, &route.table])
             .await
             .map_err(failed)?;
         let Some(table) = table.first() else {
@@ -105,20 +105,7 @@ impl Database {
                 format!("role {role} bypasses row level security (BYPASSRLS, or a superuser)")
             }));
         }
-        // The policies for reading that apply to the role, as PostgreSQL picks them.
-        let policies = self
-            .client
-            .query_typed(
-                "select quote_ident(p.polname), not p.polpermissive, \
-                        pg_catalog.pg_get_expr(p.polqual, p.polrelid) \
-                 from pg_catalog.pg_policy p \
-                 where p.polrelid = $1 and p.polcmd in ('r', '*') \
-                   and exists (select from unnest(p.polroles) as r(oid) \
-                               where case when r.oid = 0 then true \
-                                     else pg_has_role(current_user, r.oid, 'USAGE') end) \
-                 order by p.polname",
-                &[(&oid, Type::OID)],
-            )
+        let policies = super::query(&self.client, POLICIES, &[&oid])
             .await
             .map_err(failed)?;
         let policies: Vec<(String, bool, Option<String>)> = policies
@@ -141,13 +128,14 @@ fn judge(
         format!("create policy {POLICY} on {table} for select to {role} using (true);");
     let literally_true = |c: &str| c.trim().eq_ignore_ascii_case("true");
     // A permissive policy without a condition lets nothing through; a restrictive one, nothing
-    // out.
-    let permissive: Vec<(&String, &String)> = policies
+    // out: only those with a condition count.
+    let policies: Vec<(&String, bool, &String)> = policies
         .iter()
-        .filter(|(_, restrictive, _)| !restrictive)
-        .filter_map(|(name, _, condition)| condition.as_ref().map(|c| (name, c)))
+        .filter_map(|(name, restrictive, condition)| {
+            Some((name, *restrictive, condition.as_ref()?))
+        })
         .collect();
-    if permissive.is_empty() {
+    if policies.iter().all(|(_, restrictive, _)| *restrictive) {
         let on = if forced_on_owner {
             format!(
                 "row level security is forced on table {table}, which binds its owner {role} too,"
@@ -163,18 +151,14 @@ fn judge(
             fix: read_policy,
         });
     }
-    let opens = permissive.iter().find(|(_, c)| literally_true(c));
-    // The policies that may hide rows: a restrictive one with a condition, and without a
-    // permissive `true` every permissive one with a condition.
-    let narrowing: Vec<(&String, bool, &String)> = policies
+    let opens = policies.iter().find(|(_, r, c)| !r && literally_true(c));
+    // The policies that may hide rows: a restrictive one, and without a permissive `true` every
+    // permissive one.
+    let narrowing: Vec<&(&String, bool, &String)> = policies
         .iter()
-        .filter_map(|(name, restrictive, condition)| {
-            let condition = condition.as_ref()?;
-            let hides = !literally_true(condition) && (*restrictive || opens.is_none());
-            hides.then_some((name, *restrictive, condition))
-        })
+        .filter(|(_, restrictive, c)| !literally_true(c) && (*restrictive || opens.is_none()))
         .collect();
-    if let (Some((name, _)), true) = (opens, narrowing.is_empty()) {
+    if let (Some((name, ..)), true) = (opens, narrowing.is_empty()) {
         return Visibility::Every(format!(
             "policy {name} lets role {role} read them: using (true)"
         ));

@@ -6,13 +6,12 @@
 //! schedule, which is a setup too.
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use super::queue::triggers;
 use super::{Check, KICK_SECRET, KICK_TRIGGER_PREFIX};
 use crate::config::Config;
-use crate::db::{describe, quote_ident, quote_relation, Database};
+use crate::db::{describe, quote_ident, quote_relation, value, Database};
 
 pub(super) async fn checks(config: &Config, database: &Database, out: &mut Vec<Check>) {
     let client = database.client();
@@ -31,7 +30,7 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Vec<C
             continue;
         };
         kicked = true;
-        out.push(if found.enabled() {
+        out.push(if found.enabled {
             Check::pass(format!(
                 "{table}: trigger {trigger} asks GitHub to run the drain as rows arrive"
             ))
@@ -59,15 +58,8 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Vec<C
 
 /// Whether Vault holds the kick's secret, asked by name.
 async fn vault_secret(client: &Client) -> Check {
-    let vault = client
-        .query_typed(
-            "select pg_catalog.to_regclass('vault.secrets') is not null",
-            &[],
-        )
-        .await
-        .ok()
-        .and_then(|rows| rows.first().map(|row| row.get::<_, bool>(0)));
-    if vault != Some(true) {
+    let vault = "select pg_catalog.to_regclass('vault.secrets') is not null";
+    if value(client, vault, &[]).await.ok().flatten() != Some(true) {
         return Check::advise(
             format!(
                 "this database has no vault.secrets, so the kick's secret {KICK_SECRET} cannot \
@@ -78,14 +70,9 @@ async fn vault_secret(client: &Client) -> Check {
              token",
         );
     }
-    let found = client
-        .query_typed(
-            "select exists (select 1 from vault.secrets where name = $1::text)",
-            &[(&KICK_SECRET, Type::TEXT)],
-        )
-        .await;
-    match found {
-        Ok(rows) if rows.first().is_some_and(|row| row.get::<_, bool>(0)) => Check::pass(format!(
+    let found = "select exists (select 1 from vault.secrets where name = $1::text)";
+    match value(client, found, &[&KICK_SECRET]).await {
+        Ok(Some(true)) => Check::pass(format!(
             "Vault holds the kick's token (secret {KICK_SECRET}; its value not read)"
         )),
         Ok(_) => Check::fail(

@@ -1,9 +1,9 @@
 //! `rowbranch doctor`'s checks: config, secrets, the forge — with GitHub, the App's credentials
 //! or a token's, and for each route's repository what rowbranch needs there ([`github`]) — and
 //! with `DATABASE_URL`, that a server on another machine is reached with its certificate
-//! checked ([`transit`]), the queue's setup ([`queue`]) and its optional kick ([`kick`]), that
-//! each route fits its table ([`tables`]) and that row level security lets the role see its rows
-//! ([`row_security`]); and advice when webhook routes have no scheduled sweep. What it reads
+//! checked, the queue's setup ([`queue`]) and its optional kick ([`kick`]), that
+//! each route fits its table and that row level security lets the role see its rows
+//! ([`tables`]); and advice when webhook routes have no scheduled sweep. What it reads
 //! back from a workflow is in [`workflow`].
 
 use std::future::Future;
@@ -20,9 +20,7 @@ use crate::forge::Forge;
 mod github;
 mod kick;
 mod queue;
-mod row_security;
 mod tables;
-mod transit;
 pub mod workflow;
 
 // The names `rowbranch init` writes into the setup and doctor looks for there.
@@ -138,7 +136,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
     // One connection for every check that reads the database.
     let connect = (config.database_url.as_ref()).map(|url| Database::connect(url.expose()));
     let database = OptionFuture::from(connect).await;
-    transit::checks(config, &mut out);
+    tables::transit(config, &mut out);
     if config.reads_the_queue() {
         queue::checks(config, database.as_ref(), &mut out).await;
         if let (Some(Ok(database)), Some(_)) = (&database, config.forge.token()) {

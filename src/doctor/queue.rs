@@ -4,12 +4,11 @@
 //! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables.
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::Type;
 use tokio_postgres::Client;
 
 use super::Check;
 use crate::config::{Config, PgmqSettings, Route};
-use crate::db::{self, describe, queue, quote_ident, quote_relation, Database};
+use crate::db::{self, describe, query, queue, quote_ident, quote_relation, value, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
 
@@ -24,6 +23,65 @@ const RUN_SETUP: &str =
 /// What `pgmq.list_queues()` needs, which doctor calls with DATABASE_URL's role: it reads
 /// `pgmq.meta`, which pgmq lets only its owner and `pg_monitor` read.
 const LIST_GRANTS: &str = "grant usage on schema pgmq to ROLE; grant select on pgmq.meta to ROLE";
+
+/// The triggers of a table, and whether each calls `rowbranch.enqueue()`, as its owner.
+const TRIGGERS: &str = "select t.tgname::text, t.tgenabled in ('O', 'A'), t.tgtype, t.tgargs, \
+           pn.nspname = 'rowbranch' and p.proname = 'enqueue' and p.pronargs = 0, \
+           p.prosecdef, pg_catalog.pg_get_userbyid(p.proowner)::text \
+    from pg_catalog.pg_trigger as t \
+    join pg_catalog.pg_class as c on c.oid = t.tgrelid \
+    join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
+    join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
+    join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
+    where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal";
+
+/// The rights on the queues' tables that PUBLIC holds, or `anon` and `authenticated` hold by
+/// grant or inheritance: the holder in lowercase (as a revoke names it), and "HOLDER has RIGHTS
+/// on TABLE".
+const GRANTS: &str = "select lower(h.holder), h.holder || ' has ' \
+           || string_agg(distinct h.privilege, ', ') || ' on ' || c.oid::regclass::text \
+    from unnest($1::text[]) as wanted(name) \
+    join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
+    cross join lateral ( \
+      select 'PUBLIC'::text as holder, a.privilege_type::text as privilege \
+      from pg_catalog.aclexplode(c.relacl) as a where a.grantee = 0 union all \
+      select r.rolname::text, p.privilege \
+      from pg_catalog.pg_roles as r \
+      cross join unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) \
+        as p(privilege) \
+      where r.rolname in ('anon', 'authenticated') \
+        and pg_catalog.has_table_privilege(r.oid, c.oid, p.privilege) \
+    ) as h \
+    group by h.holder, c.oid order by h.holder, c.oid::regclass::text";
+
+/// Whether Supabase's `pgmq_public` schema ("Expose Queues via PostgREST") is there with a
+/// function `anon` or `authenticated` may execute. Its functions run as their caller, so they
+/// reach a queue only through rights on its tables.
+const PGMQ_PUBLIC: &str = "select exists ( \
+    select 1 from pg_catalog.pg_proc as p \
+    join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
+    join pg_catalog.pg_roles as r on r.rolname in ('anon', 'authenticated') \
+    where n.nspname = 'pgmq_public' \
+      and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))";
+
+/// Which (kind, object, privilege) the role ($4, or the current user) lacks.
+const MISSING: &str = "select w.privilege || ' on ' || w.object from \
+      unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privilege) \
+    cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
+    where not coalesce(case w.kind \
+      when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, w.privilege) \
+      when 'table' then pg_catalog.to_regclass(w.object) is not null \
+        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+      when 'column' then pg_catalog.to_regclass(w.object) is not null \
+        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
+      when 'functions' then not exists ( \
+        select 1 from pg_catalog.pg_proc as p \
+        join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
+        where n.nspname = 'pgmq' and p.proname = w.object \
+          and not pg_catalog.has_function_privilege(r.name, p.oid, w.privilege)) \
+      when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
+        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+    end, false)";
 
 pub(super) async fn checks(
     config: &Config,
@@ -102,7 +160,8 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>
 /// One trigger of a route's table, as the catalog holds it.
 pub(super) struct Trigger {
     pub(super) name: String,
-    enabled: String,
+    /// Whether it fires (`O`rigin and `A`lways; `R`eplica and `D`isabled do not).
+    pub(super) enabled: bool,
     /// `pg_trigger.tgtype`: bit 0 row-level, 1 BEFORE, 2 INSERT, 3 DELETE, 4 UPDATE.
     kind: i16,
     args: Vec<String>,
@@ -112,30 +171,11 @@ pub(super) struct Trigger {
     owner: String,
 }
 
-impl Trigger {
-    /// Whether it fires (`O`rigin and `A`lways; `R`eplica and `D`isabled do not).
-    pub(super) fn enabled(&self) -> bool {
-        matches!(self.enabled.as_str(), "O" | "A")
-    }
-}
-
 /// The triggers of `route`'s table, or a failed check that says they cannot be read. Found by
 /// name in the catalog, which every role may read: to_regprocedure would need USAGE on schema
 /// rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
 pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigger>, Check> {
-    let found = client
-        .query_typed(
-            "select t.tgname::text, t.tgenabled::text, t.tgtype, t.tgargs, \
-                    pn.nspname = 'rowbranch' and p.proname = 'enqueue' and p.pronargs = 0, \
-                    p.prosecdef, pg_catalog.pg_get_userbyid(p.proowner)::text \
-             from pg_catalog.pg_trigger as t \
-             join pg_catalog.pg_class as c on c.oid = t.tgrelid \
-             join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
-             join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
-             join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
-             where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal",
-            &[(&route.schema, Type::TEXT), (&route.table, Type::TEXT)],
-        )
+    let found = query(client, TRIGGERS, &[&route.schema, &route.table])
         .await
         .map_err(|e| {
             Check::fail(
@@ -185,37 +225,41 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         ));
         return;
     };
-    let mut wrong = Vec::new();
-    if !found.enabled() {
-        wrong.push("disabled".to_owned());
-    }
-    if found.kind & 1 == 0 {
-        wrong.push("statement-level, not per row".to_owned());
-    }
+    let (kind, takes) = (found.kind, |event| route.events.contains(&event));
     // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
     // is the INSERT's error.
-    if found.kind & (1 << 1) != 0 {
-        wrong.push("BEFORE, not AFTER, so every INSERT fails".to_owned());
-    }
-    if found.args.len() != 1 {
-        wrong.push(format!(
-            "given {} arguments, not the queue's name alone, so every INSERT fails",
-            found.args.len()
-        ));
-    }
-    for (event, bit, word) in [
-        (EventKind::Insert, 1 << 2, "INSERT"),
-        (EventKind::Update, 1 << 4, "UPDATE"),
-    ] {
-        if route.events.contains(&event) && found.kind & bit == 0 {
-            wrong.push(format!("not fired on {word}"));
-        }
-    }
-    if !found.security_definer {
-        wrong.push(format!(
-            "{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue"
-        ));
-    }
+    let wrong: Vec<String> = [
+        (!found.enabled, "disabled".to_owned()),
+        (kind & 1 == 0, "statement-level, not per row".to_owned()),
+        (
+            kind & 2 != 0,
+            "BEFORE, not AFTER, so every INSERT fails".to_owned(),
+        ),
+        (
+            found.args.len() != 1,
+            format!(
+                "given {} arguments, not the queue's name alone, so every INSERT fails",
+                found.args.len()
+            ),
+        ),
+        (
+            takes(EventKind::Insert) && kind & 4 == 0,
+            "not fired on INSERT".to_owned(),
+        ),
+        (
+            takes(EventKind::Update) && kind & 16 == 0,
+            "not fired on UPDATE".to_owned(),
+        ),
+        (
+            !found.security_definer,
+            format!(
+                "{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue"
+            ),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(bad, why)| bad.then_some(why))
+    .collect();
     if wrong.is_empty() {
         out.push(Check::pass(format!(
             "{what} ({}) sends each row, as {}",
@@ -231,7 +275,7 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     let q = queue::table('q', &pgmq.queue);
     let missing = missing_rights(
         client,
-        &found.owner,
+        Some(&found.owner),
         &[
             ("schema", "pgmq", "USAGE"),
             ("table", &q, "INSERT"),
@@ -242,12 +286,12 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         ],
     )
     .await;
-    match missing {
-        Ok(missing) if missing.is_empty() => out.push(Check::pass(format!(
+    out.push(match missing {
+        Ok(missing) if missing.is_empty() => Check::pass(format!(
             "{FUNCTION}'s owner {} may send to {}",
             found.owner, pgmq.queue
-        ))),
-        Ok(missing) => out.push(Check::fail(
+        )),
+        Ok(missing) => Check::fail(
             format!(
                 "{FUNCTION}'s owner {} lacks {}: every INSERT on {table} fails",
                 found.owner,
@@ -262,16 +306,9 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             } else {
                 format!("{RUN_SETUP} (it grants these), or grant them as the queue's owner")
             },
-        )),
-        Err(e) => out.push(Check::fail(
-            format!(
-                "the rights of {} cannot be read: {}",
-                found.owner,
-                describe(&e)
-            ),
-            "run doctor with a DATABASE_URL whose role can read the catalog",
-        )),
-    }
+        ),
+        Err(unreadable) => unreadable,
+    });
 }
 
 /// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and
@@ -292,46 +329,30 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
     let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
     let wanted = [
         ("schema", "pgmq", "USAGE"),
-        ("table", q.as_str(), "SELECT"),
-        ("table", &q, "INSERT"),
-        ("table", &q, "UPDATE"),
-        ("table", &q, "DELETE"),
-        ("table", &a, "SELECT"),
-        ("table", &a, "INSERT"),
-        ("table", &a, "DELETE"),
-        ("sequence", &sequence, "SELECT"),
-        ("table", &dq, "SELECT"),
-        ("table", &dq, "INSERT"),
-        ("table", &dq, "DELETE"),
+        ("table", &q, "SELECT INSERT UPDATE DELETE"),
         // pgmq.archive inserts into the archive with RETURNING (SELECT); old archived
         // messages are deleted from both archives.
-        ("table", &da, "SELECT"),
-        ("table", &da, "INSERT"),
-        ("table", &da, "DELETE"),
+        ("table", &a, "SELECT INSERT DELETE"),
+        ("sequence", &sequence, "SELECT"),
+        ("table", &dq, "SELECT INSERT DELETE"),
+        ("table", &da, "SELECT INSERT DELETE"),
         ("sequence", &dead_sequence, "SELECT"),
     ];
-    let user = "current_user";
-    match missing_rights(client, user, &wanted).await {
-        Ok(missing) if missing.is_empty() => out.push(Check::pass(format!(
+    out.push(match missing_rights(client, None, &wanted).await {
+        Ok(missing) if missing.is_empty() => Check::pass(format!(
             "DATABASE_URL's role may read, archive and dead-letter {} and {}",
             pgmq.queue, pgmq.dead_letter
-        ))),
-        Ok(missing) => out.push(Check::fail(
+        )),
+        Ok(missing) => Check::fail(
             format!("DATABASE_URL's role lacks {}", missing.join(", ")),
             format!(
                 "as the queues' owner: {LIST_GRANTS}; grant select, insert, update, delete on \
                  {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence}, {dead_sequence} to ROLE \
                  (ROLE being DATABASE_URL's user)"
             ),
-        )),
-        Err(e) => out.push(Check::fail(
-            format!(
-                "the rights of DATABASE_URL's role cannot be read: {}",
-                describe(&e)
-            ),
-            "check that DATABASE_URL's role can read the catalog",
-        )),
-    }
+        ),
+        Err(unreadable) => unreadable,
+    });
 }
 
 /// Whoever can write the queue can make the workflow work on any text: fails when `anon`,
@@ -342,28 +363,9 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
         .into_iter()
         .flat_map(|name| [queue::table('q', name), queue::table('a', name)])
         .collect();
-    let found = client
-        .query_typed(
-            "select h.holder, c.oid::regclass::text, \
-                    string_agg(distinct h.privilege, ', ')::text \
-             from unnest($1::text[]) as wanted(name) \
-             join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
-             cross join lateral ( \
-               select 'PUBLIC'::text as holder, a.privilege_type::text as privilege \
-               from pg_catalog.aclexplode(c.relacl) as a where a.grantee = 0 \
-               union all \
-               select r.rolname::text, p.privilege \
-               from pg_catalog.pg_roles as r \
-               cross join unnest(array['SELECT', 'INSERT', 'UPDATE', 'DELETE', 'TRUNCATE']) \
-                 as p(privilege) \
-               where r.rolname in ('anon', 'authenticated') \
-                 and pg_catalog.has_table_privilege(r.oid, c.oid, p.privilege) \
-             ) as h \
-             group by 1, 2 order by 1, 2",
-            &[(&tables, Type::TEXT_ARRAY)],
-        )
-        .await;
-    let exposed = pgmq_public_exposed(client).await;
+    let found = query(client, GRANTS, &[&tables]).await;
+    // Unknown (the catalog unreadable) counts as not exposed.
+    let exposed = value(client, PGMQ_PUBLIC, &[]).await.ok().flatten() == Some(true);
     match found {
         Ok(rows) if rows.is_empty() => out.push(Check::pass(if exposed {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables, so pgmq_public \
@@ -373,25 +375,10 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
         })),
         Ok(rows) => {
             // Only the roles that hold a right: a revoke naming a role that does not exist
-            // (authenticated, outside Supabase) fails whole.
-            let mut holders: Vec<String> = Vec::new();
-            for row in &rows {
-                let holder = row.get::<_, String>(0).to_lowercase();
-                if !holders.contains(&holder) {
-                    holders.push(holder);
-                }
-            }
-            let grants: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{} has {} on {}",
-                        r.get::<_, String>(0),
-                        r.get::<_, String>(2),
-                        r.get::<_, String>(1)
-                    )
-                })
-                .collect();
+            // (authenticated, outside Supabase) fails whole. The rows come by holder.
+            let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+            holders.dedup();
+            let grants: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
             out.push(Check::fail(
                 format!(
                     "the queue is open to the Data API's roles: {}{} (whoever holds the anon \
@@ -419,68 +406,33 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
     }
 }
 
-/// Whether Supabase's `pgmq_public` schema ("Expose Queues via PostgREST") is there with a
-/// function `anon` or `authenticated` may execute. Its functions run as their caller, so they
-/// reach a queue only through rights on its tables; false when it cannot be told.
-async fn pgmq_public_exposed(client: &Client) -> bool {
-    client
-        .query_typed(
-            "select exists ( \
-               select 1 from pg_catalog.pg_proc as p \
-               join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
-               join pg_catalog.pg_roles as r on r.rolname in ('anon', 'authenticated') \
-               where n.nspname = 'pgmq_public' \
-                 and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))",
-            &[],
-        )
-        .await
-        .ok()
-        .and_then(|rows| rows.first().map(|r| r.get::<_, bool>(0)))
-        .unwrap_or(false)
-}
-
 /// The sequence pgmq gives a queue's message ids.
 fn sequence(queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("q_{queue}_msg_id_seq")))
 }
 
-/// Which of `wanted` (kind, object, privilege) `role` lacks, as "INSERT on pgmq.q_x"; a missing
-/// object counts as lacking. `role` is a role name, or `current_user`.
+/// Which of `wanted` (kind, object, privileges separated by spaces) `role` (`None`: DATABASE_URL's
+/// own) lacks, as "INSERT on pgmq.q_x"; a missing object counts as lacking. A failed check when
+/// the catalog cannot be read.
 async fn missing_rights(
     client: &Client,
-    role: &str,
+    role: Option<&str>,
     wanted: &[(&str, &str, &str)],
-) -> Result<Vec<String>, tokio_postgres::Error> {
+) -> Result<Vec<String>, Check> {
+    let wanted: Vec<(&str, &str, &str)> = wanted
+        .iter()
+        .flat_map(|&(kind, object, rights)| rights.split(' ').map(move |p| (kind, object, p)))
+        .collect();
     let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
     let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
     let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
-    let role = (role != "current_user").then_some(role);
-    let rows = client
-        .query_typed(
-            "select w.privilege || ' on ' || w.object from \
-               unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privilege) \
-             cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
-             where not coalesce(case w.kind \
-               when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, w.privilege) \
-               when 'table' then pg_catalog.to_regclass(w.object) is not null \
-                 and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
-               when 'column' then pg_catalog.to_regclass(w.object) is not null \
-                 and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
-               when 'functions' then not exists ( \
-                 select 1 from pg_catalog.pg_proc as p \
-                 join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
-                 where n.nspname = 'pgmq' and p.proname = w.object \
-                   and not pg_catalog.has_function_privilege(r.name, p.oid, w.privilege)) \
-               when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
-                 and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
-             end, false)",
-            &[
-                (&kinds, Type::TEXT_ARRAY),
-                (&objects, Type::TEXT_ARRAY),
-                (&privileges, Type::TEXT_ARRAY),
-                (&role, Type::TEXT),
-            ],
+    let rows = query(client, MISSING, &[&kinds, &objects, &privileges, &role]).await;
+    let who = role.unwrap_or("DATABASE_URL's role");
+    let rows = rows.map_err(|e| {
+        Check::fail(
+            format!("the rights of {who} cannot be read: {}", describe(&e)),
+            "run doctor with a DATABASE_URL whose role can read the catalog",
         )
-        .await?;
+    })?;
     Ok(rows.iter().map(|r| r.get(0)).collect())
 }

@@ -3,10 +3,18 @@
 //! id or text column its table lacks would be refused row by row (`missing_column`): a failed
 //! check, as `serve` will not start with it. What only the sweep and `redo` need (the table in
 //! this database, its created column) is advice, unless `reconcile_every` schedules a sweep.
+//!
+//! And whether row level security lets DATABASE_URL's role see each route's rows. A role it
+//! hides every row from reads an empty table without an error, so the sweep, `redo` and
+//! `explain` would find nothing to do: a failed check, with the policy that fixes it.
+//!
+//! And whether DATABASE_URL checks the certificate of a server on another machine. Without it,
+//! whoever sits on the path can pose as the database, and the rows and queue messages rowbranch
+//! reads from it become work: a warning, with where Supabase's CA certificate comes from.
 
 use super::Check;
-use crate::config::Config;
-use crate::db::{Database, Error, Misfit};
+use crate::config::{Config, Route};
+use crate::db::{self, Database, Error, Misfit, Visibility};
 
 pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check>) {
     let sweeps = config.reconcile.every.is_some();
@@ -20,7 +28,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check
                 "{table} has the route's columns: {}",
                 columns.join(", ")
             )));
-            out.extend(super::row_security::check(rows, route).await);
+            out.extend(row_security(rows, route).await);
             continue;
         };
         let what = format!("{e:#}");
@@ -52,4 +60,48 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check
             ),
         });
     }
+}
+
+/// The check for `route`, or `None` when row level security is off for its table.
+async fn row_security(rows: &Database, route: &Route) -> Option<Check> {
+    let table = route.table_name();
+    Some(match rows.visibility(route).await {
+        Ok(Visibility::Off) => return None,
+        Ok(Visibility::Every(why)) => Check::pass(format!(
+            "{table}: row level security is on, and DATABASE_URL's role sees every row: {why}"
+        )),
+        Ok(Visibility::Filtered(filtered)) => Check::advise(filtered.what, filtered.fix),
+        Ok(Visibility::Blind(blind)) => Check::fail(
+            blind.what,
+            format!(
+                "{} -- as the table's owner (Supabase: the SQL editor); the sweep, redo and explain read the rows as this role",
+                blind.fix
+            ),
+        ),
+        Err(e) => Check::advise(
+            format!("{table}: {e:#}"),
+            "give DATABASE_URL's role access to the catalog (every role has it by default): a role that row level security hides the rows from would see none",
+        ),
+    })
+}
+
+/// Where Supabase documents its CA certificate and `verify-full`.
+const SUPABASE_SSL: &str = "https://supabase.com/docs/guides/platform/ssl-enforcement";
+
+pub fn transit(config: &Config, out: &mut Vec<Check>) {
+    let Some(url) = &config.database_url else {
+        return;
+    };
+    let Some(found) = db::unchecked(url.expose()) else {
+        return;
+    };
+    out.push(Check::advise(
+        format!(
+            "DATABASE_URL reaches {} with sslmode={}: {}; whoever can then pose as the database can read what rowbranch reads and give it rows and queue messages of their own, which become work",
+            found.host, found.sslmode, found.exposure
+        ),
+        format!(
+            "check the server's certificate: add sslmode=verify-full and sslrootcert=/path/to/ca.crt to DATABASE_URL (`?sslmode=verify-full&sslrootcert=…` in a URL, `sslmode=verify-full sslrootcert=…` among key=value pairs); rowbranch reads the CA as a PEM or DER file. Supabase's CA certificate: Dashboard → Database Settings → SSL Configuration → Download certificate ({SUPABASE_SSL}); a server whose certificate comes from a public CA takes sslrootcert=system"
+        ),
+    ));
 }
