@@ -84,10 +84,9 @@ pub enum TemplateFileError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}", path.display())]
-    Invalid { path: PathBuf, source: PayloadError },
+    /// The template's file, or where in the config it is.
     #[error("{origin}")]
-    InvalidText {
+    Invalid {
         origin: String,
         source: PayloadError,
     },
@@ -134,19 +133,14 @@ impl PayloadTemplate {
                 path: path.to_path_buf(),
                 source,
             })?;
-        PayloadTemplate::compile(source, path.display().to_string()).map_err(|source| {
-            TemplateFileError::Invalid {
-                path: path.to_path_buf(),
-                source,
-            }
-        })
+        PayloadTemplate::from_text(&source, &path.display().to_string())
     }
 
-    /// Compiles a template carried in the config itself (`payload_template_inline`); the
-    /// message names `origin`, and the line of a syntax error.
+    /// Compiles a template from its text (a file's, or one carried in the config itself,
+    /// `payload_template_inline`); the message names `origin`, and the line of a syntax error.
     pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
         PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
-            TemplateFileError::InvalidText {
+            TemplateFileError::Invalid {
                 origin: origin.to_owned(),
                 source,
             }

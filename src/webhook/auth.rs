@@ -51,45 +51,16 @@ const SVIX_TIMESTAMP: &str = "svix-timestamp";
 const SVIX_SIGNATURE: &str = "svix-signature";
 const HUB_SIGNATURE: &str = "x-hub-signature-256";
 
-/// A way of carrying a credential: the values `[webhook] accept` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    /// `Authorization: Bearer <secret>`, for a secret that does not start with `whsec_`.
-    Bearer,
-    /// `webhook-id`, `webhook-timestamp` and `webhook-signature` (or their `svix-` forms), for
-    /// a `whsec_` secret.
-    StandardWebhooks,
-    /// `X-Hub-Signature-256`, keyed with any secret's text.
-    HubSignature,
-}
-
-impl Scheme {
-    /// Every scheme: what `[webhook] accept` holds by default.
-    pub const ALL: [Scheme; 3] = [
-        Scheme::Bearer,
-        Scheme::StandardWebhooks,
-        Scheme::HubSignature,
-    ];
-
-    /// The name `[webhook] accept` gives it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Bearer => "bearer",
-            Scheme::StandardWebhooks => "standard-webhooks",
-            Scheme::HubSignature => "hub-signature",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Scheme> {
-        Scheme::ALL
-            .into_iter()
-            .find(|scheme| scheme.as_str() == name)
-    }
-}
-
-impl fmt::Display for Scheme {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::reason::named_set! {
+    /// A way of carrying a credential: the values `[webhook] accept` takes.
+    pub enum Scheme {
+        /// `Authorization: Bearer <secret>`, for a secret that does not start with `whsec_`.
+        Bearer => "bearer",
+        /// `webhook-id`, `webhook-timestamp` and `webhook-signature` (or their `svix-` forms),
+        /// for a `whsec_` secret.
+        StandardWebhooks => "standard-webhooks",
+        /// `X-Hub-Signature-256`, keyed with any secret's text.
+        HubSignature => "hub-signature",
     }
 }
 
@@ -227,29 +198,15 @@ pub enum Head {
     NeedsBody(Pending),
 }
 
-/// The credentials of a request as its headers judged them, for its body to finish: the
-/// signatures to check, and the refusals already made, in the order of
-/// [`WebhookSecrets::verify`].
+/// The credentials of a request as its headers judged them, for its body to finish, in the
+/// order of [`WebhookSecrets::verify`]: each a refusal already made, or a well-formed, fresh
+/// signature for the body to decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending(Vec<Judged>);
 
-/// One credential of a request, judged as far as its headers allow.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Judged {
-    Valid,
-    Refused(AuthError),
-    /// A well-formed, fresh signature, for the body to decide.
-    Signed(Signature),
-}
-
-impl From<Result<Signature, AuthError>> for Judged {
-    fn from(result: Result<Signature, AuthError>) -> Judged {
-        match result {
-            Ok(signature) => Judged::Signed(signature),
-            Err(error) => Judged::Refused(error),
-        }
-    }
-}
+/// One credential of a request, judged as far as its headers allow: valid whatever the body
+/// (`Ok(None)`), a signature for the body to decide, or refused.
+type Judged = Result<Option<Signature>, AuthError>;
 
 /// A signature's parts, read from its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,9 +230,9 @@ impl Pending {
         let mut refusal = None;
         for judged in &self.0 {
             let outcome = match judged {
-                Judged::Valid => Ok(()),
-                Judged::Refused(error) => Err(error.clone()),
-                Judged::Signed(signature) => secrets.check_signature(signature, body),
+                Ok(None) => Ok(()),
+                Ok(Some(signature)) => secrets.check_signature(signature, body),
+                Err(error) => Err(error.clone()),
             };
             match outcome {
                 Ok(()) => return Ok(()),
@@ -383,16 +340,13 @@ impl WebhookSecrets {
         .into_iter()
         .flatten()
         .collect();
-        if judged.contains(&Judged::Valid) {
+        if judged.contains(&Ok(None)) {
             return Head::Valid;
         }
-        if judged.iter().any(|j| matches!(j, Judged::Signed(_))) {
+        if judged.iter().any(|j| matches!(j, Ok(Some(_)))) {
             return Head::NeedsBody(Pending(judged));
         }
-        let refusal = judged.into_iter().find_map(|j| match j {
-            Judged::Refused(error) => Some(error),
-            _ => None,
-        });
+        let refusal = judged.into_iter().find_map(Result::err);
         Head::Refused(refusal.unwrap_or(AuthError::NoCredentials))
     }
 
@@ -444,35 +398,35 @@ impl WebhookSecrets {
                 }
             }
             match (bearer, signing_key) {
-                (true, _) => Ok(()),
+                (true, _) => Ok(None),
                 (false, true) => Err(AuthError::SigningKeyAsBearer),
                 (false, false) => Err(AuthError::BadBearer),
             }
         });
-        Some(match verdict {
-            Ok(()) => Judged::Valid,
-            Err(error) => Judged::Refused(error),
-        })
+        Some(verdict)
     }
 
     /// `X-Hub-Signature-256: sha256=<hex>`: its form from the header, its match with the body.
     fn judge_hub_signature(&self, headers: &HeaderMap) -> Option<Judged> {
         let value = header_str(headers, HUB_SIGNATURE)?;
-        Some(Judged::from(value.and_then(|value| {
+        Some(value.and_then(|value| {
             self.accepts(Scheme::HubSignature)?;
             let expected = parse_hub_signature(value).ok_or(AuthError::MalformedHubSignature)?;
-            Ok(Signature::Hub { expected })
-        })))
+            Ok(Some(Signature::Hub { expected }))
+        }))
     }
 
     /// Standard Webhooks, present as soon as `webhook-signature` (or `svix-signature`) is: the
     /// headers' form and the timestamp's freshness from the headers, the match with the body.
     fn judge_standard_webhooks(&self, headers: &HeaderMap, now: SystemTime) -> Option<Judged> {
         let signature = sw_header(headers, WEBHOOK_SIGNATURE, SVIX_SIGNATURE)?;
-        Some(Judged::from(signature.and_then(|signature| {
+        Some(signature.and_then(|signature| {
             self.accepts(Scheme::StandardWebhooks)?;
-            let id = required_sw_header(headers, WEBHOOK_ID, SVIX_ID)?;
-            let timestamp = required_sw_header(headers, WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
+            let required = |name, svix| {
+                sw_header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)))
+            };
+            let id = required(WEBHOOK_ID, SVIX_ID)?;
+            let timestamp = required(WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
             if !self.can_authenticate(Scheme::StandardWebhooks) {
                 return Err(AuthError::NoStandardWebhooksSecret);
             }
@@ -484,12 +438,12 @@ impl WebhookSecrets {
             if candidates.is_empty() {
                 return Err(AuthError::MalformedSignature);
             }
-            Ok(Signature::StandardWebhooks {
+            Ok(Some(Signature::StandardWebhooks {
                 id: id.to_owned(),
                 timestamp: timestamp.to_owned(),
                 candidates,
-            })
-        })))
+            }))
+        }))
     }
 
     /// Whether a well-formed signature matches `body` under some secret.
@@ -619,14 +573,6 @@ fn sw_header<'a>(
     header_str(headers, name).or_else(|| header_str(headers, svix))
 }
 
-fn required_sw_header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-    svix: &'static str,
-) -> Result<&'a str, AuthError> {
-    sw_header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)))
-}
-
 fn bearer_token(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
     // Secrets never contain whitespace, so trimming the token cannot make a wrong one right.
@@ -652,20 +598,15 @@ fn v1_signatures(header: &str) -> Vec<Vec<u8>> {
 
 fn check_timestamp(raw: &str, now: SystemTime) -> Result<(), AuthError> {
     let sent: i64 = raw.parse().map_err(|_| AuthError::BadTimestamp)?;
-    let now = unix_seconds(now);
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs() as i64);
     if sent.abs_diff(now) <= TIMESTAMP_TOLERANCE_SECS {
         Ok(())
     } else if sent < now {
         Err(AuthError::StaleTimestamp)
     } else {
         Err(AuthError::FutureTimestamp)
-    }
-}
-
-fn unix_seconds(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
     }
 }
 
