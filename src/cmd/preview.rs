@@ -42,7 +42,10 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         )
     })?;
     let payload = plan
-        .preview_payload()
+        .render(
+            "<default branch>",
+            "<head of the default branch when claimed>",
+        )
         .map_err(|e| refused(422, e.to_string()))?;
     let route = &plan.route;
     println!(

@@ -80,10 +80,7 @@ struct Entry {
 }
 
 /// A row's place in the pipeline: one of the rows, and its bytes.
-struct Room {
-    _row: OwnedSemaphorePermit,
-    _bytes: OwnedSemaphorePermit,
-}
+type Room = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 /// A delivery's place in a run.
 pub struct Submission {
@@ -249,11 +246,7 @@ impl Pipeline {
                 ),
             });
         };
-        let room = Room {
-            _row: row,
-            _bytes: held,
-        };
-        Ok(self.start(&mut runs, plan, start, room))
+        Ok(self.start(&mut runs, plan, start, (row, held)))
     }
 
     /// [`Pipeline::submit`] for a caller with no sender to answer 503 to, which waits its turn
@@ -263,10 +256,7 @@ impl Pipeline {
         let room = async {
             let row = Arc::clone(&self.rows).acquire_owned().await?;
             let bytes = Arc::clone(&self.bytes).acquire_many_owned(bytes).await?;
-            Ok::<_, tokio::sync::AcquireError>(Room {
-                _row: row,
-                _bytes: bytes,
-            })
+            Ok::<_, tokio::sync::AcquireError>((row, bytes))
         };
         let room = room
             .await

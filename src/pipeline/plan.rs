@@ -380,16 +380,8 @@ impl Plan {
         self.render(base.branch.as_str(), base.sha.as_str())
     }
 
-    /// The `client_payload` as `preview` shows it: the base, known only when the branch is
-    /// claimed, says where it will go.
-    pub fn preview_payload(&self) -> Result<Map<String, Value>, PayloadError> {
-        self.render(
-            "<default branch>",
-            "<head of the default branch when claimed>",
-        )
-    }
-
-    fn render(&self, base: &str, base_sha: &str) -> Result<Map<String, Value>, PayloadError> {
+    /// The `client_payload` on a base given by name (`preview`'s, which knows none).
+    pub fn render(&self, base: &str, base_sha: &str) -> Result<Map<String, Value>, PayloadError> {
         let record = serde_json::from_str(self.record.get()).unwrap_or_default();
         let route = &self.route;
         self.payload.render(&PayloadContext {

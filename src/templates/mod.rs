@@ -229,19 +229,14 @@ fn record_use(template: &minijinja::Template<'_, '_>) -> RecordUse {
     RecordUse::Columns(columns)
 }
 
-/// The length of the dispatch's request body as it is sent: compact JSON of the event type
-/// and the payload.
+/// The length of the dispatch's request body as it is sent, compact JSON:
+/// `{"event_type":…,"client_payload":…}`.
 fn dispatch_body_len(event_type: &str, payload: &Map<String, Value>) -> usize {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        event_type: &'a str,
-        client_payload: &'a Map<String, Value>,
+    let around = r#"{"event_type":,"client_payload":}"#.len();
+    match (serde_json::to_vec(event_type), serde_json::to_vec(payload)) {
+        (Ok(event_type), Ok(payload)) => around + event_type.len() + payload.len(),
+        _ => usize::MAX,
     }
-    serde_json::to_vec(&Body {
-        event_type,
-        client_payload: payload,
-    })
-    .map_or(usize::MAX, |body| body.len())
 }
 
 fn render_error(e: minijinja::Error) -> PayloadError {

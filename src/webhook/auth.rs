@@ -51,6 +51,16 @@ const SVIX_TIMESTAMP: &str = "svix-timestamp";
 const SVIX_SIGNATURE: &str = "svix-signature";
 const HUB_SIGNATURE: &str = "x-hub-signature-256";
 
+/// Each scheme with the header that carries it (and that header's other name), in the order a
+/// request's refusal is reported when none of its credentials is valid (Standard Webhooks,
+/// `X-Hub-Signature-256`, `Authorization`): a stray Authorization header next to a signature
+/// says less about what went wrong.
+const CARRIERS: [(Scheme, &str, &str); 3] = [
+    (Scheme::StandardWebhooks, WEBHOOK_SIGNATURE, SVIX_SIGNATURE),
+    (Scheme::HubSignature, HUB_SIGNATURE, HUB_SIGNATURE),
+    (Scheme::Bearer, "authorization", "authorization"),
+];
+
 crate::reason::named_set! {
     /// A way of carrying a credential: the values `[webhook] accept` takes.
     pub enum Scheme {
@@ -224,8 +234,7 @@ enum Signature {
 
 impl Pending {
     /// Whether the body makes a signature valid. When none does, the refusal is that of the
-    /// first credential in the order Standard Webhooks, `X-Hub-Signature-256`, `Authorization`,
-    /// since a stray Authorization header next to a signature says less about what went wrong.
+    /// first credential in [`CARRIERS`]' order.
     pub fn verify(&self, secrets: &WebhookSecrets, body: &[u8]) -> Result<(), AuthError> {
         let mut refusal = None;
         for judged in &self.0 {
@@ -332,14 +341,24 @@ impl WebhookSecrets {
     /// body is read. Nothing is judged here that the body could change; what is left for the
     /// body is in [`Head::NeedsBody`], so the credentials are judged once.
     pub fn judge_head(&self, headers: &HeaderMap, now: SystemTime) -> Head {
-        let judged: Vec<Judged> = [
-            self.judge_standard_webhooks(headers, now),
-            self.judge_hub_signature(headers),
-            self.judge_bearer(headers),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
+        let judged: Vec<Judged> = CARRIERS
+            .iter()
+            .filter_map(|&(scheme, name, alias)| {
+                let value = header(headers, name, alias)?;
+                Some(value.and_then(|value| {
+                    self.accepts(scheme)?;
+                    match scheme {
+                        Scheme::Bearer => self.judge_bearer(value),
+                        Scheme::HubSignature => parse_hub_signature(value)
+                            .map(|expected| Some(Signature::Hub { expected }))
+                            .ok_or(AuthError::MalformedHubSignature),
+                        Scheme::StandardWebhooks => {
+                            self.judge_standard_webhooks(headers, value, now)
+                        }
+                    }
+                }))
+            })
+            .collect();
         if judged.contains(&Ok(None)) {
             return Head::Valid;
         }
@@ -381,68 +400,53 @@ impl WebhookSecrets {
     /// `Authorization: Bearer <secret>`, wholly judged from the header. The scheme is matched
     /// case-insensitively, as HTTP auth schemes are (RFC 9110 §11.1); the token is matched
     /// exactly, against the secrets that are not signing keys.
-    fn judge_bearer(&self, headers: &HeaderMap) -> Option<Judged> {
-        let value = header_str(headers, AUTHORIZATION.as_str())?;
-        let verdict = value.and_then(|value| {
-            self.accepts(Scheme::Bearer)?;
-            let token = bearer_token(value).ok_or(AuthError::NotBearer)?;
-            let digest = Sha256::digest(token.as_bytes());
-            // Every secret is compared, so the timing says nothing of which one matched.
-            let (mut bearer, mut signing_key) = (false, false);
-            for secret in &self.secrets {
-                let equal = bool::from(secret.text_digest[..].ct_eq(&digest[..]));
-                if secret.whsec_key.is_some() {
-                    signing_key |= equal;
-                } else {
-                    bearer |= equal;
-                }
+    fn judge_bearer(&self, value: &str) -> Judged {
+        let token = bearer_token(value).ok_or(AuthError::NotBearer)?;
+        let digest = Sha256::digest(token.as_bytes());
+        // Every secret is compared, so the timing says nothing of which one matched.
+        let (mut bearer, mut signing_key) = (false, false);
+        for secret in &self.secrets {
+            let equal = bool::from(secret.text_digest[..].ct_eq(&digest[..]));
+            if secret.whsec_key.is_some() {
+                signing_key |= equal;
+            } else {
+                bearer |= equal;
             }
-            match (bearer, signing_key) {
-                (true, _) => Ok(None),
-                (false, true) => Err(AuthError::SigningKeyAsBearer),
-                (false, false) => Err(AuthError::BadBearer),
-            }
-        });
-        Some(verdict)
-    }
-
-    /// `X-Hub-Signature-256: sha256=<hex>`: its form from the header, its match with the body.
-    fn judge_hub_signature(&self, headers: &HeaderMap) -> Option<Judged> {
-        let value = header_str(headers, HUB_SIGNATURE)?;
-        Some(value.and_then(|value| {
-            self.accepts(Scheme::HubSignature)?;
-            let expected = parse_hub_signature(value).ok_or(AuthError::MalformedHubSignature)?;
-            Ok(Some(Signature::Hub { expected }))
-        }))
+        }
+        match (bearer, signing_key) {
+            (true, _) => Ok(None),
+            (false, true) => Err(AuthError::SigningKeyAsBearer),
+            (false, false) => Err(AuthError::BadBearer),
+        }
     }
 
     /// Standard Webhooks, present as soon as `webhook-signature` (or `svix-signature`) is: the
     /// headers' form and the timestamp's freshness from the headers, the match with the body.
-    fn judge_standard_webhooks(&self, headers: &HeaderMap, now: SystemTime) -> Option<Judged> {
-        let signature = sw_header(headers, WEBHOOK_SIGNATURE, SVIX_SIGNATURE)?;
-        Some(signature.and_then(|signature| {
-            self.accepts(Scheme::StandardWebhooks)?;
-            let required = |name, svix| {
-                sw_header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)))
-            };
-            let id = required(WEBHOOK_ID, SVIX_ID)?;
-            let timestamp = required(WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
-            if !self.can_authenticate(Scheme::StandardWebhooks) {
-                return Err(AuthError::NoStandardWebhooksSecret);
-            }
-            check_timestamp(timestamp, now)?;
-            if id.is_empty() || id.len() > MAX_ID_BYTES {
-                return Err(AuthError::MalformedId);
-            }
-            let candidates = v1_signatures(signature);
-            if candidates.is_empty() {
-                return Err(AuthError::MalformedSignature);
-            }
-            Ok(Some(Signature::StandardWebhooks {
-                id: id.to_owned(),
-                timestamp: timestamp.to_owned(),
-                candidates,
-            }))
+    fn judge_standard_webhooks(
+        &self,
+        headers: &HeaderMap,
+        signature: &str,
+        now: SystemTime,
+    ) -> Judged {
+        let required =
+            |name, svix| header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)));
+        let id = required(WEBHOOK_ID, SVIX_ID)?;
+        let timestamp = required(WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
+        if !self.can_authenticate(Scheme::StandardWebhooks) {
+            return Err(AuthError::NoStandardWebhooksSecret);
+        }
+        check_timestamp(timestamp, now)?;
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(AuthError::MalformedId);
+        }
+        let candidates = v1_signatures(signature);
+        if candidates.is_empty() {
+            return Err(AuthError::MalformedSignature);
+        }
+        Ok(Some(Signature::StandardWebhooks {
+            id: id.to_owned(),
+            timestamp: timestamp.to_owned(),
+            candidates,
         }))
     }
 
@@ -533,14 +537,9 @@ pub fn basic_password_matches(headers: &HeaderMap, password: &str) -> bool {
 /// Whether a request carries any of the credential headers at all: one that carries none is
 /// refused before its body is read.
 pub fn carries_credentials(headers: &HeaderMap) -> bool {
-    [
-        AUTHORIZATION.as_str(),
-        WEBHOOK_SIGNATURE,
-        SVIX_SIGNATURE,
-        HUB_SIGNATURE,
-    ]
-    .iter()
-    .any(|name| headers.contains_key(*name))
+    CARRIERS
+        .iter()
+        .any(|(_, name, alias)| headers.contains_key(*name) || headers.contains_key(*alias))
 }
 
 /// Drops the `v1,` that Supabase shows before a `whsec_` secret; any other secret is kept whole.
@@ -551,26 +550,21 @@ fn strip_display_version(raw: &str) -> &str {
     }
 }
 
-/// The header's first value as text, or `None` when the request has no such header.
-fn header_str<'a>(
+/// The first value of header `name`, else of `alias` (a Standard Webhooks header's Svix form),
+/// as text; `None` when the request has neither.
+fn header<'a>(
     headers: &'a HeaderMap,
     name: &'static str,
+    alias: &'static str,
 ) -> Option<Result<&'a str, AuthError>> {
-    let value = headers.get(name)?;
+    let (name, value) = [name, alias]
+        .into_iter()
+        .find_map(|name| Some((name, headers.get(name)?)))?;
     Some(
         value
             .to_str()
             .map_err(|_| AuthError::UnreadableHeader(name)),
     )
-}
-
-/// A Standard Webhooks header: `name`'s first value, else that of its Svix form `svix`.
-fn sw_header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-    svix: &'static str,
-) -> Option<Result<&'a str, AuthError>> {
-    header_str(headers, name).or_else(|| header_str(headers, svix))
 }
 
 fn bearer_token(value: &str) -> Option<&str> {
