@@ -1,41 +1,15 @@
 //! A database change as rowbranch sees it, whichever way it arrived: the kind of event, the
 //! table, and the row.
 
-use std::fmt;
-
 use serde_json::value::RawValue;
 
-/// The kinds of database event a webhook body can carry (Supabase's `type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    Insert,
-    Update,
-    Delete,
-}
-
-impl EventKind {
-    /// The kind named `text` exactly as Supabase writes it (`INSERT`, `UPDATE`, `DELETE`).
-    pub fn parse(text: &str) -> Option<EventKind> {
-        match text {
-            "INSERT" => Some(EventKind::Insert),
-            "UPDATE" => Some(EventKind::Update),
-            "DELETE" => Some(EventKind::Delete),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Insert => "INSERT",
-            EventKind::Update => "UPDATE",
-            EventKind::Delete => "DELETE",
-        }
-    }
-}
-
-impl fmt::Display for EventKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::reason::named_set! {
+    /// The kinds of database event a webhook body can carry (Supabase's `type`, written as
+    /// Supabase writes it).
+    pub enum EventKind {
+        Insert => "INSERT",
+        Update => "UPDATE",
+        Delete => "DELETE",
     }
 }
 

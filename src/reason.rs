@@ -2,114 +2,100 @@
 //! set of machine-readable reasons, each with the one string that answers, log lines, the status
 //! page, dead letters, the sweep's summary and metric labels write for it.
 
-use std::fmt;
+/// A closed set of names: an enum whose every value has the one text that answers, log lines,
+/// the config file and metric labels write for it, with `ALL`, `as_str`, `parse` (that text,
+/// exactly) and `Display`.
+macro_rules! named_set {
+    ($(#[$meta:meta])* pub enum $name:ident {
+        $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name {
+            $($(#[$variant_meta])* $variant,)+
+        }
 
-/// A reason, from a fixed set (SPEC §3 and §5).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Reason {
-    // A duplicate (200): the row is handled, or being handled.
-    /// A branch of the row exists.
-    BranchExists,
-    /// A pull request from the row's branch exists, in any state.
-    PullRequest,
-    /// Another delivery claimed the branch first.
-    ClaimTaken,
-    /// Joined a run of the row already under way in this process.
-    InFlight,
+        impl $name {
+            /// Every value, in the order declared.
+            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
 
-    // Ignored (200): no work for rowbranch here.
-    /// No route for the schema and table.
-    NoRoute,
-    /// An event type the route does not take.
-    Event,
-    /// A webhook delivery for a route that reads the queue.
-    PgmqIntake,
-    /// A queue message for a route that takes webhooks.
-    WebhookIntake,
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
 
-    // Refused before a row is known.
-    /// Not `application/json` (415).
-    ContentType,
-    /// A body larger than `max_body_bytes` (413).
-    TooLarge,
-    /// Missing or wrong credentials (401).
-    Unauthorized,
-    /// The body did not arrive within `read_timeout_ms` (408).
-    TimedOut,
-    /// Not JSON, or not the Supabase shape (400; a queue message's dead letter).
-    Malformed,
+            /// The value whose text is `text`, exactly.
+            pub fn parse(text: &str) -> Option<$name> {
+                $name::ALL.iter().copied().find(|value| value.as_str() == text)
+            }
+        }
 
-    // Refused with the row in hand.
-    /// The row's id is not usable: null, an object, unsafe characters (422).
-    BadId,
-    /// The record lacks a column the route names: the route does not fit the table (422).
-    MissingColumn,
-    /// GitHub refused the dispatch, or the payload cannot be sent (422).
-    PayloadRefused,
-    /// The forge is unavailable or rate limited past the retry budget (503).
-    Unavailable,
-    /// `queue_capacity` rows are waiting already (503).
-    QueueFull,
-    /// The rows waiting hold `queue_bytes` already, or would with this one (503).
-    QueueBytesFull,
-    /// The process began shutting down before the row was claimed (503).
-    Abandoned,
-    /// A bug; the log holds the error chain (500).
-    Internal,
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use named_set;
+
+named_set! {
+    /// A reason, from a fixed set (SPEC §3 and §5).
+    pub enum Reason {
+        // A duplicate (200): the row is handled, or being handled.
+        /// A branch of the row exists.
+        BranchExists => "branch_exists",
+        /// A pull request from the row's branch exists, in any state.
+        PullRequest => "pull_request",
+        /// Another delivery claimed the branch first.
+        ClaimTaken => "claim_taken",
+        /// Joined a run of the row already under way in this process.
+        InFlight => "in_flight",
+
+        // Ignored (200): no work for rowbranch here.
+        /// No route for the schema and table.
+        NoRoute => "no_route",
+        /// An event type the route does not take.
+        Event => "event",
+        /// A webhook delivery for a route that reads the queue.
+        PgmqIntake => "pgmq_intake",
+        /// A queue message for a route that takes webhooks.
+        WebhookIntake => "webhook_intake",
+
+        // Refused before a row is known.
+        /// Not `application/json` (415).
+        ContentType => "content_type",
+        /// A body larger than `max_body_bytes` (413).
+        TooLarge => "too_large",
+        /// Missing or wrong credentials (401).
+        Unauthorized => "unauthorized",
+        /// The body did not arrive within `read_timeout_ms` (408).
+        TimedOut => "timed_out",
+        /// Not JSON, or not the Supabase shape (400; a queue message's dead letter).
+        Malformed => "malformed",
+
+        // Refused with the row in hand.
+        /// The row's id is not usable: null, an object, unsafe characters (422).
+        BadId => "bad_id",
+        /// The record lacks a column the route names: the route does not fit the table (422).
+        MissingColumn => "missing_column",
+        /// GitHub refused the dispatch, or the payload cannot be sent (422).
+        PayloadRefused => "payload_refused",
+        /// The forge is unavailable or rate limited past the retry budget (503).
+        Unavailable => "unavailable",
+        /// `queue_capacity` rows are waiting already (503).
+        QueueFull => "queue_full",
+        /// The rows waiting hold `queue_bytes` already, or would with this one (503).
+        QueueBytesFull => "queue_bytes_full",
+        /// The process began shutting down before the row was claimed (503).
+        Abandoned => "abandoned",
+        /// A bug; the log holds the error chain (500).
+        Internal => "internal",
+    }
 }
 
 impl Reason {
-    /// Every reason, in the order above.
-    pub const ALL: [Reason; 21] = [
-        Reason::BranchExists,
-        Reason::PullRequest,
-        Reason::ClaimTaken,
-        Reason::InFlight,
-        Reason::NoRoute,
-        Reason::Event,
-        Reason::PgmqIntake,
-        Reason::WebhookIntake,
-        Reason::ContentType,
-        Reason::TooLarge,
-        Reason::Unauthorized,
-        Reason::TimedOut,
-        Reason::Malformed,
-        Reason::BadId,
-        Reason::MissingColumn,
-        Reason::PayloadRefused,
-        Reason::Unavailable,
-        Reason::QueueFull,
-        Reason::QueueBytesFull,
-        Reason::Abandoned,
-        Reason::Internal,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Reason::BranchExists => "branch_exists",
-            Reason::PullRequest => "pull_request",
-            Reason::ClaimTaken => "claim_taken",
-            Reason::InFlight => "in_flight",
-            Reason::NoRoute => "no_route",
-            Reason::Event => "event",
-            Reason::PgmqIntake => "pgmq_intake",
-            Reason::WebhookIntake => "webhook_intake",
-            Reason::ContentType => "content_type",
-            Reason::TooLarge => "too_large",
-            Reason::Unauthorized => "unauthorized",
-            Reason::TimedOut => "timed_out",
-            Reason::Malformed => "malformed",
-            Reason::BadId => "bad_id",
-            Reason::MissingColumn => "missing_column",
-            Reason::PayloadRefused => "payload_refused",
-            Reason::Unavailable => "unavailable",
-            Reason::QueueFull => "queue_full",
-            Reason::QueueBytesFull => "queue_bytes_full",
-            Reason::Abandoned => "abandoned",
-            Reason::Internal => "internal",
-        }
-    }
-
     /// Whether it turns a delivery away before any row is known (its content type, size,
     /// credentials or shape): such refusals are logged at most once a minute per reason, since
     /// anyone who can reach the port can make them.
@@ -122,12 +108,6 @@ impl Reason {
                 | Reason::TimedOut
                 | Reason::Malformed
         )
-    }
-}
-
-impl fmt::Display for Reason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 

@@ -54,20 +54,6 @@ impl Shutdown {
         // The sender lives in `self`, so the channel cannot close while this waits.
         let _ = seen.wait_for(Option::is_some).await;
     }
-
-    /// Waits until the grace has run out (never, before the shutdown begins).
-    pub async fn expired(&self) {
-        self.begun().await;
-        if let Some(deadline) = self.deadline() {
-            tokio::time::sleep_until(deadline).await;
-        }
-    }
-
-    /// The time left of the grace: `None` before the shutdown begins.
-    pub fn remaining(&self) -> Option<Duration> {
-        self.deadline()
-            .map(|deadline| deadline.saturating_duration_since(Instant::now()))
-    }
 }
 
 #[cfg(test)]
@@ -78,7 +64,7 @@ mod tests {
     async fn the_grace_counts_from_the_first_begin() {
         let shutdown = Shutdown::new();
         assert!(!shutdown.is_draining());
-        assert_eq!(shutdown.remaining(), None);
+        assert_eq!(shutdown.deadline(), None);
         let waiter = {
             let shutdown = shutdown.clone();
             tokio::spawn(async move { shutdown.begun().await })
@@ -87,10 +73,10 @@ mod tests {
         assert!(!waiter.is_finished());
         shutdown.begin(Duration::from_secs(20));
         waiter.await.unwrap();
+        let deadline = shutdown.deadline().expect("begun");
         tokio::time::sleep(Duration::from_secs(5)).await;
         shutdown.begin(Duration::from_secs(60));
-        assert_eq!(shutdown.remaining(), Some(Duration::from_secs(15)));
-        shutdown.expired().await;
-        assert_eq!(shutdown.remaining(), Some(Duration::ZERO));
+        assert_eq!(shutdown.deadline(), Some(deadline));
+        assert_eq!(deadline - Instant::now(), Duration::from_secs(15));
     }
 }

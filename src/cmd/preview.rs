@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
-use crate::pipeline::Planned;
+use crate::reason::Reason;
 use crate::startup;
 use crate::webhook::payload;
 
@@ -24,18 +24,28 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         ))
     };
     let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
-    let planned = routes
-        .plan(event)
-        .map_err(|e| refused(if e.is_malformed() { 400 } else { 422 }, e.to_string()))?;
-    let plan = match planned {
-        Planned::Ignored(why) => {
+    let compiled = match routes.route(false, &event) {
+        Ok(compiled) => compiled,
+        Err(why) => {
             println!("the webhook would answer 200 ignored: {why}");
             return Ok(());
         }
-        Planned::Run(plan) => plan,
     };
+    let plan = compiled.plan_json(&event.record).map_err(|e| {
+        refused(
+            if e.reason() == Reason::Malformed {
+                400
+            } else {
+                422
+            },
+            e.to_string(),
+        )
+    })?;
     let payload = plan
-        .preview_payload()
+        .render(
+            "<default branch>",
+            "<head of the default branch when claimed>",
+        )
         .map_err(|e| refused(422, e.to_string()))?;
     let route = &plan.route;
     println!(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Map, Value};
+use serde_json::json;
 
 use crate::identity::{BranchName, RepoName, RowId};
 use crate::pipeline::{DuplicateReason, Ignored, Outcome, RunError};
@@ -31,28 +31,52 @@ pub enum Answer {
     Ignored(Ignored),
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
-    BadRequest(String),
-    /// The body did not arrive within `read_timeout_ms`; the connection is closed.
-    TimedOut(Duration),
-    Unauthorized,
-    TooLarge(usize),
-    UnsupportedMediaType,
-    /// The row cannot be run as it is: `bad_id`, `missing_column` or `payload_refused`.
-    Unprocessable {
+    /// Not done, for `reason`, which gives the status ([`Answer::status`]); `retry_after` for
+    /// a 503, which is safe to retry.
+    Refused {
         reason: Reason,
         message: String,
-    },
-    Internal,
-    /// Safe to retry: `unavailable` (the forge), `queue_full`, `queue_bytes_full` or
-    /// `abandoned`.
-    Unavailable {
-        reason: Reason,
-        message: String,
-        retry_after: Duration,
+        retry_after: Option<Duration>,
     },
 }
 
 impl Answer {
+    /// A refusal that sending the same again will not mend.
+    pub fn refused(reason: Reason, message: impl Into<String>) -> Answer {
+        Answer::Refused {
+            reason,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A 503, safe to retry after `retry_after`: `unavailable` (the forge), `queue_full`,
+    /// `queue_bytes_full` or `abandoned`.
+    pub fn unavailable(reason: Reason, message: &str, retry_after: Duration) -> Answer {
+        let secs = retry_after.as_secs().max(1);
+        let message = if reason == Reason::QueueBytesFull {
+            format!(
+                "the rows waiting hold as much memory as they may ({message}); nothing is \
+                 claimed; retry after {secs} s"
+            )
+        } else {
+            format!(
+                "the forge is unavailable ({message}); nothing is left claimed; retry after \
+                 {secs} s"
+            )
+        };
+        Answer::Refused {
+            reason,
+            message,
+            retry_after: Some(retry_after),
+        }
+    }
+
+    /// A bug: the log holds the error chain, and the caller learns nothing more.
+    pub fn internal() -> Answer {
+        Answer::refused(Reason::Internal, "internal error")
+    }
+
     /// The answer for a finished run of `row`.
     pub fn from_run(row: RowRef, result: Result<Outcome, RunError>) -> Answer {
         match result {
@@ -64,55 +88,54 @@ impl Answer {
                 message,
                 retry_after,
                 fallback,
-            }) => Answer::Unavailable {
-                reason: Reason::Unavailable,
-                message,
-                retry_after: retry_after.unwrap_or(fallback),
-            },
-            Err(RunError::Refused(message)) => Answer::Unprocessable {
-                reason: Reason::PayloadRefused,
-                message,
-            },
-            Err(e @ RunError::Abandoned) => Answer::Unavailable {
-                reason: Reason::Abandoned,
-                message: e.to_string(),
-                retry_after: ABANDONED_RETRY_AFTER,
-            },
-            // Logged with its chain where the run ended; the caller learns nothing more.
-            Err(RunError::Internal(_)) => Answer::Internal,
+            }) => Answer::unavailable(
+                Reason::Unavailable,
+                &message,
+                retry_after.unwrap_or(fallback),
+            ),
+            Err(RunError::Refused(message)) => Answer::refused(Reason::PayloadRefused, message),
+            Err(e @ RunError::Abandoned) => {
+                Answer::unavailable(Reason::Abandoned, &e.to_string(), ABANDONED_RETRY_AFTER)
+            }
+            // Logged with its chain where the run ended.
+            Err(RunError::Internal(_)) => Answer::internal(),
         }
     }
 
+    /// SPEC §3's table: a refusal's status follows from its reason.
     pub fn status(&self) -> StatusCode {
-        match self {
-            Answer::Dispatched(_) | Answer::Duplicate(..) | Answer::Ignored(_) => StatusCode::OK,
-            Answer::Accepted(..) => StatusCode::ACCEPTED,
-            Answer::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Answer::TimedOut(_) => StatusCode::REQUEST_TIMEOUT,
-            Answer::Unauthorized => StatusCode::UNAUTHORIZED,
-            Answer::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Answer::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Answer::Unprocessable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            Answer::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            Answer::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        let reason = match self {
+            Answer::Accepted(..) => return StatusCode::ACCEPTED,
+            Answer::Refused { reason, .. } => reason,
+            _ => return StatusCode::OK,
+        };
+        match reason {
+            Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
+            Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
+            Reason::Malformed => StatusCode::BAD_REQUEST,
+            Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            Reason::Unavailable
+            | Reason::QueueFull
+            | Reason::QueueBytesFull
+            | Reason::Abandoned => StatusCode::SERVICE_UNAVAILABLE,
+            // `internal`; a duplicate's or an ignored event's reason is no refusal's.
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// Why the delivery was not simply dispatched (or accepted): what the log line and the
     /// status page say.
     pub fn reason(&self) -> Option<Reason> {
-        Some(match self {
-            Answer::Dispatched(_) | Answer::Accepted(..) => return None,
-            Answer::Duplicate(_, reason) => Reason::from(*reason),
-            Answer::Ignored(why) => why.reason(),
-            Answer::BadRequest(_) => Reason::Malformed,
-            Answer::TimedOut(_) => Reason::TimedOut,
-            Answer::Unauthorized => Reason::Unauthorized,
-            Answer::TooLarge(_) => Reason::TooLarge,
-            Answer::UnsupportedMediaType => Reason::ContentType,
-            Answer::Unprocessable { reason, .. } | Answer::Unavailable { reason, .. } => *reason,
-            Answer::Internal => Reason::Internal,
-        })
+        match self {
+            Answer::Dispatched(_) | Answer::Accepted(..) => None,
+            Answer::Duplicate(_, reason) => Some(Reason::from(*reason)),
+            Answer::Ignored(why) => Some(why.reason()),
+            Answer::Refused { reason, .. } => Some(*reason),
+        }
     }
 
     /// The body's `reason`, which `rowbranch_deliveries_total` counts by too: a duplicate's, an
@@ -121,12 +144,8 @@ impl Answer {
     /// the log.
     pub fn body_reason(&self) -> Option<Reason> {
         match self {
-            Answer::Duplicate(..) | Answer::Ignored(_) => self.reason(),
-            Answer::Unprocessable {
-                reason: reason @ Reason::MissingColumn,
-                ..
-            } => Some(*reason),
-            _ => None,
+            Answer::Refused { reason, .. } if *reason != Reason::MissingColumn => None,
+            _ => self.reason(),
         }
     }
 
@@ -147,7 +166,7 @@ impl Answer {
             Answer::Duplicate(..) => "duplicate",
             Answer::Ignored(_) => "ignored",
             Answer::Accepted(..) => "accepted",
-            _ => "error",
+            Answer::Refused { .. } => "error",
         }
     }
 
@@ -179,55 +198,28 @@ impl Answer {
                 row.id,
                 waited.as_millis()
             ),
-            Answer::BadRequest(why) | Answer::Unprocessable { message: why, .. } => why.clone(),
-            Answer::TimedOut(limit) => format!(
-                "the body did not arrive within read_timeout_ms ({} ms)",
-                limit.as_millis()
-            ),
-            Answer::Unauthorized => "missing or wrong credentials".into(),
-            Answer::TooLarge(max) => {
-                format!("the body is larger than max_body_bytes ({max} bytes)")
-            }
-            Answer::UnsupportedMediaType => "Content-Type must be application/json".into(),
-            Answer::Internal => "internal error".into(),
-            Answer::Unavailable {
-                reason: Reason::QueueBytesFull,
-                message,
-                retry_after,
-            } => format!(
-                "the rows waiting hold as much memory as they may ({message}); nothing is \
-                 claimed; retry after {} s",
-                retry_after.as_secs().max(1)
-            ),
-            Answer::Unavailable {
-                message,
-                retry_after,
-                ..
-            } => format!(
-                "the forge is unavailable ({message}); nothing is left claimed; retry after {} s",
-                retry_after.as_secs().max(1)
-            ),
+            Answer::Refused { message, .. } => message.clone(),
         }
     }
 }
 
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
-        let mut body = Map::new();
-        body.insert("outcome".into(), json!(self.outcome()));
-        body.insert("message".into(), json!(self.message()));
-        if let Answer::Dispatched(row) | Answer::Duplicate(row, _) | Answer::Accepted(row, _) =
-            &self
-        {
-            body.insert("id".into(), json!(row.id.as_str()));
-            body.insert("branch".into(), json!(row.branch.as_str()));
-            body.insert("repo".into(), json!(row.repo.to_string()));
+        let mut body = json!({"outcome": self.outcome(), "message": self.message()});
+        if let Some(row) = self.row() {
+            body["id"] = json!(row.id.as_str());
+            body["branch"] = json!(row.branch.as_str());
+            body["repo"] = json!(row.repo.to_string());
         }
         if let Some(reason) = self.body_reason() {
-            body.insert("reason".into(), json!(reason.as_str()));
+            body["reason"] = json!(reason.as_str());
         }
-        let mut response = (self.status(), Json(Value::Object(body))).into_response();
-        if let Answer::Unavailable { retry_after, .. } = &self {
+        let mut response = (self.status(), Json(body)).into_response();
+        if let Answer::Refused {
+            retry_after: Some(retry_after),
+            ..
+        } = &self
+        {
             let secs = retry_after.as_secs().max(1);
             response
                 .headers_mut()
@@ -289,18 +281,19 @@ mod tests {
                 route: route("pgmq"),
             }),
             Answer::Accepted(row(), second),
-            Answer::BadRequest("not JSON".into()),
-            Answer::TimedOut(second),
-            Answer::Unauthorized,
-            Answer::TooLarge(1),
-            Answer::UnsupportedMediaType,
-            Answer::Internal,
+            Answer::internal(),
         ];
-        for reason in [Reason::BadId, Reason::MissingColumn, Reason::PayloadRefused] {
-            answers.push(Answer::Unprocessable {
-                reason,
-                message: "refused".into(),
-            });
+        for reason in [
+            Reason::ContentType,
+            Reason::TooLarge,
+            Reason::Unauthorized,
+            Reason::TimedOut,
+            Reason::Malformed,
+            Reason::BadId,
+            Reason::MissingColumn,
+            Reason::PayloadRefused,
+        ] {
+            answers.push(Answer::refused(reason, "refused"));
         }
         for reason in [
             Reason::Unavailable,
@@ -308,11 +301,7 @@ mod tests {
             Reason::QueueBytesFull,
             Reason::Abandoned,
         ] {
-            answers.push(Answer::Unavailable {
-                reason,
-                message: "down".into(),
-                retry_after: second,
-            });
+            answers.push(Answer::unavailable(reason, "down", second));
         }
         for reason in [
             DuplicateReason::BranchExists,
@@ -338,14 +327,7 @@ mod tests {
                 | Answer::Ignored(Ignored::Event { .. })
                 | Answer::Ignored(Ignored::OtherIntake { .. })
                 | Answer::Accepted(..)
-                | Answer::BadRequest(_)
-                | Answer::TimedOut(_)
-                | Answer::Unauthorized
-                | Answer::TooLarge(_)
-                | Answer::UnsupportedMediaType
-                | Answer::Unprocessable { .. }
-                | Answer::Internal
-                | Answer::Unavailable { .. } => {}
+                | Answer::Refused { .. } => {}
             }
         }
         answers

@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::db::Reachability;
 use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
-use crate::pipeline::{Pipeline, PlanError, Routes, Start};
+use crate::pipeline::{Pipeline, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::webhook::{auth, payload};
@@ -207,7 +207,10 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivered, Refuse
         }
     };
     let decided = tokio::spawn(async move { decide(&app, delivery).await });
-    decided.await.unwrap_or(Answer::Internal).into_response()
+    decided
+        .await
+        .unwrap_or_else(|_| Answer::internal())
+        .into_response()
 }
 
 /// A delivery whose content type, size and credentials were accepted and whose body is the
@@ -254,43 +257,52 @@ impl FromRequest<Arc<App>> for Delivered {
             kind,
         };
         let webhook = &app.config.webhook;
+        let unauthorized = || Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
+        let too_large = || {
+            let max = webhook.max_body_bytes;
+            let message = format!("the body is larger than max_body_bytes ({max} bytes)");
+            Answer::refused(Reason::TooLarge, message)
+        };
         if !is_json(headers) {
-            return Err(refuse(Answer::UnsupportedMediaType, None));
+            let message = "Content-Type must be application/json";
+            return Err(refuse(Answer::refused(Reason::ContentType, message), None));
         }
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
-            return Err(refuse(Answer::TooLarge(webhook.max_body_bytes), None));
+            return Err(refuse(too_large(), None));
         }
         let pending = match &webhook.secrets {
             Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
-                auth::Head::Refused(why) => {
-                    return Err(refuse(Answer::Unauthorized, Some(why.kind())))
-                }
+                auth::Head::Refused(why) => return Err(refuse(unauthorized(), Some(why.kind()))),
                 auth::Head::Valid => None,
                 auth::Head::NeedsBody(pending) => Some((secrets, pending)),
             },
             None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
-            None => return Err(refuse(Answer::Unauthorized, Some("missing"))),
+            None => return Err(refuse(unauthorized(), Some("missing"))),
         };
         let read =
             tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes));
         let bytes = match read.await {
             Ok(Ok(bytes)) => bytes,
-            Ok(Err(e)) if is_too_large(&e) => {
-                return Err(refuse(Answer::TooLarge(webhook.max_body_bytes), None))
-            }
+            Ok(Err(e)) if is_too_large(&e) => return Err(refuse(too_large(), None)),
             Ok(Err(_)) => {
-                let cut = Answer::BadRequest("the body was cut off before its end".into());
+                let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
                 return Err(refuse(cut, None));
             }
-            Err(_) => return Err(refuse(Answer::TimedOut(webhook.read_timeout), None)),
+            Err(_) => {
+                let message = format!(
+                    "the body did not arrive within read_timeout_ms ({} ms)",
+                    webhook.read_timeout.as_millis()
+                );
+                return Err(refuse(Answer::refused(Reason::TimedOut, message), None));
+            }
         };
         if let Some((secrets, pending)) = pending {
             if let Err(why) = pending.verify(secrets, &bytes) {
-                return Err(refuse(Answer::Unauthorized, Some(why.kind())));
+                return Err(refuse(unauthorized(), Some(why.kind())));
             }
         }
         match payload::parse(&bytes) {
@@ -299,7 +311,10 @@ impl FromRequest<Arc<App>> for Delivered {
                 start,
                 event,
             }),
-            Err(e) => Err(refuse(Answer::BadRequest(e.to_string()), None)),
+            Err(e) => Err(refuse(
+                Answer::refused(Reason::Malformed, e.to_string()),
+                None,
+            )),
         }
     }
 }
@@ -339,24 +354,14 @@ async fn decide(app: &App, delivery: Delivered) -> Answer {
                 Err(e) => {
                     seen.id = e.row_id();
                     seen.column = e.column().map(str::to_owned);
-                    refused(e)
+                    // 400 for JSON at fault, 422 otherwise: the reason says which.
+                    Answer::refused(e.reason(), e.to_string())
                 }
             }
         }
     };
     app.record(Decision::new(id, seen, &answer, start.elapsed()));
     answer
-}
-
-/// The answer to a row its route cannot plan: 400 for JSON at fault, 422 otherwise.
-fn refused(e: PlanError) -> Answer {
-    if e.is_malformed() {
-        return Answer::BadRequest(e.to_string());
-    }
-    Answer::Unprocessable {
-        reason: e.reason(),
-        message: e.to_string(),
-    }
 }
 
 /// The run of a planned row: admitted (or refused as full), then awaited.
@@ -370,11 +375,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
     let submission = match app.pipeline.submit(plan, Start::New) {
         Ok(submission) => submission,
         Err(full) => {
-            return Answer::Unavailable {
-                reason: full.reason(),
-                message: full.to_string(),
-                retry_after: full.retry_after(),
-            }
+            return Answer::unavailable(full.reason(), &full.to_string(), full.retry_after())
         }
     };
     // The run is spawned: when the wait ends early it carries on.

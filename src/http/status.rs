@@ -298,7 +298,7 @@ mod tests {
             decisions.push(Decision::new(
                 format!("d{n}"),
                 Seen::default(),
-                &Answer::Unauthorized,
+                &Answer::refused(Reason::Unauthorized, "missing or wrong credentials"),
                 Duration::ZERO,
             ));
         }

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::Serialize;
 use serde_json::Value;
 
 use super::plan::Plan;
@@ -32,8 +31,7 @@ pub enum Outcome {
 }
 
 /// Why a row counts as handled (SPEC §3's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DuplicateReason {
     /// A branch of the row exists.
     BranchExists,
@@ -43,12 +41,6 @@ pub enum DuplicateReason {
     ClaimTaken,
     /// This delivery joined a run of the same row already under way in this process.
     InFlight,
-}
-
-impl DuplicateReason {
-    pub fn as_str(self) -> &'static str {
-        Reason::from(self).as_str()
-    }
 }
 
 impl From<DuplicateReason> for Reason {
@@ -86,30 +78,12 @@ pub enum RunError {
     Abandoned,
 }
 
-/// What a run tells the pipeline while it is under way, and what it is told: whether it holds a
-/// claim (which it owes a dispatch or a release), and the process's shutdown.
-#[derive(Debug)]
-pub struct RunWatch {
-    shutdown: Shutdown,
-    claimed: Mutex<Option<BranchName>>,
-}
+/// What a run tells the pipeline while it is under way: the branch it claimed and has not yet
+/// dispatched or released (which it owes a dispatch or a release), for the log at shutdown.
+pub type Claimed = Mutex<Option<BranchName>>;
 
-impl RunWatch {
-    pub fn new(shutdown: Shutdown) -> RunWatch {
-        RunWatch {
-            shutdown,
-            claimed: Mutex::new(None),
-        }
-    }
-
-    /// The branch this run claimed and has not yet dispatched or released.
-    pub fn claimed(&self) -> Option<BranchName> {
-        self.claimed.lock().expect("claim lock poisoned").clone()
-    }
-
-    fn set_claimed(&self, branch: Option<BranchName>) {
-        *self.claimed.lock().expect("claim lock poisoned") = branch;
-    }
+fn set(claimed: &Claimed, branch: Option<BranchName>) {
+    *claimed.lock().expect("claim lock poisoned") = branch;
 }
 
 impl RunError {
@@ -173,21 +147,26 @@ pub(super) async fn execute(
     forge: &dyn Forge,
     plan: &Plan,
     start: Start,
-    watch: &RunWatch,
+    shutdown: &Shutdown,
+    claimed: &Claimed,
 ) -> Result<Outcome, RunError> {
+    // A row not yet claimed once the shutdown has begun is left for a redelivery or the
+    // sweep: its reads would only wait for GitHub slots that the claimed rows' dispatches need
+    // within the grace.
+    let draining = || shutdown.is_draining().then_some(RunError::Abandoned);
     match start {
-        Start::New => check_then_claim(forge, plan, watch).await,
+        Start::New => check_then_claim(forge, plan, draining, claimed).await,
         Start::Redo => {
             let base = forge
                 .base(&plan.route.repo)
                 .await
                 .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-            claim_and_dispatch(forge, plan, base, watch).await
+            claim_and_dispatch(forge, plan, base, draining, claimed).await
         }
         Start::Redispatch(base) => {
-            watch.set_claimed(Some(plan.branch.clone()));
+            set(claimed, Some(plan.branch.clone()));
             let sent = redispatch(forge, plan, base).await;
-            watch.set_claimed(None);
+            set(claimed, None);
             sent
         }
     }
@@ -217,13 +196,11 @@ async fn redispatch(forge: &dyn Forge, plan: &Plan, base: Base) -> Result<Outcom
 async fn check_then_claim(
     forge: &dyn Forge,
     plan: &Plan,
-    watch: &RunWatch,
+    draining: impl Fn() -> Option<RunError>,
+    claimed: &Claimed,
 ) -> Result<Outcome, RunError> {
-    // A row not yet started once the shutdown has begun is left for a redelivery or the
-    // sweep: its reads would only wait for GitHub slots that the claimed rows' dispatches need
-    // within the grace.
-    if watch.shutdown.is_draining() {
-        return Err(RunError::Abandoned);
+    if let Some(abandoned) = draining() {
+        return Err(abandoned);
     }
     let route = &plan.route;
     let repo = &route.repo;
@@ -249,7 +226,7 @@ async fn check_then_claim(
         });
     }
     let base = base.map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-    claim_and_dispatch(forge, plan, base, watch).await
+    claim_and_dispatch(forge, plan, base, draining, claimed).await
 }
 
 /// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
@@ -258,7 +235,8 @@ async fn claim_and_dispatch(
     forge: &dyn Forge,
     plan: &Plan,
     base: Base,
-    watch: &RunWatch,
+    draining: impl Fn() -> Option<RunError>,
+    claimed: &Claimed,
 ) -> Result<Outcome, RunError> {
     let route = &plan.route;
     let repo = &route.repo;
@@ -269,10 +247,9 @@ async fn claim_and_dispatch(
         plan.client_payload(&base)
             .map_err(|e| RunError::Refused(e.to_string()))?,
     );
-    // A row that has not claimed when the shutdown begins is left for a redelivery or the
-    // sweep: the grace is for rows that hold a claim.
-    if watch.shutdown.is_draining() {
-        return Err(RunError::Abandoned);
+    // The grace is for rows that hold a claim.
+    if let Some(abandoned) = draining() {
+        return Err(abandoned);
     }
     let claim = forge
         .claim(repo, &plan.branch, &base.sha)
@@ -289,21 +266,9 @@ async fn claim_and_dispatch(
         // The run's span names the row.
         tracing::warn!("claim answer was ambiguous; dispatching anyway");
     }
-    watch.set_claimed(Some(plan.branch.clone()));
-    let settled = dispatch_or_release(forge, plan, base, claim).await;
-    watch.set_claimed(None);
-    settled
-}
-
-/// Steps 4 and 5, for a claim this run holds.
-async fn dispatch_or_release(
-    forge: &dyn Forge,
-    plan: &Plan,
-    base: Base,
-    claim: Claim,
-) -> Result<Outcome, RunError> {
-    let repo = &plan.route.repo;
-    // The same rendering as before the claim, which succeeded.
+    // Steps 4 and 5, for the claim this run holds: the same rendering as before the claim,
+    // which succeeded.
+    set(claimed, Some(plan.branch.clone()));
     let sent = match plan.client_payload(&base) {
         Ok(payload) => Ok(forge
             .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
@@ -312,6 +277,7 @@ async fn dispatch_or_release(
     };
     let failure = match sent {
         Ok(Ok(())) => {
+            set(claimed, None);
             return Ok(Outcome::Dispatched {
                 branch: plan.branch.clone(),
                 base,
@@ -331,6 +297,7 @@ async fn dispatch_or_release(
                 "the dispatch failed and the claim could not be released; reconcile will find it as a dead claim");
         }
     }
+    set(claimed, None);
     Err(failure)
 }
 

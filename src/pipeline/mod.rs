@@ -1,14 +1,15 @@
-//! The pipeline: a pure [`Routes::plan`] of what a row needs, one executor that does it, and
-//! [`Pipeline`], its one door: [`Pipeline::submit`] runs rows in the background with one run
-//! per row at a time, admits at most `queue_capacity` rows at once holding at most
-//! `queue_bytes` between them, and knows which rows are left when the shutdown's grace runs
-//! out. The webhook, the queue, the sweep, `redo` and `demo` all come in through it.
+//! The pipeline: a pure plan of what a row needs ([`Routes::route`], then
+//! [`CompiledRoute::plan_json`]), one executor that does it, and [`Pipeline`], its one door:
+//! [`Pipeline::submit`] runs rows in the background with one run per row at a time, admits at
+//! most `queue_capacity` rows at once holding at most `queue_bytes` between them, and knows
+//! which rows are left when the shutdown's grace runs out. The webhook, the queue, the sweep,
+//! `redo` and `demo` all come in through it.
 
 mod execute;
 mod plan;
 
 pub use execute::{at_base, DuplicateReason, Outcome, RunError, Start};
-pub use plan::{CompiledRoute, Ignored, Plan, PlanError, Planned, RouteError, Routes, RUN_BYTES};
+pub use plan::{CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;
@@ -22,7 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use execute::{execute, RunWatch};
+use execute::{execute, Claimed};
 
 use crate::config::Intake;
 use crate::forge::Forge;
@@ -73,16 +74,13 @@ pub struct Pipeline {
 
 struct Entry {
     run: Run,
-    watch: Arc<RunWatch>,
+    claimed: Arc<Claimed>,
     /// Its place among `queue_capacity` rows and its bytes, given back when the run ends.
     _room: Room,
 }
 
 /// A row's place in the pipeline: one of the rows, and its bytes.
-struct Room {
-    _row: OwnedSemaphorePermit,
-    _bytes: OwnedSemaphorePermit,
-}
+type Room = (OwnedSemaphorePermit, OwnedSemaphorePermit);
 
 /// A delivery's place in a run.
 pub struct Submission {
@@ -154,7 +152,6 @@ impl Pipeline {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Arc<Pipeline> {
-        let bound = |n: usize| n.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         Arc::new(Pipeline {
             forge,
             runs: Mutex::new(HashMap::new()),
@@ -196,9 +193,7 @@ impl Pipeline {
     }
 
     fn bound_bytes(&self) -> usize {
-        self.admission
-            .bytes
-            .clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize))
+        bound(self.admission.bytes)
     }
 
     /// The permits a row of `bytes` takes: at most the whole bound.
@@ -251,11 +246,7 @@ impl Pipeline {
                 ),
             });
         };
-        let room = Room {
-            _row: row,
-            _bytes: held,
-        };
-        Ok(self.start(&mut runs, plan, start, room))
+        Ok(self.start(&mut runs, plan, start, (row, held)))
     }
 
     /// [`Pipeline::submit`] for a caller with no sender to answer 503 to, which waits its turn
@@ -265,10 +256,7 @@ impl Pipeline {
         let room = async {
             let row = Arc::clone(&self.rows).acquire_owned().await?;
             let bytes = Arc::clone(&self.bytes).acquire_many_owned(bytes).await?;
-            Ok::<_, tokio::sync::AcquireError>(Room {
-                _row: row,
-                _bytes: bytes,
-            })
+            Ok::<_, tokio::sync::AcquireError>((row, bytes))
         };
         let room = room
             .await
@@ -289,27 +277,27 @@ impl Pipeline {
         room: Room,
     ) -> Submission {
         let key = key(&plan);
-        let watch = Arc::new(RunWatch::new(self.shutdown.clone()));
+        let claimed = Arc::new(Claimed::default());
         let this = Arc::clone(self);
         let done_key = key.clone();
-        let run_watch = Arc::clone(&watch);
+        let run_claimed = Arc::clone(&claimed);
         let span = tracing::info_span!("run", id = %plan.id, branch = %plan.branch, repo = %plan.route.repo);
         let task = self.tasks.spawn(
             async move {
-                // Unregistered on drop, so a run that panics does not stay "under way" forever,
-                // and counted then as `failed_internal`.
+                // Counted and unregistered on drop, so a run that panics does not stay "under
+                // way" forever, and is counted as `failed_internal`.
                 let mut done = Unregister {
                     pipeline: Arc::clone(&this),
                     key: done_key,
                     route: plan.route.table_name(),
                     start: std::time::Instant::now(),
-                    counted: false,
+                    ended: RunResult::FailedInternal,
                 };
-                let result = execute(this.forge.as_ref(), &plan, start, &run_watch).await;
+                let result =
+                    execute(this.forge.as_ref(), &plan, start, &this.shutdown, &run_claimed).await;
                 let took = done.start.elapsed();
                 let ended = run_result(&result);
-                this.metrics.run_ended(&done.route, ended, took);
-                done.counted = true;
+                done.ended = ended;
                 match &result {
                     Err(RunError::Abandoned) => tracing::error!(
                         "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
@@ -339,7 +327,7 @@ impl Pipeline {
             key,
             Entry {
                 run: run.clone(),
-                watch,
+                claimed,
                 _room: room,
             },
         );
@@ -358,7 +346,7 @@ impl Pipeline {
     pub fn report_unfinished(&self) -> usize {
         let runs = self.runs();
         for ((repo, _, id), entry) in runs.iter() {
-            match entry.watch.claimed() {
+            match entry.claimed.lock().expect("claim lock poisoned").clone() {
                 Some(branch) => tracing::error!(%id, %branch, %repo,
                     "stopped with the claim open and no dispatch; the sweep re-dispatches it as a dead claim"),
                 None => tracing::error!(%id, %repo,
@@ -367,6 +355,11 @@ impl Pipeline {
         }
         runs.len()
     }
+}
+
+/// A semaphore's permits for `n`: at least one, at most what a semaphore holds.
+fn bound(n: usize) -> usize {
+    n.clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize))
 }
 
 fn key(plan: &Plan) -> RowKey {
@@ -423,16 +416,14 @@ struct Unregister {
     key: RowKey,
     route: String,
     start: std::time::Instant,
-    /// The run's end is in `rowbranch_runs_total`; when it is not at drop, the run panicked.
-    counted: bool,
+    /// How the run ended, for `rowbranch_runs_total`: `failed_internal` until it ends.
+    ended: RunResult,
 }
 
 impl Drop for Unregister {
     fn drop(&mut self) {
         let metrics = &self.pipeline.metrics;
-        if !self.counted {
-            metrics.run_ended(&self.route, RunResult::FailedInternal, self.start.elapsed());
-        }
+        metrics.run_ended(&self.route, self.ended, self.start.elapsed());
         // The entry's room goes with it: its place and its bytes are free again.
         if let Ok(mut runs) = self.pipeline.runs.lock() {
             runs.remove(&self.key);

@@ -81,10 +81,9 @@ pub enum TemplateFileError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}", path.display())]
-    Invalid { path: PathBuf, source: PayloadError },
+    /// The template's file, or where in the config it is.
     #[error("{origin}")]
-    InvalidText {
+    Invalid {
         origin: String,
         source: PayloadError,
     },
@@ -131,19 +130,14 @@ impl PayloadTemplate {
                 path: path.to_path_buf(),
                 source,
             })?;
-        PayloadTemplate::compile(source, path.display().to_string()).map_err(|source| {
-            TemplateFileError::Invalid {
-                path: path.to_path_buf(),
-                source,
-            }
-        })
+        PayloadTemplate::from_text(&source, &path.display().to_string())
     }
 
-    /// Compiles a template carried in the config itself (`payload_template_inline`); the
-    /// message names `origin`, and the line of a syntax error.
+    /// Compiles a template from its text (a file's, or one carried in the config itself,
+    /// `payload_template_inline`); the message names `origin`, and the line of a syntax error.
     pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
         PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
-            TemplateFileError::InvalidText {
+            TemplateFileError::Invalid {
                 origin: origin.to_owned(),
                 source,
             }
@@ -232,19 +226,14 @@ fn record_use(template: &minijinja::Template<'_, '_>) -> RecordUse {
     RecordUse::Columns(columns)
 }
 
-/// The length of the dispatch's request body as it is sent: compact JSON of the event type
-/// and the payload.
+/// The length of the dispatch's request body as it is sent, compact JSON:
+/// `{"event_type":…,"client_payload":…}`.
 fn dispatch_body_len(event_type: &str, payload: &Map<String, Value>) -> usize {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        event_type: &'a str,
-        client_payload: &'a Map<String, Value>,
+    let around = r#"{"event_type":,"client_payload":}"#.len();
+    match (serde_json::to_vec(event_type), serde_json::to_vec(payload)) {
+        (Ok(event_type), Ok(payload)) => around + event_type.len() + payload.len(),
+        _ => usize::MAX,
     }
-    serde_json::to_vec(&Body {
-        event_type,
-        client_payload: payload,
-    })
-    .map_or(usize::MAX, |body| body.len())
 }
 
 fn render_error(e: minijinja::Error) -> PayloadError {

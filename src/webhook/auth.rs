@@ -51,45 +51,26 @@ const SVIX_TIMESTAMP: &str = "svix-timestamp";
 const SVIX_SIGNATURE: &str = "svix-signature";
 const HUB_SIGNATURE: &str = "x-hub-signature-256";
 
-/// A way of carrying a credential: the values `[webhook] accept` takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
-    /// `Authorization: Bearer <secret>`, for a secret that does not start with `whsec_`.
-    Bearer,
-    /// `webhook-id`, `webhook-timestamp` and `webhook-signature` (or their `svix-` forms), for
-    /// a `whsec_` secret.
-    StandardWebhooks,
-    /// `X-Hub-Signature-256`, keyed with any secret's text.
-    HubSignature,
-}
+/// Each scheme with the header that carries it (and that header's other name), in the order a
+/// request's refusal is reported when none of its credentials is valid (Standard Webhooks,
+/// `X-Hub-Signature-256`, `Authorization`): a stray Authorization header next to a signature
+/// says less about what went wrong.
+const CARRIERS: [(Scheme, &str, &str); 3] = [
+    (Scheme::StandardWebhooks, WEBHOOK_SIGNATURE, SVIX_SIGNATURE),
+    (Scheme::HubSignature, HUB_SIGNATURE, HUB_SIGNATURE),
+    (Scheme::Bearer, "authorization", "authorization"),
+];
 
-impl Scheme {
-    /// Every scheme: what `[webhook] accept` holds by default.
-    pub const ALL: [Scheme; 3] = [
-        Scheme::Bearer,
-        Scheme::StandardWebhooks,
-        Scheme::HubSignature,
-    ];
-
-    /// The name `[webhook] accept` gives it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scheme::Bearer => "bearer",
-            Scheme::StandardWebhooks => "standard-webhooks",
-            Scheme::HubSignature => "hub-signature",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Scheme> {
-        Scheme::ALL
-            .into_iter()
-            .find(|scheme| scheme.as_str() == name)
-    }
-}
-
-impl fmt::Display for Scheme {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+crate::reason::named_set! {
+    /// A way of carrying a credential: the values `[webhook] accept` takes.
+    pub enum Scheme {
+        /// `Authorization: Bearer <secret>`, for a secret that does not start with `whsec_`.
+        Bearer => "bearer",
+        /// `webhook-id`, `webhook-timestamp` and `webhook-signature` (or their `svix-` forms),
+        /// for a `whsec_` secret.
+        StandardWebhooks => "standard-webhooks",
+        /// `X-Hub-Signature-256`, keyed with any secret's text.
+        HubSignature => "hub-signature",
     }
 }
 
@@ -227,29 +208,15 @@ pub enum Head {
     NeedsBody(Pending),
 }
 
-/// The credentials of a request as its headers judged them, for its body to finish: the
-/// signatures to check, and the refusals already made, in the order of
-/// [`WebhookSecrets::verify`].
+/// The credentials of a request as its headers judged them, for its body to finish, in the
+/// order of [`WebhookSecrets::verify`]: each a refusal already made, or a well-formed, fresh
+/// signature for the body to decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pending(Vec<Judged>);
 
-/// One credential of a request, judged as far as its headers allow.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Judged {
-    Valid,
-    Refused(AuthError),
-    /// A well-formed, fresh signature, for the body to decide.
-    Signed(Signature),
-}
-
-impl From<Result<Signature, AuthError>> for Judged {
-    fn from(result: Result<Signature, AuthError>) -> Judged {
-        match result {
-            Ok(signature) => Judged::Signed(signature),
-            Err(error) => Judged::Refused(error),
-        }
-    }
-}
+/// One credential of a request, judged as far as its headers allow: valid whatever the body
+/// (`Ok(None)`), a signature for the body to decide, or refused.
+type Judged = Result<Option<Signature>, AuthError>;
 
 /// A signature's parts, read from its headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -267,15 +234,14 @@ enum Signature {
 
 impl Pending {
     /// Whether the body makes a signature valid. When none does, the refusal is that of the
-    /// first credential in the order Standard Webhooks, `X-Hub-Signature-256`, `Authorization`,
-    /// since a stray Authorization header next to a signature says less about what went wrong.
+    /// first credential in [`CARRIERS`]' order.
     pub fn verify(&self, secrets: &WebhookSecrets, body: &[u8]) -> Result<(), AuthError> {
         let mut refusal = None;
         for judged in &self.0 {
             let outcome = match judged {
-                Judged::Valid => Ok(()),
-                Judged::Refused(error) => Err(error.clone()),
-                Judged::Signed(signature) => secrets.check_signature(signature, body),
+                Ok(None) => Ok(()),
+                Ok(Some(signature)) => secrets.check_signature(signature, body),
+                Err(error) => Err(error.clone()),
             };
             match outcome {
                 Ok(()) => return Ok(()),
@@ -375,24 +341,31 @@ impl WebhookSecrets {
     /// body is read. Nothing is judged here that the body could change; what is left for the
     /// body is in [`Head::NeedsBody`], so the credentials are judged once.
     pub fn judge_head(&self, headers: &HeaderMap, now: SystemTime) -> Head {
-        let judged: Vec<Judged> = [
-            self.judge_standard_webhooks(headers, now),
-            self.judge_hub_signature(headers),
-            self.judge_bearer(headers),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        if judged.contains(&Judged::Valid) {
+        let judged: Vec<Judged> = CARRIERS
+            .iter()
+            .filter_map(|&(scheme, name, alias)| {
+                let value = header(headers, name, alias)?;
+                Some(value.and_then(|value| {
+                    self.accepts(scheme)?;
+                    match scheme {
+                        Scheme::Bearer => self.judge_bearer(value),
+                        Scheme::HubSignature => parse_hub_signature(value)
+                            .map(|expected| Some(Signature::Hub { expected }))
+                            .ok_or(AuthError::MalformedHubSignature),
+                        Scheme::StandardWebhooks => {
+                            self.judge_standard_webhooks(headers, value, now)
+                        }
+                    }
+                }))
+            })
+            .collect();
+        if judged.contains(&Ok(None)) {
             return Head::Valid;
         }
-        if judged.iter().any(|j| matches!(j, Judged::Signed(_))) {
+        if judged.iter().any(|j| matches!(j, Ok(Some(_)))) {
             return Head::NeedsBody(Pending(judged));
         }
-        let refusal = judged.into_iter().find_map(|j| match j {
-            Judged::Refused(error) => Some(error),
-            _ => None,
-        });
+        let refusal = judged.into_iter().find_map(Result::err);
         Head::Refused(refusal.unwrap_or(AuthError::NoCredentials))
     }
 
@@ -427,69 +400,54 @@ impl WebhookSecrets {
     /// `Authorization: Bearer <secret>`, wholly judged from the header. The scheme is matched
     /// case-insensitively, as HTTP auth schemes are (RFC 9110 §11.1); the token is matched
     /// exactly, against the secrets that are not signing keys.
-    fn judge_bearer(&self, headers: &HeaderMap) -> Option<Judged> {
-        let value = header_str(headers, AUTHORIZATION.as_str())?;
-        let verdict = value.and_then(|value| {
-            self.accepts(Scheme::Bearer)?;
-            let token = bearer_token(value).ok_or(AuthError::NotBearer)?;
-            let digest = Sha256::digest(token.as_bytes());
-            // Every secret is compared, so the timing says nothing of which one matched.
-            let (mut bearer, mut signing_key) = (false, false);
-            for secret in &self.secrets {
-                let equal = bool::from(secret.text_digest[..].ct_eq(&digest[..]));
-                if secret.whsec_key.is_some() {
-                    signing_key |= equal;
-                } else {
-                    bearer |= equal;
-                }
+    fn judge_bearer(&self, value: &str) -> Judged {
+        let token = bearer_token(value).ok_or(AuthError::NotBearer)?;
+        let digest = Sha256::digest(token.as_bytes());
+        // Every secret is compared, so the timing says nothing of which one matched.
+        let (mut bearer, mut signing_key) = (false, false);
+        for secret in &self.secrets {
+            let equal = bool::from(secret.text_digest[..].ct_eq(&digest[..]));
+            if secret.whsec_key.is_some() {
+                signing_key |= equal;
+            } else {
+                bearer |= equal;
             }
-            match (bearer, signing_key) {
-                (true, _) => Ok(()),
-                (false, true) => Err(AuthError::SigningKeyAsBearer),
-                (false, false) => Err(AuthError::BadBearer),
-            }
-        });
-        Some(match verdict {
-            Ok(()) => Judged::Valid,
-            Err(error) => Judged::Refused(error),
-        })
-    }
-
-    /// `X-Hub-Signature-256: sha256=<hex>`: its form from the header, its match with the body.
-    fn judge_hub_signature(&self, headers: &HeaderMap) -> Option<Judged> {
-        let value = header_str(headers, HUB_SIGNATURE)?;
-        Some(Judged::from(value.and_then(|value| {
-            self.accepts(Scheme::HubSignature)?;
-            let expected = parse_hub_signature(value).ok_or(AuthError::MalformedHubSignature)?;
-            Ok(Signature::Hub { expected })
-        })))
+        }
+        match (bearer, signing_key) {
+            (true, _) => Ok(None),
+            (false, true) => Err(AuthError::SigningKeyAsBearer),
+            (false, false) => Err(AuthError::BadBearer),
+        }
     }
 
     /// Standard Webhooks, present as soon as `webhook-signature` (or `svix-signature`) is: the
     /// headers' form and the timestamp's freshness from the headers, the match with the body.
-    fn judge_standard_webhooks(&self, headers: &HeaderMap, now: SystemTime) -> Option<Judged> {
-        let signature = sw_header(headers, WEBHOOK_SIGNATURE, SVIX_SIGNATURE)?;
-        Some(Judged::from(signature.and_then(|signature| {
-            self.accepts(Scheme::StandardWebhooks)?;
-            let id = required_sw_header(headers, WEBHOOK_ID, SVIX_ID)?;
-            let timestamp = required_sw_header(headers, WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
-            if !self.can_authenticate(Scheme::StandardWebhooks) {
-                return Err(AuthError::NoStandardWebhooksSecret);
-            }
-            check_timestamp(timestamp, now)?;
-            if id.is_empty() || id.len() > MAX_ID_BYTES {
-                return Err(AuthError::MalformedId);
-            }
-            let candidates = v1_signatures(signature);
-            if candidates.is_empty() {
-                return Err(AuthError::MalformedSignature);
-            }
-            Ok(Signature::StandardWebhooks {
-                id: id.to_owned(),
-                timestamp: timestamp.to_owned(),
-                candidates,
-            })
-        })))
+    fn judge_standard_webhooks(
+        &self,
+        headers: &HeaderMap,
+        signature: &str,
+        now: SystemTime,
+    ) -> Judged {
+        let required =
+            |name, svix| header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)));
+        let id = required(WEBHOOK_ID, SVIX_ID)?;
+        let timestamp = required(WEBHOOK_TIMESTAMP, SVIX_TIMESTAMP)?;
+        if !self.can_authenticate(Scheme::StandardWebhooks) {
+            return Err(AuthError::NoStandardWebhooksSecret);
+        }
+        check_timestamp(timestamp, now)?;
+        if id.is_empty() || id.len() > MAX_ID_BYTES {
+            return Err(AuthError::MalformedId);
+        }
+        let candidates = v1_signatures(signature);
+        if candidates.is_empty() {
+            return Err(AuthError::MalformedSignature);
+        }
+        Ok(Some(Signature::StandardWebhooks {
+            id: id.to_owned(),
+            timestamp: timestamp.to_owned(),
+            candidates,
+        }))
     }
 
     /// Whether a well-formed signature matches `body` under some secret.
@@ -579,14 +537,9 @@ pub fn basic_password_matches(headers: &HeaderMap, password: &str) -> bool {
 /// Whether a request carries any of the credential headers at all: one that carries none is
 /// refused before its body is read.
 pub fn carries_credentials(headers: &HeaderMap) -> bool {
-    [
-        AUTHORIZATION.as_str(),
-        WEBHOOK_SIGNATURE,
-        SVIX_SIGNATURE,
-        HUB_SIGNATURE,
-    ]
-    .iter()
-    .any(|name| headers.contains_key(*name))
+    CARRIERS
+        .iter()
+        .any(|(_, name, alias)| headers.contains_key(*name) || headers.contains_key(*alias))
 }
 
 /// Drops the `v1,` that Supabase shows before a `whsec_` secret; any other secret is kept whole.
@@ -597,34 +550,21 @@ fn strip_display_version(raw: &str) -> &str {
     }
 }
 
-/// The header's first value as text, or `None` when the request has no such header.
-fn header_str<'a>(
+/// The first value of header `name`, else of `alias` (a Standard Webhooks header's Svix form),
+/// as text; `None` when the request has neither.
+fn header<'a>(
     headers: &'a HeaderMap,
     name: &'static str,
+    alias: &'static str,
 ) -> Option<Result<&'a str, AuthError>> {
-    let value = headers.get(name)?;
+    let (name, value) = [name, alias]
+        .into_iter()
+        .find_map(|name| Some((name, headers.get(name)?)))?;
     Some(
         value
             .to_str()
             .map_err(|_| AuthError::UnreadableHeader(name)),
     )
-}
-
-/// A Standard Webhooks header: `name`'s first value, else that of its Svix form `svix`.
-fn sw_header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-    svix: &'static str,
-) -> Option<Result<&'a str, AuthError>> {
-    header_str(headers, name).or_else(|| header_str(headers, svix))
-}
-
-fn required_sw_header<'a>(
-    headers: &'a HeaderMap,
-    name: &'static str,
-    svix: &'static str,
-) -> Result<&'a str, AuthError> {
-    sw_header(headers, name, svix).unwrap_or(Err(AuthError::MissingHeader(name)))
 }
 
 fn bearer_token(value: &str) -> Option<&str> {
@@ -652,20 +592,15 @@ fn v1_signatures(header: &str) -> Vec<Vec<u8>> {
 
 fn check_timestamp(raw: &str, now: SystemTime) -> Result<(), AuthError> {
     let sent: i64 = raw.parse().map_err(|_| AuthError::BadTimestamp)?;
-    let now = unix_seconds(now);
+    let now = now
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs() as i64);
     if sent.abs_diff(now) <= TIMESTAMP_TOLERANCE_SECS {
         Ok(())
     } else if sent < now {
         Err(AuthError::StaleTimestamp)
     } else {
         Err(AuthError::FutureTimestamp)
-    }
-}
-
-fn unix_seconds(time: SystemTime) -> i64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_secs()).map_or(i64::MIN, |s| -s),
     }
 }
 

@@ -224,10 +224,11 @@ fn request(credential: &Credential, content_type: &str, body: &[u8]) -> Request<
 
 /// Whether the receiver would plan a run for `body` (shape, route, event, id all good).
 fn plannable(routes: &rowbranch::pipeline::Routes, body: &[u8]) -> bool {
-    payload::parse(body)
-        .ok()
-        .and_then(|event| routes.plan(event).ok())
-        .is_some_and(|planned| matches!(planned, rowbranch::pipeline::Planned::Run(_)))
+    payload::parse(body).ok().is_some_and(|event| {
+        routes
+            .route(false, &event)
+            .is_ok_and(|route| route.plan_json(&event.record).is_ok())
+    })
 }
 
 /// The SPEC §3 statuses (500 would be a bug: this forge never fails).

@@ -779,7 +779,7 @@ fn which_secrets_can_authenticate_which_scheme() {
     assert!(!signing.can_authenticate(Scheme::Bearer));
     assert!(signing.can_authenticate(Scheme::HubSignature));
     assert!(signing.can_authenticate(Scheme::StandardWebhooks));
-    for scheme in Scheme::ALL {
+    for &scheme in Scheme::ALL {
         assert_eq!(Scheme::parse(scheme.as_str()), Some(scheme));
     }
     assert_eq!(Scheme::parse("Bearer"), None);
