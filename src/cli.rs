@@ -117,7 +117,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct HealthcheckArgs {
-    /// The address to ask instead, plain HTTP, e.g. http://127.0.0.1:8080/healthz.
+    /// The address to ask instead, plain HTTP, e.g. http://127.0.0.1:8080 (a URL without a
+    /// path asks its /healthz).
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
     #[command(flatten)]

@@ -22,7 +22,10 @@ fn main() -> ExitCode {
         LogFormat::Text => tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
+            .with_ansi(colours(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR"),
+            ))
             .init(),
         // One object a line: the event's fields at the top, the run's span (id, branch, repo)
         // under `span`.
@@ -57,6 +60,12 @@ fn main() -> ExitCode {
     }
 }
 
+/// Whether log lines carry colours: on a terminal, unless `NO_COLOR` is set to anything but
+/// the empty string (https://no-color.org).
+fn colours(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|value| value.is_empty())
+}
+
 /// The async runtime: one worker thread unless `TOKIO_WORKER_THREADS` (tokio's own variable)
 /// asks for more. rowbranch waits on GitHub and the database, not on its CPU: a new row costs a
 /// fraction of a millisecond, and GitHub takes about 40 new rows a minute. A second worker
@@ -68,4 +77,17 @@ fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         builder.worker_threads(1);
     }
     builder.enable_all().build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colours;
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some("".into())));
+        assert!(!colours(true, Some("1".into())));
+        assert!(!colours(false, None));
+    }
 }

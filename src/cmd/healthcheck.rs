@@ -28,9 +28,10 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
                 .map_err(|problem| unhealthy(format!("{address} (from {from}): {problem}")))?
         }
     };
+    let uri = health_uri(&url).map_err(|e| unhealthy(format!("{url}: {e}")))?;
+    let url = uri.to_string();
     // hyper's client reads no proxy from the environment, which would answer for rowbranch.
     let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let uri: http::Uri = url.parse().map_err(|e| unhealthy(format!("{url}: {e}")))?;
     let answer = tokio::time::timeout(TIMEOUT, client.get(uri))
         .await
         .map_err(|_| unhealthy(format!("{url}: no answer within {}s", TIMEOUT.as_secs())))?
@@ -50,6 +51,18 @@ pub async fn run(args: HealthcheckArgs) -> Result<(), Failure> {
     }
     println!("{url} answered {status}");
     Ok(())
+}
+
+/// The URL to ask: `url` as given, or its `/healthz` when it names no path
+/// (`http://127.0.0.1:8080` is the server, and its `/` answers 404).
+fn health_uri(url: &str) -> Result<http::Uri, http::Error> {
+    let uri: http::Uri = url.parse()?;
+    if uri.path() != "/" || uri.query().is_some() {
+        return Ok(uri);
+    }
+    let mut parts = uri.into_parts();
+    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/healthz"));
+    Ok(http::Uri::from_parts(parts)?)
 }
 
 fn unhealthy(reason: String) -> Failure {
@@ -72,7 +85,28 @@ fn probe_url(listen: &str) -> Result<String, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::probe_url;
+    use super::{health_uri, probe_url};
+
+    #[test]
+    fn a_url_without_a_path_asks_healthz_and_one_with_a_path_asks_it() {
+        for (given, asked) in [
+            ("http://127.0.0.1:8080", "http://127.0.0.1:8080/healthz"),
+            ("http://127.0.0.1:8080/", "http://127.0.0.1:8080/healthz"),
+            ("http://[::1]:80", "http://[::1]:80/healthz"),
+            (
+                "http://127.0.0.1:8080/healthz",
+                "http://127.0.0.1:8080/healthz",
+            ),
+            (
+                "http://127.0.0.1:8080/readyz",
+                "http://127.0.0.1:8080/readyz",
+            ),
+            ("http://host:1/?x=1", "http://host:1/?x=1"),
+        ] {
+            assert_eq!(health_uri(given).unwrap().to_string(), asked, "{given}");
+        }
+        assert!(health_uri("not a url").is_err());
+    }
 
     #[test]
     fn every_interface_is_asked_on_loopback_and_other_hosts_as_written() {

@@ -87,6 +87,10 @@ async fn a_running_serve_is_healthy_found_by_url_by_listen_or_by_port() {
     let out = healthcheck(dir.path(), &["--url", &url], &[]).await;
     expect(&out, 0);
     assert!(stdout(&out).contains("answered 200"), "{}", stdout(&out));
+    // The server's base URL, as people paste it, asks its /healthz (its / answers 404).
+    let out = healthcheck(dir.path(), &["--url", &served.url], &[]).await;
+    expect(&out, 0);
+    assert!(stdout(&out).contains(&url), "{}", stdout(&out));
     // Where serve listens, as serve would read it; PORT means every interface, asked on
     // 127.0.0.1 (the exec-form HEALTHCHECK cannot expand $PORT: the command reads it).
     let port = served.addr.port().to_string();
