@@ -104,7 +104,10 @@ mod tests {
         let mut decision = Decision::new(
             "d1".into(),
             Seen::default(),
-            &Answer::Unauthorized,
+            &Answer::refused(
+                crate::reason::Reason::Unauthorized,
+                "missing or wrong credentials",
+            ),
             Duration::ZERO,
         );
         decision.id = Some("<b>42</b>".into());
