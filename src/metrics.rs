@@ -239,6 +239,18 @@ struct DeliveryLabels {
     reason: &'static str,
 }
 
+impl DeliveryLabels {
+    fn new(route: &str, (status, outcome, reason): AnswerLabels) -> DeliveryLabels {
+        let route = route.to_owned();
+        DeliveryLabels {
+            route,
+            status,
+            outcome,
+            reason,
+        }
+    }
+}
+
 /// One label: its name, and its value as it came (a route's `schema.table` or [`NO_ROUTE`], a
 /// rate-limit resource, a queue, a status).
 type OneLabel = [(&'static str, String); 1];
@@ -381,17 +393,10 @@ impl Metrics {
                 )
                 .chain([(NO_ROUTE, UNROUTED_ANSWERS)]);
             for (route, answers) in answers {
-                at_zero(
-                    &self.deliveries,
-                    answers
-                        .iter()
-                        .map(|&(status, outcome, reason)| DeliveryLabels {
-                            route: route.to_owned(),
-                            status,
-                            outcome,
-                            reason,
-                        }),
-                );
+                let labels = answers
+                    .iter()
+                    .map(|&answer| DeliveryLabels::new(route, answer));
+                at_zero(&self.deliveries, labels);
             }
         }
         for route in webhook.iter().chain(queue) {
@@ -452,12 +457,7 @@ impl Metrics {
 
     /// One webhook answer. `route` is the route's `schema.table`, or [`NO_ROUTE`].
     pub fn delivery(&self, route: &str, status: u16, outcome: &'static str, reason: &'static str) {
-        let labels = DeliveryLabels {
-            route: route.to_owned(),
-            status,
-            outcome,
-            reason,
-        };
+        let labels = DeliveryLabels::new(route, (status, outcome, reason));
         self.deliveries.get_or_create(&labels).inc();
         self.add(format!("deliveries {outcome}"));
     }

@@ -57,23 +57,13 @@ pub(super) async fn home(
         decisions => app.decisions.newest_first(),
         web_url => app.web_url,
     };
-    Html(status_page(view)).into_response()
+    Html(render(STATUS, view)).into_response()
 }
 
-fn environment() -> Environment<'static> {
-    let mut env = Environment::new();
-    env.add_template("status.html", STATUS)
-        .expect("the status page template compiles");
-    env.add_template("manifest-code.html", MANIFEST_CODE)
-        .expect("the manifest code page template compiles");
-    env
-}
-
-pub fn status_page(view: minijinja::Value) -> String {
-    environment()
-        .get_template("status.html")
-        .and_then(|t| t.render(view))
-        .expect("the status page renders")
+/// A page's template rendered; named `.html`, so that minijinja escapes every value.
+fn render(template: &str, context: minijinja::Value) -> String {
+    (Environment::new().render_named_str("page.html", template, context))
+        .expect("the page's template renders")
 }
 
 /// The page for `GET /?code=CODE`: the command that finishes creating the App, or (for a value
@@ -85,10 +75,7 @@ pub fn manifest_code_page(code: &str) -> String {
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
     let command = looks_like_a_code.then(|| format!("rowbranch init --manifest-code {code}"));
-    environment()
-        .get_template("manifest-code.html")
-        .and_then(|t| t.render(context! { command => command }))
-        .expect("the manifest code page renders")
+    render(MANIFEST_CODE, context! { command => command })
 }
 
 #[cfg(test)]
@@ -114,14 +101,17 @@ mod tests {
         decision.branch = Some("feedback/42-x".into());
         decision.repo = Some("acme/app".into());
         decision.kind = Some("wrong_secret");
-        let page = status_page(context! {
-            routes => "public.feedbacks → acme/app",
-            now => "2026-12-03T10:00:00Z",
-            refresh_s => 5,
-            counters => vec![("deliveries", 3)],
-            decisions => vec![decision],
-            web_url => "https://github.com",
-        });
+        let page = render(
+            STATUS,
+            context! {
+                routes => "public.feedbacks → acme/app",
+                now => "2026-12-03T10:00:00Z",
+                refresh_s => 5,
+                counters => vec![("deliveries", 3)],
+                decisions => vec![decision],
+                web_url => "https://github.com",
+            },
+        );
         assert!(page.contains("&lt;b&gt;42&lt;&#x2f;b&gt;"), "{page}");
         assert!(!page.contains("<b>42"));
         assert!(page.contains("href=\"https:&#x2f;&#x2f;github.com&#x2f;acme&#x2f;app&#x2f;tree&#x2f;feedback&#x2f;42-x\""), "{page}");
