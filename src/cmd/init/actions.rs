@@ -168,15 +168,6 @@ impl ActionsSetup {
         SETUP_MINUTES + self.install.minutes() + DRAIN_MAX_TIME_MINUTES + SPARE_MINUTES
     }
 
-    /// The URL the kick posts to (https://docs.github.com/rest/actions/workflows#create-a-workflow-dispatch-event:
-    /// "You can also pass the workflow file name as a string").
-    pub fn kick_url(&self, repo: &str) -> String {
-        format!(
-            "{}/repos/{repo}/actions/workflows/{DRAIN_WORKFLOW_FILE}/dispatches",
-            self.api_url
-        )
-    }
-
     /// What the drain workflow, the kick and the steps compute from these values, for the
     /// repository `repo`.
     pub(super) fn values(&self, repo: &str) -> minijinja::Value {
@@ -185,7 +176,12 @@ impl ActionsSetup {
             every => self.every.words(),
             timeout_minutes => self.timeout_minutes(),
             install_minutes => self.install.minutes(),
-            kick_url => self.kick_url(repo),
+            // The URL the kick posts to (https://docs.github.com/rest/actions/workflows#create-a-workflow-dispatch-event:
+            // "You can also pass the workflow file name as a string").
+            kick_url => format!(
+                "{}/repos/{repo}/actions/workflows/{DRAIN_WORKFLOW_FILE}/dispatches",
+                self.api_url
+            ),
         }
     }
 }
@@ -440,8 +436,9 @@ mod tests {
 
     #[test]
     fn the_kick_posts_to_the_drain_workflows_dispatches() {
+        let values = example().values("acme/app");
         assert_eq!(
-            example().kick_url("acme/app"),
+            values.get_attr("kick_url").unwrap().as_str().unwrap(),
             "https://api.github.com/repos/acme/app/actions/workflows/rowbranch-drain.yml/dispatches"
         );
     }
