@@ -1,5 +1,6 @@
 //! What docs/design.md claims of the code's shape, checked: the floors (a module names only
-//! modules on lower floors), the pure planner, and no adapter seeing the whole config. The
+//! modules on lower floors), the pure planner, no adapter seeing the whole config, and one name
+//! per concept (no type name defined in two files). The
 //! compiler checks names and types; these are the three rules it cannot see. Sources are read as
 //! text: line comments and the trailing `#[cfg(test)]` module are left out, since tests may name
 //! anything.
@@ -183,4 +184,82 @@ fn the_checks_see_what_they_look_for() {
     assert!(!names("use crate::{config, identity};", "forge"));
     assert_eq!(shipped("a // crate::cmd\nb"), "a \nb");
     assert_eq!(shipped("a\n#[cfg(test)]\nmod tests { crate::cmd }"), "a");
+    assert_eq!(
+        defined_types(
+            "pub struct Plan {\npub(crate) enum Fate {\n    type Out = u8;\ntype Id = i64;\nlet type_ = 1;"
+        ),
+        ["Plan", "Fate", "Id"]
+    );
+    assert!(defined_types("// a struct Foo\n    select type from t").is_empty());
+}
+
+/// Every `.rs` file under `src/`, as the code that ships (test files left out).
+fn all_sources() -> Vec<(PathBuf, String)> {
+    let mut found = Vec::new();
+    let mut folders = vec![src()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+            let path = entry.path();
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if path.is_dir() {
+                folders.push(path);
+            } else if name.ends_with(".rs") && name != "tests.rs" && !name.ends_with("_tests.rs") {
+                let text = std::fs::read_to_string(&path).expect("a readable source");
+                found.push((path, shipped(&text)));
+            }
+        }
+    }
+    found
+}
+
+/// The struct, enum, trait and type alias names `code` defines.
+fn defined_types(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace().peekable();
+            if words.peek().is_some_and(|w| w.starts_with("pub")) {
+                words.next();
+            }
+            match words.next()? {
+                "struct" | "enum" | "trait" => {}
+                // An indented `type` is a trait's or an impl's associated type, not an alias.
+                "type" if !line.starts_with(char::is_whitespace) => {}
+                _ => return None,
+            }
+            let name: String = words
+                .next()?
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            name.starts_with(char::is_uppercase).then_some(name)
+        })
+        .collect()
+}
+
+#[test]
+fn no_type_name_is_defined_in_two_files() {
+    let mut files_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (path, code) in all_sources() {
+        let file = path
+            .strip_prefix(src())
+            .unwrap_or(&path)
+            .display()
+            .to_string();
+        for name in defined_types(&code) {
+            let files = files_of.entry(name).or_default();
+            if !files.contains(&file) {
+                files.push(file.clone());
+            }
+        }
+    }
+    let twice: Vec<String> = files_of
+        .iter()
+        .filter(|(name, files)| *name != "Error" && files.len() > 1)
+        .map(|(name, files)| format!("{name}: {}", files.join(", ")))
+        .collect();
+    assert!(
+        twice.is_empty(),
+        "one name per concept: rename these to what each one is\n{}",
+        twice.join("\n")
+    );
 }
