@@ -18,10 +18,11 @@ fn main() -> ExitCode {
         .and_then(|spec| EnvFilter::try_new(spec).ok())
         .unwrap_or_else(|| EnvFilter::new(default_level));
     let format = cli.log_format;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
+        LogFormat::Text => logs
             .with_ansi(colours(
                 std::io::stderr().is_terminal(),
                 std::env::var_os("NO_COLOR"),
@@ -29,13 +30,11 @@ fn main() -> ExitCode {
             .init(),
         // One object a line: the event's fields at the top, the run's span (id, branch, repo)
         // under `span`.
-        LogFormat::Json => tracing_subscriber::fmt()
+        LogFormat::Json => logs
             .json()
             .flatten_event(true)
             .with_current_span(true)
             .with_span_list(false)
-            .with_env_filter(filter)
-            .with_writer(std::io::stderr)
             .init(),
     }
     let runtime = match runtime() {

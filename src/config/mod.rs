@@ -56,18 +56,12 @@ pub const DEFAULT_PATH: &str = "rowbranch.toml";
 
 /// A configuration problem: names the file, the key where it can, and how to fix it.
 #[derive(Debug, thiserror::Error)]
-#[error("{file}: {message}")]
-pub struct ConfigError {
-    file: String,
-    message: String,
-}
+#[error("{0}")]
+pub struct ConfigError(String);
 
 impl ConfigError {
     fn new(file: impl fmt::Display, problem: Invalid) -> ConfigError {
-        ConfigError {
-            file: file.to_string(),
-            message: problem.0,
-        }
+        ConfigError(format!("{file}: {}", problem.0))
     }
 }
 
