@@ -197,12 +197,11 @@ async fn readyz(State(app): State<Arc<App>>) -> Response {
         }
     }
     // Each part's field says its cause, once; the status says which way it went.
-    body["status"] = json!(if ready { "ready" } else { "not ready" });
-    let status = if ready {
-        StatusCode::OK
-    } else {
-        StatusCode::SERVICE_UNAVAILABLE
+    let (status, said) = match ready {
+        true => (StatusCode::OK, "ready"),
+        false => (StatusCode::SERVICE_UNAVAILABLE, "not ready"),
     };
+    body["status"] = json!(said);
     (status, Json(body)).into_response()
 }
 
