@@ -9,22 +9,14 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// A handle on the shutdown; clones share it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Shutdown {
     deadline: Arc<watch::Sender<Option<Instant>>>,
 }
 
-impl Default for Shutdown {
-    fn default() -> Shutdown {
-        Shutdown::new()
-    }
-}
-
 impl Shutdown {
     pub fn new() -> Shutdown {
-        Shutdown {
-            deadline: Arc::new(watch::Sender::new(None)),
-        }
+        Shutdown::default()
     }
 
     /// Begins the shutdown: what is under way has `grace` to finish. A second call keeps the

@@ -20,12 +20,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use axum::body::to_bytes;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 use tokio::net::TcpListener;
 
@@ -283,11 +283,10 @@ impl FromRequest<Arc<App>> for Delivered {
             None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
             None => return Err(refuse(unauthorized(), Some("missing"))),
         };
-        let read =
-            tokio::time::timeout(webhook.read_timeout, to_bytes(body, webhook.max_body_bytes));
-        let bytes = match read.await {
-            Ok(Ok(bytes)) => bytes,
-            Ok(Err(e)) if is_too_large(&e) => return Err(refuse(too_large(), None)),
+        let read = Limited::new(body, webhook.max_body_bytes).collect();
+        let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(refuse(too_large(), None)),
             Ok(Err(_)) => {
                 let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
                 return Err(refuse(cut, None));
@@ -317,17 +316,6 @@ impl FromRequest<Arc<App>> for Delivered {
             )),
         }
     }
-}
-
-fn is_too_large(e: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(error) = source {
-        if error.is::<http_body_util::LengthLimitError>() {
-            return true;
-        }
-        source = error.source();
-    }
-    false
 }
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is

@@ -97,24 +97,23 @@ impl RunError {
     }
 
     pub fn from_forge(err: ForgeError, during: &str) -> RunError {
-        match err {
+        let (message, retry_after, fallback) = match err {
             ForgeError::Unavailable {
                 message,
                 retry_after,
-            } => RunError::Unavailable {
-                message: format!("{during}: {message}"),
-                retry_after,
-                fallback: DEFAULT_RETRY_AFTER,
-            },
+            } => (message, retry_after, DEFAULT_RETRY_AFTER),
             // Outside a dispatch, a refusal is the forge's state (an empty repository, a
             // conflicting ref), not the payload's: the row can go once that is fixed.
-            ForgeError::Refused { message } => RunError::Unavailable {
-                message: format!("{during}: {message}"),
-                retry_after: None,
-                fallback: REFUSED_RETRY_AFTER,
-            },
-            ForgeError::Other(e) => RunError::Internal(Arc::new(e.context(during.to_owned()))),
-            ForgeError::ShuttingDown => RunError::Abandoned,
+            ForgeError::Refused { message } => (message, None, REFUSED_RETRY_AFTER),
+            ForgeError::Other(e) => {
+                return RunError::Internal(Arc::new(e.context(during.to_owned())))
+            }
+            ForgeError::ShuttingDown => return RunError::Abandoned,
+        };
+        RunError::Unavailable {
+            message: format!("{during}: {message}"),
+            retry_after,
+            fallback,
         }
     }
 }

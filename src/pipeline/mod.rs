@@ -89,42 +89,26 @@ pub struct Submission {
     pub run: Run,
 }
 
-/// The pipeline is full: `queue_capacity` rows are admitted and not yet finished, or the rows
-/// admitted hold so many bytes that this one would take them past `queue_bytes`.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-pub enum Full {
-    #[error("{capacity} rows are waiting already (queue_capacity)")]
-    Rows {
-        capacity: usize,
-        retry_after: Duration,
-    },
-    #[error(
-        "the {rows} rows waiting hold {held} bytes already, and this row's {row} more would \
-         pass queue_bytes ({budget})"
-    )]
-    Bytes {
-        rows: usize,
-        held: usize,
-        row: usize,
-        budget: usize,
-        retry_after: Duration,
-    },
+/// The pipeline is full: `queue_capacity` rows are admitted and not yet finished
+/// (`queue_full`), or the rows admitted hold so many bytes that this one would take them past
+/// `queue_bytes` (`queue_bytes_full`).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Full {
+    reason: Reason,
+    message: String,
+    retry_after: Duration,
 }
 
 impl Full {
     /// How long a sender is asked to wait.
     pub fn retry_after(&self) -> Duration {
-        match self {
-            Full::Rows { retry_after, .. } | Full::Bytes { retry_after, .. } => *retry_after,
-        }
+        self.retry_after
     }
 
-    /// Why, as answers and log lines name it: `queue_full` or `queue_bytes_full`.
+    /// Why, as answers and log lines name it.
     pub fn reason(&self) -> Reason {
-        match self {
-            Full::Rows { .. } => Reason::QueueFull,
-            Full::Bytes { .. } => Reason::QueueBytesFull,
-        }
+        self.reason
     }
 }
 
@@ -224,8 +208,12 @@ impl Pipeline {
             return Ok(joined);
         }
         let Ok(row) = Arc::clone(&self.rows).try_acquire_owned() else {
-            return Err(Full::Rows {
-                capacity: self.admission.capacity,
+            return Err(Full {
+                reason: Reason::QueueFull,
+                message: format!(
+                    "{} rows are waiting already (queue_capacity)",
+                    self.admission.capacity
+                ),
                 retry_after: self.admission.retry_after,
             });
         };
@@ -235,11 +223,14 @@ impl Pipeline {
                 .admission
                 .per_row
                 .saturating_mul(u32::try_from(rows).unwrap_or(u32::MAX));
-            return Err(Full::Bytes {
-                rows,
-                held: self.held_bytes(),
-                row: bytes,
-                budget: self.admission.bytes,
+            return Err(Full {
+                reason: Reason::QueueBytesFull,
+                message: format!(
+                    "the {rows} rows waiting hold {} bytes already, and this row's {bytes} more \
+                     would pass queue_bytes ({})",
+                    self.held_bytes(),
+                    self.admission.bytes
+                ),
                 retry_after: drain.clamp(
                     Duration::from_secs(1),
                     self.admission.retry_after.max(Duration::from_secs(1)),
