@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The floors, bottom up, as docs/design.md draws them.
-const FLOORS: [&[&str]; 8] = [
-    &["identity", "event", "reason", "shutdown", "metrics"],
+const FLOORS: [&[&str]; 9] = [
+    &["identity", "reason", "shutdown", "metrics"],
+    &["event"],
     &["webhook"],
     &["config"],
     &["db", "forge", "templates", "cli"],
