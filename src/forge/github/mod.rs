@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{encode_path, missing_permission, said, unexpected, Auth, Limits, Refusal};
+use self::client::{encode_path, missing_permission, said, unexpected, Auth, Refusal};
 use self::retry::{Attempt, Cause, RetryPolicy, Setback};
 use super::{
     Base, Branch, Claim, Denial, Forge, ForgeError, Listing, OpenError, PullRequest, Sha,
@@ -90,18 +90,12 @@ impl GithubForge {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Result<GithubForge, OpenError> {
-        let limits = Limits {
-            pace: settings.pace,
-            max_concurrent_requests: settings.max_concurrent_requests,
-            shutdown: shutdown.clone(),
-            metrics: Arc::clone(&metrics),
-        };
         let gh = client::octocrab(&settings.api_url, Arc::clone(&metrics))?;
         // The host of `api_url`, with its port if it has one, for messages.
         let uri = settings.api_url.parse::<http::Uri>().ok();
         let host = uri.and_then(|uri| Some(uri.authority()?.to_string()));
         Ok(GithubForge {
-            auth: Auth::new(settings, gh, limits)?,
+            auth: Auth::new(settings, gh, shutdown.clone(), Arc::clone(&metrics))?,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
                 shutdown,
