@@ -50,10 +50,12 @@ pub struct GithubForge {
     retry: RetryPolicy,
     /// How long a default branch's head is reused before it is read again.
     head_ttl: Duration,
-    /// Each repository's default branch and head, when the branch's name and the head were
-    /// read, behind a lock of its own.
-    bases: Mutex<HashMap<RepoName, Arc<Mutex<Option<(Base, Instant, Instant)>>>>>,
+    /// Each repository's default branch and head, behind a lock of its own.
+    bases: Mutex<HashMap<RepoName, BaseSlot>>,
 }
+
+/// A repository's default branch and head, when the branch's name was read, and when the head.
+type BaseSlot = Arc<Mutex<Option<(Base, Instant, Instant)>>>;
 
 /// A ref as GitHub gives it: its full name and the commit it points at (a branch's always
 /// points at one).
