@@ -226,13 +226,12 @@ async fn installation_checks(forge: &GithubForge, repo: &RepoName, out: &mut Vec
         }
     };
     out.push(Check::pass(format!("{repo}: the App is installed")));
-    out.push(permission(repo, &granted, "contents", &["write"]));
-    out.push(permission(
-        repo,
-        &granted,
-        "pull_requests",
-        &["read", "write"],
-    ));
+    for (name, enough) in [
+        ("contents", &["write"][..]),
+        ("pull_requests", &["read", "write"]),
+    ] {
+        out.push(permission(repo, &granted, name, enough));
+    }
     // Only `explain` reads workflow runs: without it the rows still run, so this advises.
     out.push(match granted.get("actions").map(String::as_str) {
         Some(level @ ("read" | "write")) => Check::pass(format!("{repo}: actions: {level}")),

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use super::jwt::AppKey;
 use super::pace::Pacer;
 use super::retry::{classify, Attempt, Cause, Setback};
-use crate::config::{GithubAuth, GithubSettings, PaceSettings, PrivateKeySource};
+use crate::config::{GithubAuth, GithubSettings, PrivateKeySource};
 use crate::forge::OpenError;
 use crate::identity::RepoName;
 use crate::metrics::{GithubOperation as Operation, Metrics};
@@ -351,24 +351,6 @@ struct MintedToken {
     expires_at: DateTime<Utc>,
 }
 
-/// What the GitHub client is built with, besides its credentials.
-pub struct Limits {
-    pub pace: PaceSettings,
-    pub max_concurrent_requests: usize,
-    pub shutdown: Shutdown,
-    pub metrics: Arc<Metrics>,
-}
-
-impl Limits {
-    /// What one installation's clients share: the pacer of its writes and the bound on its
-    /// requests.
-    fn pacer(&self) -> Arc<Pacer> {
-        let (shutdown, metrics) = (self.shutdown.clone(), Arc::clone(&self.metrics));
-        let max = self.max_concurrent_requests;
-        Arc::new(Pacer::new(self.pace, max, shutdown, metrics))
-    }
-}
-
 /// Who rowbranch is to GitHub: the App, with its installations, or a token.
 pub enum Auth {
     App(AppClient),
@@ -381,7 +363,22 @@ pub enum Auth {
 impl Auth {
     /// The credentials the settings name, on the stack `gh`: the App's key read (from its
     /// file, or the PEM text) and proved, or the token taken as it is. Makes no request.
-    pub fn new(settings: &GithubSettings, gh: Octocrab, limits: Limits) -> Result<Auth, OpenError> {
+    pub fn new(
+        settings: &GithubSettings,
+        gh: Octocrab,
+        shutdown: Shutdown,
+        metrics: Arc<Metrics>,
+    ) -> Result<Auth, OpenError> {
+        let (pace, max) = (settings.pace, settings.max_concurrent_requests);
+        let jwt_metrics = Arc::clone(&metrics);
+        let pacer = move || {
+            Arc::new(Pacer::new(
+                pace,
+                max,
+                shutdown.clone(),
+                Arc::clone(&metrics),
+            ))
+        };
         let (app_id, key) = match &settings.auth {
             GithubAuth::App { app_id, key } => (*app_id, key),
             GithubAuth::Token(token) => {
@@ -393,7 +390,7 @@ impl Auth {
                 let gh = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
                 return Ok(Auth::Token(Arc::new(Installation {
-                    writes: limits.pacer(),
+                    writes: pacer(),
                     minter: None,
                     current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
                 })));
@@ -412,12 +409,12 @@ impl Auth {
         let jwt = JwtClient {
             gh,
             key: AppKey::new(app_id, &pem)?,
-            requests: Semaphore::new(limits.max_concurrent_requests),
-            metrics: Arc::clone(&limits.metrics),
+            requests: Semaphore::new(max),
+            metrics: jwt_metrics,
         };
         Ok(Auth::App(AppClient {
             jwt: Arc::new(jwt),
-            limits,
+            pacer: Box::new(pacer),
             repos: Mutex::new(HashMap::new()),
             limits_of: std::sync::Mutex::new(HashMap::new()),
         }))
@@ -492,7 +489,8 @@ impl JwtClient {
 /// The App: its own requests and its installations.
 pub struct AppClient {
     pub jwt: Arc<JwtClient>,
-    limits: Limits,
+    /// Makes an installation's pacer, which holds its request bound.
+    pacer: Box<dyn Fn() -> Arc<Pacer> + Send + Sync>,
     /// One client per repository, its token narrowed to that repository, and when its
     /// installation was looked up. Held across a lookup, so that a burst of rows looks it up
     /// once.
@@ -524,7 +522,7 @@ impl AppClient {
                     _ => {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
-                        let shared = limits_of.entry(id).or_insert_with(|| self.limits.pacer());
+                        let shared = limits_of.entry(id).or_insert_with(&self.pacer);
                         let (jwt, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
                         Arc::new(Installation {
                             writes: Arc::clone(shared),

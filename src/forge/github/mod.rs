@@ -12,7 +12,7 @@ mod setup;
 pub use jwt::KeyError;
 pub use setup::{
     account_type, app_info, convert_manifest, installation_permissions, workflow_state, workflows,
-    AppInfo, ManifestApp, WorkflowState,
+    AppInfo, WorkflowState,
 };
 
 use std::collections::HashMap;
@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use self::client::{encode_path, missing_permission, said, unexpected, Auth, Limits, Refusal};
+use self::client::{encode_path, missing_permission, said, unexpected, Auth, Refusal};
 use self::retry::{Attempt, Cause, RetryPolicy, Setback};
 use super::{
     Base, Branch, Claim, Denial, Forge, ForgeError, Listing, OpenError, PullRequest, Sha,
@@ -50,10 +50,12 @@ pub struct GithubForge {
     retry: RetryPolicy,
     /// How long a default branch's head is reused before it is read again.
     head_ttl: Duration,
-    /// Each repository's default branch and head, when the branch's name and the head were
-    /// read, behind a lock of its own.
-    bases: Mutex<HashMap<RepoName, Arc<Mutex<Option<(Base, Instant, Instant)>>>>>,
+    /// Each repository's default branch and head, behind a lock of its own.
+    bases: Mutex<HashMap<RepoName, BaseSlot>>,
 }
+
+/// A repository's default branch and head, when the branch's name was read, and when the head.
+type BaseSlot = Arc<Mutex<Option<(Base, Instant, Instant)>>>;
 
 /// A ref as GitHub gives it: its full name and the commit it points at (a branch's always
 /// points at one).
@@ -90,18 +92,12 @@ impl GithubForge {
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
     ) -> Result<GithubForge, OpenError> {
-        let limits = Limits {
-            pace: settings.pace,
-            max_concurrent_requests: settings.max_concurrent_requests,
-            shutdown: shutdown.clone(),
-            metrics: Arc::clone(&metrics),
-        };
         let gh = client::octocrab(&settings.api_url, Arc::clone(&metrics))?;
         // The host of `api_url`, with its port if it has one, for messages.
         let uri = settings.api_url.parse::<http::Uri>().ok();
         let host = uri.and_then(|uri| Some(uri.authority()?.to_string()));
         Ok(GithubForge {
-            auth: Auth::new(settings, gh, limits)?,
+            auth: Auth::new(settings, gh, shutdown.clone(), Arc::clone(&metrics))?,
             retry: RetryPolicy {
                 budget: settings.retry_budget,
                 shutdown,

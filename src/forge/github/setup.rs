@@ -16,26 +16,21 @@ use crate::forge::ForgeError;
 use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 
-/// The App, as `GET /app` describes it.
-#[derive(Debug, Deserialize)]
+/// The App, as `GET /app` describes it, or as GitHub hands it back when it is created from a
+/// manifest: then with its private key, which `Debug` never shows.
+#[derive(Deserialize)]
 pub struct AppInfo {
     pub id: u64,
     pub slug: Option<String>,
     pub name: String,
-}
-
-/// What GitHub hands back when an App is created from a manifest.
-#[derive(Deserialize)]
-pub struct ManifestApp {
-    pub id: u64,
-    pub slug: Option<String>,
-    pub name: String,
+    /// Only in the manifest conversion's answer.
+    #[serde(default)]
     pub pem: String,
 }
 
-impl std::fmt::Debug for ManifestApp {
+impl std::fmt::Debug for AppInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ManifestApp({}, id {})", self.name, self.id)
+        write!(f, "AppInfo({}, id {})", self.name, self.id)
     }
 }
 
@@ -178,9 +173,9 @@ pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, 
 /// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
 /// for the App's id and private key (`POST /app-manifests/{code}/conversions`, no auth).
 /// (https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest)
-pub async fn convert_manifest(api_url: &str, code: &str) -> Result<ManifestApp, ForgeError> {
+pub async fn convert_manifest(api_url: &str, code: &str) -> Result<AppInfo, ForgeError> {
     let path = format!("/app-manifests/{}/conversions", encode_path(code));
-    match call(anonymous(api_url)?.post::<(), ManifestApp>(&path, None)).await? {
+    match call(anonymous(api_url)?.post::<(), AppInfo>(&path, None)).await? {
         Ok(app) => Ok(app),
         Err(refusal) if refusal.status_code.as_u16() == 404 => Err(ForgeError::refused(
             "GitHub does not know that code: it works once, for an hour; create the App again \
