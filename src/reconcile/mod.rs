@@ -489,16 +489,10 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         "failed"
     );
     for s in summaries {
-        let runs = if dry_run {
-            s.would_dispatch.len() as u64
-        } else {
-            s.dispatched_now
-        };
-        let dead = if dry_run {
-            s.dead_claims.len() as u64
-        } else {
-            s.dead_claims_redispatched
-        };
+        // Only a dry run would dispatch, and only a real one dispatches; a dead claim whose
+        // dispatch failed is counted failed, not listed.
+        let runs = s.dispatched_now + s.would_dispatch.len() as u64;
+        let dead = s.dead_claims.len();
         out += &format!(
             "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
             s.route, s.rows_seen, s.already_handled, s.merged_before, runs, dead, s.failed
@@ -514,7 +508,7 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
-        if dry_run && !s.would_dispatch.is_empty() {
+        if !s.would_dispatch.is_empty() {
             out += &format!("  would dispatch: {}\n", joined(&s.would_dispatch));
         }
         if !s.dead_claims.is_empty() {
