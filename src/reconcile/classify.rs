@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::Failed;
 use crate::db::Row;
 use crate::forge::{Branch, Sha};
 use crate::identity::{BranchName, BranchPrefix, RowId};
@@ -54,7 +55,10 @@ impl Known {
     }
 }
 
-/// What the sweep makes of one row.
+/// What the sweep makes of one row: [`classify`] gives the first five, and applying a suspect
+/// or a run settles it as one of the others. Counted as it stands (`--dry-run` applies
+/// nothing), a run is a row that would be dispatched, and a suspect a dead claim the compare
+/// found at its base.
 #[derive(Debug)]
 pub enum Verdict {
     /// A branch of the row exists and says nothing is missing.
@@ -67,8 +71,14 @@ pub enum Verdict {
     Suspect { plan: Plan, claimed_at: Sha },
     /// Neither branch nor pull request: the row's webhook was lost; run the pipeline.
     Run(Plan),
-    /// The row cannot be planned; `id` is the raw value of its id column.
-    Failed { id: String, error: String },
+    /// The row cannot be planned (its id is the raw value of its id column), or its run failed.
+    Failed(Failed),
+    /// Run, and dispatched.
+    Dispatched,
+    /// A dead claim, dispatched again on its branch.
+    Redispatched(BranchName),
+    /// A queue route's row whose message is still in the queue: the consumer's.
+    InQueue,
 }
 
 /// Decides what `row` of `route` needs. A row with several branches was redone on purpose, so
@@ -87,10 +97,10 @@ pub fn classify(
     let plan = match route.plan_row(&row.record) {
         Ok(plan) => plan,
         Err(e) => {
-            return Verdict::Failed {
+            return Verdict::Failed(Failed {
                 id: raw_id.to_string(),
                 error: e.to_string(),
-            }
+            })
         }
     };
     let pull = known.has_pull(&plan.id);
@@ -163,7 +173,8 @@ mod tests {
                 format!("suspect {} at {claimed_at}", plan.branch)
             }
             Verdict::Run(plan) => format!("run {}", plan.branch),
-            Verdict::Failed { id, .. } => format!("failed {id}"),
+            Verdict::Failed(failed) => format!("failed {}", failed.id),
+            settled => format!("{settled:?}"),
         }
     }
 
@@ -216,7 +227,8 @@ mod tests {
             record: json!({"message": "x"}).as_object().unwrap().clone(),
             created_at: now,
         };
-        let Verdict::Failed { id, error } = classify(&known(&[], &[]), &route(), row, now) else {
+        let Verdict::Failed(Failed { id, error }) = classify(&known(&[], &[]), &route(), row, now)
+        else {
             panic!("a row without an id cannot be planned");
         };
         assert_eq!(id, "null");

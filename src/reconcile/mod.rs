@@ -93,58 +93,49 @@ pub struct Failed {
     pub error: String,
 }
 
-/// How one row of a sweep ended: its verdict, applied.
-#[derive(Debug)]
-pub enum Settled {
-    Handled,
-    MergedBefore,
-    Dispatched,
-    /// `--dry-run`: the row would be dispatched.
-    WouldDispatch(RowId),
-    /// A branch still at its base: re-dispatched, or (with `--dry-run`) not.
-    DeadClaim {
-        branch: BranchName,
-        redispatched: bool,
-    },
-    Failed(Failed),
-    /// A queue route's row whose message is still in the queue.
-    InQueue,
-}
-
 impl RouteSummary {
     /// Counts one row; its label in `rowbranch_reconcile_rows_total{verdict}`.
-    fn count(&mut self, settled: Settled) -> RowVerdict {
+    fn count(&mut self, verdict: Verdict) -> RowVerdict {
         self.rows_seen += 1;
-        let label = match &settled {
-            Settled::Handled => RowVerdict::Handled,
-            Settled::MergedBefore => RowVerdict::MergedBefore,
-            Settled::Dispatched => RowVerdict::Dispatched,
-            Settled::WouldDispatch(_) => RowVerdict::WouldDispatch,
-            Settled::DeadClaim { .. } => RowVerdict::DeadClaim,
-            Settled::Failed(_) => RowVerdict::Failed,
-            Settled::InQueue => RowVerdict::InQueue,
-        };
-        match settled {
-            Settled::Handled => self.already_handled += 1,
-            Settled::MergedBefore => self.merged_before += 1,
-            Settled::Dispatched => self.dispatched_now += 1,
-            Settled::WouldDispatch(id) => self.would_dispatch.push(id),
-            Settled::DeadClaim {
-                branch,
-                redispatched,
-            } => {
-                // A dead claim is a branch of a handled row, whatever became of it.
+        match verdict {
+            Verdict::Handled => {
+                self.already_handled += 1;
+                RowVerdict::Handled
+            }
+            Verdict::MergedBefore => {
+                self.merged_before += 1;
+                RowVerdict::MergedBefore
+            }
+            Verdict::Run(plan) => {
+                self.would_dispatch.push(plan.id);
+                RowVerdict::WouldDispatch
+            }
+            Verdict::Dispatched => {
+                self.dispatched_now += 1;
+                RowVerdict::Dispatched
+            }
+            // A dead claim is a branch of a handled row, whatever became of it.
+            Verdict::Suspect { plan, .. } => {
+                self.already_handled += 1;
+                self.dead_claims.push(plan.branch);
+                RowVerdict::DeadClaim
+            }
+            Verdict::Redispatched(branch) => {
                 self.already_handled += 1;
                 self.dead_claims.push(branch);
-                self.dead_claims_redispatched += u64::from(redispatched);
+                self.dead_claims_redispatched += 1;
+                RowVerdict::DeadClaim
             }
-            Settled::Failed(failed) => {
+            Verdict::Failed(failed) => {
                 self.failed += 1;
                 self.failures.push(failed);
+                RowVerdict::Failed
             }
-            Settled::InQueue => self.in_queue += 1,
+            Verdict::InQueue => {
+                self.in_queue += 1;
+                RowVerdict::InQueue
+            }
         }
-        label
     }
 
     /// Why the sweep of `summaries` counts as failed, if it does.
@@ -252,24 +243,27 @@ async fn sweep_route(
             return Ok(());
         }
         let table = route.table_name();
-        let count = |summary: &mut RouteSummary, settled: Settled| {
+        let count = |summary: &mut RouteSummary, verdict: Verdict| {
             pipeline
                 .metrics()
-                .reconcile_row(&table, summary.count(settled));
+                .reconcile_row(&table, summary.count(verdict));
         };
         let mut to_run = Vec::new();
         for mut row in page {
             if queued.as_mut().is_some_and(|q| q.in_queue(route, &mut row)) {
-                count(summary, Settled::InQueue);
+                count(summary, Verdict::InQueue);
                 continue;
             }
             match classify(&known, compiled, row, stale_before) {
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
-                verdict => count(summary, apply.one(verdict).await?),
+                Verdict::Suspect { plan, claimed_at } => {
+                    count(summary, apply.suspect(plan, claimed_at).await?)
+                }
+                verdict => count(summary, verdict),
             }
         }
-        for settled in apply.runs(to_run, options.concurrency).await {
-            count(summary, settled);
+        for verdict in apply.runs(to_run, options.concurrency).await {
+            count(summary, verdict);
         }
         progress(summary);
     }
@@ -372,30 +366,20 @@ struct Apply<'a> {
 }
 
 impl Apply<'_> {
-    /// Everything but a run. Fails only when the default branch cannot be read, which stops
-    /// the route.
-    async fn one(&mut self, verdict: Verdict) -> anyhow::Result<Settled> {
-        Ok(match verdict {
-            Verdict::Handled => Settled::Handled,
-            Verdict::MergedBefore => Settled::MergedBefore,
-            Verdict::Failed { id, error } => Settled::Failed(Failed { id, error }),
-            Verdict::Run(plan) => Settled::WouldDispatch(plan.id),
-            Verdict::Suspect { plan, claimed_at } => self.suspect(plan, claimed_at).await?,
-        })
-    }
-
-    /// A suspect's compare decides it: ahead of its base is handled, at its base a dead claim.
-    async fn suspect(&mut self, plan: Plan, claimed_at: Sha) -> anyhow::Result<Settled> {
+    /// A suspect's compare decides it: ahead of its base is handled, at its base a dead claim,
+    /// dispatched again (with `--dry-run`, left a suspect). Fails only when the default branch
+    /// cannot be read, which stops the route.
+    async fn suspect(&mut self, plan: Plan, claimed_at: Sha) -> anyhow::Result<Verdict> {
         let forge = self.pipeline.forge();
         let read = forge.base(&plan.route.repo);
         let base = self.base.get_or_try_init(|| read).await;
         let base = base.context("reading the default branch")?;
         let id = plan.id.to_string();
-        let failed = |error: String| Settled::Failed(Failed { id, error });
+        let failed = |error: String| Verdict::Failed(Failed { id, error });
         // A compare that fails (the branch deleted since the listing) fails this row only.
         match at_base(forge.as_ref(), &plan, base).await {
             Ok(true) => {}
-            Ok(false) => return Ok(Settled::Handled),
+            Ok(false) => return Ok(Verdict::Handled),
             Err(e) => {
                 return Ok(failed(format!(
                     "comparing {} with {}: {e}",
@@ -403,13 +387,10 @@ impl Apply<'_> {
                 )))
             }
         }
-        let branch = plan.branch.clone();
         if self.dry_run {
-            return Ok(Settled::DeadClaim {
-                branch,
-                redispatched: false,
-            });
+            return Ok(Verdict::Suspect { plan, claimed_at });
         }
+        let branch = plan.branch.clone();
         let claimed = Base {
             branch: base.branch.clone(),
             sha: claimed_at,
@@ -418,10 +399,7 @@ impl Apply<'_> {
             .pipeline
             .submit_waiting(plan, Start::Redispatch(claimed));
         Ok(match run.await.outcome().await {
-            Ok(_) => Settled::DeadClaim {
-                branch,
-                redispatched: true,
-            },
+            Ok(_) => Verdict::Redispatched(branch),
             Err(e) => failed(e.to_string()),
         })
     }
@@ -429,7 +407,7 @@ impl Apply<'_> {
     /// Runs the rows with neither branch nor pull request, a few at a time. A row waits for
     /// room in the pipeline rather than fail for want of it: the sweep is what brings back the
     /// rows a full pipeline refused, and it has no sender to ask to come back.
-    async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Settled> {
+    async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Verdict> {
         stream::iter(plans)
             .map(|plan| {
                 let id = plan.id.to_string();
@@ -437,10 +415,10 @@ impl Apply<'_> {
                 async move {
                     let run = pipeline.submit_waiting(plan, Start::New).await;
                     match run.outcome().await {
-                        Ok(Outcome::Dispatched { .. }) => Settled::Dispatched,
+                        Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
                         // Handled meanwhile (a webhook, another sweep): counted as handled.
-                        Ok(Outcome::Duplicate { .. }) => Settled::Handled,
-                        Err(e) => Settled::Failed(Failed {
+                        Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
+                        Err(e) => Verdict::Failed(Failed {
                             id,
                             error: e.to_string(),
                         }),
@@ -511,16 +489,10 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         "failed"
     );
     for s in summaries {
-        let runs = if dry_run {
-            s.would_dispatch.len() as u64
-        } else {
-            s.dispatched_now
-        };
-        let dead = if dry_run {
-            s.dead_claims.len() as u64
-        } else {
-            s.dead_claims_redispatched
-        };
+        // Only a dry run would dispatch, and only a real one dispatches; a dead claim whose
+        // dispatch failed is counted failed, not listed.
+        let runs = s.dispatched_now + s.would_dispatch.len() as u64;
+        let dead = s.dead_claims.len();
         out += &format!(
             "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
             s.route, s.rows_seen, s.already_handled, s.merged_before, runs, dead, s.failed
@@ -536,7 +508,7 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
-        if dry_run && !s.would_dispatch.is_empty() {
+        if !s.would_dispatch.is_empty() {
             out += &format!("  would dispatch: {}\n", joined(&s.would_dispatch));
         }
         if !s.dead_claims.is_empty() {

@@ -241,7 +241,11 @@ impl Facts<'_> {
                 ),
             )
             .on(&plan.branch),
-            Verdict::Failed { error, .. } => Forecast::new("failed", format!("the row fails: {error}")),
+            Verdict::Failed(failed) => {
+                Forecast::new("failed", format!("the row fails: {}", failed.error))
+            }
+            // What applying a verdict settles it as; `classify` gives none of these.
+            _ => Forecast::new("unknown", "unknown: the sweep settles a row so only by acting on it"),
         };
         forecast.says += &note;
         forecast
