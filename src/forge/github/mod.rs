@@ -132,7 +132,9 @@ impl GithubForge {
 
     /// A refusal the caller does not read further: the repository missing or out of the
     /// credentials' reach (404), an empty one (409), with a token a write it lacks the
-    /// permission for (saying which), or as the retry policy sorts it.
+    /// permission for (saying which), or as the retry policy sorts it. A read's refusal is never
+    /// ambiguous: it changed nothing, so the claim that looks its ref up after a 422 stays a
+    /// first claim, and a branch found taken later is another delivery's.
     fn refused(&self, repo: &RepoName, refusal: &GitHubError, turn: Turn) -> Setback {
         let reach = match self.auth {
             Auth::App(_) => "is the App installed on it?",
@@ -152,6 +154,7 @@ impl GithubForge {
                 Some(denial) => Setback::refused(denial.to_string()),
                 None => unexpected(refusal),
             },
+            _ if turn == Turn::Read => unexpected(refusal).not_applied(),
             _ => unexpected(refusal),
         }
     }
