@@ -1,9 +1,10 @@
-//! What the consumer holds: each message read and not yet let go, by where its lease stands.
-//! One lock, taken by small methods for a few map operations and never across an await. The
-//! renewal loop and the settles order themselves here, message by message: a renewal marks its
-//! messages before its statement and a settle of one of them waits for the renewal's answer,
-//! so a renewal sent before a retry's or a release's statement never lands after it; a renewal
-//! leaves out a message being settled, whose own statement renews it.
+//! What the consumer holds: each message read and not yet let go, by where its lease stands,
+//! and the settles kept for the database's return. One lock, taken by small methods for a few
+//! map operations and never across an await. The renewal loop and the settles order themselves
+//! here, message by message: a renewal marks its messages before its statement and a settle of
+//! one of them waits for the renewal's answer, so a renewal sent before a retry's or a
+//! release's statement never lands after it; a renewal leaves out a message being settled,
+//! whose own statement renews it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -11,6 +12,7 @@ use std::sync::Mutex;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
+use super::settle::Fate;
 use crate::db::queue::Message;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a
@@ -54,7 +56,21 @@ pub enum Begin {
     Settle { lost: bool },
 }
 
-/// The holds, and what sizes the reads, behind one lock.
+/// A settle the database did not take (the connection went): its hold stays, settling, and the
+/// read loop makes it again once the database is back, before its next read, and once more
+/// after the shutdown's grace — so its handler ends, and a shutdown in an outage does not wait
+/// the grace for it.
+#[derive(Debug)]
+pub struct Kept {
+    pub message: Message,
+    pub token: HoldId,
+    pub fate: Fate,
+    /// The route and row id its count and log line name.
+    pub route: String,
+    pub id: String,
+}
+
+/// The holds, the kept settles, and what sizes the reads, behind one lock.
 pub struct Holds {
     ledger: Mutex<Ledger>,
     /// Woken when a renewal ends: a settle of one of its messages waits for that.
@@ -65,6 +81,7 @@ pub struct Holds {
 
 struct Ledger {
     holds: HashMap<i64, Hold>,
+    kept: Vec<Kept>,
     next_token: u64,
     /// A running estimate of a message's size, for sizing reads by bytes.
     average_bytes: usize,
@@ -76,6 +93,7 @@ impl Holds {
         Holds {
             ledger: Mutex::new(Ledger {
                 holds: HashMap::new(),
+                kept: Vec::new(),
                 next_token: 0,
                 average_bytes: first_guess_bytes,
             }),
@@ -202,40 +220,78 @@ impl Holds {
     }
 
     /// Marks every hold the loop renews as in this renewal, and lists them with their reads:
-    /// the renewal's statement renews those. [`renewal_over`](Self::renewal_over) ends it.
-    pub fn begin_renewal(&self) -> Vec<(i64, i32)> {
+    /// the renewal's statement renews those. Dropped, the renewal gives them back to the loop.
+    pub fn begin_renewal(&self) -> Renewal<'_> {
         let mut ledger = self.ledger();
         let renewed = ledger
             .holds
             .iter_mut()
             .filter(|(_, h)| h.lease == Lease::Renewed);
-        renewed
+        let leases = renewed
             .map(|(id, h)| {
                 h.lease = Lease::Renewing;
                 (*id, h.read_ct)
             })
-            .collect()
+            .collect();
+        Renewal {
+            holds: self,
+            leases,
+        }
     }
 
-    /// The renewal of `listed` is over: with its statement's answer (the messages it renewed),
-    /// one it did not renew was read again by another reader, or is gone, and its lease is
-    /// lost — unless this process read it again meanwhile, when the next renewal renews it
-    /// under the new read. What it marked goes back to the loop, and the settles waiting for
-    /// it go on.
-    pub fn renewal_over(&self, listed: &[(i64, i32)], answer: Option<&[(i64, i32)]>) {
-        let renewed: HashSet<&(i64, i32)> = answer.unwrap_or_default().iter().collect();
-        let mut ledger = self.ledger();
-        for lease in listed {
+    /// Keeps a settle the database did not take, for the read loop to make once it is back.
+    pub fn keep(&self, kept: Kept) {
+        self.ledger().kept.push(kept);
+    }
+
+    /// The settles kept, to be made now; one the database does not take again is kept again.
+    pub fn take_kept(&self) -> Vec<Kept> {
+        std::mem::take(&mut self.ledger().kept)
+    }
+}
+
+/// A renewal under way: its messages are marked, and a settle of one of them waits until the
+/// renewal is over. It is over when dropped, however it stopped (answered, failed, its task
+/// cancelled or panicking), so no message stays in a renewal for ever.
+pub struct Renewal<'a> {
+    holds: &'a Holds,
+    /// The messages to renew, each with the read it is held under.
+    pub leases: Vec<(i64, i32)>,
+}
+
+impl Renewal<'_> {
+    /// The statement's answer, the messages it renewed: one it did not was read again by
+    /// another reader, or is gone, and its lease is lost — unless this process read it again
+    /// meanwhile, when the next renewal renews it under the new read.
+    pub fn answered(self, renewed: &[(i64, i32)]) {
+        let renewed: HashSet<&(i64, i32)> = renewed.iter().collect();
+        let mut ledger = self.holds.ledger();
+        for lease in &self.leases {
             let Some(hold) = ledger.holds.get_mut(&lease.0) else {
                 continue;
             };
-            if hold.lease == Lease::Renewing {
-                let lost = answer.is_some() && hold.read_ct == lease.1 && !renewed.contains(lease);
-                hold.lease = if lost { Lease::Lost } else { Lease::Renewed };
+            if hold.lease == Lease::Renewing && hold.read_ct == lease.1 && !renewed.contains(lease)
+            {
+                hold.lease = Lease::Lost;
+            }
+        }
+    }
+}
+
+impl Drop for Renewal<'_> {
+    /// What it marked and did not find lost goes back to the loop, and the settles waiting for
+    /// it go on.
+    fn drop(&mut self) {
+        let mut ledger = self.holds.ledger();
+        for (id, _) in &self.leases {
+            if let Some(hold) = ledger.holds.get_mut(id) {
+                if hold.lease == Lease::Renewing {
+                    hold.lease = Lease::Renewed;
+                }
             }
         }
         drop(ledger);
-        self.renewed.notify_waiters();
+        self.holds.renewed.notify_waiters();
     }
 }
 
@@ -245,6 +301,8 @@ mod tests {
     //! in for by explicit points where the test lets each go on.
 
     use futures_util::FutureExt;
+
+    use std::sync::Arc;
 
     use super::*;
 
@@ -271,7 +329,7 @@ mod tests {
 
         // The renewal marks the message; its statement is under way until it is over.
         let renewal = holds.begin_renewal();
-        assert_eq!(renewal, [(1, 1)]);
+        assert_eq!(renewal.leases, [(1, 1)]);
 
         // A release of it, polled now, waits for the renewal's answer.
         let mut release = Box::pin(async {
@@ -285,11 +343,11 @@ mod tests {
         );
 
         order.lock().unwrap().push("renewal");
-        holds.renewal_over(&renewal, Some(&[(1, 1)]));
+        renewal.answered(&[(1, 1)]);
         assert_eq!(release.await, Begin::Settle { lost: false });
         assert_eq!(*order.lock().unwrap(), ["renewal", "release"]);
         // Let go: no later renewal includes it.
-        assert!(holds.begin_renewal().is_empty());
+        assert!(holds.begin_renewal().leases.is_empty());
         assert_eq!(holds.count(), 0);
     }
 
@@ -308,7 +366,7 @@ mod tests {
         assert_eq!(begin(1, archived, false), Begin::Settle { lost: false });
         assert_eq!(begin(2, released, true), Begin::Settle { lost: false });
         // The archive's statement renews message 1; message 2 is visible again.
-        assert_eq!(holds.begin_renewal(), [(3, 2)]);
+        assert_eq!(holds.begin_renewal().leases, [(3, 2)]);
         assert_eq!(holds.count(), 2);
     }
 
@@ -318,7 +376,7 @@ mod tests {
         new_hold(&holds, 1, 1);
         let renewal = holds.begin_renewal();
         let token = new_hold(&holds, 2, 1);
-        assert_eq!(renewal, [(1, 1)]);
+        assert_eq!(renewal.leases, [(1, 1)]);
         let begin = holds.begin_settle(2, token, 1, true).now_or_never();
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
     }
@@ -330,8 +388,35 @@ mod tests {
         let renewal = holds.begin_renewal();
         let mut settle = Box::pin(holds.begin_settle(1, token, 1, false));
         assert!((&mut settle).now_or_never().is_none());
-        holds.renewal_over(&renewal, None);
+        drop(renewal);
         assert_eq!(settle.await, Begin::Settle { lost: false });
+    }
+
+    #[tokio::test]
+    async fn a_renewal_whose_task_stops_early_gives_its_messages_back_and_lets_their_settles_go_on()
+    {
+        let holds = Arc::new(Holds::new(1));
+        let token = new_hold(&holds, 1, 1);
+        let (marked, was_marked) = tokio::sync::oneshot::channel();
+        let renewing = Arc::clone(&holds);
+        // Stopped while its statement is under way: no answer, no explicit end.
+        let task = tokio::spawn(async move {
+            let renewal = renewing.begin_renewal();
+            marked.send(renewal.leases.clone()).unwrap();
+            std::future::pending::<()>().await;
+        });
+        assert_eq!(was_marked.await.unwrap(), [(1, 1)]);
+        let mut settle = Box::pin(holds.begin_settle(1, token, 1, false));
+        assert!((&mut settle).now_or_never().is_none());
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert_eq!(settle.await, Begin::Settle { lost: false });
+        // Not left renewing: a message the loop renews is in the next renewal.
+        let other = new_hold(&holds, 2, 1);
+        let renewal = holds.begin_renewal();
+        drop(renewal);
+        assert_eq!(holds.begin_renewal().leases, [(2, 1)]);
+        assert!(holds.standing(2, other).is_some());
     }
 
     #[test]
@@ -342,12 +427,12 @@ mod tests {
         let kept = new_hold(&holds, 3, 1);
         let renewal = holds.begin_renewal();
         assert_eq!(holds.take(&message(2, 2)), None);
-        holds.renewal_over(&renewal, Some(&[(3, 1)]));
+        renewal.answered(&[(3, 1)]);
         assert_eq!(holds.standing(1, lost), Some((1, true)));
         assert_eq!(holds.standing(2, adopted), Some((2, false)));
         assert_eq!(holds.standing(3, kept), Some((1, false)));
         // A lost lease is not renewed; read again by this process, it is.
-        assert_eq!(holds.begin_renewal().len(), 2);
+        assert_eq!(holds.begin_renewal().leases.len(), 2);
         assert_eq!(holds.take(&message(1, 3)), None);
         assert_eq!(holds.standing(1, lost), Some((3, false)));
     }
@@ -374,7 +459,7 @@ mod tests {
         assert_eq!(holds.take(&message(1, 2)), None);
         assert!(holds.settled(1, token, 1), "run again");
         // Renewed by the loop again while it runs.
-        assert_eq!(holds.begin_renewal(), [(1, 2)]);
+        assert_eq!(holds.begin_renewal().leases, [(1, 2)]);
         assert!(!holds.settled(1, token, 2));
         assert_eq!(holds.count(), 0);
     }
@@ -385,13 +470,25 @@ mod tests {
         let token = new_hold(&holds, 1, 1);
         let begin = holds.begin_settle(1, token, 1, false).now_or_never();
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
-        // Its statement failed with the connection: nothing renews it while it waits.
-        assert!(holds.begin_renewal().is_empty());
+        // Its statement failed with the connection: kept, still held, and nothing renews it
+        // while it waits (its own statement checks and renews the lease).
+        holds.keep(Kept {
+            message: message(1, 1),
+            token,
+            fate: Fate::Handled,
+            route: "public.feedbacks".into(),
+            id: "1".into(),
+        });
+        assert_eq!(holds.count(), 1);
+        assert!(holds.begin_renewal().leases.is_empty());
         assert_eq!(holds.take(&message(1, 2)), None);
         assert_eq!(holds.standing(1, token), Some((2, false)));
-        assert!(holds.begin_renewal().is_empty());
-        // Made under the new read: done, not run again.
-        assert!(!holds.settled(1, token, 2));
+        assert!(holds.begin_renewal().leases.is_empty());
+        // Made once the database is back, under the new read: done, not run again.
+        let kept = holds.take_kept();
+        assert_eq!(kept.len(), 1);
+        assert!(holds.take_kept().is_empty(), "made by one caller only");
+        assert!(!holds.settled(1, kept[0].token, 2));
         assert_eq!(holds.count(), 0);
     }
 

@@ -1,8 +1,9 @@
 //! One message's life in this process: its row run through the pipeline, its [`Fate`] decided,
 //! a dispatch again when one is owed, then the statement that settles it once no renewal of it
 //! is under way — its lease checked and renewed first, in the same way as a renewal, so a
-//! message another reader holds now is left to it; made again once the database is back when
-//! the connection is what failed — and the one count and log line of how it was settled.
+//! message another reader holds now is left to it; kept for the read loop to make again once
+//! the database is back when the connection is what failed — and the one count and log line
+//! of how it was settled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,12 +11,12 @@ use std::time::Duration;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{reconnect_wait, Consumer, MessageRow};
+use super::{Consumer, MessageRow};
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::identity::BranchName;
-use crate::pgmq::holds::{Begin, HoldId};
+use crate::pgmq::holds::{Begin, HoldId, Kept};
 use crate::pgmq::settle::{backoff, Fate};
 use crate::pipeline::{at_base, DuplicateReason, Outcome, Plan, RunError, Start};
 use crate::reason::Reason;
@@ -66,26 +67,63 @@ impl Consumer {
                 Begin::ReadAgain => continue,
                 Begin::Settle { lost } => lost,
             };
-            let (fate, read_ct) = self
-                .settle(&message, token, read_ct, lost, fate, route)
-                .await;
+            let Some(fate) = self.settle(&message, read_ct, lost, &fate, route).await else {
+                tracing::warn!(msg_id, %route, id, "a queue message's settle waits for the database");
+                let (route, id) = (route.to_owned(), id.to_owned());
+                let kept = Kept {
+                    message,
+                    token,
+                    fate,
+                    route,
+                    id,
+                };
+                self.holds.keep(kept);
+                return;
+            };
             let again = self.holds.settled(msg_id, token, read_ct);
-            let result = fate.label();
-            self.pipeline.metrics().pgmq_message(route, result);
-            self.progress.count(&fate);
-            match fate {
-                Fate::DeadLetter { reason, letter_id } => tracing::error!(msg_id, read_ct, %route,
-                    id, reason = reason.as_str(), dead_letter_id = letter_id,
-                    "queue message dead-lettered: `rowbranch queue redrive --id <dead_letter_id>` brings it back"),
-                Fate::LeaseLost => tracing::warn!(msg_id, read_ct, %route, id,
-                    "queue message's lease was lost: another reader settles it"),
-                fate => {
-                    tracing::info!(msg_id, read_ct, %route, id, result = result.as_str(), ?fate,
-                    "queue message")
-                }
-            }
+            self.record(msg_id, read_ct, route, id, &fate);
             if !again {
                 return;
+            }
+        }
+    }
+
+    /// Makes the settles kept for the database's return, each under the read its message is
+    /// held under now (raised if this process read it again meanwhile); when the database
+    /// does not take one, it and the rest stay kept.
+    pub(super) async fn settle_kept(&self) {
+        let mut kept = self.holds.take_kept().into_iter();
+        while let Some(settle) = kept.next() {
+            let (id, token) = (settle.message.id, settle.token);
+            let Some((read_ct, _)) = self.holds.standing(id, token) else {
+                continue;
+            };
+            let made = self.settle(&settle.message, read_ct, false, &settle.fate, &settle.route);
+            let Some(fate) = made.await else {
+                self.holds.keep(settle);
+                kept.for_each(|settle| self.holds.keep(settle));
+                return;
+            };
+            // Never read again during the statement: the read loop, the one reader, makes it.
+            self.holds.settled(id, token, read_ct);
+            self.record(id, read_ct, &settle.route, &settle.id, &fate);
+        }
+    }
+
+    /// The one count and log line of a message settled as `fate`.
+    fn record(&self, msg_id: i64, read_ct: i32, route: &str, id: &str, fate: &Fate) {
+        let result = fate.label();
+        self.pipeline.metrics().pgmq_message(route, result);
+        self.progress.count(fate);
+        match fate {
+            Fate::DeadLetter { reason, letter_id } => tracing::error!(msg_id, read_ct, %route,
+                id, reason = reason.as_str(), dead_letter_id = letter_id,
+                "queue message dead-lettered: `rowbranch queue redrive --id <dead_letter_id>` brings it back"),
+            Fate::LeaseLost => tracing::warn!(msg_id, read_ct, %route, id,
+                "queue message's lease was lost: another reader settles it"),
+            fate => {
+                tracing::info!(msg_id, read_ct, %route, id, result = result.as_str(), ?fate,
+                "queue message")
             }
         }
     }
@@ -171,56 +209,39 @@ impl Consumer {
         }
     }
 
-    /// Settles the message as `fate`, decided on read `read_ct`. When the connection is what
-    /// failed, an archive or a dead letter is made again once the database is back, under the
-    /// read the message is held under then (raised if this process read it again meanwhile);
-    /// a retry or a release needs nothing more, since the message's lease lapses by itself. Any
-    /// other error (a privilege, a missing queue) is logged with its SQLSTATE, and the message
-    /// is read again when its lease lapses. The fate as made, and the read it was made under.
+    /// Settles the message as `fate`, decided on read `read_ct`: the fate as made. When the
+    /// connection is what failed, `None` for an archive or a dead letter, to be kept and made
+    /// again once the database is back; a retry or a release needs nothing more, since the
+    /// message's lease lapses by itself. Any other error (a privilege, a missing queue) is
+    /// logged with its SQLSTATE, and the message is read again when its lease lapses.
     async fn settle(
         &self,
         message: &Message,
-        token: HoldId,
-        mut read_ct: i32,
+        read_ct: i32,
         lost: bool,
-        fate: Fate,
+        fate: &Fate,
         route: &str,
-    ) -> (Fate, i32) {
-        if fate == Fate::LeaseLost {
-            return (fate, read_ct);
+    ) -> Option<Fate> {
+        if *fate == Fate::LeaseLost {
+            return Some(Fate::LeaseLost);
         }
-        let mut failures = 0;
-        loop {
-            let error = match self.db().await {
-                // A lease found lost is another reader's to settle, whenever the database is back.
-                Err(_) if lost => return (Fate::LeaseLost, read_ct),
-                Err(e) => e,
-                Ok(db) => match self.statement(&db, message, read_ct, &fate).await {
-                    Ok(made) => return (made, read_ct),
-                    Err(e) => {
-                        self.failed(&e).await;
-                        if !e.transient() {
-                            tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
-                                error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
-                            return (Fate::Later(self.settings.pgmq.visibility_timeout), read_ct);
-                        }
-                        e
+        match self.db().await {
+            // A lease found lost is another reader's to settle, whenever the database is back.
+            Err(_) if lost => return Some(Fate::LeaseLost),
+            Err(_) => {}
+            Ok(db) => match self.statement(&db, message, read_ct, fate).await {
+                Ok(made) => return Some(made),
+                Err(e) => {
+                    self.failed(&e).await;
+                    if !e.transient() {
+                        tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
+                            error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
+                        return Some(Fate::Later(self.settings.pgmq.visibility_timeout));
                     }
-                },
-            };
-            if fate.lets_go() {
-                return (fate, read_ct);
-            }
-            failures += 1;
-            if failures == 1 {
-                tracing::warn!(msg_id = message.id, %route, error = %error, "a queue message's settle waits for the database");
-            }
-            tokio::time::sleep(reconnect_wait(failures)).await;
-            read_ct = self
-                .holds
-                .standing(message.id, token)
-                .map_or(read_ct, |(now, _)| now);
+                }
+            },
         }
+        fate.lets_go().then(|| fate.clone())
     }
 
     /// `fate`'s statement under read `read_ct`: the lease checked and renewed first, in the

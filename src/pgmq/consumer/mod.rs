@@ -176,6 +176,9 @@ impl Consumer {
         let samples = tokio::spawn(Arc::clone(&self).sample());
         let mut failures = 0u32;
         while !self.shutdown.is_draining() {
+            // A settle the database did not take is made as soon as it is back: at the latest
+            // here, before the next read.
+            self.settle_kept().await;
             let room = self.room();
             if room == 0 {
                 self.wait(self.settings.pgmq.poll_interval).await;
@@ -230,6 +233,8 @@ impl Consumer {
         if let Some(deadline) = self.shutdown.deadline() {
             let _ = tokio::time::timeout_at(deadline, self.handlers.wait()).await;
         }
+        // The last settles: those kept, and those the runs of the grace kept.
+        self.settle_kept().await;
         samples.abort();
     }
 
@@ -385,18 +390,22 @@ impl Consumer {
             if self.handlers.is_closed() && self.handlers.is_empty() {
                 return;
             }
-            let leases = self.holds.begin_renewal();
-            if leases.is_empty() {
+            // Over when dropped, however this stops.
+            let renewal = self.holds.begin_renewal();
+            if renewal.leases.is_empty() {
                 continue;
             }
             let Ok(db) = self.db().await else {
-                self.holds.renewal_over(&leases, None);
                 continue;
             };
-            let renewed = queue::renew(db.client(), self.queue(), &leases, self.vt_seconds()).await;
-            self.holds.renewal_over(&leases, renewed.as_deref().ok());
-            if let Err(e) = renewed {
-                self.failed(&e).await;
+            let vt = self.vt_seconds();
+            let renewed = queue::renew(db.client(), self.queue(), &renewal.leases, vt).await;
+            match renewed {
+                Ok(renewed) => renewal.answered(&renewed),
+                Err(e) => {
+                    drop(renewal);
+                    self.failed(&e).await;
+                }
             }
         }
     }
