@@ -177,46 +177,36 @@ pub async fn redrive(
         .count() as u64)
 }
 
-/// The ids (as text) of the messages of `schema.table` in the queue, visible or held: rows the
-/// sweep leaves to the consumer.
-pub async fn queued_ids(
-    client: &Client,
-    queue: &QueueName,
-    schema: &str,
-    table_name: &str,
-    id_column: &str,
-) -> Result<Vec<String>> {
-    let sql = format!(
-        "select m.message -> 'record' ->> $1::text from {} as m \
-         where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text",
-        table('q', queue)
-    );
-    let rows = query(client, &sql, &[&id_column, &schema, &table_name]).await?;
-    Ok(rows.iter().filter_map(|r| r.get(0)).collect())
-}
-
-/// The ids (as text) of the archived messages of `schema.table` since `since`, with when each
-/// was archived (the newest archive of an id): when a row's work started, for the sweep. One
-/// range scan of the archive's `archived_at` index, which pgmq creates.
-pub async fn archived_ids(
+/// The messages of `schema.table`, by row id (as text): those in the queue, visible or held
+/// (rows the sweep leaves to the consumer), and those archived since `since` — each id with
+/// whether it is queued and when its newest message was archived (when the row's work started,
+/// for the sweep). The archive is read by one range scan of its `archived_at` index, which
+/// pgmq creates.
+pub async fn message_ids(
     client: &Client,
     queue: &QueueName,
     schema: &str,
     table_name: &str,
     id_column: &str,
     since: DateTime<Utc>,
-) -> Result<Vec<(String, DateTime<Utc>)>> {
+) -> Result<Vec<(String, bool, Option<DateTime<Utc>>)>> {
     let sql = format!(
-        "select m.message -> 'record' ->> $1::text, max(m.archived_at) from {} as m \
-         where m.archived_at >= $4::timestamptz \
-           and m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
-         group by 1",
+        "select id, bool_or(archived_at is null), max(archived_at) from ( \
+           select m.message -> 'record' ->> $1::text as id, null::timestamptz as archived_at \
+           from {} as m \
+           where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
+           union all \
+           select m.message -> 'record' ->> $1::text, m.archived_at from {} as m \
+           where m.archived_at >= $4::timestamptz \
+             and m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
+         ) as ids where id is not null group by id",
+        table('q', queue),
         table('a', queue)
     );
     let rows = query(client, &sql, &[&id_column, &schema, &table_name, &since]).await?;
     Ok(rows
         .iter()
-        .filter_map(|r| Some((r.get::<_, Option<String>>(0)?, r.get(1))))
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
         .collect())
 }
 

@@ -27,12 +27,6 @@ pub struct Row {
 }
 
 impl Database {
-    /// Checks that the route's table and its id, created and text columns exist; the error
-    /// names the missing one (`table public.feedbacks has no column "created_at"`...).
-    pub async fn check(&self, route: &Route) -> Result<()> {
-        self.check_columns(route, true).await
-    }
-
     /// Checks that the route fits its table: the table exists, with the route's id and text
     /// columns, and with `created` its created column, of a time type. A [`Misfit`] in the
     /// error's chain says the config is wrong; any other error, that the catalog could not be
@@ -47,7 +41,7 @@ impl Database {
     /// A row whose created column is NULL is outside every window (`NULL >= since` is not true),
     /// and so is a row whose id is NULL (it has no identity to claim a branch with). A
     /// `page_size` of 0 is taken as 1. Nothing is read until the first [`RowPages::next_page`],
-    /// which also checks the table as [`Database::check`] does.
+    /// which also checks the table as [`Database::check_columns`] does.
     pub fn since<'a>(
         &'a self,
         route: &'a Route,

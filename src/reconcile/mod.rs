@@ -196,7 +196,7 @@ async fn sweep_route(
 ) -> anyhow::Result<()> {
     let route = &compiled.route;
     let forge = pipeline.forge();
-    rows.check(route).await?;
+    rows.check_columns(route, true).await?;
     // A role that row level security hides the rows from reads none, without an error: that
     // would pass for an empty table.
     match rows.visibility(route).await? {
@@ -301,17 +301,17 @@ impl QueueView {
         let client = rows.client();
         let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
         let loaded_at = chrono::Utc::now();
-        let queued = queue::queued_ids(client, &pgmq.queue, schema, table, id)
+        let ids = queue::message_ids(client, &pgmq.queue, schema, table, id, since)
             .await
-            .with_context(|| format!("reading the queue {}", pgmq.queue))?;
-        let archived = queue::archived_ids(client, &pgmq.queue, schema, table, id, since)
-            .await
-            .with_context(|| format!("reading the archive of the queue {}", pgmq.queue))?;
+            .with_context(|| format!("reading the queue {} and its archive", pgmq.queue))?;
         let retention = chrono::Duration::from_std(pgmq.archive_retention)
             .context("archive_retention too long")?;
         Ok(QueueView {
-            queued: queued.into_iter().collect(),
-            archived: archived.into_iter().collect(),
+            queued: ids.iter().filter(|m| m.1).map(|m| m.0.clone()).collect(),
+            archived: ids
+                .into_iter()
+                .filter_map(|(id, _, at)| Some((id, at?)))
+                .collect(),
             expected_since: loaded_at - retention,
             unseen_since: loaded_at - UNSEEN_MARGIN,
             not_queued: Vec::new(),

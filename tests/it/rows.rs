@@ -146,7 +146,7 @@ async fn feedbacks_from(
 #[tokio::test]
 async fn pages_of_seven_give_all_25_rows_in_order_once() {
     let (_s, rows, route) = or_skip!(feedbacks_from("rows_pages_", feedbacks_table).await);
-    rows.check(&route).await.unwrap();
+    rows.check_columns(&route, true).await.unwrap();
 
     let pages = sweep_pages(&rows, &route, long_ago(), 7).await;
     let sizes: Vec<usize> = pages.iter().map(Vec::len).collect();
@@ -277,7 +277,9 @@ async fn names_that_need_quoting_work() {
         Some("Say \"what\""),
         "Created At",
     );
-    rows.check(&route).await.unwrap_or_else(|e| panic!("{e:#}"));
+    rows.check_columns(&route, true)
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
     let all = swept(&rows, &route, long_ago(), 4).await;
     let ids: Vec<i64> = all
         .iter()
@@ -357,7 +359,7 @@ async fn a_missing_table_or_column_is_named() {
     ];
     for (route, expected) in cases {
         let errors = [
-            rows.check(&route).await.unwrap_err(),
+            rows.check_columns(&route, true).await.unwrap_err(),
             rows.since(&route, long_ago(), 10)
                 .next_page()
                 .await
@@ -370,10 +372,10 @@ async fn a_missing_table_or_column_is_named() {
                 assert!(err.contains(part.as_str()), "expected {part:?} in: {err}");
             }
         }
-        eprintln!("{}", rows.check(&route).await.unwrap_err());
+        eprintln!("{}", rows.check_columns(&route, true).await.unwrap_err());
     }
     // Without a text column, the check does not look for one.
-    rows.check(&route(schema, "feedbacks", "id", None, "created_at"))
+    rows.check_columns(&route(schema, "feedbacks", "id", None, "created_at"), true)
         .await
         .unwrap();
 }
@@ -722,7 +724,7 @@ async fn tls_checks(
         &format!("sslmode=verify-full sslrootcert='{ca}'"),
     );
     let rows = connect_eventually(&full).await;
-    rows.check(&route).await.unwrap();
+    rows.check_columns(&route, true).await.unwrap();
     assert_eq!(sweep_pages(&rows, &route, long_ago(), 10).await.len(), 3);
     // The URL form, the CA's path percent-encoded.
     let encoded: String = ca
@@ -739,7 +741,7 @@ async fn tls_checks(
     ))
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));
-    rows.check(&route).await.unwrap();
+    rows.check_columns(&route, true).await.unwrap();
 
     // Each connection names itself, so the server can say whether it is encrypted.
     let observer = connect(&admin_config(&url)).await;
@@ -764,7 +766,7 @@ async fn tls_checks(
         let rows = Rows::connect(&url)
             .await
             .unwrap_or_else(|e| panic!("{url}: {e:#}"));
-        rows.check(&route).await.unwrap();
+        rows.check_columns(&route, true).await.unwrap();
         let ssl: bool = observer
             .query_one(
                 "select s.ssl from pg_stat_ssl s join pg_stat_activity a using (pid) \
