@@ -275,9 +275,9 @@ async fn sweep_route(
 pub const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
-/// is still in the queue (visible or held), then those archived since the window's start with
-/// when. In that order, so that a message moving from the queue to the archive meanwhile is
-/// seen in one or the other. The archive lookup is one range scan of its `archived_at` index
+/// is still in the queue (visible or held), and those archived since the window's start with
+/// when. One statement reads both, so a message moving from the queue to the archive meanwhile
+/// is seen in one of them. The archive lookup is one range scan of its `archived_at` index
 /// (pgmq creates it), reading the id out of each archived message's jsonb: on a large archive
 /// a scan of the window's messages, not a lookup per row.
 struct QueueView {
