@@ -71,6 +71,9 @@ pub struct Consumer {
     /// The one connection, made again when it ends; locked while connecting, so that two
     /// callers never open two.
     link: tokio::sync::Mutex<Link>,
+    /// Woken when a connection is made anew (by a renewal, say): the read loop, waiting out
+    /// its backoff, makes the kept settles at once.
+    reconnected: tokio::sync::Notify,
     /// The messages held: the consumer's state, behind one lock that no await holds.
     holds: Holds,
     handlers: TaskTracker,
@@ -104,6 +107,7 @@ impl Consumer {
             shutdown,
             reachability,
             link: tokio::sync::Mutex::default(),
+            reconnected: tokio::sync::Notify::new(),
             holds: Holds::new(FIRST_GUESS_BYTES),
             handlers: TaskTracker::new(),
             reading_stopped: CancellationToken::new(),
@@ -144,6 +148,7 @@ impl Consumer {
                 link.opened += 1;
                 self.reachability.set(Ok(()));
                 if link.opened > 1 {
+                    self.reconnected.notify_waiters();
                     tracing::info!(
                         queue = self.queue().as_str(),
                         "connected to the database again"
@@ -265,11 +270,13 @@ impl Consumer {
         read
     }
 
-    /// Sleeps for `wait`, or less when a message is settled or the shutdown begins.
+    /// Sleeps for `wait`, or less when a message is settled, the database is back, or the
+    /// shutdown begins.
     async fn wait(&self, wait: Duration) {
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = self.holds.freed() => {}
+            () = self.reconnected.notified() => {}
             () = self.shutdown.begun() => {}
         }
     }
