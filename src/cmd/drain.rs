@@ -15,7 +15,7 @@ use tokio::sync::{oneshot, watch};
 
 use super::Failure;
 use crate::cli::DrainArgs;
-use crate::config::{process_env, Config, DatabaseUrl};
+use crate::config::{process_env, Config, Redacted};
 use crate::db::Database;
 use crate::identity::QueueName;
 use crate::pgmq::budget::Spent;
@@ -149,7 +149,7 @@ fn stop(
     application: &Application,
     mut standing: watch::Receiver<Standing>,
     reading_ends: tokio::time::Instant,
-    url: DatabaseUrl,
+    url: Redacted,
     sweep: Option<SweepOptions>,
     grace: Duration,
     said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,

@@ -40,11 +40,10 @@ mod token_tests;
 mod validate;
 
 pub use settings::{
-    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
-    ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
-    PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_WORK_TIMEOUT_MINUTES,
-    MAX_WORK_TIMEOUT_MINUTES,
+    AccessToken, Config, ForgeSettings, GithubAuth, GithubSettings, Intake, ListenAddress,
+    ListenHost, ListenOrigin, LocalSettings, PaceSettings, PayloadTemplateSource, PgmqSettings,
+    PrivateKeySource, ReconcileSettings, Redacted, Route, StatusPage, WebhookSettings,
+    DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
 };
 pub use show::Shown;
 pub use validate::Insecure;

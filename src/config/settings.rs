@@ -29,7 +29,7 @@ pub struct Config {
     pub pgmq: PgmqSettings,
     pub routes: Vec<Arc<Route>>,
     /// `DATABASE_URL`: where `reconcile` and `redo` read the rows. Environment only.
-    pub database_url: Option<DatabaseUrl>,
+    pub database_url: Option<Redacted>,
 }
 
 impl Config {
@@ -99,38 +99,23 @@ impl fmt::Display for ListenOrigin {
 pub struct StatusPage {
     /// `ROWBRANCH_STATUS_PASSWORD`: asked for with HTTP basic authentication (any user name).
     /// `None` only under `serve --insecure-public-status`.
-    pub password: Option<Password>,
+    pub password: Option<Redacted>,
 }
 
-/// A password; it never prints.
+/// A value that must never print: a password, a connection string (it carries one), a token,
+/// a private key. Its `Debug` says only that it is hidden; `expose` is the one way to read it.
 #[derive(Clone)]
-pub struct Password(pub(super) String);
+pub struct Redacted(pub(super) String);
 
-impl Password {
+impl Redacted {
     pub fn expose(&self) -> &str {
         &self.0
     }
 }
 
-impl fmt::Debug for Password {
+impl fmt::Debug for Redacted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Password(<redacted>)")
-    }
-}
-
-/// A database connection string; it carries a password, so it never prints.
-#[derive(Clone)]
-pub struct DatabaseUrl(pub(super) String);
-
-impl DatabaseUrl {
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for DatabaseUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("DatabaseUrl(<redacted>)")
+        f.write_str("<redacted>")
     }
 }
 
@@ -250,10 +235,10 @@ pub enum GithubAuth {
 
 /// A token from the environment: the variable it came from, which messages name, and its
 /// value, which never prints.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct AccessToken {
     pub(super) variable: String,
-    pub(super) value: String,
+    pub(super) value: Redacted,
 }
 
 impl AccessToken {
@@ -263,13 +248,7 @@ impl AccessToken {
     }
 
     pub fn expose(&self) -> &str {
-        &self.value
-    }
-}
-
-impl fmt::Debug for AccessToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AccessToken({}, <redacted>)", self.variable)
+        self.value.expose()
     }
 }
 
@@ -284,19 +263,11 @@ pub struct PaceSettings {
     pub hourly_max: u32,
 }
 
-/// The App's private key: PEM text from the environment, or a file. Never printed.
+/// The App's private key: PEM text from the environment, or a file.
+#[derive(Debug)]
 pub enum PrivateKeySource {
-    Pem(String),
+    Pem(Redacted),
     File(PathBuf),
-}
-
-impl fmt::Debug for PrivateKeySource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PrivateKeySource::Pem(_) => f.write_str("Pem(<redacted>)"),
-            PrivateKeySource::File(path) => write!(f, "File({})", path.display()),
-        }
-    }
 }
 
 #[derive(Debug)]

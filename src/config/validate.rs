@@ -15,10 +15,10 @@ use super::env::{
 };
 use super::file::{self, RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
 use super::settings::{
-    AccessToken, Config, DatabaseUrl, ForgeSettings, GithubAuth, GithubSettings, Intake,
-    ListenAddress, ListenHost, ListenOrigin, LocalSettings, PaceSettings, Password,
-    PayloadTemplateSource, PgmqSettings, PrivateKeySource, ReconcileSettings, Route, StatusPage,
-    WebhookSettings, DEFAULT_MAX_TURNS, MAX_WORK_TIMEOUT_MINUTES,
+    AccessToken, Config, ForgeSettings, GithubAuth, GithubSettings, Intake, ListenAddress,
+    ListenHost, ListenOrigin, LocalSettings, PaceSettings, PayloadTemplateSource, PgmqSettings,
+    PrivateKeySource, ReconcileSettings, Redacted, Route, StatusPage, WebhookSettings,
+    DEFAULT_MAX_TURNS, MAX_WORK_TIMEOUT_MINUTES,
 };
 use super::Invalid;
 use crate::event::EventKind;
@@ -56,7 +56,7 @@ pub(super) fn config(
     let dir = path.parent().unwrap_or(Path::new("."));
     let listen = listen_address(raw.listen, env)?;
     let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
-    let database_url = env.get(DATABASE_URL).map(|url| DatabaseUrl(url.to_owned()));
+    let database_url = env.get(DATABASE_URL).map(|url| Redacted(url.to_owned()));
     let reconcile = ReconcileSettings {
         // On by default wherever it can run: a row its sender did not deliver, or that was
         // refused for a full queue, has no other way back.
@@ -82,7 +82,7 @@ pub(super) fn config(
         listen,
         shutdown_grace,
         status_page: raw.status_page.then(|| StatusPage {
-            password: env.get(STATUS_PASSWORD).map(|p| Password(p.to_owned())),
+            password: env.get(STATUS_PASSWORD).map(|p| Redacted(p.to_owned())),
         }),
         reconcile,
         forge,
@@ -261,7 +261,7 @@ fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid
         })?,
     };
     let key = match (env.get(GITHUB_APP_PRIVATE_KEY), &raw.private_key_path) {
-        (Some(pem), _) => PrivateKeySource::Pem(pem.to_owned()),
+        (Some(pem), _) => PrivateKeySource::Pem(Redacted(pem.to_owned())),
         (None, Some(path)) => PrivateKeySource::File(dir.join(path)),
         (None, None) => return Err(invalid!(
             "no GitHub App private key: set [github] private_key_path or {GITHUB_APP_PRIVATE_KEY} (the PEM text)"
@@ -321,6 +321,7 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         ));
     }
     let variable = variable.to_owned();
+    let value = Redacted(value);
     Ok(AccessToken { variable, value })
 }
 

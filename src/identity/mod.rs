@@ -4,8 +4,8 @@
 //! the queue rows arrive on ([`QueueName`]); and a branch name git takes, for a repository's
 //! default branch ([`RefName`]).
 
-/// `as_str` and `Display` for checked names that are their text once checked: each shows as
-/// what it holds.
+/// `as_str`, `Display` and `== "…"` for checked names that are their text once checked: each
+/// shows as, and compares with, what it holds.
 macro_rules! shown_as_text {
     ($($name:ident),+) => {$(
         impl $name {
@@ -17,6 +17,12 @@ macro_rules! shown_as_text {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(&self.0)
+            }
+        }
+
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.0 == *other
             }
         }
     )+};
@@ -115,13 +121,6 @@ impl RowId {
     pub fn owns_tail(&self, tail: &str) -> bool {
         tail.strip_prefix(self.as_str())
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
-    }
-}
-
-/// An id compares with its text, as it displays.
-impl PartialEq<&str> for RowId {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
     }
 }
 
@@ -315,13 +314,6 @@ impl BranchName {
     /// `{this branch}-redo-{n}` (for deliberate re-runs)
     pub fn redo(&self, n: u32) -> BranchName {
         BranchName(format!("{self}-redo-{n}"))
-    }
-}
-
-/// A branch name compares with its text.
-impl PartialEq<&str> for BranchName {
-    fn eq(&self, other: &&str) -> bool {
-        self.0 == *other
     }
 }
 

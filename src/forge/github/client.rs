@@ -397,7 +397,7 @@ impl Auth {
             }
         };
         let pem = match key {
-            PrivateKeySource::Pem(pem) => pem.clone(),
+            PrivateKeySource::Pem(pem) => pem.expose().to_owned(),
             PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|cause| {
                 OpenError::Github(format!(
                     "cannot read the GitHub App private key {}: {cause} (set [github] \

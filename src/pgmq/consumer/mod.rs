@@ -20,7 +20,7 @@ use self::progress::{DatabaseTrouble, Idle, Progress};
 use super::budget::Budgets;
 use super::holds::{HoldId, Holds};
 use super::settle::Fate;
-use crate::config::{DatabaseUrl, PgmqSettings};
+use crate::config::{PgmqSettings, Redacted};
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database, Reachability, Unreachable};
 use crate::identity::QueueName;
@@ -51,7 +51,7 @@ const PUT_OFF_MARGIN: Duration = Duration::from_secs(2);
 
 /// What the consumer is built from.
 pub struct ConsumerSettings {
-    pub url: DatabaseUrl,
+    pub url: Redacted,
     pub pgmq: PgmqSettings,
     /// Rows accepted and not yet finished, at most (`queue_capacity`): held messages count.
     pub queue_capacity: usize,
