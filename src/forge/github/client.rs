@@ -465,17 +465,19 @@ impl JwtClient {
         .await
     }
 
-    /// The installation that holds `repo`, or `None` when the App is not installed on it.
+    /// The installation that holds `repo`; a refusal when the App is not installed on it.
     /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<Option<InstallationFound>> {
+    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
         let path = format!("/repos/{repo}/installation");
         match self
             .run(|gh| async move { gh.get(&path, None::<&()>).await })
             .await?
         {
-            Ok(found) => Ok(Some(found)),
+            Ok(found) => Ok(found),
             Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Ok(None),
+                404 => Err(Setback::refused(format!(
+                    "the App is not installed on {repo}: install it on that repository"
+                ))),
                 401 => Err(Setback::refused(format!(
                     "GitHub refused the App's credentials ({}): check app_id and the private key",
                     said(&refusal)
@@ -510,12 +512,7 @@ impl AppClient {
             Some((at, known)) if at.elapsed() < INSTALLATION_TTL => known,
             _ => {
                 let found = self.jwt.installation_of(repo).await;
-                let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
-                let id = id.ok_or_else(|| {
-                    Setback::refused(format!(
-                        "the GitHub App is not installed on {repo}: install it on that repository"
-                    ))
-                })?;
+                let id = found.map_err(Setback::not_applied)?.id;
                 let installation = match known {
                     // The same installation: its token is still good.
                     Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => known,

@@ -65,12 +65,7 @@ pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
 ) -> Result<BTreeMap<String, String>, ForgeError> {
-    match app(forge)?.installation_of(repo).await? {
-        Some(found) => Ok(found.permissions),
-        None => Err(ForgeError::refused(format!(
-            "the App is not installed on {repo}"
-        ))),
-    }
+    Ok(app(forge)?.installation_of(repo).await?.permissions)
 }
 
 /// The workflow files on `branch` (`.github/workflows/*.yml|yaml`) and their text.
