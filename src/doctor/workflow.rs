@@ -73,7 +73,9 @@ const EXPRESSION: &str = "${{}}";
 fn shell_words(text: &str) -> Vec<String> {
     let (mut masked, mut expressions, mut rest) = (String::new(), Vec::new(), text);
     while let Some(start) = rest.find("${{") {
-        let end = rest[start..].find("}}").map_or(rest.len(), |at| start + at + 2);
+        let end = rest[start..]
+            .find("}}")
+            .map_or(rest.len(), |at| start + at + 2);
         masked.push_str(&rest[..start]);
         masked.push_str(EXPRESSION);
         expressions.push(&rest[start..end]);
