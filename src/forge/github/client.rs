@@ -277,6 +277,8 @@ type Minted = (Octocrab, DateTime<Utc>);
 /// requests.
 pub struct Credentials {
     pub writes: Arc<Pacer>,
+    /// octocrab without credentials: the stack every client shares, each token's built on it.
+    gh: Octocrab,
     bearer: Bearer,
     /// The client with the current token. Held while a token is minted, so that concurrent
     /// requests do not each mint one.
@@ -287,13 +289,8 @@ pub struct Credentials {
 enum Bearer {
     /// A token given as it is, never minted or renewed.
     Given,
-    /// The App's JWT, made for each request; `gh` is the stack without credentials and
-    /// `metrics` counts the tokens the App mints.
-    App {
-        key: AppKey,
-        gh: Octocrab,
-        metrics: Arc<Metrics>,
-    },
+    /// The App's JWT, made for each request.
+    App(AppKey),
     /// An installation's token, minted by the App, narrowed to one repository (a repository
     /// missing from an installation then fails alone), and renewed before it expires.
     Installation {
@@ -337,10 +334,10 @@ impl Credentials {
     /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
     /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
     pub async fn token(&self) -> Attempt<Arc<Minted>> {
-        if let Bearer::App { key, gh, .. } = &self.bearer {
+        if let Bearer::App(key) = &self.bearer {
             let jwt = (key.jwt())
                 .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
-            let gh = gh.user_access_token(jwt).map_err(Setback::bug)?;
+            let gh = self.gh.user_access_token(jwt).map_err(Setback::bug)?;
             return Ok(Arc::new((gh, DateTime::<Utc>::MAX_UTC)));
         }
         let mut current = self.current.lock().await;
@@ -357,11 +354,6 @@ impl Credentials {
         else {
             return Err(Setback::bug("a given token expired"));
         };
-        let Bearer::App { gh, metrics, .. } = &app.bearer else {
-            return Err(Setback::bug(
-                "an installation's token is minted by the App alone",
-            ));
-        };
         let (path, body) = (
             &format!("/app/installations/{id}/access_tokens"),
             &json!({ "repositories": [repository] }),
@@ -370,9 +362,9 @@ impl Credentials {
         let minted = Box::pin(app.run(|gh| async move { gh.post(path, Some(body)).await }));
         let minted: MintedToken = (minted.await.map_err(Setback::not_applied)?)
             .map_err(|refusal| unexpected(&refusal).not_applied())?;
-        let gh = (gh.user_access_token(minted.token)).map_err(Setback::bug)?;
+        let gh = (self.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
         let token = Arc::new((gh, minted.expires_at));
-        metrics.token_minted();
+        self.writes.metrics.token_minted();
         *current = Some(Arc::clone(&token));
         Ok(token)
     }
@@ -404,7 +396,6 @@ impl Auth {
         metrics: Arc<Metrics>,
     ) -> Result<Auth, OpenError> {
         let (pace, max) = (settings.pace, settings.max_concurrent_requests);
-        let jwt_metrics = Arc::clone(&metrics);
         let pacer = move || {
             Arc::new(Pacer::new(
                 pace,
@@ -421,12 +412,13 @@ impl Auth {
                 };
                 HeaderValue::try_from(format!("Bearer {}", token.expose()))
                     .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
-                let gh = (gh.user_access_token(token.expose().to_owned()))
+                let client = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
                 return Ok(Auth::Token(Arc::new(Credentials {
                     writes: pacer(),
+                    gh,
                     bearer: Bearer::Given,
-                    current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
+                    current: Mutex::new(Some(Arc::new((client, DateTime::<Utc>::MAX_UTC)))),
                 })));
             }
         };
@@ -442,11 +434,8 @@ impl Auth {
         };
         let app = Credentials {
             writes: pacer(),
-            bearer: Bearer::App {
-                key: AppKey::new(app_id, &pem)?,
-                gh,
-                metrics: jwt_metrics,
-            },
+            gh,
+            bearer: Bearer::App(AppKey::new(app_id, &pem)?),
             current: Mutex::new(None),
         };
         Ok(Auth::App(AppClient {
@@ -537,6 +526,7 @@ impl AppClient {
                         let (app, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
                         Arc::new(Credentials {
                             writes: Arc::clone(shared),
+                            gh: self.jwt.gh.clone(),
                             bearer: Bearer::Installation {
                                 id,
                                 app,

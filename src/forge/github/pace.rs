@@ -27,8 +27,9 @@ pub struct Pacer {
     pub requests: Semaphore,
     pace: PaceSettings,
     shutdown: Shutdown,
-    /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`).
-    metrics: Arc<Metrics>,
+    /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`), and the tokens
+    /// the credentials it paces mint.
+    pub metrics: Arc<Metrics>,
     /// Taken by a row's first write before it queues for the bucket, so at most one new row
     /// stands in the bucket's queue: the writes of rows that hold a claim go before the rest.
     new_rows: Mutex<()>,
