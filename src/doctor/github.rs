@@ -15,8 +15,8 @@ use std::sync::Arc;
 use super::workflow::{allows_bot, bot_login, claude_steps, listens_for, Bound, ClaudeStep};
 use super::{one_line, Check, ACTIONS_BOT, DRAIN_WORKFLOW_FILE, PLACEHOLDER_APP_ID};
 use crate::config::{Config, GithubAuth, GithubSettings, PrivateKeySource, Route};
-use crate::forge::github::{self, GithubForge, WorkflowState};
-use crate::forge::{Forge, ForgeError, OpenError, WriteAccess};
+use crate::forge::github::{self, GithubForge};
+use crate::forge::{Forge, ForgeError, Listing, OpenError, WriteAccess};
 use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -473,38 +473,41 @@ async fn drain_workflow_checks(
          {FILE}`"
     );
     out.push(match github::workflow_state(forge, repo, FILE).await {
-        Ok(WorkflowState::Found { state, .. }) if state == "active" => Check::pass(format!(
-            "{repo}: {FILE} is active: GitHub runs its schedule"
-        )),
-        Ok(WorkflowState::Found { state, .. }) if state == "disabled_inactivity" => Check::fail(
-            format!(
-                "{repo}: {FILE} is disabled_inactivity: GitHub disabled it after 60 days without \
-                 activity in the repository, so neither its schedule nor a kick runs it, and rows \
-                 wait in the queue"
+        Ok(Listing::Found(states)) if !states.is_empty() => match states[0].as_str() {
+            "active" => Check::pass(format!(
+                "{repo}: {FILE} is active: GitHub runs its schedule"
+            )),
+            "disabled_inactivity" => Check::fail(
+                format!(
+                    "{repo}: {FILE} is disabled_inactivity: GitHub disabled it after 60 days \
+                     without activity in the repository, so neither its schedule nor a kick runs \
+                     it, and rows wait in the queue"
+                ),
+                enable,
             ),
-            enable,
-        ),
-        Ok(WorkflowState::Found { state, .. }) => Check::fail(
-            format!(
-                "{repo}: {FILE} is {state}, not active: GitHub does not run it, and rows wait in \
-                 the queue"
+            state => Check::fail(
+                format!(
+                    "{repo}: {FILE} is {state}, not active: GitHub does not run it, and rows \
+                     wait in the queue"
+                ),
+                enable,
             ),
-            enable,
-        ),
-        Ok(WorkflowState::Missing) => Check::fail(
-            format!("{repo}: GitHub knows no workflow {FILE}, though the file is on {branch}"),
-            format!(
-                "check the file in the Actions tab (a workflow that does not parse is not \
-                 registered); `actionlint .github/workflows/{FILE}` names what is wrong"
-            ),
-        ),
-        Ok(WorkflowState::NotPermitted { needs }) => Check::fail(
+        },
+        Ok(Listing::NotPermitted { needs }) => Check::fail(
             format!(
                 "{repo}: the token cannot read whether GitHub runs {FILE}: it lacks {needs} \
                  (GitHub's X-Accepted-GitHub-Permissions)"
             ),
             "give the token actions read (in the workflow, `permissions: actions: read`; a \
              fine-grained personal access token: Actions: read-only)",
+        ),
+        // GitHub knows no workflow by that file name (only the local forge keeps none at all).
+        Ok(Listing::Found(_) | Listing::NotKept) => Check::fail(
+            format!("{repo}: GitHub knows no workflow {FILE}, though the file is on {branch}"),
+            format!(
+                "check the file in the Actions tab (a workflow that does not parse is not \
+                 registered); `actionlint .github/workflows/{FILE}` names what is wrong"
+            ),
         ),
         Err(e) => Check::fail(
             format!(

@@ -64,36 +64,36 @@ fn max_turns(claude_args: &str) -> Bound {
     bound
 }
 
-/// `text` split into words as a shell splits them: at unquoted whitespace, with single and
-/// double quotes grouping and removed. Enough for the flags and values of `claude_args`. A
-/// `${{ … }}` expression, which GitHub replaces before the action reads the text, stays one
-/// word.
+/// What stands for a `${{ … }}` expression while the rest is split.
+const EXPRESSION: &str = "${{}}";
+
+/// `text` split into words as a shell splits them (shlex). A `${{ … }}` expression, which
+/// GitHub replaces before the action reads the text, stays one word: each is set aside while
+/// the rest is split, then put back in order. Unbalanced quotes leave no words.
 fn shell_words(text: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut word: Option<String> = None;
-    let mut quote: Option<char> = None;
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if quote.is_none() && rest.starts_with("${{") {
-            let end = rest.find("}}").map_or(rest.len(), |at| at + 2);
-            word.get_or_insert_with(String::new).push_str(&rest[..end]);
-            rest = &rest[end..];
-            continue;
-        }
-        rest = &rest[c.len_utf8()..];
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                word.get_or_insert_with(String::new);
-            }
-            (None, c) if c.is_whitespace() => words.extend(word.take()),
-            (None, c) => word.get_or_insert_with(String::new).push(c),
-        }
+    let (mut masked, mut expressions, mut rest) = (String::new(), Vec::new(), text);
+    while let Some(start) = rest.find("${{") {
+        let end = rest[start..]
+            .find("}}")
+            .map_or(rest.len(), |at| start + at + 2);
+        masked.push_str(&rest[..start]);
+        masked.push_str(EXPRESSION);
+        expressions.push(&rest[start..end]);
+        rest = &rest[end..];
     }
-    words.extend(word);
-    words
+    masked.push_str(rest);
+    let mut expressions = expressions.into_iter();
+    let words = shlex::split(&masked).unwrap_or_default();
+    let restore = |word: String| {
+        let mut parts = word.split(EXPRESSION);
+        let mut restored = parts.next().unwrap_or_default().to_owned();
+        for part in parts {
+            restored.push_str(expressions.next().unwrap_or_default());
+            restored.push_str(part);
+        }
+        restored
+    };
+    words.into_iter().map(restore).collect()
 }
 
 /// A job's `timeout-minutes`, as GitHub reads it: a number, or an expression.

@@ -24,7 +24,7 @@ use octocrab::service::middleware::base_uri::BaseUriLayer;
 use octocrab::{AuthState, GitHubError, OctoBody, Octocrab, OctocrabBuilder};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use super::jwt::AppKey;
@@ -272,30 +272,39 @@ pub fn encode_path(path: &str) -> String {
 /// A client with a token, and when the token expires (never, for a token given as it is).
 type Minted = (Octocrab, DateTime<Utc>);
 
-/// One installation's client for one repository — or, with a token, the token's for every
-/// repository: the pacer of its writes and the bound on its requests, and its token.
-pub struct Installation {
+/// Credentials that run requests — the App's own, one installation's for one repository, or a
+/// given token's for every repository — with the pacer of their writes and the bound on their
+/// requests.
+pub struct Credentials {
     pub writes: Arc<Pacer>,
-    /// What mints its tokens; `None` for a token given as it is, never minted or renewed.
-    minter: Option<Minter>,
+    /// octocrab without credentials: the stack every client shares, each token's built on it.
+    gh: Octocrab,
+    bearer: Bearer,
     /// The client with the current token. Held while a token is minted, so that concurrent
     /// requests do not each mint one.
     current: Mutex<Option<Arc<Minted>>>,
 }
 
-/// What mints an installation's tokens: its id, the App, and the repository each token is
-/// narrowed to (a repository missing from an installation then fails alone).
-struct Minter {
-    id: u64,
-    jwt: Arc<JwtClient>,
-    repository: String,
+/// What a request carries to say who sends it.
+enum Bearer {
+    /// A token given as it is, never minted or renewed.
+    Given,
+    /// The App's JWT, made for each request.
+    App(AppKey),
+    /// An installation's token, minted by the App, narrowed to one repository (a repository
+    /// missing from an installation then fails alone), and renewed before it expires.
+    Installation {
+        id: u64,
+        app: Arc<Credentials>,
+        repository: String,
+    },
 }
 
-impl Installation {
-    /// One request with this installation's client, holding one of its request permits while
-    /// it is open, and only then: never while it waits for a turn to write or between retries.
-    /// With a minted token, a 401 means GitHub no longer takes it (revoked, expired early): the
-    /// request is made once more with a new one. A given token's 401 is the caller's to read.
+impl Credentials {
+    /// One request with these credentials, holding one of their request permits while it is
+    /// open, and only then: never while it waits for a turn to write or between retries. With
+    /// a minted token, a 401 means GitHub no longer takes it (revoked, expired early): the
+    /// request is made once more with a new one. Any other 401 is the caller's to read.
     pub async fn run<T, F, Fut>(&self, request: F) -> Attempt<Result<T, Refusal>>
     where
         F: Fn(Octocrab) -> Fut,
@@ -305,7 +314,8 @@ impl Installation {
         let token = self.token().await?;
         match call(request(token.0.clone())).await? {
             Err(refusal)
-                if refusal.status_code == StatusCode::UNAUTHORIZED && self.minter.is_some() =>
+                if refusal.status_code == StatusCode::UNAUTHORIZED
+                    && matches!(self.bearer, Bearer::Installation { .. }) =>
             {
                 // Dropped unless another has replaced it meanwhile.
                 let mut current = self.current.lock().await;
@@ -319,26 +329,42 @@ impl Installation {
         }
     }
 
-    /// The client with the current token, minted first when there is none or it is about to
-    /// expire: `POST /app/installations/{id}/access_tokens`, the token narrowed to the
-    /// repository.
+    /// The client with the current token: the App's with a JWT made now; an installation's
+    /// minted first when there is none or it is about to expire:
+    /// `POST /app/installations/{id}/access_tokens`, the token narrowed to the repository.
     /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
     pub async fn token(&self) -> Attempt<Arc<Minted>> {
+        if let Bearer::App(key) = &self.bearer {
+            let jwt = (key.jwt())
+                .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
+            let gh = self.gh.user_access_token(jwt).map_err(Setback::bug)?;
+            return Ok(Arc::new((gh, DateTime::<Utc>::MAX_UTC)));
+        }
         let mut current = self.current.lock().await;
         let renew_at = chrono::Duration::seconds(TOKEN_RENEW_BEFORE);
         if let Some(token) = current.as_ref().filter(|t| t.1 - Utc::now() > renew_at) {
             return Ok(Arc::clone(token));
         }
-        // A given token never expires here: only a minted one comes this far.
-        let minter = (self.minter.as_ref()).ok_or_else(|| Setback::bug("a given token expired"))?;
-        let path = format!("/app/installations/{}/access_tokens", minter.id);
-        let body = json!({ "repositories": [minter.repository] });
-        let minted = (minter.jwt).run(|gh| async move { gh.post(&path, Some(&body)).await });
+        // A given token never expires here: only an installation's comes this far.
+        let Bearer::Installation {
+            id,
+            app,
+            repository,
+        } = &self.bearer
+        else {
+            return Err(Setback::bug("a given token expired"));
+        };
+        let (path, body) = (
+            &format!("/app/installations/{id}/access_tokens"),
+            &json!({ "repositories": [repository] }),
+        );
+        // Boxed: the App's request is a `run` of its own, within the App's bound.
+        let minted = Box::pin(app.run(|gh| async move { gh.post(path, Some(body)).await }));
         let minted: MintedToken = (minted.await.map_err(Setback::not_applied)?)
             .map_err(|refusal| unexpected(&refusal).not_applied())?;
-        let gh = (minter.jwt.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
+        let gh = (self.gh.user_access_token(minted.token)).map_err(Setback::bug)?;
         let token = Arc::new((gh, minted.expires_at));
-        minter.jwt.metrics.token_minted();
+        self.writes.metrics.token_minted();
         *current = Some(Arc::clone(&token));
         Ok(token)
     }
@@ -357,7 +383,7 @@ pub enum Auth {
     /// The one client of the token, for every repository: its writes keep one pace and its
     /// requests one bound, as an installation's do (GitHub's limits for a `GITHUB_TOKEN` are
     /// per repository, and a workflow's token reaches one).
-    Token(Arc<Installation>),
+    Token(Arc<Credentials>),
 }
 
 impl Auth {
@@ -370,7 +396,6 @@ impl Auth {
         metrics: Arc<Metrics>,
     ) -> Result<Auth, OpenError> {
         let (pace, max) = (settings.pace, settings.max_concurrent_requests);
-        let jwt_metrics = Arc::clone(&metrics);
         let pacer = move || {
             Arc::new(Pacer::new(
                 pace,
@@ -387,12 +412,13 @@ impl Auth {
                 };
                 HeaderValue::try_from(format!("Bearer {}", token.expose()))
                     .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
-                let gh = (gh.user_access_token(token.expose().to_owned()))
+                let client = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
-                return Ok(Auth::Token(Arc::new(Installation {
+                return Ok(Auth::Token(Arc::new(Credentials {
                     writes: pacer(),
-                    minter: None,
-                    current: Mutex::new(Some(Arc::new((gh, DateTime::<Utc>::MAX_UTC)))),
+                    gh,
+                    bearer: Bearer::Given,
+                    current: Mutex::new(Some(Arc::new((client, DateTime::<Utc>::MAX_UTC)))),
                 })));
             }
         };
@@ -406,14 +432,14 @@ impl Auth {
                 ))
             })?,
         };
-        let jwt = JwtClient {
+        let app = Credentials {
+            writes: pacer(),
             gh,
-            key: AppKey::new(app_id, &pem)?,
-            requests: Semaphore::new(max),
-            metrics: jwt_metrics,
+            bearer: Bearer::App(AppKey::new(app_id, &pem)?),
+            current: Mutex::new(None),
         };
         Ok(Auth::App(AppClient {
-            jwt: Arc::new(jwt),
+            jwt: Arc::new(app),
             pacer: Box::new(pacer),
             repos: Mutex::new(HashMap::new()),
             limits_of: std::sync::Mutex::new(HashMap::new()),
@@ -422,22 +448,12 @@ impl Auth {
 
     /// The client for `repo`, with a token ready: the installation that holds it, or the
     /// token's.
-    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+    pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Credentials>> {
         match self {
             Auth::App(app) => app.installation(repo).await,
             Auth::Token(token) => Ok(Arc::clone(token)),
         }
     }
-}
-
-/// The App's own requests: octocrab with a JWT made for each, within the App's bound.
-pub struct JwtClient {
-    /// octocrab without credentials: the stack every client shares.
-    pub gh: Octocrab,
-    key: AppKey,
-    /// Requests open at once with the App's JWT (installation lookups, mints, `GET /app`).
-    requests: Semaphore,
-    metrics: Arc<Metrics>,
 }
 
 /// `GET /repos/{o}/{r}/installation`: the installation that holds the repository, and what
@@ -449,33 +465,20 @@ pub struct InstallationFound {
     pub permissions: BTreeMap<String, String>,
 }
 
-impl JwtClient {
-    /// One request with a JWT made now, within the App's own bound.
-    pub async fn run<T, F, Fut>(&self, request: F) -> Attempt<Result<T, Refusal>>
-    where
-        F: FnOnce(Octocrab) -> Fut,
-        Fut: Future<Output = octocrab::Result<T>>,
-    {
-        let _open = (self.requests.acquire().await).map_err(Setback::bug)?;
-        let jwt = (self.key.jwt())
-            .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
-        call(request(
-            self.gh.user_access_token(jwt).map_err(Setback::bug)?,
-        ))
-        .await
-    }
-
-    /// The installation that holds `repo`, or `None` when the App is not installed on it.
+impl Credentials {
+    /// The installation that holds `repo`; a refusal when the App is not installed on it.
     /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<Option<InstallationFound>> {
-        let path = format!("/repos/{repo}/installation");
+    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
+        let path = &format!("/repos/{repo}/installation");
         match self
-            .run(|gh| async move { gh.get(&path, None::<&()>).await })
+            .run(|gh| async move { gh.get(path, None::<&()>).await })
             .await?
         {
-            Ok(found) => Ok(Some(found)),
+            Ok(found) => Ok(found),
             Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Ok(None),
+                404 => Err(Setback::refused(format!(
+                    "the App is not installed on {repo}: install it on that repository"
+                ))),
                 401 => Err(Setback::refused(format!(
                     "GitHub refused the App's credentials ({}): check app_id and the private key",
                     said(&refusal)
@@ -488,13 +491,13 @@ impl JwtClient {
 
 /// The App: its own requests and its installations.
 pub struct AppClient {
-    pub jwt: Arc<JwtClient>,
+    pub jwt: Arc<Credentials>,
     /// Makes an installation's pacer, which holds its request bound.
     pacer: Box<dyn Fn() -> Arc<Pacer> + Send + Sync>,
     /// One client per repository, its token narrowed to that repository, and when its
     /// installation was looked up. Held across a lookup, so that a burst of rows looks it up
     /// once.
-    repos: Mutex<HashMap<RepoName, (Instant, Arc<Installation>)>>,
+    repos: Mutex<HashMap<RepoName, (Instant, Arc<Credentials>)>>,
     /// One pacer and one request bound per installation: GitHub's limits are per installation,
     /// not per repository.
     limits_of: std::sync::Mutex<HashMap<u64, Arc<Pacer>>>,
@@ -503,34 +506,32 @@ pub struct AppClient {
 impl AppClient {
     /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
     /// setback is ambiguous.
-    async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Installation>> {
+    async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Credentials>> {
         let mut repos = self.repos.lock().await;
         let known = repos.get(repo).cloned();
         let installation = match known {
             Some((at, known)) if at.elapsed() < INSTALLATION_TTL => known,
             _ => {
                 let found = self.jwt.installation_of(repo).await;
-                let id = found.map_err(Setback::not_applied)?.map(|f| f.id);
-                let id = id.ok_or_else(|| {
-                    Setback::refused(format!(
-                        "the GitHub App is not installed on {repo}: install it on that repository"
-                    ))
-                })?;
+                let id = found.map_err(Setback::not_applied)?.id;
                 let installation = match known {
                     // The same installation: its token is still good.
-                    Some((_, known)) if known.minter.as_ref().is_some_and(|m| m.id == id) => known,
+                    Some((_, known)) if matches!(known.bearer, Bearer::Installation { id: had, .. } if had == id) => {
+                        known
+                    }
                     _ => {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
                         let shared = limits_of.entry(id).or_insert_with(&self.pacer);
-                        let (jwt, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
-                        Arc::new(Installation {
+                        let (app, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        Arc::new(Credentials {
                             writes: Arc::clone(shared),
-                            minter: Some(Minter {
+                            gh: self.jwt.gh.clone(),
+                            bearer: Bearer::Installation {
                                 id,
-                                jwt,
+                                app,
                                 repository,
-                            }),
+                            },
                             current: Mutex::new(None),
                         })
                     }

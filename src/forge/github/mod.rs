@@ -12,7 +12,7 @@ mod setup;
 pub use jwt::KeyError;
 pub use setup::{
     account_type, app_info, convert_manifest, installation_permissions, workflow_state, workflows,
-    AppInfo, WorkflowState,
+    AppInfo,
 };
 
 use std::collections::HashMap;

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use scopeguard::{guard, ScopeGuard};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::time::Instant;
 
@@ -26,8 +27,9 @@ pub struct Pacer {
     pub requests: Semaphore,
     pace: PaceSettings,
     shutdown: Shutdown,
-    /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`).
-    metrics: Arc<Metrics>,
+    /// Counts the writes waiting or under way (`rowbranch_write_queue_depth`), and the tokens
+    /// the credentials it paces mint.
+    pub metrics: Arc<Metrics>,
     /// Taken by a row's first write before it queues for the bucket, so at most one new row
     /// stands in the bucket's queue: the writes of rows that hold a claim go before the rest.
     new_rows: Mutex<()>,
@@ -69,7 +71,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
-        let _queued = InQueue::join(&self.metrics);
+        let _queued = in_queue(&self.metrics);
         let waited = async {
             let _first_in_line = self.new_rows.lock().await;
             let mut bucket = self.bucket.lock().await;
@@ -91,7 +93,7 @@ impl Pacer {
     where
         Fut: Future<Output = T>,
     {
-        let _queued = InQueue::join(&self.metrics);
+        let _queued = in_queue(&self.metrics);
         let mut bucket = self.bucket.lock().await;
         tokio::select! {
             biased;
@@ -103,19 +105,9 @@ impl Pacer {
 }
 
 /// A write in the queue, counted until it leaves it however it ends (done, or dropped).
-struct InQueue<'a>(&'a Metrics);
-
-impl<'a> InQueue<'a> {
-    fn join(metrics: &'a Metrics) -> InQueue<'a> {
-        metrics.write_queue(true);
-        InQueue(metrics)
-    }
-}
-
-impl Drop for InQueue<'_> {
-    fn drop(&mut self) {
-        self.0.write_queue(false);
-    }
+fn in_queue<'a>(metrics: &'a Metrics) -> ScopeGuard<&'a Metrics, impl FnOnce(&'a Metrics)> {
+    metrics.write_queue(true);
+    guard(metrics, |metrics| metrics.write_queue(false))
 }
 
 impl Bucket {

@@ -10,9 +10,9 @@ use octocrab::{GitHubError, Octocrab};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::client::{call, encode_path, missing_permission, octocrab, said, Auth, JwtClient};
+use super::client::{call, encode_path, missing_permission, octocrab, said, Auth, Credentials};
 use super::GithubForge;
-use crate::forge::ForgeError;
+use crate::forge::{ForgeError, Listing};
 use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 
@@ -41,7 +41,7 @@ fn refused(what: &str, refusal: &GitHubError) -> ForgeError {
 }
 
 /// The App, for the calls only an App makes; a refusal with a token.
-fn app(forge: &GithubForge) -> Result<&JwtClient, ForgeError> {
+fn app(forge: &GithubForge) -> Result<&Credentials, ForgeError> {
     match &forge.auth {
         Auth::App(app) => Ok(&app.jwt),
         Auth::Token(_) => Err(ForgeError::refused(
@@ -65,12 +65,7 @@ pub async fn installation_permissions(
     forge: &GithubForge,
     repo: &RepoName,
 ) -> Result<BTreeMap<String, String>, ForgeError> {
-    match app(forge)?.installation_of(repo).await? {
-        Some(found) => Ok(found.permissions),
-        None => Err(ForgeError::refused(format!(
-            "the App is not installed on {repo}"
-        ))),
-    }
+    Ok(app(forge)?.installation_of(repo).await?.permissions)
 }
 
 /// The workflow files on `branch` (`.github/workflows/*.yml|yaml`) and their text.
@@ -116,37 +111,28 @@ pub async fn workflows(
     Ok(files)
 }
 
-/// A workflow as `GET /repos/{o}/{r}/actions/workflows/{file}` finds it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WorkflowState {
-    /// GitHub knows the workflow: its `state` (`active`, `disabled_inactivity`,
-    /// `disabled_manually`, `disabled_fork`, `deleted`, or one added since).
-    Found { state: String },
-    /// GitHub knows no workflow by that file name.
-    Missing,
-    /// The credentials may not read it: what GitHub says the request needs (`actions=read`).
-    NotPermitted { needs: String },
-}
-
 /// The workflow `.github/workflows/{file}` of `repo`, and whether GitHub runs it: a scheduled
 /// workflow of a public repository is disabled after 60 days without activity, and then runs
-/// neither on its schedule nor on anything else. Needs Actions: read.
+/// neither on its schedule nor on anything else. Found: the workflow's `state` (`active`,
+/// `disabled_inactivity`, `disabled_manually`, `disabled_fork`, `deleted`, or one added
+/// since), or none when GitHub knows no workflow by that file name. Needs Actions: read.
 /// (https://docs.github.com/rest/actions/workflows#get-a-workflow)
 pub async fn workflow_state(
     forge: &GithubForge,
     repo: &RepoName,
     file: &str,
-) -> Result<WorkflowState, ForgeError> {
+) -> Result<Listing<String>, ForgeError> {
     let installation = forge.auth.installation(repo).await?;
     let path = &format!("/repos/{repo}/actions/workflows/{}", encode_path(file));
     let found = installation.run(|gh| async move { gh.get::<Value, _, ()>(path, None).await });
     match found.await? {
-        Ok(found) => Ok(WorkflowState::Found {
-            state: found["state"].as_str().unwrap_or_default().to_owned(),
-        }),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(WorkflowState::Missing),
+        Ok(found) => Ok(Listing::Found(vec![found["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()])),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(Listing::Found(Vec::new())),
         Err(refusal) => match missing_permission(&refusal) {
-            Some(needs) => Ok(WorkflowState::NotPermitted { needs }),
+            Some(needs) => Ok(Listing::NotPermitted { needs }),
             None => Err(refused(&format!("GET {path}"), &refusal)),
         },
     }
