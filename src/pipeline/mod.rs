@@ -8,7 +8,7 @@
 mod execute;
 mod plan;
 
-pub use execute::{at_base, DuplicateReason, Outcome, RunError, Start};
+pub use execute::{at_base, Outcome, RunError, Start};
 pub use plan::{CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
@@ -120,7 +120,7 @@ impl Submission {
         self.run.await.map(|outcome| match outcome {
             Outcome::Dispatched { branch, .. } | Outcome::Duplicate { branch, .. } if joined => {
                 Outcome::Duplicate {
-                    reason: DuplicateReason::InFlight,
+                    reason: Reason::InFlight,
                     branch,
                 }
             }
