@@ -39,7 +39,7 @@ use crate::shutdown::Shutdown;
 use crate::webhook::{auth, payload};
 use login::Logins;
 use ready::Readiness;
-use status::{delivery_id, Decision, Decisions, Refusals, Seen};
+use status::{delivery_id, Decision, Decisions, Refusals};
 
 /// Everything a request needs.
 pub struct App {
@@ -197,12 +197,12 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivered, Refuse
     let delivery = match delivery {
         Ok(delivery) => delivery,
         Err(refused) => {
-            let seen = Seen {
+            let decision = Decision {
+                delivery: refused.delivery,
                 kind: refused.kind,
-                ..Seen::default()
+                ..Decision::default()
             };
-            let took = refused.start.elapsed();
-            app.record(Decision::new(refused.delivery, seen, &refused.answer, took));
+            app.record(decision.answered(&refused.answer, refused.start.elapsed()));
             return refused.answer.into_response();
         }
     };
@@ -323,32 +323,37 @@ impl FromRequest<Arc<App>> for Delivered {
 /// logged and remembered, with what the delivery named.
 async fn decide(app: &App, delivery: Delivered) -> Answer {
     let Delivered { id, start, event } = delivery;
-    let mut seen = Seen::default();
-    seen.table(&event.schema, &event.table);
+    let mut decision = Decision {
+        delivery: id,
+        ..Decision::default()
+    };
+    decision.table(&event.schema, &event.table);
     let answer = match app.routes.route(false, &event) {
         Err(ignored) => {
-            seen.route = ignored.route().map(|route| route.table_name());
+            if let Some(route) = ignored.route() {
+                decision.route = route.table_name();
+            }
             Answer::Ignored(ignored)
         }
         Ok(compiled) => {
-            seen.route = Some(compiled.route.table_name());
+            decision.route = compiled.route.table_name();
             match compiled.plan_json(&event.record) {
                 Ok(plan) => {
-                    seen.id = Some(plan.id.to_string());
+                    decision.id = Some(plan.id.to_string());
                     // The body is not needed past here: a waiting row keeps only its plan.
                     drop(event);
                     admit(app, plan).await
                 }
                 Err(e) => {
-                    seen.id = e.row_id();
-                    seen.column = e.column().map(str::to_owned);
+                    decision.id = e.row_id();
+                    decision.column = e.column().map(str::to_owned);
                     // 400 for JSON at fault, 422 otherwise: the reason says which.
                     Answer::refused(e.reason(), e.to_string())
                 }
             }
         }
     };
-    app.record(Decision::new(id, seen, &answer, start.elapsed()));
+    app.record(decision.answered(&answer, start.elapsed()));
     answer
 }
 
