@@ -397,33 +397,10 @@ pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, O
 pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<Pipeline> {
     Pipeline::new(
         forge,
-        admission(&config.forge),
+        Admission::for_forge(&config.forge),
         shared.shutdown.clone(),
         Arc::clone(&shared.metrics),
     )
-}
-
-/// How many rows wait at most, what they may hold, and how long a sender refused beyond that
-/// is asked to wait: about as long as the rows admitted take to drain at the pace.
-fn admission(settings: &ForgeSettings) -> Admission {
-    let capacity = settings.queue_capacity();
-    let (retry_after, per_row) = match settings {
-        ForgeSettings::Github(github) => (
-            github
-                .pace
-                .interval
-                .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
-                .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
-            github.pace.interval,
-        ),
-        ForgeSettings::Local(_) => (Duration::from_secs(10), Duration::ZERO),
-    };
-    Admission {
-        capacity,
-        bytes: settings.queue_bytes(),
-        retry_after,
-        per_row,
-    }
 }
 
 /// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set. Its
