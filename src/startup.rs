@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,7 +94,7 @@ pub enum StartupError {
     Forge(#[from] OpenError),
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
-    Routes(#[from] RoutesError),
+    Routes(#[from] RouteError),
     /// The server could not listen, or the open-files limit leaves no room for connections.
     #[error(transparent)]
     Listen(#[from] http::ListenError),
@@ -161,7 +160,7 @@ impl Application {
             }
             Mode::ConsumerOnly => None,
         };
-        let routes = Arc::new(routes(&config)?);
+        let routes = Arc::new(Routes::compile(&config)?);
         let pipeline = pipeline(&config, forge, &shared);
         let config = Arc::new(config);
         // The consumer finds whether the database answers; `/readyz` says so.
@@ -354,24 +353,6 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,
     }
-}
-
-/// The config's routes could not be compiled: the config file, then the route and its
-/// template.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", config.display())]
-pub struct RoutesError {
-    config: PathBuf,
-    /// Boxed: the route's error is large, and a start that fails is rare.
-    source: Box<RouteError>,
-}
-
-/// The config's routes with their payload templates read and compiled; an error names the file.
-pub fn routes(config: &Config) -> Result<Routes, RoutesError> {
-    Routes::compile(&config.routes).map_err(|source| RoutesError {
-        config: config.source.clone(),
-        source: Box::new(source),
-    })
 }
 
 /// What the parts of one process share: its shutdown and its metrics.
