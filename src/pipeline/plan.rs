@@ -14,8 +14,7 @@ use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::reason::Reason;
 use crate::templates::{
-    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, TemplateFileError,
-    MAX_TEXT_JSON_BYTES,
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
 };
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
@@ -50,7 +49,7 @@ impl Routes {
                     config: config.source.clone(),
                     key,
                     table: route.table_name(),
-                    source: Box::new(source),
+                    source,
                 })?;
                 Ok(CompiledRoute {
                     route: Arc::clone(route),
@@ -108,8 +107,8 @@ pub struct RouteError {
     /// `payload_template` or `payload_template_inline`.
     key: &'static str,
     table: String,
-    /// Boxed: the template's error is large, and a start that fails is rare.
-    source: Box<TemplateFileError>,
+    /// The template's file (or where in the config it is) and what is wrong with it.
+    source: anyhow::Error,
 }
 
 /// Why an event is no work; the text is the `ignored` answer's message.

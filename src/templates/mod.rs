@@ -2,8 +2,9 @@
 //! checked against GitHub's limits for `repository_dispatch` before anything is sent.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use anyhow::Context as _;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -63,23 +64,6 @@ pub struct PayloadContext<'a> {
     pub record: &'a Map<String, Value>,
 }
 
-/// Why a user's payload template could not be used: the file (or, for one in the config, where
-/// it is), then what is wrong with it.
-#[derive(Debug, thiserror::Error)]
-pub enum TemplateFileError {
-    #[error("cannot read {}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The template's file, or where in the config it is.
-    #[error("{origin}")]
-    Invalid {
-        origin: String,
-        source: PayloadError,
-    },
-}
-
 /// Why a payload cannot be sent; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
@@ -111,24 +95,17 @@ impl PayloadTemplate {
 
     /// Reads and compiles a user's template; the message names the file, and the line of a
     /// syntax error.
-    pub fn from_file(path: &Path) -> Result<PayloadTemplate, TemplateFileError> {
-        let source =
-            std::fs::read_to_string(path).map_err(|source| TemplateFileError::Unreadable {
-                path: path.to_path_buf(),
-                source,
-            })?;
+    pub fn from_file(path: &Path) -> anyhow::Result<PayloadTemplate> {
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         PayloadTemplate::from_text(&source, &path.display().to_string())
     }
 
     /// Compiles a template from its text (a file's, or one carried in the config itself,
     /// `payload_template_inline`); the message names `origin`, and the line of a syntax error.
-    pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
-        PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
-            TemplateFileError::Invalid {
-                origin: origin.to_owned(),
-                source,
-            }
-        })
+    pub fn from_text(source: &str, origin: &str) -> anyhow::Result<PayloadTemplate> {
+        let compiled = PayloadTemplate::compile(source.to_owned(), origin.to_owned());
+        compiled.with_context(|| origin.to_owned())
     }
 
     fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {
