@@ -10,14 +10,11 @@
 mod process;
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::encoding::{
-    EncodeLabelSet, EncodeLabelValue, LabelSetEncoder, LabelValueEncoder,
-};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -30,49 +27,9 @@ pub use prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 /// The route label of what belongs to no route (an unauthenticated delivery, say).
 pub const NO_ROUTE: &str = "none";
 
-/// A label whose values are a fixed set: an enum, each variant with the text `/metrics` shows
-/// for it, every variant in `ALL`, and the enum a label set of its own under `key`.
-/// prometheus-client's own derive of `EncodeLabelValue` would show the variant's name
-/// (`LeaseLost`), not the contract's (`lease_lost`).
-macro_rules! label_values {
-    ($(#[$meta:meta])* pub enum $name:ident as $key:literal {
-        $($(#[$variant_meta:meta])* $variant:ident => $text:literal,)+
-    }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-        pub enum $name {
-            $($(#[$variant_meta])* $variant,)+
-        }
-
-        impl $name {
-            /// Every value, in the order declared.
-            pub const ALL: &'static [$name] = &[$($name::$variant,)+];
-
-            /// The value as `/metrics` shows it.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)+
-                }
-            }
-        }
-
-        impl EncodeLabelValue for $name {
-            fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
-                encoder.write_str(self.as_str())
-            }
-        }
-
-        impl EncodeLabelSet for $name {
-            fn encode(&self, encoder: &mut LabelSetEncoder) -> std::fmt::Result {
-                [($key, *self)].encode(encoder)
-            }
-        }
-    };
-}
-
-label_values! {
+crate::reason::named_set! {
     /// How a queue message was settled (`rowbranch_pgmq_messages_total{result}`).
-    pub enum MessageResult as "result" {
+    pub enum MessageResult {
         /// Archived: its row is handled.
         Archived => "archived",
         /// Sent to the dead-letter queue, and archived.
@@ -88,9 +45,9 @@ label_values! {
     }
 }
 
-label_values! {
+crate::reason::named_set! {
     /// How a row's run ended (`rowbranch_runs_total{result}`).
-    pub enum RunResult as "result" {
+    pub enum RunResult {
         Dispatched => "dispatched",
         Duplicate => "duplicate",
         FailedUnavailable => "failed_unavailable",
@@ -100,9 +57,9 @@ label_values! {
     }
 }
 
-label_values! {
+crate::reason::named_set! {
     /// A request to GitHub, by what it does (`rowbranch_github_requests_total{operation}`).
-    pub enum GithubOperation as "operation" {
+    pub enum GithubOperation {
         GetApp => "get_app",
         GetInstallation => "get_installation",
         GetRepo => "get_repo",
@@ -120,9 +77,9 @@ label_values! {
     }
 }
 
-label_values! {
+crate::reason::named_set! {
     /// Why a request to GitHub was tried again (`rowbranch_github_retries_total{cause}`).
-    pub enum RetryCause as "cause" {
+    pub enum RetryCause {
         /// 429, or a 403 that is a rate limit.
         RateLimited => "rate_limited",
         /// A 5xx.
@@ -134,18 +91,18 @@ label_values! {
     }
 }
 
-label_values! {
+crate::reason::named_set! {
     /// How one route's sweep ended (`rowbranch_reconcile_runs_total{result}`).
-    pub enum SweepResult as "result" {
+    pub enum SweepResult {
         Ok => "ok",
         /// It stopped early.
         Failed => "failed",
     }
 }
 
-label_values! {
+crate::reason::named_set! {
     /// What a sweep made of one row (`rowbranch_reconcile_rows_total{verdict}`).
-    pub enum RowVerdict as "verdict" {
+    pub enum RowVerdict {
         Handled => "handled",
         MergedBefore => "merged_before",
         Dispatched => "dispatched",
@@ -259,13 +216,20 @@ fn route_label(route: &str) -> OneLabel {
     [("route", route.to_owned())]
 }
 
-/// `route`, with each of `values`: a family's label sets for one route.
-fn by_route<'v, V: Copy>(
+/// One label whose value is from a fixed set (a [`RunResult`], a [`GithubOperation`], ...): its
+/// name, and the value's text.
+type SetLabel = [(&'static str, &'static str); 1];
+
+/// `route`, with `key` set to each of `values`: a family's label sets for one route.
+fn by_route(
     route: &str,
-    values: &'v [V],
-) -> impl Iterator<Item = (OneLabel, V)> + use<'v, V> {
+    key: &'static str,
+    values: impl IntoIterator<Item = &'static str>,
+) -> impl Iterator<Item = (OneLabel, SetLabel)> {
     let route = route_label(route);
-    values.iter().map(move |value| (route.clone(), *value))
+    values
+        .into_iter()
+        .map(move |value| (route.clone(), [(key, value)]))
 }
 
 /// Seconds, from 5 ms to about 80 s: a read, a paced write, a run that waited its turn.
@@ -318,16 +282,16 @@ macro_rules! families {
 families! {
     deliveries: Family<DeliveryLabels, Counter> = Family::default(), "rowbranch_deliveries",
         "Webhook deliveries answered, by route, status, outcome and reason";
-    runs: Family<(OneLabel, RunResult), Counter> = Family::default(), "rowbranch_runs",
+    runs: Family<(OneLabel, SetLabel), Counter> = Family::default(), "rowbranch_runs",
         "Rows' runs ended, by route and result, whatever their delivery was told";
     run_duration: Seconds<OneLabel> = Family::new_with_constructor(seconds),
         "rowbranch_run_duration_seconds", "How long rows' runs took, from acceptance to their end";
-    github_requests: Family<(GithubOperation, OneLabel), Counter> = Family::default(),
+    github_requests: Family<(SetLabel, OneLabel), Counter> = Family::default(),
         "rowbranch_github_requests",
         "Requests to GitHub answered, by operation and status (error: no answer)";
-    github_duration: Seconds<GithubOperation> = Family::new_with_constructor(seconds),
+    github_duration: Seconds<SetLabel> = Family::new_with_constructor(seconds),
         "rowbranch_github_request_duration_seconds", "How long GitHub took to answer, by operation";
-    github_retries: Family<RetryCause, Counter> = Family::default(), "rowbranch_github_retries",
+    github_retries: Family<SetLabel, Counter> = Family::default(), "rowbranch_github_retries",
         "GitHub requests tried again, by cause";
     rate_limit_remaining: Family<OneLabel, Gauge> = Family::default(),
         "rowbranch_github_rate_limit_remaining",
@@ -338,11 +302,11 @@ families! {
         "Writes to GitHub waiting for their turn or under way";
     runs_in_flight: Gauge = Gauge::default(), "rowbranch_runs_in_flight",
         "Rows accepted and not yet finished";
-    reconcile_runs: Family<SweepResult, Counter> = Family::default(), "rowbranch_reconcile_runs",
+    reconcile_runs: Family<SetLabel, Counter> = Family::default(), "rowbranch_reconcile_runs",
         "Sweeps of a route ended, by result (ok, or failed: stopped early)";
-    reconcile_rows: Family<(OneLabel, RowVerdict), Counter> = Family::default(),
+    reconcile_rows: Family<(OneLabel, SetLabel), Counter> = Family::default(),
         "rowbranch_reconcile_rows", "Rows a sweep settled, by route and verdict";
-    pgmq_messages: Family<(OneLabel, MessageResult), Counter> = Family::default(),
+    pgmq_messages: Family<(OneLabel, SetLabel), Counter> = Family::default(),
         "rowbranch_pgmq_messages", "Queue messages settled, by route (none: no route) and result";
     pgmq_queue_depth: Family<OneLabel, Gauge> = Family::default(), "rowbranch_pgmq_queue_depth",
         "Messages in the queue, visible or held, as last sampled";
@@ -400,10 +364,12 @@ impl Metrics {
             }
         }
         for route in webhook.iter().chain(queue) {
-            at_zero(&self.runs, by_route(route, RunResult::ALL));
+            let results = RunResult::ALL.iter().map(|r| r.as_str());
+            at_zero(&self.runs, by_route(route, "result", results));
         }
         if scope.sweep {
-            at_zero(&self.reconcile_runs, SweepResult::ALL.iter().copied());
+            let results = SweepResult::ALL.iter().map(|r| [("result", r.as_str())]);
+            at_zero(&self.reconcile_runs, results);
             // Not `would_dispatch` (a dry run's), and `in_queue` only for a route that reads
             // the queue.
             let routes = webhook
@@ -411,37 +377,41 @@ impl Metrics {
                 .map(|r| (r, false))
                 .chain(queue.iter().map(|r| (r, true)));
             for (route, reads_the_queue) in routes {
-                let verdicts = by_route(route, RowVerdict::ALL).filter(|(_, verdict)| {
-                    *verdict != RowVerdict::WouldDispatch
-                        && (reads_the_queue || *verdict != RowVerdict::InQueue)
+                let verdicts = RowVerdict::ALL.iter().filter(|&&verdict| {
+                    verdict != RowVerdict::WouldDispatch
+                        && (reads_the_queue || verdict != RowVerdict::InQueue)
                 });
-                at_zero(&self.reconcile_rows, verdicts);
+                let verdicts = verdicts.map(|v| v.as_str());
+                at_zero(&self.reconcile_rows, by_route(route, "verdict", verdicts));
             }
         }
         if scope.consumer {
             for route in queue {
-                at_zero(&self.pgmq_messages, by_route(route, MessageResult::ALL));
+                let results = MessageResult::ALL.iter().map(|r| r.as_str());
+                at_zero(&self.pgmq_messages, by_route(route, "result", results));
             }
             // A message no route reads is dead-lettered, unless its lease was lost first.
-            let unrouted = [MessageResult::Dead, MessageResult::LeaseLost];
-            at_zero(&self.pgmq_messages, by_route(NO_ROUTE, &unrouted));
+            let unrouted = [MessageResult::Dead, MessageResult::LeaseLost].map(|r| r.as_str());
+            at_zero(&self.pgmq_messages, by_route(NO_ROUTE, "result", unrouted));
         }
         if scope.github {
             for &operation in GithubOperation::ALL {
+                let operation_label = [("operation", operation.as_str())];
                 let statuses = operation.statuses_at_start().iter();
                 at_zero(
                     &self.github_requests,
-                    statuses.map(|status| (operation, [("status", (*status).to_owned())])),
+                    statuses.map(|status| (operation_label, [("status", (*status).to_owned())])),
                 );
             }
-            at_zero(&self.github_retries, RetryCause::ALL.iter().copied());
+            let causes = RetryCause::ALL.iter().map(|c| [("cause", c.as_str())]);
+            at_zero(&self.github_retries, causes);
         }
     }
 
     /// One queue message settled.
     pub fn pgmq_message(&self, route: &str, result: MessageResult) {
         self.pgmq_messages
-            .get_or_create(&(route_label(route), result))
+            .get_or_create(&(route_label(route), [("result", result.as_str())]))
             .inc();
         self.add(format!("queue messages {}", result.as_str()));
     }
@@ -478,7 +448,9 @@ impl Metrics {
         let route = route_label(route);
         let seconds = took.as_secs_f64();
         self.run_duration.get_or_create(&route).observe(seconds);
-        self.runs.get_or_create(&(route, result)).inc();
+        self.runs
+            .get_or_create(&(route, [("result", result.as_str())]))
+            .inc();
         self.add(format!("runs {}", result.as_str()));
     }
 
@@ -489,6 +461,7 @@ impl Metrics {
 
     /// One request's answer (`status` its code, or `error` when none came).
     pub fn github_request(&self, operation: GithubOperation, status: &str, took: Duration) {
+        let operation = [("operation", operation.as_str())];
         let status = [("status", status.to_owned())];
         self.github_requests
             .get_or_create(&(operation, status))
@@ -500,7 +473,9 @@ impl Metrics {
 
     /// A request to GitHub tried again.
     pub fn github_retry(&self, cause: RetryCause) {
-        self.github_retries.get_or_create(&cause).inc();
+        self.github_retries
+            .get_or_create(&[("cause", cause.as_str())])
+            .inc();
     }
 
     pub fn rate_limit_remaining(&self, resource: &str, remaining: i64) {
@@ -527,13 +502,15 @@ impl Metrics {
 
     /// One route's sweep ended.
     pub fn reconcile_run(&self, result: SweepResult) {
-        self.reconcile_runs.get_or_create(&result).inc();
+        self.reconcile_runs
+            .get_or_create(&[("result", result.as_str())])
+            .inc();
     }
 
     /// One row a sweep settled.
     pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
         self.reconcile_rows
-            .get_or_create(&(route_label(route), verdict))
+            .get_or_create(&(route_label(route), [("verdict", verdict.as_str())]))
             .inc();
     }
 

@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -95,7 +94,7 @@ pub enum StartupError {
     Forge(#[from] OpenError),
     /// A route's payload template could not be read or compiled; the error names the file.
     #[error(transparent)]
-    Routes(#[from] RoutesError),
+    Routes(#[from] RouteError),
     /// The server could not listen, or the open-files limit leaves no room for connections.
     #[error(transparent)]
     Listen(#[from] http::ListenError),
@@ -161,7 +160,7 @@ impl Application {
             }
             Mode::ConsumerOnly => None,
         };
-        let routes = Arc::new(routes(&config)?);
+        let routes = Arc::new(Routes::compile(&config)?);
         let pipeline = pipeline(&config, forge, &shared);
         let config = Arc::new(config);
         // The consumer finds whether the database answers; `/readyz` says so.
@@ -356,24 +355,6 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
     }
 }
 
-/// The config's routes could not be compiled: the config file, then the route and its
-/// template.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", config.display())]
-pub struct RoutesError {
-    config: PathBuf,
-    /// Boxed: the route's error is large, and a start that fails is rare.
-    source: Box<RouteError>,
-}
-
-/// The config's routes with their payload templates read and compiled; an error names the file.
-pub fn routes(config: &Config) -> Result<Routes, RoutesError> {
-    Routes::compile(&config.routes).map_err(|source| RoutesError {
-        config: config.source.clone(),
-        source: Box::new(source),
-    })
-}
-
 /// What the parts of one process share: its shutdown and its metrics.
 #[derive(Clone, Default)]
 pub struct Shared {
@@ -397,33 +378,10 @@ pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, O
 pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<Pipeline> {
     Pipeline::new(
         forge,
-        admission(&config.forge),
+        Admission::for_forge(&config.forge),
         shared.shutdown.clone(),
         Arc::clone(&shared.metrics),
     )
-}
-
-/// How many rows wait at most, what they may hold, and how long a sender refused beyond that
-/// is asked to wait: about as long as the rows admitted take to drain at the pace.
-fn admission(settings: &ForgeSettings) -> Admission {
-    let capacity = settings.queue_capacity();
-    let (retry_after, per_row) = match settings {
-        ForgeSettings::Github(github) => (
-            github
-                .pace
-                .interval
-                .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
-                .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
-            github.pace.interval,
-        ),
-        ForgeSettings::Local(_) => (Duration::from_secs(10), Duration::ZERO),
-    };
-    Admission {
-        capacity,
-        bytes: settings.queue_bytes(),
-        retry_after,
-        per_row,
-    }
 }
 
 /// The queue consumer's settings, when a route reads the queue and `DATABASE_URL` is set. Its

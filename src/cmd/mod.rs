@@ -91,7 +91,7 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
 /// The route of `table` (`table` or `schema.table`), for a command that acts on one row; a
 /// table without a route is a usage error that lists the routes there are.
 fn route_for(config: &Config, table: &str) -> Result<CompiledRoute, Failure> {
-    let routes = crate::startup::routes(config).map_err(|e| Failure::Usage(e.into()))?;
+    let routes = crate::pipeline::Routes::compile(config).map_err(|e| Failure::Usage(e.into()))?;
     routes.for_table(table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
         Failure::Usage(anyhow::anyhow!(

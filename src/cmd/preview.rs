@@ -6,13 +6,13 @@ use serde_json::Value;
 use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
+use crate::pipeline::Routes;
 use crate::reason::Reason;
-use crate::startup;
 use crate::webhook::payload;
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
+    let routes = Routes::compile(&config).map_err(|e| Failure::Usage(e.into()))?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))
         .map_err(Failure::Usage)?;

@@ -30,7 +30,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             })?,
         None => config.reconcile.window,
     };
-    let routes = startup::routes(&config).map_err(|e| Failure::Usage(e.into()))?;
+    let routes = crate::pipeline::Routes::compile(&config).map_err(|e| Failure::Usage(e.into()))?;
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared)
         .await

@@ -8,7 +8,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::identity::{BranchName, RepoName, RowId};
-use crate::pipeline::{DuplicateReason, Ignored, Outcome, RunError};
+use crate::pipeline::{Ignored, Outcome, RunError};
 use crate::reason::Reason;
 
 /// How long a sender is asked to wait when the row was left at shutdown: about as long as a
@@ -27,7 +27,7 @@ pub struct RowRef {
 #[derive(Debug)]
 pub enum Answer {
     Dispatched(RowRef),
-    Duplicate(RowRef, DuplicateReason),
+    Duplicate(RowRef, Reason),
     Ignored(Ignored),
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
@@ -132,7 +132,7 @@ impl Answer {
     pub fn reason(&self) -> Option<Reason> {
         match self {
             Answer::Dispatched(_) | Answer::Accepted(..) => None,
-            Answer::Duplicate(_, reason) => Some(Reason::from(*reason)),
+            Answer::Duplicate(_, reason) => Some(*reason),
             Answer::Ignored(why) => Some(why.reason()),
             Answer::Refused { reason, .. } => Some(*reason),
         }
@@ -179,16 +179,13 @@ impl Answer {
             ),
             Answer::Duplicate(row, reason) => {
                 let why = match reason {
-                    DuplicateReason::BranchExists => format!("its branch {} exists", row.branch),
-                    DuplicateReason::PullRequest => {
-                        format!("a pull request from {} exists", row.branch)
-                    }
-                    DuplicateReason::ClaimTaken => {
-                        format!("another delivery claimed {} first", row.branch)
-                    }
-                    DuplicateReason::InFlight => {
+                    Reason::PullRequest => format!("a pull request from {} exists", row.branch),
+                    Reason::ClaimTaken => format!("another delivery claimed {} first", row.branch),
+                    Reason::InFlight => {
                         "another delivery of it is being handled right now".to_owned()
                     }
+                    // `BranchExists`, the one other reason a run gives a duplicate.
+                    _ => format!("its branch {} exists", row.branch),
                 };
                 format!("row {} is already handled: {why}", row.id)
             }
@@ -304,18 +301,11 @@ mod tests {
             answers.push(Answer::unavailable(reason, "down", second));
         }
         for reason in [
-            DuplicateReason::BranchExists,
-            DuplicateReason::PullRequest,
-            DuplicateReason::ClaimTaken,
-            DuplicateReason::InFlight,
+            Reason::BranchExists,
+            Reason::PullRequest,
+            Reason::ClaimTaken,
+            Reason::InFlight,
         ] {
-            // A reason not listed above stops this from compiling.
-            match reason {
-                DuplicateReason::BranchExists
-                | DuplicateReason::PullRequest
-                | DuplicateReason::ClaimTaken
-                | DuplicateReason::InFlight => {}
-            }
             answers.push(Answer::Duplicate(row(), reason));
         }
         for answer in &answers {

@@ -15,11 +15,13 @@ mod status;
 pub use answer::{Answer, RowRef};
 pub use listen::{listen, Connections, ListenError};
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
+use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -39,7 +41,7 @@ use crate::shutdown::Shutdown;
 use crate::webhook::{auth, payload};
 use login::Logins;
 use ready::Readiness;
-use status::{delivery_id, Decision, Decisions, Refusals, Seen};
+use status::{delivery_id, Decision, Decisions, Refusals};
 
 /// Everything a request needs.
 pub struct App {
@@ -193,162 +195,145 @@ async fn no_webhook() -> Response {
 /// read and parsed into the typed event, as [`Delivered`]'s extractor does; then one task of its
 /// own, spawned once the body is read, so that nothing the client does (hanging up, say) can
 /// stop the decision, the run, or its record.
-async fn webhook(State(app): State<Arc<App>>, delivery: Result<Delivered, Refused>) -> Response {
-    let delivery = match delivery {
-        Ok(delivery) => delivery,
-        Err(refused) => {
-            let seen = Seen {
-                kind: refused.kind,
-                ..Seen::default()
+async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
+    let Delivered { id, start, event } = delivery;
+    let event = match event {
+        Ok(event) => event,
+        Err((answer, kind)) => {
+            let decision = Decision {
+                delivery: id,
+                kind,
+                ..Decision::default()
             };
-            let took = refused.start.elapsed();
-            app.record(Decision::new(refused.delivery, seen, &refused.answer, took));
-            return refused.answer.into_response();
+            app.record(decision.answered(&answer, start.elapsed()));
+            return answer.into_response();
         }
     };
-    let decided = tokio::spawn(async move { decide(&app, delivery).await });
+    let decided = tokio::spawn(async move { decide(&app, id, start, event).await });
     decided
         .await
         .unwrap_or_else(|_| Answer::internal())
         .into_response()
 }
 
-/// A delivery whose content type, size and credentials were accepted and whose body is the
-/// Supabase shape: the typed event, and what its log line and record need.
+/// A delivery as its extractor read it: the typed event, or the answer it was refused with
+/// and, for a 401, why its credentials were refused (`missing`, `wrong_secret`, ...).
 struct Delivered {
     /// The `webhook-id` the sender gave, or one made up here.
     id: String,
     start: Instant,
-    event: RowEvent,
-}
-
-/// A delivery refused at the door: the answer, and why its credentials were refused, for a
-/// 401 (`missing`, `wrong_secret`, ...).
-struct Refused {
-    delivery: String,
-    start: Instant,
-    answer: Answer,
-    kind: Option<&'static str>,
-}
-
-impl IntoResponse for Refused {
-    fn into_response(self) -> Response {
-        self.answer.into_response()
-    }
+    event: Result<RowEvent, (Answer, Option<&'static str>)>,
 }
 
 impl FromRequest<Arc<App>> for Delivered {
-    type Rejection = Refused;
+    /// A refusal is an answer like any other, counted and logged by the handler.
+    type Rejection = Infallible;
 
-    /// SPEC §3's order: the content type, the declared size and the credentials as far as the
-    /// headers can tell — from the headers alone, so that credentials the body cannot make
-    /// right are refused unread — then the body, within `read_timeout_ms` and
-    /// `max_body_bytes`, the signature the headers left to it, and the shape. The credentials
-    /// are judged once: what the head decided, the body check uses.
-    async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Refused> {
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Infallible> {
         let start = Instant::now();
         let (parts, body) = request.into_parts();
-        let headers = &parts.headers;
-        let delivery = delivery_id(headers);
-        let refuse = |answer, kind| Refused {
-            delivery: delivery.clone(),
-            start,
-            answer,
-            kind,
-        };
-        let webhook = &app.config.webhook;
-        let unauthorized = || Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
-        let too_large = || {
-            let max = webhook.max_body_bytes;
-            let message = format!("the body is larger than max_body_bytes ({max} bytes)");
-            Answer::refused(Reason::TooLarge, message)
-        };
-        if !is_json(headers) {
-            let message = "Content-Type must be application/json";
-            return Err(refuse(Answer::refused(Reason::ContentType, message), None));
+        let id = delivery_id(&parts.headers);
+        let event = read(&parts.headers, body, app).await;
+        Ok(Delivered { id, start, event })
+    }
+}
+
+/// SPEC §3's order: the content type, the declared size and the credentials as far as the
+/// headers can tell — from the headers alone, so that credentials the body cannot make right
+/// are refused unread — then the body, within `read_timeout_ms` and `max_body_bytes`, the
+/// signature the headers left to it, and the shape. The credentials are judged once: what the
+/// head decided, the body check uses.
+async fn read(
+    headers: &HeaderMap,
+    body: Body,
+    app: &App,
+) -> Result<RowEvent, (Answer, Option<&'static str>)> {
+    let webhook = &app.config.webhook;
+    let unauthorized = || Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
+    let too_large = || {
+        let max = webhook.max_body_bytes;
+        let message = format!("the body is larger than max_body_bytes ({max} bytes)");
+        Answer::refused(Reason::TooLarge, message)
+    };
+    if !is_json(headers) {
+        let message = "Content-Type must be application/json";
+        return Err((Answer::refused(Reason::ContentType, message), None));
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
+        return Err((too_large(), None));
+    }
+    let pending = match &webhook.secrets {
+        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
+            auth::Head::Refused(why) => return Err((unauthorized(), Some(why.kind()))),
+            auth::Head::Valid => None,
+            auth::Head::NeedsBody(pending) => Some((secrets, pending)),
+        },
+        None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
+        None => return Err((unauthorized(), Some("missing"))),
+    };
+    let read = Limited::new(body, webhook.max_body_bytes).collect();
+    let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
+        Ok(Ok(collected)) => collected.to_bytes(),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err((too_large(), None)),
+        Ok(Err(_)) => {
+            let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
+            return Err((cut, None));
         }
-        let declared = headers
-            .get(header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
-            return Err(refuse(too_large(), None));
+        Err(_) => {
+            let message = format!(
+                "the body did not arrive within read_timeout_ms ({} ms)",
+                webhook.read_timeout.as_millis()
+            );
+            return Err((Answer::refused(Reason::TimedOut, message), None));
         }
-        let pending = match &webhook.secrets {
-            Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
-                auth::Head::Refused(why) => return Err(refuse(unauthorized(), Some(why.kind()))),
-                auth::Head::Valid => None,
-                auth::Head::NeedsBody(pending) => Some((secrets, pending)),
-            },
-            None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
-            None => return Err(refuse(unauthorized(), Some("missing"))),
-        };
-        let read = Limited::new(body, webhook.max_body_bytes).collect();
-        let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
-            Ok(Ok(collected)) => collected.to_bytes(),
-            Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(refuse(too_large(), None)),
-            Ok(Err(_)) => {
-                let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
-                return Err(refuse(cut, None));
-            }
-            Err(_) => {
-                let message = format!(
-                    "the body did not arrive within read_timeout_ms ({} ms)",
-                    webhook.read_timeout.as_millis()
-                );
-                return Err(refuse(Answer::refused(Reason::TimedOut, message), None));
-            }
-        };
-        if let Some((secrets, pending)) = pending {
-            if let Err(why) = pending.verify(secrets, &bytes) {
-                return Err(refuse(unauthorized(), Some(why.kind())));
-            }
-        }
-        match payload::parse(&bytes) {
-            Ok(event) => Ok(Delivered {
-                id: delivery,
-                start,
-                event,
-            }),
-            Err(e) => Err(refuse(
-                Answer::refused(Reason::Malformed, e.to_string()),
-                None,
-            )),
+    };
+    if let Some((secrets, pending)) = pending {
+        if let Err(why) = pending.verify(secrets, &bytes) {
+            return Err((unauthorized(), Some(why.kind())));
         }
     }
+    payload::parse(&bytes).map_err(|e| (Answer::refused(Reason::Malformed, e.to_string()), None))
 }
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is
 /// valid — then the run, awaited for at most `respond_within_ms`; then the answer counted,
 /// logged and remembered, with what the delivery named.
-async fn decide(app: &App, delivery: Delivered) -> Answer {
-    let Delivered { id, start, event } = delivery;
-    let mut seen = Seen::default();
-    seen.table(&event.schema, &event.table);
+async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answer {
+    let mut decision = Decision {
+        delivery: id,
+        ..Decision::default()
+    };
+    decision.table(&event.schema, &event.table);
     let answer = match app.routes.route(false, &event) {
         Err(ignored) => {
-            seen.route = ignored.route().map(|route| route.table_name());
+            if let Some(route) = ignored.route() {
+                decision.route = route.table_name();
+            }
             Answer::Ignored(ignored)
         }
         Ok(compiled) => {
-            seen.route = Some(compiled.route.table_name());
+            decision.route = compiled.route.table_name();
             match compiled.plan_json(&event.record) {
                 Ok(plan) => {
-                    seen.id = Some(plan.id.to_string());
+                    decision.id = Some(plan.id.to_string());
                     // The body is not needed past here: a waiting row keeps only its plan.
                     drop(event);
                     admit(app, plan).await
                 }
                 Err(e) => {
-                    seen.id = e.row_id();
-                    seen.column = e.column().map(str::to_owned);
+                    decision.id = e.row_id();
+                    decision.column = e.column().map(str::to_owned);
                     // 400 for JSON at fault, 422 otherwise: the reason says which.
                     Answer::refused(e.reason(), e.to_string())
                 }
             }
         }
     };
-    app.record(Decision::new(id, seen, &answer, start.elapsed()));
+    app.record(decision.answered(&answer, start.elapsed()));
     answer
 }
 

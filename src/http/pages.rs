@@ -84,19 +84,19 @@ mod tests {
 
     use super::*;
     use crate::http::answer::Answer;
-    use crate::http::status::{Decision, Seen};
+    use crate::http::status::Decision;
 
     #[test]
     fn the_status_page_escapes_what_it_shows() {
-        let mut decision = Decision::new(
-            "d1".into(),
-            Seen::default(),
-            &Answer::refused(
-                crate::reason::Reason::Unauthorized,
-                "missing or wrong credentials",
-            ),
-            Duration::ZERO,
+        let refused = Answer::refused(
+            crate::reason::Reason::Unauthorized,
+            "missing or wrong credentials",
         );
+        let decision = Decision {
+            delivery: "d1".into(),
+            ..Decision::default()
+        };
+        let mut decision = decision.answered(&refused, Duration::ZERO);
         decision.id = Some("<b>42</b>".into());
         decision.branch = Some("feedback/42-x".into());
         decision.repo = Some("acme/app".into());

@@ -27,28 +27,6 @@ const KEPT: usize = 200;
 /// How often a kind of refusal before the row is logged, at most.
 const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(60);
 
-/// What a delivery named, as far as it was read before its answer: the route it found, and
-/// the table, id and column as they came (each cut short, its control characters escaped).
-#[derive(Debug, Clone, Default)]
-pub struct Seen {
-    /// The route's `schema.table`, once one takes the table.
-    pub route: Option<String>,
-    /// The body's `schema.table`.
-    pub table: Option<String>,
-    pub id: Option<String>,
-    pub column: Option<String>,
-    /// Why the credentials were refused (`missing`, `wrong_secret`, ...), for a 401.
-    pub kind: Option<&'static str>,
-}
-
-impl Seen {
-    /// The body's schema and table, as it named them: two names of at most 63 bytes each in
-    /// PostgreSQL, so longer is cut.
-    pub fn table(&mut self, schema: &str, table: &str) {
-        self.table = Some(quoted(&format!("{schema}.{table}"), TABLE_LIMIT));
-    }
-}
-
 /// The longest `schema.table` a log line quotes as it came, in bytes.
 const TABLE_LIMIT: usize = 128;
 
@@ -69,8 +47,10 @@ fn quoted(text: &str, limit: usize) -> String {
 }
 
 /// One delivery's decision, as the status page (which shows what its template names: never the
-/// row's text, never a secret) and the log show it.
-#[derive(Debug, Clone, Serialize)]
+/// row's text, never a secret) and the log show it. What the delivery named (its route, table,
+/// id, column, and why its credentials were refused) is set as it is read; the rest comes from
+/// the answer ([`Decision::answered`]).
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Decision {
     /// When it was decided, RFC 3339 in UTC to the second.
     pub at: String,
@@ -78,7 +58,7 @@ pub struct Decision {
     pub delivery: String,
     /// The route's `schema.table`, or `none`.
     pub route: String,
-    /// The body's `schema.table`, as it came.
+    /// The body's `schema.table`, as it came ([`Decision::table`]).
     pub table: Option<String>,
     pub id: Option<String>,
     /// The column at fault, for a refused row.
@@ -91,6 +71,7 @@ pub struct Decision {
     pub reason: Option<Reason>,
     /// The body's `reason` (empty when it has none), which the deliveries counter counts by.
     pub counted_reason: &'static str,
+    /// Why the credentials were refused (`missing`, `wrong_secret`, ...), for a 401.
     pub kind: Option<&'static str>,
     /// The answer's message, for an answer other than 2xx.
     pub detail: Option<String>,
@@ -100,27 +81,31 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub fn new(delivery: String, seen: Seen, answer: &Answer, took: Duration) -> Decision {
-        let row = answer.row();
-        let http_status = answer.status().as_u16();
-        Decision {
-            at: Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true),
-            delivery,
-            route: seen.route.unwrap_or_else(|| NO_ROUTE.to_owned()),
-            table: seen.table,
-            id: row.map(|r| r.id.to_string()).or(seen.id),
-            column: seen.column,
-            branch: row.map(|r| r.branch.to_string()),
-            repo: row.map(|r| r.repo.to_string()),
-            http_status,
-            outcome: answer.outcome(),
-            reason: answer.reason(),
-            counted_reason: answer.body_reason().map_or("", Reason::as_str),
-            kind: seen.kind,
-            detail: (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX)),
-            fix: None,
-            took,
+    /// The body's schema and table, as it named them: two names of at most 63 bytes each in
+    /// PostgreSQL, so longer is cut.
+    pub fn table(&mut self, schema: &str, table: &str) {
+        self.table = Some(quoted(&format!("{schema}.{table}"), TABLE_LIMIT));
+    }
+
+    /// The decision, with what its answer says; the answer's row, when it has one, names the id.
+    pub fn answered(mut self, answer: &Answer, took: Duration) -> Decision {
+        self.at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
+        if self.route.is_empty() {
+            self.route = NO_ROUTE.to_owned();
         }
+        if let Some(row) = answer.row() {
+            self.id = Some(row.id.to_string());
+            self.branch = Some(row.branch.to_string());
+            self.repo = Some(row.repo.to_string());
+        }
+        self.http_status = answer.status().as_u16();
+        self.outcome = answer.outcome();
+        self.reason = answer.reason();
+        self.counted_reason = answer.body_reason().map_or("", Reason::as_str);
+        self.detail =
+            (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX));
+        self.took = took;
+        self
     }
 
     /// Whether its line is one of many alike, kept to one a minute.
@@ -295,12 +280,12 @@ mod tests {
     fn the_decisions_keep_the_newest_200() {
         let decisions = Decisions::default();
         for n in 0..250 {
-            decisions.push(Decision::new(
-                format!("d{n}"),
-                Seen::default(),
-                &Answer::refused(Reason::Unauthorized, "missing or wrong credentials"),
-                Duration::ZERO,
-            ));
+            let decision = Decision {
+                delivery: format!("d{n}"),
+                ..Decision::default()
+            };
+            let refused = Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
+            decisions.push(decision.answered(&refused, Duration::ZERO));
         }
         let kept = decisions.newest_first();
         assert_eq!(kept.len(), 200);
@@ -310,11 +295,11 @@ mod tests {
 
     #[test]
     fn a_table_as_it_came_stays_on_one_line_and_short() {
-        let mut seen = Seen::default();
-        seen.table("public", "feed\nbacks");
-        assert_eq!(seen.table.as_deref(), Some("public.feed\\nbacks"));
-        seen.table("public", &"t".repeat(500));
-        let table = seen.table.unwrap();
+        let mut decision = Decision::default();
+        decision.table("public", "feed\nbacks");
+        assert_eq!(decision.table.as_deref(), Some("public.feed\\nbacks"));
+        decision.table("public", &"t".repeat(500));
+        let table = decision.table.unwrap();
         assert!(
             table.ends_with('…') && table.chars().count() == TABLE_LIMIT + 1,
             "{table}"

@@ -23,35 +23,9 @@ const REFUSED_RETRY_AFTER: Duration = Duration::from_secs(60);
 pub enum Outcome {
     /// This run claimed the branch and the dispatch was accepted.
     Dispatched { branch: BranchName, base: Base },
-    /// The row was handled already, or is being handled.
-    Duplicate {
-        reason: DuplicateReason,
-        branch: BranchName,
-    },
-}
-
-/// Why a row counts as handled (SPEC §3's `reason`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DuplicateReason {
-    /// A branch of the row exists.
-    BranchExists,
-    /// A pull request (in any state) has the row's branch as its head.
-    PullRequest,
-    /// Another delivery created the branch between our check and our claim.
-    ClaimTaken,
-    /// This delivery joined a run of the same row already under way in this process.
-    InFlight,
-}
-
-impl From<DuplicateReason> for Reason {
-    fn from(reason: DuplicateReason) -> Reason {
-        match reason {
-            DuplicateReason::BranchExists => Reason::BranchExists,
-            DuplicateReason::PullRequest => Reason::PullRequest,
-            DuplicateReason::ClaimTaken => Reason::ClaimTaken,
-            DuplicateReason::InFlight => Reason::InFlight,
-        }
-    }
+    /// The row was handled already, or is being handled: `reason` is one of the four a
+    /// duplicate has (SPEC §3): `BranchExists`, `PullRequest`, `ClaimTaken`, `InFlight`.
+    Duplicate { reason: Reason, branch: BranchName },
 }
 
 /// How a row's run failed. Cloned to every delivery that joined the run.
@@ -214,13 +188,13 @@ async fn check_then_claim(
     branches.sort();
     if let Some(branch) = branches.into_iter().next() {
         return Ok(Outcome::Duplicate {
-            reason: DuplicateReason::BranchExists,
+            reason: Reason::BranchExists,
             branch,
         });
     }
     if pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))? {
         return Ok(Outcome::Duplicate {
-            reason: DuplicateReason::PullRequest,
+            reason: Reason::PullRequest,
             branch: plan.branch.clone(),
         });
     }
@@ -256,7 +230,7 @@ async fn claim_and_dispatch(
         .map_err(|e| RunError::from_forge(e, "claiming the branch"))?;
     if claim == Claim::Exists {
         return Ok(Outcome::Duplicate {
-            reason: DuplicateReason::ClaimTaken,
+            reason: Reason::ClaimTaken,
             branch: plan.branch.clone(),
         });
     }

@@ -8,7 +8,7 @@
 mod execute;
 mod plan;
 
-pub use execute::{at_base, DuplicateReason, Outcome, RunError, Start};
+pub use execute::{at_base, Outcome, RunError, Start};
 pub use plan::{CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
@@ -25,7 +25,7 @@ use tracing::Instrument;
 
 use execute::{execute, Claimed};
 
-use crate::config::Intake;
+use crate::config::{ForgeSettings, Intake};
 use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
@@ -54,6 +54,31 @@ pub struct Admission {
     /// About how long one row takes to drain: a sender refused for the bytes is asked to wait
     /// that long for each row waiting (at least 1 s, at most `retry_after`).
     pub per_row: Duration,
+}
+
+impl Admission {
+    /// How many rows wait at most, what they may hold, and how long a sender refused beyond that
+    /// is asked to wait: about as long as the rows admitted take to drain at the pace.
+    pub fn for_forge(settings: &ForgeSettings) -> Admission {
+        let capacity = settings.queue_capacity();
+        let (retry_after, per_row) = match settings {
+            ForgeSettings::Github(github) => (
+                github
+                    .pace
+                    .interval
+                    .saturating_mul(u32::try_from(capacity).unwrap_or(u32::MAX))
+                    .clamp(Duration::from_secs(1), Duration::from_secs(3600)),
+                github.pace.interval,
+            ),
+            ForgeSettings::Local(_) => (Duration::from_secs(10), Duration::ZERO),
+        };
+        Admission {
+            capacity,
+            bytes: settings.queue_bytes(),
+            retry_after,
+            per_row,
+        }
+    }
 }
 
 /// Runs rows on a forge. Runs are spawned, so they finish even when every caller has gone.
@@ -120,7 +145,7 @@ impl Submission {
         self.run.await.map(|outcome| match outcome {
             Outcome::Dispatched { branch, .. } | Outcome::Duplicate { branch, .. } if joined => {
                 Outcome::Duplicate {
-                    reason: DuplicateReason::InFlight,
+                    reason: Reason::InFlight,
                     branch,
                 }
             }

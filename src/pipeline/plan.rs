@@ -2,19 +2,19 @@
 //! No I/O, so `preview` can print it and tests can table it.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::config::{Intake, PayloadTemplateSource, Route};
+use crate::config::{Config, Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::reason::Reason;
 use crate::templates::{
-    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, TemplateFileError,
-    MAX_TEXT_JSON_BYTES,
+    cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
 };
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
@@ -31,10 +31,9 @@ pub struct CompiledRoute {
 
 impl Routes {
     /// Reads and compiles each route's payload template (the built-in one when none is named);
-    /// the error names the file and, for a syntax error, the line.
-    pub fn compile(routes: &[Arc<Route>]) -> Result<Routes, RouteError> {
-        let routes = routes
-            .iter()
+    /// the error names the config file, the template's file and, for a syntax error, the line.
+    pub fn compile(config: &Config) -> Result<Routes, RouteError> {
+        let routes = (config.routes.iter())
             .map(|route| {
                 let inline = "payload_template_inline";
                 let (key, payload) = match &route.payload_template {
@@ -47,6 +46,7 @@ impl Routes {
                     None => ("", Ok(PayloadTemplate::builtin())),
                 };
                 let payload = payload.map_err(|source| RouteError {
+                    config: config.source.clone(),
                     key,
                     table: route.table_name(),
                     source,
@@ -98,15 +98,17 @@ impl Routes {
     }
 }
 
-/// A route whose payload template could not be used: the key and the route, then the template
-/// and why.
+/// A route whose payload template could not be used: the config file, the key and the route,
+/// then the template and why.
 #[derive(Debug, thiserror::Error)]
-#[error("{key} of the route for {table}")]
+#[error("{}: {key} of the route for {table}", config.display())]
 pub struct RouteError {
+    config: PathBuf,
     /// `payload_template` or `payload_template_inline`.
     key: &'static str,
     table: String,
-    source: TemplateFileError,
+    /// The template's file (or where in the config it is) and what is wrong with it.
+    source: anyhow::Error,
 }
 
 /// Why an event is no work; the text is the `ignored` answer's message.
@@ -415,7 +417,7 @@ pub(crate) fn test_routes() -> Routes {
         &|_| None,
     )
     .expect("the test config parses");
-    Routes::compile(&config.routes).expect("the built-in template compiles")
+    Routes::compile(&config).expect("the built-in template compiles")
 }
 
 #[cfg(test)]
@@ -532,7 +534,7 @@ mod tests {
             &|_| None,
         )
         .unwrap();
-        let routes = Routes::compile(&config.routes).unwrap();
+        let routes = Routes::compile(&config).unwrap();
         let e = event(
             EventKind::Insert,
             "feedbacks",

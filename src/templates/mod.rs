@@ -2,8 +2,9 @@
 //! checked against GitHub's limits for `repository_dispatch` before anything is sent.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use anyhow::Context as _;
 use minijinja::{AutoEscape, Environment, UndefinedBehavior};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -25,7 +26,7 @@ const NAME: &str = "payload.json";
 
 /// A compiled payload template.
 pub struct PayloadTemplate {
-    body: Body,
+    env: Environment<'static>,
     origin: String,
     /// Which of the row's columns it reads, so that a waiting row keeps only those.
     record_use: RecordUse,
@@ -39,15 +40,6 @@ pub enum RecordUse {
     /// The record some other way (`record["x"]`, a loop, a filter, `{{ record }}` itself): all
     /// of it.
     Whole,
-}
-
-/// How a payload is made.
-enum Body {
-    /// The shipped default, made directly: the object its template renders (a test holds the
-    /// two to the same output), without a template run and a JSON parse for every row.
-    Builtin,
-    /// A user's template.
-    Template(Box<Environment<'static>>),
 }
 
 impl std::fmt::Debug for PayloadTemplate {
@@ -72,23 +64,6 @@ pub struct PayloadContext<'a> {
     pub record: &'a Map<String, Value>,
 }
 
-/// Why a user's payload template could not be used: the file (or, for one in the config, where
-/// it is), then what is wrong with it.
-#[derive(Debug, thiserror::Error)]
-pub enum TemplateFileError {
-    #[error("cannot read {}", path.display())]
-    Unreadable {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// The template's file, or where in the config it is.
-    #[error("{origin}")]
-    Invalid {
-        origin: String,
-        source: PayloadError,
-    },
-}
-
 /// Why a payload cannot be sent; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
@@ -111,37 +86,26 @@ fn at_line(line: Option<usize>) -> String {
 impl PayloadTemplate {
     /// The shipped default.
     pub fn builtin() -> PayloadTemplate {
-        let compiled = PayloadTemplate::compile(
+        PayloadTemplate::compile(
             BUILTIN_PAYLOAD.to_owned(),
             "built-in payload.json.j2".into(),
         )
-        .expect("the built-in payload template compiles");
-        PayloadTemplate {
-            body: Body::Builtin,
-            ..compiled
-        }
+        .expect("the built-in payload template compiles")
     }
 
     /// Reads and compiles a user's template; the message names the file, and the line of a
     /// syntax error.
-    pub fn from_file(path: &Path) -> Result<PayloadTemplate, TemplateFileError> {
-        let source =
-            std::fs::read_to_string(path).map_err(|source| TemplateFileError::Unreadable {
-                path: path.to_path_buf(),
-                source,
-            })?;
+    pub fn from_file(path: &Path) -> anyhow::Result<PayloadTemplate> {
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
         PayloadTemplate::from_text(&source, &path.display().to_string())
     }
 
     /// Compiles a template from its text (a file's, or one carried in the config itself,
     /// `payload_template_inline`); the message names `origin`, and the line of a syntax error.
-    pub fn from_text(source: &str, origin: &str) -> Result<PayloadTemplate, TemplateFileError> {
-        PayloadTemplate::compile(source.to_owned(), origin.to_owned()).map_err(|source| {
-            TemplateFileError::Invalid {
-                origin: origin.to_owned(),
-                source,
-            }
-        })
+    pub fn from_text(source: &str, origin: &str) -> anyhow::Result<PayloadTemplate> {
+        let compiled = PayloadTemplate::compile(source.to_owned(), origin.to_owned());
+        compiled.with_context(|| origin.to_owned())
     }
 
     fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {
@@ -153,7 +117,7 @@ impl PayloadTemplate {
         env.add_template_owned(NAME, source).map_err(render_error)?;
         let record_use = record_use(&env.get_template(NAME).map_err(render_error)?);
         Ok(PayloadTemplate {
-            body: Body::Template(Box::new(env)),
+            env,
             origin,
             record_use,
         })
@@ -166,16 +130,11 @@ impl PayloadTemplate {
 
     /// Renders and checks the payload.
     pub fn render(&self, ctx: &PayloadContext<'_>) -> Result<Map<String, Value>, PayloadError> {
-        let value = match &self.body {
-            Body::Builtin => builtin_payload(ctx),
-            Body::Template(env) => {
-                let text = env
-                    .get_template(NAME)
-                    .and_then(|t| t.render(ctx))
-                    .map_err(render_error)?;
-                serde_json::from_str(&text).map_err(|e| PayloadError::NotJson(e.to_string()))?
-            }
-        };
+        let text = (self.env.get_template(NAME))
+            .and_then(|t| t.render(ctx))
+            .map_err(render_error)?;
+        let value =
+            serde_json::from_str(&text).map_err(|e| PayloadError::NotJson(e.to_string()))?;
         let object = match value {
             Value::Object(map) => map,
             Value::Array(_) => return Err(PayloadError::NotAnObject("array")),
@@ -193,20 +152,6 @@ impl PayloadTemplate {
         }
         Ok(object)
     }
-}
-
-/// What the built-in template (templates/payload.json.j2) renders.
-fn builtin_payload(ctx: &PayloadContext<'_>) -> Value {
-    serde_json::json!({
-        "id": ctx.id,
-        "branch": ctx.branch,
-        "base": ctx.base,
-        "base_sha": ctx.base_sha,
-        "repo": ctx.repo,
-        "table": ctx.table,
-        "text": ctx.text,
-        "text_truncated": ctx.text_truncated,
-    })
 }
 
 /// What a template reads of `record`, from the variables it looks up: `record.col…` names a
@@ -295,35 +240,6 @@ mod tests {
         assert_eq!(payload["text"], "Add \"dark\" mode\n");
         assert_eq!(payload["branch"], "feedback/42-add-dark-mode");
         assert!(payload.len() <= MAX_KEYS);
-    }
-
-    #[test]
-    fn the_builtin_payload_is_what_its_template_renders() {
-        let record = Map::new();
-        let template = PayloadTemplate::compile(BUILTIN_PAYLOAD.to_owned(), "test".into()).unwrap();
-        assert!(matches!(template.body, Body::Template(_)));
-        let builtin = PayloadTemplate::builtin();
-        assert_eq!(builtin.record_use(), template.record_use());
-        let long = "ü\"\\\u{2028}<>&".repeat(50);
-        for text in [
-            None,
-            Some(""),
-            Some("Add dark mode"),
-            Some("日本語 \n\t\"x\""),
-            Some(&long),
-        ] {
-            for truncated in [false, true] {
-                let ctx = PayloadContext {
-                    text_truncated: truncated,
-                    ..context(&record, text)
-                };
-                assert_eq!(
-                    builtin.render(&ctx).unwrap(),
-                    template.render(&ctx).unwrap(),
-                    "{text:?}"
-                );
-            }
-        }
     }
 
     #[test]

@@ -218,18 +218,17 @@ pub struct Pending(Vec<Judged>);
 /// (`Ok(None)`), a signature for the body to decide, or refused.
 type Judged = Result<Option<Signature>, AuthError>;
 
-/// A signature's parts, read from its headers.
+/// A signature read from its headers, for the body to decide: one scheme's HMAC-SHA256 of
+/// `signed` and then the body, which is one of `candidates` when a secret made it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Signature {
-    StandardWebhooks {
-        id: String,
-        timestamp: String,
-        /// The `v1` entries that could be an HMAC-SHA256: 32 bytes each.
-        candidates: Vec<Vec<u8>>,
-    },
-    Hub {
-        expected: Vec<u8>,
-    },
+struct Signature {
+    /// `StandardWebhooks`, keyed by the `whsec_` keys, or `HubSignature`, by every secret's text.
+    scheme: Scheme,
+    /// What comes before the body: `{id}.{timestamp}.` for Standard Webhooks, nothing for
+    /// `X-Hub-Signature-256`.
+    signed: String,
+    /// The MACs the header gives (the `v1` entries, or the hub digest): 32 bytes each.
+    candidates: Vec<Vec<u8>>,
 }
 
 impl Pending {
@@ -349,9 +348,15 @@ impl WebhookSecrets {
                     self.accepts(scheme)?;
                     match scheme {
                         Scheme::Bearer => self.judge_bearer(value),
-                        Scheme::HubSignature => parse_hub_signature(value)
-                            .map(|expected| Some(Signature::Hub { expected }))
-                            .ok_or(AuthError::MalformedHubSignature),
+                        Scheme::HubSignature => {
+                            let expected = parse_hub_signature(value)
+                                .ok_or(AuthError::MalformedHubSignature)?;
+                            Ok(Some(Signature {
+                                scheme,
+                                signed: String::new(),
+                                candidates: vec![expected],
+                            }))
+                        }
                         Scheme::StandardWebhooks => {
                             self.judge_standard_webhooks(headers, value, now)
                         }
@@ -443,38 +448,28 @@ impl WebhookSecrets {
         if candidates.is_empty() {
             return Err(AuthError::MalformedSignature);
         }
-        Ok(Some(Signature::StandardWebhooks {
-            id: id.to_owned(),
-            timestamp: timestamp.to_owned(),
+        Ok(Some(Signature {
+            scheme: Scheme::StandardWebhooks,
+            signed: format!("{id}.{timestamp}."),
             candidates,
         }))
     }
 
     /// Whether a well-formed signature matches `body` under some secret.
     fn check_signature(&self, signature: &Signature, body: &[u8]) -> Result<(), AuthError> {
-        match signature {
-            Signature::StandardWebhooks {
-                id,
-                timestamp,
-                candidates,
-            } => {
-                let matched = self.whsec_keys().any(|key| {
-                    let mac = signed_content_mac(key, id, timestamp, body);
-                    candidates
-                        .iter()
-                        .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
-                });
-                matched.then_some(()).ok_or(AuthError::BadSignature)
+        let (keys, refusal): (Vec<&[u8]>, _) = match signature.scheme {
+            Scheme::StandardWebhooks => (self.whsec_keys().collect(), AuthError::BadSignature),
+            _ => {
+                let texts = self.secrets.iter().map(|s| s.text.as_bytes());
+                (texts.collect(), AuthError::BadHubSignature)
             }
-            Signature::Hub { expected } => {
-                let matched = self.secrets.iter().any(|secret| {
-                    let mut mac = new_mac(secret.text.as_bytes());
-                    mac.update(body);
-                    mac.verify_slice(expected).is_ok()
-                });
-                matched.then_some(()).ok_or(AuthError::BadHubSignature)
-            }
-        }
+        };
+        let matched = keys.into_iter().any(|key| {
+            let mac = signed_mac(key, signature.signed.as_bytes(), body);
+            (signature.candidates.iter())
+                .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
+        });
+        matched.then_some(()).ok_or(refusal)
     }
 }
 
@@ -604,17 +599,11 @@ fn check_timestamp(raw: &str, now: SystemTime) -> Result<(), AuthError> {
     }
 }
 
-fn new_mac(key: &[u8]) -> HmacSha256 {
-    HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length")
-}
-
-/// The HMAC of Standard Webhooks' signed content, `{id}.{timestamp}.{body}`.
-fn signed_content_mac(key: &[u8], id: &str, timestamp: &str, body: &[u8]) -> HmacSha256 {
-    let mut mac = new_mac(key);
-    mac.update(id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.as_bytes());
-    mac.update(b".");
+/// The HMAC of `signed` and then `body`: Standard Webhooks' `{id}.{timestamp}.{body}`, or
+/// the body alone for `X-Hub-Signature-256`.
+fn signed_mac(key: &[u8], signed: &[u8], body: &[u8]) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length");
+    mac.update(signed);
     mac.update(body);
     mac
 }
@@ -622,8 +611,7 @@ fn signed_content_mac(key: &[u8], id: &str, timestamp: &str, body: &[u8]) -> Hma
 /// The `X-Hub-Signature-256` value for `body`: `sha256=<hex HMAC-SHA256>`, keyed with the
 /// secret's text as it would be configured (a `v1,` before `whsec_` is dropped first).
 pub fn hub_signature_256(secret: &str, body: &[u8]) -> String {
-    let mut mac = new_mac(strip_display_version(secret).as_bytes());
-    mac.update(body);
+    let mac = signed_mac(strip_display_version(secret).as_bytes(), b"", body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
@@ -640,7 +628,7 @@ pub fn standard_webhooks_signature(
     let key = Secret::parse(secret, 1, 1)?
         .whsec_key
         .ok_or(SecretError::NotWhsec)?;
-    let mac = signed_content_mac(&key, id, &timestamp.to_string(), body);
+    let mac = signed_mac(&key, format!("{id}.{timestamp}.").as_bytes(), body);
     Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
 }
 

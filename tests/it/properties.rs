@@ -14,7 +14,7 @@ use proptest::prelude::*;
 use rowbranch::config::Config;
 use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName, RowId, Slug};
-use rowbranch::startup::{self, Application, Launch, Listen, Mode};
+use rowbranch::startup::{Application, Launch, Listen, Mode};
 use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature, WebhookSecrets};
 use rowbranch::webhook::payload;
 use serde_json::{json, Value};
@@ -248,7 +248,7 @@ proptest! {
         let secrets = format!("{PLAIN} {WHSEC}");
         let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secrets.clone());
         let config = Config::parse(text, Path::new("rowbranch.toml"), &env).unwrap();
-        let routes = startup::routes(&config).unwrap();
+        let routes = rowbranch::pipeline::Routes::compile(&config).unwrap();
         let forge = Arc::new(Recording::default());
         let env = Launch {
             forge: Some(forge.clone()),

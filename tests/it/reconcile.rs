@@ -94,7 +94,7 @@ async fn run(config: &Config, options: &SweepOptions) -> RouteSummary {
     let shared = startup::Shared::default();
     let forge = startup::forge(config, &shared).await.unwrap();
     let pipeline = startup::pipeline(config, forge, &shared);
-    let routes = startup::routes(config).unwrap();
+    let routes = rowbranch::pipeline::Routes::compile(config).unwrap();
     let mut summaries = sweep(&routes, &rows, &pipeline, options, &|_| {}).await;
     pipeline.drain().await;
     summaries.remove(0)
@@ -241,7 +241,7 @@ async fn a_missing_table_is_an_error_that_names_it() {
     let shared = startup::Shared::default();
     let forge = startup::forge(&config, &shared).await.unwrap();
     let pipeline = startup::pipeline(&config, forge, &shared);
-    let routes = startup::routes(&config).unwrap();
+    let routes = rowbranch::pipeline::Routes::compile(&config).unwrap();
     let summaries = sweep(&routes, &rows, &pipeline, &options(), &|_| {}).await;
     let text = summaries[0]
         .error

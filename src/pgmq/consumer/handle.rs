@@ -18,7 +18,7 @@ use crate::forge::ForgeError;
 use crate::identity::BranchName;
 use crate::pgmq::holds::{Begin, HoldId, Kept};
 use crate::pgmq::settle::{backoff, Fate};
-use crate::pipeline::{at_base, DuplicateReason, Outcome, Plan, RunError, Start};
+use crate::pipeline::{at_base, Outcome, Plan, RunError, Start};
 use crate::reason::Reason;
 
 impl Consumer {
@@ -145,17 +145,15 @@ impl Consumer {
         let branch = match submission.run.await {
             Ok(Outcome::Dispatched { .. }) => return Fate::Dispatched,
             Ok(Outcome::Duplicate {
-                reason: DuplicateReason::PullRequest,
+                reason: Reason::PullRequest,
                 ..
             }) => return Fate::Handled,
             Ok(Outcome::Duplicate {
-                reason: DuplicateReason::ClaimTaken | DuplicateReason::InFlight,
+                reason: Reason::ClaimTaken | Reason::InFlight,
                 branch,
             }) => return Fate::AtBase(branch),
-            Ok(Outcome::Duplicate {
-                reason: DuplicateReason::BranchExists,
-                branch,
-            }) => branch,
+            // `BranchExists`, the one other reason a run gives a duplicate.
+            Ok(Outcome::Duplicate { branch, .. }) => branch,
             Err(RunError::Unavailable {
                 retry_after,
                 message,
