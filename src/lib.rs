@@ -4,11 +4,11 @@
 // The modules from the bottom floor up; docs/design.md shows the floors, and a test keeps a
 // module from naming one on its floor or above (tests/it/design.rs).
 pub mod identity;
-pub mod metrics;
 pub mod reason;
 pub mod shutdown;
 
 pub mod event;
+pub mod metrics;
 
 pub mod webhook;
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 /// The floors, bottom up, as docs/design.md draws them.
 const FLOORS: [&[&str]; 9] = [
-    &["identity", "reason", "shutdown", "metrics"],
-    &["event"],
+    &["identity", "reason", "shutdown"],
+    &["event", "metrics"],
     &["webhook"],
     &["config"],
     &["db", "forge", "templates", "cli"],
