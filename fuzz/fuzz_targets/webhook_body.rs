@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use rowbranch::config::Config;
-use rowbranch::pipeline::{Planned, Routes};
+use rowbranch::pipeline::Routes;
 use rowbranch::webhook::payload;
 
 const CONFIG: &str = "[forge]\nkind = \"local\"\npath = \"unused.git\"\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n";
@@ -16,7 +16,7 @@ fn routes() -> &'static Routes {
     static ROUTES: OnceLock<Routes> = OnceLock::new();
     ROUTES.get_or_init(|| {
         let config = Config::parse(CONFIG, Path::new("rowbranch.toml"), &|_| None).unwrap();
-        Routes::compile(&config.routes).unwrap()
+        Routes::compile(&config).unwrap()
     })
 }
 
@@ -24,7 +24,10 @@ fuzz_target!(|body: &[u8]| {
     let Ok(event) = payload::parse(body) else {
         return;
     };
-    if let Ok(Planned::Run(plan)) = routes().plan(event) {
+    let Ok(route) = routes().route(false, &event) else {
+        return;
+    };
+    if let Ok(plan) = route.plan_json(&event.record) {
         assert!(plan.branch.as_str().starts_with("feedback/"));
         let base = rowbranch::forge::Base {
             branch: rowbranch::identity::RefName::parse("main").unwrap(),
