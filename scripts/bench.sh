@@ -33,4 +33,4 @@ if ! command -v wrk >/dev/null 2>&1; then
 fi
 
 cargo build --release --locked --bin rowbranch --bin rowbranch-bench >&2
-exec target/release/rowbranch-bench --binary target/release/rowbranch "$@"
+exec target/release/rowbranch-bench --binary "$PWD/target/release/rowbranch" "$@"
