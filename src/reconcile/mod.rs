@@ -525,18 +525,42 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         if !s.not_queued.is_empty() {
             out += &format!(
                 "  no message in the queue or its archive (is the queue's trigger installed and enabled?): {}\n",
-                s.not_queued.join(", ")
+                joined(&s.not_queued)
             );
         }
     }
     out
 }
 
-/// Names or ids, `, `-separated.
+/// How many ids a line of the summary table names; `--json` has them all.
+const SHOWN: usize = 10;
+
+/// Names or ids, `, `-separated: the first [`SHOWN`] and how many more, so that a sweep of
+/// 20,000 rows prints a line, not a page.
 fn joined(items: &[impl std::fmt::Display]) -> String {
-    items
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join(", ")
+    let shown: Vec<String> = items.iter().take(SHOWN).map(ToString::to_string).collect();
+    match items.len().saturating_sub(SHOWN) {
+        0 => shown.join(", "),
+        more => format!(
+            "{} and {more} more (all of them with --json)",
+            shown.join(", ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined;
+
+    #[test]
+    fn a_summary_line_names_ten_ids_and_counts_the_rest() {
+        let few: Vec<u32> = (1..=10).collect();
+        assert_eq!(joined(&few), "1, 2, 3, 4, 5, 6, 7, 8, 9, 10");
+        let many: Vec<u32> = (1..=20_000).collect();
+        assert_eq!(
+            joined(&many),
+            "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 19990 more (all of them with --json)"
+        );
+        assert_eq!(joined(&Vec::<u32>::new()), "");
+    }
 }
