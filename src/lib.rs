@@ -14,20 +14,18 @@ pub mod webhook;
 
 pub mod config;
 
+pub mod cli;
 pub mod db;
 pub mod forge;
-pub mod templates;
 
 pub mod pipeline;
 
-pub mod doctor;
 pub mod http;
-pub mod pgmq;
-pub mod reconcile;
+pub mod queue;
+pub mod sweep;
 
 pub mod startup;
 
-pub mod cli;
 pub mod cmd;
 
 pub use cmd::{run, Failure};

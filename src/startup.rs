@@ -21,11 +21,11 @@ use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
 use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
-use crate::pgmq::budget::Budgets;
-use crate::pgmq::{Consumer, ConsumerSettings};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
-use crate::reconcile;
+use crate::queue::budget::Budgets;
+use crate::queue::{Consumer, ConsumerSettings};
 use crate::shutdown::Shutdown;
+use crate::sweep;
 
 /// How long the check at start of what the forge may write waits for its answers.
 const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
@@ -302,8 +302,7 @@ impl Application {
                 // server drains its runs; the consumer stops reading by itself once the shutdown
                 // begins.
                 let (config, pipeline) = (&self.config, &self.pipeline);
-                let sweeps =
-                    reconcile::every(Arc::clone(config), self.routes, Arc::clone(pipeline));
+                let sweeps = sweep::every(Arc::clone(config), self.routes, Arc::clone(pipeline));
                 let mut jobs = vec![tokio::spawn(sweeps).abort_handle()];
                 if server.warm_up {
                     let look = warm_up(Arc::clone(config), Arc::clone(pipeline));

@@ -18,10 +18,10 @@ use crate::cli::DrainArgs;
 use crate::config::{process_env, Config, Redacted};
 use crate::db::Database;
 use crate::identity::QueueName;
-use crate::pgmq::budget::Spent;
-use crate::pgmq::consumer::progress::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
-use crate::reconcile::{self, RouteSummary, SweepOptions};
+use crate::queue::budget::Spent;
+use crate::queue::consumer::progress::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
 use crate::startup::{Application, Launch, Mode};
+use crate::sweep::{self, RouteSummary, SweepOptions};
 
 /// The grace after SIGINT or SIGTERM, at most: GitHub Actions sends SIGTERM 7.5 s after
 /// SIGINT and SIGKILL 2.5 s after that, so runs under way get 5 s to dispatch or release,
@@ -111,7 +111,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         }
     };
     if let Some(summaries) = &swept {
-        print!("{}", reconcile::table(summaries, false));
+        print!("{}", sweep::table(summaries, false));
     }
     let counts = consumer.progress().counts();
     println!(
@@ -184,8 +184,7 @@ fn stop(
             (Stop::Drained, Some(options)) => {
                 let run = async {
                     let db = Database::connect(url.expose()).await?;
-                    let summaries =
-                        reconcile::sweep(&routes, &db, &pipeline, &options, &|_| {}).await;
+                    let summaries = sweep::run(&routes, &db, &pipeline, &options, &|_| {}).await;
                     Ok::<_, crate::db::Error>(summaries)
                 };
                 tokio::select! {

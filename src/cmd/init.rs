@@ -14,10 +14,10 @@ use clap::ValueEnum;
 use self::setup::{render, steps, SetupContext};
 use super::Failure;
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
+use crate::cmd::doctor::workflow::{allows_bot, bot_login, claude_steps};
+use crate::cmd::doctor::{quietly, ACTIONS_BOT};
 use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
-use crate::doctor::workflow::{allows_bot, bot_login, claude_steps};
-use crate::doctor::{quietly, ACTIONS_BOT};
 use crate::forge::github::{account_type, convert_manifest};
 use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
 use crate::webhook::auth::{generate_bearer_secret, generate_secret};
@@ -427,7 +427,7 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::{set_allowed_bots, set_app_id};
-    use crate::doctor::workflow::{allows_bot, claude_steps};
+    use crate::cmd::doctor::workflow::{allows_bot, claude_steps};
 
     const WORKFLOW: &str = "\
 on: repository_dispatch

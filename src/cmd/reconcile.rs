@@ -8,8 +8,8 @@ use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
-use crate::reconcile::{self, RouteSummary, SweepOptions};
 use crate::startup;
+use crate::sweep::{self, RouteSummary, SweepOptions};
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
@@ -55,7 +55,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             );
         }
     };
-    let summaries = reconcile::sweep(&routes, &rows, &pipeline, &options, &show).await;
+    let summaries = sweep::run(&routes, &rows, &pipeline, &options, &show).await;
     pipeline.drain().await;
     if terminal {
         eprintln!();
@@ -66,7 +66,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             serde_json::to_string_pretty(&summaries).context("summary to JSON")?
         );
     } else {
-        print!("{}", reconcile::table(&summaries, args.dry_run));
+        print!("{}", sweep::table(&summaries, args.dry_run));
     }
     match RouteSummary::trouble(&summaries) {
         Some(trouble) => Err(Failure::Runtime(anyhow!("{trouble}"))),

@@ -7,6 +7,7 @@
 
 mod execute;
 mod plan;
+pub mod template;
 
 pub use execute::{at_base, Outcome, RunError, Start};
 pub use plan::{CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};

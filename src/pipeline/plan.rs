@@ -12,10 +12,10 @@ use crate::config::{Config, Intake, PayloadTemplateSource, Route};
 use crate::event::RowEvent;
 use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
-use crate::reason::Reason;
-use crate::templates::{
+use crate::pipeline::template::{
     cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
 };
+use crate::reason::Reason;
 
 /// The configured routes, each with its payload template compiled: what plans are made from.
 pub struct Routes {

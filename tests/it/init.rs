@@ -9,14 +9,14 @@ use std::process::Output;
 use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
 use std::time::Duration;
 
+use rowbranch::cmd::doctor::workflow::claude_steps;
+use rowbranch::cmd::doctor::PLACEHOLDER_APP_ID;
 use rowbranch::cmd::init::setup::{render, SetupContext};
 use rowbranch::config::{
     Config, ForgeSettings, GithubAuth, Intake, PayloadTemplateSource, PrivateKeySource,
 };
-use rowbranch::doctor::workflow::claude_steps;
-use rowbranch::doctor::PLACEHOLDER_APP_ID;
 use rowbranch::event::EventKind;
-use rowbranch::templates::{PayloadContext, PayloadTemplate};
+use rowbranch::pipeline::template::{PayloadContext, PayloadTemplate};
 use serde_json::Value;
 
 use crate::support::setup::{example, posted_manifest};

@@ -11,10 +11,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use rowbranch::cli::HostArg;
+use rowbranch::cmd::doctor::workflow::{allows_bot, claude_steps};
+use rowbranch::cmd::doctor::DRAIN_WORKFLOW_FILE;
 use rowbranch::cmd::init::actions::{ActionsSetup, Every, Install, DRAIN_MAX_TIME_MINUTES};
 use rowbranch::cmd::init::setup::{render, SetupContext};
-use rowbranch::doctor::workflow::{allows_bot, claude_steps};
-use rowbranch::doctor::DRAIN_WORKFLOW_FILE;
 use tempfile::TempDir;
 use yaml_rust2::{Yaml, YamlLoader};
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use rowbranch::config::Config;
 use rowbranch::db::Database;
-use rowbranch::reconcile::{sweep, RouteSummary, SweepOptions};
 use rowbranch::startup;
+use rowbranch::sweep::{run as sweep, RouteSummary, SweepOptions};
 use tokio::process::Command;
 
 use crate::support::child;

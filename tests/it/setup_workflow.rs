@@ -111,11 +111,13 @@ fn the_workflow_takes_the_routes_dispatch_type_and_doctor_agrees() {
         .expect("on.repository_dispatch.types is a list");
     assert_eq!(types, &vec![key("row-inserted")]);
     let text = rendered();
-    assert!(rowbranch::doctor::workflow::listens_for(
+    assert!(rowbranch::cmd::doctor::workflow::listens_for(
         &text,
         "row-inserted"
     ));
-    assert!(!rowbranch::doctor::workflow::listens_for(&text, "feedback"));
+    assert!(!rowbranch::cmd::doctor::workflow::listens_for(
+        &text, "feedback"
+    ));
 }
 
 #[test]

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use rowbranch::cmd::doctor::workflow::{claude_steps, Bound};
 use rowbranch::cmd::init::set_allowed_bots;
 use rowbranch::config::Config;
-use rowbranch::doctor::workflow::{claude_steps, Bound};
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::support::tools::{actionlint, have_actionlint};

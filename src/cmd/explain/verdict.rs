@@ -13,7 +13,7 @@ use crate::db::Row;
 use crate::forge::{Branch, Sha};
 use crate::identity::BranchName;
 use crate::pipeline::CompiledRoute;
-use crate::reconcile::{self, classify, Known, Verdict};
+use crate::sweep::{self, classify, Known, Verdict};
 
 /// What the forecasts are made from: the report's sources, read.
 pub(super) struct Facts<'a> {
@@ -146,7 +146,7 @@ impl Facts<'_> {
             match placed("archive").filter_map(|m| m.archived_at).max() {
                 // Its work started when its message was archived, not when it was created.
                 Some(at) => row.created_at = row.created_at.max(at),
-                None if row.created_at >= self.now - reconcile::UNSEEN_MARGIN => {
+                None if row.created_at >= self.now - sweep::UNSEEN_MARGIN => {
                     return Forecast::new(
                         "in_queue",
                         "nothing yet: the row is less than a minute old and its message may not be committed yet; the next sweep decides",

@@ -9,8 +9,8 @@ use serde::Serialize;
 
 use super::{public_url, usage};
 use crate::cli::{InitArgs, IntakeArg};
+use crate::cmd::doctor::DRAIN_WORKFLOW_FILE;
 use crate::cmd::Failure;
-use crate::doctor::DRAIN_WORKFLOW_FILE;
 use crate::identity::{excerpt, BranchPrefix};
 
 /// Where the drain workflow reads its config, in the target repository: under `.github/`, so

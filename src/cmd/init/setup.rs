@@ -20,9 +20,9 @@ use serde::Serialize;
 
 use super::actions::{self, ActionsSetup};
 use crate::cli::{HostArg, OwnerType};
+use crate::cmd::doctor::{DRAIN_WORKFLOW_FILE, KICK_SECRET, KICK_TRIGGER_PREFIX};
 use crate::config::env::ENV_FILE;
 use crate::config::Intake;
-use crate::doctor::{DRAIN_WORKFLOW_FILE, KICK_SECRET, KICK_TRIGGER_PREFIX};
 
 /// The setup files, each embedded under its name in `templates/` (and in the folder `init`
 /// writes), with its text; in the order `init` names them.

@@ -149,7 +149,7 @@ impl RouteSummary {
 
 /// Sweeps every route. One route's trouble (a missing table, the forge down) is reported in
 /// its summary and does not keep the others from being swept.
-pub async fn sweep(
+pub async fn run(
     routes: &Routes,
     rows: &Database,
     pipeline: &Arc<Pipeline>,
@@ -461,7 +461,7 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
                 continue;
             }
         };
-        let summaries = sweep(&routes, &rows, &pipeline, &options, &|_| {}).await;
+        let summaries = run(&routes, &rows, &pipeline, &options, &|_| {}).await;
         for s in summaries {
             if let Some(error) = &s.error {
                 tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");

@@ -4,7 +4,7 @@
 //! under way its message stays hidden from other readers by a lease renewed every third of the
 //! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
 //! message's life and the statement that settles it, `progress` what a drain watches, what is
-//! held is in `pgmq::holds`, and the hourly budgets in `pgmq::budget`. How and why this
+//! held is in `queue::holds`, and the hourly budgets in `queue::budget`. How and why this
 //! loses nothing is in docs/design.md ("The queue").
 
 mod handle;

@@ -5,8 +5,8 @@
 
 use tokio::sync::watch;
 
-use crate::pgmq::budget::Spent;
-use crate::pgmq::settle::Fate;
+use crate::queue::budget::Spent;
+use crate::queue::settle::Fate;
 
 /// The messages settled so far, by what they count as.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -16,9 +16,9 @@ use crate::db::queue::{self, Message};
 use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::identity::BranchName;
-use crate::pgmq::holds::{Begin, HoldId, Kept};
-use crate::pgmq::settle::{backoff, Fate};
 use crate::pipeline::{at_base, Outcome, Plan, RunError, Start};
+use crate::queue::holds::{Begin, HoldId, Kept};
+use crate::queue::settle::{backoff, Fate};
 use crate::reason::Reason;
 
 impl Consumer {
