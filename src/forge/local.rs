@@ -21,8 +21,8 @@ use crate::identity::{BranchName, BranchPrefix, EventType, RefName, RepoName};
 const DISPATCH_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long a failed local dispatch asks the sender to wait before trying again.
 const RETRY_AFTER: Duration = Duration::from_secs(10);
-/// How often a ref update that met another writer's lock file looks again.
-const LOCK_RETRIES: u32 = 50;
+/// How long a ref update waits for another writer's lock file to go, in milliseconds.
+const LOCK_TIMEOUT: &str = "core.filesRefLockTimeout=1000";
 /// A ref's lock file older than this was left by a git process that died holding it (one that
 /// was killed): git holds a ref's lock for the milliseconds an update takes, and never removes
 /// a stale one itself.
@@ -134,16 +134,14 @@ impl LocalForge {
 
     /// `git update-ref ARGS` of `full_ref`, waiting while another writer holds the ref's lock
     /// (its update may yet fail), and once more after removing a lock that a git process left
-    /// when it died: git's answer, or `Unavailable` when the lock stayed.
+    /// when it died: git's answer, or `Unavailable` when the lock stayed. git does the waiting
+    /// itself (`core.filesRefLockTimeout`, retried with backoff).
     async fn update_ref(&self, full_ref: &str, args: &[&str]) -> Result<Output, ForgeError> {
-        let args = [&["update-ref"], args].concat();
+        let args = [&["-c", LOCK_TIMEOUT, "update-ref"], args].concat();
         for _round in 0..2 {
-            for _ in 0..LOCK_RETRIES {
-                let out = git(&self.git_dir, &args).await?;
-                if out.status.success() || !stderr(&out).contains("File exists") {
-                    return Ok(out);
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            let out = git(&self.git_dir, &args).await?;
+            if out.status.success() || !stderr(&out).contains("File exists") {
+                return Ok(out);
             }
             if !self.clear_stale_locks(full_ref) {
                 break;

@@ -37,9 +37,10 @@ pub struct Pacer {
     bucket: Mutex<Bucket>,
 }
 
+/// The pace as a schedule (GCRA, the token bucket kept as one instant): a write may go once
+/// `due` is at most `burst - 1` intervals ahead, and each write moves it an interval on.
 struct Bucket {
-    tokens: f64,
-    refilled: Instant,
+    due: Instant,
     /// When each write of the last hour went out.
     sent: VecDeque<Instant>,
 }
@@ -57,8 +58,7 @@ impl Pacer {
             metrics,
             new_rows: Mutex::new(()),
             bucket: Mutex::new(Bucket {
-                tokens: f64::from(pace.burst),
-                refilled: Instant::now(),
+                due: Instant::now(),
                 sent: VecDeque::new(),
             }),
             pace,
@@ -97,7 +97,7 @@ impl Pacer {
         let mut bucket = self.bucket.lock().await;
         tokio::select! {
             biased;
-            () = self.shutdown.begun() => bucket.take_unpaced(),
+            () = self.shutdown.begun() => bucket.count_write(&self.pace),
             () = bucket.wait_for_turn(&self.pace) => {}
         }
         send().await
@@ -116,7 +116,6 @@ impl Bucket {
     async fn wait_for_turn(&mut self, pace: &PaceSettings) {
         loop {
             let now = Instant::now();
-            self.refill(pace, now);
             while self
                 .sent
                 .front()
@@ -131,37 +130,21 @@ impl Bucket {
             } else {
                 None
             };
-            let token_wait = if self.tokens >= 1.0 {
-                None
-            } else {
-                Some(pace.interval.mul_f64(1.0 - self.tokens))
-            };
-            match hourly_wait.max(token_wait) {
-                Some(wait) if !wait.is_zero() => tokio::time::sleep(wait).await,
-                _ => {
-                    self.tokens -= 1.0;
-                    self.sent.push_back(now);
-                    return;
-                }
+            let ahead = pace.interval * pace.burst.saturating_sub(1);
+            let token_wait = self.due.saturating_duration_since(now + ahead);
+            match hourly_wait.unwrap_or_default().max(token_wait) {
+                wait if !wait.is_zero() => tokio::time::sleep(wait).await,
+                _ => return self.count_write(pace),
             }
         }
     }
 
-    /// Counts a write that did not wait for its turn (during the shutdown's grace).
-    fn take_unpaced(&mut self) {
-        self.tokens = (self.tokens - 1.0).max(0.0);
-        self.sent.push_back(Instant::now());
-    }
-
-    fn refill(&mut self, pace: &PaceSettings, now: Instant) {
-        let elapsed = now.duration_since(self.refilled);
-        self.refilled = now;
-        if pace.interval.is_zero() {
-            self.tokens = f64::from(pace.burst);
-            return;
-        }
-        let earned = elapsed.as_secs_f64() / pace.interval.as_secs_f64();
-        self.tokens = (self.tokens + earned).min(f64::from(pace.burst));
+    /// Counts a write: the one whose turn came, or one that did not wait for it (during the
+    /// shutdown's grace).
+    fn count_write(&mut self, pace: &PaceSettings) {
+        let now = Instant::now();
+        self.due = self.due.max(now) + pace.interval;
+        self.sent.push_back(now);
     }
 }
 
