@@ -252,21 +252,19 @@ pub fn missing_permission(refusal: &GitHubError) -> Option<String> {
         .flatten()
 }
 
-/// Characters kept as they are in a path segment; everything else is percent-encoded (a
-/// default branch or a file name may hold anything git allows). octocrab's typed calls put
-/// what they are given into the path as it is.
+/// Characters kept as they are in a git path (`a/b/c`), its slashes included; everything else
+/// is percent-encoded (a default branch or a file name may hold anything git allows).
+/// octocrab's typed calls put what they are given into the path as it is.
 const KEEP: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')
-    .remove(b'~');
+    .remove(b'~')
+    .remove(b'/');
 
-/// A git path (`a/b/c`) for a URL: each segment encoded, the slashes kept.
+/// A git path for a URL: each segment encoded, the slashes kept.
 pub fn encode_path(path: &str) -> String {
-    path.split('/')
-        .map(|segment| percent_encoding::utf8_percent_encode(segment, KEEP).to_string())
-        .collect::<Vec<_>>()
-        .join("/")
+    percent_encoding::utf8_percent_encode(path, KEEP).to_string()
 }
 
 /// A client with a token, and when the token expires (never, for a token given as it is).
@@ -444,6 +442,14 @@ impl Auth {
             repos: Mutex::new(HashMap::new()),
             limits_of: std::sync::Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// The credentials of requests that are no repository's: the App's JWT, or the token.
+    pub fn own(&self) -> &Credentials {
+        match self {
+            Auth::App(app) => &app.jwt,
+            Auth::Token(token) => token,
+        }
     }
 
     /// The client for `repo`, with a token ready: the installation that holds it, or the

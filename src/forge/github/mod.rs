@@ -622,19 +622,15 @@ impl Forge for GithubForge {
     /// https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user)
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = &self.retry.host;
-        let asked = |gh: Octocrab, path: &'static str| async move {
-            octocrab::map_github_error(gh._get(path).await?)
-                .await
-                .map(drop)
+        let (path, what) = match &self.auth {
+            Auth::App(_) => ("/app", "GET /app"),
+            Auth::Token(_) => ("/rate_limit", "GET /rate_limit with the token"),
         };
-        let (answer, what) = match &self.auth {
-            Auth::App(app) => (app.jwt.run(|gh| asked(gh, "/app")).await, "GET /app"),
-            Auth::Token(token) => (
-                token.run(|gh| asked(gh, "/rate_limit")).await,
-                "GET /rate_limit with the token",
-            ),
-        };
-        match answer {
+        let asked = self.auth.own().run(|gh| async move {
+            let answer = gh._get(path).await?;
+            octocrab::map_github_error(answer).await.map(drop)
+        });
+        match asked.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(refusal)) => Err(ForgeError::refused(format!(
                 "GitHub at {host}: {what} answered {}: {}",
