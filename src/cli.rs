@@ -55,7 +55,7 @@ pub enum Command {
     /// Run the webhook receiver.
     Serve(ServeArgs),
     /// Show the whole path on a local git repository: no accounts, no config.
-    Demo(DemoArgs),
+    Demo,
     /// Show what a webhook body would do (route, id, branch, payload) without touching a forge.
     ///
     /// Exits 0 when the body would be dispatched or ignored, 1 when the webhook would refuse it.
@@ -63,7 +63,7 @@ pub enum Command {
     /// Check the setup: config, secret, App credentials, installation, permissions, workflow.
     ///
     /// One line per check, with the fix for each failure. Exits 1 if any check fails.
-    Doctor(DoctorArgs),
+    Doctor(ConfigArg),
     /// Write the setup files for one repository and table: rowbranch.toml, the workflow, the
     /// Supabase SQL, the App manifest and a page that creates the App, and print what is left.
     ///
@@ -79,7 +79,8 @@ pub enum Command {
     /// free, else on the next free `{branch}-redo-N`.
     Redo(RedoArgs),
     /// The queue of the routes with `intake = "pgmq"` (reads DATABASE_URL).
-    Queue(QueueArgs),
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Read the queue until nothing is left to start, then exit: serve's consumer alone, with
     /// no port, for a scheduled job (GitHub Actions).
     ///
@@ -123,12 +124,6 @@ pub struct HealthcheckArgs {
     pub url: Option<String>,
     #[command(flatten)]
     pub config: ConfigArg,
-}
-
-#[derive(Debug, Args)]
-pub struct QueueArgs {
-    #[command(subcommand)]
-    pub command: QueueCommand,
 }
 
 #[derive(Debug, Subcommand)]
@@ -215,19 +210,10 @@ pub struct ServeArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct DemoArgs {}
-
-#[derive(Debug, Args)]
 pub struct PreviewArgs {
     /// A webhook body, as Supabase would post it.
     #[arg(value_name = "FILE.json")]
     pub file: PathBuf,
-    #[command(flatten)]
-    pub config: ConfigArg,
-}
-
-#[derive(Debug, Args)]
-pub struct DoctorArgs {
     #[command(flatten)]
     pub config: ConfigArg,
 }

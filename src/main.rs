@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The demo prints its own story; its server's routine lines would only interleave.
     let default_level = match cli.command {
-        Command::Demo(_) => "warn",
+        Command::Demo => "warn",
         _ => "info",
     };
     let filter = std::env::var("RUST_LOG")

@@ -17,7 +17,6 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::Failure;
-use crate::cli::DemoArgs;
 use crate::config::{Config, LocalSettings};
 use crate::forge::local::{create_repository, LocalForge};
 use crate::forge::Forge;
@@ -79,7 +78,7 @@ impl Delivery {
     }
 }
 
-pub async fn run(_args: DemoArgs) -> Result<(), Failure> {
+pub async fn run() -> Result<(), Failure> {
     let plan: Deliveries = toml::from_str(DELIVERIES).context("demo/deliveries.toml")?;
     let dir = tempfile::Builder::new()
         .prefix("rowbranch-demo-")

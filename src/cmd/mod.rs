@@ -74,7 +74,7 @@ impl From<StartupError> for Failure {
 pub async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Serve(args) => serve::run(args).await,
-        Command::Demo(args) => demo::run(args).await,
+        Command::Demo => demo::run().await,
         Command::Preview(args) => preview::run(args).await,
         Command::Doctor(args) => doctor::run(args).await,
         Command::Init(args) => init::run(args).await,

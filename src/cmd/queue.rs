@@ -4,12 +4,12 @@
 use anyhow::{anyhow, Context};
 
 use super::Failure;
-use crate::cli::{QueueArgs, QueueCommand};
+use crate::cli::QueueCommand;
 use crate::config::{process_env, Config};
 use crate::db::{queue, Database};
 
-pub async fn run(args: QueueArgs) -> Result<(), Failure> {
-    let QueueCommand::Redrive(args) = args.command;
+pub async fn run(command: QueueCommand) -> Result<(), Failure> {
+    let QueueCommand::Redrive(args) = command;
     let config = Config::load(&args.config.config, &process_env)?;
     let url = config.database_url.clone().ok_or_else(|| {
         Failure::Usage(anyhow!(

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::file::{RawConfig, RawRoute};
-use super::{Invalid, ListenOrigin};
+use super::{ConfigError, ListenOrigin};
 use crate::identity::{BranchPrefix, EventType, RepoName};
 
 /// `HOST:PORT` to listen on; wins over `PORT` and the file's `listen`.
@@ -44,21 +44,23 @@ pub const INTAKE: &str = "ROWBRANCH_INTAKE";
 /// The `[pgmq]` `queue`; every other `[pgmq]` key keeps its default.
 pub const PGMQ_QUEUE: &str = "ROWBRANCH_PGMQ_QUEUE";
 
-/// The variables of the route from the environment, in the order messages list them.
-pub const ROUTE_VARIABLES: [&str; 9] = [
-    REPO,
-    TABLE,
-    SCHEMA,
-    ID_COLUMN,
-    TEXT_COLUMN,
-    BRANCH_PREFIX,
-    EVENT_TYPE,
-    INTAKE,
-    PGMQ_QUEUE,
+/// The variables of the route from the environment, in the order messages list them, each with
+/// the key of the file it stands for, as `(variable, table, key)`: the route's own, and the
+/// `[pgmq]` `queue`.
+pub const ROUTE: [(&str, &str, &str); 9] = [
+    (REPO, "routes", "repo"),
+    (TABLE, "routes", "table"),
+    (SCHEMA, "routes", "schema"),
+    (ID_COLUMN, "routes", "id_column"),
+    (TEXT_COLUMN, "routes", "text_column"),
+    (BRANCH_PREFIX, "routes", "branch_prefix"),
+    (EVENT_TYPE, "routes", "event_type"),
+    (INTAKE, "routes", "intake"),
+    (PGMQ_QUEUE, "pgmq", "queue"),
 ];
 
-/// Every variable the config reads, in the order it reads them: what `serve --help` lists.
-pub const VARIABLES: [&str; 18] = [
+/// The variables the config reads besides the route's, in the order it reads them.
+const SETTINGS: [&str; 9] = [
     CONFIG,
     LISTEN,
     PORT,
@@ -68,16 +70,12 @@ pub const VARIABLES: [&str; 18] = [
     WEBHOOK_SECRET,
     STATUS_PASSWORD,
     DATABASE_URL,
-    REPO,
-    TABLE,
-    SCHEMA,
-    ID_COLUMN,
-    TEXT_COLUMN,
-    BRANCH_PREFIX,
-    EVENT_TYPE,
-    INTAKE,
-    PGMQ_QUEUE,
 ];
+
+/// Every variable the config reads, in the order it reads them: what `serve --help` lists.
+pub fn variables() -> impl Iterator<Item = &'static str> {
+    SETTINGS.into_iter().chain(ROUTE.map(|(name, ..)| name))
+}
 
 /// The file `rowbranch init` writes beside the config it writes, holding the webhook secrets
 /// that its SQL files carry too, the signing key and the bearer secret
@@ -114,7 +112,7 @@ pub const SOURCE: &str = "from the environment (ROWBRANCH_REPO)";
 /// Whom a message about the route from the environment names, in place of a file.
 pub(super) const SOURCE_NAME: &str = "the config from the environment";
 
-/// What the environment says, each variable of [`VARIABLES`] read once. It holds secrets, so
+/// What the environment says, each of [`variables`] read once. It holds secrets, so
 /// it has no `Debug`.
 pub(super) struct Overlay<'a> {
     set: BTreeMap<&'static str, String>,
@@ -125,24 +123,21 @@ pub(super) struct Overlay<'a> {
 
 impl<'a> Overlay<'a> {
     pub fn read(env: &'a dyn Fn(&str) -> Option<String>) -> Overlay<'a> {
-        let set = VARIABLES
-            .into_iter()
+        let set = variables()
             .filter_map(|name| Some((name, env(name)?)))
             .collect();
         Overlay { set, named: env }
     }
 
-    /// The value of `variable`, one of [`VARIABLES`], when it is set.
+    /// The value of `variable`, one of [`variables`], when it is set.
     pub fn get(&self, variable: &str) -> Option<&str> {
         self.set.get(variable).map(String::as_str)
     }
 
-    /// The route's variables that are set, in the order of [`ROUTE_VARIABLES`].
+    /// The route's variables that are set, in the order of [`ROUTE`].
     pub fn route_variables(&self) -> Vec<&'static str> {
-        ROUTE_VARIABLES
-            .into_iter()
-            .filter(|name| self.set.contains_key(name))
-            .collect()
+        let set = ROUTE.map(|(name, ..)| name).into_iter();
+        set.filter(|name| self.set.contains_key(name)).collect()
     }
 
     /// Where `serve` listens, as written, and the setting that chose it: `ROWBRANCH_LISTEN`,
@@ -159,7 +154,7 @@ impl<'a> Overlay<'a> {
     /// The file the route's variables stand in for: one `[[routes]]` table and `[pgmq] queue`,
     /// every other key at its default. A bad value is named here by its variable, before the
     /// route's own validation would name it by the file's key.
-    pub fn file(&self) -> Result<RawConfig, Invalid> {
+    pub fn file(&self) -> Result<RawConfig, ConfigError> {
         let repo = self
             .get(REPO)
             .ok_or_else(|| invalid!("{REPO} is not set"))?;

@@ -20,10 +20,10 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-/// An [`Invalid`] from `format!` arguments.
+/// A [`ConfigError`] from `format!` arguments.
 macro_rules! invalid {
     ($($arg:tt)*) => {
-        $crate::config::Invalid(format!($($arg)*))
+        $crate::config::ConfigError(format!($($arg)*))
     };
 }
 
@@ -53,25 +53,16 @@ use env::Overlay;
 /// Where `serve`, `preview` and the other commands look when `--config` is not given.
 pub const DEFAULT_PATH: &str = "rowbranch.toml";
 
-/// A configuration problem: names the file, the key where it can, and how to fix it.
+/// A configuration problem, worded for whoever writes the config: names the file, the key
+/// where it can, and how to fix it.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct ConfigError(String);
 
 impl ConfigError {
-    fn new(file: impl fmt::Display, problem: Invalid) -> ConfigError {
-        ConfigError(format!("{file}: {}", problem.0))
-    }
-}
-
-/// Why a config was refused, worded for whoever writes it; [`ConfigError`] names the file.
-#[derive(Debug)]
-struct Invalid(String);
-
-impl Invalid {
-    /// This problem, inside `context`: `[[routes]] number 2: …`.
-    fn within(self, context: impl fmt::Display) -> Invalid {
-        Invalid(format!("{context}: {}", self.0))
+    /// This problem, inside `context`: `[[routes]] number 2: …`, or the file.
+    fn within(self, context: impl fmt::Display) -> ConfigError {
+        ConfigError(format!("{context}: {}", self.0))
     }
 }
 
@@ -152,14 +143,14 @@ impl Source {
                 ),
             ),
         };
-        Err(ConfigError::new(name, problem))
+        Err(problem.within(name))
     }
 
     /// The file's shape this source holds: its text's, or the one the route's variables write.
-    fn raw(&self, overlay: &Overlay) -> Result<file::RawConfig, Invalid> {
+    fn raw(&self, overlay: &Overlay) -> Result<file::RawConfig, ConfigError> {
         match self {
             Source::Text { text, .. } => {
-                toml::from_str(text).map_err(|e| Invalid(e.to_string().trim_end().to_owned()))
+                toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))
             }
             Source::Environment => overlay.file(),
         }
@@ -180,7 +171,7 @@ impl Source {
         let (name, path) = self.names();
         self.raw(overlay)
             .and_then(|raw| validate::config(raw, overlay, path, serve))
-            .map_err(|e| ConfigError::new(name, e))
+            .map_err(|e| e.within(name))
     }
 }
 

@@ -94,7 +94,7 @@ pub(super) fn show(source: &Source, env: &Overlay, config: &Config) -> Result<Sh
                 let file = absolute(file);
                 let text = std::fs::read_to_string(&file).map_err(|e| {
                     let problem = format!("payload_template: cannot read {file}: {e}");
-                    ConfigError::new(&name, invalid!("[[routes]] number {number}: {problem}"))
+                    invalid!("[[routes]] number {number}: {problem}").within(&name)
                 })?;
                 route.remove("payload_template");
                 let mut text = toml_edit::Value::from(text);
@@ -120,26 +120,18 @@ pub(super) fn show(source: &Source, env: &Overlay, config: &Config) -> Result<Sh
     })
 }
 
-/// The keys the environment set, as `(table, key, variable)`: `""` is the top level and
+/// The keys the environment set, as `(variable, table, key)`: `""` is the top level and
 /// `routes` the route from the environment.
 fn origins(env: &Overlay, config: &Config) -> Vec<(&'static str, &'static str, &'static str)> {
-    let mut set = vec![
-        ("github", "app_id", env::GITHUB_APP_ID),
-        ("github", "api_url", env::GITHUB_API_URL),
-        ("pgmq", "queue", env::PGMQ_QUEUE),
-        ("routes", "repo", env::REPO),
-        ("routes", "table", env::TABLE),
-        ("routes", "schema", env::SCHEMA),
-        ("routes", "id_column", env::ID_COLUMN),
-        ("routes", "text_column", env::TEXT_COLUMN),
-        ("routes", "branch_prefix", env::BRANCH_PREFIX),
-        ("routes", "event_type", env::EVENT_TYPE),
-        ("routes", "intake", env::INTAKE),
+    let github = [
+        (env::GITHUB_APP_ID, "github", "app_id"),
+        (env::GITHUB_API_URL, "github", "api_url"),
     ];
-    set.retain(|(_, _, variable)| env.get(variable).is_some());
+    let mut set: Vec<_> = github.into_iter().chain(env::ROUTE).collect();
+    set.retain(|(variable, ..)| env.get(variable).is_some());
     match config.listen.origin {
-        ListenOrigin::Listen => set.push(("", "listen", env::LISTEN)),
-        ListenOrigin::Port => set.push(("", "listen", env::PORT)),
+        ListenOrigin::Listen => set.push((env::LISTEN, "", "listen")),
+        ListenOrigin::Port => set.push((env::PORT, "", "listen")),
         ListenOrigin::File => {}
     }
     set
@@ -166,9 +158,9 @@ fn mark(table: &mut Table, own: &toml::Table, name: &str, env: &[(&str, &str, &s
                 }
             }
             Item::Value(value) => {
-                let variable = env.iter().find(|(t, k, _)| *t == name && *k == key);
+                let variable = env.iter().find(|(_, t, k)| *t == name && *k == key);
                 let origin = match variable {
-                    Some((_, _, variable)) => format!("env {variable}"),
+                    Some((variable, ..)) => format!("env {variable}"),
                     None if own.contains_key(key) => continue,
                     None => "default".to_owned(),
                 };

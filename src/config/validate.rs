@@ -20,7 +20,7 @@ use super::settings::{
     PrivateKeySource, ReconcileSettings, Redacted, Route, StatusPage, WebhookSettings,
     DEFAULT_MAX_TURNS, MAX_WORK_TIMEOUT_MINUTES,
 };
-use super::Invalid;
+use super::ConfigError;
 use crate::event::EventKind;
 use crate::identity::{excerpt, BranchPrefix, EventType, QueueName, RepoName};
 use crate::webhook::auth::{Scheme, WebhookSecrets};
@@ -52,7 +52,7 @@ pub(super) fn config(
     env: &Overlay,
     path: &Path,
     serve: Option<Insecure>,
-) -> Result<Config, Invalid> {
+) -> Result<Config, ConfigError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let listen = listen_address(raw.listen, env)?;
     let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
@@ -98,7 +98,7 @@ pub(super) fn config(
 }
 
 /// The address as [`Overlay::listen`] finds it, refused with the setting that chose it.
-fn listen_address(file: String, env: &Overlay) -> Result<ListenAddress, Invalid> {
+fn listen_address(file: String, env: &Overlay) -> Result<ListenAddress, ConfigError> {
     let (text, origin) = env.listen(file);
     host_port(&text)
         .map(|(host, port)| ListenAddress { host, port, origin })
@@ -143,7 +143,7 @@ fn host_port(text: &str) -> Result<(ListenHost, u16), String> {
     Ok((ListenHost::Name(host.to_ascii_lowercase()), port))
 }
 
-fn duration(key: &str, value: &str) -> Result<Duration, Invalid> {
+fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
     let d = humantime::parse_duration(value).map_err(|e| {
         invalid!(
             "{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\""
@@ -156,7 +156,7 @@ fn duration(key: &str, value: &str) -> Result<Duration, Invalid> {
 }
 
 /// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
-fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, Invalid> {
+fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
     if value < T::from(1) {
         return Err(invalid!("[github] {key} must be at least 1"));
     }
@@ -168,7 +168,7 @@ fn forge(
     github: RawGithub,
     dir: &Path,
     env: &Overlay,
-) -> Result<ForgeSettings, Invalid> {
+) -> Result<ForgeSettings, ConfigError> {
     match raw.kind.as_str() {
         "local" => {
             let path = raw.path.ok_or_else(|| {
@@ -189,7 +189,11 @@ fn forge(
     }
 }
 
-fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSettings, Invalid> {
+fn github_settings(
+    raw: RawGithub,
+    dir: &Path,
+    env: &Overlay,
+) -> Result<GithubSettings, ConfigError> {
     let auth = match &raw.token_env {
         Some(variable) => GithubAuth::Token(token(variable, &raw, env)?),
         None => app(&raw, dir, env)?,
@@ -234,7 +238,7 @@ fn github_settings(raw: RawGithub, dir: &Path, env: &Overlay) -> Result<GithubSe
 
 /// With a token, every route reads the queue: webhooks are the App's alone (a delivery is
 /// answered within the request, which `drain` does not serve).
-fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), Invalid> {
+fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), ConfigError> {
     let Some((i, route)) = routes.iter().enumerate().find(|(_, r)| r.takes_webhooks()) else {
         return Ok(());
     };
@@ -251,7 +255,7 @@ fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), I
 }
 
 /// The App's id and key: the variables win over the file.
-fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid> {
+fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, ConfigError> {
     let app_id = match env.get(GITHUB_APP_ID) {
         Some(v) => v.parse().map_err(|_| {
             invalid!("{GITHUB_APP_ID}=`{v}` is not a number: use the App ID from the App's settings page")
@@ -273,7 +277,7 @@ fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, Invalid
 /// The token in the variable `token_env` names. The App's settings beside it are refused,
 /// naming both: which of the two rowbranch is would otherwise be a guess. The token's value
 /// is never part of a message.
-fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, Invalid> {
+fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, ConfigError> {
     let setting = format!("[github] token_env = \"{}\"", excerpt(variable));
     let is_name = !variable.starts_with(|c: char| c.is_ascii_digit())
         && !variable.is_empty()
@@ -325,7 +329,7 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
     Ok(AccessToken { variable, value })
 }
 
-fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
+fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigError> {
     if raw.secret.is_some() {
         return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
     }
@@ -376,7 +380,7 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, Invalid> {
 }
 
 /// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.
-pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, Invalid> {
+pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
     let queue_name = |key: &str, name: &str| {
         QueueName::parse(name).map_err(|_| {
             invalid!(
@@ -435,7 +439,7 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, Invalid> {
 }
 
 /// At least one route, and at most one per table.
-fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, Invalid> {
+fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError> {
     if raw.is_empty() {
         return Err(invalid!(
             "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
@@ -456,7 +460,7 @@ fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, Invalid> {
     Ok(routes)
 }
 
-fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
+fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
     let required = |value: Option<String>, key: &str, example: &str| {
         value
             .filter(|v| !v.trim().is_empty())
@@ -564,7 +568,7 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, Invalid> {
 /// queue, a webhook secret for webhook routes, a password for the status page — unless
 /// `insecure` lets it do without; and, said once at start, what would make it run worse than
 /// its config suggests.
-fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), Invalid> {
+fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
     if config.reads_the_queue() && config.database_url.is_none() {
         return Err(invalid!(
             "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
@@ -637,7 +641,7 @@ fn warn_if_key_exposed(forge: &ForgeSettings) {
 
 /// Refuses a status page anyone could read, or whose password a guesser could find: none, or
 /// one under [`MIN_STATUS_PASSWORD_CHARS`] characters, unless `--insecure-public-status`.
-fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), Invalid> {
+fn status_page_password(page: &StatusPage, insecure: bool) -> Result<(), ConfigError> {
     let problem = match page.password.as_ref().map(|p| p.expose().chars().count()) {
         None => {
             format!("{STATUS_PASSWORD} is not set (or empty), so the status page would be public")

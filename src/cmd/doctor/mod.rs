@@ -17,7 +17,7 @@ use futures_util::future::OptionFuture;
 use tracing::instrument::WithSubscriber;
 
 use super::Failure;
-use crate::cli::DoctorArgs;
+use crate::cli::ConfigArg;
 use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, Intake};
 use crate::db::Database;
@@ -30,8 +30,8 @@ mod queue;
 mod tables;
 pub mod workflow;
 
-pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
-    let config = match Config::load(&args.config.config, &process_env) {
+pub async fn run(args: ConfigArg) -> Result<(), Failure> {
+    let config = match Config::load(&args.config, &process_env) {
         Ok(config) => config,
         Err(e) => {
             println!("✗ {e}");

@@ -40,7 +40,7 @@ pub fn rowbranch(dir: &Path) -> Command {
         .kill_on_drop(true);
     for name in VARIABLES
         .into_iter()
-        .chain(rowbranch::config::env::VARIABLES.iter().copied())
+        .chain(rowbranch::config::env::variables())
     {
         command.env_remove(name);
     }
