@@ -215,6 +215,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         work_timeout_minutes: args.work_timeout_minutes,
         // Asked of GitHub once nothing stands in the way of writing.
         owner_kind: OwnerType::User,
+        sweep_from: crate::config::sweep_from_now(),
     };
     ctx.check().map_err(usage)?;
     Ok(ctx)
@@ -223,6 +224,11 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
     let mut ctx = context(args)?;
+    // The sweep's start is when rowbranch was first set up here; a re-run that moved it would
+    // forget the rows inserted in between.
+    if let Some(from) = kept_sweep_from(&dir.join("rowbranch.toml")) {
+        ctx.sweep_from = from;
+    }
     let names = ctx.outputs();
     let existing: Vec<&str> = names
         .iter()
@@ -370,6 +376,13 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
         return Err(unmatched);
     }
     Ok(out)
+}
+
+/// The first route's `sweep_from` in the config a previous run wrote, if it has one.
+fn kept_sweep_from(config: &Path) -> Option<String> {
+    let doc: toml_edit::DocumentMut = std::fs::read_to_string(config).ok()?.parse().ok()?;
+    let routes = doc.get("routes")?.as_array_of_tables()?;
+    Some(routes.get(0)?.get("sweep_from")?.as_str()?.to_owned())
 }
 
 /// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the

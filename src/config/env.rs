@@ -43,9 +43,11 @@ pub const EVENT_TYPE: &str = "ROWBRANCH_EVENT_TYPE";
 pub const INTAKE: &str = "ROWBRANCH_INTAKE";
 /// The `[pgmq]` `queue`; every other `[pgmq]` key keeps its default.
 pub const PGMQ_QUEUE: &str = "ROWBRANCH_PGMQ_QUEUE";
+/// The route's `sweep_from`.
+pub const SWEEP_FROM: &str = "ROWBRANCH_SWEEP_FROM";
 
 /// The variables of the route from the environment, in the order messages list them.
-pub const ROUTE_VARIABLES: [&str; 9] = [
+pub const ROUTE_VARIABLES: [&str; 10] = [
     REPO,
     TABLE,
     SCHEMA,
@@ -55,10 +57,11 @@ pub const ROUTE_VARIABLES: [&str; 9] = [
     EVENT_TYPE,
     INTAKE,
     PGMQ_QUEUE,
+    SWEEP_FROM,
 ];
 
 /// Every variable the config reads, in the order it reads them: what `serve --help` lists.
-pub const VARIABLES: [&str; 18] = [
+pub const VARIABLES: [&str; 19] = [
     CONFIG,
     LISTEN,
     PORT,
@@ -77,6 +80,7 @@ pub const VARIABLES: [&str; 18] = [
     EVENT_TYPE,
     INTAKE,
     PGMQ_QUEUE,
+    SWEEP_FROM,
 ];
 
 /// The file `rowbranch init` writes beside the config it writes, holding the webhook secrets
@@ -172,6 +176,15 @@ impl<'a> Overlay<'a> {
         BranchPrefix::parse(&branch_prefix)
             .map_err(|e| invalid!("{BRANCH_PREFIX}=`{branch_prefix}`: {e}"))?;
         EventType::parse(&event_type).map_err(|e| invalid!("{EVENT_TYPE}=`{event_type}`: {e}"))?;
+        if let Some(from) = self.get(SWEEP_FROM) {
+            chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
+                invalid!(
+                    "{SWEEP_FROM}=`{from}` is not an RFC 3339 instant ({e}): e.g. \
+                     {SWEEP_FROM}={}",
+                    super::sweep_from_now()
+                )
+            })?;
+        }
         if let Some(name) = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY]
             .into_iter()
             .find(|name| self.get(name).is_none())
@@ -192,6 +205,7 @@ impl<'a> Overlay<'a> {
             branch_prefix: Some(branch_prefix),
             event_type: Some(event_type),
             intake: or(INTAKE, &defaults.intake),
+            sweep_from: self.get(SWEEP_FROM).map(str::to_owned),
             ..defaults
         };
         let mut file = RawConfig::default();
