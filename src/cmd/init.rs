@@ -105,6 +105,23 @@ fn public_url(raw: &str) -> Result<String, Failure> {
     Ok(url.to_owned())
 }
 
+/// `--url` as people paste it: the base (`https://hooks.example.com`) or the endpoint itself
+/// (`…/webhook`), both meaning the base, to which the trigger adds `/webhook`. Any other path
+/// would have the trigger post where `serve` answers 404, so it is refused, naming the path.
+fn webhook_base(raw: &str) -> Result<String, Failure> {
+    let url = public_url(raw)?;
+    let after_scheme = url.split_once("://").map_or("", |(_, rest)| rest);
+    let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
+    match path {
+        "" => Ok(url),
+        "/webhook" => Ok(url[..url.len() - path.len()].to_owned()),
+        other => Err(usage(format!(
+            "--url `{url}` has the path `{other}`, where rowbranch answers nothing: give the \
+             base (e.g. https://hooks.example.com) or the endpoint (https://hooks.example.com/webhook)"
+        ))),
+    }
+}
+
 /// Asks GitHub whether `owner` is a user or an organization, unless `--owner-type` says so.
 async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> {
     if let Some(kind) = args.owner_type {
@@ -139,7 +156,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         (Some(IntakeArg::Webhook), _) | (None, false) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
-        (Some(url), _) => public_url(url)?,
+        (Some(url), _) => webhook_base(url)?,
         (None, Intake::Pgmq { .. }) => LOCAL_URL.to_owned(),
         (None, Intake::Webhook) => return Err(usage(
             "--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com \
