@@ -198,7 +198,8 @@ With no config file, ROWBRANCH_REPO makes one route from the environment:
   ROWBRANCH_BRANCH_PREFIX    the branches' prefix (feedback)
   ROWBRANCH_EVENT_TYPE       the dispatch's event type (feedback)
   ROWBRANCH_INTAKE           webhook (default) or pgmq
-  ROWBRANCH_PGMQ_QUEUE       the queue, for intake pgmq (rowbranch)";
+  ROWBRANCH_PGMQ_QUEUE       the queue, for intake pgmq (rowbranch)
+  ROWBRANCH_SWEEP_FROM       the scheduled sweep's start, RFC 3339 (none: no scheduled sweep)";
 
 #[derive(Debug, Args)]
 #[command(after_help = SERVE_ENVIRONMENT)]

@@ -110,6 +110,7 @@ crate::reason::named_set! {
         DeadClaim => "dead_claim",
         Failed => "failed",
         InQueue => "in_queue",
+        BeforeSweepFrom => "before_sweep_from",
     }
 }
 
@@ -379,6 +380,7 @@ impl Metrics {
             for (route, reads_the_queue) in routes {
                 let verdicts = RowVerdict::ALL.iter().filter(|&&verdict| {
                     verdict != RowVerdict::WouldDispatch
+                        && verdict != RowVerdict::BeforeSweepFrom
                         && (reads_the_queue || verdict != RowVerdict::InQueue)
                 });
                 let verdicts = verdicts.map(|v| v.as_str());

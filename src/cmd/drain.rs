@@ -68,7 +68,10 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;
     let queue = config.pgmq.queue.clone();
-    let sweep = args.sweep.then(|| SweepOptions::of(&config));
+    let sweep = args.sweep.then(|| SweepOptions {
+        scheduled: true,
+        ..SweepOptions::of(&config)
+    });
     let env = Launch {
         mode: Mode::ConsumerOnly,
         ..Launch::process()
@@ -79,6 +82,9 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // every row, so it is asked first (the App's installation says so without a request).
     if token {
         application.check_write_access().await?;
+    }
+    if sweep.is_some() {
+        sweep::say_unstarted(application.routes());
     }
     let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
     let (said, why) = oneshot::channel();
@@ -111,6 +117,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         }
     };
     if let Some(summaries) = &swept {
+        summaries.iter().for_each(sweep::say_before_start);
         print!("{}", sweep::table(summaries, false));
     }
     let counts = consumer.progress().counts();

@@ -105,6 +105,23 @@ fn public_url(raw: &str) -> Result<String, Failure> {
     Ok(url.to_owned())
 }
 
+/// `--url` as people paste it: the base (`https://hooks.example.com`) or the endpoint itself
+/// (`…/webhook`), both meaning the base, to which the trigger adds `/webhook`. Any other path
+/// would have the trigger post where `serve` answers 404, so it is refused, naming the path.
+fn webhook_base(raw: &str) -> Result<String, Failure> {
+    let url = public_url(raw)?;
+    let after_scheme = url.split_once("://").map_or("", |(_, rest)| rest);
+    let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
+    match path {
+        "" => Ok(url),
+        "/webhook" => Ok(url[..url.len() - path.len()].to_owned()),
+        other => Err(usage(format!(
+            "--url `{url}` has the path `{other}`, where rowbranch answers nothing: give the \
+             base (e.g. https://hooks.example.com) or the endpoint (https://hooks.example.com/webhook)"
+        ))),
+    }
+}
+
 /// Asks GitHub whether `owner` is a user or an organization, unless `--owner-type` says so.
 async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> {
     if let Some(kind) = args.owner_type {
@@ -139,7 +156,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         (Some(IntakeArg::Webhook), _) | (None, false) => Intake::Webhook,
     };
     let url = match (args.url.as_deref(), intake) {
-        (Some(url), _) => public_url(url)?,
+        (Some(url), _) => webhook_base(url)?,
         (None, Intake::Pgmq { .. }) => LOCAL_URL.to_owned(),
         (None, Intake::Webhook) => return Err(usage(
             "--url PUBLIC_URL is required: where Supabase reaches rowbranch, e.g. https://hooks.example.com \
@@ -215,6 +232,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         work_timeout_minutes: args.work_timeout_minutes,
         // Asked of GitHub once nothing stands in the way of writing.
         owner_kind: OwnerType::User,
+        sweep_from: crate::config::sweep_from_now(),
     };
     ctx.check().map_err(usage)?;
     Ok(ctx)
@@ -223,6 +241,11 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
     let mut ctx = context(args)?;
+    // The sweep's start is when rowbranch was first set up here; a re-run that moved it would
+    // forget the rows inserted in between.
+    if let Some(from) = kept_sweep_from(&dir.join("rowbranch.toml")) {
+        ctx.sweep_from = from;
+    }
     let names = ctx.outputs();
     let existing: Vec<&str> = names
         .iter()
@@ -370,6 +393,13 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
         return Err(unmatched);
     }
     Ok(out)
+}
+
+/// The first route's `sweep_from` in the config a previous run wrote, if it has one.
+fn kept_sweep_from(config: &Path) -> Option<String> {
+    let doc: toml_edit::DocumentMut = std::fs::read_to_string(config).ok()?.parse().ok()?;
+    let routes = doc.get("routes")?.as_array_of_tables()?;
+    Some(routes.get(0)?.get("sweep_from")?.as_str()?.to_owned())
 }
 
 /// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the

@@ -43,11 +43,13 @@ pub const EVENT_TYPE: &str = "ROWBRANCH_EVENT_TYPE";
 pub const INTAKE: &str = "ROWBRANCH_INTAKE";
 /// The `[pgmq]` `queue`; every other `[pgmq]` key keeps its default.
 pub const PGMQ_QUEUE: &str = "ROWBRANCH_PGMQ_QUEUE";
+/// The route's `sweep_from`.
+pub const SWEEP_FROM: &str = "ROWBRANCH_SWEEP_FROM";
 
 /// The variables of the route from the environment, in the order messages list them, each with
 /// the key of the file it stands for, as `(variable, table, key)`: the route's own, and the
 /// `[pgmq]` `queue`.
-pub const ROUTE: [(&str, &str, &str); 9] = [
+pub const ROUTE: [(&str, &str, &str); 10] = [
     (REPO, "routes", "repo"),
     (TABLE, "routes", "table"),
     (SCHEMA, "routes", "schema"),
@@ -57,6 +59,7 @@ pub const ROUTE: [(&str, &str, &str); 9] = [
     (EVENT_TYPE, "routes", "event_type"),
     (INTAKE, "routes", "intake"),
     (PGMQ_QUEUE, "pgmq", "queue"),
+    (SWEEP_FROM, "routes", "sweep_from"),
 ];
 
 /// The variables the config reads besides the route's, in the order it reads them.
@@ -167,6 +170,15 @@ impl<'a> Overlay<'a> {
         BranchPrefix::parse(&branch_prefix)
             .map_err(|e| invalid!("{BRANCH_PREFIX}=`{branch_prefix}`: {e}"))?;
         EventType::parse(&event_type).map_err(|e| invalid!("{EVENT_TYPE}=`{event_type}`: {e}"))?;
+        if let Some(from) = self.get(SWEEP_FROM) {
+            chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
+                invalid!(
+                    "{SWEEP_FROM}=`{from}` is not an RFC 3339 instant ({e}): e.g. \
+                     {SWEEP_FROM}={}",
+                    super::sweep_from_now()
+                )
+            })?;
+        }
         if let Some(name) = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY]
             .into_iter()
             .find(|name| self.get(name).is_none())
@@ -187,6 +199,7 @@ impl<'a> Overlay<'a> {
             branch_prefix: Some(branch_prefix),
             event_type: Some(event_type),
             intake: or(INTAKE, &defaults.intake),
+            sweep_from: self.get(SWEEP_FROM).map(str::to_owned),
             ..defaults
         };
         let mut file = RawConfig::default();

@@ -224,4 +224,7 @@ pub(super) struct RawRoute {
     /// archive; off when `None`. Only for `intake = "pgmq"`: validation makes it part of the
     /// queue's [`Intake`](super::Intake).
     pub max_rows_per_hour: Option<u32>,
+    /// The instant the scheduled sweep starts from (RFC 3339): it never starts work on a row
+    /// created before it. No scheduled sweep for the route when `None`.
+    pub sweep_from: Option<String>,
 }

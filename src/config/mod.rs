@@ -46,7 +46,7 @@ pub use settings::{
     DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
 };
 pub use show::Shown;
-pub use validate::Insecure;
+pub use validate::{sweep_from_now, Insecure};
 
 use env::Overlay;
 

@@ -307,6 +307,9 @@ pub struct Route {
     /// The most minutes the workflow's work job may run (its `timeout-minutes`); `doctor`
     /// holds the committed workflow to it.
     pub work_timeout_minutes: u32,
+    /// The scheduled sweep (`serve`'s, `drain --sweep`) never starts work on a row created
+    /// before this; without it the route has no scheduled sweep. `reconcile` ignores it.
+    pub sweep_from: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl Route {

@@ -208,6 +208,16 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
             assert_eq!(github.pace.hourly_max, 450);
             assert!(default.contains(&format!("`{}`", super::file::TOKEN_WRITE_HOURLY_MAX)));
         }
+        ("none", "`[[routes]]`", "sweep_from") => {
+            assert_eq!(parse(GITHUB).unwrap().routes[0].sweep_from, None);
+            let from = parse(&format!(
+                "{GITHUB}sweep_from = \"2026-12-05T21:04:00+01:00\"\n"
+            ));
+            assert_eq!(
+                from.unwrap().routes[0].sweep_from.unwrap().to_rfc3339(),
+                "2026-12-05T20:04:00+00:00"
+            );
+        }
         ("off", "`[[routes]]`", "max_rows_per_hour") => {
             let queue = parse(&format!("{GITHUB}intake = \"pgmq\"\n")).unwrap();
             let off = Intake::Pgmq {
@@ -341,6 +351,10 @@ fn the_route_from_the_environment_has_the_rows_and_defaults_of_the_spec() {
             env::EVENT_TYPE => route.event_type.to_string(),
             env::INTAKE => route.intake.as_str().to_owned(),
             env::PGMQ_QUEUE => config.pgmq.queue.to_string(),
+            env::SWEEP_FROM => {
+                assert_eq!(route.sweep_from, None, "{}", row.key);
+                continue;
+            }
             other => panic!("{other}: which part of the route does it set?"),
         };
         assert_eq!(

@@ -130,6 +130,10 @@ fn bad_values_say_what_is_wrong() {
         (format!("{LOCAL}\nslug_max_len = 500"), "slug_max_len"),
         (format!("{LOCAL}\nmax_turns = 0"), "max_turns = 0"),
         (
+            format!("{LOCAL}\nsweep_from = \"2026-12-05 21:04\""),
+            "sweep_from = \"2026-12-05 21:04\" is not an RFC 3339 instant",
+        ),
+        (
             format!("{LOCAL}\nmax_rows_per_hour = 60"),
             "max_rows_per_hour is set on a route with intake = \"webhook\"",
         ),

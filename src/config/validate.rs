@@ -545,6 +545,20 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
         (None, None) => None,
     };
+    let sweep_from = match raw.sweep_from {
+        None => None,
+        Some(from) => Some(
+            chrono::DateTime::parse_from_rfc3339(from.trim())
+                .map_err(|e| {
+                    invalid!(
+                        "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, \
+                         the time and the offset, quoted, e.g. sweep_from = \"{}\"",
+                        sweep_from_now()
+                    )
+                })?
+                .to_utc(),
+        ),
+    };
     Ok(Route {
         table,
         schema: raw.schema,
@@ -561,7 +575,15 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         intake,
         max_turns: raw.max_turns,
         work_timeout_minutes: minutes,
+        sweep_from,
     })
+}
+
+/// `sweep_from`'s value for "from now on", as `init` writes it and messages suggest it.
+pub fn sweep_from_now() -> String {
+    chrono::Utc::now()
+        .format("%Y-%m-%dT%H:%M:%S+00:00")
+        .to_string()
 }
 
 /// The rules `serve` adds: what its parts need of the environment — the database for the

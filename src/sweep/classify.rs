@@ -79,6 +79,8 @@ pub enum Verdict {
     Redispatched(BranchName),
     /// A queue route's row whose message is still in the queue: the consumer's.
     InQueue,
+    /// A row a scheduled sweep leaves: created before its route's `sweep_from`.
+    BeforeSweepFrom,
 }
 
 /// Decides what `row` of `route` needs. A row with several branches was redone on purpose, so

@@ -39,6 +39,10 @@ pub struct SweepOptions {
     pub page_size: usize,
     /// The queue the `pgmq` routes read: their rows still in it are left to the consumer.
     pub pgmq: PgmqSettings,
+    /// A sweep nobody asked for row by row (`serve`'s, `drain --sweep`): it starts no work on
+    /// a row created before its route's `sweep_from`, and sweeps no route without one. An
+    /// operator's `reconcile` takes every row of its window.
+    pub scheduled: bool,
 }
 
 impl SweepOptions {
@@ -51,6 +55,7 @@ impl SweepOptions {
             concurrency: 4,
             page_size: 1000,
             pgmq: config.pgmq.clone(),
+            scheduled: false,
         }
     }
 }
@@ -74,6 +79,9 @@ pub struct RouteSummary {
     pub dead_claims: Vec<BranchName>,
     /// A queue route's rows whose message is still in the queue: the consumer's.
     pub in_queue: u64,
+    /// Rows a scheduled sweep left because they were created before the route's
+    /// `sweep_from`: the table's past, which only an operator's `reconcile --since` runs.
+    pub before_sweep_from: u64,
     /// A queue route's rows, newer than `archive_retention`, with no message in the queue or
     /// its archive: the trigger is missing or disabled, or the rows came another way (they are
     /// swept like any other).
@@ -135,6 +143,10 @@ impl RouteSummary {
                 self.in_queue += 1;
                 RowVerdict::InQueue
             }
+            Verdict::BeforeSweepFrom => {
+                self.before_sweep_from += 1;
+                RowVerdict::BeforeSweepFrom
+            }
         }
     }
 
@@ -162,6 +174,11 @@ pub async fn run(
             route: format!("{} → {}", route.route.table_name(), route.route.repo),
             ..RouteSummary::default()
         };
+        if options.scheduled && route.route.sweep_from.is_none() {
+            summary.warning = Some(NO_SWEEP_FROM.to_owned());
+            summaries.push(summary);
+            continue;
+        }
         let swept = sweep_route(route, rows, pipeline, options, progress, &mut summary).await;
         if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
@@ -233,6 +250,7 @@ async fn sweep_route(
         Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
         Intake::Webhook => None,
     };
+    let from = route.sweep_from.filter(|_| options.scheduled);
     let mut pages = rows.since(route, since, options.page_size);
     loop {
         let page = pages.next_page().await?;
@@ -250,11 +268,17 @@ async fn sweep_route(
         };
         let mut to_run = Vec::new();
         for mut row in page {
+            let created = row.created_at;
             if queued.as_mut().is_some_and(|q| q.in_queue(route, &mut row)) {
                 count(summary, Verdict::InQueue);
                 continue;
             }
             match classify(&known, compiled, row, stale_before) {
+                // The table's past: nobody asked for these rows to run. Claims already made
+                // (suspects) are rowbranch's own and go on as before.
+                Verdict::Run(_) if from.is_some_and(|from| created < from) => {
+                    count(summary, Verdict::BeforeSweepFrom)
+                }
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
                 Verdict::Suspect { plan, claimed_at } => {
                     count(summary, apply.suspect(plan, claimed_at).await?)
@@ -438,14 +462,54 @@ const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
 /// `rowbranch reconcile`, a process of its own, reads 1,000.
 const SWEEP_PAGE_ROWS: usize = 100;
 
+/// What a scheduled sweep's summary says of a route it left alone.
+const NO_SWEEP_FROM: &str = "no sweep_from: the scheduled sweep leaves the route alone";
+
+/// Says, at the start of a scheduled sweep, which routes it leaves alone for want of a
+/// `sweep_from`, with the line that gives each one: from now on. A guessed start would either
+/// run the table's whole past or forget the rows inserted while rowbranch was down.
+pub fn say_unstarted(routes: &Routes) {
+    for route in routes.iter().map(|r| &r.route) {
+        if route.sweep_from.is_none() {
+            tracing::warn!(
+                route = %route.table_name(),
+                "no scheduled sweep for {}: the route has no sweep_from. Add to its [[routes]]: \
+                 sweep_from = \"{}\" (or set ROWBRANCH_SWEEP_FROM for a route from the \
+                 environment); rows created before it are never swept, `rowbranch reconcile \
+                 --since` runs those",
+                route.table_name(),
+                crate::config::sweep_from_now()
+            );
+        }
+    }
+}
+
+/// Logs a scheduled sweep's rows left for being older than `sweep_from`, when it left any.
+pub fn say_before_start(summary: &RouteSummary) {
+    if summary.before_sweep_from > 0 {
+        tracing::info!(
+            route = %summary.route,
+            rows = summary.before_sweep_from,
+            "the sweep left {} rows created before sweep_from; `rowbranch reconcile --since` \
+             runs the table's past on purpose",
+            summary.before_sweep_from
+        );
+    }
+}
+
 /// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
 /// pipeline so that a sweep and a webhook of the same row share one run.
 pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
     let (Some(every), Some(url)) = (config.reconcile.every, config.database_url.clone()) else {
         return;
     };
+    say_unstarted(&routes);
+    if routes.iter().all(|r| r.route.sweep_from.is_none()) {
+        return;
+    }
     let options = SweepOptions {
         page_size: SWEEP_PAGE_ROWS,
+        scheduled: true,
         ..SweepOptions::of(&config)
     };
     // The first sweep comes shortly after start, then one every interval; a sweep that runs
@@ -466,9 +530,14 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
             if let Some(error) = &s.error {
                 tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
             }
+            if s.warning.as_deref() == Some(NO_SWEEP_FROM) {
+                continue;
+            }
             tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
                 merged = s.merged_before, dispatched = s.dispatched_now,
-                dead_claims = s.dead_claims_redispatched, failed = s.failed, "scheduled sweep");
+                dead_claims = s.dead_claims_redispatched, failed = s.failed,
+                before_sweep_from = s.before_sweep_from, "scheduled sweep");
+            say_before_start(&s);
             for f in s.failures {
                 tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
             }

@@ -163,9 +163,15 @@ fn the_planner_does_no_io() {
 fn no_adapter_sees_the_whole_config() {
     // The payload template is the pipeline's, but built from its route's settings alone too.
     let template = src().join("pipeline/template.rs");
-    let template = (template.clone(), shipped(&std::fs::read_to_string(&template).unwrap()));
+    let template = (
+        template.clone(),
+        shipped(&std::fs::read_to_string(&template).unwrap()),
+    );
     for adapter in ["db", "forge"] {
-        for (path, code) in module_sources(adapter).into_iter().chain([template.clone()]) {
+        for (path, code) in module_sources(adapter)
+            .into_iter()
+            .chain([template.clone()])
+        {
             let grouped = code.match_indices("crate::config::{").any(|(at, _)| {
                 let group = &code[at + 16..];
                 let group = &group[..group.find('}').unwrap_or(group.len())];

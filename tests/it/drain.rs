@@ -19,7 +19,7 @@ use tokio::process::{Child, Command};
 use crate::github_token::{
     fake_with_token, token_config, CANNOT_WRITE, DRAIN_PERMISSIONS, READ_ONLY, TOKEN,
 };
-use crate::support::app::FEEDBACK_ROUTE;
+use crate::support::app::{FEEDBACK_ROUTE, SWEEP_FROM_LINE};
 use crate::support::child::{rowbranch, stderr, stdout};
 use crate::support::db::Install;
 use crate::support::github::{self, GithubOptions, REPO};
@@ -566,6 +566,49 @@ async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_
     assert!(
         seen.values().all(|n| *n == 1),
         "one dispatch per row: {seen:?}"
+    );
+}
+
+/// A table's past is not work: without `sweep_from` the sweep starts nothing, and says what
+/// line would give it a start; with it, rows older than it are left and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_sweep_rows_from_before_sweep_from_are_left_and_without_it_nothing_is_swept() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
+    db.execute(
+        "alter table public.feedbacks disable trigger user; \
+         insert into public.feedbacks (id, message, created_at) \
+           select n, 'Row ' || n, now() - interval '2 hours' from generate_series(1, 3) as n; \
+         alter table public.feedbacks enable trigger user",
+    )
+    .await;
+    let config = local_config(&db, "repo.git", "", "").replace(SWEEP_FROM_LINE, "");
+    write_config(dir.path(), &config);
+    let run = drain(dir.path(), &db, &[], &["--sweep"]).await;
+    run.clean();
+    assert!(
+        run.stderr.contains("no sweep_from") && run.stderr.contains("sweep_from = \"20"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !dir.path().join("dispatches.jsonl").exists(),
+        "nothing swept"
+    );
+
+    let from = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    write_config(dir.path(), &format!("{config}sweep_from = \"{from}\"\n"));
+    let run = drain(dir.path(), &db, &[], &["--sweep"]).await;
+    run.clean();
+    assert!(
+        run.stderr.contains("left 3 rows created before sweep_from")
+            && run.stderr.contains("reconcile --since"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !dir.path().join("dispatches.jsonl").exists(),
+        "the past is not work"
     );
 }
 

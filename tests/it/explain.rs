@@ -56,7 +56,8 @@ fn github_config(dir: &Path, api_url: &str, app_id: u64, schema: &str) -> PathBu
     let text = format!(
         "[github]\napp_id = {app_id}\napi_url = \"{api_url}\"\nretry_budget_ms = 500\n\n\
          [[routes]]\ntable = \"feedbacks\"\nschema = \"{schema}\"\nrepo = \"{REPO}\"\n\
-         text_column = \"message\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n"
+         text_column = \"message\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n\
+         sweep_from = \"2026-01-01T00:00:00+00:00\"\n"
     );
     let path = dir.join("rowbranch.toml");
     std::fs::write(&path, text).unwrap();

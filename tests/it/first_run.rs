@@ -253,3 +253,41 @@ async fn a_port_in_use_names_the_setting_that_chose_it() {
     }
     drop(held);
 }
+
+/// A GitHub host that does not resolve fails `doctor` at its first attempt, naming the host,
+/// with the App and with a token alike: no retry budget spent on a mistyped `api_url`.
+#[tokio::test]
+async fn doctor_gives_up_at_once_on_a_github_host_that_does_not_resolve() {
+    // A label longer than DNS allows: the resolver refuses it without asking a name server.
+    let host = format!("{}.invalid", "x".repeat(64));
+    let route = "[[routes]]\ntable = \"feedbacks\"\nrepo = \"acme/app\"\n\
+                 branch_prefix = \"feedback\"\nevent_type = \"feedback\"\n";
+    let app = format!("[github]\napp_id = 1\napi_url = \"https://{host}/api/v3\"\n{route}");
+    let token = format!(
+        "[github]\ntoken_env = \"GITHUB_TOKEN\"\napi_url = \"https://{host}/api/v3\"\n\
+         {route}intake = \"pgmq\"\n"
+    );
+    for config in [token, app] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rowbranch.toml"), &config).unwrap();
+        let mut doctor = rowbranch(dir.path());
+        doctor
+            .args(["doctor", "--config", "rowbranch.toml"])
+            .env("ROWBRANCH_WEBHOOK_SECRET", random_secret())
+            .env_remove("DATABASE_URL")
+            .env_remove("GITHUB_API_URL");
+        match config.contains("token_env") {
+            true => doctor.env("GITHUB_TOKEN", "ghp_a-test-token-that-goes-nowhere"),
+            false => doctor.env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM),
+        };
+        let out = run(&mut doctor).await;
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(1), "{config}\n{text}");
+        assert!(
+            text.contains("could not resolve the host") && text.contains(&host),
+            "{config}\n{text}"
+        );
+        let retried = text.contains(" attempts in ") && !text.contains("; 1 attempts in ");
+        assert!(!retried, "{config}\n{text}");
+    }
+}

@@ -768,3 +768,54 @@ fn the_queue_config_bounds_the_rows_an_hour() {
         Config::parse(&text, Path::new("/etc/rowbranch/rowbranch.toml"), &|_| None).unwrap();
     assert_eq!(config.routes[0].intake, intake);
 }
+
+#[test]
+fn the_url_is_the_base_or_the_endpoint_and_any_other_path_is_refused_writing_nothing() {
+    for url in [
+        "https://h.example",
+        "https://h.example/",
+        "https://h.example/webhook",
+        "https://h.example/webhook/",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = init_for_a_user(dir.path(), &["--url", url]);
+        assert!(out.status.success(), "{url}: {}", text(&out));
+        let sql = std::fs::read_to_string(dir.path().join("supabase.sql")).unwrap();
+        assert!(sql.contains("https://h.example/webhook'"), "{url}: {sql}");
+        assert!(!sql.contains("/webhook/webhook"), "{url}: {sql}");
+        let manifest = std::fs::read_to_string(dir.path().join("app-manifest.json")).unwrap();
+        assert!(
+            manifest.contains("\"redirect_url\": \"https://h.example/\""),
+            "{url}: {manifest}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let setup = dir.path().join("setup");
+    let out = init_for_a_user(&setup, &["--url", "https://h.example/hooks/rowbranch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("`/hooks/rowbranch`"), "{}", text(&out));
+    assert!(!setup.exists(), "nothing written");
+}
+
+#[test]
+fn init_writes_when_it_ran_as_sweep_from_and_a_rerun_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = chrono::Utc::now() - chrono::Duration::seconds(1);
+    assert!(init(dir.path(), &[]).status.success());
+    let path = dir.path().join("rowbranch.toml");
+    let config = Config::load(&path, &|_| None).unwrap();
+    let from = config.routes[0].sweep_from.expect("init writes sweep_from");
+    assert!(from >= before && from <= chrono::Utc::now(), "{from}");
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let written = format!(
+        "sweep_from = \"{}\"",
+        from.format("%Y-%m-%dT%H:%M:%S+00:00")
+    );
+    assert!(text.contains(&written), "{text}");
+    let earlier = "sweep_from = \"2026-01-02T03:04:05+00:00\"";
+    std::fs::write(&path, text.replace(&written, earlier)).unwrap();
+    assert!(init(dir.path(), &["--force"]).status.success());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(earlier), "a re-run keeps the start: {text}");
+}

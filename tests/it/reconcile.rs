@@ -12,6 +12,7 @@ use rowbranch::startup;
 use rowbranch::sweep::{run as sweep, RouteSummary, SweepOptions};
 use tokio::process::Command;
 
+use crate::support::app::SWEEP_FROM_LINE;
 use crate::support::child;
 use crate::support::db::{database_url, TestSchema};
 use crate::support::github::{dispatched_branches, fake, GithubOptions, REPO};
@@ -56,6 +57,11 @@ async fn insert(table: &TestSchema, ids: RangeInclusive<i64>, text: &str, age: D
 }
 
 fn config(fake: &FakeGithub, schema: &str, url: &str) -> Config {
+    config_with(fake, schema, url, SWEEP_FROM_LINE)
+}
+
+/// [`config`], with `sweep_from`'s line in its route replaced by `route`.
+fn config_with(fake: &FakeGithub, schema: &str, url: &str, route: &str) -> Config {
     let text = GithubOptions {
         write_interval_ms: 5,
         ..GithubOptions::default()
@@ -64,7 +70,8 @@ fn config(fake: &FakeGithub, schema: &str, url: &str) -> Config {
     .replace(
         "[[routes]]\n",
         &format!("[[routes]]\nschema = \"{schema}\"\n"),
-    );
+    )
+    .replace(SWEEP_FROM_LINE, route);
     let secret = random_secret();
     let url = url.to_owned();
     let env = move |key: &str| match key {
@@ -84,6 +91,7 @@ fn options() -> SweepOptions {
         concurrency: 4,
         page_size: 3,
         pgmq: rowbranch::config::PgmqSettings::default(),
+        scheduled: false,
     }
 }
 
@@ -426,5 +434,65 @@ async fn a_row_redone_on_purpose_is_not_taken_for_a_dead_claim() {
     };
     let summary = run(&config, &options).await;
     assert!(summary.dead_claims.is_empty(), "{summary:?}");
+    assert!(fake.dispatches(REPO).is_empty());
+}
+
+#[tokio::test]
+async fn a_scheduled_sweep_starts_no_row_from_before_sweep_from_but_keeps_its_claims() {
+    let half_an_hour_ago = chrono::Utc::now() - chrono::Duration::minutes(30);
+    let table = or_skip!(
+        feedbacks(&[
+            (1..=30, "From the table's past", TWO_HOURS),
+            (31..=32, "Since rowbranch started", A_MINUTE)
+        ])
+        .await
+    );
+    let fake = fake().await;
+    // A claim rowbranch made before sweep_from whose dispatch was lost: still its own.
+    fake.create_branch(REPO, "feedback/5-from-the-table-s-past", "main");
+    let from = format!("sweep_from = \"{}\"\n", half_an_hour_ago.to_rfc3339());
+    let config = config_with(&fake, &table.name, &table.url, &from);
+    let scheduled = SweepOptions {
+        window: Duration::from_secs(3 * 3600),
+        scheduled: true,
+        ..options()
+    };
+
+    let summary = run(&config, &scheduled).await;
+    assert_eq!(summary.before_sweep_from, 29, "{summary:?}");
+    assert_eq!(summary.dispatched_now, 2, "{summary:?}");
+    assert_eq!(summary.dead_claims_redispatched, 1, "{summary:?}");
+    assert_eq!(dispatched_ids(&fake), ["5", "31", "32"]);
+
+    // An operator's reconcile is not bound by it.
+    let operator = run(
+        &config,
+        &SweepOptions {
+            scheduled: false,
+            ..scheduled.clone()
+        },
+    )
+    .await;
+    assert_eq!(operator.dispatched_now, 29, "{operator:?}");
+}
+
+#[tokio::test]
+async fn a_scheduled_sweep_leaves_a_route_without_sweep_from_alone() {
+    let table = or_skip!(feedbacks(&[(1..=3, "Old wish", A_MINUTE)]).await);
+    let fake = fake().await;
+    let config = config_with(&fake, &table.name, &table.url, "");
+    let scheduled = SweepOptions {
+        scheduled: true,
+        ..options()
+    };
+    let summary = run(&config, &scheduled).await;
+    assert_eq!(summary.rows_seen, 0, "{summary:?}");
+    assert!(
+        summary
+            .warning
+            .as_deref()
+            .is_some_and(|w| w.contains("no sweep_from")),
+        "{summary:?}"
+    );
     assert!(fake.dispatches(REPO).is_empty());
 }

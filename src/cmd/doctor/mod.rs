@@ -199,6 +199,9 @@ pub async fn checks(config: &Config) -> Vec<Check> {
 /// queue, GitHub down past the retry budget) or never arrived is sent again by nobody — pg_net
 /// never retries — so without a sweep it is never run.
 fn no_sweep(config: &Config) -> Option<Check> {
+    if config.reconcile.every.is_some() && config.database_url.is_some() {
+        return unstarted(config);
+    }
     if !config.takes_webhooks() || config.reconcile.every.is_some() {
         return None;
     }
@@ -226,6 +229,32 @@ fn no_sweep(config: &Config) -> Option<Check> {
         ),
     };
     Some(Check::advise(what, fix))
+}
+
+/// A failure when the scheduled sweep is on and a route has no `sweep_from`: the sweep leaves
+/// that route alone (where it starts is the user's to say, not a guess).
+fn unstarted(config: &Config) -> Option<Check> {
+    let routes: Vec<String> = config
+        .routes
+        .iter()
+        .filter(|r| r.sweep_from.is_none())
+        .map(|r| r.table_name())
+        .collect();
+    if routes.is_empty() {
+        return None;
+    }
+    Some(Check::fail(
+        format!(
+            "the scheduled sweep leaves {} alone: no sweep_from",
+            routes.join(", ")
+        ),
+        format!(
+            "add sweep_from = \"{}\" (now) to the route in {} (or set ROWBRANCH_SWEEP_FROM): \
+             rows created before it are never swept, `rowbranch reconcile --since` runs those",
+            crate::config::sweep_from_now(),
+            config.source.display()
+        ),
+    ))
 }
 
 /// `text` on one line, so that a check stays one line of the report.
@@ -265,6 +294,11 @@ mod tests {
         let off = format!("reconcile_every = \"off\"\n{TEST_LOCAL_CONFIG}");
         let advice = no_sweep(&parse(&off, Some("postgres://u@db/x"))).expect("advice");
         assert!(advice.fix.unwrap().contains("reconcile_every"));
-        assert!(no_sweep(&parse(TEST_LOCAL_CONFIG, Some("postgres://u@db/x"))).is_none());
+        let url = Some("postgres://u@db/x");
+        let unstarted = no_sweep(&parse(TEST_LOCAL_CONFIG, url)).expect("a failure");
+        assert!(!unstarted.ok && unstarted.what.contains("no sweep_from"));
+        assert!(unstarted.fix.unwrap().contains("sweep_from = \"20"));
+        let from = format!("{TEST_LOCAL_CONFIG}sweep_from = \"2026-12-05T21:04:00+00:00\"\n");
+        assert!(no_sweep(&parse(&from, url)).is_none());
     }
 }

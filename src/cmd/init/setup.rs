@@ -96,6 +96,8 @@ pub struct SetupContext {
     /// The most minutes the workflow's work job runs: its `timeout-minutes`, the route's
     /// `work_timeout_minutes`.
     pub work_timeout_minutes: u32,
+    /// The route's `sweep_from`: when `init` first ran for this directory, kept by a re-run.
+    pub sweep_from: String,
 }
 
 impl SetupContext {

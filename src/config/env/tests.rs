@@ -70,6 +70,10 @@ fn each_variable_sets_its_part_of_the_route() {
         ("ROWBRANCH_TEXT_COLUMN", "title".to_owned()),
         ("ROWBRANCH_BRANCH_PREFIX", "wish".to_owned()),
         ("ROWBRANCH_EVENT_TYPE", "wish-made".to_owned()),
+        (
+            "ROWBRANCH_SWEEP_FROM",
+            "2026-12-05T21:04:00+00:00".to_owned(),
+        ),
         ("PORT", "9000".to_owned()),
         (
             "GITHUB_API_URL",
@@ -86,6 +90,10 @@ fn each_variable_sets_its_part_of_the_route() {
     assert_eq!(route.text_column.as_deref(), Some("title"));
     assert_eq!(route.branch_prefix.to_string(), "wish");
     assert_eq!(route.event_type.to_string(), "wish-made");
+    assert_eq!(
+        route.sweep_from.map(|from| from.to_rfc3339()).as_deref(),
+        Some("2026-12-05T21:04:00+00:00")
+    );
     assert_eq!(config.listen.to_string(), "0.0.0.0:9000");
     let ForgeSettings::Github(github) = &config.forge else {
         panic!("github expected");
@@ -101,6 +109,7 @@ fn a_bad_value_is_named_by_its_variable() {
         (REPO, "acme"),
         ("ROWBRANCH_BRANCH_PREFIX", "feed back"),
         ("ROWBRANCH_EVENT_TYPE", &"e".repeat(101)),
+        ("ROWBRANCH_SWEEP_FROM", "yesterday"),
         ("GITHUB_APP_ID", "one"),
         ("PORT", "http"),
     ] {

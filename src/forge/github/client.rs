@@ -202,13 +202,25 @@ pub async fn call<T>(
     }
 }
 
+/// How the message of a lookup of GitHub's host that failed begins: the retry policy gives up on
+/// it at once, since a mistyped `api_url` (or a resolver that is down) does not mend in seconds,
+/// and a caller that waited out the whole budget would learn nothing more.
+pub const UNRESOLVED: &str = "could not resolve the host";
+
 /// What went wrong on the way to GitHub, once: whether the connection was never made, and the
 /// innermost cause ("Connection refused (os error 111)", a DNS or certificate error), without
 /// the layers of wrapping each library adds. An answer past its bound says so.
 fn no_answer(e: &octocrab::Error) -> String {
     let mut innermost: &(dyn std::error::Error + 'static) = e;
     let mut connect = false;
+    let mut dns = false;
     while let Some(source) = innermost.source() {
+        // hyper-util's connector says "dns error" when the name did not resolve, rustls
+        // "invalid dns name" when it cannot be one.
+        dns |= matches!(
+            source.to_string().as_str(),
+            "dns error" | "invalid dns name"
+        );
         if let Some(client) = source.downcast_ref::<hyper_util::client::legacy::Error>() {
             connect |= client.is_connect();
         }
@@ -222,9 +234,10 @@ fn no_answer(e: &octocrab::Error) -> String {
         }
         innermost = source;
     }
-    let lead = match connect {
-        true => "could not connect",
-        false => "the connection failed",
+    let lead = match (dns, connect) {
+        (true, _) => UNRESOLVED,
+        (false, true) => "could not connect",
+        (false, false) => "the connection failed",
     };
     format!("{lead}: {innermost}")
 }

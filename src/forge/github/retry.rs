@@ -149,6 +149,9 @@ impl RetryPolicy {
                 };
                 Err((error, ambiguous_before))
             };
+            if message.starts_with(super::client::UNRESOLVED) {
+                return give_up();
+            }
             loop {
                 // The budget from the first failure, or the end of the shutdown's grace.
                 let limit = since + self.budget;

@@ -21,7 +21,8 @@ use super::random::random_secret;
 use super::server::{serve_env, Server};
 use super::wait::{eventually, PATIENCE};
 
-/// The route most tests use: `public.feedbacks` → `acme/app`, branches `feedback/…`.
+/// The route most tests use: `public.feedbacks` → `acme/app`, branches `feedback/…`, swept
+/// (where a sweep is on) from an instant before any test's rows, as `init` writes it.
 pub const FEEDBACK_ROUTE: &str = r#"
 [[routes]]
 table = "feedbacks"
@@ -29,7 +30,11 @@ repo = "acme/app"
 text_column = "message"
 branch_prefix = "feedback"
 event_type = "feedback"
+sweep_from = "2026-01-01T00:00:00+00:00"
 "#;
+
+/// `sweep_from`'s line in [`FEEDBACK_ROUTE`].
+pub const SWEEP_FROM_LINE: &str = "sweep_from = \"2026-01-01T00:00:00+00:00\"\n";
 
 /// How a test app is configured.
 #[derive(Clone)]
