@@ -10,11 +10,9 @@
 mod process;
 
 use std::collections::BTreeMap;
-use std::hash::Hash;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -189,48 +187,35 @@ pub struct Scope {
     pub github: bool,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DeliveryLabels {
-    route: String,
-    status: u16,
-    outcome: &'static str,
-    reason: &'static str,
+/// A series' labels, each a name and its value: a route's `schema.table` (or [`NO_ROUTE`]), the
+/// text of a value of one of the sets above, a status, a queue or a rate-limit resource. One
+/// shape for every family, so that each series is made the same way.
+type Labels = Vec<(&'static str, String)>;
+
+fn labels<const N: usize>(pairs: [(&'static str, &str); N]) -> Labels {
+    (pairs.into_iter())
+        .map(|(name, value)| (name, value.to_owned()))
+        .collect()
 }
 
-impl DeliveryLabels {
-    fn new(route: &str, (status, outcome, reason): AnswerLabels) -> DeliveryLabels {
-        let route = route.to_owned();
-        DeliveryLabels {
-            route,
-            status,
-            outcome,
-            reason,
-        }
-    }
+/// A webhook answer's series of `rowbranch_deliveries_total` for `route`.
+fn delivery_labels(route: &str, (status, outcome, reason): AnswerLabels) -> Labels {
+    let status = status.to_string();
+    labels([
+        ("route", route),
+        ("status", &status),
+        ("outcome", outcome),
+        ("reason", reason),
+    ])
 }
 
-/// One label: its name, and its value as it came (a route's `schema.table` or [`NO_ROUTE`], a
-/// rate-limit resource, a queue, a status).
-type OneLabel = [(&'static str, String); 1];
-
-fn route_label(route: &str) -> OneLabel {
-    [("route", route.to_owned())]
-}
-
-/// One label whose value is from a fixed set (a [`RunResult`], a [`GithubOperation`], ...): its
-/// name, and the value's text.
-type SetLabel = [(&'static str, &'static str); 1];
-
-/// `route`, with `key` set to each of `values`: a family's label sets for one route.
-fn by_route(
-    route: &str,
+/// `route`'s label sets, with `key` set to each of `values`.
+fn by_route<'a>(
+    route: &'a str,
     key: &'static str,
-    values: impl IntoIterator<Item = &'static str>,
-) -> impl Iterator<Item = (OneLabel, SetLabel)> {
-    let route = route_label(route);
-    values
-        .into_iter()
-        .map(move |value| (route.clone(), [(key, value)]))
+    values: impl IntoIterator<Item = &'static str> + 'a,
+) -> impl Iterator<Item = Labels> + 'a {
+    (values.into_iter()).map(move |value| labels([("route", route), (key, value)]))
 }
 
 /// Seconds, from 5 ms to about 80 s: a read, a paced write, a run that waited its turn.
@@ -238,7 +223,9 @@ fn seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
-type Seconds<L> = Family<L, Histogram, fn() -> Histogram>;
+type Counters = Family<Labels, Counter>;
+type Gauges = Family<Labels, Gauge>;
+type Seconds = Family<Labels, Histogram, fn() -> Histogram>;
 
 /// Declares [`Metrics`] with each of its families once: its field and type, how it is made,
 /// and the name (a counter gets its `_total` from the encoder) and help it is registered under.
@@ -281,21 +268,19 @@ macro_rules! families {
 }
 
 families! {
-    deliveries: Family<DeliveryLabels, Counter> = Family::default(), "rowbranch_deliveries",
+    deliveries: Counters = Family::default(), "rowbranch_deliveries",
         "Webhook deliveries answered, by route, status, outcome and reason";
-    runs: Family<(OneLabel, SetLabel), Counter> = Family::default(), "rowbranch_runs",
+    runs: Counters = Family::default(), "rowbranch_runs",
         "Rows' runs ended, by route and result, whatever their delivery was told";
-    run_duration: Seconds<OneLabel> = Family::new_with_constructor(seconds),
+    run_duration: Seconds = Family::new_with_constructor(seconds),
         "rowbranch_run_duration_seconds", "How long rows' runs took, from acceptance to their end";
-    github_requests: Family<(SetLabel, OneLabel), Counter> = Family::default(),
-        "rowbranch_github_requests",
+    github_requests: Counters = Family::default(), "rowbranch_github_requests",
         "Requests to GitHub answered, by operation and status (error: no answer)";
-    github_duration: Seconds<SetLabel> = Family::new_with_constructor(seconds),
+    github_duration: Seconds = Family::new_with_constructor(seconds),
         "rowbranch_github_request_duration_seconds", "How long GitHub took to answer, by operation";
-    github_retries: Family<SetLabel, Counter> = Family::default(), "rowbranch_github_retries",
+    github_retries: Counters = Family::default(), "rowbranch_github_retries",
         "GitHub requests tried again, by cause";
-    rate_limit_remaining: Family<OneLabel, Gauge> = Family::default(),
-        "rowbranch_github_rate_limit_remaining",
+    rate_limit_remaining: Gauges = Family::default(), "rowbranch_github_rate_limit_remaining",
         "Requests left in GitHub's current rate-limit window, by resource, as last answered";
     tokens_minted: Counter = Counter::default(), "rowbranch_installation_tokens_minted",
         "Installation tokens minted";
@@ -303,16 +288,15 @@ families! {
         "Writes to GitHub waiting for their turn or under way";
     runs_in_flight: Gauge = Gauge::default(), "rowbranch_runs_in_flight",
         "Rows accepted and not yet finished";
-    reconcile_runs: Family<SetLabel, Counter> = Family::default(), "rowbranch_reconcile_runs",
+    reconcile_runs: Counters = Family::default(), "rowbranch_reconcile_runs",
         "Sweeps of a route ended, by result (ok, or failed: stopped early)";
-    reconcile_rows: Family<(OneLabel, SetLabel), Counter> = Family::default(),
-        "rowbranch_reconcile_rows", "Rows a sweep settled, by route and verdict";
-    pgmq_messages: Family<(OneLabel, SetLabel), Counter> = Family::default(),
-        "rowbranch_pgmq_messages", "Queue messages settled, by route (none: no route) and result";
-    pgmq_queue_depth: Family<OneLabel, Gauge> = Family::default(), "rowbranch_pgmq_queue_depth",
+    reconcile_rows: Counters = Family::default(), "rowbranch_reconcile_rows",
+        "Rows a sweep settled, by route and verdict";
+    pgmq_messages: Counters = Family::default(), "rowbranch_pgmq_messages",
+        "Queue messages settled, by route (none: no route) and result";
+    pgmq_queue_depth: Gauges = Family::default(), "rowbranch_pgmq_queue_depth",
         "Messages in the queue, visible or held, as last sampled";
-    pgmq_oldest_age: Family<OneLabel, Gauge> = Family::default(),
-        "rowbranch_pgmq_oldest_message_age_seconds",
+    pgmq_oldest_age: Gauges = Family::default(), "rowbranch_pgmq_oldest_message_age_seconds",
         "Age of the oldest message in the queue, as last sampled";
     unknown_paths: Counter = Counter::default(), "rowbranch_unknown_path_requests",
         "Requests to a path the server does not serve, answered 404";
@@ -331,10 +315,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 /// Creates each of `label_sets`' series of `family` at 0; one already there is left as it is.
-fn at_zero<L: Clone + Hash + Eq>(
-    family: &Family<L, Counter>,
-    label_sets: impl IntoIterator<Item = L>,
-) {
+fn at_zero(family: &Counters, label_sets: impl IntoIterator<Item = Labels>) {
     for labels in label_sets {
         drop(family.get_or_create(&labels));
     }
@@ -348,20 +329,12 @@ impl Metrics {
         let (webhook, queue) = (&scope.webhook_routes, &scope.queue_routes);
         // Without a webhook route the server answers no delivery (404), and counts none.
         if !webhook.is_empty() {
-            let answers = webhook
-                .iter()
-                .map(|route| (route.as_str(), ROUTE_ANSWERS))
-                .chain(
-                    queue
-                        .iter()
-                        .map(|route| (route.as_str(), QUEUE_ROUTE_ANSWERS)),
-                )
+            let answers = (webhook.iter().map(|route| (route.as_str(), ROUTE_ANSWERS)))
+                .chain(queue.iter().map(|r| (r.as_str(), QUEUE_ROUTE_ANSWERS)))
                 .chain([(NO_ROUTE, UNROUTED_ANSWERS)]);
             for (route, answers) in answers {
-                let labels = answers
-                    .iter()
-                    .map(|&answer| DeliveryLabels::new(route, answer));
-                at_zero(&self.deliveries, labels);
+                let label_sets = answers.iter().map(|&a| delivery_labels(route, a));
+                at_zero(&self.deliveries, label_sets);
             }
         }
         for route in webhook.iter().chain(queue) {
@@ -369,14 +342,15 @@ impl Metrics {
             at_zero(&self.runs, by_route(route, "result", results));
         }
         if scope.sweep {
-            let results = SweepResult::ALL.iter().map(|r| [("result", r.as_str())]);
-            at_zero(&self.reconcile_runs, results);
+            let results = SweepResult::ALL.iter();
+            at_zero(
+                &self.reconcile_runs,
+                results.map(|r| labels([("result", r.as_str())])),
+            );
             // Not `would_dispatch` (a dry run's), and `in_queue` only for a route that reads
             // the queue.
-            let routes = webhook
-                .iter()
-                .map(|r| (r, false))
-                .chain(queue.iter().map(|r| (r, true)));
+            let routes =
+                (webhook.iter().map(|r| (r, false))).chain(queue.iter().map(|r| (r, true)));
             for (route, reads_the_queue) in routes {
                 let verdicts = RowVerdict::ALL.iter().filter(|&&verdict| {
                     verdict != RowVerdict::WouldDispatch
@@ -398,38 +372,36 @@ impl Metrics {
         }
         if scope.github {
             for &operation in GithubOperation::ALL {
-                let operation_label = [("operation", operation.as_str())];
                 let statuses = operation.statuses_at_start().iter();
-                at_zero(
-                    &self.github_requests,
-                    statuses.map(|status| (operation_label, [("status", (*status).to_owned())])),
-                );
+                let label_sets = statuses
+                    .map(|status| labels([("operation", operation.as_str()), ("status", status)]));
+                at_zero(&self.github_requests, label_sets);
             }
-            let causes = RetryCause::ALL.iter().map(|c| [("cause", c.as_str())]);
-            at_zero(&self.github_retries, causes);
+            let causes = RetryCause::ALL.iter();
+            at_zero(
+                &self.github_retries,
+                causes.map(|c| labels([("cause", c.as_str())])),
+            );
         }
     }
 
     /// One queue message settled.
     pub fn pgmq_message(&self, route: &str, result: MessageResult) {
-        self.pgmq_messages
-            .get_or_create(&(route_label(route), [("result", result.as_str())]))
-            .inc();
-        self.add(format!("queue messages {}", result.as_str()));
+        let labels = labels([("route", route), ("result", result.as_str())]);
+        self.pgmq_messages.get_or_create(&labels).inc();
+        self.add(format!("queue messages {result}"));
     }
 
     /// A sample of a queue: how many messages, and how old the oldest is.
     pub fn pgmq_queue(&self, queue: &str, depth: i64, oldest_age_seconds: i64) {
-        let labels = [("queue", queue.to_owned())];
+        let labels = labels([("queue", queue)]);
         self.pgmq_queue_depth.get_or_create(&labels).set(depth);
-        self.pgmq_oldest_age
-            .get_or_create(&labels)
-            .set(oldest_age_seconds);
+        (self.pgmq_oldest_age.get_or_create(&labels)).set(oldest_age_seconds);
     }
 
     /// One webhook answer. `route` is the route's `schema.table`, or [`NO_ROUTE`].
     pub fn delivery(&self, route: &str, status: u16, outcome: &'static str, reason: &'static str) {
-        let labels = DeliveryLabels::new(route, (status, outcome, reason));
+        let labels = delivery_labels(route, (status, outcome, reason));
         self.deliveries.get_or_create(&labels).inc();
         self.add(format!("deliveries {outcome}"));
     }
@@ -447,43 +419,36 @@ impl Metrics {
 
     /// One run's end.
     pub fn run_ended(&self, route: &str, result: RunResult, took: Duration) {
-        let route = route_label(route);
-        let seconds = took.as_secs_f64();
-        self.run_duration.get_or_create(&route).observe(seconds);
-        self.runs
-            .get_or_create(&(route, [("result", result.as_str())]))
-            .inc();
-        self.add(format!("runs {}", result.as_str()));
+        let duration = labels([("route", route)]);
+        (self.run_duration.get_or_create(&duration)).observe(took.as_secs_f64());
+        let labels = labels([("route", route), ("result", result.as_str())]);
+        self.runs.get_or_create(&labels).inc();
+        self.add(format!("runs {result}"));
     }
 
     pub fn runs_in_flight(&self, n: usize) {
-        self.runs_in_flight
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        (self.runs_in_flight).set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// One request's answer (`status` its code, or `error` when none came).
     pub fn github_request(&self, operation: GithubOperation, status: &str, took: Duration) {
-        let operation = [("operation", operation.as_str())];
-        let status = [("status", status.to_owned())];
-        self.github_requests
-            .get_or_create(&(operation, status))
-            .inc();
-        self.github_duration
-            .get_or_create(&operation)
-            .observe(took.as_secs_f64());
+        let operation = operation.as_str();
+        let duration = labels([("operation", operation)]);
+        (self.github_duration.get_or_create(&duration)).observe(took.as_secs_f64());
+        let labels = labels([("operation", operation), ("status", status)]);
+        self.github_requests.get_or_create(&labels).inc();
     }
 
     /// A request to GitHub tried again.
     pub fn github_retry(&self, cause: RetryCause) {
-        self.github_retries
-            .get_or_create(&[("cause", cause.as_str())])
-            .inc();
+        let labels = labels([("cause", cause.as_str())]);
+        self.github_retries.get_or_create(&labels).inc();
     }
 
     pub fn rate_limit_remaining(&self, resource: &str, remaining: i64) {
-        let resource = [("resource", resource.to_owned())];
+        let labels = labels([("resource", resource)]);
         self.rate_limit_remaining
-            .get_or_create(&resource)
+            .get_or_create(&labels)
             .set(remaining);
     }
 
@@ -504,16 +469,14 @@ impl Metrics {
 
     /// One route's sweep ended.
     pub fn reconcile_run(&self, result: SweepResult) {
-        self.reconcile_runs
-            .get_or_create(&[("result", result.as_str())])
-            .inc();
+        let labels = labels([("result", result.as_str())]);
+        self.reconcile_runs.get_or_create(&labels).inc();
     }
 
     /// One row a sweep settled.
     pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
-        self.reconcile_rows
-            .get_or_create(&(route_label(route), [("verdict", verdict.as_str())]))
-            .inc();
+        let labels = labels([("route", route), ("verdict", verdict.as_str())]);
+        self.reconcile_rows.get_or_create(&labels).inc();
     }
 
     /// Every series, in Prometheus' text format ([`CONTENT_TYPE`]).

@@ -6,11 +6,11 @@
 //!
 //! A full table makes room: the connections waiting for a request head (a new one, or one idle
 //! between requests) are kept in [`Waiting`] with when they began to wait, and a connection
-//! accepted when no permit is free takes the slot of the one that has waited longest, which
+//! accepted when no permit is free takes the permit of the one that has waited longest, which
 //! is cut. A request under way — its body being read, its answer being decided or written — is
 //! never cut for room, so clients that never finish a request head cannot hold every slot,
 //! while one that sends slowly but sends keeps its own. Only when every connection is in a
-//! request does a new one wait, in the listen backlog, for one to end.
+//! request does a new one wait for one to end (and the next ones in the listen backlog).
 //!
 //! Two more bounds cover what the header timeout does not see. A write that makes no progress
 //! for `read_timeout_ms` fails (a client that sends requests and never reads its answers would
@@ -112,13 +112,6 @@ pub async fn serve(
     let (max_age, cut_at) = lifetime(settings);
     tokio::pin!(stop);
     for id in 0u64.. {
-        // A free permit, or a connection waiting for a head to make room: nothing is accepted
-        // while every connection is in a request, and the backlog holds the new ones.
-        let free = tokio::select! {
-            permit = Arc::clone(&permits).acquire_owned() => Some(permit.expect("never closed")),
-            () = waiting.any() => None,
-            () = &mut stop => break,
-        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -136,12 +129,11 @@ pub async fn serve(
             },
             () = &mut stop => break,
         };
-        let permit = match free {
-            Some(permit) => permit,
-            None => tokio::select! {
-                permit = waiting.make_room(&permits) => permit,
-                () = &mut stop => break,
-            },
+        // While every connection is in a request, this one waits here, and the next ones in
+        // the backlog.
+        let permit = tokio::select! {
+            permit = waiting.make_room(&permits) => permit,
+            () = &mut stop => break,
         };
         let slot = Slot::new(id, &waiting);
         let mut io = TimeoutStream::new(stream);
@@ -223,28 +215,15 @@ impl Waiting {
         self.since.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Resolves when a connection waits for a head.
-    async fn any(&self) {
-        loop {
-            let began = self.began.notified();
-            tokio::pin!(began);
-            // Registered before the look, so that a connection that begins to wait in
-            // between still wakes it.
-            began.as_mut().enable();
-            if !self.since().is_empty() {
-                return;
-            }
-            began.await;
-        }
-    }
-
-    /// A permit for a connection accepted when none was free: one given back meanwhile, or
-    /// that of the connection that has waited longest for a head, which is cut. While every
-    /// connection is in a request, waits for one to end or to wait again.
+    /// A permit for a connection just accepted: a free one, else that of the connection that
+    /// has waited longest for a head, which is cut. While every connection is in a request,
+    /// waits for one to end or to wait again.
     async fn make_room(&self, permits: &Arc<Semaphore>) -> OwnedSemaphorePermit {
         loop {
             let began = self.began.notified();
             tokio::pin!(began);
+            // Registered before the look, so that a connection that begins to wait in between
+            // still wakes it.
             began.as_mut().enable();
             if let Ok(permit) = Arc::clone(permits).try_acquire_owned() {
                 return permit;

@@ -120,17 +120,9 @@ fn reserve(config: &Config) -> u64 {
 /// on a port of 127.0.0.1 the system picks. A refusal names the setting that chose the
 /// address, to change.
 pub async fn listen(config: &Config, free_port: bool) -> Result<TcpListener, ListenError> {
-    if free_port {
-        return bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(|(addr, cause)| {
-            ListenError::Bind {
-                addr,
-                cause,
-                fix: String::new(),
-            }
-        });
-    }
     let at = &config.listen;
     let addrs = match &at.host {
+        _ if free_port => vec![SocketAddr::from(([127, 0, 0, 1], 0))],
         ListenHost::Ip(ip) => vec![SocketAddr::new(*ip, at.port)],
         ListenHost::Name(name) => {
             let found = tokio::net::lookup_host((name.as_str(), at.port))
@@ -160,7 +152,7 @@ pub async fn listen(config: &Config, free_port: bool) -> Result<TcpListener, Lis
     for addr in addrs {
         match bind(addr) {
             Ok(listener) => return Ok(listener),
-            Err(failed) => last = Some(failed),
+            Err(cause) => last = Some((addr, cause)),
         }
     }
     let (addr, cause) = last.expect("at least one address was tried");
@@ -177,7 +169,9 @@ pub async fn listen(config: &Config, free_port: bool) -> Result<TcpListener, Lis
             ListenOrigin::Listen
         ),
     };
+    // A free port is no setting's choice: nothing to change.
     let fix = match cause.kind() {
+        _ if free_port => String::new(),
         io::ErrorKind::AddrInUse => {
             format!("; another process is listening there: stop it, or {change}")
         }
@@ -186,20 +180,17 @@ pub async fn listen(config: &Config, free_port: bool) -> Result<TcpListener, Lis
     Err(ListenError::Bind { addr, cause, fix })
 }
 
-/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`]; the address with the error.
-fn bind(addr: SocketAddr) -> Result<TcpListener, (SocketAddr, io::Error)> {
-    let bind = || {
-        let socket = if addr.is_ipv4() {
-            TcpSocket::new_v4()?
-        } else {
-            TcpSocket::new_v6()?
-        };
-        // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(LISTEN_BACKLOG)
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`].
+fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
     };
-    bind().map_err(|cause| (addr, cause))
+    // As `TcpListener::bind` does: a restart need not wait out the old sockets' TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 #[cfg(test)]

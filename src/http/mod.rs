@@ -19,7 +19,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request, State};
@@ -59,8 +59,6 @@ pub struct App {
     refusals: Refusals,
     /// Wrong status page passwords, counted to slow a guesser down.
     logins: Logins,
-    /// The forge's web address, for the status page's links to branches.
-    web_url: Option<String>,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
     database: Arc<Reachability>,
 }
@@ -76,7 +74,6 @@ impl App {
         insecure_no_auth: bool,
     ) -> Arc<App> {
         Arc::new(App {
-            web_url: config.forge.web_url(),
             config,
             routes,
             pipeline,
@@ -91,19 +88,21 @@ impl App {
         })
     }
 
-    /// Counts, logs and remembers a delivery's answer.
-    fn record(&self, mut decision: Decision) {
-        self.metrics.delivery(
-            &decision.route,
-            decision.http_status,
-            decision.outcome,
-            decision.counted_reason,
-        );
+    /// Counts, logs and remembers a delivery's answer, given `took` after it began.
+    fn record(&self, decision: Decision, answer: &Answer, took: Duration) {
+        let mut decision = decision.answered(answer, took);
+        let (status, outcome, reason) = answer.labels();
+        self.metrics
+            .delivery(&decision.route, status, outcome, reason);
         if decision.reason == Some(Reason::MissingColumn) {
             decision.fix = Some(self.recovery());
         }
-        self.refusals.refused(&decision);
-        decision.log();
+        // A refusal before the row is one of many alike, which anyone can send: its line is
+        // kept to one a minute.
+        match decision.reason.filter(|r| r.is_before_the_row()) {
+            Some(reason) => self.refusals.refused(reason, &decision),
+            None => decision.log(),
+        }
         self.decisions.push(decision);
     }
 
@@ -181,14 +180,15 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 /// `POST /webhook` when every route reads the queue.
 async fn no_webhook() -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({
-            "outcome": "error",
-            "message": "no route takes webhook deliveries here: every route reads the queue (intake = \"pgmq\")"
-        })),
+    not_found(
+        "no route takes webhook deliveries here: every route reads the queue (intake = \"pgmq\")",
     )
-        .into_response()
+}
+
+/// A 404 with the body every error has, for what this server does not serve.
+fn not_found(message: &str) -> Response {
+    let body = json!({ "outcome": "error", "message": message });
+    (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
 /// A delivery through its one door: its content type, size and credentials checked, its body
@@ -205,7 +205,7 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
                 kind,
                 ..Decision::default()
             };
-            app.record(decision.answered(&answer, start.elapsed()));
+            app.record(decision, &answer, start.elapsed());
             return answer.into_response();
         }
     };
@@ -333,7 +333,7 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
             }
         }
     };
-    app.record(decision.answered(&answer, start.elapsed()));
+    app.record(decision, &answer, start.elapsed());
     answer
 }
 

@@ -8,11 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{Html, IntoResponse, Response};
-use axum::Json;
 use minijinja::{context, Environment};
-use serde_json::json;
 
 use super::App;
 
@@ -31,9 +29,7 @@ pub(super) async fn home(
         return Html(manifest_code_page(code)).into_response();
     }
     let Some(page) = &app.config.status_page else {
-        let message = "no status page: set status_page = true to have one";
-        let body = Json(json!({"outcome": "error", "message": message}));
-        return (StatusCode::NOT_FOUND, body).into_response();
+        return super::not_found("no status page: set status_page = true to have one");
     };
     if let Some(password) = &page.password {
         if let Some(refused) = app
@@ -55,7 +51,7 @@ pub(super) async fn home(
         refresh_s => 5,
         counters,
         decisions => app.decisions.newest_first(),
-        web_url => app.web_url,
+        web_url => app.config.forge.web_url(),
     };
     Html(render(STATUS, view)).into_response()
 }

@@ -10,12 +10,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{Method, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::http::{Method, Uri};
+use axum::response::Response;
 use chrono::{SecondsFormat, Utc};
 use serde::Serialize;
-use serde_json::json;
 
 use super::answer::Answer;
 use super::App;
@@ -69,8 +67,6 @@ pub struct Decision {
     pub outcome: &'static str,
     #[serde(serialize_with = "reason_text")]
     pub reason: Option<Reason>,
-    /// The body's `reason` (empty when it has none), which the deliveries counter counts by.
-    pub counted_reason: &'static str,
     /// Why the credentials were refused (`missing`, `wrong_secret`, ...), for a 401.
     pub kind: Option<&'static str>,
     /// The answer's message, for an answer other than 2xx.
@@ -101,25 +97,16 @@ impl Decision {
         self.http_status = answer.status().as_u16();
         self.outcome = answer.outcome();
         self.reason = answer.reason();
-        self.counted_reason = answer.body_reason().map_or("", Reason::as_str);
         self.detail =
             (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX));
         self.took = took;
         self
     }
 
-    /// Whether its line is one of many alike, kept to one a minute.
-    fn is_before_the_row(&self) -> bool {
-        self.reason.is_some_and(Reason::is_before_the_row)
-    }
-
     /// The decision's line: at info for an answer of 2xx, at warn for one that asks to retry,
-    /// at error for a row refused for good or a bug. Never the row's text. A refusal before
-    /// the row is known is left to [`Refusals`].
+    /// at error for a row refused for good or a bug. Never the row's text. (A refusal before
+    /// the row is known is [`Refusals`]' to log.)
     pub fn log(&self) {
-        if self.is_before_the_row() {
-            return;
-        }
         macro_rules! line {
             ($level:ident) => {
                 tracing::$level!(
@@ -185,10 +172,8 @@ pub struct Refusals {
 }
 
 impl Refusals {
-    pub fn refused(&self, decision: &Decision) {
-        let Some(reason) = decision.reason.filter(|r| r.is_before_the_row()) else {
-            return;
-        };
+    /// `decision`, refused for `reason` before its row was known.
+    pub fn refused(&self, reason: Reason, decision: &Decision) {
         let Some(quiet) = self.logged.due((reason, decision.kind), Instant::now()) else {
             return;
         };
@@ -232,9 +217,7 @@ pub(super) async fn unknown_path(
             "a request to a path rowbranch does not serve (deliveries go to POST /webhook)"
         );
     }
-    let message = "no such path: rowbranch takes deliveries at POST /webhook";
-    let body = Json(json!({ "outcome": "error", "message": message }));
-    (StatusCode::NOT_FOUND, body).into_response()
+    super::not_found("no such path: rowbranch takes deliveries at POST /webhook")
 }
 
 /// Lines logged at most once a [`REFUSAL_LOG_EVERY`] for each key, since anyone who can reach

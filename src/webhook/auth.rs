@@ -87,9 +87,6 @@ pub struct WebhookSecrets {
 struct Secret {
     /// The secret as configured, less a `v1,` before `whsec_`: the bearer token and hub key.
     text: String,
-    /// SHA-256 of `text`: bearer tokens are compared by digest so that neither the content nor
-    /// the length of the secret shows in the comparison's timing.
-    text_digest: [u8; 32],
     /// For a `whsec_` secret, the base64-decoded rest: the Standard Webhooks HMAC key. Such a
     /// secret is a signing key, never a bearer token.
     whsec_key: Option<Vec<u8>>,
@@ -123,50 +120,44 @@ pub enum SecretError {
     NotWhsec,
 }
 
-/// Why a request was refused, for the server's log; the client only ever learns "401".
-/// Never contains a header value or a secret.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a request was refused. The log names only its [`kind`](AuthError::kind), and the
+/// client only ever learns "401"; each variant says what it means.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthError {
-    #[error(
-        "no credentials: none of Authorization, webhook-signature (or svix-signature) or \
-         X-Hub-Signature-256 was sent"
-    )]
+    /// None of Authorization, webhook-signature (or svix-signature) or X-Hub-Signature-256 was
+    /// sent.
     NoCredentials,
-    #[error("the {0} header is not visible ASCII text")]
+    /// This credential header is not visible ASCII text.
     UnreadableHeader(&'static str),
-    #[error("a {0} credential was sent, and [webhook] accept does not list {0}")]
+    /// A credential of this scheme was sent, and `[webhook] accept` does not list it.
     NotAccepted(Scheme),
-    #[error("the Authorization header does not use the Bearer scheme")]
+    /// The Authorization header does not use the Bearer scheme.
     NotBearer,
-    #[error("the bearer token matches no configured secret")]
+    /// The bearer token matches no configured secret.
     BadBearer,
-    #[error(
-        "the bearer token is a whsec_ secret, a signing key, which is never accepted as a \
-         bearer token: sign with it, or give the sender a bearer secret of its own"
-    )]
+    /// The bearer token is a `whsec_` secret, a signing key, which is never accepted as a
+    /// bearer token: the sender should sign with it, or have a bearer secret of its own.
     SigningKeyAsBearer,
-    #[error("a Standard Webhooks signature came without a {0} header (or its svix- form)")]
+    /// A Standard Webhooks signature came without this header (or its `svix-` form).
     MissingHeader(&'static str),
-    #[error("the webhook-timestamp header is not a whole number of unix seconds")]
+    /// The webhook-timestamp header is not a whole number of unix seconds.
     BadTimestamp,
-    #[error(
-        "the webhook-timestamp is more than 5 minutes in the past: a replayed request, or \
-         clocks out of step"
-    )]
+    /// The webhook-timestamp is more than 5 minutes in the past: a replayed request, or clocks
+    /// out of step.
     StaleTimestamp,
-    #[error("the webhook-timestamp is more than 5 minutes in the future: clocks out of step")]
+    /// The webhook-timestamp is more than 5 minutes in the future: clocks out of step.
     FutureTimestamp,
-    #[error("the webhook-id header is empty or longer than 256 bytes")]
+    /// The webhook-id header is empty or longer than 256 bytes.
     MalformedId,
-    #[error("the webhook-signature header has no entry `v1,` followed by the base64 of 32 bytes")]
+    /// The webhook-signature header has no entry `v1,` followed by the base64 of 32 bytes.
     MalformedSignature,
-    #[error("Standard Webhooks headers were sent but no configured secret starts with whsec_")]
+    /// Standard Webhooks headers were sent but no configured secret starts with `whsec_`.
     NoStandardWebhooksSecret,
-    #[error("no v1 entry of the webhook-signature header matches a configured whsec_ secret")]
+    /// No v1 entry of the webhook-signature header matches a configured `whsec_` secret.
     BadSignature,
-    #[error("the X-Hub-Signature-256 header is not `sha256=` followed by 64 hex digits")]
+    /// The X-Hub-Signature-256 header is not `sha256=` followed by 64 hex digits.
     MalformedHubSignature,
-    #[error("the X-Hub-Signature-256 signature matches no configured secret")]
+    /// The X-Hub-Signature-256 signature matches no configured secret.
     BadHubSignature,
 }
 
@@ -301,11 +292,20 @@ impl WebhookSecrets {
     /// secret that is not a `whsec_` signing key, a Standard Webhooks signature one that is,
     /// and `X-Hub-Signature-256` any.
     pub fn can_authenticate(&self, scheme: Scheme) -> bool {
-        match scheme {
-            Scheme::Bearer => self.secrets.iter().any(|s| s.whsec_key.is_none()),
-            Scheme::StandardWebhooks => self.whsec_keys().next().is_some(),
-            Scheme::HubSignature => !self.secrets.is_empty(),
-        }
+        self.keys(scheme).next().is_some()
+    }
+
+    /// What a credential of `scheme` is checked against: for a bearer token, the text of each
+    /// secret that is not a signing key; for a Standard Webhooks signature, each `whsec_` key;
+    /// for `X-Hub-Signature-256`, every secret's text.
+    fn keys(&self, scheme: Scheme) -> impl Iterator<Item = &[u8]> {
+        self.secrets
+            .iter()
+            .filter_map(move |secret| match (scheme, &secret.whsec_key) {
+                (Scheme::StandardWebhooks, key) => key.as_deref(),
+                (Scheme::Bearer, Some(_)) => None,
+                _ => Some(secret.text.as_bytes()),
+            })
     }
 
     /// Whether some accepted scheme can authenticate a delivery with some secret: when not,
@@ -318,12 +318,9 @@ impl WebhookSecrets {
 
     /// `[webhook] accept` as the file writes it: `["bearer", "hub-signature"]`.
     pub fn accept_list(&self) -> String {
-        let names: Vec<String> = self
-            .accept
-            .iter()
-            .map(|scheme| format!("\"{scheme}\""))
-            .collect();
-        format!("[{}]", names.join(", "))
+        let names: Vec<&str> = self.accept.iter().map(|scheme| scheme.as_str()).collect();
+        // A list of plain names prints as TOML writes it.
+        format!("{names:?}")
     }
 
     /// How many secrets are configured.
@@ -398,20 +395,15 @@ impl WebhookSecrets {
         }
     }
 
-    fn whsec_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.secrets.iter().filter_map(|s| s.whsec_key.as_deref())
-    }
-
     /// `Authorization: Bearer <secret>`, wholly judged from the header. The scheme is matched
     /// case-insensitively, as HTTP auth schemes are (RFC 9110 §11.1); the token is matched
     /// exactly, against the secrets that are not signing keys.
     fn judge_bearer(&self, value: &str) -> Judged {
-        let token = bearer_token(value).ok_or(AuthError::NotBearer)?;
-        let digest = Sha256::digest(token.as_bytes());
+        let token = credential(value, "bearer").ok_or(AuthError::NotBearer)?;
         // Every secret is compared, so the timing says nothing of which one matched.
         let (mut bearer, mut signing_key) = (false, false);
         for secret in &self.secrets {
-            let equal = bool::from(secret.text_digest[..].ct_eq(&digest[..]));
+            let equal = same_secret(&secret.text, token);
             if secret.whsec_key.is_some() {
                 signing_key |= equal;
             } else {
@@ -457,14 +449,11 @@ impl WebhookSecrets {
 
     /// Whether a well-formed signature matches `body` under some secret.
     fn check_signature(&self, signature: &Signature, body: &[u8]) -> Result<(), AuthError> {
-        let (keys, refusal): (Vec<&[u8]>, _) = match signature.scheme {
-            Scheme::StandardWebhooks => (self.whsec_keys().collect(), AuthError::BadSignature),
-            _ => {
-                let texts = self.secrets.iter().map(|s| s.text.as_bytes());
-                (texts.collect(), AuthError::BadHubSignature)
-            }
+        let refusal = match signature.scheme {
+            Scheme::StandardWebhooks => AuthError::BadSignature,
+            _ => AuthError::BadHubSignature,
         };
-        let matched = keys.into_iter().any(|key| {
+        let matched = self.keys(signature.scheme).any(|key| {
             let mac = signed_mac(key, signature.signed.as_bytes(), body);
             (signature.candidates.iter())
                 .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
@@ -502,7 +491,6 @@ impl Secret {
         };
         Ok(Secret {
             text: text.to_owned(),
-            text_digest: Sha256::digest(text.as_bytes()).into(),
             whsec_key,
         })
     }
@@ -514,18 +502,18 @@ pub fn basic_password_matches(headers: &HeaderMap, password: &str) -> bool {
     let given = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("basic"))
-        .and_then(|(_, encoded)| BASE64.decode(encoded.trim()).ok())
+        .and_then(|v| credential(v, "basic"))
+        .and_then(|encoded| BASE64.decode(encoded).ok())
         .and_then(|decoded| String::from_utf8(decoded).ok());
-    let Some(given) = given else {
-        return false;
-    };
-    let given = given.split_once(':').map_or("", |(_, pass)| pass);
-    let (a, b) = (
-        Sha256::digest(given.as_bytes()),
-        Sha256::digest(password.as_bytes()),
-    );
+    given.is_some_and(|given| {
+        same_secret(password, given.split_once(':').map_or("", |(_, pass)| pass))
+    })
+}
+
+/// Whether `given` is `secret`, compared by digest in constant time, so that neither the
+/// content nor the length of the secret shows in the comparison's timing.
+fn same_secret(secret: &str, given: &str) -> bool {
+    let (a, b) = (Sha256::digest(secret), Sha256::digest(given));
     bool::from(a[..].ct_eq(&b[..]))
 }
 
@@ -562,10 +550,14 @@ fn header<'a>(
     )
 }
 
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.split_once(' ')?;
+/// The credential of an `Authorization` value under `scheme`, matched case-insensitively as
+/// HTTP auth schemes are (RFC 9110 §11.1).
+fn credential<'a>(value: &'a str, scheme: &str) -> Option<&'a str> {
+    let (given, credential) = value.split_once(' ')?;
     // Secrets never contain whitespace, so trimming the token cannot make a wrong one right.
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+    given
+        .eq_ignore_ascii_case(scheme)
+        .then(|| credential.trim())
 }
 
 /// The 32-byte digest in `sha256=<hex>`, or `None` if the value is not of that form.

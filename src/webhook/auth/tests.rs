@@ -471,7 +471,8 @@ fn no_error_message_contains_a_secret_or_a_header_value() {
         let error = configured
             .verify(&request, b"body", at(v.timestamp))
             .unwrap_err();
-        let message = error.to_string();
+        // What the error can show: its variant and what it carries.
+        let message = format!("{error:?}");
         for value in request.values() {
             let value = String::from_utf8_lossy(value.as_bytes());
             assert!(!message.contains(value.as_ref()), "{message} shows {value}");
@@ -480,23 +481,16 @@ fn no_error_message_contains_a_secret_or_a_header_value() {
     }
     let plain_only = secrets(PLAIN_SECRET);
     let request = sw_headers(&v.id, v.timestamp, &v.signature);
-    messages.push(
-        plain_only
-            .verify(&request, b"", at(0))
-            .unwrap_err()
-            .to_string(),
-    );
+    messages.push(format!("{:?}", plain_only.verify(&request, b"", at(0))));
     let bad_timestamp = headers(&[
         (WEBHOOK_SIGNATURE, "v1,x"),
         (WEBHOOK_ID, "i"),
         (WEBHOOK_TIMESTAMP, "t0"),
     ]);
-    messages.push(
-        configured
-            .verify(&bad_timestamp, b"", at(0))
-            .unwrap_err()
-            .to_string(),
-    );
+    messages.push(format!(
+        "{:?}",
+        configured.verify(&bad_timestamp, b"", at(0))
+    ));
     messages.push(SecretError::Empty.to_string());
     messages.push(SecretError::NotWhsec.to_string());
     for message in &messages {
@@ -643,7 +637,7 @@ fn a_standard_webhooks_signature_is_judged_by_its_form_and_its_time_before_the_b
         assert_eq!(
             judge(&request, skew),
             Head::Refused(error.clone()),
-            "{error}"
+            "{error:?}"
         );
         assert_eq!(
             configured.verify(&request, v.payload.as_bytes(), at(v.timestamp + skew)),
