@@ -70,14 +70,10 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
     .await
     .map_err(|_| format!("no answer within {} s", TABLE_CHECK_WITHIN.as_secs()))
     .and_then(|checked| checked.map_err(|e| format!("{e:#}")));
-    let checked = match checked {
-        Ok(checked) => checked,
-        Err(error) => {
-            tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
-            return Ok(());
-        }
-    };
-    for (route, result) in checked {
+    if let Err(error) = &checked {
+        tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
+    }
+    for (route, result) in checked.unwrap_or_default() {
         let Err(e) = result else { continue };
         let table = route.table_name();
         match &e {
