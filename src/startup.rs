@@ -6,9 +6,10 @@
 //! The commands that run no server (`reconcile`, `redo`, `preview`) take the pieces they need
 //! from here: [`routes`], [`forge`], [`pipeline`]. Nothing below calls up.
 
+use std::collections::BTreeSet;
 use std::future::Future;
-use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,12 +30,10 @@ use crate::sweep;
 
 /// How long the check at start of what the forge may write waits for its answers.
 const WRITE_CHECK_WITHIN: Duration = Duration::from_secs(15);
-/// What the process supplies beside the config: its open-files limit, the command line's
-/// choices, and — for the demo and the tests — a forge of their own and a free port. (The
-/// environment's variables are read into the config by `Config::load`.)
+/// What the process supplies beside the config: the command line's choices, and — for the
+/// demo and the tests — a forge of their own and a free port. (The environment's variables are
+/// read into the config by `Config::load`, the open-files limit by [`Application::run`].)
 pub struct Launch {
-    /// The open-files limit; `None` when unlimited. The connection cap keeps within it.
-    pub open_files: Option<u64>,
     /// `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     pub insecure_no_auth: bool,
     /// Which parts run.
@@ -45,11 +44,10 @@ pub struct Launch {
 }
 
 impl Launch {
-    /// This process's: its open-files limit, serving on the config's `listen`, on the config's
-    /// forge, with credentials required.
+    /// This process's: serving on the config's `listen`, on the config's forge, with
+    /// credentials required.
     pub fn process() -> Launch {
         Launch {
-            open_files: rustix::process::getrlimit(rustix::process::Resource::Nofile).current,
             insecure_no_auth: false,
             mode: Mode::Serve {
                 listen: Listen::Config,
@@ -98,13 +96,21 @@ pub enum StartupError {
     /// The server could not listen, or the open-files limit leaves no room for connections.
     #[error(transparent)]
     Listen(#[from] http::ListenError),
-    #[error("no local address")]
-    Address(#[source] io::Error),
+    /// The consumer alone (`drain`) and no route that reads the queue.
     #[error(
-        "the consumer alone needs a route that reads the queue (intake = \"pgmq\") and \
-         DATABASE_URL"
+        "{}: no route reads the queue, and drain reads nothing else: set intake = \"pgmq\" \
+         on the route (and run supabase-queue.sql, which `rowbranch init --intake pgmq` \
+         writes)",
+        .0.display()
     )]
-    NoQueue,
+    NoQueueRoute(PathBuf),
+    /// The consumer alone (`drain`) and no database to read the queue from.
+    #[error(
+        "DATABASE_URL is not set: set it to the connection string of the database that \
+         holds the queue (from GitHub Actions, Supabase's session pooler, \
+         …pooler.supabase.com:5432: the direct host is IPv6-only)"
+    )]
+    NoDatabaseUrl,
     /// The forge's credentials may not write a route's repository: what they lack, and the fix.
     #[error("{0}")]
     CannotWrite(Denial),
@@ -130,10 +136,7 @@ pub struct Application {
 /// The listener and the state of the requests it will take.
 struct Server {
     listener: TcpListener,
-    addr: SocketAddr,
     app: Arc<App>,
-    /// The open-files limit, which may lower the connection cap.
-    open_files: Option<u64>,
     /// Whether to take a first look at each route's repository.
     warm_up: bool,
 }
@@ -145,7 +148,10 @@ impl Application {
     pub async fn build(config: Config, env: Launch) -> Result<Application, StartupError> {
         let consumer_settings = consumer_settings(&config, env.mode);
         if env.mode == Mode::ConsumerOnly && consumer_settings.is_none() {
-            return Err(StartupError::NoQueue);
+            return Err(match config.reads_the_queue() {
+                false => StartupError::NoQueueRoute(config.source.clone()),
+                true => StartupError::NoDatabaseUrl,
+            });
         }
         let shared = Shared::default();
         let github = env.forge.is_none() && matches!(config.forge, ForgeSettings::Github(_));
@@ -178,7 +184,6 @@ impl Application {
         shared.metrics.start_at_zero(&scope);
         let server = match listener {
             Some((listener, warm_up)) => Some(Server {
-                addr: listener.local_addr().map_err(StartupError::Address)?,
                 listener,
                 app: App::new(
                     Arc::clone(&config),
@@ -189,7 +194,6 @@ impl Application {
                     database,
                     env.insecure_no_auth,
                 ),
-                open_files: env.open_files,
                 warm_up,
             }),
             None => None,
@@ -209,16 +213,15 @@ impl Application {
     /// row is read: a token without the permission is an error that names it and says where to
     /// grant it, and one GitHub refuses outright (bad credentials, a repository it does not
     /// reach) an error that says so. GitHub not answering in time, or not saying, is logged,
-    /// and the run goes on: the first write says the same. The App's `serve` does not ask (its
-    /// start makes no request); a token's `serve` and `drain` do.
+    /// and the run goes on: the first write says the same. Only a token is asked: an App's
+    /// installation says what it may do, and its start makes no request.
     pub async fn check_write_access(&self) -> Result<(), StartupError> {
+        if self.config.forge.token().is_none() {
+            return Ok(());
+        }
         let forge = self.pipeline.forge();
-        let mut asked = std::collections::BTreeSet::new();
-        for route in &self.config.routes {
-            let repo = &route.repo;
-            if !asked.insert(repo.clone()) {
-                continue;
-            }
+        let repos: BTreeSet<&RepoName> = self.config.routes.iter().map(|r| &r.repo).collect();
+        for repo in repos {
             let answer = tokio::time::timeout(WRITE_CHECK_WITHIN, forge.write_access(repo)).await;
             let why = match answer {
                 Ok(Ok(WriteAccess::Granted)) => {
@@ -244,7 +247,7 @@ impl Application {
 
     /// The address the server listens on; `None` when the consumer runs alone.
     pub fn addr(&self) -> Option<SocketAddr> {
-        self.server.as_ref().map(|server| server.addr)
+        self.server.as_ref()?.listener.local_addr().ok()
     }
 
     /// The pipeline every row runs through: to report the runs left at a second signal, or
@@ -290,8 +293,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), StartupError> {
+        // The open-files limit (`None`: unlimited), which may lower the connection cap.
+        let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
         let connections = (self.server.as_ref())
-            .map(|server| Connections::new(&self.config, server.open_files))
+            .map(|_| Connections::new(&self.config, open_files))
             .transpose()?;
         let consumer = self.consumer.map(|consumer| tokio::spawn(consumer.run()));
         match self.server.zip(connections) {
@@ -462,7 +467,7 @@ mod tests {
         let webhooks_only = config(text, &[("DATABASE_URL", "postgres://u@db/x")]);
         let refused = Application::build(webhooks_only, env()).await.err();
         assert!(
-            matches!(refused, Some(StartupError::NoQueue)),
+            matches!(refused, Some(StartupError::NoQueueRoute(_))),
             "{refused:?}"
         );
     }

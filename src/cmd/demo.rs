@@ -17,9 +17,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::Failure;
-use crate::config::{Config, LocalSettings};
-use crate::forge::local::{create_repository, LocalForge};
-use crate::forge::Forge;
+use crate::config::Config;
+use crate::forge::local::create_repository;
 use crate::startup::{Application, Launch, Listen, Mode};
 use crate::webhook::auth::{generate_bearer_secret, hub_signature_256};
 
@@ -101,14 +100,6 @@ pub async fn run() -> Result<(), Failure> {
     );
     println!("  config      {}", config_path.display());
 
-    let forge = Arc::new(
-        LocalForge::open(&LocalSettings {
-            path: repo_path.clone(),
-            on_dispatch: None,
-        })
-        .await
-        .map_err(anyhow::Error::new)?,
-    );
     let route = config.routes[0].clone();
     let env = Launch {
         // No first look at the repository: it was made a moment ago.
@@ -116,12 +107,13 @@ pub async fn run() -> Result<(), Failure> {
             listen: Listen::FreePort,
             warm_up: false,
         },
-        forge: Some(forge.clone()),
         ..Launch::process()
     };
+    // The config's local forge, on the repository just made.
     let application = Application::build(config, env)
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
+    let forge = Arc::clone(application.pipeline().forge());
     let url = format!(
         "http://{}/webhook",
         application.addr().expect("the demo listens")
@@ -152,7 +144,8 @@ pub async fn run() -> Result<(), Failure> {
         .into_iter()
         .map(|branch| branch.name.to_string())
         .collect();
-    let log = forge.dispatch_log();
+    // Where the local forge logs each dispatch: beside the repository (SPEC §2).
+    let log = &dir.join("dispatches.jsonl");
     let dispatched: Vec<Value> = std::fs::read_to_string(log)
         .with_context(|| format!("could not read {}", log.display()))?
         .lines()

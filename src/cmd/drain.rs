@@ -10,12 +10,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use anyhow::{anyhow, Context};
 use tokio::sync::{oneshot, watch};
 
 use super::Failure;
 use crate::cli::DrainArgs;
-use crate::config::{process_env, Config, Redacted};
+use crate::config::{process_env, Config};
 use crate::db::Database;
 use crate::identity::QueueName;
 use crate::queue::budget::Spent;
@@ -49,58 +49,90 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
             ))
         })?;
     let config = Config::load(&args.config.config, &process_env)?;
-    if !config.reads_the_queue() {
-        return Err(Failure::Usage(anyhow!(
-            "{}: no route reads the queue, and drain reads nothing else: set intake = \"pgmq\" \
-             on the route (and run supabase-queue.sql, which `rowbranch init --intake pgmq` \
-             writes)",
-            config.source.display()
-        )));
-    }
-    let Some(url) = config.database_url.clone() else {
-        return Err(Failure::Usage(anyhow!(
-            "DATABASE_URL is not set: set it to the connection string of the database that \
-             holds the queue (from GitHub Actions, Supabase's session pooler, \
-             …pooler.supabase.com:5432: the direct host is IPv6-only)"
-        )));
-    };
     // The grace is part of --max-time: at most half of it, so that a short run still reads.
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;
     let queue = config.pgmq.queue.clone();
-    let sweep = args.sweep.then(|| SweepOptions {
+    // With the database the consumer reads: without one, the build refuses to start.
+    let sweep = (args.sweep.then(|| SweepOptions {
         scheduled: true,
         ..SweepOptions::of(&config)
-    });
+    }))
+    .zip(config.database_url.clone());
     let env = Launch {
         mode: Mode::ConsumerOnly,
         ..Launch::process()
     };
-    let token = config.forge.token().is_some();
+    // The build refuses a config with no route on the queue or no DATABASE_URL; a token says
+    // nothing of what it may do until asked, and one that cannot write would fail every row.
     let application = Application::build(config, env).await?;
-    // A token says nothing of what it may do until asked: one that cannot write would fail
-    // every row, so it is asked first (the App's installation says so without a request).
-    if token {
-        application.check_write_access().await?;
-    }
+    application.check_write_access().await?;
     if sweep.is_some() {
         sweep::say_unstarted(application.routes());
     }
     let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
-    let (said, why) = oneshot::channel();
+    let shutdown = application.shutdown().clone();
+    let routes = Arc::clone(application.routes());
+    let pipeline = Arc::clone(application.pipeline());
+    // The run stops once the reading has, below; the shutdown begun first keeps its grace.
+    let (stop_run, run_stops) = oneshot::channel::<()>();
+    let running = tokio::spawn(application.run(async {
+        let _ = run_stops.await;
+    }));
     let reading_ends = tokio::time::Instant::now() + reading;
-    let standing = consumer.progress().watch();
-    let stop = stop(
-        &application,
-        standing,
-        reading_ends,
-        url,
-        sweep,
-        grace,
-        said,
-    );
-    application.run(stop).await?;
-    let (stop, swept) = why.await.unwrap_or((Stop::Signal, None));
+    let signal_grace = grace.min(SIGNAL_GRACE);
+    // At a signal the shutdown begins at once, with at most SIGNAL_GRACE.
+    let signalled = || {
+        let shutdown = shutdown.clone();
+        async move {
+            super::serve::signal().await;
+            shutdown.begin(signal_grace);
+            tracing::info!(
+                grace_s = signal_grace.as_secs_f64(),
+                "stopping: what has not started is released; runs under way get the grace"
+            );
+            tokio::spawn(async {
+                super::serve::signal().await;
+                tracing::warn!("a second signal: exiting now");
+                std::process::exit(1);
+            });
+        }
+    };
+    let mut standing = consumer.progress().watch();
+    let stop = tokio::select! {
+        stop = stopped(&mut standing) => stop,
+        () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
+        () = signalled() => Stop::Signal,
+    };
+    // The sweep, when one is asked for and the queue is drained, within the same time.
+    let (stop, swept) = match (stop, sweep) {
+        (Stop::Drained, Some((options, url))) => {
+            let run = async {
+                let db = Database::connect(url.expose()).await?;
+                let summaries = sweep::run(&routes, &db, &pipeline, &options, &|_| {}).await;
+                Ok::<_, crate::db::Error>(summaries)
+            };
+            tokio::select! {
+                swept = run => match swept {
+                    Ok(summaries) => (Stop::Drained, Some(summaries)),
+                    Err(e) => (
+                        Stop::Database(DatabaseTrouble {
+                            message: format!("the sweep could not connect: {e}"),
+                            code: e.code().map(|c| c.code().to_owned()),
+                            attempts: 1,
+                        }),
+                        None,
+                    ),
+                },
+                () = tokio::time::sleep_until(reading_ends) => (Stop::OutOfTime, None),
+                () = signalled() => (Stop::Signal, None),
+            }
+        }
+        (stop, _) => (stop, None),
+    };
+    shutdown.begin(grace);
+    let _ = stop_run.send(());
+    running.await.context("the drain's run failed")??;
     let left = match stop {
         // Not asked again: it did not answer.
         Stop::Database(_) => None,
@@ -149,85 +181,13 @@ enum Stop {
     Signal,
 }
 
-/// Resolves when the reading is to stop (by `standing`, or at `reading_ends`), after the sweep
-/// when one is asked for and the queue is drained; says why on `said`. The shutdown begins then
-/// with `grace`, or at a signal at once with at most [`SIGNAL_GRACE`]; the run keeps the first.
-fn stop(
-    application: &Application,
-    mut standing: watch::Receiver<Standing>,
-    reading_ends: tokio::time::Instant,
-    url: Redacted,
-    sweep: Option<SweepOptions>,
-    grace: Duration,
-    said: oneshot::Sender<(Stop, Option<Vec<RouteSummary>>)>,
-) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let shutdown = application.shutdown().clone();
-    let routes = Arc::clone(application.routes());
-    let pipeline = Arc::clone(application.pipeline());
-    let signal_grace = grace.min(SIGNAL_GRACE);
-    async move {
-        let signalled = || {
-            let shutdown = shutdown.clone();
-            async move {
-                super::serve::signal().await;
-                shutdown.begin(signal_grace);
-                tracing::info!(
-                    grace_s = signal_grace.as_secs_f64(),
-                    "stopping: what has not started is released; runs under way get the grace"
-                );
-                tokio::spawn(async {
-                    super::serve::signal().await;
-                    tracing::warn!("a second signal: exiting now");
-                    std::process::exit(1);
-                });
-            }
-        };
-        let stop = tokio::select! {
-            stop = stopped(&mut standing) => stop,
-            () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
-            () = signalled() => Stop::Signal,
-        };
-        let swept = match (stop, sweep) {
-            (Stop::Drained, Some(options)) => {
-                let run = async {
-                    let db = Database::connect(url.expose()).await?;
-                    let summaries = sweep::run(&routes, &db, &pipeline, &options, &|_| {}).await;
-                    Ok::<_, crate::db::Error>(summaries)
-                };
-                tokio::select! {
-                    swept = run => match swept {
-                        Ok(summaries) => (Stop::Drained, Some(summaries)),
-                        Err(e) => (
-                            Stop::Database(DatabaseTrouble {
-                                message: format!("the sweep could not connect: {e}"),
-                                code: e.code().map(|c| c.code().to_owned()),
-                                attempts: 1,
-                            }),
-                            None,
-                        ),
-                    },
-                    () = tokio::time::sleep_until(reading_ends) => (Stop::OutOfTime, None),
-                    () = signalled() => (Stop::Signal, None),
-                }
-            }
-            (stop, _) => (stop, None),
-        };
-        shutdown.begin(grace);
-        let _ = said.send(swept);
-    }
-}
-
-/// Waits until the consumer's standing says the reading should stop.
+/// Waits until the consumer's standing says the reading should stop; a consumer that is gone
+/// reads nothing more.
 async fn stopped(standing: &mut watch::Receiver<Standing>) -> Stop {
-    loop {
-        if let Some(stop) = why(&standing.borrow_and_update()) {
-            return stop;
-        }
-        if standing.changed().await.is_err() {
-            // The consumer is gone: nothing more will be read.
-            return Stop::Drained;
-        }
-    }
+    let now = standing.wait_for(|standing| why(standing).is_some()).await;
+    now.ok()
+        .and_then(|standing| why(&standing))
+        .unwrap_or(Stop::Drained)
 }
 
 /// Why the reading should stop now, if it should.

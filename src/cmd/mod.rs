@@ -63,7 +63,8 @@ impl From<StartupError> for Failure {
         match e {
             StartupError::Forge(_)
             | StartupError::Routes(_)
-            | StartupError::NoQueue
+            | StartupError::NoQueueRoute(_)
+            | StartupError::NoDatabaseUrl
             | StartupError::Listen(ListenError::Resolve { .. }) => Failure::Usage(e.into()),
             _ => Failure::Runtime(e.into()),
         }

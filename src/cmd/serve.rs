@@ -19,7 +19,6 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
-    let token = config.forge.token().is_some();
     let env = Launch {
         insecure_no_auth: args.insecure.no_auth,
         ..Launch::process()
@@ -28,9 +27,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     // has proved (an App's installation says what it may do; a token says nothing), one
     // probe per repository first: a token that cannot write would fail every row.
     let application = Application::build(config, env).await?;
-    if token {
-        application.check_write_access().await?;
-    }
+    application.check_write_access().await?;
     let addr = application.addr().expect("serve listens");
     tracing::info!(%addr, routes, "listening; POST /webhook");
     let pipeline = Arc::clone(application.pipeline());
@@ -73,14 +70,10 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
     .await
     .map_err(|_| format!("no answer within {} s", TABLE_CHECK_WITHIN.as_secs()))
     .and_then(|checked| checked.map_err(|e| format!("{e:#}")));
-    let checked = match checked {
-        Ok(checked) => checked,
-        Err(error) => {
-            tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
-            return Ok(());
-        }
-    };
-    for (route, result) in checked {
+    if let Err(error) = &checked {
+        tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
+    }
+    for (route, result) in checked.unwrap_or_default() {
         let Err(e) = result else { continue };
         let table = route.table_name();
         match &e {

@@ -45,12 +45,6 @@ impl QueueName {
     }
 }
 
-impl PartialEq<str> for QueueName {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
 impl PartialEq<QueueName> for String {
     fn eq(&self, other: &QueueName) -> bool {
         *self == other.0
