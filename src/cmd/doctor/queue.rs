@@ -64,23 +64,24 @@ const PGMQ_PUBLIC: &str = "select exists ( \
     where n.nspname = 'pgmq_public' \
       and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))";
 
-/// Which (kind, object, privilege) the role ($4, or the current user) lacks.
-const MISSING: &str = "select w.privilege || ' on ' || w.object from \
-      unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privilege) \
+/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks.
+const MISSING: &str = "select g.privilege || ' on ' || w.object from \
+      unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privileges) \
+    cross join unnest(pg_catalog.string_to_array(w.privileges, ' ')) as g(privilege) \
     cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
     where not coalesce(case w.kind \
-      when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, w.privilege) \
+      when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, g.privilege) \
       when 'table' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
       when 'column' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
+        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', g.privilege) \
       when 'functions' then not exists ( \
         select 1 from pg_catalog.pg_proc as p \
         join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
         where n.nspname = 'pgmq' and p.proname = w.object \
-          and not pg_catalog.has_function_privilege(r.name, p.oid, w.privilege)) \
+          and not pg_catalog.has_function_privilege(r.name, p.oid, g.privilege)) \
       when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
     end, false)";
 
 pub(super) async fn checks(
@@ -403,10 +404,6 @@ async fn missing_rights(
     role: Option<&str>,
     wanted: &[(&str, &str, &str)],
 ) -> Result<Vec<String>, Check> {
-    let wanted: Vec<(&str, &str, &str)> = wanted
-        .iter()
-        .flat_map(|&(kind, object, rights)| rights.split(' ').map(move |p| (kind, object, p)))
-        .collect();
     let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
     let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
     let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
