@@ -340,9 +340,7 @@ fn bot_check(
         ));
     }
     match steps.iter().find(|s| !allows_bot(&s.allowed_bots, slug)) {
-        None => Check::pass(format!(
-            "{at} lets {called} {bot} start the work (allowed_bots)"
-        )),
+        None => Check::pass(format!("{at} lets {called} {bot} start the work (allowed_bots)")),
         Some(step) => Check::fail(
             format!(
                 "{at} does not let {called} {bot} start the work: allowed_bots is {:?} in job {}, so claude-code-action refuses every run (\"Workflow initiated by non-human actor\")",

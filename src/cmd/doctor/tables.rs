@@ -24,9 +24,9 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check
         columns.extend(route.text_column.as_deref());
         columns.push(&route.created_column);
         let Err(e) = rows.check_columns(route, true).await else {
+            let columns = columns.join(", ");
             out.push(Check::pass(format!(
-                "{table} has the route's columns: {}",
-                columns.join(", ")
+                "{table} has the route's columns: {columns}"
             )));
             out.extend(row_security(rows, route).await);
             continue;
