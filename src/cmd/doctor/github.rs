@@ -8,15 +8,14 @@
 //! scheduled workflow of a public repository is disabled after 60 days without activity). With
 //! a token it runs the same with a personal token on a laptop and with `GITHUB_TOKEN` in a job.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::workflow::{allows_bot, bot_login, claude_steps, listens_for, Bound, ClaudeStep};
-use super::{one_line, Check, ACTIONS_BOT, DRAIN_WORKFLOW_FILE, PLACEHOLDER_APP_ID};
+use super::{Check, ACTIONS_BOT, DRAIN_WORKFLOW_FILE, PLACEHOLDER_APP_ID};
 use crate::config::{Config, GithubAuth, GithubSettings, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
-use crate::forge::{Forge, ForgeError, Listing, OpenError, WriteAccess};
+use crate::forge::{Base, Forge, ForgeError, Listing, OpenError, WriteAccess};
 use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -29,38 +28,32 @@ struct Bot {
     called: &'static str,
 }
 
-pub(super) async fn checks(config: &Config, settings: &GithubSettings, out: &mut Vec<Check>) {
+/// What to do about a key that does not sign, whatever is wrong with it.
+const KEY_FIX: &str = "set [github] private_key_path to the App's private key file (or GITHUB_APP_PRIVATE_KEY to its text): the App's settings page → Private keys → Generate a private key gives a PEM that starts with -----BEGIN RSA PRIVATE KEY----- (or -----BEGIN PRIVATE KEY-----)";
+
+/// The checks with GitHub; a failed check that ends them when the rest could not pass.
+pub(super) async fn checks(
+    config: &Config,
+    settings: &GithubSettings,
+    out: &mut Vec<Check>,
+) -> Result<(), Check> {
     let token = settings.token().map(|token| token.variable());
     match (&settings.auth, token) {
-        (GithubAuth::App { app_id, key }, _) => {
-            if let Some(unfinished) = app_not_created(*app_id, key, &config.source) {
-                return out.push(unfinished);
-            }
-        }
+        (GithubAuth::App { app_id, key }, _) => app_created(*app_id, key, &config.source)?,
         (GithubAuth::Token(_), Some(variable)) => out.push(Check::pass(format!(
             "GitHub token from {variable} ([github] token_env): no App to check"
         ))),
-        (GithubAuth::Token(_), None) => return,
+        (GithubAuth::Token(_), None) => return Ok(()),
     }
-    let forge = match GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new())) {
-        Ok(forge) => forge,
-        Err(e) if token.is_some() => {
-            return out.push(Check::fail(
-                e.to_string(),
-                "check api_url (GITHUB_API_URL): https://api.github.com, or https://HOST/api/v3",
-            ))
-        }
-        Err(e) => {
-            let what = match &e {
-                OpenError::Key(key) => key.problem.clone(),
-                other => other.to_string(),
-            };
-            return out.push(Check::fail(
-                what,
-                "set [github] private_key_path to the App's private key file (or GITHUB_APP_PRIVATE_KEY to its text): the App's settings page → Private keys → Generate a private key gives a PEM that starts with -----BEGIN RSA PRIVATE KEY----- (or -----BEGIN PRIVATE KEY-----)",
-            ));
-        }
-    };
+    let forge = GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()));
+    let forge = forge.map_err(|e| match e {
+        e if token.is_some() => Check::fail(
+            e.to_string(),
+            "check api_url (GITHUB_API_URL): https://api.github.com, or https://HOST/api/v3",
+        ),
+        OpenError::Key(key) => Check::fail(key.problem, KEY_FIX),
+        other => Check::fail(other.to_string(), KEY_FIX),
+    })?;
     let bot = match token {
         Some(_) => Some(Bot {
             slug: ACTIONS_BOT.to_owned(),
@@ -70,21 +63,16 @@ pub(super) async fn checks(config: &Config, settings: &GithubSettings, out: &mut
             out.push(Check::pass(
                 "GitHub App private key parses and signs the App's JWT",
             ));
-            let app =
-                match github::app_info(&forge).await {
-                    Ok(app) => app,
-                    Err(ForgeError::Unavailable { message, .. }) => {
-                        return out.push(no_answer(&settings.api_url, &message))
-                    }
-                    Err(e) => return out.push(Check::fail(
-                        format!("GitHub refused the App's JWT at {}: {e}", settings.api_url),
-                        "check app_id (GITHUB_APP_ID), the private key, and this machine's clock",
-                    )),
-                };
+            let app = github::app_info(&forge).await.map_err(|e| match e {
+                ForgeError::Unavailable { message, .. } => no_answer(&settings.api_url, &message),
+                e => Check::fail(
+                    format!("GitHub refused the App's JWT at {}: {e}", settings.api_url),
+                    "check app_id (GITHUB_APP_ID), the private key, and this machine's clock",
+                ),
+            })?;
+            let (name, id) = (app.slug.as_deref().unwrap_or(&app.name), app.id);
             out.push(Check::pass(format!(
-                "GitHub accepts the App's JWT: {} (id {})",
-                app.slug.as_deref().unwrap_or(&app.name),
-                app.id
+                "GitHub accepts the App's JWT: {name} (id {id})"
             )));
             app.slug.map(|slug| Bot {
                 slug,
@@ -101,10 +89,13 @@ pub(super) async fn checks(config: &Config, settings: &GithubSettings, out: &mut
         }
     }
     for (repo, routes) in repos {
-        if !repo_checks(&forge, settings, repo, &routes, bot.as_ref(), out).await {
-            return;
+        match repo_checks(&forge, settings, repo, &routes, bot.as_ref(), out).await {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(check) => out.push(check),
         }
     }
+    Ok(())
 }
 
 /// GitHub at `api_url` did not answer (`message` says how): no check that asks it can pass.
@@ -115,9 +106,15 @@ fn no_answer(api_url: &str, message: &str) -> Check {
     )
 }
 
+/// `text` on one line, so that a check stays one line of the report.
+fn one_line(text: impl std::fmt::Display) -> String {
+    let text = text.to_string();
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// A failed check when the App was never created from the manifest: the config still has
 /// `init`'s placeholder id, or the key file `--manifest-code` writes is missing.
-fn app_not_created(app_id: u64, key: &PrivateKeySource, config: &Path) -> Option<Check> {
+fn app_created(app_id: u64, key: &PrivateKeySource, config: &Path) -> Result<(), Check> {
     let dir = config
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -127,7 +124,7 @@ fn app_not_created(app_id: u64, key: &PrivateKeySource, config: &Path) -> Option
         dir.display()
     );
     if app_id == PLACEHOLDER_APP_ID {
-        return Some(Check::fail(
+        return Err(Check::fail(
             format!(
                 "app_id is {PLACEHOLDER_APP_ID}, the placeholder `rowbranch init` writes: the GitHub App is not created yet"
             ),
@@ -135,19 +132,20 @@ fn app_not_created(app_id: u64, key: &PrivateKeySource, config: &Path) -> Option
         ));
     }
     match key {
-        PrivateKeySource::File(path) if !path.exists() => Some(Check::fail(
+        PrivateKeySource::File(path) if !path.exists() => Err(Check::fail(
             format!(
                 "the GitHub App private key {} does not exist",
                 path.display()
             ),
             format!("{finish}; or set GITHUB_APP_PRIVATE_KEY to the key's text"),
         )),
-        _ => None,
+        _ => Ok(()),
     }
 }
 
-/// The checks of one repository and its routes; false when GitHub did not answer, so that the
-/// next repository's would only say so again.
+/// The checks of one repository and its routes: `Err` with the failure after which the rest of
+/// its cannot be checked; `Ok(false)` when GitHub did not answer, so that the next
+/// repository's would only say so again.
 async fn repo_checks(
     forge: &GithubForge,
     settings: &GithubSettings,
@@ -155,19 +153,19 @@ async fn repo_checks(
     routes: &[&Route],
     bot: Option<&Bot>,
     out: &mut Vec<Check>,
-) -> bool {
+) -> Result<bool, Check> {
     let token = settings.token().map(|token| token.variable());
-    if token.is_none() && !installation_checks(forge, repo, out).await {
-        return true;
+    if token.is_none() {
+        out.extend(installation_checks(forge, repo).await?);
     }
-    let base = match forge.base(repo).await {
+    let Base { branch, sha } = match forge.base(repo).await {
         Ok(base) => base,
         Err(ForgeError::Unavailable { message, .. }) => {
             out.push(no_answer(&settings.api_url, &message));
-            return false;
+            return Ok(false);
         }
         Err(e) => {
-            out.push(match token {
+            return Err(match token {
                 Some(variable) => Check::fail(
                     format!("{repo}: cannot read the default branch with the token: {e}"),
                     format!(
@@ -180,85 +178,79 @@ async fn repo_checks(
                     format!("{repo}: cannot read the default branch: {e}"),
                     "an empty repository needs a first commit; a token GitHub refuses needs the App installed on this repository",
                 ),
-            });
-            return true;
+            })
         }
     };
-    let reads = token.map_or("", |_| "the token reads it: ");
+    let (reads, sha) = (token.map_or("", |_| "the token reads it: "), sha.short());
     out.push(Check::pass(format!(
-        "{repo}: {reads}default branch {} at {}",
-        base.branch,
-        base.sha.short()
+        "{repo}: {reads}default branch {branch} at {sha}"
     )));
     if token.is_some() {
-        out.push(write_check(forge, repo, &base.branch).await);
+        out.push(write_check(forge, repo, &branch).await);
     }
-    let files = match github::workflows(forge, repo, &base.branch).await {
-        Ok(files) => files,
-        Err(e) => {
-            let who = token.map_or("the App", |_| "the token");
-            out.push(Check::fail(
-                format!("{repo}: cannot read .github/workflows: {e}"),
-                format!("{who} needs contents read on the repository; see the message for anything else"),
-            ));
-            return true;
-        }
-    };
+    let files = github::workflows(forge, repo, &branch).await;
+    let files = files.map_err(|e| {
+        let who = token.map_or("the App", |_| "the token");
+        Check::fail(
+            format!("{repo}: cannot read .github/workflows: {e}"),
+            format!(
+                "{who} needs contents read on the repository; see the message for anything else"
+            ),
+        )
+    })?;
     for route in routes {
-        work_workflow_checks(repo, &base.branch, &files, route, bot, out);
+        work_workflow_checks(repo, &branch, &files, route, bot, out);
     }
     if token.is_some() {
-        drain_workflow_checks(forge, repo, &base.branch, &files, out).await;
+        drain_workflow_checks(forge, repo, &branch, &files, out).await;
     }
-    true
+    Ok(true)
 }
 
-/// The App is installed on `repo` with the permissions rowbranch needs; false when it is not.
-async fn installation_checks(forge: &GithubForge, repo: &RepoName, out: &mut Vec<Check>) -> bool {
-    let granted = match github::installation_permissions(forge, repo).await {
-        Ok(granted) => granted,
-        Err(e) => {
-            out.push(Check::fail(
-                format!("{repo}: {e}"),
-                format!("install the App on {repo} (the App's page, Install App)"),
-            ));
-            return false;
-        }
-    };
-    out.push(Check::pass(format!("{repo}: the App is installed")));
-    for (name, enough) in [
-        ("contents", &["write"][..]),
-        ("pull_requests", &["read", "write"]),
-    ] {
-        out.push(permission(repo, &granted, name, enough));
-    }
-    // Only `explain` reads workflow runs: without it the rows still run, so this advises.
-    out.push(match granted.get("actions").map(String::as_str) {
-        Some(level @ ("read" | "write")) => Check::pass(format!("{repo}: actions: {level}")),
-        other => Check::advise(
-            format!(
-                "{repo}: actions is {}: `rowbranch explain` cannot list the row's workflow runs",
-                other.unwrap_or("not granted")
-            ),
-            "in the App's settings grant Actions: read, then accept the new permissions on the installation",
-        ),
-    });
-    true
-}
+/// The permissions rowbranch needs of the App on a repository: the levels that are enough, and
+/// what a missing one costs — none for one the rows need (a failure), the loss for one only a
+/// command needs (advice) — and what the fix grants.
+const PERMISSIONS: [(&str, &[&str], Option<&str>, &str); 3] = [
+    ("contents", &["write"], None, "contents: write"),
+    (
+        "pull_requests",
+        &["read", "write"],
+        None,
+        "pull_requests: read",
+    ),
+    (
+        "actions",
+        &["read", "write"],
+        Some("`rowbranch explain` cannot list the row's workflow runs"),
+        "Actions: read",
+    ),
+];
 
-fn permission(
-    repo: &RepoName,
-    granted: &BTreeMap<String, String>,
-    name: &str,
-    enough: &[&str],
-) -> Check {
-    match granted.get(name) {
-        Some(level) if enough.contains(&level.as_str()) => Check::pass(format!("{repo}: {name}: {level}")),
-        other => Check::fail(
-            format!("{repo}: {name} is {}, needs {}", other.map_or("not granted", String::as_str), enough[0]),
-            format!("in the App's settings grant {name}: {}, then accept the new permissions on the installation", enough[0]),
-        ),
+/// The App is installed on `repo`, and what it may do there.
+async fn installation_checks(forge: &GithubForge, repo: &RepoName) -> Result<Vec<Check>, Check> {
+    let granted = github::installation_permissions(forge, repo).await;
+    let granted = granted.map_err(|e| {
+        Check::fail(
+            format!("{repo}: {e}"),
+            format!("install the App on {repo} (the App's page, Install App)"),
+        )
+    })?;
+    let mut out = vec![Check::pass(format!("{repo}: the App is installed"))];
+    for (name, enough, loss, grant) in PERMISSIONS {
+        let level = granted.get(name).map(String::as_str);
+        let fix = format!(
+            "in the App's settings grant {grant}, then accept the new permissions on the installation"
+        );
+        let is = level.unwrap_or("not granted");
+        out.push(match (level, loss) {
+            (Some(level), _) if enough.contains(&level) => {
+                Check::pass(format!("{repo}: {name}: {level}"))
+            }
+            (_, None) => Check::fail(format!("{repo}: {name} is {is}, needs {}", enough[0]), fix),
+            (_, Some(loss)) => Check::advise(format!("{repo}: {name} is {is}: {loss}"), fix),
+        });
     }
+    Ok(out)
 }
 
 /// Whether the token may write `repo`, by the probe that changes nothing.
@@ -275,10 +267,7 @@ async fn write_check(forge: &GithubForge, repo: &RepoName, branch: &RefName) -> 
              write`",
         ),
         Err(e) => Check::fail(
-            format!(
-                "{repo}: the write probe failed: {}",
-                one_line(&e.to_string())
-            ),
+            format!("{repo}: the write probe failed: {}", one_line(e)),
             "see the message; the token needs contents write on the repository",
         ),
     }
@@ -343,16 +332,15 @@ fn bot_check(
         );
     };
     let bot = bot_login(slug);
-    if let Some(step) = steps.iter().find(|s| s.is_expression()) {
+    // A `${{ }}` expression, which only GitHub can evaluate.
+    if let Some(step) = steps.iter().find(|s| s.allowed_bots.contains("${{")) {
         return Check::pass(format!(
             "{at}: allowed_bots in job {} is an expression, which only GitHub evaluates: it must let {bot} start the work",
             step.job
         ));
     }
     match steps.iter().find(|s| !allows_bot(&s.allowed_bots, slug)) {
-        None => Check::pass(format!(
-            "{at} lets {called} {bot} start the work (allowed_bots)"
-        )),
+        None => Check::pass(format!("{at} lets {called} {bot} start the work (allowed_bots)")),
         Some(step) => Check::fail(
             format!(
                 "{at} does not let {called} {bot} start the work: allowed_bots is {:?} in job {}, so claude-code-action refuses every run (\"Workflow initiated by non-human actor\")",
@@ -458,41 +446,38 @@ async fn drain_workflow_checks(
     const FILE: &str = DRAIN_WORKFLOW_FILE;
     let path = format!(".github/workflows/{FILE}");
     if !files.iter().any(|(found, _)| *found == path) {
-        out.push(Check::fail(
+        return out.push(Check::fail(
             format!("{repo}: {path} is not on {branch}: nothing drains the queue"),
             format!(
                 "copy {FILE} (`rowbranch init --host actions` writes it) to .github/workflows/ \
                  and commit it to {branch}: scheduled workflows run from the default branch alone"
             ),
         ));
-        return;
     }
     out.push(Check::pass(format!("{repo}: {path} is on {branch}")));
-    let enable = format!(
-        "re-enable it: the Actions tab → the workflow → Enable workflow, or `gh workflow enable \
-         {FILE}`"
-    );
     out.push(match github::workflow_state(forge, repo, FILE).await {
-        Ok(Listing::Found(states)) if !states.is_empty() => match states[0].as_str() {
-            "active" => Check::pass(format!(
-                "{repo}: {FILE} is active: GitHub runs its schedule"
-            )),
-            "disabled_inactivity" => Check::fail(
-                format!(
-                    "{repo}: {FILE} is disabled_inactivity: GitHub disabled it after 60 days \
-                     without activity in the repository, so neither its schedule nor a kick runs \
-                     it, and rows wait in the queue"
+        Ok(Listing::Found(states)) if !states.is_empty() => {
+            let state = &states[0];
+            let what = match state.as_str() {
+                "active" => ": GitHub runs its schedule",
+                "disabled_inactivity" => {
+                    ": GitHub disabled it after 60 days without activity in the repository, so \
+                     neither its schedule nor a kick runs it, and rows wait in the queue"
+                }
+                _ => ", not active: GitHub does not run it, and rows wait in the queue",
+            };
+            let what = format!("{repo}: {FILE} is {state}{what}");
+            match state == "active" {
+                true => Check::pass(what),
+                false => Check::fail(
+                    what,
+                    format!(
+                        "re-enable it: the Actions tab → the workflow → Enable workflow, or `gh \
+                         workflow enable {FILE}`"
+                    ),
                 ),
-                enable,
-            ),
-            state => Check::fail(
-                format!(
-                    "{repo}: {FILE} is {state}, not active: GitHub does not run it, and rows \
-                     wait in the queue"
-                ),
-                enable,
-            ),
-        },
+            }
+        }
         Ok(Listing::NotPermitted { needs }) => Check::fail(
             format!(
                 "{repo}: the token cannot read whether GitHub runs {FILE}: it lacks {needs} \
@@ -512,7 +497,7 @@ async fn drain_workflow_checks(
         Err(e) => Check::fail(
             format!(
                 "{repo}: cannot read whether GitHub runs {FILE}: {}",
-                one_line(&e.to_string())
+                one_line(e)
             ),
             "see the message; the token needs actions read on the repository",
         ),

@@ -19,31 +19,28 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Vec<C
     let mut kicked = false;
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         let table = quote_relation(&route.schema, &route.table);
-        let found = match triggers(client, route).await {
-            Ok(found) => found,
+        let enabled = match triggers(client, route).await {
+            Ok(found) => found.iter().find(|t| t.name == trigger).map(|t| t.enabled),
             Err(check) => {
                 out.push(check);
                 continue;
             }
         };
-        let Some(found) = found.iter().find(|t| t.name == trigger) else {
+        let Some(enabled) = enabled else {
             continue;
         };
         kicked = true;
-        out.push(if found.enabled {
-            Check::pass(format!(
-                "{table}: trigger {trigger} asks GitHub to run the drain as rows arrive"
-            ))
-        } else {
-            Check::fail(
+        let (what, name) = (format!("{table}: trigger {trigger}"), quote_ident(&trigger));
+        out.push(match enabled {
+            true => Check::pass(format!(
+                "{what} asks GitHub to run the drain as rows arrive"
+            )),
+            false => Check::fail(
+                format!("{what} is disabled: rows wait for the drain's schedule"),
                 format!(
-                    "{table}: trigger {trigger} is disabled: rows wait for the drain's schedule"
+                    "alter table {table} enable trigger {name}; or run supabase-kick.sql again"
                 ),
-                format!(
-                    "alter table {table} enable trigger {}; or run supabase-kick.sql again",
-                    quote_ident(&trigger)
-                ),
-            )
+            ),
         });
     }
     if !kicked {

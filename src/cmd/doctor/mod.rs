@@ -22,7 +22,7 @@ use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, Intake};
 use crate::db::Database;
 use crate::forge::local::LocalForge;
-use crate::forge::Forge;
+use crate::forge::{Base, Forge};
 
 mod github;
 mod kick;
@@ -102,20 +102,18 @@ pub struct Check {
 
 impl Check {
     fn pass(what: impl Into<String>) -> Check {
-        Check::new(true, what, None)
+        let (ok, what, fix) = (true, what.into(), None);
+        Check { ok, what, fix }
     }
 
     /// Passed, with advice: something only an optional feature needs is missing.
     fn advise(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check::new(true, what, Some(fix.into()))
+        let failed = Check::fail(what, fix);
+        Check { ok: true, ..failed }
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        Check::new(false, what, Some(fix.into()))
-    }
-
-    fn new(ok: bool, what: impl Into<String>, fix: Option<String>) -> Check {
-        let what = what.into();
+        let (ok, what, fix) = (false, what.into(), Some(fix.into()));
         Check { ok, what, fix }
     }
 }
@@ -146,20 +144,16 @@ pub async fn checks(config: &Config) -> Vec<Check> {
     match &config.forge {
         ForgeSettings::Local(local) => match LocalForge::open(local).await {
             Ok(forge) => {
-                out.push(Check::pass(format!(
-                    "local repository {} opens",
-                    local.path.display()
-                )));
-                for route in &config.routes {
-                    out.push(match forge.base(&route.repo).await {
-                        Ok(base) => Check::pass(format!(
-                            "{}: default branch {} at {}",
-                            route.repo,
-                            base.branch,
-                            base.sha.short()
-                        )),
+                let path = local.path.display();
+                out.push(Check::pass(format!("local repository {path} opens")));
+                for repo in config.routes.iter().map(|route| &route.repo) {
+                    out.push(match forge.base(repo).await {
+                        Ok(Base { branch, sha }) => {
+                            let sha = sha.short();
+                            Check::pass(format!("{repo}: default branch {branch} at {sha}"))
+                        }
                         Err(e) => Check::fail(
-                            format!("{}: {e}", route.repo),
+                            format!("{repo}: {e}"),
                             "make a first commit on the repository's HEAD branch",
                         ),
                     });
@@ -170,14 +164,18 @@ pub async fn checks(config: &Config) -> Vec<Check> {
                 "point [forge] path at a git repository",
             )),
         },
-        ForgeSettings::Github(settings) => github::checks(config, settings, &mut out).await,
+        ForgeSettings::Github(settings) => {
+            let ended = github::checks(config, settings, &mut out).await;
+            out.extend(ended.err());
+        }
     }
     // One connection for every check that reads the database.
     let connect = (config.database_url.as_ref()).map(|url| Database::connect(url.expose()));
     let database = OptionFuture::from(connect).await;
-    tables::transit(config, &mut out);
+    out.extend(tables::transit(config));
     if config.reads_the_queue() {
-        queue::checks(config, database.as_ref(), &mut out).await;
+        let ended = queue::checks(config, database.as_ref(), &mut out).await;
+        out.extend(ended.err());
         if let (Some(Ok(database)), Some(_)) = (&database, config.forge.token()) {
             kick::checks(config, database, &mut out).await;
         }
@@ -255,11 +253,6 @@ fn unstarted(config: &Config) -> Option<Check> {
             config.source.display()
         ),
     ))
-}
-
-/// `text` on one line, so that a check stays one line of the report.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -64,40 +64,41 @@ const PGMQ_PUBLIC: &str = "select exists ( \
     where n.nspname = 'pgmq_public' \
       and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))";
 
-/// Which (kind, object, privilege) the role ($4, or the current user) lacks.
-const MISSING: &str = "select w.privilege || ' on ' || w.object from \
-      unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privilege) \
+/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks.
+const MISSING: &str = "select g.privilege || ' on ' || w.object from \
+      unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privileges) \
+    cross join unnest(pg_catalog.string_to_array(w.privileges, ' ')) as g(privilege) \
     cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
     where not coalesce(case w.kind \
-      when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, w.privilege) \
+      when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, g.privilege) \
       when 'table' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
       when 'column' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', w.privilege) \
+        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', g.privilege) \
       when 'functions' then not exists ( \
         select 1 from pg_catalog.pg_proc as p \
         join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
         where n.nspname = 'pgmq' and p.proname = w.object \
-          and not pg_catalog.has_function_privilege(r.name, p.oid, w.privilege)) \
+          and not pg_catalog.has_function_privilege(r.name, p.oid, g.privilege)) \
       when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), w.privilege) \
+        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
     end, false)";
 
 pub(super) async fn checks(
     config: &Config,
     database: Option<&db::Result<Database>>,
     out: &mut Vec<Check>,
-) {
+) -> Result<(), Check> {
     let rows = match database {
         None => {
-            return out.push(Check::fail(
+            return Err(Check::fail(
                 "a route reads the queue but DATABASE_URL is not set",
                 "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
-                 Session pooler, with the password of a role that may read the queue)",
+             Session pooler, with the password of a role that may read the queue)",
             ))
         }
         Some(Err(e)) => {
-            return out.push(Check::fail(
+            return Err(Check::fail(
                 format!("DATABASE_URL does not connect: {e}"),
                 "check the host, port, user and password of DATABASE_URL (and sslmode)",
             ))
@@ -107,54 +108,50 @@ pub(super) async fn checks(
     out.push(Check::pass("DATABASE_URL connects"));
     let client = rows.client();
     let pgmq = &config.pgmq;
-    if !queues_exist(client, pgmq, out).await {
-        return;
+    if !queues_exist(client, pgmq, out).await? {
+        return Ok(());
     }
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         trigger(client, route, pgmq, out).await;
     }
     own_rights(client, pgmq, out).await;
     not_exposed(client, pgmq, out).await;
+    Ok(())
 }
 
-/// Both queues are in `pgmq.list_queues()`, and logged. False when the rest cannot be checked.
-async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) -> bool {
-    let known = match queue::list(client).await {
-        Ok(known) => known,
-        Err(e) => {
-            let fix = if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
-                format!(
-                    "as the queues' owner: {LIST_GRANTS} (ROLE being DATABASE_URL's user; \
-                     pgmq.list_queues() reads pgmq.meta)"
-                )
-            } else {
-                format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}")
-            };
-            out.push(Check::fail(
-                format!("pgmq.list_queues() fails: {}", e.describe()),
-                fix,
-            ));
-            return false;
-        }
-    };
+/// Both queues are in `pgmq.list_queues()`, and logged: false when one is missing, and `Err`
+/// when they cannot be listed, so that the rest cannot be checked.
+async fn queues_exist(
+    client: &Client,
+    pgmq: &PgmqSettings,
+    out: &mut Vec<Check>,
+) -> Result<bool, Check> {
+    let known = queue::list(client).await.map_err(|e| {
+        let fix = if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+            format!(
+                "as the queues' owner: {LIST_GRANTS} (ROLE being DATABASE_URL's user; \
+                 pgmq.list_queues() reads pgmq.meta)"
+            )
+        } else {
+            format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}")
+        };
+        Check::fail(format!("pgmq.list_queues() fails: {}", e.describe()), fix)
+    })?;
     let mut all = true;
     for name in [&pgmq.queue, &pgmq.dead_letter] {
-        match known.iter().find(|(known, _)| known == name) {
-            Some((_, false)) => out.push(Check::pass(format!("queue {name} exists, logged"))),
-            Some((_, true)) => out.push(Check::fail(
+        out.push(match known.iter().find(|(known, _)| known == name) {
+            Some((_, false)) => Check::pass(format!("queue {name} exists, logged")),
+            Some((_, true)) => Check::fail(
                 format!("queue {name} is unlogged: a crash of the database empties it"),
                 format!("once it is empty, drop it with pgmq's drop_queue, then {RUN_SETUP}"),
-            )),
+            ),
             None => {
                 all = false;
-                out.push(Check::fail(
-                    format!("queue {name} does not exist"),
-                    RUN_SETUP.to_owned(),
-                ));
+                Check::fail(format!("queue {name} does not exist"), RUN_SETUP)
             }
-        }
+        });
     }
-    all
+    Ok(all)
 }
 
 /// One trigger of a route's table, as the catalog holds it.
@@ -221,61 +218,54 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     else {
         out.push(Check::fail(
             format!("{what} is missing: its rows never reach the queue"),
-            RUN_SETUP.to_owned(),
+            RUN_SETUP,
         ));
         return;
     };
-    let (kind, takes) = (found.kind, |event| route.events.contains(&event));
+    let Trigger {
+        name,
+        kind,
+        args,
+        owner,
+        ..
+    } = found;
+    let takes = |event| route.events.contains(&event);
+    let arguments = format!(
+        "given {} arguments, not the queue's name alone, so every INSERT fails",
+        args.len()
+    );
+    let invoker =
+        format!("{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue");
     // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
     // is the INSERT's error.
-    let wrong: Vec<String> = [
-        (!found.enabled, "disabled".to_owned()),
-        (kind & 1 == 0, "statement-level, not per row".to_owned()),
-        (
-            kind & 2 != 0,
-            "BEFORE, not AFTER, so every INSERT fails".to_owned(),
-        ),
-        (
-            found.args.len() != 1,
-            format!(
-                "given {} arguments, not the queue's name alone, so every INSERT fails",
-                found.args.len()
-            ),
-        ),
+    let wrong: Vec<&str> = [
+        (!found.enabled, "disabled"),
+        (kind & 1 == 0, "statement-level, not per row"),
+        (kind & 2 != 0, "BEFORE, not AFTER, so every INSERT fails"),
+        (args.len() != 1, &arguments),
         (
             takes(EventKind::Insert) && kind & 4 == 0,
-            "not fired on INSERT".to_owned(),
+            "not fired on INSERT",
         ),
         (
             takes(EventKind::Update) && kind & 16 == 0,
-            "not fired on UPDATE".to_owned(),
+            "not fired on UPDATE",
         ),
-        (
-            !found.security_definer,
-            format!(
-                "{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue"
-            ),
-        ),
+        (!found.security_definer, &invoker),
     ]
     .into_iter()
     .filter_map(|(bad, why)| bad.then_some(why))
     .collect();
-    if wrong.is_empty() {
-        out.push(Check::pass(format!(
-            "{what} ({}) sends each row, as {}",
-            found.name, found.owner
-        )));
-    } else {
-        out.push(Check::fail(
-            format!("{what} ({}) is {}", found.name, wrong.join(", ")),
-            RUN_SETUP.to_owned(),
-        ));
-    }
+    let wrong = wrong.join(", ");
+    out.push(match wrong.is_empty() {
+        true => Check::pass(format!("{what} ({name}) sends each row, as {owner}")),
+        false => Check::fail(format!("{what} ({name}) is {wrong}"), RUN_SETUP),
+    });
     // The id comes from an identity column, which needs no right on its sequence.
     let q = queue::table('q', &pgmq.queue);
     let missing = missing_rights(
         client,
-        Some(&found.owner),
+        Some(owner),
         &[
             ("schema", "pgmq", "USAGE"),
             ("table", &q, "INSERT"),
@@ -288,20 +278,18 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     .await;
     out.push(match missing {
         Ok(missing) if missing.is_empty() => Check::pass(format!(
-            "{FUNCTION}'s owner {} may send to {}",
-            found.owner, pgmq.queue
+            "{FUNCTION}'s owner {owner} may send to {}",
+            pgmq.queue
         )),
         Ok(missing) => Check::fail(
             format!(
-                "{FUNCTION}'s owner {} lacks {}: every INSERT on {table} fails",
-                found.owner,
+                "{FUNCTION}'s owner {owner} lacks {}: every INSERT on {table} fails",
                 missing.join(", ")
             ),
             if missing.iter().any(|m| m.starts_with("EXECUTE")) {
                 format!(
-                    "as pgmq's owner: grant execute on all functions in schema pgmq to {} (it \
-                     needs pgmq.send and pgmq.format_table_name, every overload)",
-                    found.owner
+                    "as pgmq's owner: grant execute on all functions in schema pgmq to {owner} \
+                     (it needs pgmq.send and pgmq.format_table_name, every overload)"
                 )
             } else {
                 format!("{RUN_SETUP} (it grants these), or grant them as the queue's owner")
@@ -316,14 +304,7 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
 /// archived messages, read the archive for the sweep, send dead letters and redrive them. Its
 /// fix also grants what doctor's own `pgmq.list_queues()` needs, so that doctor passes as it.
 async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
-    let (q, a) = (
-        queue::table('q', &pgmq.queue),
-        queue::table('a', &pgmq.queue),
-    );
-    let (dq, da) = (
-        queue::table('q', &pgmq.dead_letter),
-        queue::table('a', &pgmq.dead_letter),
-    );
+    let [q, a, dq, da] = queue_tables(pgmq);
     // pgmq.metrics (sampled for both queues) reads each queue's id sequence; ids themselves
     // come from identity columns, which need no right on it.
     let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
@@ -359,11 +340,8 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) 
 /// `authenticated` (Supabase's Data API roles, where they exist) or `PUBLIC` hold any right on
 /// the queues' tables — granted to them, or inherited from a role they are members of.
 async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>) {
-    let tables: Vec<String> = [&pgmq.queue, &pgmq.dead_letter]
-        .into_iter()
-        .flat_map(|name| [queue::table('q', name), queue::table('a', name)])
-        .collect();
-    let found = query(client, GRANTS, &[&tables]).await;
+    let tables = queue_tables(pgmq);
+    let found = query(client, GRANTS, &[&tables.to_vec()]).await;
     // Unknown (the catalog unreadable) counts as not exposed.
     let exposed = value(client, PGMQ_PUBLIC, &[]).await.ok().flatten() == Some(true);
     match found {
@@ -406,6 +384,13 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Vec<Check>)
     }
 }
 
+/// The queue's table and its archive, then the dead-letter queue's.
+fn queue_tables(pgmq: &PgmqSettings) -> [String; 4] {
+    let (live, dead) = (&pgmq.queue, &pgmq.dead_letter);
+    [('q', live), ('a', live), ('q', dead), ('a', dead)]
+        .map(|(kind, name)| queue::table(kind, name))
+}
+
 /// The sequence pgmq gives a queue's message ids.
 fn sequence(queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("q_{queue}_msg_id_seq")))
@@ -419,10 +404,6 @@ async fn missing_rights(
     role: Option<&str>,
     wanted: &[(&str, &str, &str)],
 ) -> Result<Vec<String>, Check> {
-    let wanted: Vec<(&str, &str, &str)> = wanted
-        .iter()
-        .flat_map(|&(kind, object, rights)| rights.split(' ').map(move |p| (kind, object, p)))
-        .collect();
     let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
     let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
     let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();

@@ -24,9 +24,9 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check
         columns.extend(route.text_column.as_deref());
         columns.push(&route.created_column);
         let Err(e) = rows.check_columns(route, true).await else {
+            let columns = columns.join(", ");
             out.push(Check::pass(format!(
-                "{table} has the route's columns: {}",
-                columns.join(", ")
+                "{table} has the route's columns: {columns}"
             )));
             out.extend(row_security(rows, route).await);
             continue;
@@ -88,14 +88,11 @@ async fn row_security(rows: &Database, route: &Route) -> Option<Check> {
 /// Where Supabase documents its CA certificate and `verify-full`.
 const SUPABASE_SSL: &str = "https://supabase.com/docs/guides/platform/ssl-enforcement";
 
-pub fn transit(config: &Config, out: &mut Vec<Check>) {
-    let Some(url) = &config.database_url else {
-        return;
-    };
-    let Some(found) = db::unchecked(url.expose()) else {
-        return;
-    };
-    out.push(Check::advise(
+/// Advice when DATABASE_URL reaches a server on another machine without checking its
+/// certificate.
+pub(super) fn transit(config: &Config) -> Option<Check> {
+    let found = db::unchecked(config.database_url.as_ref()?.expose())?;
+    Some(Check::advise(
         format!(
             "DATABASE_URL reaches {} with sslmode={}: {}; whoever can then pose as the database can read what rowbranch reads and give it rows and queue messages of their own, which become work",
             found.host, found.sslmode, found.exposure
@@ -103,5 +100,5 @@ pub fn transit(config: &Config, out: &mut Vec<Check>) {
         format!(
             "check the server's certificate: add sslmode=verify-full and sslrootcert=/path/to/ca.crt to DATABASE_URL (`?sslmode=verify-full&sslrootcert=…` in a URL, `sslmode=verify-full sslrootcert=…` among key=value pairs); rowbranch reads the CA as a PEM or DER file. Supabase's CA certificate: Dashboard → Database Settings → SSL Configuration → Download certificate ({SUPABASE_SSL}); a server whose certificate comes from a public CA takes sslrootcert=system"
         ),
-    ));
+    ))
 }

@@ -106,13 +106,6 @@ fn timeout_minutes(value: &Yaml) -> Bound {
     }
 }
 
-impl ClaudeStep {
-    /// Whether `allowed_bots` is a `${{ }}` expression, which only GitHub can evaluate.
-    pub fn is_expression(&self) -> bool {
-        self.allowed_bots.contains("${{")
-    }
-}
-
 /// The claude-code-action steps of `workflow`, in order; `None` when it is not YAML.
 pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
     let docs = YamlLoader::load_from_str(workflow).ok()?;
