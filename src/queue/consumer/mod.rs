@@ -2,10 +2,10 @@
 //! webhook's, and settles the message by how the run ended (`settle`): archived, dead-lettered,
 //! or left for later. A message leaves the queue only when its work is settled; while a run is
 //! under way its message stays hidden from other readers by a lease renewed every third of the
-//! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
-//! message's life and the statement that settles it; [`Progress`], what a drain watches, is
-//! below; what is held is in `queue::holds`, and the hourly budgets in `queue::budget`. How and why this
-//! loses nothing is in docs/design.md ("The queue").
+//! visibility timeout. Here: the read loop, the renewal loop, the samples, and [`Progress`],
+//! what a drain watches; `handle` is one message's life and the statement that settles it,
+//! what is held is in `queue::holds`, and the hourly budgets in `queue::budget`. How and why
+//! this loses nothing is in docs/design.md ("The queue").
 
 mod handle;
 
