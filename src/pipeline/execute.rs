@@ -121,7 +121,14 @@ pub(super) async fn execute(
     };
     let base = match start {
         Start::Redispatch(base) => {
-            let sent = dispatch(forge, plan, base, claimed).await;
+            let sent = dispatch(
+                forge,
+                plan,
+                base,
+                claimed,
+                "dispatching a claimed row again",
+            )
+            .await;
             set(claimed, None);
             if sent.is_ok() {
                 tracing::info!("dispatched a claimed row again");
@@ -175,6 +182,7 @@ async fn dispatch(
     plan: &Plan,
     base: Base,
     claimed: &Claimed,
+    during: &str,
 ) -> Result<Outcome, RunError> {
     set(claimed, Some(plan.branch.clone()));
     let payload = plan
@@ -192,7 +200,7 @@ async fn dispatch(
         Err(ForgeError::Refused { message }) => Err(RunError::Refused(format!(
             "the forge refused the dispatch: {message}"
         ))),
-        Err(e) => Err(RunError::from_forge(e, "dispatching")),
+        Err(e) => Err(RunError::from_forge(e, during)),
     }
 }
 
@@ -232,7 +240,7 @@ async fn claim_and_dispatch(
         tracing::warn!("claim answer was ambiguous; dispatching anyway");
     }
     // The same rendering as before the claim, which succeeded.
-    let sent = dispatch(forge, plan, base.clone(), claimed).await;
+    let sent = dispatch(forge, plan, base.clone(), claimed, "dispatching").await;
     // Only a claim that is certainly ours is released: an ambiguous one may be another
     // delivery's, already dispatched. The sweep finds what is left as a dead claim.
     if sent.is_err() && claim == Claim::Created {
