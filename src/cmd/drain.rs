@@ -19,7 +19,7 @@ use crate::config::{process_env, Config};
 use crate::db::Database;
 use crate::identity::QueueName;
 use crate::queue::budget::Spent;
-use crate::queue::consumer::progress::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
+use crate::queue::consumer::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
 use crate::startup::{Application, Launch, Mode};
 use crate::sweep::{self, RouteSummary, SweepOptions};
 

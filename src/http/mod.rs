@@ -347,9 +347,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
     };
     let submission = match app.pipeline.submit(plan, Start::New) {
         Ok(submission) => submission,
-        Err(full) => {
-            return Answer::unavailable(full.reason(), &full.to_string(), full.retry_after())
-        }
+        Err(full) => return Answer::unavailable(full.reason, &full.to_string(), full.retry_after),
     };
     // The run is spawned: when the wait ends early it carries on.
     match tokio::time::timeout(webhook.respond_within, submission.outcome()).await {

@@ -61,15 +61,6 @@ fn set(claimed: &Claimed, branch: Option<BranchName>) {
 }
 
 impl RunError {
-    /// A run that could not start because too many are waiting: try again after `wait`.
-    pub fn full(message: String, wait: Duration) -> RunError {
-        RunError::Unavailable {
-            message,
-            retry_after: None,
-            fallback: wait,
-        }
-    }
-
     pub fn from_forge(err: ForgeError, during: &str) -> RunError {
         let (message, retry_after, fallback) = match err {
             ForgeError::Unavailable {
@@ -115,7 +106,8 @@ pub async fn at_base(forge: &dyn Forge, plan: &Plan, base: &Base) -> Result<bool
     Ok(forge.ahead_by(&plan.route.repo, base, &plan.branch).await? == 0)
 }
 
-/// Runs one row as `start` says.
+/// Runs one row as `start` says: for a new row, steps 1 and 2 (SPEC §5) and the base, then the
+/// claim and the dispatch.
 pub(super) async fn execute(
     forge: &dyn Forge,
     plan: &Plan,
@@ -123,83 +115,93 @@ pub(super) async fn execute(
     shutdown: &Shutdown,
     claimed: &Claimed,
 ) -> Result<Outcome, RunError> {
-    // A row not yet claimed once the shutdown has begun is left for a redelivery or the
-    // sweep: its reads would only wait for GitHub slots that the claimed rows' dispatches need
-    // within the grace.
-    let draining = || shutdown.is_draining().then_some(RunError::Abandoned);
-    match start {
-        Start::New => check_then_claim(forge, plan, draining, claimed).await,
-        Start::Redo => {
-            let base = forge
-                .base(&plan.route.repo)
-                .await
-                .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-            claim_and_dispatch(forge, plan, base, draining, claimed).await
-        }
+    let repo = &plan.route.repo;
+    let read_base = |base: Result<Base, ForgeError>| {
+        base.map_err(|e| RunError::from_forge(e, "reading the default branch"))
+    };
+    let base = match start {
         Start::Redispatch(base) => {
-            set(claimed, Some(plan.branch.clone()));
-            let sent = redispatch(forge, plan, base).await;
+            let sent = dispatch(
+                forge,
+                plan,
+                base,
+                claimed,
+                "dispatching a claimed row again",
+            )
+            .await;
             set(claimed, None);
-            sent
+            if sent.is_ok() {
+                tracing::info!("dispatched a claimed row again");
+            }
+            return sent;
         }
+        Start::Redo => read_base(forge.base(repo).await)?,
+        Start::New => {
+            abandon_if_draining(shutdown)?;
+            // Steps 1 and 2, and the base for step 3: three reads, one round trip.
+            let (branches, pull, base) = tokio::join!(
+                forge.row_branches(repo, &plan.route.branch_prefix, &plan.id),
+                forge.has_pull_request(repo, &plan.branch),
+                forge.base(repo),
+            );
+            let mut branches =
+                branches.map_err(|e| RunError::from_forge(e, "listing the row's branches"))?;
+            branches.sort();
+            if let Some(branch) = branches.into_iter().next() {
+                return Ok(Outcome::Duplicate {
+                    reason: Reason::BranchExists,
+                    branch,
+                });
+            }
+            if pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))? {
+                return Ok(Outcome::Duplicate {
+                    reason: Reason::PullRequest,
+                    branch: plan.branch.clone(),
+                });
+            }
+            read_base(base)?
+        }
+    };
+    claim_and_dispatch(forge, plan, base, shutdown, claimed).await
+}
+
+/// A row not yet claimed once the shutdown has begun is left for a redelivery or the sweep: its
+/// reads would only wait for GitHub slots that the claimed rows' dispatches need within the
+/// grace.
+fn abandon_if_draining(shutdown: &Shutdown) -> Result<(), RunError> {
+    match shutdown.is_draining() {
+        true => Err(RunError::Abandoned),
+        false => Ok(()),
     }
 }
 
-/// Dispatches a claimed row again.
-async fn redispatch(forge: &dyn Forge, plan: &Plan, base: Base) -> Result<Outcome, RunError> {
+/// Steps 4 and 5, for a claim this run holds (or a dead claim, held already): the branch is
+/// owed a dispatch until it is made. A payload the forge refuses is the payload's fault.
+async fn dispatch(
+    forge: &dyn Forge,
+    plan: &Plan,
+    base: Base,
+    claimed: &Claimed,
+    during: &str,
+) -> Result<Outcome, RunError> {
+    set(claimed, Some(plan.branch.clone()));
     let payload = plan
         .client_payload(&base)
         .map_err(|e| RunError::Refused(e.to_string()))?;
-    forge
-        .dispatch(
-            &plan.route.repo,
-            &plan.route.event_type,
-            &Value::Object(payload),
-        )
-        .await
-        .map_err(|e| RunError::from_forge(e, "dispatching a claimed row again"))?;
-    tracing::info!("dispatched a claimed row again");
-    Ok(Outcome::Dispatched {
-        branch: plan.branch.clone(),
-        base,
-    })
-}
-
-/// Steps 1 to 5 for a new row (SPEC §5).
-async fn check_then_claim(
-    forge: &dyn Forge,
-    plan: &Plan,
-    draining: impl Fn() -> Option<RunError>,
-    claimed: &Claimed,
-) -> Result<Outcome, RunError> {
-    if let Some(abandoned) = draining() {
-        return Err(abandoned);
-    }
     let route = &plan.route;
-    let repo = &route.repo;
-    // Steps 1 and 2, and the base for step 3: three reads, one round trip.
-    let (branches, pull, base) = tokio::join!(
-        forge.row_branches(repo, &route.branch_prefix, &plan.id),
-        forge.has_pull_request(repo, &plan.branch),
-        forge.base(repo),
-    );
-    let mut branches =
-        branches.map_err(|e| RunError::from_forge(e, "listing the row's branches"))?;
-    branches.sort();
-    if let Some(branch) = branches.into_iter().next() {
-        return Ok(Outcome::Duplicate {
-            reason: Reason::BranchExists,
-            branch,
-        });
-    }
-    if pull.map_err(|e| RunError::from_forge(e, "looking up pull requests"))? {
-        return Ok(Outcome::Duplicate {
-            reason: Reason::PullRequest,
+    match forge
+        .dispatch(&route.repo, &route.event_type, &Value::Object(payload))
+        .await
+    {
+        Ok(()) => Ok(Outcome::Dispatched {
             branch: plan.branch.clone(),
-        });
+            base,
+        }),
+        Err(ForgeError::Refused { message }) => Err(RunError::Refused(format!(
+            "the forge refused the dispatch: {message}"
+        ))),
+        Err(e) => Err(RunError::from_forge(e, during)),
     }
-    let base = base.map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-    claim_and_dispatch(forge, plan, base, draining, claimed).await
 }
 
 /// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
@@ -208,7 +210,7 @@ async fn claim_and_dispatch(
     forge: &dyn Forge,
     plan: &Plan,
     base: Base,
-    draining: impl Fn() -> Option<RunError>,
+    shutdown: &Shutdown,
     claimed: &Claimed,
 ) -> Result<Outcome, RunError> {
     let route = &plan.route;
@@ -221,9 +223,7 @@ async fn claim_and_dispatch(
             .map_err(|e| RunError::Refused(e.to_string()))?,
     );
     // The grace is for rows that hold a claim.
-    if let Some(abandoned) = draining() {
-        return Err(abandoned);
-    }
+    abandon_if_draining(shutdown)?;
     let claim = forge
         .claim(repo, &plan.branch, &base.sha)
         .await
@@ -239,39 +239,18 @@ async fn claim_and_dispatch(
         // The run's span names the row.
         tracing::warn!("claim answer was ambiguous; dispatching anyway");
     }
-    // Steps 4 and 5, for the claim this run holds: the same rendering as before the claim,
-    // which succeeded.
-    set(claimed, Some(plan.branch.clone()));
-    let sent = match plan.client_payload(&base) {
-        Ok(payload) => Ok(forge
-            .dispatch(repo, &plan.route.event_type, &Value::Object(payload))
-            .await),
-        Err(e) => Err(RunError::Refused(e.to_string())),
-    };
-    let failure = match sent {
-        Ok(Ok(())) => {
-            set(claimed, None);
-            return Ok(Outcome::Dispatched {
-                branch: plan.branch.clone(),
-                base,
-            });
-        }
-        Ok(Err(ForgeError::Refused { message })) => {
-            RunError::Refused(format!("the forge refused the dispatch: {message}"))
-        }
-        Ok(Err(e)) => RunError::from_forge(e, "dispatching"),
-        Err(refused) => refused,
-    };
+    // The same rendering as before the claim, which succeeded.
+    let sent = dispatch(forge, plan, base.clone(), claimed, "dispatching").await;
     // Only a claim that is certainly ours is released: an ambiguous one may be another
     // delivery's, already dispatched. The sweep finds what is left as a dead claim.
-    if claim == Claim::Created {
+    if sent.is_err() && claim == Claim::Created {
         if let Err(e) = forge.release(repo, &plan.branch, &base.sha).await {
             tracing::error!(id = %plan.id, branch = %plan.branch, error = %e,
                 "the dispatch failed and the claim could not be released; reconcile will find it as a dead claim");
         }
     }
     set(claimed, None);
-    Err(failure)
+    sent
 }
 
 #[cfg(test)]

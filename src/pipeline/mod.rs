@@ -17,9 +17,10 @@ pub(crate) use plan::test_routes;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
+use scopeguard::guard;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -121,21 +122,11 @@ pub struct Submission {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("{message}")]
 pub struct Full {
-    reason: Reason,
-    message: String,
-    retry_after: Duration,
-}
-
-impl Full {
-    /// How long a sender is asked to wait.
-    pub fn retry_after(&self) -> Duration {
-        self.retry_after
-    }
-
     /// Why, as answers and log lines name it.
-    pub fn reason(&self) -> Reason {
-        self.reason
-    }
+    pub reason: Reason,
+    message: String,
+    /// How long a sender is asked to wait.
+    pub retry_after: Duration,
 }
 
 impl Submission {
@@ -301,20 +292,23 @@ impl Pipeline {
         let span = tracing::info_span!("run", id = %plan.id, branch = %plan.branch, repo = %plan.route.repo);
         let task = self.tasks.spawn(
             async move {
-                // Counted and unregistered on drop, so a run that panics does not stay "under
-                // way" forever, and is counted as `failed_internal`.
-                let mut done = Unregister {
-                    pipeline: Arc::clone(&this),
-                    key: done_key,
-                    route: plan.route.table_name(),
-                    start: std::time::Instant::now(),
-                    ended: RunResult::FailedInternal,
-                };
+                let (started, route) = (Instant::now(), plan.route.table_name());
+                // Counted and unregistered however the run ends, so a run that panics does not
+                // stay "under way" forever, and is counted as `failed_internal`. Its entry's
+                // room goes with it: its place and its bytes are free again.
+                let pipeline = Arc::clone(&this);
+                let mut ended = guard(RunResult::FailedInternal, move |ended| {
+                    let metrics = &pipeline.metrics;
+                    metrics.run_ended(&route, ended, started.elapsed());
+                    if let Ok(mut runs) = pipeline.runs.lock() {
+                        runs.remove(&done_key);
+                        metrics.runs_in_flight(runs.len());
+                    }
+                });
                 let result =
                     execute(this.forge.as_ref(), &plan, start, &this.shutdown, &run_claimed).await;
-                let took = done.start.elapsed();
-                let ended = run_result(&result);
-                done.ended = ended;
+                let took = started.elapsed().as_millis() as u64;
+                *ended = run_result(&result);
                 match &result {
                     Err(RunError::Abandoned) => tracing::error!(
                         "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
@@ -322,10 +316,9 @@ impl Pipeline {
                     // The one log line for a failed run, whatever its retries were; every
                     // delivery that awaited it gets its answer.
                     Err(e) => tracing::error!(result = ended.as_str(), error = %e,
-                        next = %next_step(&plan, e),
-                        duration_ms = took.as_millis() as u64, "the row's run failed"),
-                    Ok(_) => tracing::info!(result = ended.as_str(),
-                        duration_ms = took.as_millis() as u64, "the row's run ended"),
+                        next = %next_step(&plan, e), duration_ms = took, "the row's run failed"),
+                    Ok(_) => tracing::info!(result = ended.as_str(), duration_ms = took,
+                        "the row's run ended"),
                 }
                 result
             }
@@ -425,27 +418,6 @@ fn run_result(result: &Result<Outcome, RunError>) -> RunResult {
         Err(RunError::Refused(_)) => RunResult::FailedRefused,
         Err(RunError::Internal(_)) => RunResult::FailedInternal,
         Err(RunError::Abandoned) => RunResult::Abandoned,
-    }
-}
-
-struct Unregister {
-    pipeline: Arc<Pipeline>,
-    key: RowKey,
-    route: String,
-    start: std::time::Instant,
-    /// How the run ended, for `rowbranch_runs_total`: `failed_internal` until it ends.
-    ended: RunResult,
-}
-
-impl Drop for Unregister {
-    fn drop(&mut self) {
-        let metrics = &self.pipeline.metrics;
-        metrics.run_ended(&self.route, self.ended, self.start.elapsed());
-        // The entry's room goes with it: its place and its bytes are free again.
-        if let Ok(mut runs) = self.pipeline.runs.lock() {
-            runs.remove(&self.key);
-            metrics.runs_in_flight(runs.len());
-        }
     }
 }
 
@@ -566,9 +538,9 @@ mod tests {
             .submit(plan(4, 40_000), Start::New)
             .err()
             .expect("refused");
-        assert_eq!(full.reason(), Reason::QueueBytesFull);
+        assert_eq!(full.reason, Reason::QueueBytesFull);
         // Two seconds a row waiting.
-        assert_eq!(full.retry_after(), Duration::from_secs(6));
+        assert_eq!(full.retry_after, Duration::from_secs(6));
         assert!(full.to_string().contains("queue_bytes"), "{full}");
         // A small row still fits.
         pipeline.submit(plan(5, 10), Start::New).unwrap();
@@ -588,7 +560,7 @@ mod tests {
             .submit(plan(2, 10), Start::New)
             .err()
             .expect("refused");
-        assert_eq!(full.reason(), Reason::QueueBytesFull);
+        assert_eq!(full.reason, Reason::QueueBytesFull);
         // The sweep's way: it waits for room rather than be refused.
         let waiting = {
             let pipeline = Arc::clone(&pipeline);

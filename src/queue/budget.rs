@@ -7,7 +7,7 @@
 //! how many messages to read at most, and message by message whether its route may start one
 //! more now.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::config::{ForgeSettings, Intake, Route};
@@ -20,12 +20,10 @@ type TableKey = (String, String);
 /// rows left this hour.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct HourlyCap {
-    /// The setting, for messages: `max_rows_per_hour of public.feedbacks`.
-    setting: String,
     tables: Vec<TableKey>,
     rows: u64,
-    /// When the next row of it comes back; `None` when none of its rows was archived yet.
-    frees_in: Option<Duration>,
+    /// The setting, and when the next row of it comes back: what a message over it is told.
+    spent: Spent,
 }
 
 /// The hourly bounds on the queue's routes (none when nothing bounds them), or what is left of
@@ -60,10 +58,12 @@ impl Budgets {
             .collect();
         let table = |r: &Route| (r.schema.clone(), r.table.clone());
         let cap = |setting, tables, rows| HourlyCap {
-            setting,
             tables,
             rows,
-            frees_in: None,
+            spent: Spent {
+                setting,
+                frees_in: None,
+            },
         };
         let mut caps: Vec<HourlyCap> = queue_routes
             .iter()
@@ -79,16 +79,12 @@ impl Budgets {
             })
             .collect();
         if let (true, ForgeSettings::Github(github)) = (count_writes, forge) {
-            let owners: BTreeSet<String> = queue_routes
-                .iter()
-                .map(|r| r.repo.owner().to_ascii_lowercase())
-                .collect();
-            for owner in owners {
-                let tables = queue_routes
-                    .iter()
-                    .filter(|r| r.repo.owner().eq_ignore_ascii_case(&owner))
-                    .map(|r| table(r))
-                    .collect();
+            let mut owners: BTreeMap<String, Vec<TableKey>> = BTreeMap::new();
+            for r in &queue_routes {
+                let owner = r.repo.owner().to_ascii_lowercase();
+                owners.entry(owner).or_default().push(table(r));
+            }
+            for (owner, tables) in owners {
                 let per_hour = u64::from(github.pace.hourly_max / 2);
                 let setting = format!("[github] write_hourly_max for {owner}");
                 caps.push(cap(setting, tables, per_hour));
@@ -117,7 +113,7 @@ impl Budgets {
             for u in used.iter().filter(covered) {
                 let frees_in = u.frees_in_s.map(|s| Duration::from_secs_f64(s.max(0.0)));
                 cap.rows = cap.rows.saturating_sub(u.rows);
-                cap.frees_in = cap.frees_in.into_iter().chain(frees_in).min();
+                cap.spent.frees_in = cap.spent.frees_in.into_iter().chain(frees_in).min();
             }
         }
         left
@@ -148,7 +144,7 @@ impl Budgets {
         let table = (schema.to_owned(), table.to_owned());
         let mut covering = self.caps.iter_mut().filter(|c| c.tables.contains(&table));
         if let Some(spent) = covering.find(|c| c.rows == 0) {
-            return Err(spent.spent());
+            return Err(spent.spent.clone());
         }
         for cap in self.caps.iter_mut().filter(|c| c.tables.contains(&table)) {
             cap.rows -= 1;
@@ -162,16 +158,8 @@ impl Budgets {
         if self.rows() != Some(0) {
             return None;
         }
-        self.caps.iter().find(|c| c.rows == 0).map(HourlyCap::spent)
-    }
-}
-
-impl HourlyCap {
-    fn spent(&self) -> Spent {
-        Spent {
-            setting: self.setting.clone(),
-            frees_in: self.frees_in,
-        }
+        let spent = self.caps.iter().find(|c| c.rows == 0);
+        spent.map(|c| c.spent.clone())
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::sync::Notify;
 
 use super::settle::Fate;
 use crate::db::queue::Message;
+use crate::pipeline::Plan;
 
 /// Which hold of a message this is: a message released and read again is a new hold, with a
 /// new token, while one read again during its run (adopted) keeps its token. A handler acts
@@ -56,18 +57,28 @@ pub enum Begin {
     Settle { lost: bool },
 }
 
+/// A message held, as its handler takes it: the message, its hold, the route and row id its
+/// count and log line name, and the row's plan (or the fate decided without a run).
+#[derive(Debug)]
+pub struct Job {
+    pub message: Message,
+    pub token: HoldId,
+    /// The `schema.table` of the route that reads its table from the queue, for its metrics
+    /// and log line; else [`crate::metrics::NO_ROUTE`].
+    pub route: String,
+    /// The row's id, as far as it is known.
+    pub id: Option<String>,
+    pub plan: Result<Plan, Fate>,
+}
+
 /// A settle the database did not take (the connection went): its hold stays, settling, and the
 /// read loop makes it again once the database is back, before its next read, and once more
 /// after the shutdown's grace — so its handler ends, and a shutdown in an outage does not wait
 /// the grace for it.
 #[derive(Debug)]
 pub struct Kept {
-    pub message: Message,
-    pub token: HoldId,
+    pub job: Job,
     pub fate: Fate,
-    /// The route and row id its count and log line name.
-    pub route: String,
-    pub id: String,
 }
 
 /// The holds, the kept settles, and what sizes the reads, behind one lock.
@@ -472,12 +483,16 @@ mod tests {
         assert_eq!(begin, Some(Begin::Settle { lost: false }));
         // Its statement failed with the connection: kept, still held, and nothing renews it
         // while it waits (its own statement checks and renews the lease).
-        holds.keep(Kept {
+        let job = Job {
             message: message(1, 1),
             token,
-            fate: Fate::Handled,
             route: "public.feedbacks".into(),
-            id: "1".into(),
+            id: Some("1".into()),
+            plan: Err(Fate::Handled),
+        };
+        holds.keep(Kept {
+            job,
+            fate: Fate::Handled,
         });
         assert_eq!(holds.count(), 1);
         assert!(holds.begin_renewal().leases.is_empty());
@@ -488,7 +503,7 @@ mod tests {
         let kept = holds.take_kept();
         assert_eq!(kept.len(), 1);
         assert!(holds.take_kept().is_empty(), "made by one caller only");
-        assert!(!holds.settled(1, kept[0].token, 2));
+        assert!(!holds.settled(1, kept[0].job.token, 2));
         assert_eq!(holds.count(), 0);
     }
 

@@ -8,29 +8,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{Consumer, MessageRow};
+use super::Consumer;
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::identity::BranchName;
 use crate::pipeline::{at_base, Outcome, Plan, RunError, Start};
-use crate::queue::holds::{Begin, HoldId, Kept};
+use crate::queue::holds::{Begin, Job, Kept};
 use crate::queue::settle::{backoff, Fate};
 use crate::reason::Reason;
 
 impl Consumer {
     /// Runs one message's row (or not, when its job says its fate already) and settles the
     /// message; runs it again when this process read the message again meanwhile.
-    pub(super) async fn handle(self: Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
+    pub(super) async fn handle(self: Arc<Self>, job: Job) {
         let pgmq = &self.settings.pgmq;
-        let (msg_id, route) = (message.id, job.route.as_str());
-        let id = job.id.as_deref().unwrap_or_default();
+        let (msg_id, token) = (job.message.id, job.token);
         loop {
             let fate = match &job.plan {
-                Ok(plan) => self.run_row(&message, plan).await,
+                Ok(plan) => self.run_row(&job.message, plan).await,
                 Err(fate) => fate.clone(),
             };
             let Some((read_ct, lost)) = self.holds.standing(msg_id, token) else {
@@ -43,13 +43,15 @@ impl Consumer {
                 // Another reader holds the message now: the dispatch again is its to make.
                 (Fate::AtBase(_), _) if lost => Fate::LeaseLost,
                 // Made while the loop still renews the lease; then the archive checks it once more.
-                (Fate::AtBase(branch), Ok(plan)) => match self.redispatch(plan, branch).await {
-                    Ok(()) => Fate::Redispatched,
-                    Err(e) => {
-                        tracing::warn!(msg_id, error = %e, "could not dispatch the row again; the message is tried again later");
-                        Fate::Later(backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap))
+                (Fate::AtBase(branch), Ok(plan)) => {
+                    match self.redispatch(plan, branch).await {
+                        Ok(()) => Fate::Redispatched,
+                        Err(e) => {
+                            tracing::warn!(msg_id, error = format!("{e:#}"), "could not dispatch the row again; the message is tried again later");
+                            Fate::Later(backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap))
+                        }
                     }
-                },
+                }
                 (fate, _) => fate,
             };
             if fate == Fate::Release {
@@ -67,21 +69,14 @@ impl Consumer {
                 Begin::ReadAgain => continue,
                 Begin::Settle { lost } => lost,
             };
-            let Some(fate) = self.settle(&message, read_ct, lost, &fate, route).await else {
-                tracing::warn!(msg_id, %route, id, "a queue message's settle waits for the database");
-                let (route, id) = (route.to_owned(), id.to_owned());
-                let kept = Kept {
-                    message,
-                    token,
-                    fate,
-                    route,
-                    id,
-                };
-                self.holds.keep(kept);
+            let Some(fate) = self.settle(&job, read_ct, lost, &fate).await else {
+                let id = job.id.as_deref().unwrap_or_default();
+                tracing::warn!(msg_id, route = %job.route, id, "a queue message's settle waits for the database");
+                self.holds.keep(Kept { job, fate });
                 return;
             };
             let again = self.holds.settled(msg_id, token, read_ct);
-            self.record(msg_id, read_ct, route, id, &fate);
+            self.record(&job, read_ct, &fate);
             if !again {
                 return;
             }
@@ -94,24 +89,25 @@ impl Consumer {
     pub(super) async fn settle_kept(&self) {
         let mut kept = self.holds.take_kept().into_iter();
         while let Some(settle) = kept.next() {
-            let (id, token) = (settle.message.id, settle.token);
+            let (id, token) = (settle.job.message.id, settle.job.token);
             let Some((read_ct, _)) = self.holds.standing(id, token) else {
                 continue;
             };
-            let made = self.settle(&settle.message, read_ct, false, &settle.fate, &settle.route);
-            let Some(fate) = made.await else {
+            let Some(fate) = self.settle(&settle.job, read_ct, false, &settle.fate).await else {
                 self.holds.keep(settle);
                 kept.for_each(|settle| self.holds.keep(settle));
                 return;
             };
             // Never read again during the statement: the read loop, the one reader, makes it.
             self.holds.settled(id, token, read_ct);
-            self.record(id, read_ct, &settle.route, &settle.id, &fate);
+            self.record(&settle.job, read_ct, &fate);
         }
     }
 
     /// The one count and log line of a message settled as `fate`.
-    fn record(&self, msg_id: i64, read_ct: i32, route: &str, id: &str, fate: &Fate) {
+    fn record(&self, job: &Job, read_ct: i32, fate: &Fate) {
+        let (msg_id, route) = (job.message.id, job.route.as_str());
+        let id = job.id.as_deref().unwrap_or_default();
         let result = fate.label();
         self.pipeline.metrics().pgmq_message(route, result);
         self.progress.count(fate);
@@ -167,11 +163,8 @@ impl Consumer {
         // (asked only now).
         let forge = self.pipeline.forge().as_ref();
         let plan = plan.clone().on_branch(branch);
-        let at = match forge.base(&plan.route.repo).await {
-            Ok(base) => at_base(forge, &plan, &base).await,
-            Err(e) => Err(e),
-        };
-        match at {
+        let at = async { at_base(forge, &plan, &forge.base(&plan.route.repo).await?).await };
+        match at.await {
             Ok(true) => Fate::AtBase(plan.branch),
             Ok(false) => Fate::Handled,
             Err(ForgeError::Unavailable {
@@ -185,7 +178,7 @@ impl Consumer {
     /// A run the forge turned away past its retries: worth another try, and a drain stops
     /// there.
     fn turned_away(&self, message: String, retry_after: Option<Duration>) -> Fate {
-        self.progress.forge_failed(super::progress::ForgeTrouble {
+        self.progress.forge_failed(super::ForgeTrouble {
             rate_limited: rate_limited(&message),
             message,
         });
@@ -193,18 +186,13 @@ impl Consumer {
     }
 
     /// Dispatches the row again on `branch` as it is, from the current base.
-    async fn redispatch(&self, plan: &Plan, branch: BranchName) -> Result<(), RunError> {
+    async fn redispatch(&self, plan: &Plan, branch: BranchName) -> anyhow::Result<()> {
         let plan = plan.clone().on_branch(branch);
-        let base = self
-            .pipeline
-            .forge()
-            .base(&plan.route.repo)
-            .await
-            .map_err(|e| RunError::from_forge(e, "reading the default branch"))?;
-        match self.pipeline.submit(plan, Start::Redispatch(base)) {
-            Ok(submission) => submission.run.await.map(drop),
-            Err(full) => Err(RunError::full(full.to_string(), full.retry_after())),
-        }
+        let forge = self.pipeline.forge();
+        let base = forge.base(&plan.route.repo).await;
+        let base = base.context("reading the default branch")?;
+        let submission = self.pipeline.submit(plan, Start::Redispatch(base))?;
+        Ok(submission.run.await.map(drop)?)
     }
 
     /// Settles the message as `fate`, decided on read `read_ct`: the fate as made. When the
@@ -212,14 +200,8 @@ impl Consumer {
     /// again once the database is back; a retry or a release needs nothing more, since the
     /// message's lease lapses by itself. Any other error (a privilege, a missing queue) is
     /// logged with its SQLSTATE, and the message is read again when its lease lapses.
-    async fn settle(
-        &self,
-        message: &Message,
-        read_ct: i32,
-        lost: bool,
-        fate: &Fate,
-        route: &str,
-    ) -> Option<Fate> {
+    async fn settle(&self, job: &Job, read_ct: i32, lost: bool, fate: &Fate) -> Option<Fate> {
+        let (message, route) = (&job.message, &job.route);
         if *fate == Fate::LeaseLost {
             return Some(Fate::LeaseLost);
         }

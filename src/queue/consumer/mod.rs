@@ -2,30 +2,29 @@
 //! webhook's, and settles the message by how the run ended (`settle`): archived, dead-lettered,
 //! or left for later. A message leaves the queue only when its work is settled; while a run is
 //! under way its message stays hidden from other readers by a lease renewed every third of the
-//! visibility timeout. Here: the read loop, the renewal loop and the samples; `handle` is one
-//! message's life and the statement that settles it, `progress` what a drain watches, what is
-//! held is in `queue::holds`, and the hourly budgets in `queue::budget`. How and why this
-//! loses nothing is in docs/design.md ("The queue").
+//! visibility timeout. Here: the read loop, the renewal loop, the samples, and [`Progress`],
+//! what a drain watches; `handle` is one message's life and the statement that settles it,
+//! what is held is in `queue::holds`, and the hourly budgets in `queue::budget`. How and why
+//! this loses nothing is in docs/design.md ("The queue").
 
 mod handle;
-pub mod progress;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use self::progress::{DatabaseTrouble, Idle, Progress};
-use super::budget::Budgets;
-use super::holds::{HoldId, Holds};
+use super::budget::{Budgets, Spent};
+use super::holds::{HoldId, Holds, Job};
 use super::settle::Fate;
 use crate::config::{PgmqSettings, Redacted};
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database, Reachability, Unreachable};
 use crate::identity::QueueName;
 use crate::metrics::NO_ROUTE;
-use crate::pipeline::{Ignored, Pipeline, Plan, Routes};
+use crate::pipeline::{Ignored, Pipeline, Routes};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::webhook::payload;
@@ -141,26 +140,24 @@ impl Consumer {
             return Ok(Arc::clone(database));
         }
         link.database = None;
-        match Database::connect(self.settings.url.expose()).await {
-            Ok(database) => {
-                let database = Arc::new(database);
-                link.database = Some(Arc::clone(&database));
-                link.opened += 1;
-                self.reachability.set(Ok(()));
-                if link.opened > 1 {
-                    self.reconnected.notify_waiters();
-                    tracing::info!(
-                        queue = self.queue().as_str(),
-                        "connected to the database again"
-                    );
-                }
-                Ok(database)
-            }
-            Err(e) => {
-                self.reachability.set(Err(Unreachable(e.to_string())));
-                Err(e)
-            }
+        let connected = Database::connect(self.settings.url.expose()).await;
+        self.reachability.set(
+            connected
+                .as_ref()
+                .map(drop)
+                .map_err(|e| Unreachable(e.to_string())),
+        );
+        let database = Arc::new(connected?);
+        link.database = Some(Arc::clone(&database));
+        link.opened += 1;
+        if link.opened > 1 {
+            self.reconnected.notify_waiters();
+            tracing::info!(
+                queue = self.queue().as_str(),
+                "connected to the database again"
+            );
         }
+        Ok(database)
     }
 
     /// Forgets the connection after a failed statement, if the connection is what failed.
@@ -308,10 +305,7 @@ impl Consumer {
     /// its lease lapsed, a database outage, say) is adopted, not run twice.
     fn take(self: &Arc<Self>, message: Message, left: &mut Budgets) {
         match self.holds.take(&message) {
-            Some(token) => {
-                let job = self.job(&message, left);
-                self.start(message, token, job);
-            }
+            Some(token) => self.start(self.job(message, token, left)),
             None => tracing::info!(
                 msg_id = message.id,
                 read_ct = message.read_ct,
@@ -325,14 +319,16 @@ impl Consumer {
     /// route's hourly budget is spent is put off until a row of the budget comes back, and at
     /// least past a lease (only a queue shared by several routes reads such a message: with
     /// one, a read takes no more than the budget allows).
-    fn job(&self, message: &Message, left: &mut Budgets) -> MessageRow {
+    fn job(&self, message: Message, token: HoldId, left: &mut Budgets) -> Job {
         let msg_id = message.id;
-        let mut job = MessageRow {
+        let mut job = Job {
+            message,
+            token,
             route: NO_ROUTE.to_owned(),
             id: None,
             plan: Err(Fate::dead(Reason::NoRoute)),
         };
-        let event = match payload::parse(message.body.as_bytes()) {
+        let event = match payload::parse(job.message.body.as_bytes()) {
             Ok(event) => event,
             Err(e) => {
                 tracing::error!(msg_id, error = %e, "a queue message is not a row's event");
@@ -373,11 +369,11 @@ impl Consumer {
 
     /// Starts the handler of a held message. A handler that panics lets its hold go (the lease
     /// lapses, and the message is read again), so that it never holds a place for ever.
-    fn start(self: &Arc<Self>, message: Message, token: HoldId, job: MessageRow) {
+    fn start(self: &Arc<Self>, job: Job) {
         let this = Arc::clone(self);
-        let id = message.id;
+        let (id, token) = (job.message.id, job.token);
         self.handlers.spawn(async move {
-            let run = tokio::spawn(Arc::clone(&this).handle(message, token, job));
+            let run = tokio::spawn(Arc::clone(&this).handle(job));
             if let Err(e) = run.await {
                 tracing::error!(msg_id = id, error = %e, "a queue message's handler failed; the message is read again when its lease lapses");
                 this.holds.unhold(id, token);
@@ -464,15 +460,114 @@ impl Consumer {
     }
 }
 
-/// A message's row as the consumer takes it.
-pub(super) struct MessageRow {
-    /// The `schema.table` of the route that reads its table from the queue, for its metrics
-    /// and log line; else [`NO_ROUTE`].
-    route: String,
-    /// The row's id, as far as it is known.
-    id: Option<String>,
-    /// The row's plan, or the fate decided without a run.
-    plan: Result<Plan, Fate>,
+// What the consumer has done and where its reading stands, for a run that ends once the queue
+// is drained (`rowbranch drain`): the rows it dispatched, found handled and dead-lettered, and
+// whether its last read found nothing while it held nothing, its hourly budget is spent, GitHub
+// stopped it, or the database cannot be read. `serve` keeps reading whatever it says.
+
+/// The messages settled so far, by what they count as.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub dispatched: u64,
+    pub duplicates: u64,
+    pub dead_lettered: u64,
+}
+
+/// Where the reading stands, and what it has settled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Standing {
+    /// Why the consumer has nothing to start now, once it has not; `None` while it reads.
+    pub idle: Option<Idle>,
+    /// The first run that GitHub (or the local forge) turned away past its retries: a rate
+    /// limit, or the forge unreachable or refusing. Kept once seen.
+    pub forge: Option<ForgeTrouble>,
+    /// The last failure to read the queue, until a read succeeds again.
+    pub database: Option<DatabaseTrouble>,
+    /// Whether any read of the queue has succeeded.
+    pub read_once: bool,
+    pub counts: Counts,
+}
+
+/// Why nothing starts now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Idle {
+    /// The last read found no visible message, and this process holds none.
+    Drained,
+    /// Every route's hourly budget is spent, and this process holds nothing.
+    BudgetSpent(Spent),
+}
+
+/// A run the forge turned away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForgeTrouble {
+    /// GitHub's rate limit (primary or secondary): rows wait for it to refill.
+    pub rate_limited: bool,
+    pub message: String,
+}
+
+/// A failed read of the queue (or of its budgets).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseTrouble {
+    pub message: String,
+    /// The server's SQLSTATE, when it answered with an error.
+    pub code: Option<String>,
+    /// Failures in a row.
+    pub attempts: u32,
+}
+
+/// The standing, shared by the consumer's tasks and whoever watches.
+#[derive(Debug, Default)]
+pub struct Progress(watch::Sender<Standing>);
+
+impl Progress {
+    /// The standing now and as it changes (a count alone wakes no watcher).
+    pub fn watch(&self) -> watch::Receiver<Standing> {
+        self.0.subscribe()
+    }
+
+    pub fn counts(&self) -> Counts {
+        self.0.borrow().counts
+    }
+
+    /// Counts a message settled as `fate`: its row dispatched (or dispatched again) by this
+    /// process, handled already (or another claimant's), or dead-lettered; an ignored event,
+    /// a retry, a release or a lost lease counts for nothing.
+    fn count(&self, fate: &Fate) {
+        self.0.send_if_modified(|s| {
+            match fate {
+                Fate::Dispatched | Fate::Redispatched => s.counts.dispatched += 1,
+                Fate::Handled => s.counts.duplicates += 1,
+                Fate::DeadLetter { .. } => s.counts.dead_lettered += 1,
+                _ => {}
+            }
+            false
+        });
+    }
+
+    /// A read succeeded: `idle` says whether anything may start.
+    fn read(&self, idle: Option<Idle>) {
+        self.0.send_if_modified(|s| {
+            let changed = s.idle != idle || s.database.is_some() || !s.read_once;
+            s.idle = idle;
+            s.database = None;
+            s.read_once = true;
+            changed
+        });
+    }
+
+    fn database_failed(&self, trouble: DatabaseTrouble) {
+        self.0.send_modify(|s| s.database = Some(trouble));
+    }
+
+    fn forge_failed(&self, trouble: ForgeTrouble) {
+        self.0.send_if_modified(|s| {
+            let first = s.forge.is_none();
+            if first {
+                s.forge = Some(trouble);
+            }
+            first
+        });
+    }
 }
 
 /// How long to wait before reaching for the database again after `failures` failures.
@@ -491,5 +586,30 @@ mod tests {
         assert_eq!(reconnect_wait(1), Duration::from_secs(1));
         assert_eq!(reconnect_wait(2), Duration::from_secs(2));
         assert_eq!(reconnect_wait(40), RECONNECT_CAP);
+    }
+
+    #[test]
+    fn each_settle_counts_as_the_summary_says() {
+        let progress = Progress::default();
+        for fate in [
+            Fate::Dispatched,
+            Fate::Redispatched,
+            Fate::Handled,
+            Fate::dead(Reason::BadId),
+            Fate::Ignored,
+            Fate::Later(Duration::from_secs(5)),
+            Fate::Release,
+            Fate::LeaseLost,
+        ] {
+            progress.count(&fate);
+        }
+        assert_eq!(
+            progress.counts(),
+            Counts {
+                dispatched: 2,
+                duplicates: 1,
+                dead_lettered: 1
+            }
+        );
     }
 }
