@@ -105,15 +105,20 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
         return text;
     }
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            let _ = write!(text, ": {cause_text}");
+    for cause in causes(e) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            let _ = write!(text, ": {cause}");
         }
-        source = cause.source();
     }
     text
+}
+
+/// The errors under `e`, nearest first.
+pub(super) fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(e.source(), |cause| cause.source())
 }
 
 #[cfg(test)]
