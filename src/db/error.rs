@@ -92,6 +92,12 @@ impl Error {
     }
 }
 
+/// Whether a statement failed on its data (SQLSTATE class 22): a value given as text is no
+/// value of the type it is cast to.
+pub(super) fn data_error(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("22"))
+}
+
 /// A tokio-postgres error with its causes (its `Display` alone says only "db error").
 pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
