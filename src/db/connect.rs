@@ -1,7 +1,8 @@
 //! DATABASE_URL read the way libpq reads it, so that a Supabase connection string works pasted as
 //! is: a `postgres://` / `postgresql://` URL or `key=value` pairs. tokio-postgres parses
-//! everything but what it does not know — `sslmode`'s `verify-*` and `sslrootcert` — which is
-//! taken out of the string first and applied with rustls, by the rules of [`MODES`].
+//! everything but what it does not know — `sslmode`'s `allow` and `verify-*`, any case, and
+//! `sslrootcert` — which is taken out of the string first and applied with rustls, by the rules
+//! of [`MODES`].
 //!
 //! `sslrootcert` is a PEM (or DER) file of the CA to trust, e.g. Supabase's, whose server
 //! certificates chain to its own CA; `sslrootcert=system` trusts the public CAs (Mozilla's list)
@@ -15,7 +16,6 @@
 //! never from the text of the URL; and a URL whose password would be misread (an unencoded
 //! `# / ?` or a second `@` before the host) is refused with the fix alone.
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +32,7 @@ use rustls::{
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use super::error::causes;
 use super::{describe, Error, Result};
 
 /// What one `sslmode` does: a row of [`MODES`].
@@ -96,19 +97,21 @@ const ENCODE_PASSWORD: &str = "percent-encode each of @ # / ? : in the password 
     the password needs no encoding: host=HOST port=5432 user=USER password='PASSWORD' \
     dbname=DATABASE";
 
+/// Where Supabase's CA certificate is downloaded, for messages.
+const SUPABASE_CA: &str =
+    "Supabase: Project Settings → Database → SSL configuration → download the certificate";
+
 impl ConnectSettings {
     /// Parses a connection string; `home` is where libpq's `~/.postgresql/root.crt` would be.
     pub(super) fn parse(database_url: &str, home: Option<&Path>) -> Result<ConnectSettings> {
         let url = database_url.trim();
-        let refused = |what: &str| Err(Error::Url(format!("DATABASE_URL {what}: use {URL_FORMS}")));
+        let refused = |what: &str| Error::Url(format!("DATABASE_URL {what}: use {URL_FORMS}"));
+        let lower = url.to_ascii_lowercase();
         if url.is_empty() {
-            return refused("is empty");
+            return Err(refused("is empty"));
         }
-        if ["http://", "https://"].iter().any(|s| {
-            url.get(..s.len())
-                .is_some_and(|p| p.eq_ignore_ascii_case(s))
-        }) {
-            return refused("is a web address, not a database connection string (a Supabase project's API URL?)");
+        if lower.starts_with("http://") || lower.starts_with("https://") {
+            return Err(refused("is a web address, not a database connection string (a Supabase project's API URL?)"));
         }
         let (rest, sslmode, sslrootcert) = split(url)?;
         let mut config: tokio_postgres::Config = rest.parse().map_err(|e| {
@@ -118,7 +121,7 @@ impl ConnectSettings {
             ))
         })?;
         if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
-            return refused("names no host");
+            return Err(refused("names no host"));
         }
         let roots = match sslrootcert.as_deref().map(str::trim) {
             None | Some("") => None,
@@ -131,21 +134,7 @@ impl ConnectSettings {
             None => "prefer".to_owned(),
         };
         let Some(mode) = MODES.iter().find(|m| m.name == name) else {
-            // The value is shown only when it reads as a mistyped mode, never a pasted secret.
-            let shown = if name.len() <= 12
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b == b'-' || b == b'_')
-            {
-                format!("sslmode={name:?}")
-            } else {
-                "its sslmode".to_owned()
-            };
-            return Err(Error::Url(format!(
-                "DATABASE_URL: {shown} is not a mode PostgreSQL knows: use disable, prefer, require, \
-                 verify-ca or verify-full (Supabase: sslmode=verify-full with \
-                 sslrootcert=/path/to/the-project-ca.crt, or sslmode=require)"
-            )));
+            return Err(unknown_mode(&name));
         };
         if roots == Some(Roots::System) && !mode.host {
             return Err(Error::Url(format!(
@@ -155,20 +144,18 @@ impl ConnectSettings {
         }
         let roots = match (&mode.chain, roots) {
             (Chain::Never, _) => None,
-            (Chain::Always, None) => {
-                // libpq's default CA file, when it exists.
-                let default = home
-                    .map(|h| h.join(".postgresql").join("root.crt"))
-                    .filter(|f| f.is_file());
-                Some(Roots::File(default.ok_or_else(|| Error::Url(format!(
-                    "DATABASE_URL: sslmode={name} checks the server's certificate against a CA, but no \
-                     sslrootcert was given (nor is there ~/.postgresql/root.crt): add \
-                     sslrootcert=/path/to/ca.pem (Supabase: Project Settings → Database → SSL \
-                     configuration → download the certificate), or sslrootcert=system for a server \
-                     with a certificate from a public CA, or use sslmode=require to encrypt without \
-                     checking"
-                )))?))
-            }
+            // libpq's default CA file, when it exists.
+            (Chain::Always, None) => Some(Roots::File(
+                home.map(|h| h.join(".postgresql").join("root.crt"))
+                    .filter(|f| f.is_file())
+                    .ok_or_else(|| Error::Url(format!(
+                        "DATABASE_URL: sslmode={name} checks the server's certificate against a CA, but no \
+                         sslrootcert was given (nor is there ~/.postgresql/root.crt): add \
+                         sslrootcert=/path/to/ca.pem ({SUPABASE_CA}), or sslrootcert=system for a \
+                         server with a certificate from a public CA, or use sslmode=require to \
+                         encrypt without checking"
+                    )))?,
+            )),
             (_, roots) => roots,
         };
         config.ssl_mode(mode.tls);
@@ -191,14 +178,11 @@ impl ConnectSettings {
         let chain = match &self.roots {
             None => None,
             Some(roots) => Some(
-                WebPkiServerVerifier::builder_with_provider(
-                    Arc::new(root_store(roots)?),
-                    provider.clone(),
-                )
-                .build()
-                .map_err(|e| {
-                    Error::Url(format!("DATABASE_URL: sslrootcert cannot be used: {e}"))
-                })?,
+                WebPkiServerVerifier::builder_with_provider(root_store(roots)?, provider.clone())
+                    .build()
+                    .map_err(|e| {
+                        Error::Url(format!("DATABASE_URL: sslrootcert cannot be used: {e}"))
+                    })?,
             ),
         };
         let verifier = Arc::new(Verifier {
@@ -225,13 +209,13 @@ impl ConnectSettings {
             .get_hosts()
             .iter()
             .enumerate()
-            .map(|(n, host)| {
-                let port = ports.get(n).or(ports.first()).copied().unwrap_or(5432);
-                match host {
-                    Host::Tcp(name) => format!("{name}:{port}"),
-                    #[cfg(unix)]
-                    Host::Unix(path) => path.display().to_string(),
+            .map(|(n, host)| match host {
+                Host::Tcp(name) => {
+                    let port = ports.get(n).or(ports.first()).copied().unwrap_or(5432);
+                    format!("{name}:{port}")
                 }
+                #[cfg(unix)]
+                Host::Unix(path) => path.display().to_string(),
             })
             .collect();
         let at = if hosts.is_empty() {
@@ -240,17 +224,27 @@ impl ConnectSettings {
             hosts.join(", ")
         };
         let cause = describe(e);
-        let mut message =
-            format!("could not connect to PostgreSQL at {at} (DATABASE_URL): {cause}");
-        let hint = match (certificate_error(e), &self.roots) {
+        let message = format!("could not connect to PostgreSQL at {at} (DATABASE_URL): {cause}");
+        let certificate = causes(e).find_map(|cause| {
+            // rustls's error reaches tokio-postgres inside an io::Error, whose `source` skips it.
+            let cause: &(dyn std::error::Error + 'static) =
+                match cause.downcast_ref::<std::io::Error>() {
+                    Some(io) => io.get_ref()?,
+                    None => cause,
+                };
+            match cause.downcast_ref() {
+                Some(rustls::Error::InvalidCertificate(certificate)) => Some(certificate),
+                _ => None,
+            }
+        });
+        let hint = match (certificate, &self.roots) {
             (Some(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }), _) => {
                 "the server's certificate is not issued for that host name: connect by the name on \
                  the certificate, or use sslmode=verify-ca to check the chain only".to_owned()
             }
             (Some(_), Some(Roots::File(path))) => format!(
                 "the server's certificate was not accepted with the CA in sslrootcert={}: is it the \
-                 right CA file (Supabase: Project Settings → Database → SSL configuration → download \
-                 the certificate)?",
+                 right CA file ({SUPABASE_CA})?",
                 path.display()
             ),
             (Some(_), _) => "the server's certificate is not signed by a public CA: give its CA as \
@@ -264,15 +258,34 @@ impl ConnectSettings {
             }
             (None, _) => return message,
         };
-        let _ = write!(message, "; {hint}");
-        message
+        format!("{message}; {hint}")
     }
+}
+
+/// An `sslmode` no row of [`MODES`] has. The value is shown only when it reads as a mistyped
+/// mode, never a pasted secret.
+fn unknown_mode(name: &str) -> Error {
+    let mistyped = name.len() <= 12
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b"-_".contains(&b));
+    let shown = if mistyped {
+        format!("sslmode={name:?}")
+    } else {
+        "its sslmode".to_owned()
+    };
+    Error::Url(format!(
+        "DATABASE_URL: {shown} is not a mode PostgreSQL knows: use disable, prefer, require, \
+         verify-ca or verify-full (Supabase: sslmode=verify-full with \
+         sslrootcert=/path/to/the-project-ca.crt, or sslmode=require)"
+    ))
 }
 
 /// The connection string without `sslmode` and `sslrootcert`, and their values. A URL's query is
 /// split at `&`; `key=value` pairs are read as tokio-postgres reads them and written back quoted.
 fn split(url: &str) -> Result<(String, Option<String>, Option<String>)> {
     let (mut sslmode, mut sslrootcert) = (None, None);
+    // Whether the pair is one of those two, and so taken out.
     let mut take = |key: &str, value: String| {
         let slot = match key {
             "sslmode" => &mut sslmode,
@@ -287,26 +300,24 @@ fn split(url: &str) -> Result<(String, Option<String>, Option<String>)> {
         .or_else(|| url.strip_prefix("postgresql://"))
     {
         // tokio-postgres ends the credentials at the first `@`, then the hosts at `/` or `?`.
-        let hosts = body.find('@').map_or(0, |at| at + 1);
-        let host_part =
-            &body[hosts..][..body[hosts..].find(['/', '?']).unwrap_or(body.len() - hosts)];
-        if body[..hosts].contains(['#', '/', '?']) || host_part.contains('@') {
+        let (credentials, hosts) = body.split_once('@').unwrap_or(("", body));
+        let hosts = hosts.split(['/', '?']).next().unwrap_or_default();
+        if credentials.contains(['#', '/', '?']) || hosts.contains('@') {
             return Err(Error::Url(format!(
                 "DATABASE_URL would be misread: a character of its password ends the password \
                  early, and the rest would be taken for the host or the database; \
                  {ENCODE_PASSWORD}"
             )));
         }
-        let Some(query) = body[hosts..].find('?') else {
+        // With no `?` among the credentials and the hosts, the first is the query's.
+        let Some((base, query)) = url.split_once('?') else {
             return Ok((url.to_owned(), None, None));
         };
-        let (base, query) = url.split_at(url.len() - body.len() + hosts + query);
         let decode = |s: &str| {
-            percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
+            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy();
+            decoded.into_owned()
         };
-        let kept: Vec<&str> = query[1..]
+        let kept: Vec<&str> = query
             .split('&')
             .filter(|pair| {
                 let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -327,10 +338,8 @@ fn split(url: &str) -> Result<(String, Option<String>, Option<String>)> {
             .into_iter()
             .filter(|(key, value)| !take(key, value.clone()))
             .map(|(key, value)| {
-                format!(
-                    "{key}='{}'",
-                    value.replace('\\', "\\\\").replace('\'', "\\'")
-                )
+                let value = value.replace('\\', "\\\\").replace('\'', "\\'");
+                format!("{key}='{value}'")
             })
             .collect();
         kept.join(" ")
@@ -376,14 +385,10 @@ fn key_values(text: &str) -> Option<Vec<(String, String)>> {
 }
 
 /// The trusted CAs: Mozilla's list, or the certificates of a PEM (or DER) file.
-fn root_store(roots: &Roots) -> Result<RootCertStore> {
-    let path = match roots {
-        Roots::System => {
-            return Ok(RootCertStore {
-                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-            })
-        }
-        Roots::File(path) => path,
+fn root_store(roots: &Roots) -> Result<Arc<RootCertStore>> {
+    let Roots::File(path) = roots else {
+        let roots = webpki_roots::TLS_SERVER_ROOTS.to_vec();
+        return Ok(Arc::new(RootCertStore { roots }));
     };
     let shown = path.display();
     let bytes = std::fs::read(path).map_err(|e| {
@@ -391,9 +396,7 @@ fn root_store(roots: &Roots) -> Result<RootCertStore> {
             "DATABASE_URL: sslrootcert={shown} cannot be read: {e}"
         ))
     })?;
-    let mut certificates: Vec<CertificateDer<'_>> = CertificateDer::pem_slice_iter(&bytes)
-        .filter_map(std::result::Result::ok)
-        .collect();
+    let mut certificates: Vec<_> = CertificateDer::pem_slice_iter(&bytes).flatten().collect();
     if certificates.is_empty() && bytes.first() == Some(&0x30) {
         // One DER certificate (an ASN.1 SEQUENCE), as some CA downloads are.
         certificates.push(CertificateDer::from(bytes));
@@ -405,7 +408,7 @@ fn root_store(roots: &Roots) -> Result<RootCertStore> {
              -----BEGIN CERTIFICATE-----, or DER)"
         )));
     }
-    Ok(store)
+    Ok(Arc::new(store))
 }
 
 /// The certificate check of every mode: none without a `chain` verifier (`require` and `prefer`
@@ -462,27 +465,6 @@ impl ServerCertVerifier for Verifier {
     }
 }
 
-/// The certificate problem under a failed TLS handshake, if that is what failed.
-fn certificate_error(e: &tokio_postgres::Error) -> Option<&CertificateError> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(error) = source {
-        // rustls's error reaches tokio-postgres inside an io::Error.
-        let inner = match error.downcast_ref::<std::io::Error>() {
-            Some(io) => io
-                .get_ref()
-                .map(|inner| inner as &(dyn std::error::Error + 'static)),
-            None => Some(error),
-        };
-        if let Some(rustls::Error::InvalidCertificate(certificate)) =
-            inner.and_then(|i| i.downcast_ref())
-        {
-            return Some(certificate);
-        }
-        source = error.source();
-    }
-    None
-}
-
 /// A server on another machine reached without its certificate checked: spec §2's warning.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unchecked {
@@ -522,10 +504,7 @@ pub fn unchecked(database_url: &str) -> Option<Unchecked> {
             (None, Some(Host::Tcp(name))) => name.clone(),
             _ => return None,
         };
-        let bare = host
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_ascii_lowercase();
+        let bare = host.trim_matches(['[', ']']).to_ascii_lowercase();
         let local = bare == "localhost"
             || bare.ends_with(".localhost")
             || bare.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());

@@ -92,6 +92,12 @@ impl Error {
     }
 }
 
+/// Whether a statement failed on its data (SQLSTATE class 22): a value given as text is no
+/// value of the type it is cast to.
+pub(super) fn data_error(e: &tokio_postgres::Error) -> bool {
+    e.code().is_some_and(|c| c.code().starts_with("22"))
+}
+
 /// A tokio-postgres error with its causes (its `Display` alone says only "db error").
 pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
@@ -105,15 +111,20 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
         return text;
     }
     let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            let _ = write!(text, ": {cause_text}");
+    for cause in causes(e) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            let _ = write!(text, ": {cause}");
         }
-        source = cause.source();
     }
     text
+}
+
+/// The errors under `e`, nearest first.
+pub(super) fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(e.source(), |cause| cause.source())
 }
 
 #[cfg(test)]

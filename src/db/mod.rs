@@ -48,15 +48,11 @@ impl Database {
     pub async fn connect(database_url: &str) -> Result<Database> {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let settings = ConnectSettings::parse(database_url, home.as_deref())?;
-        let (client, connection) = match settings.config.connect(settings.connector()?).await {
-            Ok(pair) => pair,
-            Err(cause) => {
-                return Err(Error::Query {
-                    message: settings.connect_error(&cause),
-                    cause,
-                })
-            }
-        };
+        let connected = settings.config.connect(settings.connector()?).await;
+        let (client, connection) = connected.map_err(|cause| Error::Query {
+            message: settings.connect_error(&cause),
+            cause,
+        })?;
         let connection = tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));

@@ -2,8 +2,9 @@
 //! `signatures-1.4.4.txt` by a test): every argument cast (`$2::bigint`), so an overloaded
 //! function resolves the same in every version; result columns selected by name, so a column
 //! a later version adds or moves changes nothing; no function named by its signature. Reads of
-//! the tables themselves (`pgmq.q_<queue>`, `pgmq.a_<queue>`) use the 1.4.4 columns only. Every
-//! statement is unprepared ([`query`]), so Supavisor's transaction pooler works.
+//! the tables themselves (`pgmq.q_<queue>`, `pgmq.a_<queue>`: `{q}` and `{a}` in the statements
+//! below, filled in by [`on`]) use the 1.4.4 columns only. Every statement is unprepared
+//! ([`query`]), so Supavisor's transaction pooler works.
 
 use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
@@ -27,6 +28,12 @@ pub fn table(kind: char, queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("{kind}_{queue}")))
 }
 
+/// A statement on `queue`'s tables: `{q}` the queue's, `{a}` its archive's.
+fn on(queue: &QueueName, sql: &str) -> String {
+    sql.replace("{q}", &table('q', queue))
+        .replace("{a}", &table('a', queue))
+}
+
 // pgmq.send takes a NULL message; such a message is no row's event, and is dead-lettered as
 // malformed like any other.
 const READ: &str = "select m.msg_id, m.read_ct, m.enqueued_at, coalesce(m.message::text, 'null') \
@@ -46,6 +53,15 @@ pub async fn read(client: &Client, queue: &QueueName, vt: i32, qty: i32) -> Resu
         .collect())
 }
 
+const RENEW: &str = "with mine as ( \
+       select q.msg_id from {q} as q \
+       join unnest($2::bigint[], $3::integer[]) as held(id, read_ct) \
+         on q.msg_id = held.id and q.read_ct = held.read_ct \
+       for update of q \
+     ) \
+     select m.msg_id, m.read_ct \
+     from mine, lateral pgmq.set_vt($1::text, mine.msg_id::bigint, $4::integer) as m";
+
 /// `pgmq.set_vt` for each held message that is still as this process read it (the same
 /// `read_ct`), in one round trip and one statement: the check and the new visibility go
 /// together, so a message another reader holds now (it read it again: another `read_ct`) keeps
@@ -58,19 +74,8 @@ pub async fn renew(
     held: &[(i64, i32)],
     vt: i32,
 ) -> Result<Vec<(i64, i32)>> {
-    let ids: Vec<i64> = held.iter().map(|(id, _)| *id).collect();
-    let reads: Vec<i32> = held.iter().map(|(_, read_ct)| *read_ct).collect();
-    let sql = format!(
-        "with mine as ( \
-           select q.msg_id from {} as q \
-           join unnest($2::bigint[], $3::integer[]) as held(id, read_ct) \
-             on q.msg_id = held.id and q.read_ct = held.read_ct \
-           for update of q \
-         ) \
-         select m.msg_id, m.read_ct \
-         from mine, lateral pgmq.set_vt($1::text, mine.msg_id::bigint, $4::integer) as m",
-        table('q', queue)
-    );
+    let (ids, reads): (Vec<i64>, Vec<i32>) = held.iter().copied().unzip();
+    let sql = on(queue, RENEW);
     let rows = query(client, &sql, &[&queue.as_str(), &ids, &reads, &vt]).await?;
     Ok(rows.iter().map(|row| (row.get(0), row.get(1))).collect())
 }
@@ -78,9 +83,8 @@ pub async fn renew(
 /// `pgmq.archive`: false when the message was not there (archived already, or deleted).
 pub async fn archive(client: &Client, queue: &QueueName, id: i64) -> Result<bool> {
     let sql = "select pgmq.archive($1::text, $2::bigint)";
-    Ok(value(client, sql, &[&queue.as_str(), &id])
-        .await?
-        .unwrap_or(false))
+    let archived = value(client, sql, &[&queue.as_str(), &id]).await?;
+    Ok(archived.unwrap_or(false))
 }
 
 const DEAD_LETTER: &str = "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
@@ -99,12 +103,8 @@ pub async fn dead_letter(
     id: i64,
     letter: &str,
 ) -> Result<Option<i64>> {
-    Ok(value(
-        client,
-        DEAD_LETTER,
-        &[&dead.as_str(), &letter, &queue.as_str(), &id],
-    )
-    .await?)
+    let args: [&dyn super::Arg; 4] = [&dead.as_str(), &letter, &queue.as_str(), &id];
+    Ok(value(client, DEAD_LETTER, &args).await?)
 }
 
 /// `pgmq.metrics`: the queue's length and the age of its oldest message in seconds (0 when
@@ -127,19 +127,19 @@ pub async fn list(client: &Client) -> Result<Vec<(String, bool)>> {
 /// renewals and reads sharing its connection never wait long behind it.
 const FORGET_BATCH: i32 = 1000;
 
+// pgmq has no function for it; the archive is a plain table.
+const FORGET: &str = "with gone as ( \
+       delete from {a} where msg_id in ( \
+         select msg_id from {a} \
+         where archived_at < now() - ($1::double precision * interval '1 second') \
+         limit $2::integer \
+       ) returning 1 \
+     ) select count(*) from gone";
+
 /// Deletes archived messages older than `retention_s` seconds, a batch per statement: how many
-/// went. (pgmq has no function for it; the archive is a plain table.)
+/// went.
 pub async fn forget_archived(client: &Client, queue: &QueueName, retention_s: f64) -> Result<u64> {
-    let archive = table('a', queue);
-    let sql = format!(
-        "with gone as ( \
-           delete from {archive} where msg_id in ( \
-             select msg_id from {archive} \
-             where archived_at < now() - ($1::double precision * interval '1 second') \
-             limit $2::integer \
-           ) returning 1 \
-         ) select count(*) from gone"
-    );
+    let sql = on(queue, FORGET);
     let mut total = 0;
     loop {
         let gone: i64 = value(client, &sql, &[&retention_s, &FORGET_BATCH])
@@ -153,6 +153,14 @@ pub async fn forget_archived(client: &Client, queue: &QueueName, retention_s: f6
     }
 }
 
+// `{q}` is the dead-letter queue's table here.
+const REDRIVE: &str = "with moved as ( \
+       select d.msg_id, pgmq.send($1::text, (d.message -> 'message')::jsonb, 0::integer) as sent \
+       from {q} as d \
+       where $3::bigint is null or d.msg_id = $3::bigint \
+     ) \
+     select pgmq.archive($2::text, moved.msg_id::bigint) from moved";
+
 /// Moves dead letters back to `queue`: the original message of each (all, or the one with id
 /// `only`) is sent again and the dead letter archived. How many moved.
 pub async fn redrive(
@@ -161,21 +169,23 @@ pub async fn redrive(
     dead: &QueueName,
     only: Option<i64>,
 ) -> Result<u64> {
-    let sql = format!(
-        "with moved as ( \
-           select d.msg_id, pgmq.send($1::text, (d.message -> 'message')::jsonb, 0::integer) as sent \
-           from {} as d \
-           where $3::bigint is null or d.msg_id = $3::bigint \
-         ) \
-         select pgmq.archive($2::text, moved.msg_id::bigint) from moved",
-        table('q', dead)
-    );
+    let sql = on(dead, REDRIVE);
     let rows = query(client, &sql, &[&queue.as_str(), &dead.as_str(), &only]).await?;
-    Ok(rows
+    let moved = rows
         .iter()
-        .filter(|r| r.get::<_, Option<bool>>(0).unwrap_or(false))
-        .count() as u64)
+        .filter(|r| r.get::<_, Option<bool>>(0) == Some(true));
+    Ok(moved.count() as u64)
 }
+
+const MESSAGE_IDS: &str = "select id, bool_or(archived_at is null), max(archived_at) from ( \
+       select m.message -> 'record' ->> $1::text as id, null::timestamptz as archived_at \
+       from {q} as m \
+       where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
+       union all \
+       select m.message -> 'record' ->> $1::text, m.archived_at from {a} as m \
+       where m.archived_at >= $4::timestamptz \
+         and m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
+     ) as ids where id is not null group by id";
 
 /// The messages of `schema.table`, by row id (as text): those in the queue, visible or held
 /// (rows the sweep leaves to the consumer), and those archived since `since` — each id with
@@ -190,19 +200,7 @@ pub async fn message_ids(
     id_column: &str,
     since: DateTime<Utc>,
 ) -> Result<Vec<(String, bool, Option<DateTime<Utc>>)>> {
-    let sql = format!(
-        "select id, bool_or(archived_at is null), max(archived_at) from ( \
-           select m.message -> 'record' ->> $1::text as id, null::timestamptz as archived_at \
-           from {} as m \
-           where m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
-           union all \
-           select m.message -> 'record' ->> $1::text, m.archived_at from {} as m \
-           where m.archived_at >= $4::timestamptz \
-             and m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
-         ) as ids where id is not null group by id",
-        table('q', queue),
-        table('a', queue)
-    );
+    let sql = on(queue, MESSAGE_IDS);
     let rows = query(client, &sql, &[&id_column, &schema, &table_name, &since]).await?;
     Ok(rows
         .iter()
@@ -222,6 +220,21 @@ pub struct TableUse {
     pub frees_in_s: Option<f64>,
 }
 
+const HOUR_USE: &str = "select u.schema_name, u.table_name, count(*)::bigint, \
+            extract(epoch from min(u.archived_at) + interval '1 hour' - clock_timestamp())::float8 \
+     from ( \
+       select m.message ->> 'schema' as schema_name, m.message ->> 'table' as table_name, \
+              m.archived_at \
+       from {a} as m \
+       where m.archived_at > clock_timestamp() - interval '1 hour' union all \
+       select m.message ->> 'schema', m.message ->> 'table', null::timestamptz \
+       from {q} as m \
+       where m.read_ct > 0 and m.vt > clock_timestamp() \
+         and m.vt <= clock_timestamp() + ($1::integer * interval '1 second') \
+     ) as u \
+     where u.schema_name is not null and u.table_name is not null \
+     group by 1, 2";
+
 /// Per table (each message's event names its `schema` and `table`), the messages that count
 /// against an hourly budget now, on the database's clock: those archived within the last
 /// hour, whichever process settled them, and those a reader holds now (read, and hidden for at
@@ -229,33 +242,14 @@ pub struct TableUse {
 /// put off for longer, which nobody works on). Plain SELECTs of the two tables: one range scan
 /// of the archive's `archived_at` index, one of the queue's `vt` index.
 pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Result<Vec<TableUse>> {
-    let sql = format!(
-        "select u.schema_name, u.table_name, count(*)::bigint, \
-                extract(epoch from min(u.archived_at) + interval '1 hour' - clock_timestamp())::float8 \
-         from ( \
-           select m.message ->> 'schema' as schema_name, m.message ->> 'table' as table_name, \
-                  m.archived_at \
-           from {archive} as m \
-           where m.archived_at > clock_timestamp() - interval '1 hour' union all \
-           select m.message ->> 'schema', m.message ->> 'table', null::timestamptz \
-           from {queue} as m \
-           where m.read_ct > 0 and m.vt > clock_timestamp() \
-             and m.vt <= clock_timestamp() + ($1::integer * interval '1 second') \
-         ) as u \
-         group by 1, 2",
-        archive = table('a', queue),
-        queue = table('q', queue),
-    );
-    let rows = query(client, &sql, &[&lease_s]).await?;
+    let rows = query(client, &on(queue, HOUR_USE), &[&lease_s]).await?;
     Ok(rows
         .iter()
-        .filter_map(|r| {
-            Some(TableUse {
-                schema: r.get::<_, Option<String>>(0)?,
-                table: r.get::<_, Option<String>>(1)?,
-                rows: r.get::<_, i64>(2).max(0) as u64,
-                frees_in_s: r.get(3),
-            })
+        .map(|r| TableUse {
+            schema: r.get(0),
+            table: r.get(1),
+            rows: r.get::<_, i64>(2).max(0) as u64,
+            frees_in_s: r.get(3),
         })
         .collect())
 }
@@ -263,8 +257,9 @@ pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Resul
 /// How many messages the queue holds, visible or not: a plain count of its table, which reads
 /// none (`pgmq.read` would count a read and hide them).
 pub async fn depth(client: &Client, queue: &QueueName) -> Result<i64> {
-    let sql = format!("select count(*) from {}", table('q', queue));
-    Ok(value(client, &sql, &[]).await?.unwrap_or(0))
+    Ok(value(client, &on(queue, "select count(*) from {q}"), &[])
+        .await?
+        .unwrap_or(0))
 }
 
 /// Where a row's message is, as `explain` shows it.
@@ -302,30 +297,30 @@ pub async fn row_messages(
     id_column: &str,
     id: &str,
 ) -> Result<Vec<RowMessage>> {
-    let sources = [
-        ("queue", table('q', queue)),
-        ("archive", table('a', queue)),
-        ("dead_letter", table('q', dead)),
-        ("dead_letter_archive", table('a', dead)),
+    // Each place: its table, where it holds the row's event (a dead letter under `message`),
+    // and its times (an archive's: when the message went there).
+    let (event, dead_event) = ("m.message", "(m.message -> 'message')");
+    let (queued, archived) = (
+        "m.vt, null::timestamptz",
+        "null::timestamptz, m.archived_at",
+    );
+    let places = [
+        ("queue", table('q', queue), event, queued),
+        ("archive", table('a', queue), event, archived),
+        ("dead_letter", table('q', dead), dead_event, queued),
+        (
+            "dead_letter_archive",
+            table('a', dead),
+            dead_event,
+            archived,
+        ),
     ];
     let mut found = Vec::new();
-    for (place, relation) in sources {
+    for (place, relation, event, when) in places {
         let exists = "select to_regclass($1::text) is not null";
         if value(client, exists, &[&relation]).await? != Some(true) {
             continue;
         }
-        // A dead letter holds the row's event under `message`; an archive, when it went there.
-        let dead_letter = place.starts_with("dead_letter");
-        let event = if dead_letter {
-            "(m.message -> 'message')"
-        } else {
-            "m.message"
-        };
-        let when = if place.ends_with("archive") {
-            "null::timestamptz, m.archived_at"
-        } else {
-            "m.vt, null::timestamptz"
-        };
         let sql = format!(
             "select m.msg_id, m.read_ct, m.enqueued_at, {when}, \
                     m.message ->> 'reason', m.message ->> 'msg_id' \
@@ -335,6 +330,7 @@ pub async fn row_messages(
              order by m.msg_id"
         );
         let rows = query(client, &sql, &[&schema, &table_name, &id_column, &id]).await?;
+        let dead_letter = event == dead_event;
         found.extend(rows.iter().map(|r| {
             RowMessage {
                 place,
@@ -344,8 +340,7 @@ pub async fn row_messages(
                 visible_at: r.get(3),
                 archived_at: r.get(4),
                 reason: r.get::<_, Option<String>>(5).filter(|_| dead_letter),
-                original_msg_id: r
-                    .get::<_, Option<String>>(6)
+                original_msg_id: (r.get::<_, Option<String>>(6))
                     .filter(|_| dead_letter)
                     .and_then(|id| id.parse().ok()),
             }

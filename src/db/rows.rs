@@ -14,6 +14,7 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{Map, Value};
 
+use super::error::data_error;
 use super::shape::{quoted_for_message, Shape};
 use super::{Database, Error, Result};
 use crate::config::Route;
@@ -27,14 +28,6 @@ pub struct Row {
 }
 
 impl Database {
-    /// Checks that the route fits its table: the table exists, with the route's id and text
-    /// columns, and with `created` its created column, of a time type. A [`Misfit`] in the
-    /// error's chain says the config is wrong; any other error, that the catalog could not be
-    /// read.
-    pub async fn check_columns(&self, route: &Route, created: bool) -> Result<()> {
-        super::shape::check(&self.client, route, created).await
-    }
-
     /// The route's rows with created_column >= since, in keyset pages of `page_size` rows ordered
     /// by (created_column, id_column) — so a table of millions streams in bounded memory.
     ///
@@ -65,10 +58,9 @@ impl Database {
     pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
         let shape = Shape::read(&self.client, route).await?;
         let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
-        match super::query(&self.client, &sql, &[&id]).await {
-            Ok(rows) => Ok(rows.first().and_then(|r| r.get::<_, Option<Value>>(0))),
+        match super::value(&self.client, &sql, &[&id]).await {
             Err(e) if data_error(&e) => Ok(None),
-            Err(e) => Err(shape.query_error(e)),
+            found => found.map_err(|e| shape.query_error(e)),
         }
     }
 
@@ -83,48 +75,44 @@ impl Database {
             "where r.{} = cast($1::text as {}) limit 2",
             shape.id, shape.id_type
         ));
-        let found =
-            super::query(&self.client, &sql, &[&id])
-                .await
-                .map_err(|cause| match data_error(&cause) {
-                    true => Error::query(
-                        format!(
-                            "{id:?} is not an id of table {}: its id column {} is of type {}",
-                            shape.name,
-                            quoted_for_message(&route.id_column),
-                            shape.id_type,
-                        ),
-                        cause,
-                    ),
-                    false => shape.query_error(cause),
-                })?;
-        match found.as_slice() {
-            [] => Ok(None),
-            [row] => match shape.decode(row)? {
-                (record, Some(created_at), ..) => Ok(Some(Row { record, created_at })),
-                (_, None, ..) => Err(Error::Row(format!(
-                    "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
-                    shape.name,
-                    quoted_for_message(&route.created_column),
-                    shape.relation,
-                    shape.created,
-                    shape.id,
-                    id.replace('\'', "''")
-                ))),
-            },
-            _ => Err(Error::Row(format!(
-                "more than one row of table {} has id {id}: the id column {} must be unique (the \
-                 primary key, usually), since the id is the row's identity",
+        let found = super::query(&self.client, &sql, &[&id]).await;
+        let found = found.map_err(|cause| {
+            if !data_error(&cause) {
+                return shape.query_error(cause);
+            }
+            let what = format!(
+                "{id:?} is not an id of table {}: its id column {} is of type {}",
                 shape.name,
-                quoted_for_message(&route.id_column)
-            ))),
-        }
+                quoted_for_message(&route.id_column),
+                shape.id_type,
+            );
+            Error::query(what, cause)
+        })?;
+        let row = match found.as_slice() {
+            [] => return Ok(None),
+            [row] => row,
+            _ => {
+                return Err(Error::Row(format!(
+                    "more than one row of table {} has id {id}: the id column {} must be unique \
+                     (the primary key, usually), since the id is the row's identity",
+                    shape.name,
+                    quoted_for_message(&route.id_column)
+                )))
+            }
+        };
+        let (record, Some(created_at), ..) = shape.decode(row)? else {
+            return Err(Error::Row(format!(
+                "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
+                shape.name,
+                quoted_for_message(&route.created_column),
+                shape.relation,
+                shape.created,
+                shape.id,
+                id.replace('\'', "''")
+            )));
+        };
+        Ok(Some(Row { record, created_at }))
     }
-}
-
-/// Whether a statement failed on its data (SQLSTATE class 22): the id is no value of its type.
-fn data_error(e: &tokio_postgres::Error) -> bool {
-    e.code().is_some_and(|c| c.code().starts_with("22"))
 }
 
 /// The route's rows of a window, a page at a time; see [`Database::since`].

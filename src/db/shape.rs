@@ -1,8 +1,11 @@
-//! The table's shape: the route's table and columns as the catalog has them, the statements
-//! that read its rows and how a result row decodes; how names show in messages.
+//! The table's shape: the route's table and columns as the catalog has it (one read, which
+//! [`visibility`](super::visibility) shares), the statements that read its rows and how a
+//! result row decodes; how names show in messages.
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
+use tokio_postgres::types::Json;
+use tokio_postgres::Client;
 
 use crate::config::Route;
 
@@ -12,6 +15,49 @@ use super::{quote_ident, quote_relation, Error, Result};
 /// `timestamp` (read as UTC, Supabase's time zone) and `date` (a day starts at its midnight).
 const TIME_TYPES: [u32; 3] = [1184, 1114, 1082];
 
+/// The schemas named as the route's but for case, each with its tables named so but for case
+/// (so that a near miss can be named), read from the catalog, which every role may read
+/// (unlike `information_schema`, which shows only what the role has rights on). For each table:
+/// 2, its columns ([`Column`]); 3, 4, its name and DATABASE_URL's role, quoted as SQL wants
+/// them; 5–8, how row level security stands for the role (enabled, forced, active, whether the
+/// role has the owner's privileges); 9, the policies for reading that apply to the role, as
+/// PostgreSQL picks them: (name, restrictive, condition).
+const CATALOG: &str = "select n.nspname::text, c.relname::text, \
+        (select coalesce(json_agg(json_build_object('name', a.attname, \
+                  'type_sql', pg_catalog.format_type(a.atttypid, a.atttypmod), \
+                  'base_type', case when t.typtype = 'd' then t.typbasetype else a.atttypid end::bigint) \
+                  order by a.attnum), '[]') \
+         from pg_catalog.pg_attribute a join pg_catalog.pg_type t on t.oid = a.atttypid \
+         where a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped), \
+        quote_ident(n.nspname) || '.' || quote_ident(c.relname), quote_ident(current_user), \
+        c.relrowsecurity, c.relforcerowsecurity, row_security_active(c.oid::regclass), \
+        pg_has_role(current_user, c.relowner, 'USAGE'), \
+        (select coalesce(json_agg(json_build_array(quote_ident(p.polname), not p.polpermissive, \
+                  pg_catalog.pg_get_expr(p.polqual, p.polrelid)) order by p.polname), '[]') \
+         from pg_catalog.pg_policy p \
+         where p.polrelid = c.oid and p.polcmd in ('r', '*') \
+           and exists (select from unnest(p.polroles) as r(oid) \
+                       where case when r.oid = 0 then true \
+                             else pg_has_role(current_user, r.oid, 'USAGE') end)) \
+    from pg_catalog.pg_namespace n \
+    left join pg_catalog.pg_class c on c.relnamespace = n.oid \
+      and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
+    where lower(n.nspname) = lower($1)";
+
+/// The rows of [`CATALOG`] for the route's table, and the one that is it exactly, if any.
+pub(super) async fn lookup(
+    client: &Client,
+    route: &Route,
+) -> Result<(Vec<tokio_postgres::Row>, Option<usize>), tokio_postgres::Error> {
+    let found = super::query(client, CATALOG, &[&route.schema, &route.table]).await?;
+    let exact = found.iter().position(|r| {
+        r.get::<_, &str>(0) == route.schema
+            && r.get::<_, Option<&str>>(1) == Some(route.table.as_str())
+    });
+    Ok((found, exact))
+}
+
+#[derive(serde::Deserialize)]
 struct Column {
     name: String,
     /// The type as SQL spells it (`bigint`, `uuid`, `character varying(40)`, `public.my_domain`).
@@ -39,6 +85,21 @@ pub(super) struct Shape {
 pub(super) type Decoded = (Map<String, Value>, Option<DateTime<Utc>>, String, String);
 
 impl Shape {
+    /// Looks the route's table and columns up in the catalog.
+    pub(super) async fn read(client: &Client, route: &Route) -> Result<Shape> {
+        let table = CatalogTable::read(client, route).await?;
+        let id = table.row_columns(route)?;
+        let created = table.created(route)?;
+        Ok(Shape {
+            name: table.name.clone(),
+            relation: quote_relation(&route.schema, &route.table),
+            id: quote_ident(&id.name),
+            id_type: id.type_sql.clone(),
+            created: quote_ident(&created.name),
+            created_type: created.type_sql.clone(),
+        })
+    }
+
     /// A query of the rows that `filter` (a WHERE clause, ORDER BY, LIMIT on the table, alias
     /// `r`) picks: each as its record, its created value in the column's base type, and its id
     /// as text (for the cursor). The rows are picked in a subquery so that `to_jsonb` runs on
@@ -58,12 +119,8 @@ impl Shape {
 
     /// A result row of [`Shape::select`].
     pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Decoded> {
-        let bad = |cause| {
-            Error::query(
-                format!("could not read a row of table {}", self.name),
-                cause,
-            )
-        };
+        let what = format!("could not read a row of table {}", self.name);
+        let bad = |cause| Error::query(&what, cause);
         let Value::Object(record) = row.try_get(0).map_err(bad)? else {
             return Err(Error::Row(format!(
                 "to_jsonb gave no object for a row of table {}",
@@ -81,10 +138,8 @@ impl Shape {
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
-        Error::query(
-            format!("could not read table {} (DATABASE_URL)", self.name),
-            cause,
-        )
+        let what = format!("could not read table {} (DATABASE_URL)", self.name);
+        Error::query(what, cause)
     }
 }
 
@@ -145,20 +200,6 @@ pub struct MissingColumn {
     pub columns: Vec<String>,
 }
 
-/// The schemas and their tables named so but for case, so that a near miss can be named.
-const TABLES: &str = "select n.nspname::text, c.relname::text, c.oid \
-    from pg_catalog.pg_namespace n \
-    left join pg_catalog.pg_class c on c.relnamespace = n.oid \
-      and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
-    where lower(n.nspname) = lower($1)";
-
-/// A table's columns: name, type as SQL spells it, and the type's oid (a domain's base type's).
-const COLUMNS: &str = "select a.attname::text, pg_catalog.format_type(a.atttypid, a.atttypmod), \
-        case when t.typtype = 'd' then t.typbasetype else a.atttypid end \
-    from pg_catalog.pg_attribute a join pg_catalog.pg_type t on t.oid = a.atttypid \
-    where a.attrelid = $1 and a.attnum > 0 and not a.attisdropped \
-    order by a.attnum";
-
 /// A route's table as the catalog has it: its name for messages and its columns.
 struct CatalogTable {
     name: String,
@@ -166,27 +207,21 @@ struct CatalogTable {
 }
 
 impl CatalogTable {
-    /// Looks the route's table and columns up in the catalog, which every role may read
-    /// (unlike `information_schema`, which shows only what the role has rights on).
-    async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<CatalogTable> {
+    async fn read(client: &Client, route: &Route) -> Result<CatalogTable> {
         let name = table_for_message(&route.schema, &route.table);
-        let lookup = format!("could not look up table {name} in the database (DATABASE_URL)");
-        let lookup_error = |cause| Error::query(&lookup, cause);
-        let found = super::query(client, TABLES, &[&route.schema, &route.table])
+        let what = format!("could not look up table {name} in the database (DATABASE_URL)");
+        let (found, exact) = lookup(client, route)
             .await
-            .map_err(lookup_error)?;
-        let in_schema: Vec<_> = found
-            .iter()
-            .filter(|r| r.get::<_, String>(0) == route.schema)
-            .collect();
+            .map_err(|e| Error::query(&what, e))?;
         let near = |kind: &str, name: Option<String>| {
             name.map(|name| format!(" (did you mean {kind} = {name:?}?)"))
                 .unwrap_or_default()
         };
-        let Some(table) = in_schema
-            .iter()
-            .find(|r| r.get::<_, Option<String>>(1).as_ref() == Some(&route.table))
-        else {
+        let Some(table) = exact.map(|n| &found[n]) else {
+            let in_schema: Vec<_> = found
+                .iter()
+                .filter(|r| r.get::<_, &str>(0) == route.schema)
+                .collect();
             if in_schema.is_empty() {
                 let hint = near("schema", found.first().map(|r| r.get(0)));
                 return Err(Error::Table(Misfit::NoTable(format!(
@@ -201,19 +236,7 @@ impl CatalogTable {
                  that DATABASE_URL names the right database"
             ))));
         };
-        let oid: u32 = table.get(2);
-
-        let columns = super::query(client, COLUMNS, &[&oid])
-            .await
-            .map_err(lookup_error)?;
-        let columns = columns
-            .iter()
-            .map(|row| Column {
-                name: row.get(0),
-                type_sql: row.get(1),
-                base_type: row.get(2),
-            })
-            .collect();
+        let Json(columns) = table.try_get(2).map_err(|e| Error::query(&what, e))?;
         Ok(CatalogTable { name, columns })
     }
 
@@ -270,35 +293,18 @@ impl CatalogTable {
     }
 }
 
-/// Checks that the route's table exists with its id and text columns and, with `created`, its
-/// created column, of a time type.
-pub(super) async fn check(
-    client: &tokio_postgres::Client,
-    route: &Route,
-    created: bool,
-) -> Result<()> {
-    let table = CatalogTable::read(client, route).await?;
-    table.row_columns(route)?;
-    if created {
-        table.created(route)?;
-    }
-    Ok(())
-}
-
-impl Shape {
-    /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn read(client: &tokio_postgres::Client, route: &Route) -> Result<Shape> {
-        let table = CatalogTable::read(client, route).await?;
-        let id = table.row_columns(route)?;
-        let created = table.created(route)?;
-        Ok(Shape {
-            name: table.name.clone(),
-            relation: quote_relation(&route.schema, &route.table),
-            id: quote_ident(&id.name),
-            id_type: id.type_sql.clone(),
-            created: quote_ident(&created.name),
-            created_type: created.type_sql.clone(),
-        })
+impl super::Database {
+    /// Checks that the route fits its table: the table exists, with the route's id and text
+    /// columns, and with `created` its created column, of a time type. A [`Misfit`] in the
+    /// error's chain says the config is wrong; any other error, that the catalog could not be
+    /// read.
+    pub async fn check_columns(&self, route: &Route, created: bool) -> Result<()> {
+        let table = CatalogTable::read(&self.client, route).await?;
+        table.row_columns(route)?;
+        if created {
+            table.created(route)?;
+        }
+        Ok(())
     }
 }
 

@@ -10,6 +10,8 @@
 //! a role whose privileges it has), and that every such restrictive policy lets through; with no
 //! permissive policy, or only ones without a `using` condition, it sees none.
 
+use tokio_postgres::types::Json;
+
 use super::{Database, Error, Result};
 use crate::config::Route;
 
@@ -59,42 +61,24 @@ impl Visibility {
     }
 }
 
-/// The route's table: its oid, its name and the role's, quoted, and how row level security
-/// stands for the role.
-const TABLE: &str = "select c.oid, quote_ident(n.nspname) || '.' || quote_ident(c.relname), \
-        quote_ident(current_user), c.relrowsecurity, c.relforcerowsecurity, \
-        row_security_active(c.oid::regclass), pg_has_role(current_user, c.relowner, 'USAGE') \
-    from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
-    where n.nspname = $1 and c.relname = $2";
-
-/// The policies for reading that apply to the role, as PostgreSQL picks them: (name,
-/// restrictive, condition).
-const POLICIES: &str = "select quote_ident(p.polname), not p.polpermissive, \
-        pg_catalog.pg_get_expr(p.polqual, p.polrelid) \
-    from pg_catalog.pg_policy p \
-    where p.polrelid = $1 and p.polcmd in ('r', '*') \
-      and exists (select from unnest(p.polroles) as r(oid) \
-                  where case when r.oid = 0 then true \
-                        else pg_has_role(current_user, r.oid, 'USAGE') end) \
-    order by p.polname";
-
 impl Database {
-    /// What DATABASE_URL's role sees of the route's table under row level security.
+    /// What DATABASE_URL's role sees of the route's table under row level security, as the
+    /// catalog read the route's check shares has it.
     pub async fn visibility(&self, route: &Route) -> Result<Visibility> {
         let what = format!(
             "could not read the row level security of table {}.{} (DATABASE_URL)",
             route.schema, route.table
         );
         let failed = |cause| Error::query(&what, cause);
-        let table = super::query(&self.client, TABLE, &[&route.schema, &route.table])
+        let (found, exact) = super::shape::lookup(&self.client, route)
             .await
             .map_err(failed)?;
-        let Some(table) = table.first() else {
+        let Some(table) = exact.map(|n| &found[n]) else {
             return Ok(Visibility::Off);
         };
-        let (oid, name, role): (u32, String, String) = (table.get(0), table.get(1), table.get(2));
+        let (name, role): (String, String) = (table.get(3), table.get(4));
         let (enabled, forced, active, owner): (bool, bool, bool, bool) =
-            (table.get(3), table.get(4), table.get(5), table.get(6));
+            (table.get(5), table.get(6), table.get(7), table.get(8));
         if !enabled {
             return Ok(Visibility::Off);
         }
@@ -105,13 +89,8 @@ impl Database {
                 format!("role {role} bypasses row level security (BYPASSRLS, or a superuser)")
             }));
         }
-        let policies = super::query(&self.client, POLICIES, &[&oid])
-            .await
-            .map_err(failed)?;
-        let policies: Vec<(String, bool, Option<String>)> = policies
-            .iter()
-            .map(|p| (p.get(0), p.get(1), p.get(2)))
-            .collect();
+        let Json(policies): Json<Vec<(String, bool, Option<String>)>> =
+            table.try_get(9).map_err(failed)?;
         Ok(judge(name, role, forced && owner, &policies))
     }
 }
