@@ -218,8 +218,10 @@ async fn sweep_route(
     loop {
         let page = pages.next_page().await?;
         if page.is_empty() {
-            if let Some(queue) = &mut known.queue {
-                queue.report(route, summary);
+            if let Some(queue) = known.queue.filter(|q| !q.not_queued.is_empty()) {
+                tracing::warn!(route = %route.table_name(), rows = queue.not_queued.len(),
+                    "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
+                summary.not_queued = queue.not_queued;
             }
             return Ok(());
         }
@@ -325,15 +327,6 @@ impl QueueView {
             self.not_queued.push(id);
         }
         false
-    }
-
-    fn report(&mut self, route: &Route, summary: &mut RouteSummary) {
-        let missing = std::mem::take(&mut self.not_queued);
-        if !missing.is_empty() {
-            tracing::warn!(route = %route.table_name(), rows = missing.len(),
-                "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
-        }
-        summary.not_queued = missing;
     }
 }
 

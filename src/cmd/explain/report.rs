@@ -259,11 +259,12 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
     );
 
     let row = &report.row;
+    let detail = row.detail.as_deref().unwrap_or("");
     let status = match (row.status, row.created_at) {
         ("found", Some(created)) => format!("found, created {}", when(created, now)),
-        ("missing", _) => format!("no such row: {}", row.detail.as_deref().unwrap_or("")),
-        ("not_read", _) => format!("not read: {}", row.detail.as_deref().unwrap_or("")),
-        (other, _) => format!("{other}: {}", row.detail.as_deref().unwrap_or("")),
+        ("missing", _) => format!("no such row: {detail}"),
+        // `not_read` and `unreachable`, in words.
+        (other, _) => format!("{}: {detail}", other.replace('_', " ")),
     };
     out.line("table", &status);
     if let Some(record) = &row.record {
