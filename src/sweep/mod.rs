@@ -197,23 +197,20 @@ async fn sweep_route(
     let stale_before = now
         - chrono::Duration::from_std(options.stale_claim_after)
             .context("stale_claim_after too long")?;
+    let (repo, prefix) = (&route.repo, &route.branch_prefix);
+    let branches = forge
+        .prefix_branches(repo, prefix)
+        .await
+        .context("listing branches")?;
+    let pulls = forge
+        .pull_request_heads(repo, prefix, since)
+        .await
+        .context("listing pull requests")?;
     let queue = match route.intake {
         Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
         Intake::Webhook => None,
     };
-    let mut known = Known::new(
-        &route.branch_prefix,
-        forge
-            .prefix_branches(&route.repo, &route.branch_prefix)
-            .await
-            .context("listing branches")?,
-        forge
-            .pull_request_heads(&route.repo, &route.branch_prefix, since)
-            .await
-            .context("listing pull requests")?,
-        queue,
-        stale_before,
-    );
+    let mut known = Known::new(prefix, branches, pulls, queue, stale_before);
     let mut pages = rows.since(route, since, options.page_size);
     loop {
         let page = pages.next_page().await?;
