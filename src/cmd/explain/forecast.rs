@@ -93,15 +93,10 @@ pub(super) async fn reconcile(
         // The queue's say on this one row, as the sweep reads it for all of them.
         Some(queue) => {
             let id = row.record.get(&route.id_column).and_then(id_text);
+            let id = id.unwrap_or_default();
             let ids = (queue.messages.iter())
                 .filter(|m| matches!(m.place, "queue" | "archive"))
-                .map(|m| {
-                    (
-                        id.clone().unwrap_or_default(),
-                        m.place == "queue",
-                        m.archived_at,
-                    )
-                });
+                .map(|m| (id.clone(), m.place == "queue", m.archived_at));
             match QueueView::new(ids.collect(), &config.pgmq) {
                 Ok(view) => Some(view),
                 Err(e) => return Forecast::new("unknown", format!("unknown: {e:#}")),
