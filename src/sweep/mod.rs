@@ -250,7 +250,7 @@ async fn sweep_route(
 /// How long before the queue was read a row may have been created and still have committed
 /// after it (`created_at` is the INSERT's time, its message appears at its commit): such a row
 /// with no message seen is left to the consumer, not run or reported as never queued.
-pub const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
+const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
 /// is still in the queue (visible or held), and those archived since the window's start with
