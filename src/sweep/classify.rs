@@ -1,29 +1,46 @@
-//! The sweep's decision for one row, as a pure function of what the forge already has: the
-//! route's branches and pull request heads, listed once per sweep.
+//! The sweep's decision for one row, made from what it reads once per route: the forge's
+//! branches and pull request heads, and for a queue route what the queue holds. `reconcile`
+//! acts on it; `explain` prints it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio::sync::OnceCell;
 
-use super::Failed;
+use super::{Failed, QueueView};
 use crate::db::Row;
-use crate::forge::{Branch, Sha};
+use crate::forge::{Base, Branch, Forge, Sha};
 use crate::identity::{BranchName, BranchPrefix, RowId};
-use crate::pipeline::{CompiledRoute, Plan};
+use crate::metrics::RowVerdict;
+use crate::pipeline::{at_base, CompiledRoute, Plan};
 
-/// What the forge already has for a route, keyed by what follows `{prefix}/`, so that the
-/// keys that start with an id are contiguous and [`RowId::owns_tail`] picks the row's own.
-#[derive(Debug, Default)]
+/// What the sweep knows of a route before it looks at a row. The forge's listing is keyed by
+/// what follows `{prefix}/`, so that the keys that start with an id are contiguous and
+/// [`RowId::owns_tail`] picks the row's own.
+#[derive(Debug)]
 pub struct Known {
     branches: BTreeMap<String, Branch>,
     pulls: BTreeSet<String>,
+    /// A queue route's view of its queue.
+    pub queue: Option<QueueView>,
+    /// A row created before then has had time for its work to start.
+    stale_before: DateTime<Utc>,
+    /// The default branch, read once, when a suspect first needs it.
+    pub base: OnceCell<Base>,
 }
 
 impl Known {
     /// From the listing of the prefix's branches and the heads of the pull requests; names
     /// outside the prefix are left out.
-    pub fn new(prefix: &BranchPrefix, branches: Vec<Branch>, pull_heads: Vec<BranchName>) -> Known {
+    pub fn new(
+        prefix: &BranchPrefix,
+        branches: Vec<Branch>,
+        pull_heads: Vec<BranchName>,
+        queue: Option<QueueView>,
+        stale_before: DateTime<Utc>,
+    ) -> Known {
         Known {
             branches: branches
                 .into_iter()
@@ -33,6 +50,9 @@ impl Known {
                 .iter()
                 .filter_map(|head| prefix.tail(head.as_str()).map(str::to_owned))
                 .collect(),
+            queue,
+            stale_before,
+            base: OnceCell::new(),
         }
     }
 
@@ -53,44 +73,96 @@ impl Known {
             .take_while(|tail| tail.starts_with(id.as_str()))
             .any(|tail| id.owns_tail(tail))
     }
+
+    /// What the sweep makes of `row`, reading only: a queue route's row still in the queue is
+    /// the consumer's; else [`classify`] decides, and a suspect's compare with its base tells
+    /// a dead claim (at its base) from a handled row (ahead of it). Fails only when the default
+    /// branch cannot be read, which stops the route.
+    pub async fn decide(
+        &mut self,
+        forge: &dyn Forge,
+        route: &CompiledRoute,
+        mut row: Row,
+    ) -> anyhow::Result<Verdict> {
+        if let Some(queue) = &mut self.queue {
+            if queue.in_queue(&route.route, &mut row) {
+                return Ok(Verdict::InQueue);
+            }
+        }
+        let (plan, claimed_at) = match classify(self, route, row) {
+            Verdict::Suspect { plan, claimed_at } => (plan, claimed_at),
+            verdict => return Ok(verdict),
+        };
+        let read = forge.base(&plan.route.repo);
+        let base = self.base.get_or_try_init(|| read).await;
+        let base = base.context("reading the default branch")?;
+        // A compare that fails (the branch deleted since the listing) fails this row only.
+        Ok(match at_base(forge, &plan, base).await {
+            Ok(true) => Verdict::DeadClaim {
+                claimed: Base {
+                    branch: base.branch.clone(),
+                    sha: claimed_at,
+                },
+                plan,
+            },
+            Ok(false) => Verdict::Handled,
+            Err(e) => Verdict::Failed(Failed {
+                id: plan.id.to_string(),
+                error: format!("comparing {} with {}: {e}", plan.branch, base.branch),
+            }),
+        })
+    }
 }
 
-/// What the sweep makes of one row: [`classify`] gives the first five, and applying a suspect
-/// or a run settles it as one of the others. Counted as it stands (`--dry-run` applies
-/// nothing), a run is a row that would be dispatched, and a suspect a dead claim the compare
-/// found at its base.
+/// What the sweep makes of one row: [`Known::decide`] gives the first six, and acting on a
+/// run or a dead claim settles it as one of the last two.
 #[derive(Debug)]
 pub enum Verdict {
     /// A branch of the row exists and says nothing is missing.
     Handled,
     /// No branch, but a pull request from one: the work was merged or closed, and is not redone.
     MergedBefore,
-    /// The row's one branch, no pull request, and the row older than `stale_claim_after`: a
-    /// dead claim if the branch is still at its base, which only a compare can tell. The plan
-    /// names the branch as it is.
-    Suspect { plan: Plan, claimed_at: Sha },
+    /// A dead claim: the row's one branch, still at its base, no pull request, the row older
+    /// than `stale_claim_after`. `claimed` is the base it was claimed at.
+    DeadClaim { plan: Plan, claimed: Base },
     /// Neither branch nor pull request: the row's webhook was lost; run the pipeline.
     Run(Plan),
     /// The row cannot be planned (its id is the raw value of its id column), or its run failed.
     Failed(Failed),
+    /// A queue route's row whose message is still in the queue: the consumer's.
+    InQueue,
+    /// [`classify`]'s dead claim before the compare: the plan names the branch as it is.
+    Suspect { plan: Plan, claimed_at: Sha },
     /// Run, and dispatched.
     Dispatched,
     /// A dead claim, dispatched again on its branch.
     Redispatched(BranchName),
-    /// A queue route's row whose message is still in the queue: the consumer's.
-    InQueue,
     /// A row a scheduled sweep leaves: created before its route's `sweep_from`.
     BeforeSweepFrom,
 }
 
-/// Decides what `row` of `route` needs. A row with several branches was redone on purpose, so
-/// none of them is taken for a lost claim.
-pub fn classify(
-    known: &Known,
-    route: &CompiledRoute,
-    row: Row,
-    stale_before: DateTime<Utc>,
-) -> Verdict {
+impl Verdict {
+    /// Its name in `rowbranch_reconcile_rows_total{verdict}` and in `explain`'s forecast: a
+    /// run is a row that would be dispatched until it is.
+    pub fn label(&self) -> RowVerdict {
+        match self {
+            Verdict::Handled => RowVerdict::Handled,
+            Verdict::MergedBefore => RowVerdict::MergedBefore,
+            Verdict::Run(_) => RowVerdict::WouldDispatch,
+            Verdict::Dispatched => RowVerdict::Dispatched,
+            Verdict::DeadClaim { .. } | Verdict::Suspect { .. } | Verdict::Redispatched(_) => {
+                RowVerdict::DeadClaim
+            }
+            Verdict::Failed(_) => RowVerdict::Failed,
+            Verdict::InQueue => RowVerdict::InQueue,
+            Verdict::BeforeSweepFrom => RowVerdict::BeforeSweepFrom,
+        }
+    }
+}
+
+/// Decides what `row` of `route` needs by the forge's listing alone. A row with several
+/// branches was redone on purpose, so none of them is taken for a lost claim.
+fn classify(known: &Known, route: &CompiledRoute, row: Row) -> Verdict {
     let raw_id = row
         .record
         .get(&route.route.id_column)
@@ -109,7 +181,7 @@ pub fn classify(
     match known.branches_of(&plan.id).as_slice() {
         [] if pull => Verdict::MergedBefore,
         [] => Verdict::Run(plan),
-        [only] if !pull && row.created_at < stale_before => {
+        [only] if !pull && row.created_at < known.stale_before => {
             let prefix = &route.route.branch_prefix;
             match BranchName::existing(prefix, &plan.id, only.name.as_str()) {
                 Some(branch) => Verdict::Suspect {
@@ -139,7 +211,8 @@ mod tests {
             .clone()
     }
 
-    /// The forge's listing: a branch outside the prefix is not in it.
+    /// The forge's listing, and an hour for `stale_claim_after`: a branch outside the prefix
+    /// is not in it.
     fn known(branches: &[&str], pulls: &[&str]) -> Known {
         let prefix = &route().route.branch_prefix;
         let listed = |name: &&str| BranchName::listed(prefix, name);
@@ -155,6 +228,8 @@ mod tests {
                 })
                 .collect(),
             pulls.iter().filter_map(listed).collect(),
+            None,
+            Utc::now() - Duration::hours(1),
         )
     }
 
@@ -168,7 +243,7 @@ mod tests {
                 .clone(),
             created_at: now - Duration::hours(age_hours),
         };
-        match classify(known, &route(), row, now - Duration::hours(1)) {
+        match classify(known, &route(), row) {
             Verdict::Handled => "handled".into(),
             Verdict::MergedBefore => "merged before".into(),
             Verdict::Suspect { plan, claimed_at } => {
@@ -229,7 +304,7 @@ mod tests {
             record: json!({"message": "x"}).as_object().unwrap().clone(),
             created_at: now,
         };
-        let Verdict::Failed(Failed { id, error }) = classify(&known(&[], &[]), &route(), row, now)
+        let Verdict::Failed(Failed { id, error }) = classify(&known(&[], &[]), &route(), row)
         else {
             panic!("a row without an id cannot be planned");
         };

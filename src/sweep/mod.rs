@@ -6,7 +6,7 @@
 
 mod classify;
 
-pub use classify::{classify, Known, Verdict};
+pub use classify::{Known, Verdict};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -19,10 +19,10 @@ use serde_json::Value;
 
 use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::{self, queue, Database, Misfit, Row, Visibility};
-use crate::forge::{Base, Sha};
+use crate::forge::Base;
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{at_base, CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
+use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -104,50 +104,31 @@ pub struct Failed {
 impl RouteSummary {
     /// Counts one row; its label in `rowbranch_reconcile_rows_total{verdict}`.
     fn count(&mut self, verdict: Verdict) -> RowVerdict {
+        let label = verdict.label();
         self.rows_seen += 1;
         match verdict {
-            Verdict::Handled => {
-                self.already_handled += 1;
-                RowVerdict::Handled
-            }
-            Verdict::MergedBefore => {
-                self.merged_before += 1;
-                RowVerdict::MergedBefore
-            }
-            Verdict::Run(plan) => {
-                self.would_dispatch.push(plan.id);
-                RowVerdict::WouldDispatch
-            }
-            Verdict::Dispatched => {
-                self.dispatched_now += 1;
-                RowVerdict::Dispatched
-            }
+            Verdict::Handled => self.already_handled += 1,
+            Verdict::MergedBefore => self.merged_before += 1,
+            Verdict::Run(plan) => self.would_dispatch.push(plan.id),
+            Verdict::Dispatched => self.dispatched_now += 1,
             // A dead claim is a branch of a handled row, whatever became of it.
-            Verdict::Suspect { plan, .. } => {
+            Verdict::DeadClaim { plan, .. } | Verdict::Suspect { plan, .. } => {
                 self.already_handled += 1;
                 self.dead_claims.push(plan.branch);
-                RowVerdict::DeadClaim
             }
             Verdict::Redispatched(branch) => {
                 self.already_handled += 1;
                 self.dead_claims.push(branch);
                 self.dead_claims_redispatched += 1;
-                RowVerdict::DeadClaim
             }
             Verdict::Failed(failed) => {
                 self.failed += 1;
                 self.failures.push(failed);
-                RowVerdict::Failed
             }
-            Verdict::InQueue => {
-                self.in_queue += 1;
-                RowVerdict::InQueue
-            }
-            Verdict::BeforeSweepFrom => {
-                self.before_sweep_from += 1;
-                RowVerdict::BeforeSweepFrom
-            }
+            Verdict::InQueue => self.in_queue += 1,
+            Verdict::BeforeSweepFrom => self.before_sweep_from += 1,
         }
+        label
     }
 
     /// Why the sweep of `summaries` counts as failed, if it does.
@@ -230,33 +211,29 @@ async fn sweep_route(
     let stale_before = now
         - chrono::Duration::from_std(options.stale_claim_after)
             .context("stale_claim_after too long")?;
-    let known = Known::new(
-        &route.branch_prefix,
-        forge
-            .prefix_branches(&route.repo, &route.branch_prefix)
-            .await
-            .context("listing branches")?,
-        forge
-            .pull_request_heads(&route.repo, &route.branch_prefix, since)
-            .await
-            .context("listing pull requests")?,
-    );
-    let mut apply = Apply {
-        pipeline,
-        dry_run: options.dry_run,
-        base: tokio::sync::OnceCell::new(),
-    };
-    let mut queued = match route.intake {
+    let (repo, prefix) = (&route.repo, &route.branch_prefix);
+    let branches = forge
+        .prefix_branches(repo, prefix)
+        .await
+        .context("listing branches")?;
+    let pulls = forge
+        .pull_request_heads(repo, prefix, since)
+        .await
+        .context("listing pull requests")?;
+    let queue = match route.intake {
         Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
         Intake::Webhook => None,
     };
+    let mut known = Known::new(prefix, branches, pulls, queue, stale_before);
     let from = route.sweep_from.filter(|_| options.scheduled);
     let mut pages = rows.since(route, since, options.page_size);
     loop {
         let page = pages.next_page().await?;
         if page.is_empty() {
-            if let Some(queued) = &mut queued {
-                queued.report(route, summary);
+            if let Some(queue) = known.queue.filter(|q| !q.not_queued.is_empty()) {
+                tracing::warn!(route = %route.table_name(), rows = queue.not_queued.len(),
+                    "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
+                summary.not_queued = queue.not_queued;
             }
             return Ok(());
         }
@@ -266,27 +243,25 @@ async fn sweep_route(
                 .metrics()
                 .reconcile_row(&table, summary.count(verdict));
         };
+        // With `--dry-run` a verdict is counted as it stands: a run is a row that would be
+        // dispatched, a dead claim one that would be dispatched again.
         let mut to_run = Vec::new();
-        for mut row in page {
+        for row in page {
             let created = row.created_at;
-            if queued.as_mut().is_some_and(|q| q.in_queue(route, &mut row)) {
-                count(summary, Verdict::InQueue);
-                continue;
-            }
-            match classify(&known, compiled, row, stale_before) {
+            match known.decide(forge.as_ref(), compiled, row).await? {
                 // The table's past: nobody asked for these rows to run. Claims already made
-                // (suspects) are rowbranch's own and go on as before.
+                // (dead claims) are rowbranch's own and go on as before.
                 Verdict::Run(_) if from.is_some_and(|from| created < from) => {
                     count(summary, Verdict::BeforeSweepFrom)
                 }
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
-                Verdict::Suspect { plan, claimed_at } => {
-                    count(summary, apply.suspect(plan, claimed_at).await?)
+                Verdict::DeadClaim { plan, claimed } if !options.dry_run => {
+                    count(summary, redispatch(pipeline, plan, claimed).await)
                 }
                 verdict => count(summary, verdict),
             }
         }
-        for verdict in apply.runs(to_run, options.concurrency).await {
+        for verdict in runs(pipeline, to_run, options.concurrency).await {
             count(summary, verdict);
         }
         progress(summary);
@@ -296,7 +271,7 @@ async fn sweep_route(
 /// How long before the queue was read a row may have been created and still have committed
 /// after it (`created_at` is the INSERT's time, its message appears at its commit): such a row
 /// with no message seen is left to the consumer, not run or reported as never queued.
-pub const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
+const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 
 /// What the queue knows of a `pgmq` route's rows, loaded once per sweep: the ids whose message
 /// is still in the queue (visible or held), and those archived since the window's start with
@@ -304,7 +279,8 @@ pub const UNSEEN_MARGIN: chrono::Duration = chrono::Duration::seconds(60);
 /// is seen in one of them. The archive lookup is one range scan of its `archived_at` index
 /// (pgmq creates it), reading the id out of each archived message's jsonb: on a large archive
 /// a scan of the window's messages, not a lookup per row.
-struct QueueView {
+#[derive(Debug)]
+pub struct QueueView {
     queued: HashSet<String>,
     archived: HashMap<String, chrono::DateTime<chrono::Utc>>,
     /// Rows created since then are expected to have a message (queued or archived).
@@ -312,7 +288,8 @@ struct QueueView {
     /// Rows created since then may have committed after the queue was read: their message is
     /// in the queue now, unseen by this view, so they are left to the consumer.
     unseen_since: chrono::DateTime<chrono::Utc>,
-    not_queued: Vec<String>,
+    /// The ids of the rows expected to have a message that have none.
+    pub not_queued: Vec<String>,
 }
 
 impl QueueView {
@@ -322,12 +299,20 @@ impl QueueView {
         pgmq: &PgmqSettings,
         since: chrono::DateTime<chrono::Utc>,
     ) -> anyhow::Result<QueueView> {
-        let client = rows.client();
         let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
-        let loaded_at = chrono::Utc::now();
-        let ids = queue::message_ids(client, &pgmq.queue, schema, table, id, since)
+        let ids = queue::message_ids(rows.client(), &pgmq.queue, schema, table, id, since)
             .await
             .with_context(|| format!("reading the queue {} and its archive", pgmq.queue))?;
+        QueueView::new(ids, pgmq)
+    }
+
+    /// From the ids with a message, each with whether one is still in the queue and when the
+    /// last was archived, read just now.
+    pub fn new(
+        ids: Vec<(String, bool, Option<chrono::DateTime<chrono::Utc>>)>,
+        pgmq: &PgmqSettings,
+    ) -> anyhow::Result<QueueView> {
+        let loaded_at = chrono::Utc::now();
         let retention = chrono::Duration::from_std(pgmq.archive_retention)
             .context("archive_retention too long")?;
         Ok(QueueView {
@@ -361,15 +346,6 @@ impl QueueView {
         }
         false
     }
-
-    fn report(&mut self, route: &Route, summary: &mut RouteSummary) {
-        let missing = std::mem::take(&mut self.not_queued);
-        if !missing.is_empty() {
-            tracing::warn!(route = %route.table_name(), rows = missing.len(),
-                "rows with no message in the queue or its archive: is the queue's trigger installed and enabled?");
-        }
-        summary.not_queued = missing;
-    }
 }
 
 /// A JSON id as the queue's `->>` gives it: a string as it is, a number in its digits.
@@ -381,78 +357,40 @@ pub fn id_text(value: &Value) -> Option<String> {
     }
 }
 
-/// Applies verdicts: compares suspects, re-dispatches dead claims, runs the rest.
-struct Apply<'a> {
-    pipeline: &'a Arc<Pipeline>,
-    dry_run: bool,
-    /// The default branch, read once per route when a suspect first needs it.
-    base: tokio::sync::OnceCell<Base>,
+/// Dispatches a dead claim again on its branch.
+async fn redispatch(pipeline: &Arc<Pipeline>, plan: Plan, claimed: Base) -> Verdict {
+    let (id, branch) = (plan.id.to_string(), plan.branch.clone());
+    let run = pipeline.submit_waiting(plan, Start::Redispatch(claimed));
+    match run.await.outcome().await {
+        Ok(_) => Verdict::Redispatched(branch),
+        Err(e) => Verdict::Failed(Failed {
+            id,
+            error: e.to_string(),
+        }),
+    }
 }
 
-impl Apply<'_> {
-    /// A suspect's compare decides it: ahead of its base is handled, at its base a dead claim,
-    /// dispatched again (with `--dry-run`, left a suspect). Fails only when the default branch
-    /// cannot be read, which stops the route.
-    async fn suspect(&mut self, plan: Plan, claimed_at: Sha) -> anyhow::Result<Verdict> {
-        let forge = self.pipeline.forge();
-        let read = forge.base(&plan.route.repo);
-        let base = self.base.get_or_try_init(|| read).await;
-        let base = base.context("reading the default branch")?;
-        let id = plan.id.to_string();
-        let failed = |error: String| Verdict::Failed(Failed { id, error });
-        // A compare that fails (the branch deleted since the listing) fails this row only.
-        match at_base(forge.as_ref(), &plan, base).await {
-            Ok(true) => {}
-            Ok(false) => return Ok(Verdict::Handled),
-            Err(e) => {
-                return Ok(failed(format!(
-                    "comparing {} with {}: {e}",
-                    plan.branch, base.branch
-                )))
+/// Runs the rows with neither branch nor pull request, a few at a time. A row waits for room
+/// in the pipeline rather than fail for want of it: the sweep is what brings back the rows a
+/// full pipeline refused, and it has no sender to ask to come back.
+async fn runs(pipeline: &Arc<Pipeline>, plans: Vec<Plan>, concurrency: usize) -> Vec<Verdict> {
+    stream::iter(plans)
+        .map(|plan| async move {
+            let id = plan.id.to_string();
+            let run = pipeline.submit_waiting(plan, Start::New).await;
+            match run.outcome().await {
+                Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
+                // Handled meanwhile (a webhook, another sweep): counted as handled.
+                Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
+                Err(e) => Verdict::Failed(Failed {
+                    id,
+                    error: e.to_string(),
+                }),
             }
-        }
-        if self.dry_run {
-            return Ok(Verdict::Suspect { plan, claimed_at });
-        }
-        let branch = plan.branch.clone();
-        let claimed = Base {
-            branch: base.branch.clone(),
-            sha: claimed_at,
-        };
-        let run = self
-            .pipeline
-            .submit_waiting(plan, Start::Redispatch(claimed));
-        Ok(match run.await.outcome().await {
-            Ok(_) => Verdict::Redispatched(branch),
-            Err(e) => failed(e.to_string()),
         })
-    }
-
-    /// Runs the rows with neither branch nor pull request, a few at a time. A row waits for
-    /// room in the pipeline rather than fail for want of it: the sweep is what brings back the
-    /// rows a full pipeline refused, and it has no sender to ask to come back.
-    async fn runs(&self, plans: Vec<Plan>, concurrency: usize) -> Vec<Verdict> {
-        stream::iter(plans)
-            .map(|plan| {
-                let id = plan.id.to_string();
-                let pipeline = self.pipeline;
-                async move {
-                    let run = pipeline.submit_waiting(plan, Start::New).await;
-                    match run.outcome().await {
-                        Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
-                        // Handled meanwhile (a webhook, another sweep): counted as handled.
-                        Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
-                        Err(e) => Verdict::Failed(Failed {
-                            id,
-                            error: e.to_string(),
-                        }),
-                    }
-                }
-            })
-            .buffer_unordered(concurrency.max(1))
-            .collect()
-            .await
-    }
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await
 }
 
 /// How long after start the first scheduled sweep runs.

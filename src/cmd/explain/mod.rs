@@ -1,15 +1,14 @@
 //! `rowbranch explain --table T --id ID`: one row, end to end, from the sources of truth — the
 //! row in its table, its branches, pull requests and workflow runs on the forge, its queue
 //! message — and what `reconcile` and `redo` would do with it now, by their own rules
-//! (reconcile's `classify`, redo's choice of branch). Reads only: no claim, no dispatch, no
+//! (the sweep's own decision, redo's choice of branch). Reads only: no claim, no dispatch, no
 //! `pgmq.read` (which would count a read); a source that cannot be reached is said, and the
-//! rest is still told. [`read`] asks the sources, [`verdict`] applies the commands' rules,
-//! [`report`] is what comes out, [`text`] prints it for a person.
+//! rest is still told. [`read`] asks the sources, [`forecast`] asks the commands' code,
+//! [`report`] is what comes out, as JSON or as text.
 
+mod forecast;
 mod read;
 mod report;
-mod text;
-mod verdict;
 
 use std::time::Duration;
 
@@ -49,7 +48,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
         let json = serde_json::to_string_pretty(&report).context("the report to JSON")?;
         println!("{json}");
     } else {
-        print!("{}", text::render(&report, Utc::now()));
+        print!("{}", report::render(&report, Utc::now()));
     }
     let sources: Vec<String> = report
         .first_errors()
@@ -122,13 +121,8 @@ pub async fn explain(
         queue,
         unreachable,
     };
-    let facts = verdict::Facts {
-        config,
-        compiled,
-        report: &report,
-        now,
-    };
-    (report.reconcile, report.redo) = (facts.reconcile(), facts.redo());
+    report.redo = forecast::redo(&report, compiled);
+    report.reconcile = forecast::reconcile(config, compiled, forge, &report, now).await;
     report
 }
 
@@ -149,24 +143,21 @@ impl Report {
 /// and all), else from the id alone (no text, so no slug: the branches are found by the id).
 fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
     let named = match &row.record {
-        Some(record) => compiled
-            .plan_row(record)
-            .map(|plan| (plan.id.clone(), plan.branch.to_string(), "row", Some(plan)))
+        Some(record) => (compiled.plan_row(record))
+            .map(|plan| (plan.branch.clone(), plan.id.clone(), "row", Some(plan)))
             .map_err(|e| e.to_string()),
         None => {
             let value = row.typed_id.clone().unwrap_or(Value::String(id.to_owned()));
-            RowId::parse(&value)
-                .map(|row_id| {
-                    let branch = BranchName::new(&compiled.route.branch_prefix, &row_id, None);
-                    (row_id, branch.to_string(), "id", None)
-                })
+            let prefix = &compiled.route.branch_prefix;
+            (RowId::parse(&value))
+                .map(|id| (BranchName::new(prefix, &id, None), id, "id", None))
                 .map_err(|e| e.to_string())
         }
     };
     match named {
-        Ok((id, branch, derived_from, plan)) => Identity {
+        Ok((branch, id, derived_from, plan)) => Identity {
             id: Some(id),
-            branch: Some(branch),
+            branch: Some(branch.to_string()),
             derived_from: Some(derived_from),
             error: None,
             plan,

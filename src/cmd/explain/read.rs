@@ -4,11 +4,10 @@
 
 use std::time::Duration;
 
+use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 
-use super::report::{
-    BaseView, BranchView, ForgeSection, Part, QueueSection, RowSection, SourceError,
-};
+use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection, SourceError};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
 use crate::forge::{Forge, ForgeError, Listing};
@@ -30,60 +29,56 @@ pub(super) async fn row(
         let why = "DATABASE_URL is not set; what follows is what the id alone tells";
         return (None, RowSection::not("not_read", why.to_owned()));
     };
-    let unreachable = |error: String| RowSection::not("unreachable", error);
-    let rows = match tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(url.expose())).await {
-        Ok(Ok(rows)) => rows,
-        Ok(Err(e)) => {
-            return (
-                None,
-                unreachable(format!("connecting to DATABASE_URL: {e:#}")),
-            )
-        }
-        Err(_) => {
-            let secs = CONNECT_TIMEOUT.as_secs();
-            let error = format!("connecting to DATABASE_URL: no answer within {secs} s");
-            return (None, unreachable(error));
+    let connect = tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(url.expose()));
+    let rows = match connect.await {
+        Ok(Ok(rows)) => Ok(rows),
+        Ok(Err(e)) => Err(anyhow!(e)),
+        Err(_) => Err(anyhow!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
+    };
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            let error = format!("connecting to DATABASE_URL: {e:#}");
+            return (None, RowSection::not("unreachable", error));
         }
     };
-    let table = route.table_name();
-    let section = match rows.typed_id(route, id).await {
-        Err(e) => unreachable(format!("{e:#}")),
-        Ok(None) => RowSection::not(
-            "missing",
-            format!(
-                "{id:?} is no value of the type of {table}'s `{}` column, so no row has it",
-                route.id_column
-            ),
-        ),
-        Ok(Some(typed)) => match rows.by_id(route, id).await {
-            Ok(Some(row)) => RowSection {
-                status: "found",
-                created_at: Some(row.created_at),
-                record: Some(row.record),
-                ..RowSection::default()
-            },
-            Err(e) => unreachable(format!("{e:#}")),
-            // No row with the id, as far as DATABASE_URL's role can see: row level security
-            // that hides every row from it leaves the table unread (whether the row is there
-            // cannot be told), and one that hides some is said beside "no row".
-            Ok(None) => {
-                let detail = format!("{table} has no row with {} = {id}", route.id_column);
-                let missing = match rows.visibility(route).await {
-                    Ok(Visibility::Blind(blind)) => unreachable(blind.to_string()),
-                    Ok(Visibility::Filtered(filtered)) => RowSection::not(
-                        "missing",
-                        format!("{detail} that DATABASE_URL's role can see: {filtered}"),
-                    ),
-                    _ => RowSection::not("missing", detail),
-                };
-                RowSection {
-                    typed_id: Some(typed).filter(|_| missing.status == "missing"),
-                    ..missing
-                }
-            }
-        },
-    };
+    let section = find(&rows, route, id).await;
+    let section = section.unwrap_or_else(|e| RowSection::not("unreachable", format!("{e:#}")));
     (Some(rows), section)
+}
+
+/// The row, or why it is missing; an error when whether it is there cannot be told.
+async fn find(rows: &Database, route: &Route, id: &str) -> anyhow::Result<RowSection> {
+    let (table, column) = (route.table_name(), &route.id_column);
+    let Some(typed) = rows.typed_id(route, id).await? else {
+        let why = format!(
+            "{id:?} is no value of the type of {table}'s `{column}` column, so no row has it"
+        );
+        return Ok(RowSection::not("missing", why));
+    };
+    if let Some(row) = rows.by_id(route, id).await? {
+        return Ok(RowSection {
+            status: "found",
+            created_at: Some(row.created_at),
+            record: Some(row.record),
+            ..RowSection::default()
+        });
+    }
+    // No row with the id, as far as DATABASE_URL's role can see: row level security that
+    // hides every row from it leaves the table unread (whether the row is there cannot be
+    // told), and one that hides some is said beside "no row".
+    let detail = format!("{table} has no row with {column} = {id}");
+    let detail = match rows.visibility(route).await {
+        Ok(Visibility::Blind(blind)) => return Err(anyhow!("{blind}")),
+        Ok(Visibility::Filtered(filtered)) => {
+            format!("{detail} that DATABASE_URL's role can see: {filtered}")
+        }
+        _ => detail,
+    };
+    Ok(RowSection {
+        typed_id: Some(typed),
+        ..RowSection::not("missing", detail)
+    })
 }
 
 /// The forge's reads, at once: the row's branches, the default branch, its pull requests and
@@ -100,17 +95,18 @@ pub(super) async fn forge(
         ForgeSettings::Github(_) => "github",
         ForgeSettings::Local(_) => "local",
     };
+    let why = "no branch can be named for this id";
+    let mut section = ForgeSection {
+        kind,
+        status: "skipped",
+        detail: Some(why.to_owned()),
+        base: None,
+        branches: Vec::new(),
+        pull_requests: Part::skipped(why),
+        runs: Part::skipped(why),
+    };
     let Some(id) = id else {
-        let why = "no branch can be named for this id";
-        return ForgeSection {
-            kind,
-            status: "skipped",
-            detail: Some(why.to_owned()),
-            base: None,
-            branches: Vec::new(),
-            pull_requests: Part::skipped(why),
-            runs: Part::skipped(why),
-        };
+        return section;
     };
     let (repo, prefix) = (&route.repo, &route.branch_prefix);
     let (branches, base, pulls, runs) = tokio::join!(
@@ -120,15 +116,9 @@ pub(super) async fn forge(
         forge.row_workflow_runs(repo, prefix, id, since),
     );
     let mut errors = Vec::new();
-    let mut section = ForgeSection {
-        kind,
-        status: "ok",
-        detail: None,
-        base: None,
-        branches: Vec::new(),
-        pull_requests: part(pulls, since, "pull requests", unreachable),
-        runs: part(runs, since, "workflow runs", unreachable),
-    };
+    (section.status, section.detail) = ("ok", None);
+    section.pull_requests = part(pulls, since, "pull requests", unreachable);
+    section.runs = part(runs, since, "workflow runs", unreachable);
     let base = base
         .map_err(|e| errors.push(labelled("reading the default branch", &e)))
         .ok();
@@ -156,10 +146,7 @@ pub(super) async fn forge(
         }
         Err(e) => errors.push(labelled("listing the row's branches", &e)),
     }
-    section.base = base.map(|b| BaseView {
-        branch: b.branch.to_string(),
-        sha: b.sha.to_string(),
-    });
+    section.base = base;
     if let Some(first) = errors.first() {
         section.status = "unreachable";
         section.detail = Some(first.clone());
