@@ -149,22 +149,26 @@ pub const ROUTE_ANSWERS: &[AnswerLabels] = &[
     (200, "duplicate", "in_flight"),
     (200, "ignored", "event"),
     (202, "accepted", ""),
-    (400, "error", ""),
-    (422, "error", ""),
+    (400, "error", "malformed"),
+    (422, "error", "bad_id"),
     (422, "error", "missing_column"),
-    (500, "error", ""),
-    (503, "error", ""),
+    (422, "error", "payload_refused"),
+    (500, "error", "internal"),
+    (503, "error", "unavailable"),
+    (503, "error", "queue_full"),
+    (503, "error", "queue_bytes_full"),
+    (503, "error", "abandoned"),
 ];
 
 /// The answers given before a delivery's route is known (`route="none"`): refused before its
 /// body is read or authenticated, a body that is not a row's event, a table no route takes.
 pub const UNROUTED_ANSWERS: &[AnswerLabels] = &[
-    (200, "ignored", "no_route"),
-    (400, "error", ""),
-    (401, "error", ""),
-    (408, "error", ""),
-    (413, "error", ""),
-    (415, "error", ""),
+    (400, "error", "malformed"),
+    (401, "error", "unauthorized"),
+    (408, "error", "timed_out"),
+    (413, "error", "too_large"),
+    (415, "error", "content_type"),
+    (422, "error", "no_route"),
 ];
 
 /// The answer a webhook delivery of a queue route's table gets (when another route takes
@@ -685,8 +689,8 @@ mod tests {
         m.start_at_zero(&everything());
         let text = m.render();
         let expected: BTreeMap<String, usize> = [
-            // none: 6; the webhook route: 12; the queue route: its trigger posting anyway.
-            ("rowbranch_deliveries_total", 6 + 12 + 1),
+            // none: 6; the webhook route: 16; the queue route: its trigger posting anyway.
+            ("rowbranch_deliveries_total", 6 + 16 + 1),
             ("rowbranch_runs_total", 2 * 6),
             // 10 operations, two statuses each, and get_ref's 404.
             ("rowbranch_github_requests_total", 10 * 2 + 1),
@@ -712,8 +716,8 @@ mod tests {
             );
         }
         for line in [
-            r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason=""} 0"#,
-            r#"rowbranch_deliveries_total{route="public.feedbacks",status="503",outcome="error",reason=""} 0"#,
+            r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason="unauthorized"} 0"#,
+            r#"rowbranch_deliveries_total{route="public.feedbacks",status="503",outcome="error",reason="unavailable"} 0"#,
             r#"rowbranch_deliveries_total{route="public.tasks",status="200",outcome="ignored",reason="pgmq_intake"} 0"#,
             r#"rowbranch_runs_total{route="public.tasks",result="failed_unavailable"} 0"#,
             r#"rowbranch_github_requests_total{operation="get_ref",status="404"} 0"#,
@@ -751,7 +755,7 @@ mod tests {
             ..Scope::default()
         });
         let expected: BTreeMap<String, usize> = [
-            ("rowbranch_deliveries_total", 6 + 12),
+            ("rowbranch_deliveries_total", 6 + 16),
             ("rowbranch_runs_total", 6),
             ("rowbranch_installation_tokens_minted_total", 1),
             ("rowbranch_write_queue_depth", 1),

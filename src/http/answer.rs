@@ -116,7 +116,7 @@ impl Answer {
             Reason::Unauthorized => StatusCode::UNAUTHORIZED,
             Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
             Reason::Malformed => StatusCode::BAD_REQUEST,
-            Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused => {
+            Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused | Reason::NoRoute => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             Reason::Unavailable
@@ -139,21 +139,24 @@ impl Answer {
         }
     }
 
-    /// The body's `reason`, which `rowbranch_deliveries_total` counts by too: a duplicate's, an
-    /// ignored event's, and `missing_column`, the one refusal its sender's operator must act on
-    /// (the route does not fit the table). The other refusals say why in their message, and in
-    /// the log.
+    /// The body's `reason`: a duplicate's, an ignored event's, and of the refusals the two its
+    /// sender's operator must act on: `missing_column` (the route does not fit the table) and
+    /// `no_route` (no route takes the table). The other refusals say why in their message.
     pub fn body_reason(&self) -> Option<Reason> {
         match self {
-            Answer::Refused { reason, .. } if *reason != Reason::MissingColumn => None,
+            Answer::Refused { reason, .. }
+                if !matches!(reason, Reason::MissingColumn | Reason::NoRoute) =>
+            {
+                None
+            }
             _ => self.reason(),
         }
     }
 
     /// The series of `rowbranch_deliveries_total` it is counted in: its status, its outcome and
-    /// its body's reason (empty when it has none).
+    /// its reason, the one its log line gives (empty when it has none).
     pub fn labels(&self) -> AnswerLabels {
-        let reason = self.body_reason().map_or("", Reason::as_str);
+        let reason = self.reason().map_or("", Reason::as_str);
         (self.status().as_u16(), self.outcome(), reason)
     }
 
@@ -273,9 +276,6 @@ mod tests {
         let second = Duration::from_secs(1);
         let mut answers = vec![
             Answer::Dispatched(row()),
-            Answer::Ignored(Ignored::NoRoute {
-                table: "public.other".into(),
-            }),
             Answer::Ignored(Ignored::Event {
                 route: route("webhook"),
                 kind: EventKind::Update,
@@ -297,6 +297,7 @@ mod tests {
             Reason::BadId,
             Reason::MissingColumn,
             Reason::PayloadRefused,
+            Reason::NoRoute,
         ] {
             answers.push(Answer::refused(reason, "refused"));
         }

@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::db::Reachability;
 use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
-use crate::pipeline::{Pipeline, Routes, Start};
+use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
 use crate::webhook::{auth, payload};
@@ -309,6 +309,15 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
     };
     decision.table(&event.schema, &event.table);
     let answer = match app.routes.route(false, &event) {
+        // A 200 would pass for a success in pg_net's log: a trigger on a table no route takes
+        // is a setup to fix.
+        Err(Ignored::NoRoute { table }) => Answer::refused(
+            Reason::NoRoute,
+            format!(
+                "no route takes table {table}: add a [[routes]] table for it to the config, or \
+                 drop the trigger that posts its rows here"
+            ),
+        ),
         Err(ignored) => {
             if let Some(route) = ignored.route() {
                 decision.route = route.table_name();

@@ -126,9 +126,9 @@ impl Decision {
                 )
             };
         }
-        match self.http_status {
-            200..=299 => line!(info),
-            503 => line!(warn),
+        match (self.http_status, self.reason) {
+            (200..=299, _) => line!(info),
+            (503, _) | (_, Some(Reason::NoRoute)) => line!(warn),
             _ => line!(error),
         }
     }

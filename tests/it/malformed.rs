@@ -183,8 +183,9 @@ async fn metrics_count_the_answers_by_status_outcome_and_reason() {
     for line in [
         r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="dispatched",reason=""} 2"#,
         r#"rowbranch_deliveries_total{route="public.feedbacks",status="200",outcome="duplicate",reason="branch_exists"} 1"#,
-        r#"rowbranch_deliveries_total{route="public.feedbacks",status="422",outcome="error",reason=""} 1"#,
-        r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason=""} 1"#,
+        // The reason its log line gives, for a refusal too.
+        r#"rowbranch_deliveries_total{route="public.feedbacks",status="422",outcome="error",reason="bad_id"} 1"#,
+        r#"rowbranch_deliveries_total{route="none",status="401",outcome="error",reason="unauthorized"} 1"#,
     ] {
         assert!(
             text.lines().any(|l| l == line),

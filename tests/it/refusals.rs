@@ -132,10 +132,15 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
         422
     );
     let comment = insert_of("comments", json!({"id": 9, "message": "Nice"}));
-    assert_eq!(
-        status(post(comment.to_string(), json, bearer.clone()).await),
-        200
-    );
+    let unrouted = post(comment.to_string(), json, bearer.clone())
+        .await
+        .unwrap();
+    assert_eq!(unrouted.status().as_u16(), 422);
+    let body: Value = serde_json::from_str(&unrouted.text().await.unwrap()).unwrap();
+    assert_eq!(body["outcome"], "error", "{body}");
+    assert_eq!(body["reason"], "no_route", "{body}");
+    let message = body["message"].as_str().unwrap();
+    assert!(message.contains("public.comments"), "{body}");
     assert_eq!(
         status(post(insert(json!(7), "Fine").to_string(), json, bearer.clone()).await),
         200
@@ -236,10 +241,10 @@ async fn every_answer_other_than_2xx_is_logged_with_its_reason_and_what_it_named
     assert_eq!(line["column"], "id", "{line}");
 
     let line = find("unrouted", &|l| l["reason"] == "no_route");
-    assert_eq!(line["level"], "INFO", "{line}");
+    assert_eq!(line["level"], "WARN", "{line}");
     assert_eq!(line["table"], "public.comments", "{line}");
     assert_eq!(line["route"], "none", "{line}");
-    assert_eq!(line["http_status"], 200, "{line}");
+    assert_eq!(line["http_status"], 422, "{line}");
 
     // Before a row is known, one line a minute per reason, each saying which.
     for (reason, code) in [
