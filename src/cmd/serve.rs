@@ -15,7 +15,7 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load_for_serve(&args.config.config, &process_env, args.insecure)?;
     // What the config cannot say without the database: whether the routes fit their tables.
     if let Some(url) = &config.database_url {
-        check_tables(&config, url.expose()).await?;
+        check_tables(&config, url.expose(), config.reconcile.every.is_some()).await?;
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
@@ -52,13 +52,14 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
 /// How long `serve` gives the database at start to say whether the routes fit their tables.
 const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
 
-/// Checks each route against its table in `DATABASE_URL`'s database: a route that names a column
-/// its table lacks would refuse every row (`missing_column`), so `serve` does not start with
-/// one (exit 2). A table the database does not have is logged at error, and a database that
-/// does not answer at warn, and `serve` starts: webhooks need neither, and the queue's
-/// consumer waits for the database.
-async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
-    let sweeps = config.reconcile.every.is_some();
+/// Checks each route against its table in `DATABASE_URL`'s database, before any row is read: a
+/// route that names a column its table lacks would refuse every row (`missing_column`), so
+/// `serve` and `drain` do not start with one (exit 2); a table the database does not have —
+/// mistyped, or another database — would dead-letter every message and miss every row, so they
+/// stop on that too (exit 1), naming the tables the schema has. A database that does not answer
+/// is logged at warn and they start: webhooks need none, and the queue's consumer waits for it.
+/// `sweeps`: whether a sweep reads the created column too.
+pub(super) async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Failure> {
     let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
         let rows = Database::connect(url).await?;
         let mut checked = Vec::new();
@@ -77,11 +78,11 @@ async fn check_tables(config: &Config, url: &str) -> Result<(), Failure> {
         let Err(e) = result else { continue };
         let table = route.table_name();
         match &e {
-            DbError::Table(Misfit::NoTable(_)) => tracing::error!(
-                route = %table,
-                error = %format!("{e:#}"),
-                "the route's table is not in DATABASE_URL's database: reconcile and redo cannot read its rows"
-            ),
+            DbError::Table(Misfit::NoTable(_)) => {
+                return Err(Failure::Runtime(anyhow::Error::new(e).context(format!(
+                    "the route for {table} names a table DATABASE_URL's database does not have"
+                ))))
+            }
             DbError::Table(_) => {
                 return Err(Failure::Usage(
                     anyhow::Error::new(e)

@@ -44,6 +44,12 @@ const CATALOG: &str = "select n.nspname::text, c.relname::text, \
       and lower(c.relname) = lower($2) and c.relkind in ('r', 'p', 'v', 'm', 'f') \
     where lower(n.nspname) = lower($1)";
 
+/// The first tables of a schema by name, one more than a message lists (so it can say there
+/// are more), from the catalog, which shows the tables the role cannot read too.
+const TABLES_OF: &str = "select c.relname::text from pg_catalog.pg_class c \
+    join pg_catalog.pg_namespace n on n.oid = c.relnamespace \
+    where n.nspname = $1 and c.relkind in ('r', 'p', 'v', 'm', 'f') order by 1 limit 11";
+
 /// The rows of [`CATALOG`] for the route's table, and the one that is it exactly, if any.
 pub(super) async fn lookup(
     client: &Client,
@@ -231,9 +237,23 @@ impl CatalogTable {
                 ))));
             }
             let hint = near("table", in_schema.iter().find_map(|r| r.get(1)));
+            let tables = super::query(client, TABLES_OF, &[&route.schema])
+                .await
+                .map_err(|e| Error::query(&what, e))?;
+            let mut tables: Vec<String> = tables.iter().map(|r| r.get(0)).collect();
+            let more = if tables.len() > 10 { ", …" } else { "" };
+            tables.truncate(10);
+            let listed = match tables.is_empty() {
+                true => format!("schema {} has no table", route.schema),
+                false => format!(
+                    "the tables of schema {}: {}{more}",
+                    route.schema,
+                    tables.join(", ")
+                ),
+            };
             return Err(Error::Table(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
-                 that DATABASE_URL names the right database"
+                 that DATABASE_URL names the right database ({listed})"
             ))));
         };
         let Json(columns) = table.try_get(2).map_err(|e| Error::query(&what, e))?;

@@ -569,6 +569,30 @@ async fn with_sweep_the_rows_that_never_reached_the_queue_are_dispatched_before_
     );
 }
 
+/// A route naming a table the database does not have (`feedback` for `feedbacks`) would
+/// dead-letter every message: the run stops before it reads one, naming the tables there are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mistyped_table_stops_the_run_before_a_message_is_read() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    let dir = dir_with_repository().await;
+    let config = local_config(&db, "repo.git", "", "")
+        .replace("table = \"feedbacks\"", "table = \"feedback\"");
+    write_config(dir.path(), &config);
+    db.insert(1..=3).await;
+    let run = drain(dir.path(), &db, &[], &[]).await;
+    assert_eq!(run.code, Some(1), "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("table public.feedback does not exist")
+            && run
+                .stderr
+                .contains("the tables of schema public: feedbacks"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(db.depth().await, 3, "every message still in the queue");
+    assert!(db.dead_letters().await.is_empty());
+}
+
 /// A table's past is not work: without `sweep_from` the sweep starts nothing, and says what
 /// line would give it a start; with it, rows older than it are left and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -310,7 +310,7 @@ async fn rowbranch(args: &[&str], config: &Path, url: &str) -> Output {
     child::run(&mut command).await
 }
 
-fn text(out: &Output) -> String {
+fn text_of(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
@@ -322,18 +322,22 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
     let name = format!("{}.feedbacks", table.name);
 
     let out = rowbranch(&["serve"], &config, &table.url).await;
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
     for part in [
         "no column \"message\"".to_owned(),
         name.clone(),
         "id, title, body, created_at".to_owned(),
         "text_column".to_owned(),
     ] {
-        assert!(text(&out).contains(&part), "{part:?} in: {}", text(&out));
+        assert!(
+            text_of(&out).contains(&part),
+            "{part:?} in: {}",
+            text_of(&out)
+        );
     }
 
     let out = rowbranch(&["doctor"], &config, &table.url).await;
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text_of(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let failed = stdout
         .lines()
@@ -342,7 +346,7 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
     assert!(failed.contains("no column \"message\""), "{stdout}");
 
     let out = rowbranch(&["reconcile", "--json"], &config, &table.url).await;
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text_of(&out));
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary[0]["reason"], "missing_column", "{summary}");
     assert!(
@@ -353,11 +357,11 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
         "{summary}"
     );
     let out = rowbranch(&["reconcile"], &config, &table.url).await;
-    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text_of(&out));
     assert!(
-        text(&out).contains("refused (missing_column)"),
+        text_of(&out).contains("refused (missing_column)"),
         "{}",
-        text(&out)
+        text_of(&out)
     );
 
     // With text_column naming a column it has, the route fits: doctor says so.
@@ -371,31 +375,28 @@ async fn serve_doctor_and_reconcile_refuse_a_route_naming_a_column_its_table_lac
 }
 
 #[tokio::test]
-async fn serve_starts_and_doctor_advises_when_the_routes_table_is_not_in_the_database() {
+async fn serve_and_doctor_stop_on_a_table_the_database_does_not_have_naming_the_tables_it_has() {
     let table = or_skip!(titled_table().await);
     let dir = dir_with_repository().await;
-    let config = std::fs::read_to_string(config_for(dir.path(), "no_such_schema")).unwrap();
-    let served = child::serve(
-        Arc::clone(&dir),
-        Start {
-            config: &format!("listen = \"127.0.0.1:0\"\n{config}"),
-            env: vec![("DATABASE_URL", table.url.clone())],
-            nofile: None,
-            secret: random_secret(),
-        },
-    )
-    .await;
-    let log = served.log();
+    // `feedback` for `feedbacks`: the mistake a first hour makes.
+    let config = config_for(dir.path(), &table.name);
+    let text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("table = \"feedbacks\"", "table = \"feedback\"");
+    std::fs::write(&config, text).unwrap();
+    let out = rowbranch(&["serve"], &config, &table.url).await;
+    let said = text_of(&out);
+    assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(
-        log.contains("ERROR") && log.contains("no schema \"no_such_schema\""),
-        "{log}"
+        said.contains(&format!("table {}.feedback does not exist", table.name))
+            && said.contains(&format!("the tables of schema {}: feedbacks", table.name)),
+        "{said}"
     );
-    // doctor says so too, as advice: webhooks need no table, reconcile and redo do.
-    let out = rowbranch(&["doctor"], &dir.path().join("rowbranch.toml"), &table.url).await;
+    let out = rowbranch(&["doctor"], &config, &table.url).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(
-        stdout.contains("! table no_such_schema.feedbacks does not exist"),
+        stdout.contains(&format!("✗ table {}.feedback does not exist", table.name)),
         "{stdout}"
     );
 }

@@ -50,9 +50,9 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Vec<Check
                     Check::advise(what, format!("{fix} (`rowbranch reconcile`, `redo`)"))
                 }
             }
-            Error::Table(Misfit::NoTable(_)) => Check::advise(
+            Error::Table(Misfit::NoTable(_)) => Check::fail(
                 what,
-                "check the route's schema and table, and that DATABASE_URL names the database that holds the table: reconcile and redo read its rows there",
+                "check the route's schema and table, and that DATABASE_URL names the database that holds the table: serve and drain do not start without it",
             ),
             _ => Check::advise(
                 what,
