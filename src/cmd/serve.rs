@@ -19,6 +19,10 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
+    let webhooks = config.takes_webhooks();
+    let queue = config
+        .reads_the_queue()
+        .then(|| config.pgmq.queue.to_string());
     let env = Launch {
         insecure_no_auth: args.insecure.no_auth,
         ..Launch::process()
@@ -29,7 +33,17 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let application = Application::build(config, env).await?;
     application.check_write_access().await?;
     let addr = application.addr().expect("serve listens");
-    tracing::info!(%addr, routes, "listening; POST /webhook");
+    // What this process does, said once: a queue-only setup answers 404 at /webhook, so saying
+    // "POST /webhook" there would send a reader to the wrong place.
+    match webhooks {
+        true => tracing::info!(%addr, routes, "listening; POST /webhook"),
+        false => {
+            tracing::info!(%addr, routes, "listening (/healthz, /metrics); no route takes webhooks")
+        }
+    }
+    if let Some(queue) = queue {
+        tracing::info!(%queue, "the consumer reads the queue");
+    }
     let pipeline = Arc::clone(application.pipeline());
     let stop = async move {
         signal().await;

@@ -175,6 +175,10 @@ async fn five_hundred_rows_in_one_insert_then_rows_inserted_while_serve_is_stopp
     .await;
     assert_eq!(runs, 50.0);
     assert_eq!(metric(&served, "rowbranch_deliveries_total", "").await, 0.0);
+    // A queue-only server says what it does, and not "POST /webhook", which answers 404 here.
+    let log = served.log();
+    assert!(log.contains("the consumer reads the queue"), "{log}");
+    assert!(!log.contains("POST /webhook"), "{log}");
     stop(served).await;
 }
 
