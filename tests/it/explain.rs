@@ -56,8 +56,7 @@ fn github_config(dir: &Path, api_url: &str, app_id: u64, schema: &str) -> PathBu
     let text = format!(
         "[github]\napp_id = {app_id}\napi_url = \"{api_url}\"\nretry_budget_ms = 500\n\n\
          [[routes]]\ntable = \"feedbacks\"\nschema = \"{schema}\"\nrepo = \"{REPO}\"\n\
-         text_column = \"message\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n\
-         sweep_from = \"2026-01-01T00:00:00+00:00\"\n"
+         text_column = \"message\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n"
     );
     let path = dir.join("rowbranch.toml");
     std::fs::write(&path, text).unwrap();
@@ -333,6 +332,30 @@ async fn a_row_the_table_does_not_have_is_an_answer_named_from_its_id() {
         ],
     );
     assert_read_only(&fake);
+}
+
+/// A table without the route's created column is reached, and the answer says what is wrong
+/// with the route, not that the database could not be reached.
+#[tokio::test]
+async fn a_table_without_the_created_column_is_a_misfit_not_an_unreachable_database() {
+    let table = or_skip!(feedbacks().await);
+    table
+        .execute(&format!(
+            "alter table {} drop column created_at",
+            table.table("feedbacks")
+        ))
+        .await;
+    let fake = github().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
+    let out = explain(&config, Some(&table.url), "1", true).await;
+    assert_eq!(out.code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out.stdout).expect("the report");
+    assert_eq!(report["row"]["status"], "misfit", "{out}");
+    let detail = report["row"]["detail"].as_str().unwrap();
+    assert!(detail.contains("created_at"), "{out}");
+    assert!(out.stderr.contains("does not fit its table"), "{out}");
+    assert!(!out.stderr.contains("could not reach"), "{out}");
 }
 
 #[tokio::test]
@@ -628,6 +651,8 @@ async fn doctor_advises_actions_read_for_explain_and_still_passes_without_it() {
         .env_remove("GITHUB_APP_ID")
         .env_remove("GITHUB_API_URL")
         .env_remove("RUST_LOG")
+        // The App's permissions are the point here, not a table in the test's database.
+        .env_remove("DATABASE_URL")
         .output()
         .await
         .unwrap();

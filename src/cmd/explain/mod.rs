@@ -55,6 +55,12 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
         .iter()
         .map(|u| format!("the {}", u.source))
         .collect();
+    if report.row.status == "misfit" {
+        return Err(Failure::Runtime(anyhow!(
+            "the route does not fit its table: {}",
+            report.row.detail.as_deref().unwrap_or_default()
+        )));
+    }
     if sources.is_empty() {
         return Ok(());
     }

@@ -42,8 +42,15 @@ pub(super) async fn row(
             return (None, RowSection::not("unreachable", error));
         }
     };
-    let section = find(&rows, route, id).await;
-    let section = section.unwrap_or_else(|e| RowSection::not("unreachable", format!("{e:#}")));
+    // A route that does not fit its table (a column it names is not there) is read fine and
+    // answers plainly: the database is reached, the config is what is wrong.
+    let section = find(&rows, route, id).await.unwrap_or_else(|e| {
+        let status = match e.downcast_ref() {
+            Some(crate::db::Error::Table(_)) => "misfit",
+            _ => "unreachable",
+        };
+        RowSection::not(status, format!("{e:#}"))
+    });
     (Some(rows), section)
 }
 

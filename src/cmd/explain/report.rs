@@ -53,8 +53,8 @@ pub struct RouteSection {
 /// The row as the table holds it.
 #[derive(Debug, Default, Serialize)]
 pub struct RowSection {
-    /// `found`, `missing` (the table has no such row), `not_read` (no `DATABASE_URL`) or
-    /// `unreachable`.
+    /// `found`, `missing` (the table has no such row), `not_read` (no `DATABASE_URL`),
+    /// `misfit` (the route names a column the table lacks) or `unreachable`.
     pub status: &'static str,
     /// Why, when it was not found.
     pub detail: Option<String>,
