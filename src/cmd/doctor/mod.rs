@@ -38,11 +38,14 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
             return Err(Failure::Usage(anyhow!("the config does not load")));
         }
     };
-    let checks = quietly(checks(&config)).await;
+    // Each check is printed as it finishes: a slow one (GitHub far away) shows what came before.
+    let mut report = Report {
+        checks: Vec::new(),
+        print: Some(args.json),
+    };
+    quietly(checks(&config, &mut report)).await;
+    let checks = report.checks;
     let failed = checks.iter().filter(|c| !c.ok).count();
-    for check in &checks {
-        check.print(args.json);
-    }
     if args.json && failed > 0 {
         return Err(Failure::Runtime(anyhow!(
             "{failed} of {} checks failed",
@@ -141,12 +144,33 @@ impl Check {
     }
 }
 
-/// Runs every check that applies to `config` (under [`quietly`]: the report is the output).
-pub async fn checks(config: &Config) -> Vec<Check> {
-    let mut out = vec![Check::pass(format!(
+/// The checks made so far, each printed as it is added (as text, or with `Some(true)` as JSON)
+/// unless `print` is `None`.
+pub struct Report {
+    pub checks: Vec<Check>,
+    pub print: Option<bool>,
+}
+
+impl Report {
+    fn push(&mut self, check: Check) {
+        if let Some(json) = self.print {
+            check.print(json);
+        }
+        self.checks.push(check);
+    }
+
+    fn extend(&mut self, checks: impl IntoIterator<Item = Check>) {
+        checks.into_iter().for_each(|check| self.push(check));
+    }
+}
+
+/// Runs every check that applies to `config` into `out` (under [`quietly`]: the report is the
+/// output).
+pub async fn checks(config: &Config, out: &mut Report) {
+    out.push(Check::pass(format!(
         "config {} parses",
         config.source.display()
-    ))];
+    )));
     // Only webhook routes need the secret: the queue is read with DATABASE_URL.
     if config.takes_webhooks() {
         out.push(match &config.webhook.secrets {
@@ -188,7 +212,7 @@ pub async fn checks(config: &Config) -> Vec<Check> {
             )),
         },
         ForgeSettings::Github(settings) => {
-            let ended = github::checks(config, settings, &mut out).await;
+            let ended = github::checks(config, settings, out).await;
             out.extend(ended.err());
         }
     }
@@ -197,14 +221,14 @@ pub async fn checks(config: &Config) -> Vec<Check> {
     let database = OptionFuture::from(connect).await;
     out.extend(tables::transit(config));
     if config.reads_the_queue() {
-        let ended = queue::checks(config, database.as_ref(), &mut out).await;
+        let ended = queue::checks(config, database.as_ref(), out).await;
         out.extend(ended.err());
         if let (Some(Ok(database)), Some(_)) = (&database, config.forge.token()) {
-            kick::checks(config, database, &mut out).await;
+            kick::checks(config, database, out).await;
         }
     }
     match &database {
-        Some(Ok(database)) => tables::checks(config, database, &mut out).await,
+        Some(Ok(database)) => tables::checks(config, database, out).await,
         // The queue's checks have said so already.
         Some(Err(_)) if config.reads_the_queue() => {}
         Some(Err(e)) => out.push(Check::advise(
@@ -213,7 +237,6 @@ pub async fn checks(config: &Config) -> Vec<Check> {
         )),
         None => {}
     }
-    out
 }
 
 /// Advice when webhook routes have no scheduled sweep: a webhook row that was refused (a full
