@@ -424,7 +424,13 @@ async fn malformed_bad_and_unrouted_messages_are_dead_lettered_and_redrive_bring
     );
     stop(served).await;
 
-    // The route the message wanted is added; redrive sends it again, and it is dispatched.
+    // The route the message wanted is added, for its table (serve refuses a route whose table
+    // is not there); redrive sends it again, and it is dispatched.
+    db.execute(
+        "create table public.ideas (id bigint primary key, message text, \
+           created_at timestamptz not null default now())",
+    )
+    .await;
     let with_ideas = format!(
         "{config}\n[[routes]]\ntable = \"ideas\"\nrepo = \"acme/app\"\nbranch_prefix = \"idea\"\n\
          event_type = \"idea\"\nintake = \"pgmq\"\n"

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::workflow::{allows_bot, bot_login, claude_steps, listens_for, Bound, ClaudeStep};
-use super::{Check, Report, ACTIONS_BOT, DRAIN_WORKFLOW_FILE, PLACEHOLDER_APP_ID};
+use super::{Check, Checks, ACTIONS_BOT, DRAIN_WORKFLOW_FILE, PLACEHOLDER_APP_ID};
 use crate::config::{Config, GithubAuth, GithubSettings, PrivateKeySource, Route};
 use crate::forge::github::{self, GithubForge};
 use crate::forge::{Base, Forge, ForgeError, Listing, OpenError, WriteAccess};
@@ -35,7 +35,7 @@ const KEY_FIX: &str = "set [github] private_key_path to the App's private key fi
 pub(super) async fn checks(
     config: &Config,
     settings: &GithubSettings,
-    out: &mut Report,
+    out: &mut Checks,
 ) -> Result<(), Check> {
     let token = settings.token().map(|token| token.variable());
     match (&settings.auth, token) {
@@ -152,7 +152,7 @@ async fn repo_checks(
     repo: &RepoName,
     routes: &[&Route],
     bot: Option<&Bot>,
-    out: &mut Report,
+    out: &mut Checks,
 ) -> Result<bool, Check> {
     let token = settings.token().map(|token| token.variable());
     if token.is_none() {
@@ -281,7 +281,7 @@ fn work_workflow_checks(
     files: &[(String, String)],
     route: &Route,
     bot: Option<&Bot>,
-    out: &mut Report,
+    out: &mut Checks,
 ) {
     let event_type = &route.event_type;
     let mut listening = files
@@ -441,7 +441,7 @@ async fn drain_workflow_checks(
     repo: &RepoName,
     branch: &RefName,
     files: &[(String, String)],
-    out: &mut Report,
+    out: &mut Checks,
 ) {
     const FILE: &str = DRAIN_WORKFLOW_FILE;
     let path = format!(".github/workflows/{FILE}");

@@ -9,11 +9,11 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
 use super::queue::triggers;
-use super::{Check, Report, KICK_SECRET, KICK_TRIGGER_PREFIX};
+use super::{Check, Checks, KICK_SECRET, KICK_TRIGGER_PREFIX};
 use crate::config::Config;
 use crate::db::{describe, quote_ident, quote_relation, value, Database};
 
-pub(super) async fn checks(config: &Config, database: &Database, out: &mut Report) {
+pub(super) async fn checks(config: &Config, database: &Database, out: &mut Checks) {
     let client = database.client();
     let trigger = format!("{KICK_TRIGGER_PREFIX}{}", config.pgmq.queue);
     let mut kicked = false;

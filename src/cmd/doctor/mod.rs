@@ -39,7 +39,7 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
         }
     };
     // Each check is printed as it finishes: a slow one (GitHub far away) shows what came before.
-    let mut report = Report {
+    let mut report = Checks {
         checks: Vec::new(),
         print: Some(args.json),
     };
@@ -146,12 +146,12 @@ impl Check {
 
 /// The checks made so far, each printed as it is added (as text, or with `Some(true)` as JSON)
 /// unless `print` is `None`.
-pub struct Report {
+pub struct Checks {
     pub checks: Vec<Check>,
     pub print: Option<bool>,
 }
 
-impl Report {
+impl Checks {
     fn push(&mut self, check: Check) {
         if let Some(json) = self.print {
             check.print(json);
@@ -166,7 +166,7 @@ impl Report {
 
 /// Runs every check that applies to `config` into `out` (under [`quietly`]: the report is the
 /// output).
-pub async fn checks(config: &Config, out: &mut Report) {
+pub async fn checks(config: &Config, out: &mut Checks) {
     out.push(Check::pass(format!(
         "config {} parses",
         config.source.display()

@@ -6,7 +6,7 @@
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
 
-use super::{Check, Report};
+use super::{Check, Checks};
 use crate::config::{Config, PgmqSettings, Route};
 use crate::db::{self, describe, query, queue, quote_ident, quote_relation, value, Database};
 use crate::event::EventKind;
@@ -87,7 +87,7 @@ const MISSING: &str = "select g.privilege || ' on ' || w.object from \
 pub(super) async fn checks(
     config: &Config,
     database: Option<&db::Result<Database>>,
-    out: &mut Report,
+    out: &mut Checks,
 ) -> Result<(), Check> {
     let rows = match database {
         None => {
@@ -124,7 +124,7 @@ pub(super) async fn checks(
 async fn queues_exist(
     client: &Client,
     pgmq: &PgmqSettings,
-    out: &mut Report,
+    out: &mut Checks,
 ) -> Result<bool, Check> {
     let known = queue::list(client).await.map_err(|e| {
         let fix = if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
@@ -205,7 +205,7 @@ pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigg
 
 /// The route's table has an enabled row-level trigger calling `rowbranch.enqueue()` with the
 /// queue's name, on every event the route takes, and the function's owner may send.
-async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Report) {
+async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut Checks) {
     let table = quote_relation(&route.schema, &route.table);
     let found = match triggers(client, route).await {
         Ok(found) => found,
@@ -303,7 +303,7 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
 /// pgmq.set_vt update its table, pgmq.archive moves a message to the archive), forget old
 /// archived messages, read the archive for the sweep, send dead letters and redrive them. Its
 /// fix also grants what doctor's own `pgmq.list_queues()` needs, so that doctor passes as it.
-async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Report) {
+async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let [q, a, dq, da] = queue_tables(pgmq);
     // pgmq.metrics (sampled for both queues) reads each queue's id sequence; ids themselves
     // come from identity columns, which need no right on it.
@@ -339,7 +339,7 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Report) {
 /// Whoever can write the queue can make the workflow work on any text: fails when `anon`,
 /// `authenticated` (Supabase's Data API roles, where they exist) or `PUBLIC` hold any right on
 /// the queues' tables — granted to them, or inherited from a role they are members of.
-async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Report) {
+async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let tables = queue_tables(pgmq);
     let found = query(client, GRANTS, &[&tables.to_vec()]).await;
     // Unknown (the catalog unreadable) counts as not exposed.

@@ -12,11 +12,11 @@
 //! whoever sits on the path can pose as the database, and the rows and queue messages rowbranch
 //! reads from it become work: a warning, with where Supabase's CA certificate comes from.
 
-use super::{Check, Report};
+use super::{Check, Checks};
 use crate::config::{Config, Route};
 use crate::db::{self, Database, Error, Misfit, Visibility};
 
-pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Report) {
+pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
     let sweeps = config.reconcile.every.is_some();
     for route in &config.routes {
         let table = route.table_name();
