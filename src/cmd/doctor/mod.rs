@@ -49,7 +49,8 @@ pub async fn run(args: ConfigArg) -> Result<(), Failure> {
         };
         println!("{mark} {}", check.what);
         if let Some(fix) = &check.fix {
-            println!("    fix: {fix}");
+            // A fix of several lines (grants, one statement a line) is indented under its first.
+            println!("    fix: {}", fix.replace('\n', "\n      "));
         }
     }
     if failed > 0 {
