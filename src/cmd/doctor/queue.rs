@@ -497,3 +497,38 @@ pub(super) async fn missing_rights(
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{grants, MissingRight};
+
+    fn lacks(privilege: &str, kind: &str, object: &str) -> MissingRight {
+        MissingRight {
+            privilege: privilege.to_owned(),
+            kind: kind.to_owned(),
+            object: object.to_owned(),
+            grantee: "rowbranch_consumer".to_owned(),
+        }
+    }
+
+    #[test]
+    fn grants_are_one_runnable_statement_an_object_naming_the_role() {
+        let missing = [
+            lacks("USAGE", "schema", "pgmq"),
+            lacks("SELECT", "table", "pgmq.\"q_x\""),
+            lacks("UPDATE", "table", "pgmq.\"q_x\""),
+            lacks("SELECT", "sequence", "pgmq.\"q_x_msg_id_seq\""),
+            lacks("EXECUTE", "functions", "send"),
+            lacks("EXECUTE", "functions", "format_table_name"),
+            lacks("SELECT", "column", "pgmq.\"q_y\""),
+        ];
+        assert_eq!(
+            grants(&missing),
+            "grant usage on schema pgmq to rowbranch_consumer;\n\
+             grant select, update on pgmq.\"q_x\" to rowbranch_consumer;\n\
+             grant select on sequence pgmq.\"q_x_msg_id_seq\" to rowbranch_consumer;\n\
+             grant execute on all functions in schema pgmq to rowbranch_consumer;\n\
+             grant select (msg_id) on pgmq.\"q_y\" to rowbranch_consumer;"
+        );
+    }
+}
