@@ -418,4 +418,8 @@ async fn a_role_without_select_fails_doctor_with_the_grant_after_which_reconcile
     let out = table.dry_run().await;
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
     assert_eq!(summary_of(&out)["rows_seen"], 2);
+    let out = table
+        .run(&["explain", "--table", "feedbacks", "--id", "1"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
 }
