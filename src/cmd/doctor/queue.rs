@@ -1,7 +1,9 @@
 //! `rowbranch doctor` for the queue intake: the database answers, both queues exist and are
 //! logged, each queue route's table has the trigger templates/supabase-queue.sql makes, the
 //! trigger's function may send, rowbranch's own role may read, archive and dead-letter, and
-//! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables.
+//! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables. A role's missing
+//! rights are found in the catalog, which changes nothing and reads no message, and their fix
+//! is the grants themselves, one runnable line each, naming the role ([`grants`]).
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
@@ -66,11 +68,10 @@ const PGMQ_PUBLIC: &str = "select exists ( \
     where n.nspname = 'pgmq_public' \
       and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))";
 
-/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks,
-/// each relation found by name in the catalog (to_regclass would need USAGE on its schema, which
-/// the role may lack too):
+/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks:
 /// the privilege, the kind, the object (a schema's name quoted as SQL names it) and the role
-/// quoted as a grant names it.
+/// quoted as a grant names it. Each relation is found by name in the catalog: to_regclass would
+/// need USAGE on its schema, which the role may lack too.
 const MISSING: &str = "select g.privilege, w.kind, \
       case w.kind when 'schema' then pg_catalog.quote_ident(w.object) else w.object end, \
       pg_catalog.quote_ident(r.name) from \
@@ -133,10 +134,10 @@ pub(super) async fn checks(
     Ok(())
 }
 
-/// Both queues are in `pgmq.list_queues()`, and logged: false when one is missing, and `Err`
-/// when they cannot be listed, so that the rest cannot be checked. A role that may not list
-/// them fails here and is checked on: the rights' check lists every grant it lacks, this one's
-/// among them, in the same run.
+/// Both queues are in `pgmq.list_queues()`, and logged: whether the checks after it are worth
+/// running (false when a queue is missing), and `Err` when pgmq cannot be asked at all. A role
+/// that may not list them fails here and is checked on, so that the rights' check lists every
+/// grant it lacks, these among them, in the same run.
 async fn queues_exist(
     client: &Client,
     pgmq: &PgmqSettings,
@@ -153,7 +154,7 @@ async fn queues_exist(
             }
             out.push(Check::fail(
                 what,
-                "make the grants the check of DATABASE_URL's role's rights lists: \
+                "make the grants listed under \"DATABASE_URL's role lacks\": \
                  pgmq.list_queues() reads pgmq.meta, which pgmq lets only its owner and \
                  pg_monitor read",
             ));
