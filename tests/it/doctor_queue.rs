@@ -57,9 +57,14 @@ impl Doctor {
 
     /// `rowbranch doctor --config …` with `DATABASE_URL` set to `database_url`, or unset.
     async fn run(&self, database_url: Option<&str>) -> Report {
+        self.command(&["doctor"], database_url).await
+    }
+
+    /// `rowbranch ARGS --config …` with `DATABASE_URL` set to `database_url`, or unset.
+    async fn command(&self, args: &[&str], database_url: Option<&str>) -> Report {
         let mut command = Command::new(env!("CARGO_BIN_EXE_rowbranch"));
         command
-            .arg("doctor")
+            .args(args)
             .arg("--config")
             .arg(self.config())
             .env_remove("RUST_LOG")
@@ -68,10 +73,7 @@ impl Doctor {
             Some(url) => command.env("DATABASE_URL", url),
             None => command.env_remove("DATABASE_URL"),
         };
-        let out = command
-            .output()
-            .await
-            .expect("could not run rowbranch doctor");
+        let out = command.output().await.expect("could not run rowbranch");
         Report {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -117,7 +119,8 @@ struct Report {
     stderr: String,
 }
 
-/// One check of the report: `✓ what` or `✗ what` and its `    fix: …` line.
+/// One check of the report: `✓ what` or `✗ what` and its `    fix: …` line, with the lines
+/// indented under it (a grant each).
 struct Line {
     ok: bool,
     what: String,
@@ -145,6 +148,11 @@ impl Report {
                     .last_mut()
                     .unwrap_or_else(|| panic!("a fix first:\n{self}"));
                 last.fix = Some(fix.to_owned());
+            } else if let Some(more) = text.strip_prefix("      ") {
+                let fix = lines.last_mut().and_then(|l| l.fix.as_mut());
+                let fix = fix.unwrap_or_else(|| panic!("a fix first:\n{self}"));
+                fix.push('\n');
+                fix.push_str(more);
             }
         }
         lines
@@ -313,18 +321,17 @@ fn setup(doctor: &Doctor, events: &[&str]) -> SetupContext {
     }
 }
 
-/// The statements `grant … to ROLE` in a fix, with ROLE as `role`, as one script.
+/// The lines `grant … to ROLE;` of a fix, each naming `role`, as one script.
 #[track_caller]
 fn grants_in(fix: &str, role: &str) -> String {
-    let grants: Vec<String> = fix
-        .split(';')
-        .filter_map(|part| {
-            let start = part.find("grant ")?;
-            let end = part[start..].find(" to ROLE")? + start;
-            Some(format!("{} to {};", &part[start..end], ident(role)))
-        })
-        .collect();
-    assert!(!grants.is_empty(), "no grant … to ROLE in the fix: {fix}");
+    let grants: Vec<&str> = fix.lines().filter(|l| l.starts_with("grant ")).collect();
+    assert!(!grants.is_empty(), "no grant line in the fix: {fix}");
+    for grant in &grants {
+        assert!(
+            grant.ends_with(&format!(" to {role};")),
+            "{grant:?} in: {fix}"
+        );
+    }
     grants.join("\n")
 }
 
@@ -548,25 +555,22 @@ async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass(
     let url = url(&db.name, Some((&role, &password)));
     let (queue, dead) = (&doctor.queue, &doctor.dead);
 
+    // Every grant it lacks, in one run: pgmq's, and the route's table's.
     let report = doctor.run(Some(&url)).await;
-    report.fails(1);
+    report.fails(3);
     report.passed("DATABASE_URL connects");
-    let (what, fix) = report.failed("pgmq.list_queues() fails");
+    let (what, _) = report.failed("pgmq.list_queues() fails");
     assert!(
         what.contains("permission denied for schema pgmq"),
         "{report}"
     );
-    run_sql(&db, &grants_in(&fix, &role)).await;
-
-    let report = doctor.run(Some(&url)).await;
-    report.fails(1);
-    report.passed(&format!("queue {queue} exists, logged"));
-    report.passed(&format!("queue {dead} exists, logged"));
     // The catalog tells any role about the trigger and its owner.
     report.passed(&doctor.trigger());
     report.passed("anon, authenticated and PUBLIC hold no rights");
     let (what, fix) = report.failed("DATABASE_URL's role lacks");
     for right in [
+        "USAGE on pgmq".to_owned(),
+        "SELECT on pgmq.meta".to_owned(),
         format!("SELECT on pgmq.\"q_{queue}\""),
         format!("UPDATE on pgmq.\"q_{queue}\""),
         format!("DELETE on pgmq.\"a_{queue}\""),
@@ -575,14 +579,79 @@ async fn a_role_without_rights_on_pgmq_is_told_the_grants_that_make_doctor_pass(
     ] {
         assert!(what.contains(&right), "no {right:?}: {report}");
     }
+    // One line a grant, naming the role.
+    for line in [
+        format!("grant usage on schema pgmq to {role};"),
+        format!("grant select on pgmq.meta to {role};"),
+        format!("grant select, insert, update, delete on pgmq.\"q_{queue}\" to {role};"),
+        format!("grant select on sequence pgmq.\"q_{queue}_msg_id_seq\" to {role};"),
+    ] {
+        assert!(fix.lines().any(|l| l == line), "no {line:?}: {report}");
+    }
+    let (what, table_fix) = report.failed("the role in DATABASE_URL may not read public.feedbacks");
+    assert!(
+        what.contains("permission denied for table feedbacks"),
+        "{report}"
+    );
+    let grant = format!("grant select on public.feedbacks to {role};");
+    assert!(table_fix.lines().any(|l| l == grant), "{report}");
     run_sql(&db, &grants_in(&fix, &role)).await;
+    run_sql(&db, &grants_in(&table_fix, &role)).await;
 
     let report = doctor.run(Some(&url)).await;
     report.all_pass();
+    report.passed(&format!("queue {queue} exists, logged"));
+    report.passed(&format!("queue {dead} exists, logged"));
     report.passed(&format!(
         "DATABASE_URL's role may read, archive and dead-letter {queue} and {dead}"
     ));
+    // With exactly the grants doctor named, the commands that read the table run as the role.
+    let reconcile = doctor
+        .command(&["reconcile", "--dry-run"], Some(&url))
+        .await;
+    assert_eq!(reconcile.code, Some(0), "{reconcile}");
     // The same report as rowbranch's own role as for the owner of it all.
+    doctor.run(Some(&admin_url)).await.all_pass();
+}
+
+#[tokio::test]
+async fn a_role_without_select_on_the_table_fails_with_the_grant_that_lets_reconcile_run() {
+    let (db, doctor, admin_url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let (role, password) = login_role(&db, "sweeper").await;
+    let url = url(&db.name, Some((&role, &password)));
+    // Everything the queue needs, as the queue's check says, and nothing on the table.
+    let report = doctor.run(Some(&url)).await;
+    let (_, fix) = report.failed("DATABASE_URL's role lacks");
+    run_sql(&db, &grants_in(&fix, &role)).await;
+
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only("the role in DATABASE_URL may not read public.feedbacks");
+    assert!(
+        what.contains("permission denied for table feedbacks"),
+        "{report}"
+    );
+    assert_eq!(
+        grants_in(&fix, &role),
+        format!("grant select on public.feedbacks to {role};"),
+        "{report}"
+    );
+    let reconcile = doctor
+        .command(&["reconcile", "--dry-run"], Some(&url))
+        .await;
+    assert_ne!(reconcile.code, Some(0), "{reconcile}");
+    assert!(
+        reconcile
+            .to_string()
+            .contains("permission denied for table feedbacks"),
+        "{reconcile}"
+    );
+
+    run_sql(&db, &grants_in(&fix, &role)).await;
+    doctor.run(Some(&url)).await.all_pass();
+    let reconcile = doctor
+        .command(&["reconcile", "--dry-run"], Some(&url))
+        .await;
+    assert_eq!(reconcile.code, Some(0), "{reconcile}");
     doctor.run(Some(&admin_url)).await.all_pass();
 }
 

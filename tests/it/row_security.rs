@@ -375,3 +375,51 @@ async fn without_row_level_security_doctor_says_nothing_of_it() {
     assert!(doctor.status.success(), "{}", output_text(&doctor));
     assert!(!child::stdout(&doctor).contains("row level security"));
 }
+
+/// The sweep's role of a webhook route without SELECT on the table: `doctor` fails with the one
+/// grant to make, as runnable SQL naming the role, and `reconcile` fails as it said; once the
+/// grant is made, `doctor`'s check passes and `reconcile --dry-run` runs as the role.
+#[tokio::test]
+async fn a_role_without_select_fails_doctor_with_the_grant_after_which_reconcile_runs() {
+    let table = or_skip!(Table::new("unread", "").await);
+    let role = ident(&table.role);
+    table
+        .db
+        .execute(&format!("revoke select on public.feedbacks from {role}"))
+        .await;
+
+    let out = table.doctor().await;
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    let text = child::stdout(&out);
+    assert!(
+        text.contains("✗ the role in DATABASE_URL may not read public.feedbacks: ERROR: permission denied for table feedbacks"),
+        "{text}"
+    );
+    // The role's name needs no quotes, so the grant names it bare, as the fix's SQL does.
+    let grant = format!("grant select on public.feedbacks to {};", table.role);
+    let grants: Vec<&str> = (text.lines().map(str::trim))
+        .filter(|l| l.starts_with("grant "))
+        .collect();
+    assert_eq!(grants, [grant.as_str()], "{text}");
+    let out = table.dry_run().await;
+    assert_eq!(out.status.code(), Some(1), "{}", output_text(&out));
+    assert!(
+        output_text(&out).contains("permission denied for table feedbacks"),
+        "{}",
+        output_text(&out)
+    );
+
+    table.db.execute(&grant).await;
+    let text = child::stdout(&table.doctor().await);
+    assert!(
+        text.contains("✓ public.feedbacks has the route's columns: id, message, created_at, readable by the role in DATABASE_URL"),
+        "{text}"
+    );
+    let out = table.dry_run().await;
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+    assert_eq!(summary_of(&out)["rows_seen"], 2);
+    let out = table
+        .run(&["explain", "--table", "feedbacks", "--id", "1"])
+        .await;
+    assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
+}

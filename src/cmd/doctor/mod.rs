@@ -139,7 +139,8 @@ impl Check {
         }
         println!("{mark} {}", self.what);
         if let Some(fix) = &self.fix {
-            println!("    fix: {fix}");
+            // A fix of several lines (grants, one statement a line) is indented under its first.
+            println!("    fix: {}", fix.replace('\n', "\n      "));
         }
     }
 }

@@ -1,7 +1,9 @@
 //! `rowbranch doctor` for the queue intake: the database answers, both queues exist and are
 //! logged, each queue route's table has the trigger templates/supabase-queue.sql makes, the
 //! trigger's function may send, rowbranch's own role may read, archive and dead-letter, and
-//! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables.
+//! neither `anon`, `authenticated` nor `PUBLIC` may touch the queue's tables. A role's missing
+//! rights are found in the catalog, which changes nothing and reads no message, and their fix
+//! is the grants themselves, one runnable line each, naming the role ([`grants`]).
 
 use tokio_postgres::error::SqlState;
 use tokio_postgres::Client;
@@ -20,9 +22,9 @@ const TRIGGER_PREFIX: &str = "rowbranch_queue_";
 const RUN_SETUP: &str =
     "run supabase-queue.sql (written by `rowbranch init --intake pgmq`) in the SQL editor as postgres";
 
-/// What `pgmq.list_queues()` needs, which doctor calls with DATABASE_URL's role: it reads
-/// `pgmq.meta`, which pgmq lets only its owner and `pg_monitor` read.
-const LIST_GRANTS: &str = "grant usage on schema pgmq to ROLE; grant select on pgmq.meta to ROLE";
+/// Where a fix's grants are run: as the owner of what they grant on.
+pub(super) const AS_OWNER: &str =
+    "as the owner of what they grant on (Supabase: the SQL editor, as postgres), run:";
 
 /// The triggers of a table, and whether each calls `rowbranch.enqueue()`, as its owner.
 const TRIGGERS: &str = "select t.tgname::text, t.tgenabled in ('O', 'A'), t.tgtype, t.tgargs, \
@@ -37,11 +39,13 @@ const TRIGGERS: &str = "select t.tgname::text, t.tgenabled in ('O', 'A'), t.tgty
 
 /// The rights on the queues' tables that PUBLIC holds, or `anon` and `authenticated` hold by
 /// grant or inheritance: the holder in lowercase (as a revoke names it), and "HOLDER has RIGHTS
-/// on TABLE".
+/// on TABLE". Found by name in the catalog, as in [`MISSING`].
 const GRANTS: &str = "select lower(h.holder), h.holder || ' has ' \
            || string_agg(distinct h.privilege, ', ') || ' on ' || c.oid::regclass::text \
     from unnest($1::text[]) as wanted(name) \
-    join pg_catalog.pg_class as c on c.oid = pg_catalog.to_regclass(wanted.name) \
+    join pg_catalog.pg_namespace as n on n.nspname = (pg_catalog.parse_ident(wanted.name))[1] \
+    join pg_catalog.pg_class as c on c.relnamespace = n.oid \
+      and c.relname = (pg_catalog.parse_ident(wanted.name))[2] \
     cross join lateral ( \
       select 'PUBLIC'::text as holder, a.privilege_type::text as privilege \
       from pg_catalog.aclexplode(c.relacl) as a where a.grantee = 0 union all \
@@ -64,24 +68,35 @@ const PGMQ_PUBLIC: &str = "select exists ( \
     where n.nspname = 'pgmq_public' \
       and pg_catalog.has_function_privilege(r.oid, p.oid, 'EXECUTE'))";
 
-/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks.
-const MISSING: &str = "select g.privilege || ' on ' || w.object from \
+/// Which (kind, object, privileges separated by spaces) the role ($4, or the current user) lacks:
+/// the privilege, the kind, the object (a schema's name quoted as SQL names it) and the role
+/// quoted as a grant names it. Each relation is found by name in the catalog: to_regclass would
+/// need USAGE on its schema, which the role may lack too.
+const MISSING: &str = "select g.privilege, w.kind, \
+      case w.kind when 'schema' then pg_catalog.quote_ident(w.object) else w.object end, \
+      pg_catalog.quote_ident(r.name) from \
       unnest($1::text[], $2::text[], $3::text[]) as w(kind, object, privileges) \
     cross join unnest(pg_catalog.string_to_array(w.privileges, ' ')) as g(privilege) \
     cross join lateral (select coalesce($4::text, current_user::text) as name) as r \
+    cross join lateral (select ( \
+      select c.oid from pg_catalog.pg_class as c \
+      join pg_catalog.pg_namespace as n on n.oid = c.relnamespace \
+      where w.kind in ('table', 'column', 'sequence') \
+        and array[n.nspname::text, c.relname::text] = pg_catalog.parse_ident(w.object)) as oid \
+    ) as o \
     where not coalesce(case w.kind \
       when 'schema' then pg_catalog.has_schema_privilege(r.name, w.object, g.privilege) \
-      when 'table' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_table_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
-      when 'column' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_column_privilege(r.name, pg_catalog.to_regclass(w.object), 'msg_id', g.privilege) \
+      when 'table' then o.oid is not null \
+        and pg_catalog.has_table_privilege(r.name, o.oid, g.privilege) \
+      when 'column' then o.oid is not null \
+        and pg_catalog.has_column_privilege(r.name, o.oid, 'msg_id', g.privilege) \
       when 'functions' then not exists ( \
         select 1 from pg_catalog.pg_proc as p \
         join pg_catalog.pg_namespace as n on n.oid = p.pronamespace \
         where n.nspname = 'pgmq' and p.proname = w.object \
           and not pg_catalog.has_function_privilege(r.name, p.oid, g.privilege)) \
-      when 'sequence' then pg_catalog.to_regclass(w.object) is not null \
-        and pg_catalog.has_sequence_privilege(r.name, pg_catalog.to_regclass(w.object), g.privilege) \
+      when 'sequence' then o.oid is not null \
+        and pg_catalog.has_sequence_privilege(r.name, o.oid, g.privilege) \
     end, false)";
 
 pub(super) async fn checks(
@@ -119,24 +134,33 @@ pub(super) async fn checks(
     Ok(())
 }
 
-/// Both queues are in `pgmq.list_queues()`, and logged: false when one is missing, and `Err`
-/// when they cannot be listed, so that the rest cannot be checked.
+/// Both queues are in `pgmq.list_queues()`, and logged: whether the checks after it are worth
+/// running (false when a queue is missing), and `Err` when pgmq cannot be asked at all. A role
+/// that may not list them fails here and is checked on, so that the rights' check lists every
+/// grant it lacks, these among them, in the same run.
 async fn queues_exist(
     client: &Client,
     pgmq: &PgmqSettings,
     out: &mut Checks,
 ) -> Result<bool, Check> {
-    let known = queue::list(client).await.map_err(|e| {
-        let fix = if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
-            format!(
-                "as the queues' owner: {LIST_GRANTS} (ROLE being DATABASE_URL's user; \
-                 pgmq.list_queues() reads pgmq.meta)"
-            )
-        } else {
-            format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}")
-        };
-        Check::fail(format!("pgmq.list_queues() fails: {}", e.describe()), fix)
-    })?;
+    let known = match queue::list(client).await {
+        Ok(known) => known,
+        Err(e) => {
+            let what = format!("pgmq.list_queues() fails: {}", e.describe());
+            if e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                let fix =
+                    format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}");
+                return Err(Check::fail(what, fix));
+            }
+            out.push(Check::fail(
+                what,
+                "make the grants listed under \"DATABASE_URL's role lacks\": \
+                 pgmq.list_queues() reads pgmq.meta, which pgmq lets only its owner and \
+                 pg_monitor read",
+            ));
+            return Ok(true);
+        }
+    };
     let mut all = true;
     for name in [&pgmq.queue, &pgmq.dead_letter] {
         out.push(match known.iter().find(|(known, _)| known == name) {
@@ -284,9 +308,9 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         Ok(missing) => Check::fail(
             format!(
                 "{FUNCTION}'s owner {owner} lacks {}: every INSERT on {table} fails",
-                missing.join(", ")
+                listed(&missing)
             ),
-            if missing.iter().any(|m| m.starts_with("EXECUTE")) {
+            if missing.iter().any(|m| m.privilege == "EXECUTE") {
                 format!(
                     "as pgmq's owner: grant execute on all functions in schema pgmq to {owner} \
                      (it needs pgmq.send and pgmq.format_table_name, every overload)"
@@ -301,8 +325,9 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
 
 /// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and
 /// pgmq.set_vt update its table, pgmq.archive moves a message to the archive), forget old
-/// archived messages, read the archive for the sweep, send dead letters and redrive them. Its
-/// fix also grants what doctor's own `pgmq.list_queues()` needs, so that doctor passes as it.
+/// archived messages, read the archive for the sweep, send dead letters and redrive them; and
+/// what doctor's own `pgmq.list_queues()` needs (it reads `pgmq.meta`), so that doctor passes
+/// as it.
 async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let [q, a, dq, da] = queue_tables(pgmq);
     // pgmq.metrics (sampled for both queues) reads each queue's id sequence; ids themselves
@@ -310,6 +335,7 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let (sequence, dead_sequence) = (sequence(&pgmq.queue), sequence(&pgmq.dead_letter));
     let wanted = [
         ("schema", "pgmq", "USAGE"),
+        ("table", "pgmq.meta", "SELECT"),
         ("table", &q, "SELECT INSERT UPDATE DELETE"),
         // pgmq.archive inserts into the archive with RETURNING (SELECT); old archived
         // messages are deleted from both archives.
@@ -325,12 +351,8 @@ async fn own_rights(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
             pgmq.queue, pgmq.dead_letter
         )),
         Ok(missing) => Check::fail(
-            format!("DATABASE_URL's role lacks {}", missing.join(", ")),
-            format!(
-                "as the queues' owner: {LIST_GRANTS}; grant select, insert, update, delete on \
-                 {q}, {a}, {dq}, {da} to ROLE; grant select on {sequence}, {dead_sequence} to ROLE \
-                 (ROLE being DATABASE_URL's user)"
-            ),
+            format!("DATABASE_URL's role lacks {}", listed(&missing)),
+            format!("{AS_OWNER}\n{}", grants(&missing)),
         ),
         Err(unreadable) => unreadable,
     });
@@ -396,14 +418,65 @@ fn sequence(queue: &QueueName) -> String {
     format!("pgmq.{}", quote_ident(&format!("q_{queue}_msg_id_seq")))
 }
 
+/// A right a role lacks, as [`MISSING`] finds it.
+pub(super) struct MissingRight {
+    /// `SELECT`, `USAGE`, …, as the catalog's functions name it.
+    privilege: String,
+    /// What `object` is: `schema`, `table`, `column` (`msg_id`), `functions` (every overload
+    /// of a pgmq function), `sequence`.
+    kind: String,
+    object: String,
+    /// The role, quoted as SQL names it.
+    grantee: String,
+}
+
+/// "INSERT on pgmq.q_x, …", for a check's text.
+fn listed(missing: &[MissingRight]) -> String {
+    let each: Vec<String> = (missing.iter())
+        .map(|m| format!("{} on {}", m.privilege, m.object))
+        .collect();
+    each.join(", ")
+}
+
+/// The statements that give the roles what they lack, one line per object and role (`grant
+/// select, insert on pgmq.q_x to rowbranch_consumer;`): runnable as they stand, so a fix names
+/// the role rather than a placeholder, and every missing grant shows in one run.
+pub(super) fn grants(missing: &[MissingRight]) -> String {
+    let mut lines: Vec<(String, &str, Vec<String>)> = Vec::new();
+    for m in missing {
+        let on = match m.kind.as_str() {
+            "schema" => format!("schema {}", m.object),
+            "sequence" => format!("sequence {}", m.object),
+            // Every overload at once: their signatures differ between pgmq's versions.
+            "functions" => "all functions in schema pgmq".to_owned(),
+            _ => m.object.clone(),
+        };
+        let mut privilege = m.privilege.to_lowercase();
+        if m.kind == "column" {
+            privilege.push_str(" (msg_id)");
+        }
+        match lines.iter_mut().find(|l| l.0 == on && l.1 == m.grantee) {
+            Some(line) if line.2.contains(&privilege) => {}
+            Some(line) => line.2.push(privilege),
+            None => lines.push((on, &m.grantee, vec![privilege])),
+        }
+    }
+    let lines: Vec<String> = (lines.iter())
+        .map(|(on, grantee, privileges)| {
+            format!("grant {} on {on} to {grantee};", privileges.join(", "))
+        })
+        .collect();
+    lines.join("\n")
+}
+
 /// Which of `wanted` (kind, object, privileges separated by spaces) `role` (`None`: DATABASE_URL's
-/// own) lacks, as "INSERT on pgmq.q_x"; a missing object counts as lacking. A failed check when
-/// the catalog cannot be read.
-async fn missing_rights(
+/// own) lacks; a missing object counts as lacking. A failed check when the catalog cannot be
+/// read.
+pub(super) async fn missing_rights(
     client: &Client,
     role: Option<&str>,
     wanted: &[(&str, &str, &str)],
-) -> Result<Vec<String>, Check> {
+) -> Result<Vec<MissingRight>, Check> {
     let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
     let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
     let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
@@ -415,5 +488,48 @@ async fn missing_rights(
             "run doctor with a DATABASE_URL whose role can read the catalog",
         )
     })?;
-    Ok(rows.iter().map(|r| r.get(0)).collect())
+    Ok(rows
+        .iter()
+        .map(|r| MissingRight {
+            privilege: r.get(0),
+            kind: r.get(1),
+            object: r.get(2),
+            grantee: r.get(3),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{grants, MissingRight};
+
+    fn lacks(privilege: &str, kind: &str, object: &str) -> MissingRight {
+        MissingRight {
+            privilege: privilege.to_owned(),
+            kind: kind.to_owned(),
+            object: object.to_owned(),
+            grantee: "rowbranch_consumer".to_owned(),
+        }
+    }
+
+    #[test]
+    fn grants_are_one_runnable_statement_an_object_naming_the_role() {
+        let missing = [
+            lacks("USAGE", "schema", "pgmq"),
+            lacks("SELECT", "table", "pgmq.\"q_x\""),
+            lacks("UPDATE", "table", "pgmq.\"q_x\""),
+            lacks("SELECT", "sequence", "pgmq.\"q_x_msg_id_seq\""),
+            lacks("EXECUTE", "functions", "send"),
+            lacks("EXECUTE", "functions", "format_table_name"),
+            lacks("SELECT", "column", "pgmq.\"q_y\""),
+        ];
+        assert_eq!(
+            grants(&missing),
+            "grant usage on schema pgmq to rowbranch_consumer;\n\
+             grant select, update on pgmq.\"q_x\" to rowbranch_consumer;\n\
+             grant select on sequence pgmq.\"q_x_msg_id_seq\" to rowbranch_consumer;\n\
+             grant execute on all functions in schema pgmq to rowbranch_consumer;\n\
+             grant select (msg_id) on pgmq.\"q_y\" to rowbranch_consumer;"
+        );
+    }
 }

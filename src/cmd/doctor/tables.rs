@@ -4,6 +4,10 @@
 //! check, as `serve` will not start with it. What only the sweep and `redo` need (the table in
 //! this database, its created column) is advice, unless `reconcile_every` schedules a sweep.
 //!
+//! And whether DATABASE_URL's role may read each route's table at all: the sweep, `reconcile`,
+//! `explain` and `redo` read its rows as that role, and without SELECT each of them fails
+//! (`permission denied for table …`), so the check fails with the grants to make.
+//!
 //! And whether row level security lets DATABASE_URL's role see each route's rows. A role it
 //! hides every row from reads an empty table without an error, so the sweep, `redo` and
 //! `explain` would find nothing to do: a failed check, with the policy that fixes it.
@@ -12,9 +16,14 @@
 //! whoever sits on the path can pose as the database, and the rows and queue messages rowbranch
 //! reads from it become work: a warning, with where Supabase's CA certificate comes from.
 
+use tokio_postgres::error::SqlState;
+
+use super::queue::{grants, missing_rights, AS_OWNER};
 use super::{Check, Checks};
 use crate::config::{Config, Route};
-use crate::db::{self, Database, Error, Misfit, Visibility};
+use crate::db::{
+    self, describe, query, quote_relation, value, Database, Error, Misfit, Visibility,
+};
 
 pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
     let sweeps = config.reconcile.every.is_some();
@@ -25,9 +34,12 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
         columns.push(&route.created_column);
         let Err(e) = rows.check_columns(route, true).await else {
             let columns = columns.join(", ");
-            out.push(Check::pass(format!(
-                "{table} has the route's columns: {columns}"
-            )));
+            out.push(match readable(rows, route).await {
+                Ok(()) => Check::pass(format!(
+                    "{table} has the route's columns: {columns}, readable by the role in DATABASE_URL"
+                )),
+                Err(unreadable) => unreadable,
+            });
             out.extend(row_security(rows, route).await);
             continue;
         };
@@ -60,6 +72,47 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
             ),
         });
     }
+}
+
+/// Whether DATABASE_URL's role may read `route`'s table as the sweep, `reconcile`, `explain`
+/// and `redo` do (`select *`): probed with a read of no row, which changes nothing and takes the
+/// same rights as theirs. `Err`: the failed check, with the grants that make it pass.
+async fn readable(rows: &Database, route: &Route) -> Result<(), Check> {
+    let client = rows.client();
+    let relation = quote_relation(&route.schema, &route.table);
+    let probe = format!("select * from {relation} limit 0");
+    let Err(e) = query(client, &probe, &[]).await else {
+        return Ok(());
+    };
+    let what = format!(
+        "the role in DATABASE_URL may not read {}: {}",
+        route.table_name(),
+        describe(&e)
+    );
+    if e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+        let fix = format!(
+            "the sweep, reconcile, explain and redo read the rows with `{probe}` (without \
+             `limit 0`): it must answer as this role"
+        );
+        return Err(Check::fail(what, fix));
+    }
+    // The table as a grant names it (`public.feedbacks`), quoted only where SQL needs it.
+    let named =
+        "select pg_catalog.quote_ident($1::text) || '.' || pg_catalog.quote_ident($2::text)";
+    let table = value(client, named, &[&route.schema, &route.table]).await;
+    let table: String = table.ok().flatten().unwrap_or(relation);
+    let wanted = [
+        ("schema", route.schema.as_str(), "USAGE"),
+        ("table", table.as_str(), "SELECT"),
+    ];
+    let missing = missing_rights(client, None, &wanted).await?;
+    Err(Check::fail(
+        what,
+        format!(
+            "the sweep, reconcile, explain and redo read its rows as this role; {AS_OWNER}\n{}",
+            grants(&missing)
+        ),
+    ))
 }
 
 /// The check for `route`, or `None` when row level security is off for its table.
