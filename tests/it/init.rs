@@ -869,6 +869,21 @@ async fn a_rerun_after_the_app_exists_applies_the_flag_and_keeps_what_is_deploye
     let loaded = Config::load(&config_path, &|_| None).unwrap();
     let (first_from, first_secrets) = (sweep_from(&loaded), secret(dir.path()));
 
+    // The same flags again: every file as it was, and it says so.
+    let same = init(dir.path(), &["--force"]);
+    assert!(same.status.success(), "{}", text(&same));
+    assert_eq!(files(dir.path()), before);
+    let unchanged = text(&same)
+        .lines()
+        .filter(|l| l.starts_with("  unchanged: "))
+        .count();
+    assert_eq!(
+        unchanged,
+        before.len() - 1,
+        "all but app.pem:\n{}",
+        text(&same)
+    );
+
     let again = init(dir.path(), &["--force", "--max-turns", "12"]);
     assert!(again.status.success(), "{}", text(&again));
     let after = files(dir.path());
@@ -912,7 +927,7 @@ async fn a_rerun_after_the_app_exists_applies_the_flag_and_keeps_what_is_deploye
         "no step to create the App again:\n{out}"
     );
     assert!(
-        out.contains(&format!("the GitHub App exists (id {},", fake.app_id())),
+        out.contains(&format!("the GitHub App exists (id {};", fake.app_id())),
         "{out}"
     );
 
