@@ -63,7 +63,7 @@ pub enum Command {
     /// Check the setup: config, secret, App credentials, installation, permissions, workflow.
     ///
     /// One line per check, with the fix for each failure. Exits 1 if any check fails.
-    Doctor(ConfigArg),
+    Doctor(DoctorArgs),
     /// Write the setup files for one repository and table: rowbranch.toml, the workflow, the
     /// Supabase SQL, the App manifest and a page that creates the App, and print what is left.
     ///
@@ -417,6 +417,16 @@ pub struct ExplainArgs {
     #[arg(long, value_name = "ID")]
     pub id: String,
     /// Print the answer as JSON (its shape is in docs/spec.md §1).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// One JSON object a line, one per check: `status` (`pass`, `advice` or `fail`), `what`,
+    /// `fix`.
     #[arg(long)]
     pub json: bool,
 }

@@ -291,3 +291,34 @@ async fn doctor_gives_up_at_once_on_a_github_host_that_does_not_resolve() {
         assert!(!retried, "{config}\n{text}");
     }
 }
+
+/// `doctor --json`: one object a line, one per check, for a script or a CI step to read.
+#[tokio::test]
+async fn doctor_json_is_one_object_per_check() {
+    let dir = dir_with_repository().await;
+    std::fs::write(dir.path().join("rowbranch.toml"), local_config("")).unwrap();
+    let doctor = |secret: Option<String>| {
+        let mut command = rowbranch(dir.path());
+        command.args(["doctor", "--json", "--config", "rowbranch.toml"]);
+        if let Some(secret) = secret {
+            command.env("ROWBRANCH_WEBHOOK_SECRET", secret);
+        }
+        command
+    };
+    for (secret, code) in [(Some(random_secret()), 0), (None, 1)] {
+        let out = run(&mut doctor(secret)).await;
+        let text = stdout(&out);
+        assert_eq!(out.status.code(), Some(code), "{text}");
+        let checks: Vec<serde_json::Value> = text
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("one object a line"))
+            .collect();
+        assert!(checks.len() >= 3, "{text}");
+        for check in &checks {
+            assert!(check["what"].is_string(), "{check}");
+            assert!(["pass", "advice", "fail"].contains(&check["status"].as_str().unwrap()));
+        }
+        let failed = checks.iter().filter(|c| c["status"] == "fail").count();
+        assert_eq!(failed > 0, code == 1, "{text}");
+    }
+}

@@ -17,7 +17,7 @@ use futures_util::future::OptionFuture;
 use tracing::instrument::WithSubscriber;
 
 use super::Failure;
-use crate::cli::ConfigArg;
+use crate::cli::DoctorArgs;
 use crate::config::env::secret_from_init;
 use crate::config::{process_env, Config, ForgeSettings, Intake};
 use crate::db::Database;
@@ -30,27 +30,27 @@ mod queue;
 mod tables;
 pub mod workflow;
 
-pub async fn run(args: ConfigArg) -> Result<(), Failure> {
-    let config = match Config::load(&args.config, &process_env) {
+pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
+    let config = match Config::load(&args.config.config, &process_env) {
         Ok(config) => config,
         Err(e) => {
-            println!("✗ {e}");
+            Check::fail(e.to_string(), "").print(args.json);
             return Err(Failure::Usage(anyhow!("the config does not load")));
         }
     };
     let checks = quietly(checks(&config)).await;
     let failed = checks.iter().filter(|c| !c.ok).count();
     for check in &checks {
-        // `!`: passed, with advice for something only an optional feature needs.
-        let mark = match (check.ok, &check.fix) {
-            (false, _) => "✗",
-            (true, Some(_)) => "!",
-            (true, None) => "✓",
-        };
-        println!("{mark} {}", check.what);
-        if let Some(fix) = &check.fix {
-            println!("    fix: {fix}");
-        }
+        check.print(args.json);
+    }
+    if args.json && failed > 0 {
+        return Err(Failure::Runtime(anyhow!(
+            "{failed} of {} checks failed",
+            checks.len()
+        )));
+    }
+    if args.json {
+        return Ok(());
     }
     if failed > 0 {
         return Err(Failure::Runtime(anyhow!(
@@ -113,8 +113,31 @@ impl Check {
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        let (ok, what, fix) = (false, what.into(), Some(fix.into()));
-        Check { ok, what, fix }
+        let fix = Some(fix.into()).filter(|fix| !fix.is_empty());
+        Check {
+            ok: false,
+            what: what.into(),
+            fix,
+        }
+    }
+
+    /// Its line, with its fix below; or, for `--json`, one object.
+    fn print(&self, json: bool) {
+        // `!`: passed, with advice for something only an optional feature needs.
+        let (mark, status) = match (self.ok, &self.fix) {
+            (false, _) => ("✗", "fail"),
+            (true, Some(_)) => ("!", "advice"),
+            (true, None) => ("✓", "pass"),
+        };
+        if json {
+            let line = serde_json::json!({"status": status, "what": self.what, "fix": self.fix});
+            println!("{line}");
+            return;
+        }
+        println!("{mark} {}", self.what);
+        if let Some(fix) = &self.fix {
+            println!("    fix: {fix}");
+        }
     }
 }
 

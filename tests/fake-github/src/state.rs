@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, SystemTime};
 
 use rand::distr::Alphanumeric;
-use rand::Rng;
+use rand::RngExt;
 use serde_json::Value;
 
 use crate::faults::{Fault, FaultEntry, Op};
