@@ -333,9 +333,16 @@ pub struct InitArgs {
         conflicts_with = "manifest_code"
     )]
     pub work_timeout_minutes: u32,
-    /// Overwrite files that exist.
+    /// Write over the files a previous run wrote here, applying the flags given and keeping
+    /// what is deployed from them: the App's id and its bot, the webhook secrets of
+    /// rowbranch.env and the SQL files, the route's sweep_from. Says which files changed.
     #[arg(long)]
     pub force: bool,
+    /// On a re-run (--force): make new webhook secrets instead of keeping rowbranch.env's. The triggers
+    /// installed in Supabase and the running rowbranch hold the old ones until the SQL is run
+    /// again and ROWBRANCH_WEBHOOK_SECRET is updated.
+    #[arg(long, conflicts_with = "manifest_code")]
+    pub rotate_secrets: bool,
     /// Finish creating the GitHub App with the code GitHub handed back: write its key and id,
     /// and the name GitHub gave its bot into workflow.yml.
     #[arg(long, value_name = "CODE", conflicts_with_all = ["repo", "url", "owner_type"])]

@@ -15,7 +15,7 @@ use self::setup::{render, steps, SetupContext};
 use super::Failure;
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::cmd::doctor::workflow::{allows_bot, bot_login, claude_steps};
-use crate::cmd::doctor::{quietly, ACTIONS_BOT};
+use crate::cmd::doctor::{quietly, ACTIONS_BOT, PLACEHOLDER_APP_ID};
 use crate::config::env::ENV_FILE;
 use crate::config::{process_env, Intake};
 use crate::forge::github::{account_type, convert_manifest};
@@ -140,9 +140,10 @@ async fn owner_kind(args: &InitArgs, owner: &str) -> Result<OwnerType, Failure> 
     }
 }
 
-/// The setup's values from the flags, every one checked; the owner's kind is asked of GitHub
-/// later, only once nothing stands in the way of writing.
-fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
+/// The setup's values from the flags, every one checked, and from what a previous run wrote
+/// here; the owner's kind is asked of GitHub later, only once nothing stands in the way of
+/// writing.
+fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Failure> {
     // clap requires --repo unless --manifest-code is given, which does not come here.
     let repo = RepoName::parse(args.repo.as_deref().unwrap_or_default())
         .map_err(|e| usage(format!("--repo: {e}")))?;
@@ -189,21 +190,39 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
     }
     // No App with --host actions: the drain job's GITHUB_TOKEN sends the dispatch, and its bot
     // is the work workflow's actor.
-    let app_slug = match on_actions {
-        true => ACTIONS_BOT.to_owned(),
-        false => slug::slugify(&app_name),
+    let app_slug = match (on_actions, &previous.app_slug) {
+        (true, _) => ACTIONS_BOT.to_owned(),
+        (false, Some(created)) => created.clone(),
+        (false, None) => slug::slugify(&app_name),
     };
     if app_slug.is_empty() {
         return Err(usage("--app-name needs at least one letter or digit"));
     }
     // Two secrets, never one for both: the signing key of supabase-vault.sql, and the bearer
     // secret supabase.sql writes into a header, where a signing key would stop being one.
-    let (webhook_secret, bearer_secret) = match intake {
-        Intake::Webhook => (
+    // A re-run keeps the ones already in Supabase's triggers and rowbranch's environment.
+    let (webhook_secret, bearer_secret) = match (intake, &previous.secrets) {
+        (Intake::Pgmq { .. }, _) if args.rotate_secrets => {
+            return Err(usage(
+                "--rotate-secrets: the queue intake has no webhook secrets to rotate",
+            ))
+        }
+        (Intake::Pgmq { .. }, _) => (None, None),
+        (Intake::Webhook, Some((signing, bearer))) if !args.rotate_secrets => {
+            (Some(signing.clone()), Some(bearer.clone()))
+        }
+        (Intake::Webhook, None) if previous.has_secrets && !args.rotate_secrets => {
+            return Err(usage(format!(
+                "{ENV_FILE} does not hold the two webhook secrets as init writes them \
+                 (ROWBRANCH_WEBHOOK_SECRET=\"whsec_… BEARER\"), and new ones would not match \
+                 the triggers made from supabase-vault.sql or supabase.sql: put that line \
+                 back, or pass --rotate-secrets to make new secrets"
+            )))
+        }
+        (Intake::Webhook, _) => (
             Some(generate_secret().context("no randomness for a secret")?),
             Some(generate_bearer_secret().context("no randomness for a secret")?),
         ),
-        Intake::Pgmq { .. } => (None, None),
     };
     let ctx = SetupContext {
         owner: repo.owner().to_owned(),
@@ -232,7 +251,8 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
         work_timeout_minutes: args.work_timeout_minutes,
         // Asked of GitHub once nothing stands in the way of writing.
         owner_kind: OwnerType::User,
-        sweep_from: crate::config::sweep_from_now(),
+        app_id: previous.app_id,
+        sweep_from: (previous.sweep_from.clone()).unwrap_or_else(crate::config::sweep_from_now),
     };
     ctx.check().map_err(usage)?;
     Ok(ctx)
@@ -240,12 +260,7 @@ fn context(args: &InitArgs) -> Result<SetupContext, Failure> {
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
-    let mut ctx = context(args)?;
-    // The sweep's start is when rowbranch was first set up here; a re-run that moved it would
-    // forget the rows inserted in between.
-    if let Some(from) = kept_sweep_from(&dir.join("rowbranch.toml")) {
-        ctx.sweep_from = from;
-    }
+    let mut ctx = context(args, &PreviousRun::read(dir)?)?;
     let names = ctx.outputs();
     let existing: Vec<&str> = names
         .iter()
@@ -270,12 +285,27 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
         .collect::<anyhow::Result<_>>()?;
     let steps = steps(dir, &ctx)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    println!("the setup in {}:", dir.display());
     for (name, text) in &files {
-        write(&dir.join(name), text, PRIVATE.contains(name))?;
+        let path = dir.join(name);
+        // A file left as it was keeps its time, and says the re-run did not touch it.
+        let state = match std::fs::read(&path) {
+            Ok(old) if old == text.as_bytes() => "unchanged",
+            Ok(_) => "changed",
+            Err(_) => "new",
+        };
+        if state != "unchanged" {
+            write(&path, text, PRIVATE.contains(name))?;
+        }
+        println!("  {state}: {name}");
     }
-    println!("wrote to {}:", dir.display());
-    for name in &names {
-        println!("  {name}");
+    if args.rotate_secrets {
+        println!(
+            "new webhook secrets in {ENV_FILE}, supabase-vault.sql and supabase.sql: Supabase's \
+             trigger and the running rowbranch still hold the old ones. Give rowbranch the new \
+             ones beside the old (ROWBRANCH_WEBHOOK_SECRET takes several, separated by spaces) \
+             and restart it, run the SQL file again in Supabase, then drop the old ones"
+        );
     }
     print!("{steps}");
     Ok(())
@@ -298,9 +328,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write(&key_path, &app.pem, true)?;
     let config = dir.join("rowbranch.toml");
-    // A slug as GitHub makes them: lower-case letters, digits, `-` and `_`.
-    let plausible = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
-    let slug = (app.slug.as_deref()).filter(|s| !s.is_empty() && s.chars().all(plausible));
+    let slug = app.slug.as_deref().filter(|s| is_app_slug(s));
     println!(
         "created the GitHub App {} (id {}){}",
         slug.unwrap_or(&app.name),
@@ -395,11 +423,77 @@ pub fn set_allowed_bots(workflow: &str, app_slug: &str) -> Result<String, &'stat
     Ok(out)
 }
 
-/// The first route's `sweep_from` in the config a previous run wrote, if it has one.
-fn kept_sweep_from(config: &Path) -> Option<String> {
-    let doc: toml_edit::DocumentMut = std::fs::read_to_string(config).ok()?.parse().ok()?;
-    let routes = doc.get("routes")?.as_array_of_tables()?;
-    Some(routes.get(0)?.get("sweep_from")?.as_str()?.to_owned())
+/// A slug as GitHub makes them: lower-case letters, digits, `-` and `_`.
+fn is_app_slug(slug: &str) -> bool {
+    let allowed = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+    !slug.is_empty() && slug.chars().all(allowed)
+}
+
+/// What a previous run of `init` (and of `init --manifest-code`) wrote into the folder, and so
+/// what may be deployed from it: the App GitHub created, the triggers installed in Supabase and
+/// the server started with the secrets, the sweep that started at `sweep_from`. A re-run starts
+/// from these, so that what it writes goes on matching what runs.
+#[derive(Debug, Default)]
+struct PreviousRun {
+    /// `[github] app_id` once `--manifest-code` set it; never the placeholder.
+    app_id: Option<u64>,
+    /// The App's slug, as `--manifest-code` named its bot in workflow.yml's `allowed_bots`
+    /// (GitHub's name for it, which may not be the one asked for); read once the App exists.
+    app_slug: Option<String>,
+    /// The first route's `sweep_from`.
+    sweep_from: Option<String>,
+    /// The signing and the bearer secret of rowbranch.env's `ROWBRANCH_WEBHOOK_SECRET`.
+    secrets: Option<(String, String)>,
+    /// Whether a file that carries the secrets is here: secrets a re-run cannot read back are
+    /// not replaced without `--rotate-secrets`.
+    has_secrets: bool,
+}
+
+impl PreviousRun {
+    fn read(dir: &Path) -> Result<Self, Failure> {
+        let text = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+        let mut previous = PreviousRun {
+            has_secrets: PRIVATE.iter().any(|name| dir.join(name).exists()),
+            ..PreviousRun::default()
+        };
+        if let Some(config) = text("rowbranch.toml") {
+            // Its app_id is the one thing no re-run can make again: never written over blindly.
+            let doc: toml_edit::DocumentMut = config.parse().map_err(|e| {
+                usage(format!(
+                    "{} is not TOML ({e}): fix it, or move it away to start afresh",
+                    dir.join("rowbranch.toml").display()
+                ))
+            })?;
+            let app_id = doc.get("github").and_then(|github| github.get("app_id"));
+            previous.app_id = (app_id.and_then(|id| id.as_integer()))
+                .and_then(|id| u64::try_from(id).ok())
+                .filter(|id| *id != PLACEHOLDER_APP_ID);
+            let route = (doc.get("routes").and_then(|r| r.as_array_of_tables()))
+                .and_then(|routes| routes.get(0));
+            previous.sweep_from = route
+                .and_then(|route| route.get("sweep_from")?.as_str())
+                .map(str::to_owned);
+        }
+        if previous.app_id.is_some() {
+            let workflow = text("workflow.yml").and_then(|text| claude_steps(&text));
+            previous.app_slug = (workflow.unwrap_or_default().first())
+                .and_then(|step| step.allowed_bots.strip_suffix("[bot]").map(str::to_owned))
+                .filter(|slug| is_app_slug(slug));
+        }
+        let env = text(ENV_FILE).unwrap_or_default();
+        let secrets = env.lines().find_map(|line| {
+            let value = line
+                .strip_prefix("ROWBRANCH_WEBHOOK_SECRET=")?
+                .trim_matches('"');
+            let signing = value.split_whitespace().find(|s| s.starts_with("whsec_"))?;
+            let bearer = value
+                .split_whitespace()
+                .find(|s| !s.starts_with("whsec_"))?;
+            Some((signing.to_owned(), bearer.to_owned()))
+        });
+        previous.secrets = secrets;
+        Ok(previous)
+    }
 }
 
 /// Sets `app_id` in the config's `[github]` table, keeping its comment and the rest of the

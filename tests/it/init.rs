@@ -312,7 +312,11 @@ fn init_refuses_to_overwrite_without_force() {
     assert!(text(&again).contains("--force"), "{}", text(&again));
     assert_eq!(secret(dir.path()), first, "nothing was overwritten");
     assert!(init(dir.path(), &["--force"]).status.success());
-    assert_ne!(secret(dir.path()), first, "a fresh secret each time");
+    assert_eq!(secret(dir.path()), first, "a re-run keeps the secrets");
+    assert!(init(dir.path(), &["--force", "--rotate-secrets"])
+        .status
+        .success());
+    assert_ne!(secret(dir.path()), first, "fresh secrets when asked");
 }
 
 #[test]
@@ -818,4 +822,164 @@ fn init_writes_when_it_ran_as_sweep_from_and_a_rerun_keeps_it() {
     assert!(init(dir.path(), &["--force"]).status.success());
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains(earlier), "a re-run keeps the start: {text}");
+}
+
+/// Lets the fake GitHub create the App from `code` into `dir`, as `init --manifest-code` does
+/// after the first run.
+async fn create_the_app(fake: &FakeGithub, dir: &Path, code: &str) -> Output {
+    let args = [
+        "init",
+        "--dir",
+        dir.to_str().unwrap(),
+        "--manifest-code",
+        code,
+    ];
+    let mut args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+    args.extend(["--api-url".to_owned(), fake.url()]);
+    tokio::task::spawn_blocking(move || {
+        rowbranch(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+/// Every file `init` wrote into `dir`, by name, with its bytes.
+fn files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rerun_after_the_app_exists_applies_the_flag_and_keeps_what_is_deployed() {
+    let fake = FakeGithub::start().await;
+    fake.add_manifest_code_for_app("the-code", "Rowbranch Acme 2", "rowbranch-acme-2");
+    let dir = tempfile::tempdir().unwrap();
+    assert!(init(dir.path(), &[]).status.success());
+    let created = create_the_app(&fake, dir.path(), "the-code").await;
+    assert!(created.status.success(), "{}", text(&created));
+    let before = files(dir.path());
+    let config_path = dir.path().join("rowbranch.toml");
+    let sweep_from = |config: &Config| config.routes[0].sweep_from;
+    let loaded = Config::load(&config_path, &|_| None).unwrap();
+    let (first_from, first_secrets) = (sweep_from(&loaded), secret(dir.path()));
+
+    // The same flags again: every file as it was, and it says so.
+    let same = init(dir.path(), &["--force"]);
+    assert!(same.status.success(), "{}", text(&same));
+    assert_eq!(files(dir.path()), before);
+    let unchanged = text(&same)
+        .lines()
+        .filter(|l| l.starts_with("  unchanged: "))
+        .count();
+    assert_eq!(
+        unchanged,
+        before.len() - 1,
+        "all but app.pem:\n{}",
+        text(&same)
+    );
+
+    let again = init(dir.path(), &["--force", "--max-turns", "12"]);
+    assert!(again.status.success(), "{}", text(&again));
+    let after = files(dir.path());
+    let config = Config::load(&config_path, &|_| None).unwrap();
+    let ForgeSettings::Github(github) = &config.forge else {
+        panic!("a GitHub config");
+    };
+    assert!(
+        matches!(github.auth, GithubAuth::App { app_id, .. } if app_id == fake.app_id()),
+        "the App's id stays: {:?}",
+        github.auth
+    );
+    assert_eq!(config.routes[0].max_turns, 12, "the new flag is applied");
+    assert_eq!(sweep_from(&config), first_from);
+    assert_eq!(
+        after["app.pem"], before["app.pem"],
+        "the key, byte for byte"
+    );
+    assert_eq!(secret(dir.path()), first_secrets);
+    for name in ["rowbranch.env", "supabase.sql", "supabase-vault.sql"] {
+        assert_eq!(after[name], before[name], "{name}: the secrets stay");
+    }
+    let workflow = String::from_utf8(after["workflow.yml"].clone()).unwrap();
+    let steps = claude_steps(&workflow).unwrap();
+    assert_eq!(
+        steps[0].allowed_bots, "rowbranch-acme-2[bot]",
+        "GitHub's name"
+    );
+    assert!(workflow.contains("--max-turns 12"), "{workflow}");
+    let out = text(&again);
+    for line in [
+        "changed: rowbranch.toml",
+        "changed: workflow.yml",
+        "unchanged: rowbranch.env",
+        "unchanged: supabase-vault.sql",
+    ] {
+        assert!(out.lines().any(|l| l.trim() == line), "{line}:\n{out}");
+    }
+    assert!(
+        !out.contains("--manifest-code") && !out.contains("Create the GitHub App"),
+        "no step to create the App again:\n{out}"
+    );
+    assert!(
+        out.contains(&format!("the GitHub App exists (id {};", fake.app_id())),
+        "{out}"
+    );
+
+    // Rotating makes new secrets, everywhere they are written, and keeps the App.
+    let rotated = init(dir.path(), &["--force", "--rotate-secrets"]);
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    let new_secrets = secret(dir.path());
+    assert_ne!(new_secrets, first_secrets);
+    let (signing, bearer) = new_secrets.split_once(' ').expect("two secrets");
+    for (sql, its) in [("supabase-vault.sql", signing), ("supabase.sql", bearer)] {
+        let text = std::fs::read_to_string(dir.path().join(sql)).unwrap();
+        assert!(text.contains(its), "{sql} holds the new secret");
+    }
+    for old in first_secrets.split(' ') {
+        assert!(!text(&rotated).contains(old) && !text(&rotated).contains(signing));
+    }
+    assert!(
+        text(&rotated).contains("run the SQL file again"),
+        "{}",
+        text(&rotated)
+    );
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    assert!(
+        config.contains(&format!("app_id = {}", fake.app_id())),
+        "{config}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("app.pem")).unwrap(),
+        before["app.pem"]
+    );
+    fake.assert_no_unexpected();
+}
+
+#[test]
+fn a_rerun_that_cannot_read_the_secrets_back_makes_none_unless_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(init(dir.path(), &[]).status.success());
+    let vault = std::fs::read(dir.path().join("supabase-vault.sql")).unwrap();
+    std::fs::remove_file(dir.path().join("rowbranch.env")).unwrap();
+    let again = init(dir.path(), &["--force"]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("--rotate-secrets"),
+        "{}",
+        text(&again)
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("supabase-vault.sql")).unwrap(),
+        vault,
+        "nothing written"
+    );
+    let rotated = init(dir.path(), &["--force", "--rotate-secrets"]);
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    assert!(secret(dir.path()).starts_with("whsec_"));
 }

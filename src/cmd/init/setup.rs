@@ -64,6 +64,9 @@ pub struct SetupContext {
     /// The GitHub App's name; its bot user is `{app_slug}[bot]`.
     pub app_name: String,
     pub app_slug: String,
+    /// The App's id once `init --manifest-code` created it; until then the config holds a
+    /// placeholder and the steps start with creating the App.
+    pub app_id: Option<u64>,
     pub schema: String,
     pub table: String,
     pub id_column: String,

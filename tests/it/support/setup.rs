@@ -20,6 +20,7 @@ pub fn example() -> SetupContext {
         url: "https://hooks.example.com".into(),
         app_name: "rowbranch-acme".into(),
         app_slug: "rowbranch-acme".into(),
+        app_id: None,
         schema: "public".into(),
         table: "feedbacks".into(),
         id_column: "id".into(),
