@@ -551,22 +551,8 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
 #[cfg(test)]
 mod tests {
     use super::{set_allowed_bots, set_app_id};
+    use crate::cmd::doctor::workflow::tests::WORKFLOW;
     use crate::cmd::doctor::workflow::{allows_bot, claude_steps};
-
-    const WORKFLOW: &str = "\
-on: repository_dispatch
-jobs:
-  work:
-    runs-on: ubuntu-latest
-    steps:
-      - uses: actions/checkout@v5
-      - id: work
-        uses: anthropics/claude-code-action@v1
-        with:
-          # who may start it
-          allowed_bots: \"rowbranch-acme[bot]\"
-          prompt: hi
-";
 
     #[test]
     fn the_rewrite_changes_only_the_allowed_bots_line() {

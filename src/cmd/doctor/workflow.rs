@@ -194,10 +194,12 @@ pub fn allows_bot(allowed_bots: &str, app_slug: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    const WORKFLOW: &str = "\
+    /// A work workflow as `init` writes it, cut to what the bot and step checks read; `init`'s
+    /// tests rewrite it too.
+    pub(crate) const WORKFLOW: &str = "\
 on: repository_dispatch
 jobs:
   work:
