@@ -214,9 +214,11 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
         (Intake::Webhook, None) if previous.has_secrets && !args.rotate_secrets => {
             return Err(usage(format!(
                 "{ENV_FILE} does not hold the two webhook secrets as init writes them \
-                 (ROWBRANCH_WEBHOOK_SECRET=\"whsec_… BEARER\"), and new ones would not match \
-                 the triggers made from supabase-vault.sql or supabase.sql: put that line \
-                 back, or pass --rotate-secrets to make new secrets"
+                 (ROWBRANCH_WEBHOOK_SECRET=\"whsec_… BEARER\", exactly two: more is a rotation \
+                 under way), and new ones would not match the triggers made from \
+                 supabase-vault.sql or supabase.sql: put that line back (finish a rotation \
+                 first, keeping the two the triggers use), or pass --rotate-secrets to make \
+                 new secrets"
             )))
         }
         (Intake::Webhook, _) => (
@@ -485,6 +487,11 @@ impl PreviousRun {
             let value = line
                 .strip_prefix("ROWBRANCH_WEBHOOK_SECRET=")?
                 .trim_matches('"');
+            // More than the two is a rotation under way: which pair the triggers use is not
+            // known here, so none is taken (and the re-run refuses rather than drop the rest).
+            if value.split_whitespace().count() != 2 {
+                return None;
+            }
             let signing = value.split_whitespace().find(|s| s.starts_with("whsec_"))?;
             let bearer = value
                 .split_whitespace()

@@ -983,3 +983,27 @@ fn a_rerun_that_cannot_read_the_secrets_back_makes_none_unless_asked() {
     assert!(rotated.status.success(), "{}", text(&rotated));
     assert!(secret(dir.path()).starts_with("whsec_"));
 }
+
+/// A rotation under way (a third secret beside the two `init` wrote) is not cut back to two by a
+/// re-run: it refuses, writes nothing, and says how to go on.
+#[test]
+fn a_rerun_during_a_rotation_refuses_rather_than_drop_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    assert!(init(dir.path(), &[]).status.success());
+    let env = dir.path().join("rowbranch.env");
+    let text_before = std::fs::read_to_string(&env).unwrap();
+    let rotating = text_before.replacen(
+        "ROWBRANCH_WEBHOOK_SECRET=\"",
+        "ROWBRANCH_WEBHOOK_SECRET=\"whsec_bmV3IHNpZ25pbmcga2V5IGZvciByb3RhdGlvbg== ",
+        1,
+    );
+    std::fs::write(&env, &rotating).unwrap();
+    let again = init(dir.path(), &["--force", "--max-turns", "12"]);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("rotation"), "{}", text(&again));
+    assert_eq!(
+        std::fs::read_to_string(&env).unwrap(),
+        rotating,
+        "nothing written"
+    );
+}
