@@ -34,14 +34,20 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = match Config::load(&args.config.config, &process_env) {
         Ok(config) => config,
         Err(e) => {
-            Check::fail(e.to_string(), "").print(args.json);
+            let what = e.to_string();
+            Check {
+                ok: false,
+                what,
+                fix: None,
+            }
+            .print(args.json);
             return Err(Failure::Usage(anyhow!("the config does not load")));
         }
     };
     // Each check is printed as it finishes: a slow one (GitHub far away) shows what came before.
     let mut report = Checks {
         checks: Vec::new(),
-        print: Some(args.json),
+        json: args.json,
     };
     quietly(checks(&config, &mut report)).await;
     let checks = report.checks;
@@ -116,12 +122,8 @@ impl Check {
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        let fix = Some(fix.into()).filter(|fix| !fix.is_empty());
-        Check {
-            ok: false,
-            what: what.into(),
-            fix,
-        }
+        let (ok, what, fix) = (false, what.into(), Some(fix.into()));
+        Check { ok, what, fix }
     }
 
     /// Its line, with its fix below; or, for `--json`, one object.
@@ -145,18 +147,15 @@ impl Check {
     }
 }
 
-/// The checks made so far, each printed as it is added (as text, or with `Some(true)` as JSON)
-/// unless `print` is `None`.
+/// The checks made so far, each printed as it is added (as text, or as JSON).
 pub struct Checks {
     pub checks: Vec<Check>,
-    pub print: Option<bool>,
+    pub json: bool,
 }
 
 impl Checks {
     fn push(&mut self, check: Check) {
-        if let Some(json) = self.print {
-            check.print(json);
-        }
+        check.print(self.json);
         self.checks.push(check);
     }
 
