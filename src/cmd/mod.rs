@@ -13,9 +13,12 @@ pub mod reconcile;
 pub mod redo;
 pub mod serve;
 
+use std::time::Duration;
+
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 use crate::config::ConfigError;
+use crate::db::{Database, Error as DbError, Misfit};
 use crate::http::ListenError;
 use crate::pipeline::CompiledRoute;
 use crate::startup::StartupError;
@@ -100,4 +103,52 @@ fn route_for(config: &Config, table: &str) -> Result<CompiledRoute, Failure> {
             tables.join(", ")
         ))
     })
+}
+
+/// How long `serve` and `drain` give the database at start to say whether the routes fit their tables.
+const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
+
+/// Checks each route against its table in `DATABASE_URL`'s database, before any row is read: a
+/// route that names a column its table lacks would refuse every row (`missing_column`), so
+/// `serve` and `drain` do not start with one (exit 2); a table the database does not have —
+/// mistyped, or another database — would dead-letter every message and miss every row, so they
+/// stop on that too (exit 1), naming the tables the schema has. A database that does not answer
+/// is logged at warn and they start: webhooks need none, and the queue's consumer waits for it.
+/// `sweeps`: whether a sweep reads the created column too.
+async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Failure> {
+    let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
+        let rows = Database::connect(url).await?;
+        let mut checked = Vec::new();
+        for route in &config.routes {
+            checked.push((route, rows.check_columns(route, sweeps).await));
+        }
+        Ok::<_, DbError>(checked)
+    })
+    .await
+    .map_err(|_| format!("no answer within {} s", TABLE_CHECK_WITHIN.as_secs()))
+    .and_then(|checked| checked.map_err(|e| format!("{e:#}")));
+    if let Err(error) = &checked {
+        tracing::warn!(%error, "could not check the routes against their tables (DATABASE_URL); starting anyway");
+    }
+    for (route, result) in checked.unwrap_or_default() {
+        let Err(e) = result else { continue };
+        let table = route.table_name();
+        match &e {
+            DbError::Table(Misfit::NoTable(_)) => {
+                return Err(Failure::Runtime(anyhow::Error::new(e).context(format!(
+                    "the route for {table} names a table DATABASE_URL's database does not have"
+                ))))
+            }
+            DbError::Table(_) => {
+                return Err(Failure::Usage(
+                    anyhow::Error::new(e)
+                        .context(format!("the route for {table} does not fit its table")),
+                ))
+            }
+            _ => {
+                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
+            }
+        }
+    }
+    Ok(())
 }
