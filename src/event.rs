@@ -22,6 +22,9 @@ pub struct RowEvent {
     /// The row (`record`, or `old_record` for a DELETE): a JSON object, kept as its text so
     /// that only the columns a plan needs are ever parsed.
     pub record: Box<RawValue>,
+    /// An UPDATE's row as it was before (`old_record`), when the body carries it as an object:
+    /// what a route's gate (`run_when`) compares the row with.
+    pub old_record: Option<Box<RawValue>>,
 }
 
 #[cfg(test)]

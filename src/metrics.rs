@@ -148,6 +148,8 @@ pub const ROUTE_ANSWERS: &[AnswerLabels] = &[
     (200, "duplicate", "claim_taken"),
     (200, "duplicate", "in_flight"),
     (200, "ignored", "event"),
+    (200, "ignored", "not_ready"),
+    (200, "ignored", "passed_before"),
     (202, "accepted", ""),
     (400, "error", "malformed"),
     (422, "error", "bad_id"),

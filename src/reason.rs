@@ -62,6 +62,10 @@ named_set! {
         PgmqIntake => "pgmq_intake",
         /// A queue message for a route that takes webhooks.
         WebhookIntake => "webhook_intake",
+        /// The row does not pass its route's gate (`run_when`): held until an UPDATE makes it.
+        NotReady => "not_ready",
+        /// An UPDATE of a row that passed the gate before it: the event that made it pass ran it.
+        PassedBefore => "passed_before",
 
         // Refused before a row is known.
         /// Not `application/json` (415).

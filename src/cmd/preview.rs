@@ -6,7 +6,7 @@ use serde_json::Value;
 use super::Failure;
 use crate::cli::PreviewArgs;
 use crate::config::{process_env, Config};
-use crate::pipeline::Routes;
+use crate::pipeline::{Ignored, Routes};
 use crate::reason::Reason;
 use crate::webhook::payload;
 
@@ -26,8 +26,12 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
     let compiled = match routes.route(false, &event) {
         Ok(compiled) => compiled,
+        Err(no_route @ Ignored::NoRoute { .. }) => return Err(refused(422, no_route.to_string())),
         Err(why) => {
-            println!("the webhook would answer 200 ignored: {why}");
+            println!(
+                "the webhook would answer 200 ignored (reason {}): {why}",
+                why.reason()
+            );
             return Ok(());
         }
     };

@@ -227,4 +227,15 @@ pub(super) struct RawRoute {
     /// The instant the scheduled sweep starts from (RFC 3339): it never starts work on a row
     /// created before it. No scheduled sweep for the route when `None`.
     pub sweep_from: Option<String>,
+    /// The gate: a row runs once this column holds this value; every row runs when `None`.
+    pub run_when: Option<RawRunWhen>,
+}
+
+/// A route's `run_when = { column = "status", equals = "approved" }`.
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRunWhen {
+    pub column: String,
+    /// A string, a boolean or a number, as the column holds it.
+    pub equals: toml::Value,
 }

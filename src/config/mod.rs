@@ -42,7 +42,7 @@ mod validate;
 pub use settings::{
     AccessToken, Config, ForgeSettings, GithubAuth, GithubSettings, Intake, ListenAddress,
     ListenHost, ListenOrigin, LocalSettings, PaceSettings, PayloadTemplateSource, PgmqSettings,
-    PrivateKeySource, ReconcileSettings, Redacted, Route, StatusPage, WebhookSettings,
+    PrivateKeySource, ReconcileSettings, Redacted, Route, RunWhen, StatusPage, WebhookSettings,
     DEFAULT_MAX_TURNS, DEFAULT_QUEUE_BYTES, DEFAULT_WORK_TIMEOUT_MINUTES, MAX_WORK_TIMEOUT_MINUTES,
 };
 pub use show::Shown;

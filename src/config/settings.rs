@@ -310,6 +310,37 @@ pub struct Route {
     /// The scheduled sweep (`serve`'s, `drain --sweep`) never starts work on a row created
     /// before this; without it the route has no scheduled sweep. `reconcile` ignores it.
     pub sweep_from: Option<chrono::DateTime<chrono::Utc>>,
+    /// The gate: a row runs only once it passes (SPEC §2, `run_when`); every row runs when
+    /// `None`.
+    pub run_when: Option<RunWhen>,
+}
+
+/// A route's gate: a row is ready once `column` holds `equals`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunWhen {
+    pub column: String,
+    /// A JSON scalar: a string, a boolean or a number.
+    pub equals: serde_json::Value,
+}
+
+impl RunWhen {
+    /// Whether a column's value (`None`: the row has no such column) passes. Numbers are equal
+    /// when their values are (`1` and `1.0`), as PostgreSQL compares them.
+    pub fn passes(&self, value: Option<&serde_json::Value>) -> bool {
+        use serde_json::Value::Number;
+        match (value, &self.equals) {
+            (Some(Number(a)), Number(b)) => a.as_f64() == b.as_f64(),
+            (Some(value), equals) => value == equals,
+            (None, _) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for RunWhen {
+    /// `status = "approved"`, as messages name the gate.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} = {}", self.column, self.equals)
+    }
 }
 
 impl Route {

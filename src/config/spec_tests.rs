@@ -218,6 +218,9 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
                 "2026-12-05T20:04:00+00:00"
             );
         }
+        ("none: every row runs", "`[[routes]]`", "run_when") => {
+            assert_eq!(parse(GITHUB).unwrap().routes[0].run_when, None);
+        }
         ("off", "`[[routes]]`", "max_rows_per_hour") => {
             let queue = parse(&format!("{GITHUB}intake = \"pgmq\"\n")).unwrap();
             let off = Intake::Pgmq {

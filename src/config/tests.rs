@@ -106,6 +106,21 @@ fn each_missing_required_route_key_is_named() {
     }
 }
 
+/// The events a gated route takes.
+const BOTH: &str = "events = [\"INSERT\", \"UPDATE\"]";
+
+#[test]
+fn a_gate_holds_a_column_and_a_scalar() {
+    let config = parse(&format!(
+        "{LOCAL}\n{BOTH}\nrun_when = {{ column = \"approved\", equals = true }}"
+    ))
+    .unwrap();
+    let gate = config.routes[0].run_when.as_ref().unwrap();
+    assert_eq!(gate.to_string(), "approved = true");
+    assert!(gate.passes(Some(&serde_json::json!(true))));
+    assert!(parse(LOCAL).unwrap().routes[0].run_when.is_none());
+}
+
 #[test]
 fn bad_values_say_what_is_wrong() {
     let cases = [
@@ -159,6 +174,22 @@ fn bad_values_say_what_is_wrong() {
         (
             "[forge]\nkind = \"local\"\npath = \"r.git\"".to_owned(),
             "no [[routes]]",
+        ),
+        (
+            format!("{LOCAL}\nrun_when = {{ column = \"status\", equals = \"approved\" }}"),
+            "set events = [\"INSERT\", \"UPDATE\"]",
+        ),
+        (
+            format!("{LOCAL}\n{BOTH}\nrun_when = {{ column = \"status\", equals = [1] }}"),
+            "run_when's equals is array [1]: give a string, a boolean or a number",
+        ),
+        (
+            format!("{LOCAL}\n{BOTH}\nrun_when = {{ column = \" \", equals = true }}"),
+            "run_when's column is empty",
+        ),
+        (
+            format!("{LOCAL}\n{BOTH}\nrun_when = {{ column = \"status\" }}"),
+            "missing field `equals`",
         ),
     ];
     for (text, expected) in cases {

@@ -13,11 +13,13 @@ use super::env::{
     secret_from_init, Overlay, DATABASE_URL, GITHUB_API_URL, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY,
     LISTEN, PORT, STATUS_PASSWORD, WEBHOOK_SECRET,
 };
-use super::file::{self, RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawWebhook};
+use super::file::{
+    self, RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawRunWhen, RawWebhook,
+};
 use super::settings::{
     AccessToken, Config, ForgeSettings, GithubAuth, GithubSettings, Intake, ListenAddress,
     ListenHost, ListenOrigin, LocalSettings, PaceSettings, PayloadTemplateSource, PgmqSettings,
-    PrivateKeySource, ReconcileSettings, Redacted, Route, StatusPage, WebhookSettings,
+    PrivateKeySource, ReconcileSettings, Redacted, Route, RunWhen, StatusPage, WebhookSettings,
     DEFAULT_MAX_TURNS, MAX_WORK_TIMEOUT_MINUTES,
 };
 use super::ConfigError;
@@ -559,6 +561,13 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
                 .to_utc(),
         ),
     };
+    let run_when = raw.run_when.map(run_when).transpose()?;
+    if run_when.is_some() && !events.contains(&EventKind::Update) {
+        return Err(invalid!(
+            "run_when is set but events does not take \"UPDATE\": a row approved after it was \
+             written would never run; set events = [\"INSERT\", \"UPDATE\"]"
+        ));
+    }
     Ok(Route {
         table,
         schema: raw.schema,
@@ -576,7 +585,33 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         max_turns: raw.max_turns,
         work_timeout_minutes: minutes,
         sweep_from,
+        run_when,
     })
+}
+
+/// The gate: a column, and a value a column can hold and a webhook's JSON can carry.
+fn run_when(raw: RawRunWhen) -> Result<RunWhen, ConfigError> {
+    let example = "e.g. run_when = { column = \"status\", equals = \"approved\" }";
+    let column = raw.column.trim().to_owned();
+    if column.is_empty() {
+        return Err(invalid!(
+            "run_when's column is empty: name the column the gate reads, {example}"
+        ));
+    }
+    let equals = match raw.equals {
+        toml::Value::String(s) => serde_json::Value::from(s),
+        toml::Value::Boolean(b) => serde_json::Value::from(b),
+        toml::Value::Integer(n) => serde_json::Value::from(n),
+        toml::Value::Float(x) if x.is_finite() => serde_json::Value::from(x),
+        other => {
+            return Err(invalid!(
+                "run_when's equals is {} {other}: give a string, a boolean or a number, the value \
+                 the column holds once a row may run, {example}",
+                other.type_str()
+            ))
+        }
+    };
+    Ok(RunWhen { column, equals })
 }
 
 /// `sweep_from`'s value for "from now on", as `init` writes it and messages suggest it.

@@ -285,6 +285,14 @@ mod tests {
             Answer::Ignored(Ignored::OtherIntake {
                 route: route("pgmq"),
             }),
+            Answer::Ignored(Ignored::NotReady {
+                route: route("webhook"),
+                why: "held".into(),
+            }),
+            Answer::Ignored(Ignored::PassedBefore {
+                route: route("webhook"),
+                gate: "status = true".into(),
+            }),
             Answer::Accepted(row(), second),
             Answer::internal(),
         ];
@@ -325,6 +333,7 @@ mod tests {
                 | Answer::Ignored(Ignored::NoRoute { .. })
                 | Answer::Ignored(Ignored::Event { .. })
                 | Answer::Ignored(Ignored::OtherIntake { .. })
+                | Answer::Ignored(Ignored::NotReady { .. } | Ignored::PassedBefore { .. })
                 | Answer::Accepted(..)
                 | Answer::Refused { .. } => {}
             }

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::{Config, Intake, PayloadTemplateSource, Route};
-use crate::event::RowEvent;
+use crate::event::{EventKind, RowEvent};
 use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::pipeline::template::{
@@ -88,10 +88,39 @@ impl Routes {
                 route: Arc::clone(&compiled.route),
             });
         }
-        if !compiled.route.events.contains(&event.kind) {
+        let route = &compiled.route;
+        if !route.events.contains(&event.kind) {
             return Err(Ignored::Event {
-                route: Arc::clone(&compiled.route),
+                route: Arc::clone(route),
                 kind: event.kind,
+            });
+        }
+        let Some(gate) = &route.run_when else {
+            return Ok(compiled);
+        };
+        // The gate reads one column of each row; a row whose column cannot be read is held.
+        let value = |record: &RawValue| -> Option<Value> {
+            let fields: HashMap<&str, &RawValue> = serde_json::from_str(record.get()).ok()?;
+            serde_json::from_str(fields.get(gate.column.as_str())?.get()).ok()
+        };
+        let now = value(&event.record);
+        if !gate.passes(now.as_ref()) {
+            let found = match &now {
+                Some(value) => format!("holds {}", excerpt(&value.to_string())),
+                None => format!("has no `{}` column", gate.column),
+            };
+            return Err(Ignored::NotReady {
+                route: Arc::clone(route),
+                why: format!("run_when is {gate} and the row {found}"),
+            });
+        }
+        // An UPDATE runs the row only as it passes: the event that made it pass ran it (an
+        // UPDATE without its old row is taken as passing now; the claim makes a repeat a no-op).
+        let before = event.old_record.as_deref().map(|old| value(old));
+        if event.kind == EventKind::Update && before.is_some_and(|v| gate.passes(v.as_ref())) {
+            return Err(Ignored::PassedBefore {
+                route: Arc::clone(route),
+                gate: gate.to_string(),
             });
         }
         Ok(compiled)
@@ -134,6 +163,13 @@ pub enum Ignored {
         }
     )]
     OtherIntake { route: Arc<Route> },
+    /// The row does not pass the route's gate (`run_when`): `why` says what the gate wants and
+    /// what the row holds.
+    #[error("the row is held at the gate: {why}")]
+    NotReady { route: Arc<Route>, why: String },
+    /// An UPDATE of a row that passed the gate before it.
+    #[error("the row passed the gate ({gate}) before this update, and ran then")]
+    PassedBefore { route: Arc<Route>, gate: String },
 }
 
 impl Ignored {
@@ -142,6 +178,8 @@ impl Ignored {
         match self {
             Ignored::NoRoute { .. } => Reason::NoRoute,
             Ignored::Event { .. } => Reason::Event,
+            Ignored::NotReady { .. } => Reason::NotReady,
+            Ignored::PassedBefore { .. } => Reason::PassedBefore,
             Ignored::OtherIntake { route } => match route.intake {
                 Intake::Pgmq { .. } => Reason::PgmqIntake,
                 Intake::Webhook => Reason::WebhookIntake,
@@ -153,7 +191,10 @@ impl Ignored {
     pub fn route(&self) -> Option<&Arc<Route>> {
         match self {
             Ignored::NoRoute { .. } => None,
-            Ignored::Event { route, .. } | Ignored::OtherIntake { route } => Some(route),
+            Ignored::Event { route, .. }
+            | Ignored::OtherIntake { route }
+            | Ignored::NotReady { route, .. }
+            | Ignored::PassedBefore { route, .. } => Some(route),
         }
     }
 }
@@ -441,6 +482,7 @@ mod tests {
             schema: "public".into(),
             table: table.into(),
             record: serde_json::value::to_raw_value(&record).unwrap(),
+            old_record: None,
         }
     }
 
@@ -589,6 +631,84 @@ mod tests {
         assert!(
             ignored(event(EventKind::Delete, "feedbacks", json!({"id": 1}))).contains("DELETE")
         );
+    }
+
+    /// The test route with a gate on `status` (or `approved`, a boolean), taking UPDATEs.
+    fn gated(equals: &str) -> Routes {
+        let text = format!(
+            "{}events = [\"INSERT\", \"UPDATE\"]\nrun_when = {{ column = \"status\", equals = {equals} }}\n",
+            crate::config::TEST_LOCAL_CONFIG
+        );
+        let config =
+            crate::config::Config::parse(&text, Path::new("rowbranch.toml"), &|_| None).unwrap();
+        Routes::compile(&config).unwrap()
+    }
+
+    fn update(old: Value, new: Value) -> RowEvent {
+        let mut e = event(EventKind::Update, "feedbacks", new);
+        e.old_record = Some(serde_json::value::to_raw_value(&old).unwrap());
+        e
+    }
+
+    #[test]
+    fn a_gated_route_runs_a_row_only_as_it_passes() {
+        let routes = gated("\"approved\"");
+        let reason = |e: RowEvent| match routes.route(false, &e) {
+            Ok(_) => "run".to_owned(),
+            Err(why) => format!("{}: {why}", why.reason()),
+        };
+        let row = |status: Value| json!({"id": 1, "message": "m", "status": status});
+        // An INSERT runs when the record passes, and is held otherwise, saying what it holds.
+        assert_eq!(
+            reason(event(
+                EventKind::Insert,
+                "feedbacks",
+                row(json!("approved"))
+            )),
+            "run"
+        );
+        let held = reason(event(EventKind::Insert, "feedbacks", row(json!("new"))));
+        assert!(held.starts_with("not_ready: "), "{held}");
+        assert!(
+            held.contains(r#"status = "approved""#) && held.contains(r#""new""#),
+            "{held}"
+        );
+        let null = reason(event(EventKind::Insert, "feedbacks", row(Value::Null)));
+        assert!(null.starts_with("not_ready"), "{null}");
+        let absent = reason(event(EventKind::Insert, "feedbacks", json!({"id": 1})));
+        assert!(absent.contains("has no `status` column"), "{absent}");
+        // An UPDATE runs only from failing to passing.
+        assert_eq!(
+            reason(update(row(json!("new")), row(json!("approved")))),
+            "run"
+        );
+        assert_eq!(
+            reason(update(row(Value::Null), row(json!("approved")))),
+            "run"
+        );
+        let again = reason(update(row(json!("approved")), row(json!("approved"))));
+        assert!(again.starts_with("passed_before"), "{again}");
+        let unapproved = reason(update(row(json!("approved")), row(json!("new"))));
+        assert!(unapproved.starts_with("not_ready"), "{unapproved}");
+        // Without its old row, an UPDATE that passes is run (the claim makes a repeat a no-op).
+        let mut bare = update(row(json!("new")), row(json!("approved")));
+        bare.old_record = None;
+        assert_eq!(reason(bare), "run");
+        // A wrong kind of value does not pass: "true" is not true, 1 is 1.0.
+        let routes = gated("true");
+        let pass = |v: Value| {
+            routes
+                .route(false, &event(EventKind::Insert, "feedbacks", row(v)))
+                .is_ok()
+        };
+        assert!(pass(json!(true)) && !pass(json!("true")) && !pass(json!(1)));
+        let routes = gated("1");
+        let pass = |v: Value| {
+            routes
+                .route(false, &event(EventKind::Insert, "feedbacks", row(v)))
+                .is_ok()
+        };
+        assert!(pass(json!(1)) && pass(json!(1.0)) && !pass(json!(2)) && !pass(json!("1")));
     }
 
     #[test]

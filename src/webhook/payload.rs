@@ -64,19 +64,25 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
             )))
         }
     };
-    match body.get(other).map(|raw| kind_of(raw)) {
-        None | Some("null" | "an object") => {}
-        Some(found) => {
+    let old_record = match body.get(other) {
+        None => None,
+        Some(raw) if kind_of(raw) == "null" => None,
+        Some(raw) if kind_of(raw) == "an object" => {
+            Some((*raw).to_owned()).filter(|_| kind == EventKind::Update)
+        }
+        Some(raw) => {
             return Err(ShapeError(format!(
-                "`{other}` is {found}: expected an object or null"
+                "`{other}` is {}: expected an object or null",
+                kind_of(raw)
             )))
         }
-    }
+    };
     Ok(RowEvent {
         kind,
         schema,
         table,
         record,
+        old_record,
     })
 }
 

@@ -344,6 +344,14 @@ impl Consumer {
                 job.plan = Err(Fate::Ignored);
                 return job;
             }
+            // The trigger `init --run-when` writes sends only rows that pass as they pass; an
+            // older trigger may send others, which the UPDATE that approves them sends again.
+            Err(held @ (Ignored::NotReady { .. } | Ignored::PassedBefore { .. })) => {
+                job.route = held.route().map(|r| r.table_name()).unwrap_or_default();
+                tracing::info!(msg_id, route = %job.route, reason = %held.reason(), "{held}; archived");
+                job.plan = Err(Fate::Ignored);
+                return job;
+            }
             Err(_) => return job,
         };
         job.route = compiled.route.table_name();
