@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::config::{
-    Insecure, DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES,
+    Insecure, RunWhen, DEFAULT_MAX_TURNS, DEFAULT_PATH, DEFAULT_WORK_TIMEOUT_MINUTES,
     MAX_WORK_TIMEOUT_MINUTES,
 };
 
@@ -333,6 +333,11 @@ pub struct InitArgs {
         conflicts_with = "manifest_code"
     )]
     pub work_timeout_minutes: u32,
+    /// Hold each row until COLUMN holds VALUE (e.g. status=approved): the route's run_when, its
+    /// events INSERT and UPDATE, and triggers that fire on the UPDATE of COLUMN. VALUE is a
+    /// boolean (true, false), a number, or else text; quoted ("true", "1") it is always text.
+    #[arg(long, value_name = "COLUMN=VALUE", value_parser = run_when, conflicts_with = "manifest_code")]
+    pub run_when: Option<RunWhen>,
     /// Write over the files a previous run wrote here, applying the flags given and keeping
     /// what is deployed from them: the App's id and its bot, the webhook secrets of
     /// rowbranch.env and the SQL files, the route's sweep_from. Says which files changed.
@@ -429,6 +434,35 @@ pub struct DoctorArgs {
     /// `fix`.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `init --run-when COLUMN=VALUE`.
+fn run_when(text: &str) -> Result<RunWhen, String> {
+    let Some((column, value)) = text.split_once('=') else {
+        return Err(
+            "give the column and the value that lets a row run, e.g. status=approved".into(),
+        );
+    };
+    let column = column.trim();
+    if column.is_empty() || value.is_empty() {
+        return Err(format!(
+            "{text:?} lacks a column or a value: e.g. status=approved"
+        ));
+    }
+    let equals = match value {
+        "true" | "false" => serde_json::Value::Bool(value == "true"),
+        _ if value.len() >= 2 && value.starts_with('"') && value.ends_with('"') => {
+            serde_json::Value::from(&value[1..value.len() - 1])
+        }
+        _ => match serde_json::from_str::<serde_json::Number>(value) {
+            Ok(number) => serde_json::Value::Number(number),
+            Err(_) => serde_json::Value::from(value),
+        },
+    };
+    Ok(RunWhen {
+        column: column.to_owned(),
+        equals,
+    })
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 [%- set queue_literal = "E'" ~ (queue | replace("\\", "\\\\") | replace("'", "''")) ~ "'" -%]
 [%- set dead_letter_literal = "E'" ~ (dead_letter | replace("\\", "\\\\") | replace("'", "''")) ~ "'" -%]
 [%- set trigger_name = '"' ~ (("rowbranch_queue_" ~ queue) | replace('"', '""')) ~ '"' -%]
+[%- set gate = '"' ~ (run_when.column | replace('"', '""')) ~ '"' if run_when else "" -%]
+[%- set equals_literal = "E'" ~ (equals_json | replace("\\", "\\\\") | replace("'", "''")) ~ "'::jsonb" if run_when else "" -%]
+[%- set ready_trigger = '"' ~ (("rowbranch_ready_" ~ queue) | replace('"', '""')) ~ '"' -%]
 [%- if not events %][[ events_must_name_at_least_one_of_INSERT_UPDATE_DELETE ]][% endif -%]
 -- rowbranch: the trigger that puts each new row into a Supabase Queue (pgmq), where rowbranch
 -- reads it.
@@ -225,9 +228,28 @@ drop trigger if exists rowbranch_webhook on [[ target ]];
 
 drop trigger if exists [[ trigger_name ]] on [[ target ]];
 
+drop trigger if exists [[ ready_trigger ]] on [[ target ]];
+[% if run_when %]
+-- The gate (the route's run_when): a row goes to the queue when it is inserted holding the
+-- value, or when an UPDATE of the column makes it hold the value; no other row, and no other
+-- UPDATE (rowbranch's own writes, an updated_at trigger), is sent. The column is compared as
+-- JSON, as rowbranch compares it: a number by its value, text as text.
+create trigger [[ trigger_name ]]
+  after insert on [[ target ]]
+  for each row
+  when (pg_catalog.to_jsonb(new.[[ gate ]]) = [[ equals_literal ]])
+  execute function rowbranch.enqueue([[ queue_literal ]]);
+
+create trigger [[ ready_trigger ]]
+  after update of [[ gate ]] on [[ target ]]
+  for each row
+  when (pg_catalog.to_jsonb(new.[[ gate ]]) = [[ equals_literal ]]
+        and pg_catalog.to_jsonb(old.[[ gate ]]) is distinct from [[ equals_literal ]])
+  execute function rowbranch.enqueue([[ queue_literal ]]);
+[% else %]
 create trigger [[ trigger_name ]]
   after [% for event in events %][% if not loop.first %] or [% endif %][% if event == "INSERT" %]insert[% elif event == "UPDATE" %]update[% elif event == "DELETE" %]delete[% else %][[ events_may_hold_only_INSERT_UPDATE_DELETE ]][% endif %][% endfor %] on [[ target ]]
   for each row
   execute function rowbranch.enqueue([[ queue_literal ]]);
-
+[% endif %]
 commit;

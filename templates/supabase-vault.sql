@@ -6,6 +6,7 @@
 [%- set secret = webhook_secret if webhook_secret else "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET" -%]
 [%- set secret_literal = "E'" ~ secret | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
 [%- set target = '"' ~ (schema | replace('"', '""')) ~ '"."' ~ (table | replace('"', '""')) ~ '"' -%]
+[%- set gate = '"' ~ (run_when.column | replace('"', '""')) ~ '"' if run_when else "" -%]
 [%- set url_literal = "E'" ~ (url ~ "/webhook") | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
 -- rowbranch: a Supabase trigger that posts each new row to rowbranch, signed, with the webhook
 -- secret kept in Supabase Vault.
@@ -80,6 +81,13 @@
 -- !! Replace REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET below (twice) with your webhook secret, the
 -- !! whsec_… one in ROWBRANCH_WEBHOOK_SECRET, before running this: until then, the check after
 -- !! it refuses to install the trigger.
+[%- endif %]
+[%- if run_when %]
+--
+-- The gate (the route's run_when, from `init --run-when`): the trigger also fires after each
+-- UPDATE of the gate's column, with the row before and after it. rowbranch runs the row when an
+-- INSERT holds the value or an UPDATE makes it hold it, and answers every other delivery
+-- `200 ignored` (not_ready, passed_before), asking nothing of GitHub.
 [%- endif %]
 
 begin;
@@ -223,7 +231,7 @@ revoke all on function rowbranch.signed_webhook() from public;
 drop trigger if exists rowbranch_webhook on [[ target ]];
 
 create trigger rowbranch_webhook
-  after insert on [[ target ]]
+  after insert[% if run_when %] or update of [[ gate ]][% endif %] on [[ target ]]
   for each row
   execute function rowbranch.signed_webhook([[ url_literal ]]);
 

@@ -4,6 +4,7 @@
     JSON first. No raw value is written into a comment (a newline there would end it). -#]
 [%- set secret = bearer_secret if bearer_secret else "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET" -%]
 [%- set target = '"' ~ (schema | replace('"', '""')) ~ '"."' ~ (table | replace('"', '""')) ~ '"' -%]
+[%- set gate = '"' ~ (run_when.column | replace('"', '""')) ~ '"' if run_when else "" -%]
 [%- set url_literal = "E'" ~ (url ~ "/webhook") | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
 [%- set headers = '{"Content-Type":"application/json","Authorization":' ~ ("Bearer " ~ secret) | tojson ~ '}' -%]
 [%- set headers_literal = "E'" ~ headers | replace("\\", "\\\\") | replace("'", "''") ~ "'" -%]
@@ -63,13 +64,20 @@
 -- !! ROWBRANCH_WEBHOOK_SECRET that does not start with whsec_) before running this: until then,
 -- !! the check at the end refuses to install the trigger.
 [%- endif %]
+[%- if run_when %]
+--
+-- The gate (the route's run_when, from `init --run-when`): the trigger also fires after each
+-- UPDATE of the gate's column, with the row before and after it. rowbranch runs the row when an
+-- INSERT holds the value or an UPDATE makes it hold it, and answers every other delivery
+-- `200 ignored` (not_ready, passed_before), asking nothing of GitHub.
+[%- endif %]
 
 begin;
 
 drop trigger if exists rowbranch_webhook on [[ target ]];
 
 create trigger rowbranch_webhook
-  after insert on [[ target ]]
+  after insert[% if run_when %] or update of [[ gate ]][% endif %] on [[ target ]]
   for each row
   execute function supabase_functions.http_request(
     [[ url_literal ]],

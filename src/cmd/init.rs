@@ -246,7 +246,10 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
             true => Some(actions::setup(args, &api_url(args))?),
             false => None,
         },
-        events: vec!["INSERT".into()],
+        events: match args.run_when {
+            Some(_) => vec!["INSERT".into(), "UPDATE".into()],
+            None => vec!["INSERT".into()],
+        },
         queue: args.queue.clone(),
         dead_letter: dead_letter.to_string(),
         max_turns: args.max_turns,
@@ -255,6 +258,7 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
         owner_kind: OwnerType::User,
         app_id: previous.app_id,
         sweep_from: (previous.sweep_from.clone()).unwrap_or_else(crate::config::sweep_from_now),
+        run_when: args.run_when.clone(),
     };
     ctx.check().map_err(usage)?;
     Ok(ctx)

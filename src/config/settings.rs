@@ -316,7 +316,7 @@ pub struct Route {
 }
 
 /// A route's gate: a row is ready once `column` holds `equals`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct RunWhen {
     pub column: String,
     /// A JSON scalar: a string, a boolean or a number.

@@ -149,8 +149,14 @@ impl RowPages<'_> {
         // From `since`, or past the cursor: `r.c >= $1` repeats what the row comparison implies,
         // so that an index on the created column alone can bound the scan too.
         let order = format!("order by r.{c}, r.{i}");
+        // A gated route's rows that pass, compared as JSON as the webhook's rows are (so `1`
+        // is `1.0` and `"true"` is not `true`).
+        let gate = match &shape.gate {
+            Some((column, _)) => format!("and to_jsonb(r.{column}) = $4::text::jsonb"),
+            None => String::new(),
+        };
         let sql = shape.select(&format!(
-            "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null \
+            "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null {gate} \
              and ($2::text is null or (r.{c}, r.{i}) > (cast($1::text as {ct}), cast($2::text as {it}))) \
              {order} limit $3"
         )) + " "
@@ -163,7 +169,11 @@ impl RowPages<'_> {
             ),
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
-        let found = super::query(&self.database.client, &sql, &[&from, &id, &limit])
+        let mut params: Vec<&dyn super::Arg> = vec![&from, &id, &limit];
+        if let Some((_, equals)) = &shape.gate {
+            params.push(equals);
+        }
+        let found = super::query(&self.database.client, &sql, &params)
             .await
             .map_err(|e| shape.query_error(e))?;
         let mut page = Vec::with_capacity(found.len());

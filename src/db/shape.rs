@@ -84,6 +84,8 @@ pub(super) struct Shape {
     pub(super) id_type: String,
     pub(super) created: String,
     pub(super) created_type: String,
+    /// The gate's quoted column and its value as JSON text, for a route with `run_when`.
+    pub(super) gate: Option<(String, String)>,
 }
 
 /// A result row of [`Shape::select`]: the row as JSON, when it was created (`None`: NULL), and
@@ -103,6 +105,8 @@ impl Shape {
             id_type: id.type_sql.clone(),
             created: quote_ident(&created.name),
             created_type: created.type_sql.clone(),
+            gate: (route.run_when.as_ref())
+                .map(|gate| (quote_ident(&gate.column), gate.equals.to_string())),
         })
     }
 
@@ -293,6 +297,9 @@ impl CatalogTable {
         let id = self.find(&route.id_column, "id_column")?;
         if let Some(text) = &route.text_column {
             self.find(text, "text_column")?;
+        }
+        if let Some(gate) = &route.run_when {
+            self.find(&gate.column, "run_when")?;
         }
         Ok(id)
     }

@@ -116,7 +116,7 @@ impl Routes {
         }
         // An UPDATE runs the row only as it passes: the event that made it pass ran it (an
         // UPDATE without its old row is taken as passing now; the claim makes a repeat a no-op).
-        let before = event.old_record.as_deref().map(|old| value(old));
+        let before = event.old_record.as_deref().map(value);
         if event.kind == EventKind::Update && before.is_some_and(|v| gate.passes(v.as_ref())) {
             return Err(Ignored::PassedBefore {
                 route: Arc::clone(route),

@@ -1007,3 +1007,54 @@ fn a_rerun_during_a_rotation_refuses_rather_than_drop_a_secret() {
         "nothing written"
     );
 }
+
+#[test]
+fn run_when_writes_the_gate_its_events_and_triggers_on_the_column_s_update() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init(dir.path(), &["--run-when", "status=approved"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let secret = secret(dir.path());
+    let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secret.clone());
+    let config = Config::load(&dir.path().join("rowbranch.toml"), &env).unwrap();
+    let route = &config.routes[0];
+    let gate = route.run_when.as_ref().expect("the gate");
+    assert_eq!(gate.to_string(), r#"status = "approved""#);
+    assert_eq!(route.events.len(), 2, "{:?}", route.events);
+    for name in ["supabase.sql", "supabase-vault.sql"] {
+        let sql = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert!(
+            sql.contains(r#"after insert or update of "status" on "public"."feedbacks""#),
+            "{name}: {sql}"
+        );
+    }
+
+    // A boolean, a number and a quoted text, each as the column holds it; in the queue's
+    // triggers too.
+    for (flag, written, literal) in [
+        ("approved=true", "approved = true", "E'true'::jsonb"),
+        ("priority=2", "priority = 2", "E'2'::jsonb"),
+        (r#"flag="true""#, r#"flag = "true""#, r#"E'"true"'::jsonb"#),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = init_queue(dir.path(), &["--run-when", flag]);
+        assert!(out.status.success(), "{}", text(&out));
+        let config = Config::load(&dir.path().join("rowbranch.toml"), &|_| None).unwrap();
+        assert_eq!(
+            config.routes[0].run_when.as_ref().unwrap().to_string(),
+            written
+        );
+        let sql = std::fs::read_to_string(dir.path().join("supabase-queue.sql")).unwrap();
+        assert!(sql.contains(literal), "{flag}: {sql}");
+        assert!(
+            sql.contains(r#"create trigger "rowbranch_ready_rowbranch""#),
+            "{sql}"
+        );
+    }
+
+    // Without a column or a value: a usage error that shows the form.
+    let dir = tempfile::tempdir().unwrap();
+    let out = init(dir.path(), &["--run-when", "approved"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("status=approved"), "{}", text(&out));
+    assert!(!dir.path().join("rowbranch.toml").exists());
+}

@@ -496,3 +496,45 @@ async fn a_scheduled_sweep_leaves_a_route_without_sweep_from_alone() {
     );
     assert!(fake.dispatches(REPO).is_empty());
 }
+
+#[tokio::test]
+async fn the_sweep_of_a_gated_route_takes_only_rows_that_pass() {
+    let table = or_skip!(feedbacks(&[(1..=6, "Gated", A_MINUTE)]).await);
+    table
+        .execute(&format!(
+            "alter table {0}.feedbacks add column status text, add column score numeric;
+             update {0}.feedbacks set status = 'approved' where id in (2, 4);
+             update {0}.feedbacks set status = 'new' where id = 3;
+             update {0}.feedbacks set score = 1.0 where id in (5, 6);",
+            table.name
+        ))
+        .await;
+    let fake = fake().await;
+    let gate = "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"status\", equals = \"approved\" }\n";
+    let config = config_with(&fake, &table.name, &table.url, gate);
+    let summary = run(&config, &options()).await;
+    assert_eq!(summary.rows_seen, 2, "{summary:?}");
+    assert_eq!(dispatched_ids(&fake), ["2", "4"]);
+
+    // A number passes by its value, as a webhook's does: 1 is 1.0.
+    let scores = crate::support::github::fake().await;
+    let gate = "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"score\", equals = 1 }\n";
+    let config = config_with(&scores, &table.name, &table.url, gate);
+    run(&config, &options()).await;
+    assert_eq!(dispatched_ids(&scores), ["5", "6"]);
+
+    // A gate on a column the table lacks is named, with the key to fix.
+    let gate =
+        "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"approved\", equals = true }\n";
+    let config = config_with(&fake, &table.name, &table.url, gate);
+    let rows = Database::connect(&table.url).await.unwrap();
+    let err = rows
+        .check_columns(&config.routes[0], true)
+        .await
+        .unwrap_err();
+    let err = format!("{err:#}");
+    assert!(
+        err.contains("no column \"approved\"") && err.contains("`run_when`"),
+        "{err}"
+    );
+}

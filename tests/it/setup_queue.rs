@@ -520,3 +520,70 @@ async fn the_documented_removal_leaves_no_trigger_function_or_queue_behind() {
         assert!(truth(c, "select to_regnamespace('pgmq') is not null").await);
     }
 }
+
+#[tokio::test]
+async fn a_gated_route_s_triggers_send_a_row_as_it_passes_and_nothing_else() {
+    for db in each_install().await {
+        let c = &db.client;
+        create_table(c, "public", "feedbacks").await;
+        c.batch_execute("alter table public.feedbacks add column status text")
+            .await
+            .unwrap();
+        let ctx = SetupContext {
+            events: vec!["INSERT".into(), "UPDATE".into()],
+            run_when: Some(rowbranch::config::RunWhen {
+                column: "status".into(),
+                equals: "it's approved".into(),
+            }),
+            ..context("public", "feedbacks", "rowbranch", "rowbranch_dead")
+        };
+        apply(c, &ctx).await;
+        let approved = "'it''s approved'";
+        for sql in [
+            // Held, then approved: sent once, by the UPDATE.
+            "insert into public.feedbacks (id, message, status) values (1, 'One', 'new')"
+                .to_owned(),
+            format!("update public.feedbacks set status = {approved} where id = 1"),
+            // Written again, and another column changed: nothing.
+            format!("update public.feedbacks set status = {approved} where id = 1"),
+            "update public.feedbacks set message = 'One, edited' where id = 1".to_owned(),
+            // Inserted approved: sent by the INSERT; no status at all: nothing.
+            format!(
+                "insert into public.feedbacks (id, message, status) values (2, 'Two', {approved})"
+            ),
+            "insert into public.feedbacks (id, message) values (3, 'Three')".to_owned(),
+            // Unapproved and approved again: sent again (the branch makes it a no-op).
+            "update public.feedbacks set status = 'new' where id = 2".to_owned(),
+            format!("update public.feedbacks set status = {approved} where id = 2"),
+        ] {
+            c.batch_execute(&sql).await.unwrap();
+        }
+        let queued = messages(c, "rowbranch").await;
+        let sent: Vec<(String, i64)> = (queued.iter())
+            .map(|m| {
+                (
+                    m["type"].as_str().unwrap().to_owned(),
+                    m["record"]["id"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        let expected = [("UPDATE", 1), ("INSERT", 2), ("UPDATE", 2)];
+        let expected: Vec<(String, i64)> =
+            expected.iter().map(|(k, i)| (k.to_string(), *i)).collect();
+        assert_eq!(sent, expected);
+        // What the trigger sends, rowbranch runs: each passes the gate as the consumer reads it.
+        let config =
+            "[forge]\nkind = \"local\"\npath = \"r.git\"\n[[routes]]\ntable = \"feedbacks\"\n\
+            repo = \"acme/app\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\"\n\
+            intake = \"pgmq\"\nevents = [\"INSERT\", \"UPDATE\"]\n\
+            run_when = { column = \"status\", equals = \"it's approved\" }\n";
+        let config =
+            rowbranch::config::Config::parse(config, std::path::Path::new("r.toml"), &|_| None)
+                .unwrap();
+        let routes = rowbranch::pipeline::Routes::compile(&config).unwrap();
+        for message in &queued {
+            let event = rowbranch::webhook::payload::parse(message.to_string().as_bytes()).unwrap();
+            assert!(routes.route(true, &event).is_ok(), "{message}");
+        }
+    }
+}

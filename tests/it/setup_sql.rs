@@ -27,7 +27,10 @@ use crate::support::setup::{
 /// What `supabase.sql` renders in place of a missing secret.
 const PLACEHOLDER: &str = "REPLACE_WITH_ROWBRANCH_WEBHOOK_SECRET";
 
-/// The stand-in for what enabling Database Webhooks creates.
+/// The stand-in for what enabling Database Webhooks creates. Its payload is Supabase's:
+/// `jsonb_build_object('old_record', OLD, 'record', NEW, 'type', TG_OP, …)`
+/// (https://github.com/supabase/supabase/blob/0bf7caa30ceea38f99eec768d3b54abcfa0601ba/docker/volumes/db/webhooks.sql),
+/// where OLD is NULL for an INSERT.
 const STAND_IN: &str = r#"
 create schema supabase_functions;
 
@@ -61,7 +64,7 @@ begin
             'table', TG_TABLE_NAME,
             'schema', TG_TABLE_SCHEMA,
             'record', to_jsonb(NEW),
-            'old_record', null
+            'old_record', to_jsonb(OLD)
         )
     );
     return NEW;
@@ -334,4 +337,66 @@ fn the_rendered_sql_holds_the_secret_or_a_placeholder_and_its_check() {
             "a value in a comment: {line:?}\n{tricky}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_gated_trigger_posts_the_insert_and_the_column_s_updates_and_rowbranch_runs_the_approval_once(
+) {
+    let routes = r#"
+[[routes]]
+table = "feedbacks"
+repo = "acme/app"
+events = ["INSERT", "UPDATE"]
+branch_prefix = "feedback"
+event_type = "feedback"
+run_when = { column = "status", equals = "approved" }
+"#;
+    let app = spawn_app(Options::default().routes(routes)).await;
+    let (url, secret) = (app.url.clone(), app.secret.clone());
+    let Some(db) = with_stand_in().await else {
+        app.shutdown().await;
+        return;
+    };
+    create_table(&db, "public", "feedbacks").await;
+    db.batch_execute("alter table public.feedbacks add column status text")
+        .await
+        .unwrap();
+    let ctx = SetupContext {
+        run_when: Some(rowbranch::config::RunWhen {
+            column: "status".into(),
+            equals: "approved".into(),
+        }),
+        ..context("public", "feedbacks", &url, Some(&secret))
+    };
+    db.batch_execute(&render_sql(&ctx))
+        .await
+        .expect("supabase.sql failed");
+    for sql in [
+        "insert into public.feedbacks (id, message, status) values (7, 'Add dark mode', 'new')",
+        "update public.feedbacks set status = 'approved' where id = 7",
+        // Not the gate's column: the trigger does not fire.
+        "update public.feedbacks set message = 'Add a dark mode' where id = 7",
+        "update public.feedbacks set status = 'approved' where id = 7",
+    ] {
+        db.batch_execute(sql).await.unwrap();
+    }
+    let calls = calls(&db).await;
+    let mut answers = Vec::new();
+    for call in &calls {
+        let headers: Vec<(String, String)> = (call.headers.as_object().unwrap().iter())
+            .map(|(name, value)| (name.clone(), value.as_str().unwrap().to_owned()))
+            .collect();
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        let reply = app.post_raw(call.payload.to_string(), &headers).await;
+        answers.push(format!("{} {}", reply.outcome(), reply.reason()));
+    }
+    assert_eq!(
+        answers,
+        ["ignored not_ready", "dispatched ", "ignored passed_before"]
+    );
+    assert_eq!(app.expect_dispatches(1).await.len(), 1);
+    app.shutdown().await;
 }

@@ -537,3 +537,69 @@ async fn a_long_text_is_cut_to_fit_the_dispatch() {
     assert!(payload.to_string().len() < 64 * 1024);
     app.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_gated_row_runs_once_when_an_update_approves_it_and_never_again() {
+    let routes = r#"
+[[routes]]
+table = "feedbacks"
+repo = "acme/app"
+events = ["INSERT", "UPDATE"]
+branch_prefix = "feedback"
+event_type = "feedback"
+run_when = { column = "status", equals = "approved" }
+"#;
+    let app = spawn_app(Options::default().routes(routes).faulty()).await;
+    let row = |status: Value| {
+        json!({ "id": 7, "message": "Add dark mode", "status": status,
+                "created_at": "2026-12-02T09:30:00.000000+00:00" })
+    };
+    let event = |kind: &str, old: Value, new: Value| {
+        let mut body = insert(json!(7), "");
+        body["type"] = json!(kind);
+        body["record"] = row(new);
+        body["old_record"] = if old.is_null() { old } else { row(old) };
+        body
+    };
+    // Written by the public: held, saying what the gate wants.
+    let held = app
+        .post_json(&event("INSERT", Value::Null, json!("new")))
+        .await;
+    held.expect(200, "ignored")
+        .expect_message(r#"status = "approved""#);
+    assert_eq!(held.reason(), "not_ready");
+    app.assert_untouched().await;
+    // Approved by the owner: one branch, one dispatch.
+    app.post_json(&event("UPDATE", json!("new"), json!("approved")))
+        .await
+        .expect(200, "dispatched")
+        .expect_branch("feedback/7-add-dark-mode");
+    // A later write to the approved row (rowbranch's own status, an `updated_at` trigger) is
+    // ignored and asks nothing of GitHub.
+    app.forge().reset_counts();
+    let echo = app
+        .post_json(&event("UPDATE", json!("approved"), json!("approved")))
+        .await;
+    echo.expect(200, "ignored");
+    assert_eq!(echo.reason(), "passed_before");
+    let asked = [
+        Op::RowBranches,
+        Op::HasPullRequest,
+        Op::Base,
+        Op::Claim,
+        Op::Dispatch,
+    ];
+    let asked: usize = asked.into_iter().map(|op| app.forge().calls(op)).sum();
+    assert_eq!(asked, 0, "an echo asks nothing of the forge");
+    // Unapproved and approved again: still one branch, one run.
+    let unapproved = app
+        .post_json(&event("UPDATE", json!("approved"), json!("new")))
+        .await;
+    assert_eq!(unapproved.reason(), "not_ready");
+    app.post_json(&event("UPDATE", json!("new"), json!("approved")))
+        .await
+        .expect_duplicate("branch_exists");
+    assert_eq!(app.dispatches().len(), 1);
+    assert_eq!(app.branches().await, ["feedback/7-add-dark-mode"]);
+    app.shutdown().await;
+}

@@ -22,7 +22,7 @@ use super::actions::{self, ActionsSetup};
 use crate::cli::{HostArg, OwnerType};
 use crate::cmd::doctor::{DRAIN_WORKFLOW_FILE, KICK_SECRET, KICK_TRIGGER_PREFIX};
 use crate::config::env::ENV_FILE;
-use crate::config::Intake;
+use crate::config::{Intake, RunWhen};
 
 /// The setup files, each embedded under its name in `templates/` (and in the folder `init`
 /// writes), with its text; in the order `init` names them.
@@ -101,6 +101,9 @@ pub struct SetupContext {
     pub work_timeout_minutes: u32,
     /// The route's `sweep_from`: when `init` first ran for this directory, kept by a re-run.
     pub sweep_from: String,
+    /// The route's gate (`--run-when`): the config's `run_when`, the events INSERT and UPDATE,
+    /// and triggers that fire on the UPDATE of its column.
+    pub run_when: Option<RunWhen>,
 }
 
 impl SetupContext {
@@ -232,6 +235,15 @@ fn fill(name: &str, source: &str, ctx: &SetupContext, more: Value) -> anyhow::Re
         kick_secret => KICK_SECRET,
         kick_trigger => format!("{KICK_TRIGGER_PREFIX}{}", ctx.queue),
         env_file => ENV_FILE,
+        // The gate as the config writes it, and its value as JSON text, which the SQL files
+        // compare each row's column with (`to_jsonb(new.column) = '…'::jsonb`): one comparison
+        // whatever the column's type, the same the sweep makes.
+        run_when_toml => ctx.run_when.as_ref().map(|gate| format!(
+            "{{ column = {}, equals = {} }}",
+            toml_string(gate.column.clone()),
+            toml::Value::try_from(&gate.equals).map_or_else(|_| "\"\"".into(), |v| v.to_string())
+        )),
+        equals_json => ctx.run_when.as_ref().map(|gate| gate.equals.to_string()),
     };
     let values = context! {
         ..names,

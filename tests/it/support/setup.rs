@@ -38,6 +38,7 @@ pub fn example() -> SetupContext {
         max_turns: DEFAULT_MAX_TURNS,
         work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
         sweep_from: "2026-12-05T21:04:00+00:00".into(),
+        run_when: None,
     }
 }
 
