@@ -331,6 +331,49 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     });
 }
 
+/// A gated webhook route's table has the trigger supabase.sql or supabase-vault.sql makes
+/// (`rowbranch_webhook`) firing on UPDATE too: the approval that lets a row run is an UPDATE,
+/// which a trigger on INSERT alone never sends.
+pub(super) async fn webhook_trigger(client: &Client, route: &Route) -> Option<Check> {
+    let gate = route.run_when.as_ref().filter(|_| route.takes_webhooks())?;
+    let table = quote_relation(&route.schema, &route.table);
+    let rerun = format!(
+        "run supabase-vault.sql (or supabase.sql) as written by `rowbranch init --run-when {}=…` \
+         again: its trigger fires on the UPDATE of {} too",
+        gate.column, gate.column
+    );
+    let found = match triggers(client, route).await {
+        Ok(found) => found,
+        Err(check) => return Some(check),
+    };
+    Some(match found.iter().find(|t| t.name == "rowbranch_webhook") {
+        Some(t) if t.enabled && t.kind & 16 != 0 => Check::pass(format!(
+            "{table}: trigger rowbranch_webhook fires on UPDATE, so an approval ({gate}) is sent"
+        )),
+        Some(t) if t.enabled => Check::fail(
+            format!(
+                "{table}: trigger rowbranch_webhook does not fire on UPDATE: a row approved after \
+                 it was written ({gate}) never reaches rowbranch"
+            ),
+            rerun,
+        ),
+        Some(_) => Check::fail(
+            format!("{table}: trigger rowbranch_webhook is disabled"),
+            rerun,
+        ),
+        None => Check::advise(
+            format!(
+                "{table}: no trigger rowbranch_webhook, so whether an approval ({gate}) is sent \
+                 cannot be checked"
+            ),
+            format!(
+                "{rerun}; a Database Webhook made in the Dashboard must have Update ticked as \
+                 well as Insert"
+            ),
+        ),
+    })
+}
+
 /// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and
 /// pgmq.set_vt update its table, pgmq.archive moves a message to the archive), forget old
 /// archived messages, read the archive for the sweep, send dead letters and redrive them; and
