@@ -191,6 +191,9 @@ pub struct Scope {
     pub sweep: bool,
     /// Whether the forge is GitHub.
     pub github: bool,
+    /// The `schema.table` of each route whose rows hear back (`status_column`,
+    /// `pull_request_column`), when the process writes them.
+    pub status_routes: Vec<String>,
 }
 
 /// A series' labels, each a name and its value: a route's `schema.table` (or [`NO_ROUTE`]), the
@@ -306,6 +309,24 @@ families! {
         "Age of the oldest message in the queue, as last sampled";
     unknown_paths: Counter = Counter::default(), "rowbranch_unknown_path_requests",
         "Requests to a path the server does not serve, answered 404";
+    status_writes: Counters = Family::default(), "rowbranch_status_writes",
+        "Row states written back into the rows, by route and result";
+}
+
+crate::reason::named_set! {
+    /// What a write of a row's state did (`rowbranch_status_writes_total{result}`).
+    pub enum StatusResult {
+        /// The row holds the new state.
+        Written => "written",
+        /// It held that state, or a later one, already.
+        Already => "already",
+        /// Row level security hides the row from the UPDATE.
+        NotVisible => "not_visible",
+        /// No row has the id.
+        NoRow => "no_row",
+        /// Not written: the database could not be reached, or refused the statement.
+        Failed => "failed",
+    }
 }
 
 impl Default for Metrics {
@@ -366,6 +387,10 @@ impl Metrics {
                 let verdicts = verdicts.map(|v| v.as_str());
                 at_zero(&self.reconcile_rows, by_route(route, "verdict", verdicts));
             }
+        }
+        for route in &scope.status_routes {
+            let results = StatusResult::ALL.iter().map(|r| r.as_str());
+            at_zero(&self.status_writes, by_route(route, "result", results));
         }
         if scope.consumer {
             for route in queue {
@@ -480,6 +505,12 @@ impl Metrics {
     }
 
     /// One row a sweep settled.
+    /// One write of a row's state back into the row.
+    pub fn status_written(&self, route: &str, result: StatusResult) {
+        let labels = labels([("route", route), ("result", result.as_str())]);
+        self.status_writes.get_or_create(&labels).inc();
+    }
+
     pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
         let labels = labels([("route", route), ("verdict", verdict.as_str())]);
         self.reconcile_rows.get_or_create(&labels).inc();
@@ -665,6 +696,7 @@ mod tests {
             consumer: true,
             sweep: true,
             github: true,
+            status_routes: vec!["public.feedbacks".into()],
         }
     }
 
@@ -691,8 +723,10 @@ mod tests {
         m.start_at_zero(&everything());
         let text = m.render();
         let expected: BTreeMap<String, usize> = [
-            // none: 6; the webhook route: 16; the queue route: its trigger posting anyway.
-            ("rowbranch_deliveries_total", 6 + 16 + 1),
+            // none: 6; the webhook route: 18; the queue route: its trigger posting anyway.
+            ("rowbranch_deliveries_total", 6 + 18 + 1),
+            // The route that writes its rows' states: each result.
+            ("rowbranch_status_writes_total", 5),
             ("rowbranch_runs_total", 2 * 6),
             // 10 operations, two statuses each, and get_ref's 404.
             ("rowbranch_github_requests_total", 10 * 2 + 1),
@@ -757,7 +791,7 @@ mod tests {
             ..Scope::default()
         });
         let expected: BTreeMap<String, usize> = [
-            ("rowbranch_deliveries_total", 6 + 16),
+            ("rowbranch_deliveries_total", 6 + 18),
             ("rowbranch_runs_total", 6),
             ("rowbranch_installation_tokens_minted_total", 1),
             ("rowbranch_write_queue_depth", 1),

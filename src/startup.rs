@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::task::AbortHandle;
 
 use crate::config::{Config, ForgeSettings, Route};
+use crate::db::status::StatusWriter;
 use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
 use crate::http::{self, App, Connections};
@@ -356,6 +357,10 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,
+        status_routes: match config.database_url {
+            Some(_) => tables(&Route::writes_back),
+            None => Vec::new(),
+        },
     }
 }
 
@@ -380,11 +385,17 @@ pub async fn forge(config: &Config, shared: &Shared) -> Result<Arc<dyn Forge>, O
 /// A pipeline over `forge` that admits the config's `queue_capacity` rows at once, holding at
 /// most `queue_bytes` between them.
 pub fn pipeline(config: &Config, forge: Arc<dyn Forge>, shared: &Shared) -> Arc<Pipeline> {
+    // The rows hear back where a route asks it and the database is known (serve refuses to
+    // start without it).
+    let statuses = (config.database_url.clone())
+        .filter(|_| config.routes.iter().any(|r| r.writes_back()))
+        .map(|url| StatusWriter::start(url, Arc::clone(&shared.metrics)));
     Pipeline::new(
         forge,
         Admission::for_forge(&config.forge),
         shared.shutdown.clone(),
         Arc::clone(&shared.metrics),
+        statuses,
     )
 }
 

@@ -76,7 +76,10 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let run = pipeline
         .submit(plan, Start::Redo)
         .map_err(|full| Failure::Runtime(full.into()))?;
-    match run.outcome().await {
+    let outcome = run.outcome().await;
+    // The row's state, written back where the route asks it, before the process ends.
+    pipeline.drain().await;
+    match outcome {
         Ok(Outcome::Dispatched { branch, base }) => {
             println!("claimed {branch} at {} and dispatched", base.sha.short());
             Ok(())

@@ -229,6 +229,10 @@ pub(super) struct RawRoute {
     pub sweep_from: Option<String>,
     /// The gate: a row runs once this column holds this value; every row runs when `None`.
     pub run_when: Option<RawRunWhen>,
+    /// A text column rowbranch writes the row's state into (`waiting`, `dispatched`, ...).
+    pub status_column: Option<String>,
+    /// A text column rowbranch writes the row's pull request's link into.
+    pub pull_request_column: Option<String>,
 }
 
 /// A route's `run_when = { column = "status", equals = "approved" }`.

@@ -313,6 +313,10 @@ pub struct Route {
     /// The gate: a row runs only once it passes (SPEC §2, `run_when`); every row runs when
     /// `None`.
     pub run_when: Option<RunWhen>,
+    /// The text column rowbranch writes the row's state into (SPEC §2, `status_column`).
+    pub status_column: Option<String>,
+    /// The text column rowbranch writes the row's pull request's `html_url` into.
+    pub pull_request_column: Option<String>,
 }
 
 /// A route's gate: a row is ready once `column` holds `equals`.
@@ -357,6 +361,11 @@ impl Route {
     /// Whether the route's rows come from the queue.
     pub fn reads_the_queue(&self) -> bool {
         !self.takes_webhooks()
+    }
+
+    /// Whether rowbranch writes the row's state back into it.
+    pub fn writes_back(&self) -> bool {
+        self.status_column.is_some() || self.pull_request_column.is_some()
     }
 }
 

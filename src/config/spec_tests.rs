@@ -218,6 +218,10 @@ fn check_worded_default(table: &str, key: &str, default: &str) {
                 "2026-12-05T20:04:00+00:00"
             );
         }
+        ("none", "`[[routes]]`", "status_column" | "pull_request_column") => {
+            let route = &parse(GITHUB).unwrap().routes[0];
+            assert!(!route.writes_back(), "{key}");
+        }
         ("none: every row runs", "`[[routes]]`", "run_when") => {
             assert_eq!(parse(GITHUB).unwrap().routes[0].run_when, None);
         }

@@ -191,6 +191,22 @@ fn bad_values_say_what_is_wrong() {
             format!("{LOCAL}\n{BOTH}\nrun_when = {{ column = \"status\" }}"),
             "missing field `equals`",
         ),
+        (
+            format!("{LOCAL}\n{BOTH}\nrun_when = {{ column = \"status\", equals = 1 }}\nstatus_column = \"status\""),
+            "status_column = \"status\" is the route's run_when's column too",
+        ),
+        (
+            format!("{LOCAL}\nstatus_column = \"id\""),
+            "status_column = \"id\" is the route's id_column too",
+        ),
+        (
+            format!("{LOCAL}\npull_request_column = \"message\""),
+            "pull_request_column = \"message\" is the route's text_column too",
+        ),
+        (
+            format!("{LOCAL}\nstatus_column = \"s\"\npull_request_column = \"s\""),
+            "status_column and pull_request_column name the same column",
+        ),
     ];
     for (text, expected) in cases {
         let err = parse(&text).unwrap_err().to_string();
@@ -475,6 +491,26 @@ fn serve_refuses_a_webhook_route_without_a_secret_unless_told_to_take_deliveries
     .is_ok());
     // The other commands load it all the same: only serve takes deliveries.
     assert!(parse(LOCAL).is_ok());
+}
+
+#[test]
+fn serve_refuses_a_route_that_writes_its_rows_states_without_database_url() {
+    let text = format!("{LOCAL}\nstatus_column = \"rowbranch_status\"");
+    let err = serve(
+        &text,
+        &[("ROWBRANCH_WEBHOOK_SECRET", &"s".repeat(32))],
+        Insecure::default(),
+    )
+    .unwrap_err();
+    assert!(
+        err.contains("writes the row's state back") && err.contains("DATABASE_URL"),
+        "{err}"
+    );
+    let url = [
+        ("ROWBRANCH_WEBHOOK_SECRET", &*"s".repeat(32)),
+        ("DATABASE_URL", "postgres://h/db"),
+    ];
+    assert!(serve(&text, &url, Insecure::default()).is_ok());
 }
 
 #[test]

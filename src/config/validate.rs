@@ -568,6 +568,48 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
              written would never run; set events = [\"INSERT\", \"UPDATE\"]"
         ));
     }
+    let example = |key: &str| match key {
+        "status_column" => "rowbranch_status",
+        _ => "pull_request_url",
+    };
+    // The columns rowbranch writes are its own: a user's column written over would be lost,
+    // and a gate rowbranch wrote would open itself.
+    let own = |key: &str, column: Option<String>| -> Result<Option<String>, ConfigError> {
+        let Some(column) = column.map(|c| c.trim().to_owned()) else {
+            return Ok(None);
+        };
+        let gate = run_when
+            .as_ref()
+            .map(|gate| ("run_when's column", gate.column.as_str()));
+        let text = Some(("text_column", raw.text_column.as_str()));
+        let others = [
+            ("id_column", Some(raw.id_column.as_str())),
+            ("created_column", Some(raw.created_column.as_str())),
+        ];
+        let taken = (others.into_iter().map(|(k, c)| c.map(|c| (k, c))))
+            .chain([gate, text])
+            .flatten()
+            .find(|(_, c)| *c == column);
+        match taken {
+            _ if column.is_empty() => Err(invalid!(
+                "{key} is empty: name a text column, e.g. {key} = \"{}\"",
+                example(key)
+            )),
+            Some((other, _)) => Err(invalid!(
+                "{key} = \"{column}\" is the route's {other} too: rowbranch writes {key}, so it \
+                 needs a text column of its own, e.g. {key} = \"{}\"",
+                example(key)
+            )),
+            None => Ok(Some(column)),
+        }
+    };
+    let status_column = own("status_column", raw.status_column)?;
+    let pull_request_column = own("pull_request_column", raw.pull_request_column)?;
+    if status_column.is_some() && status_column == pull_request_column {
+        return Err(invalid!(
+            "status_column and pull_request_column name the same column: give each its own"
+        ));
+    }
     Ok(Route {
         table,
         schema: raw.schema,
@@ -586,6 +628,8 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         work_timeout_minutes: minutes,
         sweep_from,
         run_when,
+        status_column,
+        pull_request_column,
     })
 }
 
@@ -626,6 +670,16 @@ pub fn sweep_from_now() -> String {
 /// `insecure` lets it do without; and, said once at start, what would make it run worse than
 /// its config suggests.
 fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
+    if let Some(route) = config.routes.iter().find(|r| r.writes_back()) {
+        if config.database_url.is_none() {
+            return Err(invalid!(
+                "the route for {} writes the row's state back (status_column or \
+                 pull_request_column) but {DATABASE_URL} is not set: set it to the database's \
+                 connection string, or remove those keys",
+                route.table_name()
+            ));
+        }
+    }
     if config.reads_the_queue() && config.database_url.is_none() {
         return Err(invalid!(
             "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \

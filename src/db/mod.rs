@@ -18,6 +18,7 @@ mod error;
 pub mod queue;
 mod rows;
 mod shape;
+pub mod status;
 mod visibility;
 
 use std::path::PathBuf;

@@ -110,6 +110,31 @@ impl Shape {
         })
     }
 
+    /// The shape a write of a row's state needs: the id column, and the columns written
+    /// (checked to be there), whatever else the route names.
+    pub(super) async fn for_status(client: &Client, route: &Route) -> Result<Shape> {
+        let table = CatalogTable::read(client, route).await?;
+        let id = table.find(&route.id_column, "id_column")?;
+        let written = [
+            (&route.status_column, "status_column"),
+            (&route.pull_request_column, "pull_request_column"),
+        ];
+        for (column, key) in written {
+            if let Some(column) = column {
+                table.find(column, key)?;
+            }
+        }
+        Ok(Shape {
+            name: table.name.clone(),
+            relation: quote_relation(&route.schema, &route.table),
+            id: quote_ident(&id.name),
+            id_type: id.type_sql.clone(),
+            created: String::new(),
+            created_type: String::new(),
+            gate: None,
+        })
+    }
+
     /// A query of the rows that `filter` (a WHERE clause, ORDER BY, LIMIT on the table, alias
     /// `r`) picks: each as its record, its created value in the column's base type, and its id
     /// as text (for the cursor). The rows are picked in a subquery so that `to_jsonb` runs on
@@ -300,6 +325,12 @@ impl CatalogTable {
         }
         if let Some(gate) = &route.run_when {
             self.find(&gate.column, "run_when")?;
+        }
+        if let Some(status) = &route.status_column {
+            self.find(status, "status_column")?;
+        }
+        if let Some(link) = &route.pull_request_column {
+            self.find(link, "pull_request_column")?;
         }
         Ok(id)
     }

@@ -288,6 +288,7 @@ mod tests {
             Answer::Ignored(Ignored::NotReady {
                 route: route("webhook"),
                 why: "held".into(),
+                id: None,
             }),
             Answer::Ignored(Ignored::PassedBefore {
                 route: route("webhook"),

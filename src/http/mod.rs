@@ -32,6 +32,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 
 use crate::config::Config;
+use crate::db::status::RowState;
 use crate::db::Reachability;
 use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
@@ -322,6 +323,16 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
             if let Some(route) = ignored.route() {
                 decision.route = route.table_name();
             }
+            if let Ignored::NotReady {
+                route,
+                id: Some(id),
+                ..
+            } = &ignored
+            {
+                decision.id = Some(id.to_string());
+                app.pipeline
+                    .note(route, id.as_str(), RowState::Waiting, false);
+            }
             Answer::Ignored(ignored)
         }
         Ok(compiled) => {
@@ -336,6 +347,10 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
                 Err(e) => {
                     decision.id = e.row_id();
                     decision.column = e.column().map(str::to_owned);
+                    if let Some(id) = e.refused_id() {
+                        app.pipeline
+                            .note(&compiled.route, id, RowState::Refused, false);
+                    }
                     // 400 for JSON at fault, 422 otherwise: the reason says which.
                     Answer::refused(e.reason(), e.to_string())
                 }

@@ -27,7 +27,8 @@ use tracing::Instrument;
 
 use execute::{execute, Claimed};
 
-use crate::config::{ForgeSettings, Intake};
+use crate::config::{ForgeSettings, Intake, Route};
+use crate::db::status::{RowState, StatusWrite, StatusWriter};
 use crate::forge::Forge;
 use crate::identity::{BranchPrefix, RepoName, RowId};
 use crate::metrics::{Metrics, RunResult};
@@ -97,6 +98,8 @@ pub struct Pipeline {
     admission: Admission,
     shutdown: Shutdown,
     metrics: Arc<Metrics>,
+    /// Where the rows' states go, for routes that write them back.
+    statuses: Option<StatusWriter>,
 }
 
 struct Entry {
@@ -152,6 +155,7 @@ impl Pipeline {
         admission: Admission,
         shutdown: Shutdown,
         metrics: Arc<Metrics>,
+        statuses: Option<StatusWriter>,
     ) -> Arc<Pipeline> {
         Arc::new(Pipeline {
             forge,
@@ -162,7 +166,35 @@ impl Pipeline {
             admission,
             shutdown,
             metrics,
+            statuses,
         })
+    }
+
+    /// Writes `state` into row `id` of `route`, when the route writes its rows' states back
+    /// (SPEC §2, `status_column`); `anew` (a redo) writes it over any state. It never waits:
+    /// a state that cannot be written is counted and logged.
+    pub fn note(&self, route: &Arc<Route>, id: &str, state: RowState, anew: bool) {
+        self.note_pull_request(route, id, state, None, anew);
+    }
+
+    /// [`Pipeline::note`] with the pull request's link.
+    pub fn note_pull_request(
+        &self,
+        route: &Arc<Route>,
+        id: &str,
+        state: RowState,
+        pull_request: Option<String>,
+        anew: bool,
+    ) {
+        if let Some(statuses) = self.statuses.as_ref().filter(|_| route.writes_back()) {
+            statuses.send(StatusWrite {
+                route: Arc::clone(route),
+                id: id.to_owned(),
+                state,
+                pull_request,
+                anew,
+            });
+        }
     }
 
     pub fn forge(&self) -> &Arc<dyn Forge> {
@@ -305,10 +337,15 @@ impl Pipeline {
                         metrics.runs_in_flight(runs.len());
                     }
                 });
+                let start_kind = start.clone();
                 let result =
                     execute(this.forge.as_ref(), &plan, start, &this.shutdown, &run_claimed).await;
                 let took = started.elapsed().as_millis() as u64;
                 *ended = run_result(&result);
+                if let Ok(Outcome::Dispatched { .. }) = &result {
+                    let anew = matches!(start_kind, Start::Redo);
+                    this.note(&plan.route, plan.id.as_str(), RowState::Dispatched, anew);
+                }
                 match &result {
                     Err(RunError::Abandoned) => tracing::error!(
                         "abandoned at shutdown before its claim; a redelivery or the sweep will run the row"
@@ -349,6 +386,9 @@ impl Pipeline {
     pub async fn drain(&self) {
         self.tasks.close();
         self.tasks.wait().await;
+        if let Some(statuses) = &self.statuses {
+            statuses.finish().await;
+        }
     }
 
     /// Logs each run still under way, at error level with its id (and, for a claim left open,
@@ -519,6 +559,7 @@ mod tests {
             admission,
             Shutdown::default(),
             Arc::new(Metrics::default()),
+            None,
         );
         (pipeline, forge)
     }

@@ -99,19 +99,22 @@ impl Routes {
             return Ok(compiled);
         };
         // The gate reads one column of each row; a row whose column cannot be read is held.
-        let value = |record: &RawValue| -> Option<Value> {
+        let column = |record: &RawValue, name: &str| -> Option<Value> {
             let fields: HashMap<&str, &RawValue> = serde_json::from_str(record.get()).ok()?;
-            serde_json::from_str(fields.get(gate.column.as_str())?.get()).ok()
+            serde_json::from_str(fields.get(name)?.get()).ok()
         };
+        let value = |record: &RawValue| column(record, &gate.column);
         let now = value(&event.record);
         if !gate.passes(now.as_ref()) {
             let found = match &now {
                 Some(value) => format!("holds {}", excerpt(&value.to_string())),
                 None => format!("has no `{}` column", gate.column),
             };
+            let id = column(&event.record, &route.id_column).and_then(|id| RowId::parse(&id).ok());
             return Err(Ignored::NotReady {
                 route: Arc::clone(route),
                 why: format!("run_when is {gate} and the row {found}"),
+                id,
             });
         }
         // An UPDATE runs the row only as it passes: the event that made it pass ran it (an
@@ -166,7 +169,12 @@ pub enum Ignored {
     /// The row does not pass the route's gate (`run_when`): `why` says what the gate wants and
     /// what the row holds.
     #[error("the row is held at the gate: {why}")]
-    NotReady { route: Arc<Route>, why: String },
+    NotReady {
+        route: Arc<Route>,
+        why: String,
+        /// The row's id, when it is one rowbranch can use.
+        id: Option<RowId>,
+    },
     /// An UPDATE of a row that passed the gate before it.
     #[error("the row passed the gate ({gate}) before this update, and ran then")]
     PassedBefore { route: Arc<Route>, gate: String },
@@ -247,6 +255,9 @@ pub enum PlanError {
         column: String,
         /// The id as it came, as JSON, cut to a few dozen characters.
         received: String,
+        /// The id whole, as text, when it came as a string or a number: what a refused row's
+        /// state is written under.
+        whole: Option<String>,
         #[source]
         source: NameError,
     },
@@ -275,6 +286,20 @@ impl PlanError {
             PlanError::MissingColumn { id, .. } => id.clone(),
             PlanError::BadId { received, .. } => Some(received.clone()),
             PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => None,
+        }
+    }
+
+    /// The id of a row refused for good that can still be named in its table: one whose id
+    /// rowbranch refuses, or that lacks the text column (SPEC §2, the state `refused`).
+    pub fn refused_id(&self) -> Option<&str> {
+        match self {
+            PlanError::MissingColumn {
+                key: "text_column",
+                id,
+                ..
+            } => id.as_deref(),
+            PlanError::BadId { whole, .. } => whole.as_deref(),
+            _ => None,
         }
     }
 
@@ -347,6 +372,11 @@ impl CompiledRoute {
         let id = RowId::parse(&raw_id).map_err(|source| PlanError::BadId {
             column: route.id_column.clone(),
             received: excerpt(&raw_id.to_string()),
+            whole: match &raw_id {
+                Value::String(text) => Some(text.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            },
             source,
         })?;
         // Null or empty text gives no slug; a text column the row lacks is refused.

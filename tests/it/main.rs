@@ -47,6 +47,7 @@ mod setup_sql;
 mod setup_vault_sql;
 mod setup_workflow;
 mod spec_refs;
+mod status_columns;
 mod status_page;
 mod version;
 mod webhook;

@@ -19,13 +19,15 @@ use crate::support::random::random_secret;
 use crate::support::tools::output_text;
 
 /// The answers counted for a webhook route, as `status,outcome,reason`.
-const ROUTE_ANSWERS: [&str; 16] = [
+const ROUTE_ANSWERS: [&str; 18] = [
     "200,dispatched,",
     "200,duplicate,branch_exists",
     "200,duplicate,pull_request",
     "200,duplicate,claim_taken",
     "200,duplicate,in_flight",
     "200,ignored,event",
+    "200,ignored,not_ready",
+    "200,ignored,passed_before",
     "202,accepted,",
     "400,error,malformed",
     "422,error,bad_id",

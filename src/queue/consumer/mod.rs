@@ -21,6 +21,7 @@ use super::holds::{HoldId, Holds, Job};
 use super::settle::Fate;
 use crate::config::{PgmqSettings, Redacted};
 use crate::db::queue::{self, Message};
+use crate::db::status::RowState;
 use crate::db::{self, Database, Reachability, Unreachable};
 use crate::identity::QueueName;
 use crate::metrics::NO_ROUTE;
@@ -365,6 +366,9 @@ impl Consumer {
             }
             Ok(()) => compiled.plan_json(&event.record).map_err(|e| {
                 tracing::error!(msg_id, route = %job.route, error = %e, "a queue message's row cannot be planned");
+                if let Some(id) = e.refused_id() {
+                    self.pipeline.note(&compiled.route, id, RowState::Refused, false);
+                }
                 job.id = e.row_id();
                 Fate::dead(e.reason())
             }),

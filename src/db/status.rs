@@ -1,0 +1,285 @@
+//! The row hears back (SPEC §2, `status_column` and `pull_request_column`): rowbranch writes the
+//! row's state into the row itself, keyed by its id.
+//!
+//! Each write is one `UPDATE` of those columns alone, whose `WHERE` leaves the row alone when it
+//! is already in that state or a later one ([`RowState::over`]), so a repeated event, an event
+//! out of order or a second replica updates nothing. An UPDATE that matches no row is read back:
+//! a row that is there, and not in a later state, is hidden from the UPDATE by row level
+//! security (`not_visible`), which is counted and logged, not taken for "already there".
+//!
+//! Writes go through [`StatusWriter`]: one task with one connection, fed by a bounded channel,
+//! so that a run never waits for the database and a database that is down costs a counted,
+//! logged write, never a row. A state lost so is written again by the next event or sweep.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::shape::Shape;
+use super::{describe, query, quote_ident, Database, Result};
+use crate::config::{Redacted, Route};
+use crate::metrics::{Metrics, StatusResult};
+
+crate::reason::named_set! {
+    /// A row's state, as its `status_column` holds it.
+    pub enum RowState {
+        /// Seen, and held at the route's gate.
+        Waiting => "waiting",
+        /// Its branch claimed and the work dispatched.
+        Dispatched => "dispatched",
+        /// A pull request from its branch is open.
+        PrOpen => "pr_open",
+        /// The work's run ended without a pull request.
+        Failed => "failed",
+        /// Its pull request was merged: the last state.
+        Merged => "merged",
+        /// Its pull request was closed without a merge.
+        Closed => "closed",
+        /// rowbranch will never run the row (an id it refuses, a column the row lacks).
+        Refused => "refused",
+    }
+}
+
+impl RowState {
+    /// The states a write of `self` may replace, besides NULL and any value rowbranch does not
+    /// know (a column default such as `'new'` counts as before `waiting`). `None`: every state
+    /// but `self` (and, for a pull request, the same link).
+    fn over(self) -> Option<&'static [RowState]> {
+        use RowState::*;
+        Some(match self {
+            Waiting => &[],
+            Dispatched | Refused => &[Waiting],
+            Failed => &[Waiting, Dispatched],
+            PrOpen => &[Waiting, Dispatched, Failed, Closed, Refused],
+            Closed => &[Waiting, Dispatched, Failed, PrOpen, Refused],
+            Merged => return None,
+        })
+    }
+}
+
+/// One state to write into one row.
+#[derive(Debug, Clone)]
+pub struct StatusWrite {
+    pub route: Arc<Route>,
+    /// The row's id, as text.
+    pub id: String,
+    pub state: RowState,
+    /// The pull request's `html_url`, with [`RowState::PrOpen`], `Merged` and `Closed`.
+    pub pull_request: Option<String>,
+    /// `redo`: the row starts anew, whatever state it was in (and its pull request's link is
+    /// cleared).
+    pub anew: bool,
+}
+
+impl Database {
+    /// Writes `write` into its row, as the module says.
+    async fn write_status(&self, shape: &Shape, write: &StatusWrite) -> Result<StatusResult> {
+        let route = &write.route;
+        let (status, link) = (
+            route.status_column.as_deref().map(quote_ident),
+            route.pull_request_column.as_deref().map(quote_ident),
+        );
+        let link_value = match write.anew {
+            true => None,
+            false => write.pull_request.clone(),
+        };
+        let mut sets = Vec::new();
+        if let Some(status) = &status {
+            sets.push(format!("{status} = $2::text"));
+        }
+        if let Some(link) = link
+            .as_ref()
+            .filter(|_| write.pull_request.is_some() || write.anew)
+        {
+            sets.push(format!("{link} = $3::text"));
+        }
+        if sets.is_empty() {
+            return Ok(StatusResult::Already);
+        }
+        // Where the row may take the state: rowbranch's own states that come before it (or any
+        // other value), never the state itself (with the same link) nor a later one.
+        let allowed = |column: &str| match write.state.over() {
+            _ if write.anew => "true".to_owned(),
+            Some(over) => {
+                let later: Vec<_> = (RowState::ALL.iter())
+                    .filter(|s| !over.contains(s))
+                    .map(|s| format!("'{s}'"))
+                    .collect();
+                format!("coalesce({column}, '') not in ({})", later.join(", "))
+            }
+            None => format!("{column} is distinct from $2::text"),
+        };
+        let when = match (&status, &link) {
+            (Some(status), Some(link)) if write.pull_request.is_some() => format!(
+                "({} or ({status} = $2::text and {link} is distinct from $3::text))",
+                allowed(status)
+            ),
+            (Some(status), _) => allowed(status),
+            (None, Some(link)) => format!("{link} is distinct from $3::text"),
+            (None, None) => unreachable!("no column to write"),
+        };
+        let (id, id_type) = (&shape.id, &shape.id_type);
+        let row = format!("{id} = cast($1::text as {id_type})");
+        let sql = format!(
+            "update {} set {} where {row} and {when}",
+            shape.relation,
+            sets.join(", ")
+        );
+        let state = write.state.as_str();
+        let args: [&dyn super::Arg; 3] = [&write.id.as_str(), &state, &link_value.as_deref()];
+        let updated = query(&self.client, &format!("{sql} returning 1"), &args)
+            .await
+            .map_err(|e| shape.query_error(e))?;
+        if !updated.is_empty() {
+            return Ok(StatusResult::Written);
+        }
+        // Nothing matched: the row is gone, in that state or later, or hidden from the UPDATE.
+        let sql = format!("select {when} from {} where {row}", shape.relation);
+        let found = query(&self.client, &sql, &args)
+            .await
+            .map_err(|e| shape.query_error(e))?;
+        Ok(match found.first().map(|r| r.get::<_, Option<bool>>(0)) {
+            None => StatusResult::NoRow,
+            Some(Some(true)) => StatusResult::NotVisible,
+            Some(_) => StatusResult::Already,
+        })
+    }
+}
+
+/// How many writes may wait for the database; beyond it a write is dropped, counted and logged
+/// (the next event or sweep writes the state again).
+const WAITING_WRITES: usize = 1024;
+
+/// After a failed connection, how long the writer waits before it connects again; the writes
+/// that come meanwhile fail at once.
+const RECONNECT_AFTER: Duration = Duration::from_secs(5);
+
+/// The one task that writes rows' states, and the way to it.
+pub struct StatusWriter {
+    sender: Mutex<Option<mpsc::Sender<StatusWrite>>>,
+    task: Mutex<Option<JoinHandle<()>>>,
+    metrics: Arc<Metrics>,
+}
+
+impl StatusWriter {
+    /// Starts the writer on `database_url` (connected at the first write).
+    pub fn start(database_url: Redacted, metrics: Arc<Metrics>) -> StatusWriter {
+        let (sender, receiver) = mpsc::channel(WAITING_WRITES);
+        let task = tokio::spawn(write_all(database_url, receiver, Arc::clone(&metrics)));
+        StatusWriter {
+            sender: Mutex::new(Some(sender)),
+            task: Mutex::new(Some(task)),
+            metrics,
+        }
+    }
+
+    /// Hands `write` to the writer, or counts and logs it as failed when the writer is full or
+    /// has finished.
+    pub fn send(&self, write: StatusWrite) {
+        let sender = self
+            .sender
+            .lock()
+            .expect("status sender lock poisoned")
+            .clone();
+        let refused = match sender {
+            Some(sender) => sender.try_send(write).err().map(|e| match e {
+                mpsc::error::TrySendError::Full(w) => (w, "too many writes wait for the database"),
+                mpsc::error::TrySendError::Closed(w) => (w, "the writer has finished"),
+            }),
+            None => Some((write, "the writer has finished")),
+        };
+        if let Some((write, why)) = refused {
+            failed(&self.metrics, &write, why);
+        }
+    }
+
+    /// Lets the writes that wait finish; then the writer ends. Bounded by whoever awaits it
+    /// (the shutdown's grace).
+    pub async fn finish(&self) {
+        self.sender
+            .lock()
+            .expect("status sender lock poisoned")
+            .take();
+        let task = self.task.lock().expect("status task lock poisoned").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+fn failed(metrics: &Metrics, write: &StatusWrite, why: &str) {
+    metrics.status_written(&write.route.table_name(), StatusResult::Failed);
+    tracing::warn!(route = %write.route.table_name(), id = %write.id, state = %write.state,
+        error = why, "the row's state was not written; the next event or sweep writes it");
+}
+
+async fn write_all(
+    database_url: Redacted,
+    mut receiver: mpsc::Receiver<StatusWrite>,
+    metrics: Arc<Metrics>,
+) {
+    let mut database: Option<Database> = None;
+    let mut shapes: HashMap<String, Shape> = HashMap::new();
+    let mut retry_at = tokio::time::Instant::now();
+    while let Some(write) = receiver.recv().await {
+        if database.as_ref().is_none_or(Database::is_closed) {
+            if tokio::time::Instant::now() < retry_at {
+                failed(&metrics, &write, "the database could not be reached");
+                continue;
+            }
+            match Database::connect(database_url.expose()).await {
+                Ok(connected) => database = Some(connected),
+                Err(e) => {
+                    retry_at = tokio::time::Instant::now() + RECONNECT_AFTER;
+                    failed(&metrics, &write, &format!("{e:#}"));
+                    continue;
+                }
+            }
+        }
+        let db = database.as_ref().expect("connected above");
+        let table = write.route.table_name();
+        let shape = match shapes.get(&table) {
+            Some(shape) => shape,
+            None => match Shape::for_status(db.client(), &write.route).await {
+                Ok(shape) => shapes.entry(table.clone()).or_insert(shape),
+                Err(e) => {
+                    failed(&metrics, &write, &format!("{e:#}"));
+                    continue;
+                }
+            },
+        };
+        match db.write_status(shape, &write).await {
+            Ok(written) => {
+                metrics.status_written(&table, written);
+                match written {
+                    StatusResult::NotVisible => {
+                        tracing::warn!(route = %table, id = %write.id, state = %write.state,
+                        "the row's state was not written: row level security hides the row from DATABASE_URL's role for UPDATE; `rowbranch doctor` gives the policy")
+                    }
+                    StatusResult::NoRow => {
+                        tracing::info!(route = %table, id = %write.id, state = %write.state,
+                        "no row has this id any more: no state written")
+                    }
+                    _ => {
+                        tracing::debug!(route = %table, id = %write.id, state = %write.state, result = written.as_str(), "row state")
+                    }
+                }
+            }
+            Err(e) => {
+                // The shape may be stale (a column renamed): read it again next time.
+                shapes.remove(&table);
+                failed(&metrics, &write, &describe_error(&e));
+            }
+        }
+    }
+}
+
+fn describe_error(e: &super::Error) -> String {
+    match e {
+        super::Error::Query { cause, message } => format!("{message}: {}", describe(cause)),
+        other => format!("{other:#}"),
+    }
+}
