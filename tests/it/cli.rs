@@ -253,3 +253,40 @@ async fn demo_shows_eight_rows_becoming_eight_branches_and_eight_dispatches() {
         "the demo made exactly one directory in TMPDIR"
     );
 }
+
+#[tokio::test]
+async fn preview_of_a_gated_route_says_a_held_row_is_ignored_and_names_a_passing_row_s_branch() {
+    let dir = TempDir::new().unwrap();
+    let gated = local_config("message")
+        + "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"status\", equals = \"approved\" }\n";
+    std::fs::write(dir.path().join("rowbranch.toml"), gated).unwrap();
+    let body = dir.path().join("row.json");
+    let mut row = insert(json!(9), "Add dark mode");
+    row["record"]["status"] = json!("new");
+    std::fs::write(&body, row.to_string()).unwrap();
+    let out = run(rowbranch(dir.path()).arg("preview").arg(&body)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("200 ignored (reason not_ready)"), "{text}");
+    assert!(
+        text.contains(r#"run_when is status = "approved" and the row holds "new""#),
+        "{text}"
+    );
+
+    row["record"]["status"] = json!("approved");
+    std::fs::write(&body, row.to_string()).unwrap();
+    let out = run(rowbranch(dir.path()).arg("preview").arg(&body)).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("feedback/9-add-dark-mode"),
+        "{}",
+        stdout(&out)
+    );
+
+    // A table no route takes is the server's 422, not a 200.
+    row["table"] = json!("comments");
+    std::fs::write(&body, row.to_string()).unwrap();
+    let out = run(rowbranch(dir.path()).arg("preview").arg(&body)).await;
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stdout(&out).contains("422"), "{}", stdout(&out));
+}

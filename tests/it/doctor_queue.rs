@@ -788,3 +788,65 @@ async fn an_owner_of_the_function_that_may_not_execute_pgmq_send_fails_with_the_
         .await
         .expect("the grant the fix names is enough to send");
 }
+
+#[tokio::test]
+async fn a_gated_route_needs_the_trigger_of_the_approving_update_too() {
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT", "UPDATE"]).await);
+    run_sql(&db, "alter table public.feedbacks add column status text").await;
+    let config = std::fs::read_to_string(doctor.config()).unwrap()
+        + "run_when = { column = \"status\", equals = \"approved\" }\n";
+    std::fs::write(doctor.config(), config).unwrap();
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.fails_only(&doctor.trigger());
+    assert!(what.ends_with(" is not fired on UPDATE"), "{report}");
+    assert!(fix.contains("run supabase-queue.sql"), "{report}");
+
+    // The SQL `init --run-when` writes: two triggers, which together fire on both.
+    let gated = SetupContext {
+        run_when: Some(rowbranch::config::RunWhen {
+            column: "status".into(),
+            equals: "approved".into(),
+        }),
+        ..setup(&doctor, &["INSERT", "UPDATE"])
+    };
+    apply(&db.client, &gated).await;
+    let report = doctor.run(Some(&url)).await;
+    report.passed(&format!(
+        "\"public\".\"feedbacks\": trigger rowbranch_queue_{0} (rowbranch_queue_{0}, rowbranch_ready_{0}) sends each row",
+        doctor.queue
+    ));
+}
+
+#[tokio::test]
+async fn a_gated_webhook_route_needs_its_trigger_to_fire_on_update() {
+    let (db, doctor, url) = or_skip!(set_up(&["INSERT"], &["INSERT"]).await);
+    let repo = doctor.dir.path().join("repo.git");
+    let config = format!(
+        "[forge]\nkind = \"local\"\npath = {repo:?}\n{FEEDBACK_ROUTE}events = [\"INSERT\", \"UPDATE\"]\n\
+         run_when = {{ column = \"status\", equals = \"approved\" }}\n"
+    );
+    std::fs::write(doctor.config(), config).unwrap();
+    let posts = |events: &str| {
+        format!(
+            "alter table public.feedbacks add column if not exists status text;
+             create or replace function public.posts() returns trigger language plpgsql
+               as $f$ begin return null; end $f$;
+             drop trigger if exists rowbranch_webhook on public.feedbacks;
+             create trigger rowbranch_webhook after {events} on public.feedbacks
+               for each row execute function public.posts();"
+        )
+    };
+    let table = "\"public\".\"feedbacks\": trigger rowbranch_webhook";
+    run_sql(&db, &posts("insert")).await;
+    let report = doctor.run(Some(&url)).await;
+    let (what, fix) = report.failed(&format!("{table} does not fire on UPDATE"));
+    assert!(
+        what.contains(r#"(status = "approved") never reaches rowbranch"#),
+        "{report}"
+    );
+    assert!(fix.contains("init --run-when status="), "{report}");
+
+    run_sql(&db, &posts("insert or update of status")).await;
+    let report = doctor.run(Some(&url)).await;
+    report.passed(&format!("{table} fires on UPDATE"));
+}

@@ -666,3 +666,43 @@ async fn doctor_advises_actions_read_for_explain_and_still_passes_without_it() {
     );
     assert!(!stdout.contains('✗'), "{stdout}");
 }
+
+#[tokio::test]
+async fn a_row_held_at_the_gate_says_so_and_one_that_passes_would_run() {
+    let table = or_skip!(feedbacks().await);
+    let feedbacks = table.table("feedbacks");
+    table
+        .execute(&format!("alter table {feedbacks} add column status text"))
+        .await;
+    insert(&table, 51, "Held", hours(1)).await;
+    insert(&table, 52, "Approved", hours(1)).await;
+    table
+        .execute(&format!(
+            "update {feedbacks} set status = 'approved' where id = 52"
+        ))
+        .await;
+    let fake = github().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
+    let gated = std::fs::read_to_string(&config).unwrap()
+        + "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"status\", equals = \"approved\" }\n";
+    std::fs::write(&config, gated).unwrap();
+
+    let report = explained(
+        &config,
+        &table.url,
+        "51",
+        &[
+            r#"(intake webhook, run_when status = "approved")"#,
+            "  reconcile nothing: the row is held at the gate (run_when is status = \"approved\", the row holds null)",
+        ],
+    )
+    .await;
+    assert_eq!(report["route"]["run_when"], r#"status = "approved""#);
+    assert_eq!(report["reconcile"]["verdict"], "not_ready");
+    let report = explain(&config, Some(&table.url), "52", true)
+        .await
+        .answered();
+    assert_eq!(report["reconcile"]["verdict"], "would_dispatch");
+    assert_read_only(&fake);
+}

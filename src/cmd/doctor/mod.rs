@@ -230,7 +230,12 @@ pub async fn checks(config: &Config, out: &mut Checks) {
         }
     }
     match &database {
-        Some(Ok(database)) => tables::checks(config, database, out).await,
+        Some(Ok(database)) => {
+            tables::checks(config, database, out).await;
+            for route in &config.routes {
+                out.extend(queue::webhook_trigger(database.client(), route).await);
+            }
+        }
         // The queue's checks have said so already.
         Some(Err(_)) if config.reads_the_queue() => {}
         Some(Err(e)) => out.push(Check::advise(

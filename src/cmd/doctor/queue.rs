@@ -35,7 +35,8 @@ const TRIGGERS: &str = "select t.tgname::text, t.tgenabled in ('O', 'A'), t.tgty
     join pg_catalog.pg_namespace as cn on cn.oid = c.relnamespace \
     join pg_catalog.pg_proc as p on p.oid = t.tgfoid \
     join pg_catalog.pg_namespace as pn on pn.oid = p.pronamespace \
-    where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal";
+    where cn.nspname = $1::text and c.relname = $2::text and not t.tgisinternal \
+    order by t.tgname";
 
 /// The rights on the queues' tables that PUBLIC holds, or `anon` and `authenticated` hold by
 /// grant or inheritance: the holder in lowercase (as a revoke names it), and "HOLDER has RIGHTS
@@ -236,51 +237,58 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         Err(check) => return out.push(check),
     };
     let what = format!("{table}: trigger {TRIGGER_PREFIX}{}", pgmq.queue);
-    let Some(found) = found
-        .iter()
-        .find(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
-    else {
+    // One trigger, or with a gate (`run_when`) two: one for the INSERT, one for the UPDATE that
+    // approves a row; together they fire on every event the route takes.
+    let sending: Vec<&Trigger> = (found.iter())
+        .filter(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
+        .collect();
+    let Some(first) = sending.first() else {
         out.push(Check::fail(
             format!("{what} is missing: its rows never reach the queue"),
             RUN_SETUP,
         ));
         return;
     };
-    let Trigger {
-        name,
-        kind,
-        args,
-        owner,
-        ..
-    } = found;
+    let names: Vec<&str> = sending.iter().map(|t| t.name.as_str()).collect();
+    let fired = sending.iter().fold(0, |fired, t| fired | t.kind);
     let takes = |event| route.events.contains(&event);
-    let arguments = format!(
-        "given {} arguments, not the queue's name alone, so every INSERT fails",
-        args.len()
-    );
     let invoker =
         format!("{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue");
     // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
     // is the INSERT's error.
-    let wrong: Vec<&str> = [
-        (!found.enabled, "disabled"),
-        (kind & 1 == 0, "statement-level, not per row"),
-        (kind & 2 != 0, "BEFORE, not AFTER, so every INSERT fails"),
-        (args.len() != 1, &arguments),
-        (
-            takes(EventKind::Insert) && kind & 4 == 0,
-            "not fired on INSERT",
-        ),
-        (
-            takes(EventKind::Update) && kind & 16 == 0,
-            "not fired on UPDATE",
-        ),
-        (!found.security_definer, &invoker),
-    ]
-    .into_iter()
-    .filter_map(|(bad, why)| bad.then_some(why))
-    .collect();
-    let wrong = wrong.join(", ");
+    let mut wrong: Vec<String> = Vec::new();
+    for trigger in &sending {
+        let arguments = format!(
+            "given {} arguments, not the queue's name alone, so every INSERT fails",
+            trigger.args.len()
+        );
+        let kind = trigger.kind;
+        let found = [
+            (!trigger.enabled, "disabled"),
+            (kind & 1 == 0, "statement-level, not per row"),
+            (kind & 2 != 0, "BEFORE, not AFTER, so every INSERT fails"),
+            (trigger.args.len() != 1, &arguments),
+            (!trigger.security_definer, &invoker),
+        ];
+        let of = if sending.len() > 1 {
+            format!(" ({})", trigger.name)
+        } else {
+            String::new()
+        };
+        wrong.extend(
+            found
+                .into_iter()
+                .filter(|(bad, _)| *bad)
+                .map(|(_, why)| format!("{why}{of}")),
+        );
+    }
+    for (event, bit) in [(EventKind::Insert, 4), (EventKind::Update, 16)] {
+        if takes(event) && fired & bit == 0 {
+            wrong.push(format!("not fired on {event}"));
+        }
+    }
+    let (wrong, owner) = (wrong.join(", "), &first.owner);
+    let name = names.join(", ");
     out.push(match wrong.is_empty() {
         true => Check::pass(format!("{what} ({name}) sends each row, as {owner}")),
         false => Check::fail(format!("{what} ({name}) is {wrong}"), RUN_SETUP),
@@ -321,6 +329,49 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         ),
         Err(unreadable) => unreadable,
     });
+}
+
+/// A gated webhook route's table has the trigger supabase.sql or supabase-vault.sql makes
+/// (`rowbranch_webhook`) firing on UPDATE too: the approval that lets a row run is an UPDATE,
+/// which a trigger on INSERT alone never sends.
+pub(super) async fn webhook_trigger(client: &Client, route: &Route) -> Option<Check> {
+    let gate = route.run_when.as_ref().filter(|_| route.takes_webhooks())?;
+    let table = quote_relation(&route.schema, &route.table);
+    let rerun = format!(
+        "run supabase-vault.sql (or supabase.sql) as written by `rowbranch init --run-when {}=…` \
+         again: its trigger fires on the UPDATE of {} too",
+        gate.column, gate.column
+    );
+    let found = match triggers(client, route).await {
+        Ok(found) => found,
+        Err(check) => return Some(check),
+    };
+    Some(match found.iter().find(|t| t.name == "rowbranch_webhook") {
+        Some(t) if t.enabled && t.kind & 16 != 0 => Check::pass(format!(
+            "{table}: trigger rowbranch_webhook fires on UPDATE, so an approval ({gate}) is sent"
+        )),
+        Some(t) if t.enabled => Check::fail(
+            format!(
+                "{table}: trigger rowbranch_webhook does not fire on UPDATE: a row approved after \
+                 it was written ({gate}) never reaches rowbranch"
+            ),
+            rerun,
+        ),
+        Some(_) => Check::fail(
+            format!("{table}: trigger rowbranch_webhook is disabled"),
+            rerun,
+        ),
+        None => Check::advise(
+            format!(
+                "{table}: no trigger rowbranch_webhook, so whether an approval ({gate}) is sent \
+                 cannot be checked"
+            ),
+            format!(
+                "{rerun}; a Database Webhook made in the Dashboard must have Update ticked as \
+                 well as Insert"
+            ),
+        ),
+    })
 }
 
 /// The rights rowbranch's own role uses: read, renew and archive the queue (pgmq.read and

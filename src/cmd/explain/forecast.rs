@@ -78,13 +78,24 @@ pub(super) async fn reconcile(
         Ok(row) => row,
         Err(forecast) => return forecast,
     };
+    let route = &compiled.route;
+    // The sweep reads only rows that pass the gate.
+    if let Some(gate) = route.run_when.as_ref() {
+        if !gate.passes(row.record.get(&gate.column)) {
+            let holds =
+                (row.record.get(&gate.column)).map_or("no such column".into(), |v| v.to_string());
+            let says = format!(
+                "nothing: the row is held at the gate (run_when is {gate}, the row holds {holds}); the sweep leaves it, and the UPDATE that makes it pass runs it"
+            );
+            return Forecast::new("not_ready", says);
+        }
+    }
     let pulls = &report.forge.pull_requests;
     if !matches!(pulls.status, "ok" | "not_kept") {
         let why = pulls.detail.as_deref().unwrap_or("not read");
         let says = format!("unknown: the sweep lists pull requests, and here they are {why}");
         return Forecast::new("unknown", says);
     }
-    let route = &compiled.route;
     let queue = match &report.queue {
         None => None,
         Some(queue) if queue.status != "ok" => {

@@ -118,6 +118,7 @@ pub async fn explain(
             text_column: route.text_column.clone(),
             branch_prefix: route.branch_prefix.to_string(),
             event_type: route.event_type.to_string(),
+            run_when: route.run_when.as_ref().map(ToString::to_string),
         },
         reconcile: Forecast::default(),
         redo: Forecast::default(),

@@ -48,6 +48,8 @@ pub struct RouteSection {
     pub text_column: Option<String>,
     pub branch_prefix: String,
     pub event_type: String,
+    /// The route's gate, as the config writes it (`status = "approved"`); `None` without one.
+    pub run_when: Option<String>,
 }
 
 /// The row as the table holds it.
@@ -183,7 +185,8 @@ pub struct QueueSection {
 #[derive(Debug, Default, Serialize)]
 pub struct Forecast {
     /// reconcile: `handled`, `merged_before`, `dead_claim` (it would dispatch again),
-    /// `would_dispatch`, `in_queue` (left to the consumer), `failed`, `no_row`, `unknown`.
+    /// `would_dispatch`, `in_queue` (left to the consumer), `not_ready` (held at the route's
+    /// gate), `failed`, `no_row`, `unknown`.
     /// redo: `would_dispatch`, `cannot`, `unknown`.
     pub verdict: &'static str,
     /// The branch it would dispatch on, if it would.
@@ -252,9 +255,10 @@ impl Lines {
 pub fn render(report: &Report, now: DateTime<Utc>) -> String {
     let mut out = Lines(String::new());
     let route = &report.route;
+    let gate = (route.run_when.as_ref()).map_or(String::new(), |gate| format!(", run_when {gate}"));
     let _ = writeln!(
         out.0,
-        "row {} of {} → {} (intake {})\n",
+        "row {} of {} → {} (intake {}{gate})\n",
         report.id, route.table, route.repo, route.intake
     );
 
