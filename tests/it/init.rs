@@ -1058,3 +1058,57 @@ fn run_when_writes_the_gate_its_events_and_triggers_on_the_column_s_update() {
     assert!(text(&out).contains("status=approved"), "{}", text(&out));
     assert!(!dir.path().join("rowbranch.toml").exists());
 }
+
+#[test]
+fn run_when_s_steps_keep_the_gate_s_column_the_owner_s_before_the_trigger_goes_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = init(dir.path(), &["--run-when", "status=approved"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let steps = String::from_utf8_lossy(&out.stdout).into_owned();
+    // One statement a line, indented under the step.
+    let revoke = [
+        r#"       revoke insert, update on "public"."feedbacks" from anon, authenticated;"#,
+        r#"       grant insert ("message") on "public"."feedbacks" to anon, authenticated;"#,
+    ]
+    .join("\n");
+    let at = steps
+        .find(&revoke)
+        .unwrap_or_else(|| panic!("no revoke and grant:\n{steps}"));
+    assert!(
+        steps.contains("\n  7. Keep the yes the table owner's")
+            && steps.contains("never \"status\""),
+        "{steps}"
+    );
+    // Before the trigger's step, which comes next, and doctor's after it.
+    let trigger = steps.find("supabase-vault.sql in the SQL editor").unwrap();
+    assert!(at < trigger, "{steps}");
+    assert!(
+        steps.contains("\n  8. In Supabase, turn Database Webhooks on"),
+        "{steps}"
+    );
+    assert!(steps.contains("\n  9. rowbranch doctor"), "{steps}");
+
+    // The queue's, for a table and a text column whose names need quoting.
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--run-when", "Approved=true", "--table", "my \"feedback\""];
+    let out = init_queue(
+        dir.path(),
+        &[&flags[..], &["--text-column", "Body"]].concat(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let steps = String::from_utf8_lossy(&out.stdout).into_owned();
+    let table = r#""public"."my ""feedback""""#;
+    for line in [
+        format!("revoke insert, update on {table} from anon, authenticated;"),
+        format!("grant insert (\"Body\") on {table} to anon, authenticated;"),
+        "never \"Approved\"".to_owned(),
+        "\n  4. In Supabase, enable Queues".to_owned(),
+    ] {
+        assert!(steps.contains(&line), "no {line:?}:\n{steps}");
+    }
+
+    // Without a gate, nothing to keep.
+    let dir = tempfile::tempdir().unwrap();
+    let out = init(dir.path(), &[]);
+    assert!(!text(&out).contains("revoke"), "{}", text(&out));
+}

@@ -34,6 +34,7 @@ mod malformed;
 mod metrics_at_start;
 mod observe;
 mod properties;
+mod public_writes;
 mod queue;
 mod queue_bytes;
 mod recipes;

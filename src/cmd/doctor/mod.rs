@@ -7,7 +7,8 @@
 //! with `DATABASE_URL`, that a server on another machine is reached with its certificate
 //! checked, the queue's setup ([`queue`]) and its optional kick ([`kick`]), that
 //! each route fits its table and that row level security lets the role see its rows
-//! ([`tables`]); and advice when webhook routes have no scheduled sweep. What it reads
+//! ([`tables`]), and that only the table's owner may write what a route's yes rests on
+//! ([`writers`]); and advice when webhook routes have no scheduled sweep. What it reads
 //! back from a workflow is in [`workflow`].
 
 use std::future::Future;
@@ -29,6 +30,7 @@ mod kick;
 mod queue;
 mod tables;
 pub mod workflow;
+mod writers;
 
 pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = match Config::load(&args.config.config, &process_env) {

@@ -41,6 +41,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
                 Err(unreadable) => unreadable,
             });
             out.extend(row_security(rows, route).await);
+            out.extend(super::writers::checks(rows, route).await);
             continue;
         };
         let what = format!("{e:#}");
