@@ -51,7 +51,9 @@ struct RoleWrites {
 fn owner_only(route: &Route) -> Vec<(&str, &'static str)> {
     let gate = route.run_when.as_ref();
     let gate = gate.map(|gate| (gate.column.as_str(), "run_when's column"));
-    gate.into_iter().collect()
+    let status = (route.status_column.as_deref()).map(|c| (c, "status_column"));
+    let link = (route.pull_request_column.as_deref()).map(|c| (c, "pull_request_column"));
+    gate.into_iter().chain(status).chain(link).collect()
 }
 
 /// The checks of `route`'s table: its owner-only columns, and a route without a gate on a table
@@ -152,8 +154,12 @@ fn owner_only_check(route: &Route, columns: &[(&str, &str)], writes: &[RoleWrite
     Check::fail(
         format!(
             "{table}: {}; only the table's owner may write {named}: whoever holds the \
-             project's anon key can approve a row of their own and start an agent run",
-            said.join("; ")
+             project's anon key can {}",
+            said.join("; "),
+            match route.run_when {
+                Some(_) => "approve a row of their own and start an agent run",
+                None => "write a state or a pull request link of their own onto a row",
+            }
         ),
         format!(
             "a grant on the whole table makes a revoke of one column do nothing, so take \
