@@ -74,6 +74,30 @@ pub struct StatusWrite {
     pub anew: bool,
 }
 
+impl StatusWrite {
+    /// Whether a row whose columns hold `status` and `link` would take this write: the
+    /// `WHERE` of [`Database::write_status`] asked of values read already, so that a sweep
+    /// sends only the writes that change a row (and counts them).
+    pub fn changes(&self, status: Option<&str>, link: Option<&str>) -> bool {
+        let route = &self.route;
+        let new_link = self
+            .pull_request
+            .as_deref()
+            .filter(|_| route.pull_request_column.is_some());
+        let other_link = new_link.is_some_and(|new| link != Some(new));
+        if route.status_column.is_none() {
+            return other_link;
+        }
+        let known = status.and_then(RowState::parse);
+        let allowed = match self.state.over() {
+            _ if self.anew => true,
+            Some(over) => known.is_none_or(|s| over.contains(&s)),
+            None => known != Some(self.state),
+        };
+        allowed || (known == Some(self.state) && other_link)
+    }
+}
+
 impl Database {
     /// Writes `write` into its row, as the module says.
     async fn write_status(&self, shape: &Shape, write: &StatusWrite) -> Result<StatusResult> {
