@@ -5,7 +5,8 @@
 //! (`shutdown_grace`, at most half of `--max-time`) has passed; then it releases what it has
 //! not started, gives the runs under way the grace, and prints one summary line. A signal
 //! (Actions cancels a job with SIGINT, and kills it seconds later) stops it the same way with a
-//! grace of at most [`SIGNAL_GRACE`].
+//! grace of at most [`SIGNAL_GRACE`]. With a token (no App, so no events from GitHub) a run
+//! that drained the queue also writes back the states of the window's rows, as a sweep does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
