@@ -96,8 +96,9 @@ impl Known {
     /// What the listings show of row `id`'s work, as the state to write (SPEC §6): of the
     /// pull requests from its current branches (its latest redo's, [`redo_rank`]) a merged one,
     /// else an open one, else a closed one, with its page; else, when no pull request came
-    /// from any of its branches, `failed` if the newest run named in its current branches has
-    /// completed. `None` when they show nothing (no branch, or work under way).
+    /// from any of its branches and a current one is still there, `failed` if the newest run
+    /// named in its current branches has completed. `None` when they show nothing (no branch,
+    /// or work under way).
     ///
     /// A closed pull request whose head name now points at another commit is left out: the
     /// name was claimed again (a redo on a deleted branch's name) and the work there is new.
@@ -127,7 +128,9 @@ impl Known {
             .filter(|(tail, _)| is_current(tail))
             .map(|(_, run)| run)
             .max_by_key(|run| run.0);
-        let failed = !self.has_pull(id) && newest.is_some_and(|run| run.1);
+        // A row whose branches are all gone is run again by the sweep: not failed.
+        let claimed = of_row(&self.branches, id).any(|(tail, _)| is_current(tail));
+        let failed = claimed && !self.has_pull(id) && newest.is_some_and(|run| run.1);
         failed.then_some((RowState::Failed, None))
     }
 
@@ -397,8 +400,8 @@ mod tests {
             (7, Some("failed ".to_owned())),
             // Run again since, and that run is under way.
             (8, None),
-            // A branch deleted, its run ended, no pull request: failed.
-            (9, Some("failed ".to_owned())),
+            // Its branch deleted, its run ended, no pull request: the sweep runs it again.
+            (9, None),
             (10, None),
         ];
         for (n, state) in expected {

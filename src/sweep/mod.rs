@@ -22,7 +22,6 @@ use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::Route as RouteSettings;
 use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::status::StatusWrite;
 use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
@@ -336,7 +335,7 @@ async fn sweep_route(
 /// status column nothing tells such a row from one long finished, and the window alone is read.
 fn unstarted<'a>(
     rows: &'a Database,
-    route: &'a RouteSettings,
+    route: &'a Route,
     options: &SweepOptions,
     since: chrono::DateTime<chrono::Utc>,
 ) -> Option<RowPages<'a>> {
@@ -350,7 +349,7 @@ fn unstarted<'a>(
 /// them (Actions: read) the sweep goes on, writing no `failed`, and says so.
 async fn listed_runs(
     pipeline: &Pipeline,
-    route: &RouteSettings,
+    route: &Route,
     since: chrono::DateTime<chrono::Utc>,
     summary: &mut RouteSummary,
 ) -> anyhow::Result<Vec<crate::forge::WorkflowRun>> {
@@ -373,7 +372,7 @@ async fn listed_runs(
 
 /// Writes back the state `known` shows for `row`, when the row does not hold it already and
 /// would take it (the writer's rule, [`StatusWrite::changes`]); whether it sent a write.
-fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<RouteSettings>, row: &Row) -> bool {
+fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row) -> bool {
     let raw = row.record.get(&route.id_column);
     let Some(raw) = raw.filter(|_| route.writes_back()) else {
         return false;
