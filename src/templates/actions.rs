@@ -42,8 +42,8 @@ pub const DRAIN_MAX_TIME_MINUTES: u32 = 4;
 const SETUP_MINUTES: u32 = 2;
 /// After the drain: its exit, the runner's cleanup.
 const SPARE_MINUTES: u32 = 1;
-/// A cold `cargo install` of rowbranch on a GitHub-hosted runner (two cores for a private
-/// repository): every dependency built in release mode. A cache hit skips it.
+/// A `cargo install` of rowbranch on a GitHub-hosted runner (two cores for a private
+/// repository): every dependency built in release mode, on every run, since nothing is cached.
 const BUILD_MINUTES: u32 = 30;
 /// Downloading and checking a release's archive.
 const DOWNLOAD_MINUTES: u32 = 2;
@@ -161,10 +161,11 @@ fn fnv1a(text: &str) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Install {
-    /// `cargo install --locked --git URL --rev REV rowbranch` (the crate is not published),
-    /// the binary cached between runs under a key that names the commit.
+    /// `cargo install --locked --git URL --rev REV rowbranch` (the crate is not published), on
+    /// every run: a binary kept in the Actions cache could be one another job wrote there.
     Git { url: String, rev: String },
-    /// A release's archive, downloaded on every run and checked against its SHA-256 first.
+    /// A release's archive, downloaded on every run and checked against its SHA-256 first: the
+    /// documented way.
     Release { url: String, sha256: String },
 }
 

@@ -124,10 +124,11 @@ fn install(args: &InitArgs) -> Result<Install, Failure> {
     }
     let Some(url) = &args.install_from_git else {
         return Err(usage(format!(
-            "--host actions installs rowbranch in the drain job: give --install-from-git URL, \
-             the git repository rowbranch is built from (e.g. https://github.com/OWNER/rowbranch; \
-             --rev defaults to this build's commit, {OWN_COMMIT}), or --release-url URL \
-             --release-sha256 HEX, a release's x86_64 Linux archive and its line in SHA256SUMS"
+            "--host actions installs rowbranch in the drain job: give --release-url URL \
+             --release-sha256 HEX, a release's x86_64 Linux archive and its line in SHA256SUMS; \
+             or, where there is no release, --install-from-git URL, the git repository \
+             rowbranch is built from on every run (e.g. https://github.com/OWNER/rowbranch; \
+             --rev defaults to this build's commit, {OWN_COMMIT})"
         )));
     };
     let url = https("--install-from-git", url)?;
@@ -175,8 +176,8 @@ pub(super) fn print_steps(dir: &Path, ctx: &SetupContext) {
                 ""
             };
             format!(
-                "The first run builds rowbranch from {url}\n     at {rev}{whose}\n     \
-                 (up to half an hour); later runs take it from the cache in seconds."
+                "Each run builds rowbranch from {url}\n     at {rev}{whose}\n     \
+                 (10 to 30 of the runner's minutes, every run: nothing is cached)."
             )
         }
         Install::Release { .. } => {
