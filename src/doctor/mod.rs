@@ -1,7 +1,7 @@
 //! `rowbranch doctor`'s checks: config, secrets, the App's credentials, and for each route the
 //! installation, its permissions, the default branch, a workflow that takes the dispatch, that
-//! the workflow lets the App's bot start the work, and that it bounds each run within the
-//! route's `max_turns` and `work_timeout_minutes`; with `DATABASE_URL`, that each route fits its
+//! the workflow lets the App's bot start the work, that it bounds each run within the
+//! route's `max_turns` and `work_timeout_minutes` and names the commands Claude may run; with `DATABASE_URL`, that each route fits its
 //! table, that row level security lets the role see its rows, that a server on another
 //! machine is reached with its certificate checked, and advice when webhook routes have no
 //! scheduled sweep. With a token in place of the App, `token` checks what that mode needs
@@ -397,6 +397,15 @@ fn work_workflow_checks(
                 &steps,
                 route.work_timeout_minutes,
             ));
+            let catch_all = steps
+                .iter()
+                .find_map(|s| Some((&s.job, s.catch_all_bash.as_ref()?)));
+            if let Some((job, rule)) = catch_all {
+                out.push(Check::fail(
+                    format!("{repo}: {path} lets Claude run any command: `{rule}` in the --allowedTools of job {job}"),
+                    format!("name the git commands the work needs instead, as `rowbranch init` writes them (Bash(git add:*),Bash(git commit:*),Bash(git status:*),Bash(git diff:*),Bash(git log:*)), and commit it to {branch}"),
+                ));
+            }
         }
     }
 }
