@@ -360,6 +360,16 @@ pub struct InitArgs {
         conflicts_with = "manifest_code"
     )]
     pub work_timeout_minutes: u32,
+    /// A host Claude's commands may reach besides api.anthropic.com (repeatable): the registry
+    /// a build downloads from, e.g. index.crates.io; `*.example.com` takes its subdomains.
+    /// Written into the sandbox settings of the workflow's claude-code-action step.
+    #[arg(long, value_name = "HOST", conflicts_with = "manifest_code")]
+    pub allow_host: Vec<String>,
+    /// A path the workflow's finish job never pushes a change to, besides its own list of CI,
+    /// deploy, editor and agent settings (repeatable): from the repository's root, compared
+    /// without case, a folder with everything in it.
+    #[arg(long, value_name = "PATH", conflicts_with = "manifest_code")]
+    pub refuse_path: Vec<String>,
     /// Overwrite files that exist.
     #[arg(long)]
     pub force: bool,

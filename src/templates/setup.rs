@@ -124,6 +124,11 @@ pub struct SetupContext {
     /// The most minutes the workflow's work job runs: its `timeout-minutes`, the route's
     /// `work_timeout_minutes`.
     pub work_timeout_minutes: u32,
+    /// Hosts the sandbox lets Claude's commands reach besides api.anthropic.com (`init
+    /// --allow-host`).
+    pub allow_hosts: Vec<String>,
+    /// Paths the finish job refuses besides its own list (`init --refuse-path`).
+    pub refuse_paths: Vec<String>,
 }
 
 /// Why a value cannot go into the setup files.
@@ -168,6 +173,8 @@ impl SetupContext {
             dead_letter: "rowbranch_dead".into(),
             max_turns: DEFAULT_MAX_TURNS,
             work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
+            allow_hosts: Vec::new(),
+            refuse_paths: Vec::new(),
         }
     }
 
@@ -196,7 +203,16 @@ impl SetupContext {
                 self.bearer_secret.as_deref().unwrap_or_default(),
             ),
         ];
-        for (field, value) in fields.into_iter().chain(self.actions.texts()) {
+        let lists = (self
+            .allow_hosts
+            .iter()
+            .map(|host| ("allow_host", host.as_str())))
+        .chain(
+            self.refuse_paths
+                .iter()
+                .map(|path| ("refuse_path", path.as_str())),
+        );
+        for (field, value) in fields.into_iter().chain(self.actions.texts()).chain(lists) {
             if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
                 return Err(SetupError::Unprintable {
                     field,
