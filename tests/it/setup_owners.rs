@@ -63,7 +63,6 @@ async fn arranged(arrange: &str) -> Option<(TestDb, String)> {
 
 /// Nothing of rowbranch's is on `public.feedbacks` or in the schema `rowbranch` but what
 /// `arrange` put there, and pgmq holds no queue.
-#[track_caller]
 async fn assert_nothing_installed(db: &TestDb, name: &str) {
     let triggers: i64 = scalar(
         db,
