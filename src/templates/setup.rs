@@ -6,7 +6,9 @@
 //! GitHub's own `${{ … }}` expressions in the workflow pass through untouched. Every value is
 //! quoted for the format it lands in (SPEC §7): the page is HTML-escaped and the manifest
 //! JSON-escaped by the engine itself, values in the workflow go through `tojson` (a JSON string
-//! is a YAML double-quoted scalar), values in the config through `toml` (a TOML string), and
+//! is a YAML double-quoted scalar) but for `init --refuse-path`'s lines of a literal block,
+//! which have no escapes and no spaces around them, values in the config through `toml` (a
+//! TOML string), and
 //! the SQL quotes its identifiers and literals itself. What no quoting can make safe — a line
 //! break in a comment, an invisible character that makes a name read as another — is refused
 //! by [`SetupContext::check`] before anything is rendered.
