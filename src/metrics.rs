@@ -1,7 +1,7 @@
 //! The process's metrics, in one registry per server (tests start many servers in one process),
 //! rendered as Prometheus text at `GET /metrics`. Label values come from fixed sets — a route's
 //! `schema.table`, a GitHub operation, a status code — never a row id or a branch. The names
-//! are part of the contract (README, "Metrics"). Every counter exists at 0 from the start for
+//! are part of the contract (docs/operating.md). Every counter exists at 0 from the start for
 //! the label sets its run can produce ([`Metrics::start_at_zero`]), so that an alert on its
 //! rise sees the first one; a gauge whose 0 would be a claim (the rate limit left, a queue's
 //! depth) appears once known. Beside them, the build and the process (src/metrics/process.rs).
@@ -564,13 +564,13 @@ mod tests {
         all.iter().map(|v| text(*v)).collect()
     }
 
-    /// The plain words in backquotes on the README's row for `series`, less `others`.
+    /// The plain words in backquotes on the operating guide's row for `series`, less `others`.
     fn documented(series: &str, others: &[&str]) -> BTreeSet<&'static str> {
-        const README: &str = include_str!("../README.md");
-        let row = README
+        const GUIDE: &str = include_str!("../docs/operating.md");
+        let row = GUIDE
             .lines()
             .find(|l| l.starts_with(&format!("| `{series}{{")))
-            .unwrap_or_else(|| panic!("no README row for {series}"));
+            .unwrap_or_else(|| panic!("no docs/operating.md row for {series}"));
         row.split('`')
             .skip(3) // the row's start, the series, and the text between
             .step_by(2)
@@ -580,7 +580,7 @@ mod tests {
     }
 
     #[test]
-    fn every_label_value_is_the_one_the_readme_documents() {
+    fn every_label_value_is_the_one_the_operating_guide_documents() {
         let cases: [(&str, BTreeSet<&str>, &[&str]); 6] = [
             (
                 "rowbranch_pgmq_messages_total",

@@ -145,7 +145,7 @@ fn no_sweep(config: &Config) -> Option<Check> {
     );
     let fix = match &config.database_url {
         None => "set DATABASE_URL in serve's environment (a role that may SELECT the routed \
-                 tables, README \"The database role\"): serve then sweeps every 6h, or as \
+                 tables, docs/queue.md \"The sweep's role\"): serve then sweeps every 6h, or as \
                  reconcile_every says; or run `rowbranch reconcile` from cron"
             .to_owned(),
         Some(_) => format!(

@@ -1,5 +1,5 @@
 //! `/metrics` right after start, before any row: every counter at 0 for the label sets its run
-//! can produce (README, "Metrics", the label sets at start), the build and the process, and no
+//! can produce (docs/operating.md, the label sets at start), the build and the process, and no
 //! gauge whose 0 would be a claim. Then what the server counts lands on those series: no
 //! delivery, run or GitHub answer of an ordinary day makes a series that was not there.
 

@@ -20,7 +20,7 @@ use crate::support::tools::output_text;
 use crate::support::wait::eventually_within;
 
 /// A database with `public.feedbacks` holding rows 1 and 2, and a login role `name` that may
-/// SELECT from it (as the README's role is granted): the role's `DATABASE_URL`.
+/// SELECT from it (as docs/queue.md's role is granted): the role's `DATABASE_URL`.
 struct Table {
     db: TestDb,
     role: String,
@@ -364,7 +364,7 @@ async fn a_bypassrls_role_sees_every_row() {
     );
 }
 
-/// The README's role, with row level security off: nothing to say, every row seen.
+/// docs/queue.md's role, with row level security off: nothing to say, every row seen.
 #[tokio::test]
 async fn without_row_level_security_doctor_says_nothing_of_it() {
     let table = or_skip!(Table::new("reader", "").await);

@@ -190,10 +190,10 @@ repository's secrets and files, then a first run. No App, no server, no public a
   1. In Supabase, enable Queues (Integrations → Queues), then run {d}/supabase-queue.sql in the
      SQL editor (as postgres): each INSERT on {schema}.{table} then puts the row into the queue
      {queue}, in the INSERT's own transaction.
-  2. Give the drain a database role of its own that may read the queues (rowbranch's README,
-     \"The database role\", has the grants). GitHub's runners reach Supabase over IPv4 only and
-     the direct host is IPv6 unless the project has the IPv4 add-on, so its DATABASE_URL is the
-     session pooler's (Connect → Session pooler), with sslmode=verify-full:
+  2. Give the drain a database role of its own that may read the queues (rowbranch's
+     docs/queue.md, \"The database role\", has the grants). GitHub's runners reach Supabase
+     over IPv4 only and the direct host is IPv6 unless the project has the IPv4 add-on, so its
+     DATABASE_URL is the session pooler's (Connect → Session pooler), with sslmode=verify-full:
        postgres://ROLE.PROJECT_REF:PASSWORD@aws-0-REGION.pooler.supabase.com:5432/postgres?sslmode=verify-full
   3. In {repo}, Settings → Secrets and variables → Actions: add that as the repository secret
      {DATABASE_URL_SECRET}, and the work's ANTHROPIC_API_KEY. Settings → Actions → General:
