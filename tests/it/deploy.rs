@@ -607,3 +607,29 @@ fn the_guide_links_each_formats_reference() {
         "README's first screen says rowbranch speaks plain HTTP and links the guide"
     );
 }
+
+/// README is the door: short, with the two commands a newcomer runs near the top, the demo's
+/// runnable on a fresh clone as written (`.ci/run` runs the same lines).
+#[test]
+fn readme_opens_with_the_demo_and_the_test_command_and_stays_short() {
+    let readme = read("README.md");
+    assert!(
+        readme.lines().count() <= 200,
+        "README.md is {} lines: move guides into docs/",
+        readme.lines().count()
+    );
+    let top: Vec<&str> = readme.lines().take(40).collect();
+    for command in ["cargo run --release -- demo", "cargo test"] {
+        assert!(
+            top.iter().any(|line| line.trim() == command),
+            "README's first 40 lines give `{command}` on a line of its own"
+        );
+    }
+    // `cargo run` picks rowbranch among the workspace's binaries.
+    let manifest: toml::Value = toml::from_str(&read("Cargo.toml")).unwrap();
+    assert_eq!(
+        manifest["package"]["default-run"].as_str(),
+        Some("rowbranch"),
+        "Cargo.toml's default-run makes `cargo run` choose rowbranch over the bench"
+    );
+}
