@@ -245,7 +245,9 @@ pub struct InitArgs {
     pub intake: Option<IntakeArg>,
     /// Where rowbranch runs: `server`, `rowbranch serve` always on, as a GitHub App (the
     /// default); or `actions`, `rowbranch drain` in the repository's own GitHub Actions with
-    /// the job's token, from the queue: writes rowbranch-drain.yml and no App.
+    /// the job's token, from the queue: writes rowbranch-drain.yml and no App. The drain job
+    /// gets rowbranch from a release's archive checked against its SHA-256 (--release-url,
+    /// --release-sha256), or builds it on every run (--install-from-git).
     #[arg(
         long,
         value_enum,
@@ -266,17 +268,18 @@ pub struct InitArgs {
     /// on (default main).
     #[arg(long, value_name = "BRANCH")]
     pub default_branch: Option<String>,
-    /// With --host actions: build rowbranch in the drain job from this git repository, an
-    /// https URL (cargo install --locked --git URL --rev COMMIT), the binary cached between
-    /// runs.
+    /// With --host actions, where there is no release to download: build rowbranch in the
+    /// drain job from this git repository, an https URL (cargo install --locked --git URL
+    /// --rev COMMIT), on every run and with no cache: 10 to 30 of the runner's minutes a run.
     #[arg(long, value_name = "URL", conflicts_with_all = ["release_url", "release_sha256"])]
     pub install_from_git: Option<String>,
     /// With --install-from-git: the commit to build, 7 to 40 hexadecimal digits (default: the
     /// commit this rowbranch was built from, as --version shows it).
     #[arg(long, value_name = "COMMIT", requires = "install_from_git")]
     pub rev: Option<String>,
-    /// With --host actions: download rowbranch in the drain job from this release archive
-    /// (https, a .tar.gz for x86_64 Linux), checked against --release-sha256 before it runs.
+    /// With --host actions, the way to install rowbranch: download it in the drain job from
+    /// this release archive (https, a .tar.gz for x86_64 Linux), checked against
+    /// --release-sha256 before it runs.
     #[arg(long, value_name = "URL", requires = "release_sha256")]
     pub release_url: Option<String>,
     /// The archive's SHA-256, 64 hexadecimal digits: its line in the release's SHA256SUMS.
@@ -338,6 +341,16 @@ pub struct InitArgs {
     /// boolean (true, false), a number, or else text; quoted ("true", "1") it is always text.
     #[arg(long, value_name = "COLUMN=VALUE", value_parser = run_when, conflicts_with = "manifest_code")]
     pub run_when: Option<RunWhen>,
+    /// A host Claude's commands may reach besides api.anthropic.com (repeatable): the registry
+    /// a build downloads from, e.g. index.crates.io; `*.example.com` takes its subdomains.
+    /// Written into the sandbox settings of the workflow's claude-code-action step.
+    #[arg(long, value_name = "HOST", conflicts_with = "manifest_code")]
+    pub allow_host: Vec<String>,
+    /// A path the workflow's finish job never pushes a change to, besides its own list of CI,
+    /// deploy, editor and agent settings (repeatable): from the repository's root, compared
+    /// without case, a folder with everything in it.
+    #[arg(long, value_name = "PATH", conflicts_with = "manifest_code")]
+    pub refuse_path: Vec<String>,
     /// Write over the files a previous run wrote here, applying the flags given and keeping
     /// what is deployed from them: the App's id and its bot, the webhook secrets of
     /// rowbranch.env and the SQL files, the route's sweep_from. Says which files changed.

@@ -31,6 +31,9 @@
 -- https://supabase.com/docs/guides/queues/quickstart). Run it in the SQL editor (or with psql)
 -- as the postgres role. Running it again is harmless: in one transaction it ends in the same
 -- state, and leaves the messages already queued where they are.
+-- It installs nothing into a schema rowbranch, or beside a table in it, that another role made:
+-- the schema and each table in it must belong to the role running it or to postgres, or it
+-- stops at once, naming the object and its owner.
 --
 -- What it installs, in this order:
 --   1. pgmq, with `create extension pgmq`, only when there is no schema pgmq yet: pgmq may have
@@ -110,6 +113,41 @@ begin;
 -- The queue names, for the blocks below to read: local to this transaction.
 select pg_catalog.set_config('rowbranch.queue', [[ queue_literal ]], true),
        pg_catalog.set_config('rowbranch.dead_letter', [[ dead_letter_literal ]], true);
+
+-- Trust only what rowbranch's setup made: the owner of schema rowbranch may replace or drop
+-- anything in it, and the owner of a table in it may put a trigger on that table, which then
+-- runs inside this file's SECURITY DEFINER function, as its owner. So when the schema or a table
+-- in it exists and belongs to another role than the one running this file and postgres, this
+-- file installs nothing and says whose it is. (pgmq's own schema is pgmq's business: Supabase's
+-- roles may own it.)
+do $owners$
+declare
+  found record;
+  trusted pg_catalog.text := case
+    when current_user = 'postgres' then 'postgres, which runs this file'
+    else pg_catalog.format('%s, which runs this file, nor to postgres', current_user)
+  end;
+begin
+  for found in
+    select pg_catalog.format('schema %I', n.nspname) as what, n.nspowner as owner
+      from pg_catalog.pg_namespace as n
+      where n.nspname = 'rowbranch'
+    union all
+    select pg_catalog.format('%s %I.%I',
+             case when c.relkind in ('r', 'p') then 'table' else 'relation' end,
+             n.nspname, c.relname),
+           c.relowner
+      from pg_catalog.pg_class as c
+      join pg_catalog.pg_namespace as n on n.oid = c.relnamespace
+      where n.nspname = 'rowbranch' and c.relkind not in ('i', 'I')
+  loop
+    if pg_catalog.pg_get_userbyid(found.owner) not in (current_user, 'postgres') then
+      raise exception 'supabase-queue.sql: % belongs to the role %, not to %, so rowbranch''s setup did not make it: nothing was installed', found.what, pg_catalog.pg_get_userbyid(found.owner), trusted
+        using hint = 'find out who made it and why; drop it if it is no one''s, or make it yours (alter ... owner to ' || pg_catalog.quote_ident(current_user) || ') once you trust what it holds, then run this again';
+    end if;
+  end loop;
+end
+$owners$;
 
 -- 1. pgmq, unless there is a schema pgmq already.
 do $pgmq$

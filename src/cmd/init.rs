@@ -85,6 +85,41 @@ fn identifier(flag: &str, value: &str, blank_ok: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--allow-host`: a host name as the sandbox's proxy compares them, dot-separated labels of
+/// letters, digits and `-`, with `*.` in front for every subdomain; lower-cased.
+fn allowed_host(raw: &str) -> Result<String, Failure> {
+    let host = raw.to_ascii_lowercase();
+    let name = host.strip_prefix("*.").unwrap_or(&host);
+    let label = |part: &str| {
+        (1..=63).contains(&part.len())
+            && !part.starts_with('-')
+            && !part.ends_with('-')
+            && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if name.len() > 253 || !name.split('.').all(label) {
+        return Err(usage(format!(
+            "--allow-host `{}` is not a host name: give one such as index.crates.io, or \
+             *.example.com for its subdomains, without a scheme, port or path",
+            crate::identity::excerpt(raw)
+        )));
+    }
+    Ok(host)
+}
+
+/// `--refuse-path`: a path from the repository's root, one line of the finish job's list.
+fn refused_path(raw: &str) -> Result<String, Failure> {
+    let outside = raw.starts_with(['/', ':']) || raw.split('/').any(|part| part == "..");
+    if raw.trim().is_empty() || raw.trim() != raw || outside {
+        return Err(usage(format!(
+            "--refuse-path `{}` is not a path from the repository's root: write it as git \
+             shows it, e.g. deploy/ or config/ci.yml, without a leading / or :, .. or spaces \
+             around it",
+            crate::identity::excerpt(raw)
+        )));
+    }
+    Ok(raw.to_owned())
+}
+
 /// Where Supabase reaches rowbranch: an http(s) URL with a host, to which `/webhook` is added.
 fn public_url(raw: &str) -> Result<String, Failure> {
     let url = raw.trim_end_matches('/');
@@ -226,6 +261,8 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
             Some(generate_bearer_secret().context("no randomness for a secret")?),
         ),
     };
+    let allow_hosts = args.allow_host.iter().map(|host| allowed_host(host));
+    let refuse_paths = args.refuse_path.iter().map(|path| refused_path(path));
     let ctx = SetupContext {
         owner: repo.owner().to_owned(),
         repo: repo.to_string(),
@@ -259,6 +296,8 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
         app_id: previous.app_id,
         sweep_from: (previous.sweep_from.clone()).unwrap_or_else(crate::config::sweep_from_now),
         run_when: args.run_when.clone(),
+        allow_hosts: allow_hosts.collect::<Result<_, _>>()?,
+        refuse_paths: refuse_paths.collect::<Result<_, _>>()?,
     };
     ctx.check().map_err(usage)?;
     Ok(ctx)

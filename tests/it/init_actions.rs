@@ -28,24 +28,13 @@ const GIT_URL: &str = "https://github.com/acme/rowbranch";
 const REV: &str = "0123456789abcdef0123456789abcdef01234567";
 
 /// The actions the drain workflow may use, at the commits of these releases (the work
-/// workflow pins the same ones).
-const PINS: &[(&str, &str, &str)] = &[
-    (
-        "actions/checkout",
-        "fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09",
-        "v5.1.0",
-    ),
-    (
-        "actions/cache/restore",
-        "0057852bfaa89a56745cba8c7296529d2fc39830",
-        "v4.3.0",
-    ),
-    (
-        "actions/cache/save",
-        "0057852bfaa89a56745cba8c7296529d2fc39830",
-        "v4.3.0",
-    ),
-];
+/// workflow pins the same ones). No cache: what the drain runs is never something another
+/// job could have saved.
+const PINS: &[(&str, &str, &str)] = &[(
+    "actions/checkout",
+    "fbc6f3992d24b796d5a048ff273f7fcc4a7b6c09",
+    "v5.1.0",
+)];
 
 /// `rowbranch init` in `cwd`, with a GitHub that cannot be reached: `--host actions` asks
 /// GitHub nothing.
@@ -196,6 +185,8 @@ fn init_writes_the_drain_setup_into_setup_and_nothing_of_an_app() {
             "as .github/rowbranch/supabase-ca.crt",
             "gh workflow run rowbranch-drain.yml --repo acme/app",
             "every hour",
+            "Each run builds rowbranch",
+            "nothing is cached",
             "rowbranch doctor --config setup/rowbranch.toml",
         ],
     );
@@ -382,6 +373,10 @@ fn the_schedule_the_install_and_the_branch_are_checked_before_anything_is_writte
         without_source.contains("--install-from-git URL")
             && without_source.contains("--release-url URL"),
         "{without_source}"
+    );
+    assert!(
+        without_source.find("--release-url") < without_source.find("--install-from-git"),
+        "the release archive is the way offered first: {without_source}"
     );
     assert!(!dir.path().join("setup").exists(), "nothing written");
 }
@@ -607,16 +602,10 @@ fn only_the_drain_step_holds_the_database_and_the_token() {
 }
 
 #[test]
-fn from_git_it_builds_the_commit_once_and_keeps_the_binary_under_a_key_naming_it() {
+fn from_git_it_builds_the_commit_on_every_run_and_restores_nothing_from_a_cache() {
     let doc = yaml(&drain_text(&context(git(), "1h")));
-    let restore = step(&doc, "Restore rowbranch, built at this commit");
-    let key = restore["with"]["key"].as_str().unwrap();
-    assert!(key.ends_with(REV), "{key}");
     let build = step(&doc, "Build rowbranch");
-    assert_eq!(
-        build["if"].as_str(),
-        Some("steps.cache.outputs.cache-hit != 'true'")
-    );
+    assert!(build["if"].is_badvalue(), "every run builds");
     let env = strings(&build["env"]);
     assert_eq!(env["SOURCE"], GIT_URL);
     assert_eq!(env["REV"], REV);
@@ -625,12 +614,21 @@ fn from_git_it_builds_the_commit_once_and_keeps_the_binary_under_a_key_naming_it
         run.contains("cargo install --locked --git \"$SOURCE\" --rev \"$REV\""),
         "{run}"
     );
-    let save = step(&doc, "Keep the build for the next runs");
-    assert_eq!(save["if"].as_str(), build["if"].as_str());
-    assert_eq!(
-        save["with"]["path"].as_str(),
-        restore["with"]["path"].as_str()
-    );
+    // Before it first runs, the binary must say it is of that commit.
+    let all = steps(&doc);
+    let names: Vec<&str> = all
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or_default())
+        .collect();
+    let at = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    assert!(at("Build rowbranch") < at("rowbranch is the one of that commit"));
+    assert!(at("rowbranch is the one of that commit") < at("Drain the queue"));
+    let sum = "a".repeat(64);
+    for install in [git(), release("https://example.com/r.tar.gz", &sum)] {
+        let text = drain_text(&context(install, "1h"));
+        assert!(!text.contains("actions/cache"), "{text}");
+        assert!(!text.contains("cache-hit"), "{text}");
+    }
 }
 
 /// Runs one step's script as the runner would, with `env` and the step's own `env:`.

@@ -43,6 +43,7 @@ mod refusals;
 mod row_security;
 mod rows;
 mod setup_kick_sql;
+mod setup_owners;
 mod setup_queue;
 mod setup_sql;
 mod setup_vault_sql;

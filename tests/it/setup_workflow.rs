@@ -260,7 +260,6 @@ fn claude_code_does_the_work_and_may_be_started_by_the_apps_bot() {
         "each run is bounded: {args}"
     );
     assert!(args.contains("--allowedTools"), "{args}");
-    assert!(args.contains("Bash(git:*)"), "git is allowed: {args}");
     let prompt = with["prompt"].as_str().expect("prompt is set");
     assert!(
         prompt.contains("${{ github.event.client_payload.branch }}"),
@@ -283,6 +282,116 @@ fn claude_code_does_the_work_and_may_be_started_by_the_apps_bot() {
     );
     // The comment above the step's env names CLAUDE_BRANCH for commit signing.
     assert!(rendered().contains("`use_commit_signing: true`"));
+}
+
+/// The JSON of `--settings` in the claude-code-action step's `claude_args`.
+fn claude_settings(doc: &Yaml) -> serde_json::Value {
+    let args = step(doc, "work")["with"]["claude_args"]
+        .as_str()
+        .expect("claude_args")
+        .to_owned();
+    let (_, rest) = args
+        .split_once("--settings '")
+        .expect("--settings in claude_args");
+    let (json, _) = rest.split_once('\'').expect("the settings end");
+    serde_json::from_str(json).unwrap_or_else(|e| panic!("--settings is not JSON: {e}: {json}"))
+}
+
+#[test]
+fn claudes_commands_run_in_a_sandbox_that_must_start_and_reaches_only_anthropics_api() {
+    let doc = workflow();
+    let settings = claude_settings(&doc);
+    let sandbox = &settings["sandbox"];
+    assert_eq!(sandbox["enabled"], true, "{settings}");
+    assert_eq!(sandbox["failIfUnavailable"], true, "no run without it");
+    assert_eq!(
+        sandbox["allowUnsandboxedCommands"], false,
+        "no escape hatch"
+    );
+    assert_eq!(
+        sandbox["autoAllowBashIfSandboxed"], false,
+        "--allowedTools stays the list of what runs"
+    );
+    assert_eq!(
+        sandbox["network"]["allowedDomains"],
+        serde_json::json!(["api.anthropic.com"])
+    );
+    assert_eq!(sandbox["network"]["strictAllowlist"], true);
+
+    // bubblewrap and socat are installed, and the sandbox started, before Claude runs.
+    let steps = job(&doc, "work")["steps"].as_vec().unwrap();
+    let at = |id: &str| steps.iter().position(|s| s["id"].as_str() == Some(id));
+    let (sandbox, claude) = (at("sandbox").unwrap(), at("work").unwrap());
+    assert!(sandbox < claude);
+    let install = steps[sandbox]["run"].as_str().unwrap();
+    for needle in [
+        "bubblewrap socat",
+        "apparmor_restrict_unprivileged_userns",
+        "bwrap ",
+    ] {
+        assert!(install.contains(needle), "{needle}: {install}");
+    }
+    assert!(steps[sandbox]["if"].is_badvalue(), "never after a failure");
+
+    // The key stays out of the commands' environment; hooks stay off whatever is written.
+    let env = &steps[claude]["env"];
+    assert_eq!(env["CLAUDE_CODE_SUBPROCESS_ENV_SCRUB"].as_str(), Some("1"));
+    assert_eq!(env["GIT_CONFIG_COUNT"].as_str(), Some("1"));
+    assert_eq!(env["GIT_CONFIG_KEY_0"].as_str(), Some("core.hooksPath"));
+    assert_eq!(env["GIT_CONFIG_VALUE_0"].as_str(), Some("/dev/null"));
+}
+
+#[test]
+fn allowed_hosts_join_anthropics_api_in_the_sandboxs_allowlist() {
+    let ctx = SetupContext {
+        allow_hosts: vec!["index.crates.io".into(), "*.npmjs.org".into()],
+        ..context()
+    };
+    let text = render("workflow.yml", &ctx).unwrap();
+    let doc = &YamlLoader::load_from_str(&text).unwrap()[0];
+    assert_eq!(
+        claude_settings(doc)["sandbox"]["network"]["allowedDomains"],
+        serde_json::json!(["api.anthropic.com", "index.crates.io", "*.npmjs.org"])
+    );
+}
+
+#[test]
+fn claude_may_run_the_git_commands_it_needs_by_name_and_no_file_tool_reaches_git_or_proc() {
+    let text = rendered();
+    let steps = rowbranch::cmd::doctor::workflow::claude_steps(&text).unwrap();
+    assert_eq!(steps.len(), 1);
+    assert_eq!(steps[0].catch_all_bash, None, "no rule takes every command");
+    let args = step(&workflow(), "work")["with"]["claude_args"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let list = |flag: &str| -> Vec<String> {
+        let (_, rest) = args.split_once(&format!("{flag} \"")).unwrap();
+        let (rules, _) = rest.split_once('"').unwrap();
+        rules.split(',').map(str::to_owned).collect()
+    };
+    let allowed = list("--allowedTools");
+    for command in ["add", "commit", "status", "diff", "log"] {
+        let rule = format!("Bash(git {command}:*)");
+        assert!(allowed.contains(&rule), "{rule} in {allowed:?}");
+    }
+    let bash: Vec<&String> = allowed.iter().filter(|r| r.starts_with("Bash")).collect();
+    assert_eq!(
+        bash.len(),
+        5,
+        "the five git commands and nothing else: {bash:?}"
+    );
+    let denied = list("--disallowedTools");
+    for rule in [
+        "Edit(.git/**)",
+        "Write(.git/**)",
+        "Edit(.claude/**)",
+        "Write(.claude/**)",
+        "Read(//proc/**)",
+        "WebFetch",
+    ] {
+        assert!(denied.contains(&rule.to_owned()), "{rule} in {denied:?}");
+    }
 }
 
 #[test]
@@ -445,6 +554,8 @@ struct Origin {
     calls: PathBuf,
     prs: PathBuf,
     runs: Cell<usize>,
+    /// The workflow its runs run: `rendered()` unless a test renders another.
+    workflow: RefCell<String>,
 }
 
 /// One step's run: how it exited, what it printed, what it wrote to `$GITHUB_OUTPUT`.
@@ -481,11 +592,13 @@ enum Claude {
     IsCancelled,
 }
 
-/// What the dispatch carried, and how Claude's step ends.
+/// What the dispatch carried, how Claude's step ends, and what the test changes in the
+/// environment every step sees (after the workflow's own `env:`).
 struct Case<'a> {
     branch: &'a str,
     text: &'a str,
     claude: Claude,
+    env: &'a [(&'a str, &'a str)],
 }
 
 impl Default for Case<'_> {
@@ -494,6 +607,7 @@ impl Default for Case<'_> {
             branch: BRANCH,
             text: "Add dark mode",
             claude: Claude::Succeeds,
+            env: &[],
         }
     }
 }
@@ -663,6 +777,7 @@ impl Origin {
             calls,
             prs,
             runs: Cell::new(0),
+            workflow: RefCell::new(rendered()),
         };
         origin.git(
             &served,
@@ -878,6 +993,7 @@ impl Origin {
                 cmd.env(name.as_str().unwrap(), value);
             }
         }
+        cmd.envs(scope.case.env.iter().copied());
         let output = cmd.output().unwrap();
         let outputs = fs::read_to_string(&output_file)
             .unwrap()
@@ -902,7 +1018,7 @@ impl Origin {
         needs: &BTreeMap<String, (String, BTreeMap<String, String>)>,
         claude: &mut dyn FnMut(&Path),
     ) -> JobRun {
-        let doc = workflow();
+        let doc = YamlLoader::load_from_str(&self.workflow.borrow()).expect("YAML")[0].clone();
         let job = job(&doc, name).clone();
         let token = match permissions(&job).get("contents").map(String::as_str) {
             Some("write") => WRITE_TOKEN,
@@ -998,6 +1114,9 @@ impl Origin {
                         }
                     }
                 }
+                // The sandbox's packages are the runner image's business: the test plays the
+                // step as having installed them.
+                "" if step["id"].as_str() == Some("sandbox") => {}
                 "" => {
                     let step_run = self.run_script(&job, step, &scope, &checkout);
                     if !step_run.ok() {
@@ -1568,7 +1687,7 @@ fn assert_refused(origin: &Origin, run: &Run, base_before: &str, files: &[&str])
     assert_eq!(origin.head_of(BASE), base_before);
     origin.assert_last_message_says(&[
         "was refused",
-        ".github/ or a CODEOWNERS file",
+        ".github/, a CODEOWNERS file or another path of ROWBRANCH_REFUSED_PATHS",
         RUN_URL,
         "rowbranch redo --table feedbacks --id 42",
     ]);
@@ -1622,18 +1741,215 @@ fn a_change_to_github_undone_by_a_later_commit_is_refused_too() {
 fn files_that_only_look_like_those_are_pushed() {
     let origin = Origin::claimed();
     let run = origin.run(&Case::default(), |work| {
-        for file in [
-            "lib/CODEOWNERS",
-            "docs/CODEOWNERS.md",
-            ".githubx/notes.md",
-            "src/.github/fixture.yml",
-        ] {
+        for file in LOOK_ALIKES {
             commit_file(&origin, work, file);
         }
     });
     run.assert_finished();
-    assert_eq!(origin.ahead_of_base(BRANCH), 4);
+    assert_eq!(origin.ahead_of_base(BRANCH), LOOK_ALIKES.len());
     assert_eq!(origin.pr_creates().len(), 1);
+}
+
+/// Files whose names are close to refused paths, and are not them.
+const LOOK_ALIKES: &[&str] = &[
+    "lib/CODEOWNERS",
+    "docs/CODEOWNERS.md",
+    ".githubx/notes.md",
+    "src/.github/fixture.yml",
+    "lib/Jenkinsfile",
+    "netlify.toml.example",
+    "docs/.envrc.md",
+    "src/.vscode.ts",
+];
+
+#[test]
+fn a_bundle_that_changes_ci_deploy_editor_or_agent_settings_is_refused_too() {
+    let files = [
+        ".circleci/config.yml",
+        ".buildkite/pipeline.yml",
+        "azure-pipelines.yml",
+        ".gitlab-ci.yml",
+        "Jenkinsfile",
+        "Vercel.json",
+        "netlify.toml",
+        "wrangler.toml",
+        ".devcontainer/devcontainer.json",
+        ".vscode/tasks.json",
+        ".idea/workspace.xml",
+        ".envrc",
+        "app/web/.envrc",
+        ".claude/settings.json",
+        ".mcp.json",
+    ];
+    let origin = Origin::claimed();
+    let base_before = origin.head_of(BASE);
+    let run = origin.run(&Case::default(), |work| {
+        commit_file(&origin, work, "dark-mode.css");
+        for file in files {
+            commit_file(&origin, work, file);
+        }
+    });
+    assert_refused(&origin, &run, &base_before, &files);
+    let listed = run.finish().stdout().matches("  changed: ").count();
+    assert_eq!(listed, files.len(), "the stylesheet is not among them");
+}
+
+#[test]
+fn the_paths_init_adds_are_refused_and_what_only_looks_like_them_is_pushed() {
+    let ctx = SetupContext {
+        refuse_paths: vec!["deploy/".into(), "config/*.secret".into()],
+        ..context()
+    };
+    for (file, refused) in [
+        ("deploy/run.sh", true),
+        ("Config/prod.secret", true),
+        ("lib/deploy/run.sh", false),
+        ("config/prod.secret.md", false),
+    ] {
+        let origin = Origin::claimed();
+        *origin.workflow.borrow_mut() = render("workflow.yml", &ctx).unwrap();
+        let base_before = origin.head_of(BASE);
+        let run = origin.run(&Case::default(), |work| {
+            commit_file(&origin, work, "dark-mode.css");
+            commit_file(&origin, work, file);
+        });
+        if refused {
+            assert_refused(&origin, &run, &base_before, &[file]);
+        } else {
+            run.assert_finished();
+            assert_eq!(origin.ahead_of_base(BRANCH), 2, "{file}");
+        }
+    }
+}
+
+// ---- What the finish job takes at most ----
+
+/// The finish job refused the work with `says`, before it walked the commits: only the empty
+/// commit that says so reached the branch, nothing else moved, no pull request.
+#[track_caller]
+fn assert_refused_for_size(origin: &Origin, run: &Run, base_before: &str, says: &[&str]) {
+    for said in says {
+        run.assert_failed_saying(said);
+    }
+    assert!(
+        !run.finish().stdout().contains("changed:"),
+        "refused before the walk over the commits: {}",
+        run.finish().log()
+    );
+    origin.assert_only_the_empty_commit();
+    assert_eq!(origin.head_of(BASE), base_before);
+    let mut message = vec![
+        "was refused",
+        RUN_URL,
+        "rowbranch redo --table feedbacks --id 42",
+    ];
+    message.extend_from_slice(says);
+    origin.assert_last_message_says(&message);
+    assert!(origin.pr_creates().is_empty());
+}
+
+#[test]
+fn more_commits_than_the_cap_are_refused_before_any_is_checked_and_the_cap_itself_passes() {
+    let case = Case {
+        env: &[("ROWBRANCH_MAX_COMMITS", "2")],
+        ..Case::default()
+    };
+    let origin = Origin::claimed();
+    let base_before = origin.head_of(BASE);
+    let run = origin.run(&case, |work| {
+        commit_file(&origin, work, "dark-mode.css");
+        commit_file(&origin, work, ".github/workflows/x.yml");
+        commit_file(&origin, work, "contrast.css");
+    });
+    let says = ["3 commits, more than ROWBRANCH_MAX_COMMITS (2)"];
+    assert_refused_for_size(&origin, &run, &base_before, &says);
+    // A second dispatch of the row finds it handled.
+    assert_eq!(origin.run(&case, nothing).proceed(), "false");
+
+    let origin = Origin::claimed();
+    let run = origin.run(&case, |work| {
+        commit_file(&origin, work, "dark-mode.css");
+        commit_file(&origin, work, "contrast.css");
+    });
+    run.assert_finished();
+    assert_eq!(origin.ahead_of_base(BRANCH), 2);
+}
+
+#[test]
+fn a_bundle_over_the_byte_cap_is_refused_before_git_reads_it() {
+    let origin = Origin::claimed();
+    let base_before = origin.head_of(BASE);
+    let case = Case {
+        env: &[("ROWBRANCH_MAX_BUNDLE_BYTES", "4000")],
+        ..Case::default()
+    };
+    let run = origin.run(&case, |work| {
+        // Random bytes do not compress: the bundle holds all of them.
+        let noise: Vec<u8> = (0..20_000).map(|_| rand::random::<u8>()).collect();
+        fs::write(work.join("noise.bin"), noise).unwrap();
+        checked(origin.command("git", work).args(["add", "noise.bin"]));
+        checked(
+            origin
+                .command("git", work)
+                .args(["commit", "--quiet", "-m", "Add noise"])
+                .env("GIT_AUTHOR_NAME", "x")
+                .env("GIT_AUTHOR_EMAIL", "x@example.com")
+                .env("GIT_COMMITTER_NAME", "x")
+                .env("GIT_COMMITTER_EMAIL", "x@example.com"),
+        );
+    });
+    let says = ["bytes, more than ROWBRANCH_MAX_BUNDLE_BYTES (4000)"];
+    assert_refused_for_size(&origin, &run, &base_before, &says);
+}
+
+#[test]
+fn at_the_default_cap_a_thousand_and_one_commits_are_refused() {
+    let origin = Origin::claimed();
+    let base_before = origin.head_of(BASE);
+    let run = origin.run(&Case::default(), |work| {
+        let head = checked(origin.command("git", work).args(["rev-parse", "HEAD"]));
+        let mut stream = String::new();
+        for i in 0..1001 {
+            let message = format!("Step {i}\n");
+            stream.push_str(&format!(
+                "commit refs/heads/{BRANCH}\ncommitter C <c@example.com> 1700000000 +0000\ndata {}\n{message}",
+                message.len()
+            ));
+            if i == 0 {
+                stream.push_str(&format!("from {head}\n"));
+            }
+            stream.push('\n');
+        }
+        let mut import = origin
+            .command("git", work)
+            .args(["fast-import", "--quiet"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        import
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stream.as_bytes())
+            .unwrap();
+        assert!(import.wait().unwrap().success(), "git fast-import");
+    });
+    let says = ["1001 commits, more than ROWBRANCH_MAX_COMMITS (1000)"];
+    assert_refused_for_size(&origin, &run, &base_before, &says);
+}
+
+#[test]
+fn a_cap_that_is_not_a_number_refuses_the_work_and_says_so() {
+    let origin = Origin::claimed();
+    let base_before = origin.head_of(BASE);
+    let case = Case {
+        env: &[("ROWBRANCH_MAX_COMMITS", "lots")],
+        ..Case::default()
+    };
+    let run = origin.run(&case, |work| commit_file(&origin, work, "dark-mode.css"));
+    let says = ["must be whole numbers, not \"lots\""];
+    assert_refused_for_size(&origin, &run, &base_before, &says);
 }
 
 #[test]

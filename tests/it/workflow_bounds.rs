@@ -4,7 +4,8 @@
 //! bot, and once the header's steps for the App's token are followed); the bounds on one run —
 //! Claude's turns, the work job's minutes — written both into the workflow and into the route
 //! that `doctor` holds the workflow to; and the App's key, on that optional path, in an
-//! environment only the finish job references. (The finish job's refusals and the authorship
+//! environment only the finish job references; and the hosts and paths init adds to the
+//! sandbox's allowlist and the finish job's refusals. (The finish job's refusals and the authorship
 //! of what it pushes are run in `setup_workflow`; doctor against the fake GitHub is in
 //! `github::doctor_bounds`.)
 
@@ -68,6 +69,10 @@ const INITS: &[&[&str]] = &[
         "7",
         "--work-timeout-minutes",
         "360",
+        "--allow-host",
+        "index.crates.io",
+        "--refuse-path",
+        "deploy/",
     ],
 ];
 
@@ -298,6 +303,79 @@ fn init_refuses_a_bound_that_bounds_nothing() {
         );
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {}", text(&out));
         assert!(text(&out).contains(flag), "{flag} {value}: {}", text(&out));
+        assert!(
+            !dir.path().join("workflow.yml").exists(),
+            "nothing is written"
+        );
+    }
+}
+
+#[test]
+fn init_writes_the_hosts_and_paths_it_is_given_into_the_workflow() {
+    let workflow = workflow_from_init(&[
+        "--url",
+        "https://hooks.example.com",
+        "--allow-host",
+        "Index.Crates.io",
+        "--allow-host",
+        "*.npmjs.org",
+        "--refuse-path",
+        "deploy/",
+        "--refuse-path",
+        "config/*.secret",
+    ]);
+    assert!(
+        workflow.contains(
+            r#""allowedDomains": ["api.anthropic.com", "index.crates.io", "*.npmjs.org"]"#
+        ),
+        "{workflow}"
+    );
+    let doc = &YamlLoader::load_from_str(&workflow).expect("YAML")[0];
+    let refused: Vec<&str> = doc["jobs"]["finish"]["env"]["ROWBRANCH_REFUSED_PATHS"]
+        .as_str()
+        .expect("the finish job's list")
+        .lines()
+        .collect();
+    assert_eq!(refused[..3], [".github/", "CODEOWNERS", "docs/CODEOWNERS"]);
+    assert_eq!(refused[refused.len() - 2..], ["deploy/", "config/*.secret"]);
+}
+
+#[test]
+fn init_refuses_a_host_or_a_path_it_cannot_write_as_one() {
+    for (flag, value) in [
+        ("--allow-host", "https://index.crates.io"),
+        ("--allow-host", "index.crates.io:443"),
+        ("--allow-host", "a b.com"),
+        ("--allow-host", "-x.com"),
+        ("--allow-host", "x..com"),
+        ("--allow-host", ""),
+        ("--refuse-path", "/etc/passwd"),
+        ("--refuse-path", "a/../b"),
+        ("--refuse-path", ":(exclude)x"),
+        ("--refuse-path", " deploy/"),
+        ("--refuse-path", ""),
+        ("--refuse-path", "a\nb"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = init(
+            dir.path(),
+            &[
+                "--url",
+                "https://hooks.example.com",
+                &format!("{flag}={value}"),
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{flag} {value:?}: {}",
+            text(&out)
+        );
+        assert!(
+            text(&out).contains(flag),
+            "{flag} {value:?}: {}",
+            text(&out)
+        );
         assert!(
             !dir.path().join("workflow.yml").exists(),
             "nothing is written"

@@ -4,7 +4,7 @@
 //! or that the token may write (the probe of `Forge::write_access`, which changes nothing);
 //! the default branch; a workflow on it that takes the route's dispatch, lets the bot that sends
 //! it start the work and bounds each run within the route's `max_turns` and
-//! `work_timeout_minutes`; and with a token, the drain workflow, which GitHub must still run (a
+//! `work_timeout_minutes` (and names the commands Claude may run: no catch-all Bash rule); and with a token, the drain workflow, which GitHub must still run (a
 //! scheduled workflow of a public repository is disabled after 60 days without activity). With
 //! a token it runs the same with a personal token on a laptop and with `GITHUB_TOKEN` in a job.
 
@@ -310,6 +310,15 @@ fn work_workflow_checks(
         out.push(bot_check(repo, path, branch, &steps, bot));
         for limit in [&TURNS, &MINUTES] {
             out.push(bound_check(&at, branch, limit, &steps, (limit.most)(route)));
+        }
+        let catch_all = steps
+            .iter()
+            .find_map(|s| Some((&s.job, s.catch_all_bash.as_ref()?)));
+        if let Some((job, rule)) = catch_all {
+            out.push(Check::fail(
+                format!("{at} lets Claude run any command: `{rule}` in the --allowedTools of job {job}"),
+                format!("name the git commands the work needs instead, as `rowbranch init` writes them (Bash(git add:*),Bash(git commit:*),Bash(git status:*),Bash(git diff:*),Bash(git log:*)), and commit it to {branch}"),
+            ));
         }
     }
 }

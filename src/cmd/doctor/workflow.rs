@@ -2,7 +2,7 @@
 //! `repository_dispatch`, its claude-code-action steps, whether their `allowed_bots` let the
 //! App's bot start a run — compared the way the action compares — and what bounds one run,
 //! Claude's `--max-turns` and its job's `timeout-minutes`, read the way the action and GitHub
-//! read them.
+//! read them; and a rule of its `--allowedTools` that lets Claude run any command.
 
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -19,6 +19,8 @@ pub struct ClaudeStep {
     pub max_turns: Bound,
     /// The `timeout-minutes` of the step's job.
     pub job_timeout_minutes: Bound,
+    /// A rule of `--allowedTools` that lets Claude run any command (see [`catch_all_bash`]).
+    pub catch_all_bash: Option<String>,
 }
 
 /// A bound on one run that a workflow states, or does not.
@@ -62,6 +64,46 @@ fn max_turns(claude_args: &str) -> Bound {
         }
     }
     bound
+}
+
+/// The first rule of `--allowedTools` in `claude_args` that lets Claude run any command:
+/// `Bash` alone, or a rule that takes every git command (`Bash(*)`, `Bash(git)`,
+/// `Bash(git *)`, `Bash(git:*)`), git being a command that runs others
+/// (`git -c alias.x='!cmd' x`). Read as claude-code-action reads them
+/// (`parseClaudeArgsToExtraArgs`): every word after the flag up to the next flag, split at
+/// commas.
+fn catch_all_bash(claude_args: &str) -> Option<String> {
+    let mut listing = false;
+    for word in shell_words(claude_args) {
+        if let Some(flag) = word.strip_prefix("--") {
+            listing = matches!(flag, "allowedTools" | "allowed-tools");
+        } else if listing {
+            if let Some(rule) = word
+                .split(',')
+                .map(str::trim)
+                .find(|r| takes_every_command(r))
+            {
+                return Some(rule.to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// Whether one rule is `Bash`, or `Bash(…)` with a pattern that every git command matches: empty,
+/// `*`, `git`, `git *`, `git*` or `git:*` (`:*` being the older spelling of ` *`).
+fn takes_every_command(rule: &str) -> bool {
+    let Some(rest) = rule.strip_prefix("Bash").map(str::trim) else {
+        return false;
+    };
+    if rest.is_empty() {
+        return true;
+    }
+    let Some(pattern) = rest.strip_prefix('(').and_then(|r| r.strip_suffix(')')) else {
+        return false;
+    };
+    let pattern = pattern.trim().trim_end_matches(":*").trim_end_matches('*');
+    matches!(pattern.trim(), "" | "git")
 }
 
 /// What stands for a `${{ … }}` expression while the rest is split.
@@ -133,6 +175,9 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
                 max_turns: step["with"]["claude_args"]
                     .as_str()
                     .map_or(Bound::Missing, max_turns),
+                catch_all_bash: step["with"]["claude_args"]
+                    .as_str()
+                    .and_then(catch_all_bash),
                 job_timeout_minutes: timeout_minutes(&job["timeout-minutes"]),
             });
         }
@@ -250,6 +295,7 @@ jobs:
                 allowed_bots: "rowbranch-acme[bot]".into(),
                 max_turns: Bound::Missing,
                 job_timeout_minutes: Bound::Missing,
+                catch_all_bash: None,
             }]
         );
         let without = WORKFLOW.replace("          allowed_bots: \"rowbranch-acme[bot]\"\n", "");
@@ -281,6 +327,33 @@ jobs:
             ("", Bound::Missing),
         ] {
             assert_eq!(max_turns(args), bound, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn a_bash_rule_that_takes_every_command_is_found_as_the_action_reads_the_list() {
+        for (args, found) in [
+            ("--allowedTools \"Bash,Edit\"", Some("Bash")),
+            ("--allowedTools Edit \"Bash(*)\"", Some("Bash(*)")),
+            ("--allowed-tools \"Read, Bash(git)\"", Some("Bash(git)")),
+            (
+                "--allowedTools \"Bash(git *)\" --max-turns 3",
+                Some("Bash(git *)"),
+            ),
+            (
+                "--max-turns 3 --allowedTools \"Edit,Bash(git:*)\"",
+                Some("Bash(git:*)"),
+            ),
+            (
+                "--allowedTools \"Bash(git add:*),Bash(git commit:*),Edit\"",
+                None,
+            ),
+            ("--allowedTools \"Bash(cargo test:*)\"", None),
+            ("--disallowedTools Bash --allowedTools Edit", None),
+            ("--settings '{\"allow\": \"Bash\"}'", None),
+            ("", None),
+        ] {
+            assert_eq!(catch_all_bash(args).as_deref(), found, "{args:?}");
         }
     }
 

@@ -32,8 +32,8 @@ pub const DRAIN_MAX_TIME_MINUTES: u32 = 4;
 const SETUP_MINUTES: u32 = 2;
 /// After the drain: its exit, the runner's cleanup.
 const SPARE_MINUTES: u32 = 1;
-/// A cold `cargo install` of rowbranch on a GitHub-hosted runner (two cores for a private
-/// repository): every dependency built in release mode. A cache hit skips it.
+/// A `cargo install` of rowbranch on a GitHub-hosted runner (two cores for a private
+/// repository): every dependency built in release mode, on every run, since nothing is cached.
 const BUILD_MINUTES: u32 = 30;
 /// Downloading and checking a release's archive.
 const DOWNLOAD_MINUTES: u32 = 2;
@@ -127,10 +127,11 @@ impl Every {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Install {
-    /// `cargo install --locked --git URL --rev REV rowbranch` (the crate is not published),
-    /// the binary cached between runs under a key that names the commit.
+    /// `cargo install --locked --git URL --rev REV rowbranch` (the crate is not published), on
+    /// every run: a binary kept in the Actions cache could be one another job wrote there.
     Git { url: String, rev: String },
-    /// A release's archive, downloaded on every run and checked against its SHA-256 first.
+    /// A release's archive, downloaded on every run and checked against its SHA-256 first: the
+    /// documented way.
     Release { url: String, sha256: String },
 }
 
@@ -261,10 +262,11 @@ fn install(args: &InitArgs) -> Result<Install, Failure> {
     }
     let Some(url) = &args.install_from_git else {
         return Err(usage(format!(
-            "--host actions installs rowbranch in the drain job: give --install-from-git URL, \
-             the git repository rowbranch is built from (e.g. https://github.com/OWNER/rowbranch; \
-             --rev defaults to this build's commit, {OWN_COMMIT}), or --release-url URL \
-             --release-sha256 HEX, a release's x86_64 Linux archive and its line in SHA256SUMS"
+            "--host actions installs rowbranch in the drain job: give --release-url URL \
+             --release-sha256 HEX, a release's x86_64 Linux archive and its line in SHA256SUMS; \
+             or, where there is no release, --install-from-git URL, the git repository \
+             rowbranch is built from on every run (e.g. https://github.com/OWNER/rowbranch; \
+             --rev defaults to this build's commit, {OWN_COMMIT})"
         )));
     };
     let url = https("--install-from-git", url)?;

@@ -6,8 +6,9 @@
 //! GitHub's own `${{ … }}` expressions in the workflow pass through untouched. Every value is
 //! quoted for the format it lands in (SPEC §7): the page is HTML-escaped and the manifest
 //! JSON-escaped by the engine itself, values in the workflow go through `tojson` (a JSON string
-//! is a YAML double-quoted scalar), values in the config through `toml` (a TOML string), and
-//! the SQL quotes its identifiers and literals itself. What no quoting can make safe — a line
+//! is a YAML double-quoted scalar) but for `init --refuse-path`'s lines of a literal block,
+//! which have no escapes and no spaces around them, values in the config through `toml` (a
+//! TOML string), and the SQL quotes its identifiers and literals itself. What no quoting can make safe — a line
 //! break in a comment, an invisible character that makes a name read as another — is refused
 //! by [`SetupContext::check`] before anything is rendered.
 
@@ -104,6 +105,11 @@ pub struct SetupContext {
     /// The route's gate (`--run-when`): the config's `run_when`, the events INSERT and UPDATE,
     /// and triggers that fire on the UPDATE of its column.
     pub run_when: Option<RunWhen>,
+    /// Hosts the sandbox lets Claude's commands reach besides api.anthropic.com (`init
+    /// --allow-host`).
+    pub allow_hosts: Vec<String>,
+    /// Paths the finish job refuses besides its own list (`init --refuse-path`).
+    pub refuse_paths: Vec<String>,
 }
 
 impl SetupContext {
@@ -129,16 +135,24 @@ impl SetupContext {
     pub fn check(&self) -> Result<(), String> {
         // Every text field by its name, as the templates see them.
         let json = serde_json::to_value(self).map_err(|e| e.to_string())?;
-        let fields = json.as_object().into_iter().flatten();
-        for (field, value) in fields.filter_map(|(field, value)| Some((field, value.as_str()?))) {
-            if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
-                return Err(format!(
-                    "--{}: character {} is U+{:04X}, a control or invisible character; only \
-                     printable text can be written into the setup files",
-                    field.replace('_', "-"),
-                    at + 1,
-                    c as u32
-                ));
+        for (field, value) in json.as_object().into_iter().flatten() {
+            // A list holds a repeatable flag's values (`--allow-host`), its field in the plural.
+            let (flag, values) = match value {
+                serde_json::Value::Array(items) => {
+                    (field.strip_suffix('s').unwrap_or(field), &items[..])
+                }
+                _ => (field.as_str(), std::slice::from_ref(value)),
+            };
+            for value in values.iter().filter_map(|value| value.as_str()) {
+                if let Some((at, c)) = value.chars().enumerate().find(|(_, c)| refused(*c)) {
+                    return Err(format!(
+                        "--{}: character {} is U+{:04X}, a control or invisible character; \
+                         only printable text can be written into the setup files",
+                        flag.replace('_', "-"),
+                        at + 1,
+                        c as u32
+                    ));
+                }
             }
         }
         Ok(())

@@ -2,7 +2,7 @@
 //! (`--max-turns` in claude-code-action's `claude_args`, the route's `max_turns`) and the work
 //! job's minutes (its `timeout-minutes`, the route's `work_timeout_minutes`). A bound that is
 //! missing, not a number or above the route's fails with where to put it; one at or below it
-//! passes.
+//! passes. And what Claude may run: a Bash rule that takes every command fails.
 
 use crate::support::github::{fake, GithubOptions, REPO};
 use crate::support::random::random_secret;
@@ -55,7 +55,7 @@ async fn doctor_holds_the_workflow_to_the_routes_bounds() {
     let bounded = |minutes: &str, turns: &str| {
         workflow(
             &format!("    timeout-minutes: {minutes}\n"),
-            &format!("--max-turns {turns} --allowedTools \"Bash(git:*),Edit\""),
+            &format!("--max-turns {turns} --allowedTools \"Bash(git commit:*),Edit\""),
         )
     };
     for (workflow, route, ok, expected) in [
@@ -118,5 +118,24 @@ async fn doctor_holds_the_workflow_to_the_routes_bounds() {
         for line in expected {
             assert!(out.contains(line), "missing {line:?} in:\n{out}");
         }
+    }
+}
+
+#[tokio::test]
+async fn a_bash_rule_that_takes_every_command_fails_and_doctor_names_it() {
+    for rule in ["Bash", "Bash(*)", "Bash(git)", "Bash(git *)", "Bash(git:*)"] {
+        let workflow = workflow(
+            "    timeout-minutes: 30\n",
+            &format!("--max-turns 30 --allowedTools \"Edit,{rule}\""),
+        );
+        let (code, out) = doctor_on(&workflow, "").await;
+        assert_eq!(code, 1, "{rule}: {out}");
+        assert_says(
+            &out,
+            &[
+                &format!("✗ acme/app: .github/workflows/rowbranch.yml lets Claude run any command: `{rule}` in the --allowedTools of job work"),
+                "fix: name the git commands the work needs instead, as `rowbranch init` writes them (Bash(git add:*),Bash(git commit:*),Bash(git status:*),Bash(git diff:*),Bash(git log:*)), and commit it to main",
+            ],
+        );
     }
 }

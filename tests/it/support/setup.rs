@@ -39,6 +39,8 @@ pub fn example() -> SetupContext {
         work_timeout_minutes: DEFAULT_WORK_TIMEOUT_MINUTES,
         sweep_from: "2026-12-05T21:04:00+00:00".into(),
         run_when: None,
+        allow_hosts: Vec::new(),
+        refuse_paths: Vec::new(),
     }
 }
 
