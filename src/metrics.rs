@@ -109,6 +109,8 @@ crate::reason::named_set! {
         Failed => "failed",
         InQueue => "in_queue",
         BeforeSweepFrom => "before_sweep_from",
+        /// A claim at its base whose work already ran: reported, not dispatched again.
+        AlreadyRan => "already_ran",
     }
 }
 
@@ -736,7 +738,7 @@ mod tests {
             ("rowbranch_runs_in_flight", 1),
             ("rowbranch_unknown_path_requests_total", 1),
             ("rowbranch_reconcile_runs_total", 2),
-            ("rowbranch_reconcile_rows_total", 5 + 6),
+            ("rowbranch_reconcile_rows_total", 6 + 7),
             // The queue route's 6, and none's dead and lease_lost.
             ("rowbranch_pgmq_messages_total", 6 + 2),
             ("rowbranch_build_info", 1),

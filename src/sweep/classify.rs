@@ -73,6 +73,13 @@ impl Known {
         }
     }
 
+    /// Whether a run of the work workflow (queued, running or finished) names `branch`.
+    fn ran(&self, prefix: &BranchPrefix, branch: &BranchName) -> bool {
+        prefix
+            .tail(branch.as_str())
+            .is_some_and(|tail| self.runs.contains_key(tail))
+    }
+
     /// Every branch of row `id`.
     fn branches_of<'a>(&'a self, id: &'a RowId) -> Vec<&'a Branch> {
         of_row(&self.branches, id)
@@ -158,6 +165,11 @@ impl Known {
         let base = base.context("reading the default branch")?;
         // A compare that fails (the branch deleted since the listing) fails this row only.
         Ok(match at_base(forge, &plan, base).await {
+            // Not a lost dispatch but work that ran and pushed nothing: dispatching it again
+            // would pay for the run again, and again at every sweep (SPEC §6).
+            Ok(true) if self.ran(&plan.route.branch_prefix, &plan.branch) => {
+                Verdict::AlreadyRan(plan.branch)
+            }
             Ok(true) => Verdict::DeadClaim {
                 claimed: Base {
                     branch: base.branch.clone(),
@@ -211,6 +223,9 @@ pub enum Verdict {
     Redispatched(BranchName),
     /// A row a scheduled sweep leaves: created before its route's `sweep_from`.
     BeforeSweepFrom,
+    /// A claim at its base that a run of the work workflow names: its work ran and pushed
+    /// nothing. Reported, never dispatched again; `redo` runs it on purpose.
+    AlreadyRan(BranchName),
 }
 
 impl Verdict {
@@ -228,6 +243,7 @@ impl Verdict {
             Verdict::Failed(_) => RowVerdict::Failed,
             Verdict::InQueue => RowVerdict::InQueue,
             Verdict::BeforeSweepFrom => RowVerdict::BeforeSweepFrom,
+            Verdict::AlreadyRan(_) => RowVerdict::AlreadyRan,
         }
     }
 }

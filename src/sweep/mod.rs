@@ -88,6 +88,9 @@ pub struct RouteSummary {
     pub would_dispatch: Vec<RowId>,
     /// The dead claims found (re-dispatched unless `--dry-run`).
     pub dead_claims: Vec<BranchName>,
+    /// Claims at their base whose work already ran (a run of the work workflow names them):
+    /// not dispatched again; `rowbranch redo` runs them on purpose.
+    pub already_ran: Vec<BranchName>,
     /// A queue route's rows whose message is still in the queue: the consumer's.
     pub in_queue: u64,
     /// Rows a scheduled sweep left because they were created before the route's
@@ -142,6 +145,10 @@ impl RouteSummary {
             }
             Verdict::InQueue => self.in_queue += 1,
             Verdict::BeforeSweepFrom => self.before_sweep_from += 1,
+            Verdict::AlreadyRan(branch) => {
+                self.already_handled += 1;
+                self.already_ran.push(branch);
+            }
         }
         label
     }
@@ -247,10 +254,8 @@ async fn sweep_route(
         .context("listing branches")?;
     // The runs before the pull requests: a run seen completed had opened its pull request
     // (if any) before the pull requests were listed, so it is never taken for a failure.
-    let listed = match route.status_column {
-        Some(_) => listed_runs(pipeline, route, listed_since, summary).await?,
-        None => Vec::new(),
-    };
+    // Every route's: the dead-claim rule reads them too.
+    let listed = listed_runs(pipeline, route, listed_since, summary).await?;
     let pulls = match forge.pull_requests(repo, prefix, listed_since).await {
         Ok(Listing::Found(pulls)) => pulls,
         Ok(Listing::NotKept) => Vec::new(),
@@ -316,6 +321,10 @@ async fn sweep_route(
                     count(summary, Verdict::BeforeSweepFrom)
                 }
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
+                Verdict::AlreadyRan(branch) => {
+                    tracing::warn!(route = %table, %branch, "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose");
+                    count(summary, Verdict::AlreadyRan(branch))
+                }
                 Verdict::DeadClaim { plan, claimed } if !options.dry_run => {
                     count(summary, redispatch(pipeline, plan, claimed).await)
                 }
@@ -360,8 +369,10 @@ async fn listed_runs(
         Listing::NotKept => Ok(Vec::new()),
         Listing::NotPermitted { needs } => {
             let warning = format!(
-                "GitHub does not let rowbranch list workflow runs (it needs {needs}): no row is \
-                 marked failed; grant it (the App's Actions: read, or the job's `actions: read`)"
+                "GitHub does not let rowbranch list workflow runs (it needs {needs}): a claim \
+                 whose work ran and pushed nothing is taken for a dead claim and dispatched again, \
+                 and no row is marked failed; grant it (the App's Actions: read, or the job's \
+                 `actions: read`)"
             );
             tracing::warn!(route = %route.table_name(), "{warning}");
             summary.warning.get_or_insert(warning);
@@ -659,6 +670,12 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
                 "re-dispatched"
             };
             out += &format!("  dead claims {verb}: {}\n", joined(&s.dead_claims));
+        }
+        if !s.already_ran.is_empty() {
+            out += &format!(
+                "  claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose): {}\n",
+                joined(&s.already_ran)
+            );
         }
         if s.in_queue > 0 {
             out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);

@@ -660,7 +660,7 @@ async fn doctor_advises_actions_read_for_explain_and_still_passes_without_it() {
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(
         stdout.contains(
-            "! acme/app: actions is not granted: `rowbranch explain` cannot list the row's workflow runs\n    fix: in the App's settings grant Actions: read, then accept the new permissions on the installation"
+            "! acme/app: actions is not granted: `rowbranch explain` cannot list the row's workflow runs, a claim whose run pushed nothing is taken for a dead claim and dispatched (and paid for) again, and no row is marked failed\n    fix: in the App's settings grant Actions: read, then accept the new permissions on the installation"
         ),
         "{stdout}"
     );

@@ -539,3 +539,54 @@ async fn the_sweep_of_a_gated_route_takes_only_rows_that_pass() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_claim_whose_work_already_ran_is_reported_and_never_paid_for_again() {
+    let table = or_skip!(
+        feedbacks(&[
+            (30..=30, "Ran and pushed nothing", TWO_HOURS),
+            (31..=31, "Still queued", TWO_HOURS),
+            (32..=32, "Lost dispatch", TWO_HOURS),
+        ])
+        .await
+    );
+    let fake = fake().await;
+    for branch in [
+        "feedback/30-ran-and-pushed-nothing",
+        "feedback/31-still-queued",
+        "feedback/32-lost-dispatch",
+    ] {
+        fake.create_branch(REPO, branch, "main");
+    }
+    // A finished run and a queued one name their branches; none names the third.
+    let title = |branch: &str| format!("rowbranch: {branch}");
+    fake.add_workflow_run(
+        REPO,
+        &title("feedback/30-ran-and-pushed-nothing"),
+        "completed",
+        Some("success"),
+    );
+    fake.add_workflow_run(REPO, &title("feedback/31-still-queued"), "queued", None);
+    let config = config(&fake, &table.name, &table.url);
+    let options = SweepOptions {
+        window: Duration::from_secs(3 * 3600),
+        ..options()
+    };
+    for _ in 0..2 {
+        let summary = run(&config, &options).await;
+        assert_eq!(
+            summary.already_ran,
+            [
+                "feedback/30-ran-and-pushed-nothing",
+                "feedback/31-still-queued"
+            ],
+            "{summary:?}"
+        );
+        assert_eq!(summary.failed, 0, "{summary:?}");
+    }
+    // Only the claim no run names was dispatched again, once per sweep.
+    assert_eq!(
+        dispatched_branches(&fake),
+        ["feedback/32-lost-dispatch", "feedback/32-lost-dispatch"]
+    );
+}

@@ -221,7 +221,7 @@ const PERMISSIONS: [(&str, &[&str], Option<&str>, &str); 3] = [
     (
         "actions",
         &["read", "write"],
-        Some("`rowbranch explain` cannot list the row's workflow runs"),
+        Some("`rowbranch explain` cannot list the row's workflow runs, a claim whose run pushed nothing is taken for a dead claim and dispatched (and paid for) again, and no row is marked failed"),
         "Actions: read",
     ),
 ];

@@ -173,6 +173,9 @@ pub(super) async fn reconcile(
             plan.branch
         ),
         Verdict::Failed(failed) => format!("the row fails: {}", failed.error),
+        Verdict::AlreadyRan(branch) => format!(
+            "nothing: {branch} is at its base, but a run of the work workflow names it: its work ran and pushed nothing, so it is not dispatched again (`rowbranch redo` runs the row on purpose)"
+        ),
         // What acting on a row settles it as; deciding gives none of these.
         _ => return Forecast::new("unknown", "unknown: the sweep settles a row so only by acting on it"),
     };

@@ -188,6 +188,7 @@ pub struct QueueSection {
 #[derive(Debug, Default, Serialize)]
 pub struct Forecast {
     /// reconcile: `handled`, `merged_before`, `dead_claim` (it would dispatch again),
+    /// `already_ran` (a claim at its base whose work ran: not dispatched again),
     /// `would_dispatch`, `in_queue` (left to the consumer), `not_ready` (held at the route's
     /// gate), `failed`, `no_row`, `unknown`.
     /// redo: `would_dispatch`, `cannot`, `unknown`.

@@ -16,6 +16,7 @@ use super::Consumer;
 use crate::db::queue::{self, Message};
 use crate::db::{self, Database};
 use crate::forge::ForgeError;
+use crate::forge::Listing;
 use crate::identity::BranchName;
 use crate::pipeline::{at_base, Outcome, Plan, RunError, Start};
 use crate::queue::holds::{Begin, Job, Kept};
@@ -44,8 +45,8 @@ impl Consumer {
                 (Fate::AtBase(_), _) if lost => Fate::LeaseLost,
                 // Made while the loop still renews the lease; then the archive checks it once more.
                 (Fate::AtBase(branch), Ok(plan)) => {
-                    match self.redispatch(plan, branch).await {
-                        Ok(()) => Fate::Redispatched,
+                    match self.redispatch(plan, branch, job.message.enqueued_at).await {
+                        Ok(fate) => fate,
                         Err(e) => {
                             tracing::warn!(msg_id, error = format!("{e:#}"), "could not dispatch the row again; the message is tried again later");
                             Fate::Later(backoff(read_ct, pgmq.backoff_base, pgmq.backoff_cap))
@@ -185,14 +186,38 @@ impl Consumer {
         Fate::Retry(retry_after)
     }
 
-    /// Dispatches the row again on `branch` as it is, from the current base.
-    async fn redispatch(&self, plan: &Plan, branch: BranchName) -> anyhow::Result<()> {
+    /// Dispatches the row again on `branch` as it is, from the current base — unless a run of
+    /// the work workflow names the branch (queued, running or finished, since the row was
+    /// queued): then its work ran and pushed nothing, and it is reported and archived, never
+    /// paid for again (SPEC §6's dead-claim rule; `redo` runs it on purpose). Without the
+    /// right to list runs the rule is as it was: dispatched again.
+    async fn redispatch(
+        &self,
+        plan: &Plan,
+        branch: BranchName,
+        queued: chrono::DateTime<chrono::Utc>,
+    ) -> anyhow::Result<Fate> {
         let plan = plan.clone().on_branch(branch);
         let forge = self.pipeline.forge();
-        let base = forge.base(&plan.route.repo).await;
+        let (repo, prefix) = (&plan.route.repo, &plan.route.branch_prefix);
+        let runs = forge
+            .row_workflow_runs(repo, prefix, &plan.id, queued)
+            .await;
+        if let Ok(Listing::Found(runs)) = runs {
+            if runs
+                .iter()
+                .any(|run| run.branches(prefix).any(|b| b == plan.branch.as_str()))
+            {
+                tracing::warn!(route = %plan.route.table_name(), branch = %plan.branch,
+                    "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose");
+                return Ok(Fate::Handled);
+            }
+        }
+        let base = forge.base(repo).await;
         let base = base.context("reading the default branch")?;
         let submission = self.pipeline.submit(plan, Start::Redispatch(base))?;
-        Ok(submission.run.await.map(drop)?)
+        submission.run.await?;
+        Ok(Fate::Redispatched)
     }
 
     /// Settles the message as `fate`, decided on read `read_ct`: the fate as made. When the

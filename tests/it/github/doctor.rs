@@ -272,7 +272,7 @@ async fn doctor_names_each_failure_with_its_fix_and_exits_one() {
         "✗ webhook secret is not set",
         "✗ acme/app: contents is read, needs write",
         "✗ acme/app: pull_requests is not granted, needs read",
-        "! acme/app: actions is not granted: `rowbranch explain` cannot list the row's workflow runs",
+        "! acme/app: actions is not granted: `rowbranch explain` cannot list the row's workflow runs, a claim whose run pushed nothing is taken for a dead claim and dispatched (and paid for) again, and no row is marked failed",
         "✗ acme/app: no workflow on main listens to repository_dispatch `feedback`",
         "fix: ",
     ] {
