@@ -11,6 +11,7 @@ mod login;
 mod pages;
 mod ready;
 mod status;
+mod unverified;
 
 pub use answer::{Answer, RowRef};
 pub use listen::{listen, Connections, ListenError};
@@ -43,6 +44,7 @@ use crate::webhook::{auth, payload};
 use login::Logins;
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals};
+use unverified::{Unread, Unverified, UNVERIFIED_BYTES};
 
 /// Everything a request needs.
 pub struct App {
@@ -62,6 +64,8 @@ pub struct App {
     logins: Logins,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
     database: Arc<Reachability>,
+    /// The bodies read before they can be authenticated, within one budget of bytes.
+    unverified: Unverified,
 }
 
 impl App {
@@ -74,6 +78,7 @@ impl App {
         database: Arc<Reachability>,
         insecure_no_auth: bool,
     ) -> Arc<App> {
+        let unverified = Unverified::new(UNVERIFIED_BYTES, config.webhook.max_body_bytes);
         Arc::new(App {
             config,
             routes,
@@ -84,6 +89,7 @@ impl App {
             readiness: Readiness::default(),
             decisions: Decisions::default(),
             refusals: Refusals::default(),
+            unverified,
             logins: Logins::default(),
             database,
         })
@@ -276,13 +282,28 @@ async fn read(
         None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
         None => return Err((unauthorized(), Some("missing"))),
     };
-    let read = Limited::new(body, webhook.max_body_bytes).collect();
+    // A body whose credentials it must prove itself is read within the budget of such bodies.
+    let read = async {
+        match pending {
+            Some(_) => app.unverified.read(body, webhook.max_body_bytes).await,
+            None => match Limited::new(body, webhook.max_body_bytes).collect().await {
+                Ok(collected) => Ok(collected.to_bytes()),
+                Err(e) if e.is::<LengthLimitError>() => Err(Unread::TooLarge),
+                Err(_) => Err(Unread::Broken),
+            },
+        }
+    };
     let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err((too_large(), None)),
-        Ok(Err(_)) => {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Unread::TooLarge)) => return Err((too_large(), None)),
+        Ok(Err(Unread::Broken)) => {
             let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
             return Err((cut, None));
+        }
+        Ok(Err(Unread::Cut)) => {
+            let message = "the body was not read whole: bodies whose signature is not yet \
+                checked held the server's budget for them, and this one had been reading longest";
+            return Err((Answer::refused(Reason::TimedOut, message), None));
         }
         Err(_) => {
             let message = format!(

@@ -218,3 +218,49 @@ async fn credentials_are_checked_before_the_body_is_parsed() {
     expect_unauthorized(&reply, &app.secret);
     app.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_under_false_signatures_cut_each_other_and_a_valid_delivery_gets_through() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let (app, secret) = app_with_a_whsec_secret().await;
+    // Fifty senders of a fresh, well-formed, false signature, each 200,000 bytes into a body of
+    // 262,000: 10 MB between them, past the budget for bodies not yet checked.
+    let false_signature = format!("v1,{}", "A".repeat(43) + "=");
+    let mut senders = Vec::new();
+    for n in 0..50 {
+        let mut stream = tokio::net::TcpStream::connect(app.addr).await.unwrap();
+        let head = format!(
+            "POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 262000\r\nwebhook-id: msg_{n}\r\nwebhook-timestamp: {}\r\n\
+             webhook-signature: {false_signature}\r\n\r\n",
+            now()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&vec![b' '; 200_000]).await.unwrap();
+        senders.push(stream);
+    }
+    let started = std::time::Instant::now();
+    post_standard_webhooks(&app, &secret, 7, now())
+        .await
+        .expect(200, "dispatched");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "the valid delivery took {:?}",
+        started.elapsed()
+    );
+    // The first senders were cut to make room: each got its answer, and its connection ends.
+    let mut first = senders.remove(0);
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        first.read_to_end(&mut answer),
+    )
+    .await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        read.is_ok() && answer.starts_with("HTTP/1.1 408"),
+        "{answer}"
+    );
+    app.shutdown().await;
+}
