@@ -149,6 +149,29 @@ impl Database {
     }
 }
 
+impl Database {
+    /// The first of `ids` (texts, each a possible id) that a row of the route's table has, by
+    /// its index: how a branch names its row when the id may hold `-` (a UUID, a text id), so
+    /// that only the table can tell `{id}-{slug}` apart. Each is bound in the id column's own
+    /// type; one that is no value of it (`42-add` for a bigint id) names no row.
+    pub async fn first_row_of(&self, route: &Route, ids: &[&str]) -> Result<Option<usize>> {
+        let shape = Shape::for_status(&self.client, route).await?;
+        let sql = format!(
+            "select 1 from {} where {} = cast($1::text as {}) limit 1",
+            shape.relation, shape.id, shape.id_type
+        );
+        for (at, id) in ids.iter().enumerate() {
+            match query(&self.client, &sql, &[id]).await {
+                Ok(found) if !found.is_empty() => return Ok(Some(at)),
+                Ok(_) => {}
+                Err(e) if super::error::data_error(&e) => {}
+                Err(e) => return Err(shape.query_error(e)),
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// How many writes may wait for the database; beyond it a write is dropped, counted and logged
 /// (the next event or sweep writes the state again).
 const WAITING_WRITES: usize = 1024;

@@ -6,6 +6,7 @@
 
 mod answer;
 mod conn;
+mod github;
 mod listen;
 mod login;
 mod pages;
@@ -31,7 +32,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
 use crate::db::Reachability;
 use crate::event::RowEvent;
@@ -62,6 +63,8 @@ pub struct App {
     logins: Logins,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
     database: Arc<Reachability>,
+    /// `POST /github`'s secret and connection.
+    hook: github::Hook,
 }
 
 impl App {
@@ -75,7 +78,6 @@ impl App {
         insecure_no_auth: bool,
     ) -> Arc<App> {
         Arc::new(App {
-            config,
             routes,
             pipeline,
             metrics,
@@ -86,6 +88,8 @@ impl App {
             refusals: Refusals::default(),
             logins: Logins::default(),
             database,
+            hook: github::Hook::new(&config),
+            config,
         })
     }
 
@@ -136,9 +140,16 @@ pub fn router(app: Arc<App>) -> Router {
     } else {
         post(no_webhook)
     };
-    Router::new()
+    let router = Router::new()
         .route("/", get(pages::home))
-        .route("/webhook", webhook)
+        .route("/webhook", webhook);
+    // The App's events, on GitHub alone: the local forge has no App, and `/github` is then a
+    // path like any other it does not serve.
+    let router = match app.config.forge {
+        ForgeSettings::Github(_) => router.route("/github", post(github::github)),
+        ForgeSettings::Local(_) => router,
+    };
+    router
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready::readyz))
         .route("/metrics", get(metrics))
