@@ -72,6 +72,9 @@ pub struct StatusWrite {
     /// `redo`: the row starts anew, whatever state it was in (and its pull request's link is
     /// cleared).
     pub anew: bool,
+    /// Whether `pr_open` may replace `closed` (a pull request reopened, or found open); not for
+    /// a pull request's first `opened`, which can arrive after its `closed`.
+    pub reopens: bool,
 }
 
 impl Database {
@@ -101,7 +104,11 @@ impl Database {
         }
         // Where the row may take the state: rowbranch's own states that come before it (or any
         // other value), never the state itself (with the same link) nor a later one.
-        let allowed = |column: &str| match write.state.over() {
+        let over = write.state.over().map(|over| {
+            let reopened = |s: &&RowState| write.reopens || **s != RowState::Closed;
+            over.iter().filter(reopened).copied().collect::<Vec<_>>()
+        });
+        let allowed = |column: &str| match &over {
             _ if write.anew => "true".to_owned(),
             Some(over) => {
                 let later: Vec<_> = (RowState::ALL.iter())

@@ -425,7 +425,16 @@ async fn pull_request(app: &App, event: PullRequestEvent) -> Heard {
         Ok(found) => found,
         Err(heard) => return heard,
     };
-    noted(app, &route, row, state, Some(pull.html_url), String::new())
+    let opened = event.action == "opened";
+    noted(
+        app,
+        &route,
+        row,
+        state,
+        Some(pull.html_url),
+        opened,
+        String::new(),
+    )
 }
 
 /// completed: `failed` when GitHub lists no pull request from the row's branches (the writer
@@ -491,7 +500,7 @@ async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
         " (its run concluded {}, and GitHub lists no pull request from its branches)",
         quoted(concluded, 40)
     );
-    noted(app, &route, row, RowState::Failed, None, why)
+    noted(app, &route, row, RowState::Failed, None, false, why)
 }
 
 /// The route and row an event's branch leads to, with the row's branches as the forge lists
@@ -683,18 +692,23 @@ fn unavailable(route: &Arc<Route>, why: &str) -> Heard {
     Heard::refused(Reason::Unavailable, message).on(route)
 }
 
-/// The state handed to the status writer (which leaves a row already there or later alone).
+/// The state handed to the status writer (which leaves a row already there or later alone;
+/// for a pull request just `opened`, a `closed` row too).
 fn noted(
     app: &App,
     route: &Arc<Route>,
     row: RowFound,
     state: RowState,
     pull_request: Option<String>,
+    opened: bool,
     why: String,
 ) -> Heard {
     let found = row.found;
-    app.pipeline
-        .note_pull_request(route, found.id.as_str(), state, pull_request.clone(), false);
+    let id = found.id.as_str();
+    match (&pull_request, opened) {
+        (Some(link), true) => app.pipeline.note_opened(route, id, link.clone()),
+        _ => (app.pipeline).note_pull_request(route, id, state, pull_request.clone(), false),
+    }
     Heard {
         status: StatusCode::OK,
         outcome: state.as_str(),
