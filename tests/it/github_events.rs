@@ -402,6 +402,13 @@ async fn an_event_not_signed_with_the_apps_secret_is_refused_and_writes_nothing(
     let fake = fake().await;
     fake.create_branch(REPO, BRANCH, "main");
     let server = app(&fake, &table, Some(HOOK_SECRET)).await;
+    // From the start, every answer's series at 0: none's 13 and the route's 8 (operating.md).
+    let metrics = server.get("/metrics").await.text;
+    let at_start: Vec<&str> = (metrics.lines())
+        .filter(|l| l.starts_with("rowbranch_github_events_total{"))
+        .collect();
+    assert_eq!(at_start.len(), 13 + 8, "{metrics}");
+    assert!(at_start.iter().all(|l| l.ends_with(" 0")), "{metrics}");
     let opened = pull_request("opened", BRANCH, false, REPO);
     let body = opened.to_string();
 
