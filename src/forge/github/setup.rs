@@ -26,6 +26,10 @@ pub struct AppInfo {
     /// Only in the manifest conversion's answer.
     #[serde(default)]
     pub pem: String,
+    /// The secret GitHub signs the App's events with: only in the manifest conversion's
+    /// answer, and `null` there when the manifest has no webhook.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
 }
 
 impl std::fmt::Debug for AppInfo {

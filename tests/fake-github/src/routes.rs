@@ -821,7 +821,10 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             );
             if let Some(obj) = app.as_object_mut() {
                 obj.insert("pem".into(), json!(crate::auth::TEST_APP_PRIVATE_KEY_PEM));
-                obj.insert("webhook_secret".into(), Value::Null);
+                obj.insert(
+                    "webhook_secret".into(),
+                    json!(crate::TEST_APP_WEBHOOK_SECRET),
+                );
                 obj.insert("client_secret".into(), json!("test-only-client-secret"));
             }
             Reply::json(201, app)
