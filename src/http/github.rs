@@ -197,7 +197,7 @@ async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard
         return Err(Heard::refused(
             Reason::NotConfigured,
             "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
-             App's webhook secret (docs/operating.md, \"The row hears back\")",
+             App's webhook secret (docs/operating.md, \"The App's events\")",
         ));
     };
     let too_large = || {
