@@ -560,6 +560,7 @@ async fn row_of(
             ),
         ));
     };
+    // Counted under no route: only the routes that write back have series of their own.
     if !route.writes_back() {
         return Err(Heard::ignored(
             Reason::NotWritten,
@@ -567,8 +568,7 @@ async fn row_of(
                 "route {} writes no status_column or pull_request_column",
                 route.table_name()
             ),
-        )
-        .on(route));
+        ));
     }
     let tail = route.branch_prefix.tail(branch).unwrap_or_default();
     let id = match which_row(app, route, tail).await {

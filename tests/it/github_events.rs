@@ -30,8 +30,11 @@ async fn feedbacks() -> Option<TestSchema> {
                rowbranch_status text, pull_request_url text,
                created_at timestamptz not null default now());
              insert into {0} (id, message, rowbranch_status) values
-               (7, 'Add dark mode', 'dispatched'), (8, 'Fix the footer', 'dispatched');",
-            schema.table("feedbacks")
+               (7, 'Add dark mode', 'dispatched'), (8, 'Fix the footer', 'dispatched');
+             create table {} (id bigint primary key, message text,
+               created_at timestamptz not null default now());",
+            schema.table("feedbacks"),
+            schema.table("ideas")
         ))
         .await;
     Some(schema)
@@ -44,7 +47,9 @@ async fn app(fake: &FakeGithub, table: &TestSchema, hook_secret: Option<&str>) -
         "listen = \"127.0.0.1:0\"\nreconcile_every = \"off\"\n\n[github]\napp_id = {}\n\
          api_url = \"{}\"\n\n[[routes]]\ntable = \"feedbacks\"\nschema = \"{}\"\nrepo = \"{REPO}\"\n\
          branch_prefix = \"feedback\"\nevent_type = \"feedback\"\n\
-         status_column = \"rowbranch_status\"\npull_request_column = \"pull_request_url\"\n",
+         status_column = \"rowbranch_status\"\npull_request_column = \"pull_request_url\"\n\n\
+         [[routes]]\ntable = \"ideas\"\nschema = \"{2}\"\nrepo = \"{REPO}\"\n\
+         branch_prefix = \"idea\"\nevent_type = \"idea\"\n",
         fake.app_id(),
         fake.url(),
         table.name
@@ -139,6 +144,15 @@ async fn settled(server: &Server, table: &TestSchema, marker: u32) {
         (row(table, 8).await.1.as_deref() == Some(link.as_str())).then_some(())
     })
     .await;
+}
+
+/// The label sets of `rowbranch_github_events_total` the server shows.
+async fn event_series(server: &Server) -> std::collections::BTreeSet<String> {
+    let metrics = server.get("/metrics").await.text;
+    (metrics.lines())
+        .filter_map(|l| l.strip_prefix("rowbranch_github_events_total"))
+        .filter_map(|l| Some(l.rsplit_once(' ')?.0.to_owned()))
+        .collect()
 }
 
 const BRANCH: &str = "feedback/7-add-dark-mode";
@@ -327,6 +341,7 @@ async fn what_is_no_routes_row_is_ignored_and_writes_nothing() {
     fake.create_branch(REPO, "feedback/7-add-dark-mode", "main");
     fake.create_branch(REPO, "feedback/7-add-dark-mode-redo-1", "main");
     let server = app(&fake, &table, Some(HOOK_SECRET)).await;
+    let at_start = event_series(&server).await;
     table
         .execute(&format!(
             "insert into {} (id, message, rowbranch_status) values (9, 'Gone soon', 'dispatched');
@@ -349,7 +364,12 @@ async fn what_is_no_routes_row_is_ignored_and_writes_nothing() {
             },
             "repository",
         ),
-        (pull_request("opened", "idea/7-x", false, REPO), "branch"),
+        (pull_request("opened", "other/7-x", false, REPO), "branch"),
+        // The ideas route's branch: a route that writes no state back.
+        (
+            pull_request("opened", "idea/7-x", false, REPO),
+            "not_written",
+        ),
         (
             pull_request("opened", "feedback/9-gone-soon", false, REPO),
             "no_row",
@@ -394,6 +414,8 @@ async fn what_is_no_routes_row_is_ignored_and_writes_nothing() {
     );
     let none: i64 = table.client.query_one(&count, &[]).await.unwrap().get(0);
     assert_eq!(none, 0, "a row that no longer exists is not written back");
+    // Each answer landed on a series there from the start.
+    assert_eq!(event_series(&server).await, at_start);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
