@@ -522,3 +522,53 @@ async fn without_the_apps_secret_github_is_404_and_counted() {
     assert!(metrics.lines().any(|l| l == series), "{metrics}");
     assert_eq!(row(&table, 7).await, (Some("dispatched".into()), None));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uuid_id_is_found_by_its_prefixes_against_the_table() {
+    let schema = or_skip!(TestSchema::create("hooks_uuid_").await);
+    let id = "3f2504e0-4f89-11d3-9a0c-0305e82c3301";
+    schema
+        .execute(&format!(
+            "create table {} (id uuid primary key, message text, rowbranch_status text,
+               pull_request_url text, created_at timestamptz not null default now());
+             insert into {0} (id, message, rowbranch_status) values ('{id}', 'Fix login', 'dispatched');
+             create table {} (id bigint primary key, message text,
+               created_at timestamptz not null default now());",
+            schema.table("feedbacks"),
+            schema.table("ideas")
+        ))
+        .await;
+    let fake = fake().await;
+    let server = app(&fake, &schema, Some(HOOK_SECRET)).await;
+    let branch = format!("feedback/{id}-fix-login");
+    fake.create_branch(REPO, &branch, "main");
+    let reply = send(
+        &server,
+        "pull_request",
+        &pull_request("opened", &branch, false, REPO),
+        HOOK_SECRET,
+    )
+    .await;
+    reply.expect(200, "pr_open");
+    assert_eq!(reply.body["id"], id, "{}", reply.text);
+    let sql = format!(
+        "select rowbranch_status, pull_request_url from {} where id = '{id}'",
+        schema.table("feedbacks")
+    );
+    eventually("the uuid row to be pr_open", || async {
+        let found = schema.client.query_one(&sql, &[]).await.unwrap();
+        let state: Option<String> = found.get(0);
+        (state.as_deref() == Some("pr_open")).then_some(())
+    })
+    .await;
+    // A uuid no row has, with a slug: no row, nothing written.
+    let other = "feedback/00000000-0000-0000-0000-000000000000-fix-login";
+    let reply = send(
+        &server,
+        "pull_request",
+        &pull_request("opened", other, false, REPO),
+        HOOK_SECRET,
+    )
+    .await;
+    assert_eq!(reply.reason(), "no_row", "{}", reply.text);
+}
