@@ -672,7 +672,9 @@ async fn a_row_held_at_the_gate_says_so_and_one_that_passes_would_run() {
     let table = or_skip!(feedbacks().await);
     let feedbacks = table.table("feedbacks");
     table
-        .execute(&format!("alter table {feedbacks} add column status text"))
+        .execute(&format!(
+            "alter table {feedbacks} add column status text, add column rowbranch_status text default 'waiting'"
+        ))
         .await;
     insert(&table, 51, "Held", hours(1)).await;
     insert(&table, 52, "Approved", hours(1)).await;
@@ -685,7 +687,8 @@ async fn a_row_held_at_the_gate_says_so_and_one_that_passes_would_run() {
     let dir = tempfile::tempdir().unwrap();
     let config = github_config(dir.path(), &fake.url(), fake.app_id(), &table.name);
     let gated = std::fs::read_to_string(&config).unwrap()
-        + "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"status\", equals = \"approved\" }\n";
+        + "events = [\"INSERT\", \"UPDATE\"]\nrun_when = { column = \"status\", equals = \"approved\" }\n\
+           status_column = \"rowbranch_status\"\n";
     std::fs::write(&config, gated).unwrap();
 
     let report = explained(
@@ -695,10 +698,12 @@ async fn a_row_held_at_the_gate_says_so_and_one_that_passes_would_run() {
         &[
             r#"(intake webhook, run_when status = "approved")"#,
             "  reconcile nothing: the row is held at the gate (run_when is status = \"approved\", the row holds null)",
+            "state       rowbranch_status = \"waiting\"",
         ],
     )
     .await;
     assert_eq!(report["route"]["run_when"], r#"status = "approved""#);
+    assert_eq!(report["route"]["status_column"], "rowbranch_status");
     assert_eq!(report["reconcile"]["verdict"], "not_ready");
     let report = explain(&config, Some(&table.url), "52", true)
         .await

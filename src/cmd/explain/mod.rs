@@ -119,6 +119,8 @@ pub async fn explain(
             branch_prefix: route.branch_prefix.to_string(),
             event_type: route.event_type.to_string(),
             run_when: route.run_when.as_ref().map(ToString::to_string),
+            status_column: route.status_column.clone(),
+            pull_request_column: route.pull_request_column.clone(),
         },
         reconcile: Forecast::default(),
         redo: Forecast::default(),

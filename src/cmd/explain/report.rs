@@ -50,6 +50,9 @@ pub struct RouteSection {
     pub event_type: String,
     /// The route's gate, as the config writes it (`status = "approved"`); `None` without one.
     pub run_when: Option<String>,
+    /// The columns rowbranch writes the row's state and pull request's link into.
+    pub status_column: Option<String>,
+    pub pull_request_column: Option<String>,
 }
 
 /// The row as the table holds it.
@@ -274,6 +277,14 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
     if let Some(record) = &row.record {
         let json = serde_json::to_string(record).unwrap_or_default();
         out.line("", &cut(&json, RECORD_CHARS));
+        // What rowbranch wrote back onto the row.
+        let written = [&route.status_column, &route.pull_request_column];
+        let written: Vec<String> = (written.into_iter().flatten())
+            .map(|column| format!("{column} = {}", record.get(column).unwrap_or(&Value::Null)))
+            .collect();
+        if !written.is_empty() {
+            out.line("state", &written.join(", "));
+        }
     }
     let identity = &report.identity;
     let branch = match (&identity.branch, identity.derived_from) {
