@@ -22,7 +22,6 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -226,22 +225,8 @@ async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard
         Head::Valid | Head::Refused(_) => return Err(unauthorized()),
     };
     let timeout = app.config.webhook.read_timeout;
-    let collected = Limited::new(body, MAX_BODY_BYTES).collect();
-    let bytes = match tokio::time::timeout(timeout, collected).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err(too_large()),
-        Ok(Err(_)) => {
-            let cut = "the body was cut off before its end";
-            return Err(Heard::refused(Reason::Malformed, cut));
-        }
-        Err(_) => {
-            let message = format!(
-                "the body did not arrive within read_timeout_ms ({} ms)",
-                timeout.as_millis()
-            );
-            return Err(Heard::refused(Reason::TimedOut, message));
-        }
-    };
+    let read = super::read_body(body, MAX_BODY_BYTES, timeout).await;
+    let bytes = read.map_err(|(reason, message)| Heard::refused(reason, message))?;
     pending
         .verify(secrets, &bytes)
         .map_err(|_| unauthorized())?;

@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -287,21 +287,10 @@ async fn read(
         None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
         None => return Err((unauthorized(), Some("missing"))),
     };
-    let read = Limited::new(body, webhook.max_body_bytes).collect();
-    let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
-        Ok(Ok(collected)) => collected.to_bytes(),
-        Ok(Err(e)) if e.is::<LengthLimitError>() => return Err((too_large(), None)),
-        Ok(Err(_)) => {
-            let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
-            return Err((cut, None));
-        }
-        Err(_) => {
-            let message = format!(
-                "the body did not arrive within read_timeout_ms ({} ms)",
-                webhook.read_timeout.as_millis()
-            );
-            return Err((Answer::refused(Reason::TimedOut, message), None));
-        }
+    let bytes = match read_body(body, webhook.max_body_bytes, webhook.read_timeout).await {
+        Ok(bytes) => bytes,
+        Err((Reason::TooLarge, _)) => return Err((too_large(), None)),
+        Err((reason, message)) => return Err((Answer::refused(reason, message), None)),
     };
     if let Some((secrets, pending)) = pending {
         if let Err(why) = pending.verify(secrets, &bytes) {
@@ -309,6 +298,28 @@ async fn read(
         }
     }
     payload::parse(&bytes).map_err(|e| (Answer::refused(Reason::Malformed, e.to_string()), None))
+}
+
+/// A body, read whole within `timeout` and at most `max` bytes; else why not: `too_large`,
+/// `timed_out`, or `malformed` for one cut off before its end.
+async fn read_body(body: Body, max: usize, timeout: Duration) -> Result<Bytes, (Reason, String)> {
+    let read = Limited::new(body, max).collect();
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<LengthLimitError>() => Err((
+            Reason::TooLarge,
+            format!("the body is larger than {max} bytes"),
+        )),
+        Ok(Err(_)) => Err((
+            Reason::Malformed,
+            "the body was cut off before its end".into(),
+        )),
+        Err(_) => {
+            let millis = timeout.as_millis();
+            let message = format!("the body did not arrive within read_timeout_ms ({millis} ms)");
+            Err((Reason::TimedOut, message))
+        }
+    }
 }
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is
