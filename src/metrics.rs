@@ -195,6 +195,7 @@ pub const GITHUB_EVENT_ANSWERS: &[AnswerLabels] = &[
     (413, "error", "too_large"),
     (415, "error", "content_type"),
     (500, "error", "internal"),
+    (503, "error", "unavailable"),
 ];
 
 /// The answers `POST /github` gives for an event of a route that writes its rows' states: the
@@ -788,8 +789,8 @@ mod tests {
             ("rowbranch_deliveries_total", 6 + 18 + 1),
             // The route that writes its rows' states: each result.
             ("rowbranch_status_writes_total", 5),
-            // POST /github: none's 13, and the route that writes its rows' states: 8.
-            ("rowbranch_github_events_total", 13 + 8),
+            // POST /github: none's 14, and the route that writes its rows' states: 8.
+            ("rowbranch_github_events_total", 14 + 8),
             ("rowbranch_runs_total", 2 * 6),
             // 10 operations, two statuses each, and get_ref's 404.
             ("rowbranch_github_requests_total", 10 * 2 + 1),

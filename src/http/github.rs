@@ -41,6 +41,11 @@ use crate::webhook::auth::{Head, WebhookSecrets};
 /// grows.
 const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// How many bodies are read at once, at most: anyone can send a well-formed signature, and
+/// `max_connections` bodies of 1 MiB would be far beyond what SPEC §2 budgets for `serve`'s
+/// memory; GitHub sends the App's events a few at a time.
+const BODIES_AT_ONCE: usize = 4;
+
 /// How long the table may take to say which row a branch names: GitHub gives a delivery 10 s.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
 
@@ -58,6 +63,8 @@ pub(super) struct Hook {
     database: tokio::sync::Mutex<Option<Database>>,
     /// Lines that anyone who reaches the port can cause, at most one a minute each.
     quiet: OncePerMinute<Reason>,
+    /// [`BODIES_AT_ONCE`] permits, one held while a body is read.
+    reading: tokio::sync::Semaphore,
 }
 
 impl Hook {
@@ -67,6 +74,7 @@ impl Hook {
             secrets: secret.map(|s| WebhookSecrets::github(s.expose())),
             database: tokio::sync::Mutex::default(),
             quiet: OncePerMinute::default(),
+            reading: tokio::sync::Semaphore::new(BODIES_AT_ONCE),
         }
     }
 }
@@ -225,6 +233,14 @@ async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard
         Head::Valid | Head::Refused(_) => return Err(unauthorized()),
     };
     let timeout = app.config.webhook.read_timeout;
+    let Ok(Ok(_reading)) = tokio::time::timeout(timeout, app.hook.reading.acquire()).await else {
+        let message = format!(
+            "{BODIES_AT_ONCE} other events were being read for read_timeout_ms ({} ms); GitHub \
+             can redeliver this one (the App's settings, Advanced)",
+            timeout.as_millis()
+        );
+        return Err(Heard::refused(Reason::Unavailable, message));
+    };
     let read = super::read_body(body, MAX_BODY_BYTES, timeout).await;
     let bytes = read.map_err(|(reason, message)| Heard::refused(reason, message))?;
     pending

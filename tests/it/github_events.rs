@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::support::db::TestSchema;
 use crate::support::github::{fake, REPO};
-use crate::support::http::{raw_http, Reply};
+use crate::support::http::{raw_http, send_whole, Reply};
 use crate::support::or_skip;
 use crate::support::random::random_secret;
 use crate::support::server::{serve_env, Server};
@@ -43,8 +43,19 @@ async fn feedbacks() -> Option<TestSchema> {
 /// rowbranch on the fake GitHub, its route writing back into `table`; with the App's webhook
 /// secret when `hook_secret` is given.
 async fn app(fake: &FakeGithub, table: &TestSchema, hook_secret: Option<&str>) -> Server {
+    app_with(fake, table, hook_secret, "").await
+}
+
+/// [`app`] with these lines in `[webhook]`.
+async fn app_with(
+    fake: &FakeGithub,
+    table: &TestSchema,
+    hook_secret: Option<&str>,
+    webhook: &str,
+) -> Server {
     let text = format!(
-        "listen = \"127.0.0.1:0\"\nreconcile_every = \"off\"\n\n[github]\napp_id = {}\n\
+        "listen = \"127.0.0.1:0\"\nreconcile_every = \"off\"\n\n[webhook]\n{webhook}\n\n\
+         [github]\napp_id = {}\n\
          api_url = \"{}\"\n\n[[routes]]\ntable = \"feedbacks\"\nschema = \"{}\"\nrepo = \"{REPO}\"\n\
          branch_prefix = \"feedback\"\nevent_type = \"feedback\"\n\
          status_column = \"rowbranch_status\"\npull_request_column = \"pull_request_url\"\n\n\
@@ -424,12 +435,12 @@ async fn an_event_not_signed_with_the_apps_secret_is_refused_and_writes_nothing(
     let fake = fake().await;
     fake.create_branch(REPO, BRANCH, "main");
     let server = app(&fake, &table, Some(HOOK_SECRET)).await;
-    // From the start, every answer's series at 0: none's 13 and the route's 8 (operating.md).
+    // From the start, every answer's series at 0: none's 14 and the route's 8 (operating.md).
     let metrics = server.get("/metrics").await.text;
     let at_start: Vec<&str> = (metrics.lines())
         .filter(|l| l.starts_with("rowbranch_github_events_total{"))
         .collect();
-    assert_eq!(at_start.len(), 13 + 8, "{metrics}");
+    assert_eq!(at_start.len(), 14 + 8, "{metrics}");
     assert!(at_start.iter().all(|l| l.ends_with(" 0")), "{metrics}");
     let opened = pull_request("opened", BRANCH, false, REPO);
     let body = opened.to_string();
@@ -571,4 +582,44 @@ async fn a_uuid_id_is_found_by_its_prefixes_against_the_table() {
     )
     .await;
     assert_eq!(reply.reason(), "no_row", "{}", reply.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_four_bodies_are_read_at_once_and_one_that_waits_too_long_is_told_to_come_back() {
+    let table = or_skip!(feedbacks().await);
+    let fake = fake().await;
+    fake.create_branch(REPO, BRANCH, "main");
+    let server = app_with(&fake, &table, Some(HOOK_SECRET), "read_timeout_ms = 2000").await;
+    let addr = server.url.trim_start_matches("http://").parse().unwrap();
+    // Eight senders with a well-formed signature, each promising a body that never comes: four
+    // are read (until read_timeout_ms, two seconds), and 0.8 s later four wait their turn, ahead
+    // of the App's event; they take the four reads when the first four give up, and the event
+    // waits out its own two seconds.
+    let signature = format!("sha256={}", "ab".repeat(32));
+    let head = format!(
+        "POST /github HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         X-GitHub-Event: pull_request\r\nX-Hub-Signature-256: {signature}\r\n\
+         Content-Length: 100000\r\n\r\n"
+    );
+    let mut held = Vec::new();
+    for n in 0..8 {
+        if n == 4 {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+        }
+        held.push(send_whole(addr, head.as_bytes()).await);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let opened = pull_request("opened", BRANCH, false, REPO);
+    let reply = send(&server, "pull_request", &opened, HOOK_SECRET).await;
+    reply.expect(503, "error");
+    assert_eq!(reply.body["reason"], "unavailable", "{}", reply.text);
+    assert_eq!(row(&table, 7).await, (Some("dispatched".into()), None));
+    // Once they are gone, the same event is read and written.
+    drop(held);
+    eventually("the event to be read", || async {
+        let reply = send(&server, "pull_request", &opened, HOOK_SECRET).await;
+        (reply.status == 200).then_some(())
+    })
+    .await;
+    becomes(&table, 7, "pr_open").await;
 }
