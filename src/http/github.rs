@@ -14,6 +14,7 @@
 //! repository (a fork can name a head `feedback/7-x` too), under its prefix, for a row the
 //! table still has, and no older than the row's latest `-redo-N`.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -22,6 +23,7 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -260,7 +262,11 @@ pub(super) async fn github(State(app): State<Arc<App>>, event: HookEvent) -> Res
     } = event;
     let decided = tokio::spawn(async move {
         let heard = match read {
-            Ok(body) => decide(&app, &name, &body).await,
+            // A bug is answered and counted like any answer; the panic's own line says what.
+            Ok(body) => AssertUnwindSafe(decide(&app, &name, &body))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Heard::refused(Reason::Internal, "internal error")),
             Err(refused) => refused,
         };
         record(&app, &delivery, &name, &heard, start.elapsed());
