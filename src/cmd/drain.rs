@@ -5,7 +5,8 @@
 //! (`shutdown_grace`, at most half of `--max-time`) has passed; then it releases what it has
 //! not started, gives the runs under way the grace, and prints one summary line. A signal
 //! (Actions cancels a job with SIGINT, and kills it seconds later) stops it the same way with a
-//! grace of at most [`SIGNAL_GRACE`].
+//! grace of at most [`SIGNAL_GRACE`]. With a token (no App, so no events from GitHub) a run
+//! that drained the queue also writes back the states of the window's rows, as a sweep does.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -57,9 +58,15 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;
     let queue = config.pgmq.queue.clone();
-    // With the database the consumer reads: without one, the build refuses to start.
-    let sweep = (args.sweep.then(|| SweepOptions {
-        scheduled: true,
+    // With the database the consumer reads: without one, the build refuses to start. With a
+    // token there is no App to hear GitHub's events: each run writes back the states of the
+    // rows of `reconcile_window` as a sweep does (§6), `--sweep` or not.
+    let states_only = !args.sweep
+        && config.forge.token().is_some()
+        && config.routes.iter().any(|r| r.writes_back());
+    let sweep = ((args.sweep || states_only).then(|| SweepOptions {
+        scheduled: args.sweep,
+        states_only,
         ..SweepOptions::of(&config)
     }))
     .zip(config.database_url.clone());
@@ -71,7 +78,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // nothing of what it may do until asked, and one that cannot write would fail every row.
     let application = Application::build(config, env).await?;
     application.check_write_access().await?;
-    if sweep.is_some() {
+    if args.sweep {
         sweep::say_unstarted(application.routes());
     }
     let consumer = Arc::clone(application.consumer().expect("the consumer alone runs"));
@@ -108,9 +115,12 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
         () = signalled() => Stop::Signal,
     };
-    // The sweep, when one is asked for and the queue is drained, within the same time.
+    // The sweep, when one is asked for and the queue is drained, within the same time; the
+    // states alone also once the hourly budget is spent (they are reads and database writes).
     let (stop, swept) = match (stop, sweep) {
-        (Stop::Drained, Some((options, url))) => {
+        (stop @ (Stop::Drained | Stop::BudgetSpent(_)), Some((options, url)))
+            if matches!(stop, Stop::Drained) || options.states_only =>
+        {
             let run = async {
                 let db = Database::connect(url.expose()).await?;
                 let summaries = sweep::run(&routes, &db, &pipeline, &options, &|_| {}).await;
@@ -118,7 +128,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
             };
             tokio::select! {
                 swept = run => match swept {
-                    Ok(summaries) => (Stop::Drained, Some(summaries)),
+                    Ok(summaries) => (stop, Some(summaries)),
                     Err(e) => (
                         Stop::Database(DatabaseTrouble {
                             message: format!("the sweep could not connect: {e}"),
@@ -152,6 +162,14 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
                 .and_then(Result::ok)
         }
     };
+    // The states alone are logged: standard output is the drain's line (and a sweep's table).
+    let swept = match swept {
+        Some(summaries) if states_only => {
+            states_written(&summaries);
+            None
+        }
+        swept => swept,
+    };
     if let Some(summaries) = &swept {
         summaries.iter().for_each(sweep::say_before_start);
         print!("{}", sweep::table(summaries, false));
@@ -166,6 +184,20 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         started.elapsed().as_secs_f64()
     );
     stop.end(&queue, swept.as_deref())
+}
+
+/// Logs what a run's writing back of the states did, route by route. A route it could not
+/// finish (GitHub or the table not answering) is an error in the log, not the run's failure:
+/// the rows' work is done, and the next run writes their states.
+fn states_written(summaries: &[RouteSummary]) {
+    for s in summaries {
+        match &s.error {
+            Some(error) => tracing::error!(route = %s.route, %error,
+                "could not write back the rows' states; the next run tries again"),
+            None => tracing::info!(route = %s.route, rows = s.rows_seen,
+                states_written = s.states_written, "the rows' states written back"),
+        }
+    }
 }
 
 /// Why the reading stopped.

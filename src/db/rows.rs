@@ -1,6 +1,10 @@
 //! Reading a route's table: the rows of a window for the reconcile sweep (§6), one row by its id
 //! for `redo` (§5) and `explain` (§1).
 //!
+//! A gated route's scheduled sweep also reads, at any age from `sweep_from`, the rows that
+//! pass and have not started by their state ([`Database::unstarted`]), keyset-paged the same
+//! way.
+//!
 //! A row is `to_jsonb(row)`, the shape Supabase's webhook carries (numbers stay
 //! numbers, uuids and timestamps are strings). The sweep pages with a keyset on
 //! `(created_column, id_column)`, so a table of millions streams in bounded memory and rows
@@ -16,7 +20,8 @@ use serde_json::{Map, Value};
 
 use super::error::data_error;
 use super::shape::{quoted_for_message, Shape};
-use super::{Database, Error, Result};
+use super::status::RowState;
+use super::{quote_ident, Database, Error, Result};
 use crate::config::Route;
 
 /// One row: the whole row as JSON (as the webhook would carry it: `to_jsonb`), and when it was
@@ -48,6 +53,25 @@ impl Database {
             page_size: page_size.max(1),
             shape: None,
             cursor: Cursor::First,
+            unstarted: None,
+        }
+    }
+
+    /// [`Database::since`] from `from` and before `before`, of the rows whose `status_column`
+    /// says they never started: NULL, `waiting`, or a value rowbranch does not know (a
+    /// column default such as `'new'`). For a gated route, whose rows that pass the gate are
+    /// the ones read: an approval whose delivery was lost, whatever the row's age.
+    pub fn unstarted<'a>(
+        &'a self,
+        route: &'a Route,
+        status_column: &str,
+        from: DateTime<Utc>,
+        before: DateTime<Utc>,
+        page_size: usize,
+    ) -> RowPages<'a> {
+        RowPages {
+            unstarted: Some((quote_ident(status_column), before)),
+            ..self.since(route, from, page_size)
         }
     }
 
@@ -124,6 +148,8 @@ pub struct RowPages<'a> {
     /// The table's shape, read for the first page.
     shape: Option<Shape>,
     cursor: Cursor,
+    /// For [`Database::unstarted`]: the quoted status column, and the end of the read.
+    unstarted: Option<(String, DateTime<Utc>)>,
 }
 
 enum Cursor {
@@ -151,16 +177,6 @@ impl RowPages<'_> {
         let order = format!("order by r.{c}, r.{i}");
         // A gated route's rows that pass, compared as JSON as the webhook's rows are (so `1`
         // is `1.0` and `"true"` is not `true`).
-        let gate = match &shape.gate {
-            Some((column, _)) => format!("and to_jsonb(r.{column}) = $4::text::jsonb"),
-            None => String::new(),
-        };
-        let sql = shape.select(&format!(
-            "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null {gate} \
-             and ($2::text is null or (r.{c}, r.{i}) > (cast($1::text as {ct}), cast($2::text as {it}))) \
-             {order} limit $3"
-        )) + " "
-            + &order;
         let (from, id) = match &self.cursor {
             Cursor::After(created, id) => (created.clone(), Some(id.as_str())),
             _ => (
@@ -170,9 +186,38 @@ impl RowPages<'_> {
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
         let mut params: Vec<&dyn super::Arg> = vec![&from, &id, &limit];
-        if let Some((_, equals)) = &shape.gate {
-            params.push(equals);
-        }
+        let gate = match &shape.gate {
+            Some((column, equals)) => {
+                params.push(equals);
+                format!("and to_jsonb(r.{column}) = ${}::text::jsonb", params.len())
+            }
+            None => String::new(),
+        };
+        let before = (self.unstarted.as_ref())
+            .map(|(_, before)| before.to_rfc3339_opts(SecondsFormat::Micros, true));
+        let unstarted = match (&self.unstarted, &before) {
+            (Some((status, _)), Some(before)) => {
+                params.push(before);
+                // rowbranch's states from `dispatched` on: the row has started.
+                let started: Vec<String> = (RowState::ALL.iter())
+                    .filter(|s| **s != RowState::Waiting)
+                    .map(|s| format!("'{s}'"))
+                    .collect();
+                format!(
+                    "and r.{c} < cast(${}::text as {ct}) \
+                     and coalesce(r.{status}::text, '') not in ({})",
+                    params.len(),
+                    started.join(", ")
+                )
+            }
+            _ => String::new(),
+        };
+        let sql = shape.select(&format!(
+            "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null {gate} {unstarted} \
+             and ($2::text is null or (r.{c}, r.{i}) > (cast($1::text as {ct}), cast($2::text as {it}))) \
+             {order} limit $3"
+        )) + " "
+            + &order;
         let found = super::query(&self.database.client, &sql, &params)
             .await
             .map_err(|e| shape.query_error(e))?;

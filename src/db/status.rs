@@ -77,6 +77,37 @@ pub struct StatusWrite {
     pub reopens: bool,
 }
 
+impl StatusWrite {
+    /// The states this write may replace ([`RowState::over`]), less `closed` for a pull
+    /// request's first `opened` ([`StatusWrite::reopens`]); `None`: every state but its own.
+    fn over(&self) -> Option<Vec<RowState>> {
+        let reopened = |s: &&RowState| self.reopens || **s != RowState::Closed;
+        (self.state.over()).map(|over| over.iter().filter(reopened).copied().collect())
+    }
+
+    /// Whether a row whose columns hold `status` and `link` would take this write: the
+    /// `WHERE` of [`Database::write_status`] asked of values read already, so that a sweep
+    /// sends only the writes that change a row (and counts them).
+    pub fn changes(&self, status: Option<&str>, link: Option<&str>) -> bool {
+        let route = &self.route;
+        let new_link = self
+            .pull_request
+            .as_deref()
+            .filter(|_| route.pull_request_column.is_some());
+        let other_link = new_link.is_some_and(|new| link != Some(new));
+        if route.status_column.is_none() {
+            return other_link;
+        }
+        let known = status.and_then(RowState::parse);
+        let allowed = match self.over() {
+            _ if self.anew => true,
+            Some(over) => known.is_none_or(|s| over.contains(&s)),
+            None => known != Some(self.state),
+        };
+        allowed || (known == Some(self.state) && other_link)
+    }
+}
+
 impl Database {
     /// Writes `write` into its row, as the module says.
     async fn write_status(&self, shape: &Shape, write: &StatusWrite) -> Result<StatusResult> {
@@ -104,10 +135,7 @@ impl Database {
         }
         // Where the row may take the state: rowbranch's own states that come before it (or any
         // other value), never the state itself (with the same link) nor a later one.
-        let over = write.state.over().map(|over| {
-            let reopened = |s: &&RowState| write.reopens || **s != RowState::Closed;
-            over.iter().filter(reopened).copied().collect::<Vec<_>>()
-        });
+        let over = write.over();
         let allowed = |column: &str| match &over {
             _ if write.anew => "true".to_owned(),
             Some(over) => {
@@ -311,5 +339,76 @@ fn describe_error(e: &super::Error) -> String {
     match e {
         super::Error::Query { cause, message } => format!("{message}: {}", describe(cause)),
         other => format!("{other:#}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{RowState, StatusWrite};
+    use crate::config::{Config, TEST_LOCAL_CONFIG};
+
+    /// A write of `state` (with a link) for the test route, writing the columns `columns` adds.
+    fn write(columns: &str, state: RowState, link: Option<&str>) -> StatusWrite {
+        let text = format!("{TEST_LOCAL_CONFIG}{columns}");
+        let env = |key: &str| (key == "DATABASE_URL").then(|| "postgres://localhost/x".to_owned());
+        let mut config = Config::parse(&text, std::path::Path::new("rowbranch.toml"), &env)
+            .unwrap_or_else(|e| panic!("{e}"));
+        StatusWrite {
+            route: config.routes.remove(0),
+            id: "7".to_owned(),
+            state,
+            pull_request: link.map(str::to_owned),
+            anew: false,
+            reopens: true,
+        }
+    }
+
+    #[test]
+    fn a_write_changes_a_row_only_where_the_update_would() {
+        let both = "status_column = \"state\"\npull_request_column = \"link\"\n";
+        let (a, b) = (Some("https://x/pull/1"), Some("https://x/pull/2"));
+        #[rustfmt::skip]
+        let cases = [
+            (both, RowState::PrOpen, a, None, None, true),
+            (both, RowState::PrOpen, a, Some("new"), None, true),
+            (both, RowState::PrOpen, a, Some("dispatched"), None, true),
+            (both, RowState::PrOpen, a, Some("pr_open"), a, false),
+            // The same state with another pull request: the link is written.
+            (both, RowState::PrOpen, b, Some("pr_open"), a, true),
+            (both, RowState::PrOpen, a, Some("merged"), a, false),
+            (both, RowState::Merged, a, Some("pr_open"), a, true),
+            (both, RowState::Merged, a, Some("merged"), a, false),
+            (both, RowState::Closed, a, Some("pr_open"), a, true),
+            (both, RowState::PrOpen, a, Some("closed"), a, true),
+            (both, RowState::Failed, None, Some("dispatched"), None, true),
+            (both, RowState::Failed, None, Some("failed"), None, false),
+            (both, RowState::Failed, None, Some("pr_open"), a, false),
+            (both, RowState::Failed, None, Some("closed"), a, false),
+            // A link alone: written when it is another.
+            ("pull_request_column = \"link\"\n", RowState::Merged, a, None, None, true),
+            ("pull_request_column = \"link\"\n", RowState::Merged, a, None, a, false),
+            ("pull_request_column = \"link\"\n", RowState::Failed, None, None, None, false),
+            ("status_column = \"state\"\n", RowState::PrOpen, a, Some("pr_open"), None, false),
+        ];
+        for (columns, state, link, held, held_link, changes) in cases {
+            let write = write(columns, state, link);
+            assert_eq!(
+                write.changes(held, held_link),
+                changes,
+                "{state} {link:?} over {held:?} {held_link:?} ({columns:?})"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pull_requests_first_opened_leaves_a_closed_row_and_a_reopening_does_not() {
+        let both = "status_column = \"state\"\npull_request_column = \"link\"\n";
+        let link = Some("https://x/pull/1");
+        let mut opened = write(both, RowState::PrOpen, link);
+        assert!(opened.changes(Some("closed"), link), "reopened");
+        opened.reopens = false;
+        assert!(!opened.changes(Some("closed"), link), "a late opened");
+        assert!(opened.changes(Some("dispatched"), None));
+        assert!(opened.changes(Some("failed"), None));
     }
 }

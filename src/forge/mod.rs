@@ -74,6 +74,10 @@ pub struct PullRequest {
     pub created_at: chrono::DateTime<chrono::Utc>,
     /// Its page, for people.
     pub url: String,
+    /// The head branch's commit: a closed pull request whose branch name was claimed again
+    /// since (a redo on a deleted branch's name) points elsewhere, and is not the new work's.
+    #[serde(skip)]
+    pub head_sha: Sha,
 }
 
 /// A workflow run, as `explain` shows it and as GitHub lists it (`GET …/actions/runs`, whose
@@ -107,9 +111,14 @@ impl WorkflowRun {
     /// owns for the row (`rowbranch: feedback/42-add-dark-mode`, a redo's branch too), by the
     /// one rule of SPEC §4, so `feedback/420-x` is not row 42's.
     pub fn names_row(&self, prefix: &BranchPrefix, id: &RowId) -> bool {
+        self.branches(prefix).any(|branch| prefix.owns(id, branch))
+    }
+
+    /// The words of the title that name a branch under `prefix`.
+    pub fn branches<'a>(&'a self, prefix: &'a BranchPrefix) -> impl Iterator<Item = &'a str> {
         self.title
             .split(|c: char| !(c.is_ascii_alphanumeric() || "._-/".contains(c)))
-            .any(|word| prefix.owns(id, word))
+            .filter(|word| prefix.tail(word).is_some())
     }
 }
 
@@ -266,25 +275,6 @@ pub trait Forge: Send + Sync {
         Ok(Listing::NotKept)
     }
 
-    /// The heads of [`Forge::pull_requests`]; a missing permission is a refusal.
-    async fn pull_request_heads(
-        &self,
-        repo: &RepoName,
-        prefix: &BranchPrefix,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        match self.pull_requests(repo, prefix, since).await? {
-            Listing::Found(pulls) => Ok(pulls
-                .iter()
-                .filter_map(|p| BranchName::listed(prefix, &p.head))
-                .collect()),
-            Listing::NotPermitted { needs } => Err(ForgeError::refused(format!(
-                "GitHub does not let rowbranch list pull requests: it needs {needs}"
-            ))),
-            Listing::NotKept => Ok(Vec::new()),
-        }
-    }
-
     /// How many commits `branch` has that the base branch has not.
     async fn ahead_by(
         &self,
@@ -324,16 +314,31 @@ pub trait Forge: Send + Sync {
         Ok(listed)
     }
 
-    /// The `repository_dispatch` workflow runs whose title names a branch of row `id`
-    /// ([`WorkflowRun::names_row`]), created at or after `since`, newest first, for `explain`.
-    async fn row_workflow_runs(
+    /// The `repository_dispatch` workflow runs whose title names a branch under `prefix`
+    /// ([`WorkflowRun::branches`]), created at or after `since`, newest first: the sweep's one
+    /// listing of a route's runs.
+    async fn workflow_runs(
         &self,
         _repo: &RepoName,
         _prefix: &BranchPrefix,
-        _id: &RowId,
         _since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<WorkflowRun>, ForgeError> {
         Ok(Listing::NotKept)
+    }
+
+    /// The row's among [`Forge::workflow_runs`] ([`WorkflowRun::names_row`]), for `explain`.
+    async fn row_workflow_runs(
+        &self,
+        repo: &RepoName,
+        prefix: &BranchPrefix,
+        id: &RowId,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Listing<WorkflowRun>, ForgeError> {
+        let mut listed = self.workflow_runs(repo, prefix, since).await?;
+        if let Listing::Found(runs) = &mut listed {
+            runs.retain(|r| r.names_row(prefix, id));
+        }
+        Ok(listed)
     }
 
     /// Whether the forge can be reached with valid credentials (`GET /readyz`).

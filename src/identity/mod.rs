@@ -317,6 +317,26 @@ impl BranchName {
     }
 }
 
+/// How late a redo a branch name is: how many `-redo-N` it ends with, then the last N (`0, 0`
+/// for a first branch). Of a row's branches, those of the highest rank are its current work:
+/// a redo appends `-redo-N` to the branch it redoes, with the first N free, so a later redo
+/// ranks higher whatever the slug.
+pub fn redo_rank(branch: &str) -> (usize, u32) {
+    let (mut rest, mut depth, mut last) = (branch, 0, 0);
+    while let Some((before, digits)) = rest.rsplit_once("-redo-") {
+        // `redo` writes N in plain digits, from 1.
+        let parsed = digits.parse::<u32>().ok();
+        let Some(n) = parsed.filter(|n| *n > 0 && n.to_string() == digits) else {
+            break;
+        };
+        if depth == 0 {
+            last = n;
+        }
+        (rest, depth) = (before, depth + 1);
+    }
+    (depth, last)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -554,6 +574,23 @@ mod tests {
     fn a_branch_without_a_slug_is_prefix_then_id() {
         assert_eq!(branch("feedback", json!(42), ""), "feedback/42");
         assert_eq!(branch("feedback", json!("42"), "?!"), "feedback/42");
+    }
+
+    #[test]
+    fn a_later_redo_ranks_higher_whatever_its_slug() {
+        for (branch, rank) in [
+            ("feedback/42-add-dark-mode", (0, 0)),
+            ("feedback/42-add-dark-mode-redo-1", (1, 1)),
+            ("feedback/42-add-dark-mode-redo-12", (1, 12)),
+            ("feedback/42-x-redo-2-redo-1", (2, 1)),
+            ("feedback/42-redo-01", (0, 0)),
+            ("feedback/42-redo-", (0, 0)),
+            ("feedback/42-redo-x", (0, 0)),
+        ] {
+            assert_eq!(redo_rank(branch), rank, "{branch}");
+        }
+        assert!(redo_rank("feedback/42-x-redo-2") > redo_rank("feedback/42-x-redo-1"));
+        assert!(redo_rank("feedback/42-redo-5-redo-1") > redo_rank("feedback/42-redo-5"));
     }
 
     #[test]

@@ -488,7 +488,7 @@ mod tests {
     use tokio::sync::Semaphore;
 
     use super::*;
-    use crate::forge::{Base, Branch, Claim, ForgeError, Sha};
+    use crate::forge::{Base, Branch, Claim, ForgeError, Listing, PullRequest, Sha};
     use crate::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 
     /// A forge whose reads wait for a permit, then fail: the rows it is given stay under way
@@ -535,12 +535,12 @@ mod tests {
         ) -> Result<Vec<Branch>, ForgeError> {
             Err(unavailable())
         }
-        async fn pull_request_heads(
+        async fn pull_requests(
             &self,
             _: &RepoName,
             _: &BranchPrefix,
             _: chrono::DateTime<chrono::Utc>,
-        ) -> Result<Vec<BranchName>, ForgeError> {
+        ) -> Result<Listing<PullRequest>, ForgeError> {
             Err(unavailable())
         }
         async fn ahead_by(

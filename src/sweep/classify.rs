@@ -1,8 +1,9 @@
 //! The sweep's decision for one row, made from what it reads once per route: the forge's
-//! branches and pull request heads, and for a queue route what the queue holds. `reconcile`
-//! acts on it; `explain` prints it.
+//! branches, pull requests and runs, and for a queue route what the queue holds. `reconcile`
+//! acts on it; `explain` prints it. From the same listings, the state the row's work shows
+//! ([`Known::shown`]), which the sweep writes back.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -10,9 +11,10 @@ use serde_json::Value;
 use tokio::sync::OnceCell;
 
 use super::{Failed, QueueView};
+use crate::db::status::RowState;
 use crate::db::Row;
-use crate::forge::{Base, Branch, Forge, Sha};
-use crate::identity::{BranchName, BranchPrefix, RowId};
+use crate::forge::{Base, Branch, Forge, PullRequest, Sha, WorkflowRun};
+use crate::identity::{redo_rank, BranchName, BranchPrefix, RowId};
 use crate::metrics::RowVerdict;
 use crate::pipeline::{at_base, CompiledRoute, Plan};
 
@@ -22,7 +24,11 @@ use crate::pipeline::{at_base, CompiledRoute, Plan};
 #[derive(Debug)]
 pub struct Known {
     branches: BTreeMap<String, Branch>,
-    pulls: BTreeSet<String>,
+    /// The pull requests, by their head's tail and number.
+    pulls: BTreeMap<(String, u64), PullRequest>,
+    /// The newest run each branch's tail is named in: when it was created, whether it has
+    /// completed.
+    runs: BTreeMap<String, (DateTime<Utc>, bool)>,
     /// A queue route's view of its queue.
     pub queue: Option<QueueView>,
     /// A row created before then has had time for its work to start.
@@ -32,24 +38,35 @@ pub struct Known {
 }
 
 impl Known {
-    /// From the listing of the prefix's branches and the heads of the pull requests; names
-    /// outside the prefix are left out.
+    /// From the listings of the prefix's branches, of the pull requests and of the runs
+    /// (newest first or not); names outside the prefix are left out.
     pub fn new(
         prefix: &BranchPrefix,
         branches: Vec<Branch>,
-        pull_heads: Vec<BranchName>,
+        pulls: Vec<PullRequest>,
+        runs: &[WorkflowRun],
         queue: Option<QueueView>,
         stale_before: DateTime<Utc>,
     ) -> Known {
+        let tail = |name: &str| prefix.tail(name).map(str::to_owned);
+        let mut newest = BTreeMap::new();
+        for run in runs {
+            let completed = run.status.as_deref() == Some("completed");
+            for branch in run.branches(prefix).filter_map(tail) {
+                let seen = newest.entry(branch).or_insert((run.created_at, completed));
+                if run.created_at > seen.0 {
+                    *seen = (run.created_at, completed);
+                }
+            }
+        }
         Known {
-            branches: branches
-                .into_iter()
-                .filter_map(|b| Some((prefix.tail(b.name.as_str())?.to_owned(), b)))
+            branches: (branches.into_iter())
+                .filter_map(|b| Some((tail(b.name.as_str())?, b)))
                 .collect(),
-            pulls: pull_heads
-                .iter()
-                .filter_map(|head| prefix.tail(head.as_str()).map(str::to_owned))
+            pulls: (pulls.into_iter())
+                .filter_map(|p| Some(((tail(&p.head)?, p.number), p)))
                 .collect(),
+            runs: newest,
             queue,
             stale_before,
             base: OnceCell::new(),
@@ -57,21 +74,64 @@ impl Known {
     }
 
     /// Every branch of row `id`.
-    fn branches_of(&self, id: &RowId) -> Vec<&Branch> {
-        self.branches
-            .range(id.as_str().to_owned()..)
-            .take_while(|(tail, _)| tail.starts_with(id.as_str()))
-            .filter(|(tail, _)| id.owns_tail(tail))
+    fn branches_of<'a>(&'a self, id: &'a RowId) -> Vec<&'a Branch> {
+        of_row(&self.branches, id)
             .map(|(_, branch)| branch)
             .collect()
     }
 
+    /// The pull requests from a branch of row `id`, with their head's tail.
+    fn pulls_of<'a>(&'a self, id: &'a RowId) -> impl Iterator<Item = (&'a str, &'a PullRequest)> {
+        let row = self.pulls.range((id.as_str().to_owned(), 0)..);
+        let row = row.take_while(|((tail, _), _)| tail.starts_with(id.as_str()));
+        row.filter(|((tail, _), _)| id.owns_tail(tail))
+            .map(|((tail, _), pull)| (tail.as_str(), pull))
+    }
+
     /// Whether a pull request came from a branch of row `id`.
     fn has_pull(&self, id: &RowId) -> bool {
-        self.pulls
-            .range(id.as_str().to_owned()..)
-            .take_while(|tail| tail.starts_with(id.as_str()))
-            .any(|tail| id.owns_tail(tail))
+        self.pulls_of(id).next().is_some()
+    }
+
+    /// What the listings show of row `id`'s work, as the state to write (SPEC §6): of the
+    /// pull requests from its current branches (its latest redo's, [`redo_rank`]) a merged one,
+    /// else an open one, else a closed one, with its page; else, when no pull request came
+    /// from any of its branches and a current one is still there, `failed` if the newest run
+    /// named in its current branches has completed. `None` when they show nothing (no branch,
+    /// or work under way).
+    ///
+    /// A closed pull request whose head name now points at another commit is left out: the
+    /// name was claimed again (a redo on a deleted branch's name) and the work there is new.
+    pub fn shown(&self, id: &RowId) -> Option<(RowState, Option<String>)> {
+        let runs: Vec<_> = of_row(&self.runs, id).collect();
+        let names = (of_row(&self.branches, id).map(|(tail, _)| tail))
+            .chain(self.pulls_of(id).map(|(tail, _)| tail))
+            .chain(runs.iter().map(|(tail, _)| *tail));
+        let current = names.map(redo_rank).max()?;
+        let is_current = |tail: &str| redo_rank(tail) == current;
+        let counted = self.pulls_of(id).filter(|(tail, pull)| {
+            let branch = self.branches.get(*tail);
+            is_current(tail)
+                && (pull.state == "open" || branch.is_none_or(|b| b.sha == pull.head_sha))
+        });
+        let standing = |pull: &PullRequest| match (pull.merged, pull.state.as_str()) {
+            (true, _) => (RowState::Merged, 2),
+            (false, "open") => (RowState::PrOpen, 1),
+            _ => (RowState::Closed, 0),
+        };
+        let best = counted.max_by_key(|(_, pull)| (standing(pull).1, pull.created_at));
+        if let Some((_, pull)) = best {
+            let url = Some(pull.url.clone()).filter(|url| !url.is_empty());
+            return Some((standing(pull).0, url));
+        }
+        let newest = (runs.into_iter())
+            .filter(|(tail, _)| is_current(tail))
+            .map(|(_, run)| run)
+            .max_by_key(|run| run.0);
+        // A row whose branches are all gone is run again by the sweep: not failed.
+        let claimed = of_row(&self.branches, id).any(|(tail, _)| is_current(tail));
+        let failed = claimed && !self.has_pull(id) && newest.is_some_and(|run| run.1);
+        failed.then_some((RowState::Failed, None))
     }
 
     /// What the sweep makes of `row`, reading only: a queue route's row still in the queue is
@@ -112,6 +172,18 @@ impl Known {
             }),
         })
     }
+}
+
+/// The entries of `map`, keyed by a branch's tail, that belong to row `id`: those keys that
+/// start with the id are contiguous, and [`RowId::owns_tail`] picks the row's own.
+fn of_row<'a, V>(
+    map: &'a BTreeMap<String, V>,
+    id: &'a RowId,
+) -> impl Iterator<Item = (&'a str, &'a V)> {
+    let row = map.range(id.as_str().to_owned()..);
+    let row = row.take_while(|(tail, _)| tail.starts_with(id.as_str()));
+    row.filter(|(tail, _)| id.owns_tail(tail))
+        .map(|(tail, value)| (tail.as_str(), value))
 }
 
 /// What the sweep makes of one row: [`Known::decide`] gives the first six, and acting on a
@@ -214,6 +286,15 @@ mod tests {
     /// The forge's listing, and an hour for `stale_claim_after`: a branch outside the prefix
     /// is not in it.
     fn known(branches: &[&str], pulls: &[&str]) -> Known {
+        let merged = pulls
+            .iter()
+            .map(|head| pull(head, "closed", true))
+            .collect();
+        known_with(branches, merged, &[])
+    }
+
+    /// The listings as given, and an hour for `stale_claim_after`.
+    fn known_with(branches: &[&str], pulls: Vec<PullRequest>, runs: &[WorkflowRun]) -> Known {
         let prefix = &route().route.branch_prefix;
         let listed = |name: &&str| BranchName::listed(prefix, name);
         Known::new(
@@ -227,10 +308,105 @@ mod tests {
                     })
                 })
                 .collect(),
-            pulls.iter().filter_map(listed).collect(),
+            pulls,
+            runs,
             None,
             Utc::now() - Duration::hours(1),
         )
+    }
+
+    /// A pull request from `head`, its head at the branch's commit as [`known_with`] lists it.
+    fn pull(head: &str, state: &str, merged: bool) -> PullRequest {
+        static NUMBER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let number = NUMBER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        PullRequest {
+            number,
+            head: head.to_owned(),
+            state: state.to_owned(),
+            merged,
+            merged_at: None,
+            created_at: Utc::now() + Duration::seconds(number as i64),
+            url: format!("https://github.com/acme/app/pull/{number}"),
+            head_sha: Sha::new(format!("sha-of-{head}")),
+        }
+    }
+
+    /// A `repository_dispatch` run titled for `branch`, created `minutes_ago`.
+    fn run(branch: &str, status: &str, minutes_ago: i64) -> WorkflowRun {
+        WorkflowRun {
+            id: 1,
+            run_number: 1,
+            name: None,
+            title: format!("rowbranch: {branch}"),
+            status: Some(status.to_owned()),
+            conclusion: None,
+            event: "repository_dispatch".into(),
+            created_at: Utc::now() - Duration::minutes(minutes_ago),
+            url: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_state_shown_is_the_current_branchs_pull_request_or_its_runs_end() {
+        let id = |n: u64| RowId::parse(&json!(n)).unwrap();
+        let shown = |known: &Known, n: u64| {
+            known.shown(&id(n)).map(|(state, url)| {
+                let number = url.map(|u| u.rsplit('/').next().unwrap().to_owned());
+                format!("{state} {}", number.unwrap_or_default())
+            })
+        };
+        let (open, merged, closed) = (
+            pull("feedback/1-x", "open", false),
+            pull("feedback/2-x", "closed", true),
+            pull("feedback/3-x", "closed", false),
+        );
+        let numbers = [open.number, merged.number, closed.number];
+        // Row 4: an old closed pull request, and its redo's open one: the redo's counts.
+        let (old, redone) = (
+            pull("feedback/4-x", "closed", false),
+            pull("feedback/4-x-redo-1", "open", false),
+        );
+        // Row 5: a merged pull request from before a redo still under way: not the row's state.
+        let superseded = pull("feedback/5-x", "closed", true);
+        // Row 6: a merged pull request whose deleted branch's name was claimed again since.
+        let mut reclaimed = pull("feedback/6-x", "closed", true);
+        reclaimed.head_sha = Sha::new("the-old-work");
+        let redone_number = redone.number;
+        let known = known_with(
+            &[
+                "feedback/1-x",
+                "feedback/5-x-redo-1",
+                "feedback/6-x",
+                "feedback/7-x",
+                "feedback/8-x",
+            ],
+            vec![open, merged, closed, old, redone, superseded, reclaimed],
+            &[
+                run("feedback/7-x", "completed", 5),
+                run("feedback/8-x", "completed", 9),
+                run("feedback/8-x", "in_progress", 1),
+                run("feedback/9-x", "completed", 3),
+                run("feedback/90-x", "completed", 3),
+                run("feedback/2-x", "completed", 30),
+            ],
+        );
+        let expected = [
+            (1, Some(format!("pr_open {}", numbers[0]))),
+            (2, Some(format!("merged {}", numbers[1]))),
+            (3, Some(format!("closed {}", numbers[2]))),
+            (4, Some(format!("pr_open {redone_number}"))),
+            (5, None),
+            (6, None),
+            (7, Some("failed ".to_owned())),
+            // Run again since, and that run is under way.
+            (8, None),
+            // Its branch deleted, its run ended, no pull request: the sweep runs it again.
+            (9, None),
+            (10, None),
+        ];
+        for (n, state) in expected {
+            assert_eq!(shown(&known, n), state, "row {n}");
+        }
     }
 
     /// The verdict's name, the branch it names (if any) and its sha.

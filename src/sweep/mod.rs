@@ -3,6 +3,11 @@
 //! neither; finds dead claims (a branch still at its base, no pull request, older than
 //! `stale_claim_after`) and dispatches them again. Safe to run at any time, from anywhere:
 //! every step is idempotent, and the claim is the lock.
+//!
+//! For a route that writes its rows' states back, it also lists the route's runs once and
+//! writes the state each row's work shows where the row does not hold it yet: so a lost event
+//! (a webhook from GitHub never sent, or rowbranch without the App) is repaired by the next
+//! sweep, at three listings a route, never a request a row.
 
 mod classify;
 
@@ -18,8 +23,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::{Config, Intake, PgmqSettings, Route};
-use crate::db::{self, queue, Database, Misfit, Row, Visibility};
-use crate::forge::Base;
+use crate::db::status::StatusWrite;
+use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
+use crate::forge::{Base, Listing};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
 use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
@@ -43,6 +49,10 @@ pub struct SweepOptions {
     /// a row created before its route's `sweep_from`, and sweeps no route without one. An
     /// operator's `reconcile` takes every row of its window.
     pub scheduled: bool,
+    /// Write the rows' states back and nothing else: no row is run, no dead claim dispatched
+    /// (a `drain` with a token, which has no App to hear GitHub's events). Routes that write
+    /// nothing back are left alone.
+    pub states_only: bool,
 }
 
 impl SweepOptions {
@@ -56,6 +66,7 @@ impl SweepOptions {
             page_size: 1000,
             pgmq: config.pgmq.clone(),
             scheduled: false,
+            states_only: false,
         }
     }
 }
@@ -93,6 +104,10 @@ pub struct RouteSummary {
     pub reason: Option<&'static str>,
     /// When row level security lets the sweep see only some of the rows: which policies.
     pub warning: Option<String>,
+    /// States written back into rows (`status_column`, `pull_request_column`) because the
+    /// row's work showed one the row did not hold: sent to the writer, whose
+    /// `rowbranch_status_writes_total` counts how each ended.
+    pub states_written: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -151,6 +166,9 @@ pub async fn run(
 ) -> Vec<RouteSummary> {
     let mut summaries = Vec::new();
     for route in routes.iter() {
+        if options.states_only && !route.route.writes_back() {
+            continue;
+        }
         let mut summary = RouteSummary {
             route: format!("{} → {}", route.route.table_name(), route.route.repo),
             ..RouteSummary::default()
@@ -174,11 +192,13 @@ pub async fn run(
                 })
                 .then(|| Reason::MissingColumn.as_str());
         }
-        pipeline.metrics().reconcile_run(if swept.is_ok() {
-            SweepResult::Ok
-        } else {
-            SweepResult::Failed
-        });
+        if !options.states_only {
+            pipeline.metrics().reconcile_run(if swept.is_ok() {
+                SweepResult::Ok
+            } else {
+                SweepResult::Failed
+            });
+        }
         summaries.push(summary);
     }
     summaries
@@ -212,23 +232,54 @@ async fn sweep_route(
         - chrono::Duration::from_std(options.stale_claim_after)
             .context("stale_claim_after too long")?;
     let (repo, prefix) = (&route.repo, &route.branch_prefix);
+    // A gated route's scheduled sweep also takes, at any age, the rows that pass and have not
+    // started (an approval whose delivery was lost): read first, so that the listings reach
+    // back to the oldest of them.
+    let mut older = unstarted(rows, route, options, since);
+    let mut held = match &mut older {
+        Some(pages) => pages.next_page().await?,
+        None => Vec::new(),
+    };
+    let listed_since = held.first().map_or(since, |row| row.created_at.min(since));
     let branches = forge
         .prefix_branches(repo, prefix)
         .await
         .context("listing branches")?;
-    let pulls = forge
-        .pull_request_heads(repo, prefix, since)
-        .await
-        .context("listing pull requests")?;
-    let queue = match route.intake {
-        Intake::Pgmq { .. } => Some(QueueView::load(rows, route, &options.pgmq, since).await?),
-        Intake::Webhook => None,
+    // The runs before the pull requests: a run seen completed had opened its pull request
+    // (if any) before the pull requests were listed, so it is never taken for a failure.
+    let listed = match route.status_column {
+        Some(_) => listed_runs(pipeline, route, listed_since, summary).await?,
+        None => Vec::new(),
     };
-    let mut known = Known::new(prefix, branches, pulls, queue, stale_before);
+    let pulls = match forge.pull_requests(repo, prefix, listed_since).await {
+        Ok(Listing::Found(pulls)) => pulls,
+        Ok(Listing::NotKept) => Vec::new(),
+        Ok(Listing::NotPermitted { needs }) => anyhow::bail!(
+            "listing pull requests: GitHub does not let rowbranch list pull requests: it needs {needs}"
+        ),
+        Err(e) => return Err(anyhow::Error::new(e).context("listing pull requests")),
+    };
+    let queue = match route.intake {
+        Intake::Pgmq { .. } if !options.states_only => {
+            Some(QueueView::load(rows, route, &options.pgmq, since).await?)
+        }
+        _ => None,
+    };
+    let mut known = Known::new(prefix, branches, pulls, &listed, queue, stale_before);
+    drop(listed);
     let from = route.sweep_from.filter(|_| options.scheduled);
-    let mut pages = rows.since(route, since, options.page_size);
+    let mut pages: Vec<RowPages> = older.into_iter().collect();
+    pages.push(rows.since(route, since, options.page_size));
     loop {
-        let page = pages.next_page().await?;
+        let page = match (held.is_empty(), pages.first_mut()) {
+            (false, _) => std::mem::take(&mut held),
+            (true, Some(pager)) => pager.next_page().await?,
+            (true, None) => Vec::new(),
+        };
+        if page.is_empty() && pages.len() > 1 {
+            pages.remove(0);
+            continue;
+        }
         if page.is_empty() {
             if let Some(queue) = known.queue.filter(|q| !q.not_queued.is_empty()) {
                 tracing::warn!(route = %route.table_name(), rows = queue.not_queued.len(),
@@ -236,6 +287,16 @@ async fn sweep_route(
                 summary.not_queued = queue.not_queued;
             }
             return Ok(());
+        }
+        if !options.dry_run {
+            for row in &page {
+                summary.states_written += u64::from(write_shown(pipeline, &known, route, row));
+            }
+        }
+        if options.states_only {
+            summary.rows_seen += page.len() as u64;
+            progress(summary);
+            continue;
         }
         let table = route.table_name();
         let count = |summary: &mut RouteSummary, verdict: Verdict| {
@@ -266,6 +327,80 @@ async fn sweep_route(
         }
         progress(summary);
     }
+}
+
+/// For a gated route's scheduled sweep, with a `status_column` and a `sweep_from` before the
+/// window: the rows created from `sweep_from` to the window that pass the gate and whose state
+/// says they never started (NULL, `waiting`, or a value rowbranch does not know). Without a
+/// status column nothing tells such a row from one long finished, and the window alone is read.
+fn unstarted<'a>(
+    rows: &'a Database,
+    route: &'a Route,
+    options: &SweepOptions,
+    since: chrono::DateTime<chrono::Utc>,
+) -> Option<RowPages<'a>> {
+    let wanted = options.scheduled && !options.states_only && route.run_when.is_some();
+    let from = route.sweep_from.filter(|from| wanted && *from < since)?;
+    let status = route.status_column.as_deref()?;
+    Some(rows.unstarted(route, status, from, since, options.page_size))
+}
+
+/// The route's runs since `since`, for the states of its rows. Without the permission to read
+/// them (Actions: read) the sweep goes on, writing no `failed`, and says so.
+async fn listed_runs(
+    pipeline: &Pipeline,
+    route: &Route,
+    since: chrono::DateTime<chrono::Utc>,
+    summary: &mut RouteSummary,
+) -> anyhow::Result<Vec<crate::forge::WorkflowRun>> {
+    let (repo, prefix) = (&route.repo, &route.branch_prefix);
+    let listed = pipeline.forge().workflow_runs(repo, prefix, since).await;
+    match listed.context("listing workflow runs")? {
+        Listing::Found(runs) => Ok(runs),
+        Listing::NotKept => Ok(Vec::new()),
+        Listing::NotPermitted { needs } => {
+            let warning = format!(
+                "GitHub does not let rowbranch list workflow runs (it needs {needs}): no row is \
+                 marked failed; grant it (the App's Actions: read, or the job's `actions: read`)"
+            );
+            tracing::warn!(route = %route.table_name(), "{warning}");
+            summary.warning.get_or_insert(warning);
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// Writes back the state `known` shows for `row`, when the row does not hold it already and
+/// would take it (the writer's rule, [`StatusWrite::changes`]); whether it sent a write.
+fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row) -> bool {
+    let raw = row.record.get(&route.id_column);
+    let Some(raw) = raw.filter(|_| route.writes_back()) else {
+        return false;
+    };
+    let (Ok(id), Some(id_text)) = (RowId::parse(raw), id_text(raw)) else {
+        return false;
+    };
+    let Some((state, pull_request)) = known.shown(&id) else {
+        return false;
+    };
+    let write = StatusWrite {
+        route: Arc::clone(route),
+        id: id_text,
+        state,
+        pull_request,
+        anew: false,
+        // GitHub's pull request as it is now: open after closed is a reopening.
+        reopens: true,
+    };
+    let held = |column: &Option<String>| {
+        let value = column.as_ref().and_then(|c| row.record.get(c));
+        value.and_then(Value::as_str)
+    };
+    if !write.changes(held(&route.status_column), held(&route.pull_request_column)) {
+        return false;
+    }
+    pipeline.note_pull_request(route, &write.id, state, write.pull_request.clone(), false);
+    true
 }
 
 /// How long before the queue was read a row may have been created and still have committed
@@ -474,7 +609,8 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
             tracing::info!(route = %s.route, rows = s.rows_seen, handled = s.already_handled,
                 merged = s.merged_before, dispatched = s.dispatched_now,
                 dead_claims = s.dead_claims_redispatched, failed = s.failed,
-                before_sweep_from = s.before_sweep_from, "scheduled sweep");
+                before_sweep_from = s.before_sweep_from, states_written = s.states_written,
+                "scheduled sweep");
             say_before_start(&s);
             for f in s.failures {
                 tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
@@ -528,6 +664,9 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         }
         if s.in_queue > 0 {
             out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);
+        }
+        if s.states_written > 0 {
+            out += &format!("  states written back: {}\n", s.states_written);
         }
         if !s.not_queued.is_empty() {
             out += &format!(

@@ -902,3 +902,84 @@ async fn a_token_that_cannot_write_exits_1_with_the_permission_it_lacks_and_read
         "never read: the rows wait, visible"
     );
 }
+
+/// With a token there is no App to hear GitHub's events: each drain writes back what the
+/// pull requests and runs of the route's recent rows show, `--sweep` or not, in one listing of
+/// each a route.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_plain_token_each_drain_writes_back_the_rows_pull_requests_and_failed_runs() {
+    let db = or_skip!(QueueDb::new(Install::Extension).await);
+    db.execute(
+        "alter table public.feedbacks add column rowbranch_status text, \
+           add column pull_request_url text",
+    )
+    .await;
+    let (fake, dir, env) = token_drain(&db, &DRAIN_PERMISSIONS).await;
+    let config = std::fs::read_to_string(dir.path().join("rowbranch.toml")).unwrap();
+    write_config(
+        dir.path(),
+        &format!(
+            "{config}status_column = \"rowbranch_status\"\npull_request_column = \"pull_request_url\"\n"
+        ),
+    );
+    let states = || async {
+        let rows = db
+            .client
+            .query(
+                "select id, rowbranch_status, pull_request_url from public.feedbacks order by id",
+                &[],
+            )
+            .await
+            .unwrap();
+        rows.iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect::<Vec<(i64, Option<String>, Option<String>)>>()
+    };
+    db.insert(1..=3).await;
+    assert_eq!(
+        drain(dir.path(), &db, &env, &[]).await.clean().dispatched,
+        3
+    );
+    let dispatched = |s: &str| (1, Some(s.to_owned()), None);
+    assert_eq!(states().await[0], dispatched("dispatched"));
+
+    // Row 1's pull request is open, row 2's merged, row 3's run ended without one.
+    let branch = |id: &str| {
+        let sent = fake.dispatches(REPO);
+        let sent = sent.iter().find(|d| payload_id(&d.client_payload) == id);
+        sent.unwrap().client_payload["branch"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let open = fake.add_pull(REPO, &branch("1"), fake_github::PullState::Open, false);
+    fake.push_commit(REPO, &branch("2"));
+    let merged = fake.add_pull(REPO, &branch("2"), fake_github::PullState::Closed, true);
+    let title = format!("rowbranch: {}", branch("3"));
+    fake.add_workflow_run(REPO, &title, "completed", Some("failure"));
+    let listings = |fake: &FakeGithub| {
+        [Op::ListPulls, Op::ListRuns, Op::MatchingRefs].map(|op| fake.requests_for(op).len())
+    };
+    let before = listings(&fake);
+    let run = drain(dir.path(), &db, &env, &[]).await;
+    assert_eq!(run.clean().dispatched, 0);
+    let link = |n: u64| Some(format!("https://github.com/{REPO}/pull/{n}"));
+    assert_eq!(
+        states().await,
+        [
+            (1, Some("pr_open".to_owned()), link(open)),
+            (2, Some("merged".to_owned()), link(merged)),
+            (3, Some("failed".to_owned()), None),
+        ],
+        "{}",
+        run.stderr
+    );
+    let after = listings(&fake);
+    assert_eq!(
+        [0, 1, 2].map(|i| after[i] - before[i]),
+        [1, 1, 1],
+        "one listing of each a run"
+    );
+    assert!(run.stderr.contains("states_written"), "{}", run.stderr);
+    assert_eq!(fake.dispatches(REPO).len(), 3);
+}

@@ -51,6 +51,7 @@ mod setup_workflow;
 mod spec_refs;
 mod status_columns;
 mod status_page;
+mod sweep_states;
 mod version;
 mod webhook;
 mod workflow_bounds;

@@ -69,14 +69,6 @@ impl Forge for Recording {
     ) -> Result<Vec<Branch>, ForgeError> {
         Ok(Vec::new())
     }
-    async fn pull_request_heads(
-        &self,
-        _: &RepoName,
-        _: &BranchPrefix,
-        _: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        Ok(Vec::new())
-    }
     async fn ahead_by(&self, _: &RepoName, _: &Base, _: &BranchName) -> Result<u64, ForgeError> {
         Ok(0)
     }

@@ -92,6 +92,7 @@ fn options() -> SweepOptions {
         page_size: 3,
         pgmq: rowbranch::config::PgmqSettings::default(),
         scheduled: false,
+        states_only: false,
     }
 }
 

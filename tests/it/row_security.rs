@@ -423,3 +423,65 @@ async fn a_role_without_select_fails_doctor_with_the_grant_after_which_reconcile
         .await;
     assert_eq!(out.status.code(), Some(0), "{}", output_text(&out));
 }
+
+#[tokio::test]
+async fn writing_states_back_needs_update_on_the_columns_and_a_policy_which_the_fixes_give() {
+    let table = or_skip!(Table::new("writer", "").await);
+    table
+        .db
+        .execute(&format!(
+            "alter table public.feedbacks add column rowbranch_status text;
+             alter table public.feedbacks enable row level security;
+             create policy reads on public.feedbacks for select to {} using (true);",
+            ident(&table.role)
+        ))
+        .await;
+    let config = format!(
+        "[forge]\nkind = \"local\"\npath = \"repo.git\"\n{FEEDBACK_ROUTE}status_column = \"rowbranch_status\"\n"
+    );
+    std::fs::write(table.dir.path().join("rowbranch.toml"), config).unwrap();
+    // The role's line, `✗ …` and the SQL of its fix, run as printed.
+    let failed = |out: &Output, what: &str| -> String {
+        let text = child::stdout(out);
+        let lines: Vec<&str> = text.lines().collect();
+        let at = (lines.iter())
+            .position(|l| l.starts_with('✗') && l.contains(what))
+            .unwrap_or_else(|| panic!("no failed line of {what:?}:\n{}", output_text(out)));
+        let sql: Vec<&str> = (lines[at + 1..].iter())
+            .take_while(|l| l.starts_with("    "))
+            .filter(|l| !l.trim_start().starts_with("fix:"))
+            .map(|l| l.trim())
+            .collect();
+        assert!(!sql.is_empty(), "no SQL under: {}", lines[at]);
+        sql.join("\n")
+    };
+    let out = table.doctor().await;
+    let grant = failed(
+        &out,
+        "may not UPDATE rowbranch_status: no state is written back",
+    );
+    assert_eq!(
+        grant,
+        format!(
+            "grant update (\"rowbranch_status\") on \"public\".\"feedbacks\" to {};",
+            table.role
+        )
+    );
+    table.db.execute(&grant).await;
+    let out = table.doctor().await;
+    let policy = failed(&out, "no policy lets role");
+    assert!(
+        policy.starts_with(
+            "create policy rowbranch_write on \"public\".\"feedbacks\" for update to "
+        ),
+        "{policy}"
+    );
+    table.db.execute(&policy).await;
+    let out = table.doctor().await;
+    let text = child::stdout(&out);
+    assert!(
+        text.contains("may write rowbranch_status back"),
+        "{}",
+        output_text(&out)
+    );
+}

@@ -15,7 +15,7 @@ use rowbranch::cmd::init::setup::{render, SetupContext};
 use serde_json::{json, Value};
 use tokio_postgres::Client;
 
-use crate::support::app::{spawn_app, Options};
+use crate::support::app::{spawn_app, Options, GATED_ROUTE};
 use crate::support::db::{rows, Template, TestDb};
 use crate::support::or_skip;
 use crate::support::random::{random_secret, random_whsec};
@@ -342,16 +342,7 @@ fn the_rendered_sql_holds_the_secret_or_a_placeholder_and_its_check() {
 #[tokio::test]
 async fn a_gated_trigger_posts_the_insert_and_the_column_s_updates_and_rowbranch_runs_the_approval_once(
 ) {
-    let routes = r#"
-[[routes]]
-table = "feedbacks"
-repo = "acme/app"
-events = ["INSERT", "UPDATE"]
-branch_prefix = "feedback"
-event_type = "feedback"
-run_when = { column = "status", equals = "approved" }
-"#;
-    let app = spawn_app(Options::default().routes(routes)).await;
+    let app = spawn_app(Options::default().routes(GATED_ROUTE)).await;
     let (url, secret) = (app.url.clone(), app.secret.clone());
     let Some(db) = with_stand_in().await else {
         app.shutdown().await;

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::app::{spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH};
+use crate::support::app::{
+    spawn_app, spawn_two_apps, Options, TestApp, GATED_DISPATCH, GATED_ROUTE,
+};
 use crate::support::faulty_forge::{Fault, Op, OTHER_DETAIL};
 use crate::support::http::{delivery, insert, raw_head, raw_http, Reply};
 /// An app on the faulty forge whose next `op` fails with `fault`.
@@ -540,16 +542,7 @@ async fn a_long_text_is_cut_to_fit_the_dispatch() {
 
 #[tokio::test]
 async fn a_gated_row_runs_once_when_an_update_approves_it_and_never_again() {
-    let routes = r#"
-[[routes]]
-table = "feedbacks"
-repo = "acme/app"
-events = ["INSERT", "UPDATE"]
-branch_prefix = "feedback"
-event_type = "feedback"
-run_when = { column = "status", equals = "approved" }
-"#;
-    let app = spawn_app(Options::default().routes(routes).faulty()).await;
+    let app = spawn_app(Options::default().routes(GATED_ROUTE).faulty()).await;
     let row = |status: Value| {
         json!({ "id": 7, "message": "Add dark mode", "status": status,
                 "created_at": "2026-12-02T09:30:00.000000+00:00" })

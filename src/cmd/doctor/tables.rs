@@ -42,6 +42,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
             });
             out.extend(row_security(rows, route).await);
             out.extend(super::writers::checks(rows, route).await);
+            out.extend(super::writers::own_writes(rows, route).await);
             continue;
         };
         let what = format!("{e:#}");

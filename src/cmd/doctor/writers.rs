@@ -221,6 +221,86 @@ fn ungated(route: &Route, writes: &[RoleWrites]) -> Option<Check> {
     ))
 }
 
+/// Whether DATABASE_URL's role may write the route's state back (`status_column`,
+/// `pull_request_column`): UPDATE on those columns, and, where row level security binds the
+/// role, a permissive policy for UPDATE with a condition (PostgreSQL lets an UPDATE touch no row
+/// without one, and says nothing: each write would be counted `not_visible`). For each column,
+/// whether the role may update it; then whether row level security binds the role, and whether
+/// such a policy applies to it (found as `row_security_active` and the read check find theirs).
+const OWN_WRITES: &str = "select quote_ident(current_user), \
+      array(select a.attname::text from pg_catalog.pg_attribute as a \
+        where a.attrelid = c.oid and a.attname = any($3::text[]) \
+          and not pg_catalog.has_column_privilege(c.oid, a.attnum, 'UPDATE') order by a.attnum), \
+      c.relrowsecurity and pg_catalog.row_security_active(c.oid), \
+      exists (select 1 from pg_catalog.pg_policy as p \
+        where p.polrelid = c.oid and p.polcmd in ('w', '*') and p.polpermissive \
+          and p.polqual is not null \
+          and exists (select 1 from unnest(p.polroles) as r(oid) \
+            where r.oid = 0 or pg_catalog.pg_has_role(current_user, r.oid, 'USAGE'))) \
+    from pg_catalog.pg_class as c join pg_catalog.pg_namespace as n on n.oid = c.relnamespace \
+    where n.nspname = $1::text and c.relname = $2::text";
+
+/// The check that rowbranch's own role may write the route's state back, for a route that does.
+pub(super) async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
+    let columns: Vec<&str> = [&route.status_column, &route.pull_request_column]
+        .into_iter()
+        .flatten()
+        .map(String::as_str)
+        .collect();
+    if columns.is_empty() {
+        return None;
+    }
+    let table = quote_relation(&route.schema, &route.table);
+    let found = query(
+        rows.client(),
+        OWN_WRITES,
+        &[&route.schema, &route.table, &columns],
+    )
+    .await;
+    let row = match found {
+        Ok(found) => found.into_iter().next()?,
+        Err(e) => {
+            return Some(Check::advise(
+                format!(
+                "{table}: whether DATABASE_URL's role may write the row's state cannot be read: {}",
+                describe(&e)
+            ),
+                "give DATABASE_URL's role access to the catalog (every role has it by default)",
+            ))
+        }
+    };
+    let (role, lacking, bound, policy): (String, Vec<String>, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let named = columns.join(", ");
+    if !lacking.is_empty() {
+        let quoted: Vec<String> = lacking.iter().map(|c| quote_ident(c)).collect();
+        return Some(Check::fail(
+            format!(
+                "{table}: role {role} (DATABASE_URL's) may not UPDATE {}: no state is written back",
+                lacking.join(", ")
+            ),
+            format!(
+                "{AS_OWNER}\n  grant update ({}) on {table} to {role};",
+                quoted.join(", ")
+            ),
+        ));
+    }
+    if bound && !policy {
+        return Some(Check::fail(
+            format!(
+                "{table}: row level security is on and no policy lets role {role} (DATABASE_URL's) \
+                 update its rows: every write of a state matches no row (counted not_visible)"
+            ),
+            format!(
+                "{AS_OWNER}\n  create policy rowbranch_write on {table} for update to {role} using (true) with check (true);"
+            ),
+        ));
+    }
+    Some(Check::pass(format!(
+        "{table}: role {role} may write {named} back"
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

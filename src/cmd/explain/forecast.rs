@@ -121,13 +121,13 @@ pub(super) async fn reconcile(
             sha: Sha::new(b.sha.clone()),
         })
     });
-    let heads = (pulls.items.iter()).filter_map(|p| BranchName::listed(prefix, &p.head));
     let stale_after = config.reconcile.stale_claim_after;
     let stale_before = now - since(stale_after);
     let mut known = Known::new(
         prefix,
         branches.collect(),
-        heads.collect(),
+        pulls.items.clone(),
+        &[],
         queue,
         stale_before,
     );

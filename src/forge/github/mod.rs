@@ -582,6 +582,7 @@ impl Forge for GithubForge {
                     merged_at: p.merged_at,
                     created_at,
                     url: p.html_url.map(String::from).unwrap_or_default(),
+                    head_sha: Sha::new(p.head.sha),
                     head: p.head.ref_field,
                 })
             }));
@@ -593,22 +594,25 @@ impl Forge for GithubForge {
 
     /// `GET /repos/{o}/{r}/actions/runs?event=repository_dispatch`, newest first, page by page
     /// until the runs are older than `since` (GitHub gives at most 1,000 with a filter). A
-    /// dispatched run runs on the default branch, so the row's runs are told by their title,
+    /// dispatched run runs on the default branch, so the route's runs are told by their title,
     /// the workflow's `run-name`. Needs the App's Actions: read; without it the answer is
     /// "not permitted", not a failure.
     /// (https://docs.github.com/rest/actions/workflow-runs#list-workflow-runs-for-a-repository)
-    async fn row_workflow_runs(
+    async fn workflow_runs(
         &self,
         repo: &RepoName,
         prefix: &BranchPrefix,
-        id: &RowId,
         since: chrono::DateTime<chrono::Utc>,
     ) -> Result<Listing<WorkflowRun>, ForgeError> {
-        let first = format!("/repos/{repo}/actions/runs?event=repository_dispatch&per_page=100");
+        // A dispatched run has no pull requests of its own to list: `exclude_pull_requests`
+        // only makes the pages smaller.
+        let first = format!(
+            "/repos/{repo}/actions/runs?event=repository_dispatch&exclude_pull_requests=true&per_page=100"
+        );
         let take = |runs: Vec<WorkflowRun>, found: &mut Vec<WorkflowRun>| {
             let older = runs.last().is_none_or(|r| r.created_at < since);
-            let rows = runs.into_iter().filter(|r| r.created_at >= since);
-            found.extend(rows.filter(|r| r.names_row(prefix, id)));
+            let recent = runs.into_iter().filter(|r| r.created_at >= since);
+            found.extend(recent.filter(|r| r.branches(prefix).next().is_some()));
             !older
         };
         self.pages("listing workflow runs", repo, &first, take)

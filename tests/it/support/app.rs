@@ -33,6 +33,17 @@ event_type = "feedback"
 sweep_from = "2026-01-01T00:00:00+00:00"
 "#;
 
+/// [`FEEDBACK_ROUTE`]'s table held at a gate, as `init --run-when status=approved` writes it.
+pub const GATED_ROUTE: &str = r#"
+[[routes]]
+table = "feedbacks"
+repo = "acme/app"
+events = ["INSERT", "UPDATE"]
+branch_prefix = "feedback"
+event_type = "feedback"
+run_when = { column = "status", equals = "approved" }
+"#;
+
 /// `sweep_from`'s line in [`FEEDBACK_ROUTE`].
 pub const SWEEP_FROM_LINE: &str = "sweep_from = \"2026-01-01T00:00:00+00:00\"\n";
 

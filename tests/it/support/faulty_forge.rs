@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use async_trait::async_trait;
 use rowbranch::forge::local::LocalForge;
-use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Sha};
+use rowbranch::forge::{Base, Branch, Claim, Forge, ForgeError, Listing, PullRequest, Sha};
 use rowbranch::identity::{BranchName, BranchPrefix, EventType, RepoName, RowId};
 use serde_json::Value;
 
@@ -273,17 +273,33 @@ impl Forge for FaultyForge {
         self.inner.prefix_branches(repo, prefix).await
     }
 
-    async fn pull_request_heads(
+    async fn pull_requests(
         &self,
         _repo: &RepoName,
         prefix: &BranchPrefix,
         _since: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<BranchName>, ForgeError> {
-        let pulls = &self.state().pulls;
-        Ok(pulls
+    ) -> Result<Listing<PullRequest>, ForgeError> {
+        let now = chrono::Utc::now();
+        let state = self.state();
+        let listed = state
+            .pulls
             .iter()
-            .filter_map(|head| BranchName::listed(prefix, head))
-            .collect())
+            .enumerate()
+            .filter(|(_, head)| prefix.tail(head).is_some());
+        Ok(Listing::Found(
+            listed
+                .map(|(n, head)| PullRequest {
+                    number: n as u64 + 1,
+                    head: head.clone(),
+                    state: "closed".to_owned(),
+                    merged: true,
+                    merged_at: Some(now),
+                    created_at: now,
+                    url: String::new(),
+                    head_sha: Sha::new(""),
+                })
+                .collect(),
+        ))
     }
 
     async fn ahead_by(
