@@ -183,6 +183,8 @@ Environment (each wins over the config file):
   (the one [github] token_env names, e.g. GITHUB_TOKEN)
                              a token used in place of the App, for routes on the queue
   GITHUB_API_URL             GitHub's API ([github] api_url), e.g. https://HOST/api/v3
+  GITHUB_WEBHOOK_SECRET      the App's webhook secret, which signs its events to POST /github
+                             (pull requests and runs, for status_column); 404 there without it
   ROWBRANCH_STATUS_PASSWORD  the status page's password (status_page = true), 16 characters or
                              more; required unless --insecure-public-status
   DATABASE_URL               PostgreSQL: the queue (intake = \"pgmq\") and the scheduled

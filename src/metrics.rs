@@ -179,6 +179,43 @@ pub const UNROUTED_ANSWERS: &[AnswerLabels] = &[
 /// webhooks, so that the server answers them at all).
 pub const QUEUE_ROUTE_ANSWERS: &[AnswerLabels] = &[(200, "ignored", "pgmq_intake")];
 
+/// The answers `POST /github` gives before a route is known (`route="none"`), when
+/// `GITHUB_WEBHOOK_SECRET` is set (SPEC §3, "POST /github"): refused before the event is read,
+/// an event or action that says nothing of a row, and an event no route's row owns. A test in
+/// src/http/github.rs holds every answer the endpoint can give to this list and the next.
+pub const GITHUB_EVENT_ANSWERS: &[AnswerLabels] = &[
+    (200, "ignored", "event"),
+    (200, "ignored", "action"),
+    (200, "ignored", "not_work"),
+    (200, "ignored", "repository"),
+    (200, "ignored", "fork"),
+    (200, "ignored", "branch"),
+    (200, "ignored", "not_written"),
+    (400, "error", "malformed"),
+    (401, "error", "unauthorized"),
+    (408, "error", "timed_out"),
+    (413, "error", "too_large"),
+    (415, "error", "content_type"),
+    (500, "error", "internal"),
+    (503, "error", "unavailable"),
+];
+
+/// The answers `POST /github` gives for an event of a route that writes its rows' states: the
+/// state handed to the writer, or why none was.
+pub const GITHUB_EVENT_ROUTE_ANSWERS: &[AnswerLabels] = &[
+    (200, "pr_open", ""),
+    (200, "merged", ""),
+    (200, "closed", ""),
+    (200, "failed", ""),
+    (200, "ignored", "no_row"),
+    (200, "ignored", "superseded"),
+    (200, "ignored", "pull_request"),
+    (503, "error", "unavailable"),
+];
+
+/// What `POST /github` answers every event without `GITHUB_WEBHOOK_SECRET`.
+pub const GITHUB_EVENT_OFF: AnswerLabels = (404, "error", "not_configured");
+
 /// What a process can count, known from its config at start: which series exist at 0 from then
 /// on ([`Metrics::start_at_zero`]).
 #[derive(Debug, Default, Clone)]
@@ -196,6 +233,9 @@ pub struct Scope {
     /// The `schema.table` of each route whose rows hear back (`status_column`,
     /// `pull_request_column`), when the process writes them.
     pub status_routes: Vec<String>,
+    /// Whether the server takes the App's events (`POST /github`, on the GitHub forge), and
+    /// if so whether `GITHUB_WEBHOOK_SECRET` is set.
+    pub github_hook: Option<bool>,
 }
 
 /// A series' labels, each a name and its value: a route's `schema.table` (or [`NO_ROUTE`]), the
@@ -313,6 +353,8 @@ families! {
         "Requests to a path the server does not serve, answered 404";
     status_writes: Counters = Family::default(), "rowbranch_status_writes",
         "Row states written back into the rows, by route and result";
+    github_events: Counters = Family::default(), "rowbranch_github_events",
+        "The GitHub App's events answered at POST /github, by route, status, outcome and reason";
 }
 
 crate::reason::named_set! {
@@ -394,6 +436,18 @@ impl Metrics {
             let results = StatusResult::ALL.iter().map(|r| r.as_str());
             at_zero(&self.status_writes, by_route(route, "result", results));
         }
+        let events = match scope.github_hook {
+            None => Vec::new(),
+            Some(false) => vec![(NO_ROUTE, std::slice::from_ref(&GITHUB_EVENT_OFF))],
+            Some(true) => (scope.status_routes.iter())
+                .map(|route| (route.as_str(), GITHUB_EVENT_ROUTE_ANSWERS))
+                .chain([(NO_ROUTE, GITHUB_EVENT_ANSWERS)])
+                .collect(),
+        };
+        for (route, answers) in events {
+            let label_sets = answers.iter().map(|&a| delivery_labels(route, a));
+            at_zero(&self.github_events, label_sets);
+        }
         if scope.consumer {
             for route in queue {
                 let results = MessageResult::ALL.iter().map(|r| r.as_str());
@@ -437,6 +491,13 @@ impl Metrics {
         let labels = delivery_labels(route, (status, outcome, reason));
         self.deliveries.get_or_create(&labels).inc();
         self.add(format!("deliveries {outcome}"));
+    }
+
+    /// One answer of `POST /github`. `route` is the route's `schema.table`, or [`NO_ROUTE`].
+    pub fn github_event(&self, route: &str, (status, outcome, reason): AnswerLabels) {
+        let labels = delivery_labels(route, (status, outcome, reason));
+        self.github_events.get_or_create(&labels).inc();
+        self.add(format!("GitHub events {outcome}"));
     }
 
     fn add(&self, total: String) {
@@ -699,6 +760,7 @@ mod tests {
             sweep: true,
             github: true,
             status_routes: vec!["public.feedbacks".into()],
+            github_hook: Some(true),
         }
     }
 
@@ -729,6 +791,8 @@ mod tests {
             ("rowbranch_deliveries_total", 6 + 18 + 1),
             // The route that writes its rows' states: each result.
             ("rowbranch_status_writes_total", 5),
+            // POST /github: none's 14, and the route that writes its rows' states: 8.
+            ("rowbranch_github_events_total", 14 + 8),
             ("rowbranch_runs_total", 2 * 6),
             // 10 operations, two statuses each, and get_ref's 404.
             ("rowbranch_github_requests_total", 10 * 2 + 1),

@@ -96,6 +96,29 @@ named_set! {
         Abandoned => "abandoned",
         /// A bug; the log holds the error chain (500).
         Internal => "internal",
+
+        // `POST /github`, the App's own events (SPEC §3); its refusals before the event is read
+        // are the ones above (`content_type`, `too_large`, `unauthorized`, `timed_out`,
+        // `malformed`), and so are `event`, `pull_request` and `unavailable`.
+        /// `GITHUB_WEBHOOK_SECRET` is not set: the endpoint is off (404).
+        NotConfigured => "not_configured",
+        /// An action of the event that says nothing of a row's state (`labeled`, `requested`).
+        Action => "action",
+        /// A `workflow_run` that is not the work of a row: not started by `repository_dispatch`,
+        /// or its title is not `rowbranch: {branch}`.
+        NotWork => "not_work",
+        /// No route names the repository.
+        Repository => "repository",
+        /// The pull request's head is in another repository than the route's: a fork.
+        Fork => "fork",
+        /// No route's `branch_prefix` owns the branch.
+        Branch => "branch",
+        /// The route writes neither `status_column` nor `pull_request_column`.
+        NotWritten => "not_written",
+        /// No row of the route's table has the branch's id (any more).
+        NoRow => "no_row",
+        /// The branch is older than the row's latest `-redo-N`: `redo` started the row anew.
+        Superseded => "superseded",
     }
 }
 

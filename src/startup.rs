@@ -361,6 +361,7 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
             Some(_) => tables(&Route::writes_back),
             None => Vec::new(),
         },
+        github_hook: (serves && github).then(|| config.forge.github_webhook_secret().is_some()),
     }
 }
 

@@ -305,7 +305,8 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
 
 async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let dir = &out_dir(args);
-    let mut ctx = context(args, &PreviousRun::read(dir)?)?;
+    let previous = PreviousRun::read(dir)?;
+    let mut ctx = context(args, &previous)?;
     let names = ctx.outputs();
     let existing: Vec<&str> = names
         .iter()
@@ -328,6 +329,14 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
         .iter()
         .map(|name| Ok((*name, render(name, &ctx)?)))
         .collect::<anyhow::Result<_>>()?;
+    // The App's webhook secret, which only GitHub's answer to `--manifest-code` gave, stays.
+    let files = files
+        .into_iter()
+        .map(|(name, text)| match &previous.hook_secret {
+            Some(secret) if name == ENV_FILE => (name, with_hook_secret(&text, secret)),
+            _ => (name, text),
+        });
+    let files: Vec<(&str, String)> = files.collect();
     let steps = steps(dir, &ctx)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     println!("the setup in {}:", dir.display());
@@ -382,6 +391,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
             .unwrap_or_default()
     );
     println!("  wrote {} (readable by you only)", key_path.display());
+    keep_hook_secret(dir, app.webhook_secret.as_deref())?;
     set_app_id(&config, app.id)?;
     match slug {
         Some(slug) => name_the_bot(&dir.join("workflow.yml"), slug)?,
@@ -391,6 +401,66 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
         ),
     }
     println!("next: install the App on your repository (the App's page → Install App), then run rowbranch doctor");
+    Ok(())
+}
+
+/// What `init --manifest-code` writes into rowbranch.env before the App's webhook secret.
+const HOOK_SECRET_NOTE: &str =
+    "# The GitHub App's webhook secret, which GitHub signs the App's events to POST /github\n\
+     # with (init --manifest-code wrote it from GitHub's answer).\n";
+
+/// The variable that holds it.
+const HOOK_SECRET_LINE: &str = "GITHUB_WEBHOOK_SECRET=";
+
+/// `env` (rowbranch.env's text) with the App's webhook secret as its last line, in place of
+/// any it held.
+fn with_hook_secret(env: &str, secret: &str) -> String {
+    let note: Vec<&str> = HOOK_SECRET_NOTE.lines().collect();
+    let mut kept: String = (env.split_inclusive('\n'))
+        .filter(|line| {
+            let line = line.trim_end_matches(['\n', '\r']);
+            !line.starts_with(HOOK_SECRET_LINE) && !note.contains(&line)
+        })
+        .collect();
+    if !kept.is_empty() && !kept.ends_with('\n') {
+        kept.push('\n');
+    }
+    format!("{kept}{HOOK_SECRET_NOTE}{HOOK_SECRET_LINE}\"{secret}\"\n")
+}
+
+/// Writes the webhook secret GitHub made for the App (`webhook_secret` in the manifest's
+/// conversion) into rowbranch.env, readable by its owner only, beside the webhook secrets
+/// `init` made: GitHub shows it this once, and `POST /github` needs it. Never printed.
+fn keep_hook_secret(dir: &Path, secret: Option<&str>) -> Result<(), Failure> {
+    let path = dir.join(ENV_FILE);
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+        println!(
+            "  GitHub made no webhook secret (the manifest has no webhook): POST /github stays \
+             off; docs/operating.md, \"The App's events\", says how to turn it on"
+        );
+        return Ok(());
+    };
+    // Between double quotes the shell, systemd and Docker Compose read these characters
+    // otherwise: such a secret is not written rather than written wrong.
+    let plain = |c: char| c.is_ascii_graphic() && !matches!(c, '"' | '\\' | '$' | '`') || c == ' ';
+    if !secret.chars().all(plain) {
+        println!(
+            "  GitHub's webhook secret for the App holds characters {ENV_FILE} cannot carry \
+             between double quotes: set a new one on the App's settings page (Webhook secret) \
+             and the same in GITHUB_WEBHOOK_SECRET"
+        );
+        return Ok(());
+    }
+    let env = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display()))?,
+    };
+    write(&path, &with_hook_secret(&env, secret), true)?;
+    println!(
+        "  wrote the App's webhook secret into {} as GITHUB_WEBHOOK_SECRET (readable by you only)",
+        path.display()
+    );
     Ok(())
 }
 
@@ -492,6 +562,8 @@ struct PreviousRun {
     /// Whether a file that carries the secrets is here: secrets a re-run cannot read back are
     /// not replaced without `--rotate-secrets`.
     has_secrets: bool,
+    /// The App's webhook secret, which `--manifest-code` wrote into rowbranch.env.
+    hook_secret: Option<String>,
 }
 
 impl PreviousRun {
@@ -542,6 +614,10 @@ impl PreviousRun {
             Some((signing.to_owned(), bearer.to_owned()))
         });
         previous.secrets = secrets;
+        previous.hook_secret = env.lines().find_map(|line| {
+            let value = line.strip_prefix(HOOK_SECRET_LINE)?;
+            Some(value.strip_prefix('"')?.strip_suffix('"')?.to_owned())
+        });
         Ok(previous)
     }
 }

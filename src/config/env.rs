@@ -21,6 +21,9 @@ pub const GITHUB_APP_ID: &str = "GITHUB_APP_ID";
 /// The App's private key, the PEM text; wins over `[github] private_key_path`.
 pub const GITHUB_APP_PRIVATE_KEY: &str = "GITHUB_APP_PRIVATE_KEY";
 pub const GITHUB_API_URL: &str = "GITHUB_API_URL";
+/// The App's webhook secret, which GitHub signs the App's events with (`POST /github`); never
+/// read from the file.
+pub const GITHUB_WEBHOOK_SECRET: &str = "GITHUB_WEBHOOK_SECRET";
 /// The webhook secrets, separated by spaces; never read from the file.
 pub const WEBHOOK_SECRET: &str = "ROWBRANCH_WEBHOOK_SECRET";
 pub const STATUS_PASSWORD: &str = "ROWBRANCH_STATUS_PASSWORD";
@@ -63,13 +66,14 @@ pub const ROUTE: [(&str, &str, &str); 10] = [
 ];
 
 /// The variables the config reads besides the route's, in the order it reads them.
-const SETTINGS: [&str; 9] = [
+const SETTINGS: [&str; 10] = [
     CONFIG,
     LISTEN,
     PORT,
     GITHUB_APP_ID,
     GITHUB_APP_PRIVATE_KEY,
     GITHUB_API_URL,
+    GITHUB_WEBHOOK_SECRET,
     WEBHOOK_SECRET,
     STATUS_PASSWORD,
     DATABASE_URL,

@@ -162,6 +162,14 @@ impl ForgeSettings {
         }
     }
 
+    /// `GITHUB_WEBHOOK_SECRET`, which `POST /github` needs; the local forge has no App.
+    pub fn github_webhook_secret(&self) -> Option<&Redacted> {
+        match self {
+            ForgeSettings::Github(github) => github.webhook_secret.as_ref(),
+            ForgeSettings::Local(_) => None,
+        }
+    }
+
     /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
     pub fn queue_capacity(&self) -> usize {
         match self {
@@ -206,6 +214,9 @@ pub struct GithubSettings {
     pub retry_budget: Duration,
     /// How long the default branch's head is reused for new claims.
     pub base_cache: Duration,
+    /// `GITHUB_WEBHOOK_SECRET`: the secret GitHub signs the App's events with
+    /// (`X-Hub-Signature-256`); `POST /github` answers 404 without it.
+    pub webhook_secret: Option<Redacted>,
 }
 
 impl GithubSettings {

@@ -177,6 +177,7 @@ fn secrets(env: &Overlay, config: &Config) -> Vec<(String, &'static str)> {
     let variables = [
         env::WEBHOOK_SECRET,
         env::GITHUB_APP_PRIVATE_KEY,
+        env::GITHUB_WEBHOOK_SECRET,
         env::DATABASE_URL,
         env::STATUS_PASSWORD,
     ];

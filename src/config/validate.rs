@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::env::{
     secret_from_init, Overlay, DATABASE_URL, GITHUB_API_URL, GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY,
-    LISTEN, PORT, STATUS_PASSWORD, WEBHOOK_SECRET,
+    GITHUB_WEBHOOK_SECRET, LISTEN, PORT, STATUS_PASSWORD, WEBHOOK_SECRET,
 };
 use super::file::{
     self, RawConfig, RawForge, RawGithub, RawPgmq, RawRoute, RawRunWhen, RawWebhook,
@@ -235,7 +235,25 @@ fn github_settings(
         )?,
         retry_budget: Duration::from_millis(raw.retry_budget_ms),
         base_cache: Duration::from_millis(raw.base_cache_ms),
+        webhook_secret: github_webhook_secret(env)?,
     })
+}
+
+/// `GITHUB_WEBHOOK_SECRET`, taken whole: it is what the App's settings page holds, in which a
+/// space is a character like any other. A space or line break at either end is refused rather
+/// than trimmed: it would make every signature wrong while looking right, and no secret GitHub
+/// makes has one.
+fn github_webhook_secret(env: &Overlay) -> Result<Option<Redacted>, ConfigError> {
+    let Some(secret) = env.get(GITHUB_WEBHOOK_SECRET) else {
+        return Ok(None);
+    };
+    if secret.trim() != secret {
+        return Err(invalid!(
+            "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
+             secret alone, exactly as the App's settings page (Webhook secret) has it"
+        ));
+    }
+    Ok(Some(Redacted(secret.to_owned())))
 }
 
 /// With a token, every route reads the queue: webhooks are the App's alone (a delivery is

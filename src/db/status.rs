@@ -72,9 +72,19 @@ pub struct StatusWrite {
     /// `redo`: the row starts anew, whatever state it was in (and its pull request's link is
     /// cleared).
     pub anew: bool,
+    /// Whether `pr_open` may replace `closed` (a pull request reopened, or found open); not for
+    /// a pull request's first `opened`, which can arrive after its `closed`.
+    pub reopens: bool,
 }
 
 impl StatusWrite {
+    /// The states this write may replace ([`RowState::over`]), less `closed` for a pull
+    /// request's first `opened` ([`StatusWrite::reopens`]); `None`: every state but its own.
+    fn over(&self) -> Option<Vec<RowState>> {
+        let reopened = |s: &&RowState| self.reopens || **s != RowState::Closed;
+        (self.state.over()).map(|over| over.iter().filter(reopened).copied().collect())
+    }
+
     /// Whether a row whose columns hold `status` and `link` would take this write: the
     /// `WHERE` of [`Database::write_status`] asked of values read already, so that a sweep
     /// sends only the writes that change a row (and counts them).
@@ -89,7 +99,7 @@ impl StatusWrite {
             return other_link;
         }
         let known = status.and_then(RowState::parse);
-        let allowed = match self.state.over() {
+        let allowed = match self.over() {
             _ if self.anew => true,
             Some(over) => known.is_none_or(|s| over.contains(&s)),
             None => known != Some(self.state),
@@ -125,7 +135,8 @@ impl Database {
         }
         // Where the row may take the state: rowbranch's own states that come before it (or any
         // other value), never the state itself (with the same link) nor a later one.
-        let allowed = |column: &str| match write.state.over() {
+        let over = write.over();
+        let allowed = |column: &str| match &over {
             _ if write.anew => "true".to_owned(),
             Some(over) => {
                 let later: Vec<_> = (RowState::ALL.iter())
@@ -170,6 +181,29 @@ impl Database {
             Some(Some(true)) => StatusResult::NotVisible,
             Some(_) => StatusResult::Already,
         })
+    }
+}
+
+impl Database {
+    /// The first of `ids` (texts, each a possible id) that a row of the route's table has, by
+    /// its index: how a branch names its row when the id may hold `-` (a UUID, a text id), so
+    /// that only the table can tell `{id}-{slug}` apart. Each is bound in the id column's own
+    /// type; one that is no value of it (`42-add` for a bigint id) names no row.
+    pub async fn first_row_of(&self, route: &Route, ids: &[&str]) -> Result<Option<usize>> {
+        let shape = Shape::for_status(&self.client, route).await?;
+        let sql = format!(
+            "select 1 from {} where {} = cast($1::text as {}) limit 1",
+            shape.relation, shape.id, shape.id_type
+        );
+        for (at, id) in ids.iter().enumerate() {
+            match query(&self.client, &sql, &[id]).await {
+                Ok(found) if !found.is_empty() => return Ok(Some(at)),
+                Ok(_) => {}
+                Err(e) if super::error::data_error(&e) => {}
+                Err(e) => return Err(shape.query_error(e)),
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -325,6 +359,7 @@ mod tests {
             state,
             pull_request: link.map(str::to_owned),
             anew: false,
+            reopens: true,
         }
     }
 
@@ -363,5 +398,17 @@ mod tests {
                 "{state} {link:?} over {held:?} {held_link:?} ({columns:?})"
             );
         }
+    }
+
+    #[test]
+    fn a_pull_requests_first_opened_leaves_a_closed_row_and_a_reopening_does_not() {
+        let both = "status_column = \"state\"\npull_request_column = \"link\"\n";
+        let link = Some("https://x/pull/1");
+        let mut opened = write(both, RowState::PrOpen, link);
+        assert!(opened.changes(Some("closed"), link), "reopened");
+        opened.reopens = false;
+        assert!(!opened.changes(Some("closed"), link), "a late opened");
+        assert!(opened.changes(Some("dispatched"), None));
+        assert!(opened.changes(Some("failed"), None));
     }
 }

@@ -408,6 +408,7 @@ mod tests {
             "ROWBRANCH_WEBHOOK_SECRET",
             "DATABASE_URL",
             "GITHUB_APP_PRIVATE_KEY",
+            "GITHUB_WEBHOOK_SECRET",
             "GITHUB_TOKEN",
             "ROWBRANCH_STATUS_PASSWORD",
             "PGPASSWORD",

@@ -6,6 +6,7 @@
 
 mod answer;
 mod conn;
+mod github;
 mod listen;
 mod login;
 mod pages;
@@ -22,7 +23,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -32,7 +33,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::config::Config;
+use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
 use crate::db::Reachability;
 use crate::event::RowEvent;
@@ -66,6 +67,8 @@ pub struct App {
     database: Arc<Reachability>,
     /// The bodies read before they can be authenticated, within one budget of bytes.
     unverified: Unverified,
+    /// `POST /github`'s secret and connection.
+    hook: github::Hook,
 }
 
 impl App {
@@ -80,7 +83,6 @@ impl App {
     ) -> Arc<App> {
         let unverified = Unverified::new(UNVERIFIED_BYTES, config.webhook.max_body_bytes);
         Arc::new(App {
-            config,
             routes,
             pipeline,
             metrics,
@@ -92,6 +94,8 @@ impl App {
             unverified,
             logins: Logins::default(),
             database,
+            hook: github::Hook::new(&config),
+            config,
         })
     }
 
@@ -142,9 +146,16 @@ pub fn router(app: Arc<App>) -> Router {
     } else {
         post(no_webhook)
     };
-    Router::new()
+    let router = Router::new()
         .route("/", get(pages::home))
-        .route("/webhook", webhook)
+        .route("/webhook", webhook);
+    // The App's events, on GitHub alone: the local forge has no App, and `/github` is then a
+    // path like any other it does not serve.
+    let router = match app.config.forge {
+        ForgeSettings::Github(_) => router.route("/github", post(github::github)),
+        ForgeSettings::Local(_) => router,
+    };
+    router
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready::readyz))
         .route("/metrics", get(metrics))
@@ -283,35 +294,11 @@ async fn read(
         None => return Err((unauthorized(), Some("missing"))),
     };
     // A body whose credentials it must prove itself is read within the budget of such bodies.
-    let read = async {
-        match pending {
-            Some(_) => app.unverified.read(body, webhook.max_body_bytes).await,
-            None => match Limited::new(body, webhook.max_body_bytes).collect().await {
-                Ok(collected) => Ok(collected.to_bytes()),
-                Err(e) if e.is::<LengthLimitError>() => Err(Unread::TooLarge),
-                Err(_) => Err(Unread::Broken),
-            },
-        }
-    };
-    let bytes = match tokio::time::timeout(webhook.read_timeout, read).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(Unread::TooLarge)) => return Err((too_large(), None)),
-        Ok(Err(Unread::Broken)) => {
-            let cut = Answer::refused(Reason::Malformed, "the body was cut off before its end");
-            return Err((cut, None));
-        }
-        Ok(Err(Unread::Cut)) => {
-            let message = "the body was not read whole: bodies whose signature is not yet \
-                checked held the server's budget for them, and this one had been reading longest";
-            return Err((Answer::refused(Reason::TimedOut, message), None));
-        }
-        Err(_) => {
-            let message = format!(
-                "the body did not arrive within read_timeout_ms ({} ms)",
-                webhook.read_timeout.as_millis()
-            );
-            return Err((Answer::refused(Reason::TimedOut, message), None));
-        }
+    let budget = pending.as_ref().map(|_| &app.unverified);
+    let bytes = match read_body(body, webhook.max_body_bytes, webhook.read_timeout, budget).await {
+        Ok(bytes) => bytes,
+        Err((Reason::TooLarge, _)) => return Err((too_large(), None)),
+        Err((reason, message)) => return Err((Answer::refused(reason, message), None)),
     };
     if let Some((secrets, pending)) = pending {
         if let Err(why) = pending.verify(secrets, &bytes) {
@@ -319,6 +306,48 @@ async fn read(
         }
     }
     payload::parse(&bytes).map_err(|e| (Answer::refused(Reason::Malformed, e.to_string()), None))
+}
+
+/// A body, read whole within `timeout` and at most `max` bytes; else why not: `too_large`,
+/// `timed_out`, or `malformed` for one cut off before its end.
+async fn read_body(
+    body: Body,
+    max: usize,
+    timeout: Duration,
+    budget: Option<&Unverified>,
+) -> Result<Bytes, (Reason, String)> {
+    let read = async {
+        match budget {
+            Some(budget) => budget.read(body, max).await,
+            None => match Limited::new(body, max).collect().await {
+                Ok(collected) => Ok(collected.to_bytes()),
+                Err(e) if e.is::<LengthLimitError>() => Err(Unread::TooLarge),
+                Err(_) => Err(Unread::Broken),
+            },
+        }
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(Unread::TooLarge)) => Err((
+            Reason::TooLarge,
+            format!("the body is larger than {max} bytes"),
+        )),
+        Ok(Err(Unread::Broken)) => Err((
+            Reason::Malformed,
+            "the body was cut off before its end".into(),
+        )),
+        Ok(Err(Unread::Cut)) => Err((
+            Reason::TimedOut,
+            "the body was not read whole: bodies whose signature is not yet checked held the \
+             server's budget for them, and this one had been reading longest"
+                .into(),
+        )),
+        Err(_) => {
+            let millis = timeout.as_millis();
+            let message = format!("the body did not arrive within read_timeout_ms ({millis} ms)");
+            Err((Reason::TimedOut, message))
+        }
+    }
 }
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is

@@ -30,7 +30,7 @@ const TABLE_LIMIT: usize = 128;
 
 /// `text` as a log line quotes it: its control characters escaped, so that what a sender wrote
 /// stays on its line of a text log, and cut to `limit` bytes.
-fn quoted(text: &str, limit: usize) -> String {
+pub(super) fn quoted(text: &str, limit: usize) -> String {
     let escape = |c: char| match c.is_control() {
         true => c.escape_default().to_string(),
         false => c.to_string(),

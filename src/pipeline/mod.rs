@@ -186,14 +186,33 @@ impl Pipeline {
         pull_request: Option<String>,
         anew: bool,
     ) {
-        if let Some(statuses) = self.statuses.as_ref().filter(|_| route.writes_back()) {
-            statuses.send(StatusWrite {
-                route: Arc::clone(route),
-                id: id.to_owned(),
-                state,
-                pull_request,
-                anew,
-            });
+        self.send_status(StatusWrite {
+            route: Arc::clone(route),
+            id: id.to_owned(),
+            state,
+            pull_request,
+            anew,
+            reopens: true,
+        });
+    }
+
+    /// `pr_open` for a pull request just opened: a `closed` row keeps its state, since that
+    /// `opened` is older news than the `closed` that came before it (only `reopened` takes a
+    /// row from `closed` back to `pr_open`).
+    pub fn note_opened(&self, route: &Arc<Route>, id: &str, pull_request: String) {
+        self.send_status(StatusWrite {
+            route: Arc::clone(route),
+            id: id.to_owned(),
+            state: RowState::PrOpen,
+            pull_request: Some(pull_request),
+            anew: false,
+            reopens: false,
+        });
+    }
+
+    fn send_status(&self, write: StatusWrite) {
+        if let Some(statuses) = self.statuses.as_ref().filter(|_| write.route.writes_back()) {
+            statuses.send(write);
         }
     }
 

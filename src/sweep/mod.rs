@@ -400,6 +400,8 @@ fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row
         state,
         pull_request,
         anew: false,
+        // GitHub's pull request as it is now: open after closed is a reopening.
+        reopens: true,
     };
     let held = |column: &Option<String>| {
         let value = column.as_ref().and_then(|c| row.record.get(c));

@@ -274,6 +274,21 @@ impl WebhookSecrets {
         })
     }
 
+    /// The App's webhook secret (`GITHUB_WEBHOOK_SECRET`), which GitHub signs its events with
+    /// under `X-Hub-Signature-256` alone: one secret taken whole, spaces and all, of any
+    /// length, since it is whatever the App's settings page holds (the rules of
+    /// `ROWBRANCH_WEBHOOK_SECRET`, which rowbranch's own setup makes, do not apply). It is never
+    /// taken as a bearer token nor as a Standard Webhooks key.
+    pub fn github(secret: &str) -> WebhookSecrets {
+        WebhookSecrets {
+            secrets: vec![Secret {
+                text: secret.to_owned(),
+                whsec_key: None,
+            }],
+            accept: vec![Scheme::HubSignature],
+        }
+    }
+
     /// The same secrets, taken only under `schemes` (`[webhook] accept`): a credential of any
     /// other scheme is refused as a wrong one is.
     pub fn accepting(self, schemes: &[Scheme]) -> WebhookSecrets {

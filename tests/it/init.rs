@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_WEBHOOK_SECRET};
 use std::time::Duration;
 
 use rowbranch::cmd::doctor::workflow::claude_steps;
@@ -267,7 +267,7 @@ fn the_written_setup_takes_only_signed_deliveries() {
 }
 
 #[test]
-fn the_manifest_asks_for_the_least_permissions_and_no_webhook() {
+fn the_manifest_asks_for_the_least_permissions_and_the_two_events_that_move_a_row() {
     let dir = tempfile::tempdir().unwrap();
     assert!(init(dir.path(), &["--app-name", "Feedback Bot"])
         .status
@@ -277,8 +277,17 @@ fn the_manifest_asks_for_the_least_permissions_and_no_webhook() {
     )
     .unwrap();
     assert_eq!(manifest["name"], "Feedback Bot");
-    assert_eq!(manifest["hook_attributes"]["active"], false);
-    assert_eq!(manifest["default_events"], serde_json::json!([]));
+    // The App's events go to POST /github, on: pull requests and the work's runs, which the
+    // permissions below already let it read.
+    assert_eq!(manifest["hook_attributes"]["active"], true);
+    assert_eq!(
+        manifest["hook_attributes"]["url"],
+        "https://hooks.example.com/github"
+    );
+    assert_eq!(
+        manifest["default_events"],
+        serde_json::json!(["pull_request", "workflow_run"])
+    );
     let permissions = manifest["default_permissions"].as_object().unwrap();
     assert_eq!(permissions.len(), 4, "{permissions:?}");
     assert_eq!(permissions["contents"], "write");
@@ -372,6 +381,17 @@ async fn the_manifest_code_is_traded_for_the_apps_id_and_key() {
     assert!(
         !text(&out).contains("PRIVATE KEY"),
         "the key is never printed"
+    );
+    // The App's webhook secret, beside the key: in rowbranch.env, private, never printed.
+    let env_file = dir.path().join("rowbranch.env");
+    let env_text = std::fs::read_to_string(&env_file).unwrap();
+    let line = format!("GITHUB_WEBHOOK_SECRET=\"{TEST_APP_WEBHOOK_SECRET}\"");
+    assert!(env_text.lines().any(|l| l == line), "{env_text}");
+    assert_eq!(mode(&env_file), 0o600);
+    assert!(
+        !text(&out).contains(&TEST_APP_WEBHOOK_SECRET[25..]),
+        "the secret is never printed: {}",
+        text(&out)
     );
     let config = std::fs::read_to_string(dir.path().join("rowbranch.toml")).unwrap();
     assert!(

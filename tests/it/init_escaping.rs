@@ -106,7 +106,7 @@ fn manifest_shape(ctx: &SetupContext) -> (Value, Value) {
     if ctx.intake == Intake::Webhook {
         assert_eq!(
             manifest["hook_attributes"]["url"].as_str().unwrap(),
-            format!("{}/webhook", ctx.url)
+            format!("{}/github", ctx.url)
         );
     } else {
         assert!(

@@ -22,6 +22,7 @@ mod exposure;
 mod first_run;
 mod full_table;
 mod github;
+mod github_events;
 mod github_token;
 mod healthcheck;
 mod hostile;

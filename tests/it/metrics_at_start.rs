@@ -340,9 +340,13 @@ async fn on_github_each_operation_starts_at_zero_and_the_rate_limit_appears_once
         .map(|cause| format!(r#"{{cause="{cause}"}}"#))
         .collect();
     assert_eq!(label_sets(&text, "rowbranch_github_retries_total"), causes);
+    // Without GITHUB_WEBHOOK_SECRET, POST /github answers 404 alone.
+    let events = deliveries("none", &["404,error,not_configured"]);
+    assert_eq!(label_sets(&text, "rowbranch_github_events_total"), events);
     for family in [
         "rowbranch_github_requests_total",
         "rowbranch_github_retries_total",
+        "rowbranch_github_events_total",
     ] {
         all_zero(&text, family);
     }

@@ -74,6 +74,7 @@ pub(super) async fn checks(
             out.push(Check::pass(format!(
                 "GitHub accepts the App's JWT: {name} (id {id})"
             )));
+            out.push(hook_check(&forge, settings, config).await);
             app.slug.map(|slug| Bot {
                 slug,
                 called: "the App's bot",
@@ -96,6 +97,87 @@ pub(super) async fn checks(
         }
     }
     Ok(())
+}
+
+/// How to point the App's webhook at rowbranch (docs/operating.md, "The App's events").
+const HOOK_FIX: &str = "on the App's settings page (General → Webhook): tick Active, set the Webhook URL to https://YOUR-HOST/github, and a Webhook secret, the same in GITHUB_WEBHOOK_SECRET; then (Permissions & events) subscribe to Pull request and Workflow run";
+
+/// The App's webhook (`GET /app/hook/config`): it sends the App's events to rowbranch's
+/// `POST /github` as JSON, signed, and rowbranch has the secret. GitHub's answer does not say
+/// whether the webhook is active: one whose URL is `…/github` is taken as meant to be on.
+async fn hook_check(forge: &GithubForge, settings: &GithubSettings, config: &Config) -> Check {
+    let writes_back = config.routes.iter().any(|route| route.writes_back());
+    let hook = match github::app_hook(forge).await {
+        Ok(hook) => hook.filter(|hook| !hook.url.is_empty()),
+        Err(e) => {
+            return Check::advise(
+                format!(
+                    "cannot read the App's webhook (GET /app/hook/config): {}",
+                    one_line(e)
+                ),
+                "see the message; the later states of a row come from the sweep meanwhile",
+            )
+        }
+    };
+    let Some(hook) = hook else {
+        return match writes_back {
+            true => Check::advise(
+                "the App has no webhook: a row's state past dispatched (pr_open, merged, closed, \
+                 failed) comes from the sweep alone",
+                HOOK_FIX,
+            ),
+            false => Check::pass("the App has no webhook (no route writes its rows' states)"),
+        };
+    };
+    let url = &hook.url;
+    if !url.trim_end_matches('/').ends_with("/github") {
+        let what = format!("the App's webhook goes to {url}, not to rowbranch's POST /github");
+        return match writes_back {
+            true => Check::fail(what, HOOK_FIX),
+            false => Check::advise(
+                format!("{what}; if it is active, rowbranch refuses each event there"),
+                HOOK_FIX,
+            ),
+        };
+    }
+    if hook.content_type != "json" {
+        return Check::fail(
+            format!(
+                "the App's webhook sends its events as {}, which POST /github refuses (415)",
+                hook.content_type
+            ),
+            "on the App's settings page (Webhook) set the content type to application/json",
+        );
+    }
+    if !hook.signs() {
+        return Check::fail(
+            "the App's webhook has no secret: GitHub sends its events unsigned, and POST /github \
+             refuses each (401)",
+            "set a Webhook secret on the App's settings page, and the same in GITHUB_WEBHOOK_SECRET",
+        );
+    }
+    if settings.webhook_secret.is_none() {
+        return Check::fail(
+            format!(
+                "the App's webhook sends its events to {url}, and GITHUB_WEBHOOK_SECRET is not \
+                 set: POST /github answers each 404"
+            ),
+            "set GITHUB_WEBHOOK_SECRET to the App's webhook secret (`init --manifest-code` wrote \
+             it into rowbranch.env; or set a new one on the App's settings page, and the same \
+             here)",
+        );
+    }
+    let what = format!(
+        "the App's webhook sends its events to {url} as JSON, signed, and GITHUB_WEBHOOK_SECRET \
+         is set"
+    );
+    match hook.insecure() {
+        true => Check::advise(
+            format!("{what}; but GitHub does not check {url}'s certificate (SSL verification off)"),
+            "on the App's settings page (Webhook) turn SSL verification on",
+        ),
+        false => Check::pass(what),
+    }
 }
 
 /// GitHub at `api_url` did not answer (`message` says how): no check that asks it can pass.

@@ -157,6 +157,7 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
         (env::GITHUB_APP_PRIVATE_KEY, KEY),
         (env::DATABASE_URL, "postgres://u:hunter2-password@db/x"),
         (env::STATUS_PASSWORD, "status-password-7"),
+        (env::GITHUB_WEBHOOK_SECRET, "the apps hook secret"),
     ]);
     let shown = Config::show(&path, &|key: &str| env.get(key).cloned()).unwrap();
     for secret in [
@@ -164,6 +165,7 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
         "not-a-key-but-secret",
         "hunter2-password",
         "status-password-7",
+        "the apps hook secret",
     ] {
         assert!(!shown.toml.contains(secret), "{}", shown.toml);
     }
@@ -184,6 +186,7 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
         [
             (env::WEBHOOK_SECRET, "set"),
             (env::GITHUB_APP_PRIVATE_KEY, "set"),
+            (env::GITHUB_WEBHOOK_SECRET, "set"),
             (env::DATABASE_URL, "set"),
             (env::STATUS_PASSWORD, "set"),
         ]

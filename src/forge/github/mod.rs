@@ -11,8 +11,8 @@ mod setup;
 
 pub use jwt::KeyError;
 pub use setup::{
-    account_type, app_info, convert_manifest, installation_permissions, workflow_state, workflows,
-    AppInfo,
+    account_type, app_hook, app_info, convert_manifest, installation_permissions, workflow_state,
+    workflows, AppHook, AppInfo,
 };
 
 use std::collections::HashMap;

@@ -26,6 +26,10 @@ pub struct AppInfo {
     /// Only in the manifest conversion's answer.
     #[serde(default)]
     pub pem: String,
+    /// The secret GitHub signs the App's events with: only in the manifest conversion's
+    /// answer, and `null` there when the manifest has no webhook.
+    #[serde(default)]
+    pub webhook_secret: Option<String>,
 }
 
 impl std::fmt::Debug for AppInfo {
@@ -57,6 +61,49 @@ pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
     found
         .await?
         .map_err(|refusal| refused("GET /app", &refusal))
+}
+
+/// The App's webhook, as `GET /app/hook/config` gives it: where GitHub sends the App's events
+/// and how. GitHub masks the secret (`********`), and says nothing of whether the webhook is
+/// active.
+#[derive(Debug, Deserialize)]
+pub struct AppHook {
+    /// Empty for an App made without a webhook.
+    #[serde(default)]
+    pub url: String,
+    /// `json` or `form`.
+    #[serde(default)]
+    pub content_type: String,
+    #[serde(default)]
+    secret: Option<String>,
+    /// `"1"` when GitHub does not check the certificate of `url`'s host.
+    #[serde(default)]
+    insecure_ssl: Option<Value>,
+}
+
+impl AppHook {
+    /// Whether GitHub signs the events (a secret is set).
+    pub fn signs(&self) -> bool {
+        self.secret.as_deref().is_some_and(|s| !s.is_empty())
+    }
+
+    /// Whether GitHub sends them without checking the host's certificate.
+    pub fn insecure(&self) -> bool {
+        let insecure = self.insecure_ssl.as_ref();
+        insecure.is_some_and(|v| v == "1" || v == 1)
+    }
+}
+
+/// `GET /app/hook/config` with the App's JWT; `None` when GitHub has no webhook for the App.
+/// (https://docs.github.com/rest/apps/webhooks#get-a-webhook-configuration-for-an-app)
+pub async fn app_hook(forge: &GithubForge) -> Result<Option<AppHook>, ForgeError> {
+    let path = "/app/hook/config";
+    let found = app(forge)?.run(|gh| async move { gh.get::<AppHook, _, ()>(path, None).await });
+    match found.await? {
+        Ok(hook) => Ok(Some(hook)),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
+        Err(refusal) => Err(refused("GET /app/hook/config", &refusal)),
+    }
 }
 
 /// The permissions of the installation that holds `repo`, each one's name and level

@@ -778,3 +778,45 @@ fn which_secrets_can_authenticate_which_scheme() {
     }
     assert_eq!(Scheme::parse("Bearer"), None);
 }
+
+/// The App's webhook secret (`GITHUB_WEBHOOK_SECRET`): GitHub's own example, spaces and all,
+/// signs under `X-Hub-Signature-256` and under nothing else.
+#[test]
+fn the_apps_secret_is_taken_whole_and_only_for_a_hub_signature() {
+    let v = hub_vector();
+    let app = WebhookSecrets::github(&v.secret);
+    let body = v.payload.as_bytes();
+    let signed = headers(&[("X-Hub-Signature-256", &v.signature)]);
+    assert!(matches!(app.judge_head(&signed, at(0)), Head::NeedsBody(_)));
+    assert_eq!(app.verify(&signed, body, at(0)), Ok(()));
+    // A near miss, a body changed after signing, and a signature made with another secret (the
+    // one of POST /webhook, say).
+    let near_miss = v.signature.replacen("757107", "757108", 1);
+    let other = hub_signature_256(PLAIN_SECRET, body);
+    for (signature, body) in [
+        (near_miss.as_str(), body),
+        (v.signature.as_str(), b"{\"action\":\"opened\"}".as_slice()),
+        (other.as_str(), body),
+    ] {
+        let request = headers(&[("X-Hub-Signature-256", signature)]);
+        assert_eq!(
+            app.verify(&request, body, at(0)),
+            Err(AuthError::BadHubSignature),
+            "{signature}"
+        );
+    }
+    // Refused from the headers alone, before any body: none, a malformed one, the secret as a
+    // bearer token.
+    let bearer = format!("Bearer {}", v.secret);
+    for request in [
+        headers(&[]),
+        headers(&[("X-Hub-Signature-256", "sha256=abc")]),
+        headers(&[("X-Hub-Signature-256", &v.signature[7..])]),
+        headers(&[("authorization", &bearer)]),
+    ] {
+        assert!(
+            matches!(app.judge_head(&request, at(0)), Head::Refused(_)),
+            "{request:?}"
+        );
+    }
+}

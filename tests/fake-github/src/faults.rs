@@ -44,12 +44,15 @@ pub enum Op {
     ManifestConversion,
     /// `GET /users/{username}` (no authentication needed).
     GetUser,
+    /// `GET /app/hook/config` (JWT): the App's webhook.
+    GetHookConfig,
 }
 
 impl Op {
     /// Every operation the fake knows.
-    pub const ALL: [Op; 16] = [
+    pub const ALL: [Op; 17] = [
         Op::GetApp,
+        Op::GetHookConfig,
         Op::GetInstallation,
         Op::MintToken,
         Op::GetRepo,
@@ -72,13 +75,17 @@ impl Op {
 
     /// Whether the operation authenticates with the App's JWT (else an installation token).
     pub fn needs_jwt(self) -> bool {
-        matches!(self, Op::GetApp | Op::GetInstallation | Op::MintToken)
+        matches!(
+            self,
+            Op::GetApp | Op::GetInstallation | Op::MintToken | Op::GetHookConfig
+        )
     }
 
     /// The installation permission (and level) GitHub asks of a token for this operation.
     pub(crate) fn permission(self) -> Option<(&'static str, &'static str)> {
         match self {
             Op::GetApp
+            | Op::GetHookConfig
             | Op::GetInstallation
             | Op::MintToken
             | Op::ManifestConversion
@@ -126,6 +133,9 @@ impl Op {
                 "https://docs.github.com/rest/apps/apps#create-a-github-app-from-a-manifest"
             }
             Op::GetUser => "https://docs.github.com/rest/users/users#get-a-user",
+            Op::GetHookConfig => {
+                "https://docs.github.com/rest/apps/webhooks#get-a-webhook-configuration-for-an-app"
+            }
         }
     }
 }

@@ -27,10 +27,15 @@ use serde_json::json;
 
 pub use auth::{sign_jwt_with, sign_test_jwt, TEST_APP_PRIVATE_KEY_PEM, TEST_APP_PUBLIC_KEY_PEM};
 pub use faults::{Fault, Op};
+
+/// The webhook secret the manifest conversion hands back for the App it creates (GitHub makes
+/// one for an App whose manifest has a webhook): a space inside, as a person's may have.
+pub const TEST_APP_WEBHOOK_SECRET: &str = "test-only webhook secret 0123456789";
+
 // The types `with_state` and the inspection methods hand out.
 pub use state::{
-    Account, Auth, Commit, DispatchRecord, InFlight, Installation, PlainToken, Pull, PullState,
-    Repo, RequestRecord, State, Token, WorkflowRun,
+    Account, Auth, Commit, DispatchRecord, HookConfig, InFlight, Installation, PlainToken, Pull,
+    PullState, Repo, RequestRecord, State, Token, WorkflowRun,
 };
 
 use conn::{ConnKill, KillableListener};
@@ -51,6 +56,11 @@ impl Drop for FakeGithub {
 }
 
 impl FakeGithub {
+    /// Sets the App's webhook, as its settings page would (`GET /app/hook/config` answers it).
+    pub fn set_hook_config(&self, hook: HookConfig) {
+        self.shared.with(|s| s.hook = hook);
+    }
+
     /// A code that `POST /app-manifests/{code}/conversions` accepts once, for the App as it is.
     pub fn add_manifest_code(&self, code: &str) {
         self.with_state(|s| {

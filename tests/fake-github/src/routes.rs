@@ -49,6 +49,7 @@ pub(crate) enum RepoRoute {
 #[derive(Clone, Debug)]
 pub(crate) enum Route {
     GetApp,
+    GetHookConfig,
     RateLimit,
     GetUser(String),
     ManifestConversion(String),
@@ -60,6 +61,7 @@ impl Route {
     fn op(&self) -> Op {
         match self {
             Route::GetApp => Op::GetApp,
+            Route::GetHookConfig => Op::GetHookConfig,
             Route::RateLimit => Op::RateLimit,
             Route::GetUser(_) => Op::GetUser,
             Route::ManifestConversion(_) => Op::ManifestConversion,
@@ -201,6 +203,9 @@ pub(crate) fn parse_route(method: &Method, path: &str) -> Option<Route> {
     let p = path.strip_prefix('/')?;
     if p == "app" {
         return (method == Method::GET).then_some(Route::GetApp);
+    }
+    if p == "app/hook/config" {
+        return (method == Method::GET).then_some(Route::GetHookConfig);
     }
     if p == "rate_limit" {
         return (method == Method::GET).then_some(Route::RateLimit);
@@ -799,6 +804,19 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
                 &s.app_slug,
             ),
         ),
+        // GitHub masks the secret: `********` when one is set, and leaves it out otherwise.
+        Route::GetHookConfig => {
+            let hook = &s.hook;
+            let mut config = json!({
+                "content_type": hook.content_type,
+                "insecure_ssl": if hook.insecure_ssl { "1" } else { "0" },
+                "url": hook.url,
+            });
+            if hook.secret {
+                config["secret"] = json!("********");
+            }
+            Reply::json(200, config)
+        }
         Route::GetUser(login) => match s.find_account(login) {
             Some(account) => Reply::json(200, shapes::public_user(&s.base_url, &account)),
             None => not_found(Op::GetUser),
@@ -821,7 +839,10 @@ fn execute(s: &mut State, route: &Route, ctx: &Ctx<'_>) -> Reply {
             );
             if let Some(obj) = app.as_object_mut() {
                 obj.insert("pem".into(), json!(crate::auth::TEST_APP_PRIVATE_KEY_PEM));
-                obj.insert("webhook_secret".into(), Value::Null);
+                obj.insert(
+                    "webhook_secret".into(),
+                    json!(crate::TEST_APP_WEBHOOK_SECRET),
+                );
                 obj.insert("client_secret".into(), json!("test-only-client-secret"));
             }
             Reply::json(201, app)

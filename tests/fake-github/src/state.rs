@@ -434,6 +434,8 @@ pub struct State {
     /// user is `{app_slug}[bot]`.
     pub app_name: String,
     pub app_slug: String,
+    /// The App's webhook, as `GET /app/hook/config` gives it.
+    pub hook: HookConfig,
     /// Accounts by lower-cased login, for `GET /users/{username}`. The owner of a repository
     /// that is not listed here is an organization, as the fake's answers have always said.
     pub accounts: BTreeMap<String, Account>,
@@ -482,6 +484,7 @@ impl State {
             manifest_codes: BTreeMap::new(),
             app_name: "rowbranch test".to_owned(),
             app_slug: "rowbranch-test".to_owned(),
+            hook: HookConfig::default(),
             accounts: BTreeMap::new(),
             standing_delays: HashMap::new(),
             in_flight: InFlight::default(),
@@ -650,5 +653,28 @@ impl Shared {
     pub fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut guard)
+    }
+}
+
+/// The App's webhook: where GitHub sends its events, how, and whether it signs them. An App
+/// made without a webhook has an empty URL.
+#[derive(Clone, Debug)]
+pub struct HookConfig {
+    pub url: String,
+    /// `json` or `form`.
+    pub content_type: String,
+    /// Whether a secret is set (GitHub never shows it).
+    pub secret: bool,
+    pub insecure_ssl: bool,
+}
+
+impl Default for HookConfig {
+    fn default() -> HookConfig {
+        HookConfig {
+            url: String::new(),
+            content_type: "form".to_owned(),
+            secret: false,
+            insecure_ssl: false,
+        }
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use fake_github::{FakeGithub, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::{FakeGithub, HookConfig, TEST_APP_PRIVATE_KEY_PEM};
 use tokio::process::Command;
 
 use crate::support::child;
@@ -362,4 +362,82 @@ async fn serve_logs_never_show_tokens_keys_or_secrets() {
         !logs.contains(&fake.app_jwt()[..40]),
         "a JWT is in the logs"
     );
+}
+
+/// `doctor` with the App's key, a webhook secret and, when given, the App's webhook secret.
+async fn doctor_with_hook_secret(config: &Path, hook_secret: Option<&str>) -> (i32, String) {
+    let mut command = doctor_command(config);
+    command.env("GITHUB_APP_PRIVATE_KEY", TEST_APP_PRIVATE_KEY_PEM);
+    command.env("ROWBRANCH_WEBHOOK_SECRET", random_secret());
+    if let Some(secret) = hook_secret {
+        command.env("GITHUB_WEBHOOK_SECRET", secret);
+    }
+    let out = child::run(&mut command).await;
+    (out.status.code().unwrap_or(-1), output_text(&out))
+}
+
+#[tokio::test]
+async fn doctor_reads_the_apps_webhook_and_holds_it_to_post_github() {
+    let fake = fake().await;
+    fake.add_workflow(REPO, "rowbranch.yml", WORKFLOW);
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &fake, &GithubOptions::default());
+    let hook = |url: &str, content_type: &str, secret: bool| HookConfig {
+        url: url.to_owned(),
+        content_type: content_type.to_owned(),
+        secret,
+        insecure_ssl: false,
+    };
+    let line = |out: &str, start: &str| -> String {
+        let found = out
+            .lines()
+            .find(|l| l.contains("the App's webhook") || l.contains("the App has no webhook"));
+        let found = found.unwrap_or_else(|| panic!("no line of the App's webhook in:\n{out}"));
+        assert!(found.starts_with(start), "{found}\n{out}");
+        found.to_owned()
+    };
+
+    // An App made without a webhook, and no route that writes its rows' states: nothing to do.
+    let (code, out) = doctor_with_hook_secret(&config, None).await;
+    assert_eq!(code, 0, "{out}");
+    line(&out, "✓ the App has no webhook");
+
+    // The webhook on, at /github, and the secret missing here: every event would be a 404.
+    fake.set_hook_config(hook("https://h.example/github", "json", true));
+    let (code, out) = doctor_with_hook_secret(&config, None).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        line(&out, "✗").contains("GITHUB_WEBHOOK_SECRET is not set"),
+        "{out}"
+    );
+    let (code, out) = doctor_with_hook_secret(&config, Some("the App's hook secret")).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        line(&out, "✓").contains("https://h.example/github as JSON, signed"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("the App's hook secret"),
+        "never the secret: {out}"
+    );
+
+    // As a form, or unsigned: POST /github refuses each event.
+    fake.set_hook_config(hook("https://h.example/github", "form", true));
+    let (code, out) = doctor_with_hook_secret(&config, Some("the App's hook secret")).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, "✗").contains("(415)"), "{out}");
+    fake.set_hook_config(hook("https://h.example/github", "json", false));
+    let (code, out) = doctor_with_hook_secret(&config, Some("the App's hook secret")).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(line(&out, "✗").contains("no secret"), "{out}");
+
+    // An App made before, its webhook at /webhook: advice, since no route writes states.
+    fake.set_hook_config(hook("https://h.example/webhook", "json", true));
+    let (code, out) = doctor_with_hook_secret(&config, None).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        line(&out, "!").contains("not to rowbranch's POST /github"),
+        "{out}"
+    );
+    fake.assert_no_unexpected();
 }

@@ -101,9 +101,19 @@ impl Server {
 
     /// POSTs raw bytes with exactly these headers (reqwest adds Content-Length and Host).
     pub async fn post_raw(&self, body: impl Into<Vec<u8>>, headers: &[(&str, &str)]) -> Reply {
+        self.post_to("/webhook", body, headers).await
+    }
+
+    /// [`Server::post_raw`] to `path`.
+    pub async fn post_to(
+        &self,
+        path: &str,
+        body: impl Into<Vec<u8>>,
+        headers: &[(&str, &str)],
+    ) -> Reply {
         let mut request = self
             .client
-            .post(format!("{}/webhook", self.url))
+            .post(format!("{}{path}", self.url))
             .body(body.into());
         for (name, value) in headers {
             request = request.header(*name, *value);

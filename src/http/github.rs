@@ -1,0 +1,815 @@
+//! `POST /github`: the GitHub App's own events, which move a row past `dispatched` (SPEC §3,
+//! "POST /github"). A pull request opened or reopened from a row's branch is `pr_open` with its
+//! link, closed is `merged` or `closed`; the work's run (`workflow_run`, completed) that left no
+//! pull request is `failed`. Every write goes to the status writer, whose `WHERE` leaves a row
+//! already there or later alone, so a repeated or late event changes nothing.
+//!
+//! The door is [`HookEvent`]'s extractor, in the order of `/webhook`'s: the secret, the content
+//! type, the declared size and the signature's form from the headers alone — refused unread —
+//! then the body (at most [`MAX_BODY_BYTES`], within `read_timeout_ms`), verified before it is
+//! parsed. GitHub signs with `X-Hub-Signature-256` under the App's webhook secret
+//! (`GITHUB_WEBHOOK_SECRET`), checked by the same code as `/webhook`'s `hub-signature` scheme.
+//!
+//! An event counts for a row only when the branch it names is a route's: in the route's
+//! repository (a fork can name a head `feedback/7-x` too), under its prefix, for a row the
+//! table still has, and no older than the row's latest `-redo-N`.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::FutureExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::answer::RowRef;
+use super::status::{quoted, OncePerMinute};
+use super::App;
+use crate::config::{Config, Redacted, Route};
+use crate::db::status::RowState;
+use crate::db::Database;
+use crate::identity::{BranchName, RowId};
+use crate::metrics::{AnswerLabels, NO_ROUTE};
+use crate::reason::Reason;
+use crate::webhook::auth::{Head, WebhookSecrets};
+
+/// The most of a body read: GitHub caps a delivery's payload at 25 MB, but the events rowbranch
+/// reads are a few dozen KB, and a pull request's body (its description) is the only part that
+/// grows.
+const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long the table may take to say which row a branch names: GitHub gives a delivery 10 s.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(8);
+
+/// What the work workflow's `run-name` starts with (templates/workflow.yml), followed by the
+/// row's branch: a `repository_dispatch` run is on the default branch, so its title is the only
+/// place that names the row.
+const RUN_TITLE: &str = "rowbranch: ";
+
+/// What `POST /github` keeps between events.
+pub(super) struct Hook {
+    /// `GITHUB_WEBHOOK_SECRET`, under `X-Hub-Signature-256` alone; the endpoint is off without.
+    secrets: Option<WebhookSecrets>,
+    /// One connection to the routes' database, opened at the first event that needs it (and
+    /// again after it fails): events come a few per row, one at a time is plenty.
+    database: tokio::sync::Mutex<Option<Database>>,
+    /// Lines that anyone who reaches the port can cause, at most one a minute each.
+    quiet: OncePerMinute<Reason>,
+}
+
+impl Hook {
+    pub(super) fn new(config: &Config) -> Hook {
+        let secret = config.forge.github_webhook_secret();
+        Hook {
+            secrets: secret.map(|s| WebhookSecrets::github(s.expose())),
+            database: tokio::sync::Mutex::default(),
+            quiet: OncePerMinute::default(),
+        }
+    }
+}
+
+/// One answer of `POST /github`: the JSON body every answer has, its status, and what it is
+/// counted and logged under.
+#[derive(Debug)]
+struct Heard {
+    status: StatusCode,
+    /// The state handed to the writer (`pr_open`, `merged`, `closed`, `failed`), `ignored`, or
+    /// `error`.
+    outcome: &'static str,
+    reason: Option<Reason>,
+    message: String,
+    /// The route the event's branch belongs to, once known.
+    route: Option<Arc<Route>>,
+    row: Option<RowRef>,
+    /// The pull request's `html_url`, written with `pr_open`, `merged` and `closed`.
+    pull_request: Option<String>,
+}
+
+impl Heard {
+    /// A refusal, its status following from its reason.
+    fn refused(reason: Reason, message: impl Into<String>) -> Heard {
+        let status = match reason {
+            Reason::NotConfigured => StatusCode::NOT_FOUND,
+            Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
+            Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
+            Reason::Malformed => StatusCode::BAD_REQUEST,
+            Reason::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Heard {
+            status,
+            outcome: "error",
+            reason: Some(reason),
+            message: message.into(),
+            route: None,
+            row: None,
+            pull_request: None,
+        }
+    }
+
+    /// `200 ignored`: nothing is written.
+    fn ignored(reason: Reason, message: impl Into<String>) -> Heard {
+        Heard {
+            status: StatusCode::OK,
+            outcome: "ignored",
+            ..Heard::refused(reason, message)
+        }
+    }
+
+    /// The same answer, about `route`.
+    fn on(self, route: &Arc<Route>) -> Heard {
+        Heard {
+            route: Some(Arc::clone(route)),
+            ..self
+        }
+    }
+
+    /// What it is counted under in `rowbranch_github_events_total`.
+    fn labels(&self) -> AnswerLabels {
+        let reason = self.reason.map_or("", Reason::as_str);
+        (self.status.as_u16(), self.outcome, reason)
+    }
+}
+
+impl IntoResponse for Heard {
+    fn into_response(self) -> Response {
+        let mut body = json!({ "outcome": self.outcome, "message": self.message });
+        if let Some(reason) = self.reason {
+            body["reason"] = json!(reason.as_str());
+        }
+        if let Some(row) = &self.row {
+            body["id"] = json!(row.id.as_str());
+            body["branch"] = json!(row.branch.as_str());
+            body["repo"] = json!(row.repo.to_string());
+        }
+        if let Some(link) = &self.pull_request {
+            body["pull_request"] = json!(link);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// An event as its extractor read it: its name (`X-GitHub-Event`) and verified body, or the
+/// answer it was refused with.
+pub(super) struct HookEvent {
+    /// `X-GitHub-Delivery`, or one made up here.
+    delivery: String,
+    name: String,
+    start: Instant,
+    read: Result<Bytes, Heard>,
+}
+
+impl FromRequest<Arc<App>> for HookEvent {
+    /// A refusal is an answer like any other, counted and logged by the handler.
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request(request: Request, app: &Arc<App>) -> Result<HookEvent, Self::Rejection> {
+        let start = Instant::now();
+        let (parts, body) = request.into_parts();
+        let text = |name: &str| {
+            let value = parts.headers.get(name).and_then(|v| v.to_str().ok());
+            value.map(|v| quoted(v, 100))
+        };
+        let delivery = text("x-github-delivery")
+            .unwrap_or_else(|| format!("d_{:016x}", rand::random::<u64>()));
+        let name = text("x-github-event").unwrap_or_default();
+        let read = read(&parts.headers, body, app).await;
+        Ok(HookEvent {
+            delivery,
+            name,
+            start,
+            read,
+        })
+    }
+}
+
+/// The body, as SPEC §3 orders it for `/webhook`: the secret, the content type, the declared
+/// size and the signature's form from the headers alone; then the body within
+/// `read_timeout_ms` and [`MAX_BODY_BYTES`], verified before anything reads it.
+async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard> {
+    let Some(secrets) = &app.hook.secrets else {
+        return Err(Heard::refused(
+            Reason::NotConfigured,
+            "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
+             App's webhook secret (docs/operating.md, \"The App's events\")",
+        ));
+    };
+    let too_large = || {
+        let message = format!("the body is larger than {MAX_BODY_BYTES} bytes");
+        Heard::refused(Reason::TooLarge, message)
+    };
+    let unauthorized = || Heard::refused(Reason::Unauthorized, "missing or wrong signature");
+    if !super::is_json(headers) {
+        return Err(Heard::refused(
+            Reason::ContentType,
+            "Content-Type must be application/json: set the App's webhook content type to \
+             application/json",
+        ));
+    }
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind of
+    // credential alone, is refused here, before a byte of the body is read.
+    let pending = match secrets.judge_head(headers, SystemTime::now()) {
+        Head::NeedsBody(pending) => pending,
+        Head::Valid | Head::Refused(_) => return Err(unauthorized()),
+    };
+    // Anyone can send a well-formed signature: the body is read within the budget every body
+    // not yet verified shares (SPEC §3).
+    let timeout = app.config.webhook.read_timeout;
+    let read = super::read_body(body, MAX_BODY_BYTES, timeout, Some(&app.unverified)).await;
+    let bytes = read.map_err(|(reason, message)| Heard::refused(reason, message))?;
+    pending
+        .verify(secrets, &bytes)
+        .map_err(|_| unauthorized())?;
+    Ok(bytes)
+}
+
+/// `POST /github`: the event read (or refused), then decided in a task of its own, so that a
+/// client that hangs up stops neither the decision nor its record.
+pub(super) async fn github(State(app): State<Arc<App>>, event: HookEvent) -> Response {
+    let HookEvent {
+        delivery,
+        name,
+        start,
+        read,
+    } = event;
+    let decided = tokio::spawn(async move {
+        let heard = match read {
+            // A bug is answered and counted like any answer; the panic's own line says what.
+            Ok(body) => AssertUnwindSafe(decide(&app, &name, &body))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| Heard::refused(Reason::Internal, "internal error")),
+            Err(refused) => refused,
+        };
+        record(&app, &delivery, &name, &heard, start.elapsed());
+        heard
+    });
+    match decided.await {
+        Ok(heard) => heard.into_response(),
+        Err(_) => Heard::refused(Reason::Internal, "internal error").into_response(),
+    }
+}
+
+/// Counts and logs an answer: one line each, but a refusal before the event is read (which
+/// anyone who reaches the port can cause) at most once a minute for each reason.
+fn record(app: &App, delivery: &str, event: &str, heard: &Heard, took: Duration) {
+    let route = heard.route.as_ref().map(|r| r.table_name());
+    let route = route.as_deref().unwrap_or(NO_ROUTE);
+    app.metrics.github_event(route, heard.labels());
+    let reason = heard.reason.map_or("", Reason::as_str);
+    let (id, branch) = match &heard.row {
+        Some(row) => (row.id.as_str(), row.branch.as_str()),
+        None => ("", ""),
+    };
+    let http_status = heard.status.as_u16();
+    macro_rules! line {
+        ($level:ident, $unlogged:expr, $what:literal) => {
+            tracing::$level!(
+                delivery,
+                event,
+                route,
+                id,
+                branch,
+                http_status,
+                outcome = heard.outcome,
+                reason,
+                detail = heard.message,
+                unlogged_since_the_last = $unlogged,
+                duration_ms = took.as_millis() as u64,
+                $what
+            )
+        };
+    }
+    match heard.reason {
+        Some(before)
+            if heard.status != StatusCode::OK
+                && heard.row.is_none()
+                && !matches!(before, Reason::Unavailable | Reason::Internal) =>
+        {
+            if let Some(quiet) = app.hook.quiet.due(before, Instant::now()) {
+                line!(warn, quiet, "refused a GitHub event before reading it");
+            }
+        }
+        _ if heard.status.is_success() => line!(info, 0, "GitHub event"),
+        _ if heard.status == StatusCode::SERVICE_UNAVAILABLE => line!(warn, 0, "GitHub event"),
+        _ => line!(error, 0, "GitHub event"),
+    }
+}
+
+/// A repository as events name it (`repository.full_name`, `head.repo.full_name`).
+#[derive(Deserialize)]
+struct EventRepository {
+    full_name: String,
+}
+
+/// What rowbranch reads of a `pull_request` event.
+#[derive(Deserialize)]
+struct PullRequestEvent {
+    action: String,
+    pull_request: PullRequestBody,
+    repository: EventRepository,
+}
+
+#[derive(Deserialize)]
+struct PullRequestBody {
+    html_url: String,
+    #[serde(default)]
+    merged: bool,
+    head: PullRequestHead,
+}
+
+#[derive(Deserialize)]
+struct PullRequestHead {
+    #[serde(rename = "ref")]
+    branch: String,
+    /// `null` when the head's repository (a fork) was deleted.
+    repo: Option<EventRepository>,
+}
+
+/// What rowbranch reads of a `workflow_run` event.
+#[derive(Deserialize)]
+struct WorkflowRunEvent {
+    action: String,
+    workflow_run: RunBody,
+    repository: EventRepository,
+}
+
+#[derive(Deserialize)]
+struct RunBody {
+    event: String,
+    #[serde(default)]
+    display_title: String,
+    conclusion: Option<String>,
+}
+
+/// The event's answer, from its name and its verified body.
+async fn decide(app: &App, name: &str, body: &[u8]) -> Heard {
+    let parsed = match name {
+        "pull_request" => serde_json::from_slice(body).map(Parsed::PullRequest),
+        "workflow_run" => serde_json::from_slice(body).map(Parsed::WorkflowRun),
+        other => {
+            return Heard::ignored(
+                Reason::Event,
+                format!(
+                    "rowbranch reads pull_request and workflow_run events, not `{}`",
+                    quoted(other, 40)
+                ),
+            )
+        }
+    };
+    match parsed {
+        Ok(Parsed::PullRequest(event)) => pull_request(app, event).await,
+        Ok(Parsed::WorkflowRun(event)) => workflow_run(app, event).await,
+        Err(e) => Heard::refused(
+            Reason::Malformed,
+            format!("not a {name} event as GitHub sends it: {e}"),
+        ),
+    }
+}
+
+enum Parsed {
+    PullRequest(PullRequestEvent),
+    WorkflowRun(WorkflowRunEvent),
+}
+
+/// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.
+async fn pull_request(app: &App, event: PullRequestEvent) -> Heard {
+    let pull = event.pull_request;
+    let state = match (event.action.as_str(), pull.merged) {
+        ("opened" | "reopened", _) => RowState::PrOpen,
+        ("closed", true) => RowState::Merged,
+        ("closed", false) => RowState::Closed,
+        (other, _) => {
+            return Heard::ignored(
+                Reason::Action,
+                format!(
+                    "a pull request `{}` says nothing of a row's state: rowbranch reads opened, \
+                     reopened and closed",
+                    quoted(other, 40)
+                ),
+            )
+        }
+    };
+    // The head's repository, not the base's: a fork's pull request into the route's
+    // repository can name a head of the route's prefix, and is no row's.
+    let head = pull.head.repo.map(|r| r.full_name);
+    let (route, row) = match row_of(
+        app,
+        head.as_deref(),
+        &event.repository.full_name,
+        &pull.head.branch,
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(heard) => return heard,
+    };
+    let opened = event.action == "opened";
+    noted(
+        app,
+        &route,
+        row,
+        state,
+        Some(pull.html_url),
+        opened,
+        String::new(),
+    )
+}
+
+/// completed: `failed` when GitHub lists no pull request from the row's branches (the writer
+/// writes it only over `waiting` or `dispatched`).
+async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
+    if event.action != "completed" {
+        return Heard::ignored(
+            Reason::Action,
+            format!(
+                "a workflow run `{}` has not ended: rowbranch reads completed",
+                quoted(&event.action, 40)
+            ),
+        );
+    }
+    let run = event.workflow_run;
+    let branch = run.display_title.strip_prefix(RUN_TITLE).map(str::trim);
+    let (true, Some(branch)) = (run.event == "repository_dispatch", branch) else {
+        return Heard::ignored(
+            Reason::NotWork,
+            format!(
+                "not the work of a row: a run of the work workflow is started by \
+                 repository_dispatch and titled `{RUN_TITLE}BRANCH` (its run-name); this one \
+                 was started by `{}` and is titled `{}`",
+                quoted(&run.event, 40),
+                quoted(&run.display_title, 100)
+            ),
+        );
+    };
+    let repo = &event.repository.full_name;
+    let (route, row) = match row_of(app, Some(repo), repo, branch).await {
+        Ok(found) => found,
+        Err(heard) => return heard,
+    };
+    let forge = app.pipeline.forge();
+    // The branch the run names may be gone (deleted after its pull request closed): asked too.
+    let mut asked = row.branches.clone();
+    if !asked.contains(&row.found.branch) {
+        asked.push(row.found.branch.clone());
+    }
+    for branch in &asked {
+        match forge.has_pull_request(&route.repo, branch).await {
+            Ok(false) => {}
+            Ok(true) => {
+                return Heard {
+                    row: Some(row.found),
+                    ..Heard::ignored(
+                        Reason::PullRequest,
+                        format!(
+                            "a pull request from {branch} exists: its own events say the row's \
+                             state"
+                        ),
+                    )
+                    .on(&route)
+                }
+            }
+            Err(e) => {
+                return unavailable(&route, &format!("listing {branch}'s pull requests: {e}"))
+            }
+        }
+    }
+    let concluded = run.conclusion.as_deref().unwrap_or("without a conclusion");
+    let why = format!(
+        " (its run concluded {}, and GitHub lists no pull request from its branches)",
+        quoted(concluded, 40)
+    );
+    noted(app, &route, row, RowState::Failed, None, false, why)
+}
+
+/// The route and row an event's branch leads to, with the row's branches as the forge lists
+/// them; or why it leads to none.
+struct RowFound {
+    found: RowRef,
+    branches: Vec<BranchName>,
+}
+
+/// The route whose repository is `head` and whose prefix owns `branch`, the row of its table
+/// the branch names, and that row's branches; `base` (the repository the event is about)
+/// tells a fork from a repository no route names.
+async fn row_of(
+    app: &App,
+    head: Option<&str>,
+    base: &str,
+    branch: &str,
+) -> Result<(Arc<Route>, RowFound), Heard> {
+    // GitHub's names are the same whatever their case.
+    let names = |route: &Arc<Route>, repo: &str| route.repo.to_string().eq_ignore_ascii_case(repo);
+    let routes = &app.config.routes;
+    let theirs: Vec<&Arc<Route>> = match head {
+        Some(head) => routes.iter().filter(|r| names(r, head)).collect(),
+        None => Vec::new(),
+    };
+    if theirs.is_empty() {
+        let head = head.map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
+        return Err(match routes.iter().any(|r| names(r, base)) {
+            true => Heard::ignored(
+                Reason::Fork,
+                format!(
+                    "its branch is in {head}, not in the route's repository: a fork's is no row's"
+                ),
+            ),
+            false => Heard::ignored(
+                Reason::Repository,
+                format!("no route names the repository {head}"),
+            ),
+        });
+    }
+    // The longest prefix that owns the branch: `bot/feedback` before `bot`.
+    let owner = theirs
+        .into_iter()
+        .filter(|route| {
+            route
+                .branch_prefix
+                .tail(branch)
+                .is_some_and(|t| !t.is_empty())
+        })
+        .max_by_key(|route| route.branch_prefix.as_str().len());
+    let Some(route) = owner else {
+        return Err(Heard::ignored(
+            Reason::Branch,
+            format!(
+                "no route's branch_prefix owns the branch `{}`",
+                quoted(branch, 140)
+            ),
+        ));
+    };
+    // Counted under no route: only the routes that write back have series of their own.
+    if !route.writes_back() {
+        return Err(Heard::ignored(
+            Reason::NotWritten,
+            format!(
+                "route {} writes no status_column or pull_request_column",
+                route.table_name()
+            ),
+        ));
+    }
+    let tail = route.branch_prefix.tail(branch).unwrap_or_default();
+    let id = match which_row(app, route, tail).await {
+        Ok(Some(id)) => id,
+        Ok(None) => {
+            return Err(Heard::ignored(
+                Reason::NoRow,
+                format!(
+                    "no row of {} has the id the branch `{}` names: nothing is written",
+                    route.table_name(),
+                    quoted(branch, 140)
+                ),
+            )
+            .on(route))
+        }
+        Err(why) => return Err(unavailable(route, &why)),
+    };
+    let event_branch = BranchName::existing(&route.branch_prefix, &id, branch)
+        .expect("the id is one of the branch's own prefixes");
+    let found = RowRef {
+        id,
+        branch: event_branch,
+        repo: route.repo.clone(),
+    };
+    let listed = app
+        .pipeline
+        .forge()
+        .row_branches(&route.repo, &route.branch_prefix, &found.id);
+    let branches = match listed.await {
+        Ok(branches) => branches,
+        Err(e) => {
+            return Err(unavailable(
+                route,
+                &format!("listing the row's branches: {e}"),
+            ))
+        }
+    };
+    // `redo` starts the row anew on `{branch}-redo-N`: an event of an older branch is late news.
+    let latest = branches.iter().map(|b| redo_number(b.as_str())).max();
+    let this = redo_number(found.branch.as_str());
+    if latest.is_some_and(|latest| latest > this) {
+        return Err(Heard {
+            row: Some(found),
+            ..Heard::ignored(
+                Reason::Superseded,
+                format!(
+                    "the row was redone since (its latest branch ends in -redo-{}): an event of \
+                     an older branch writes nothing",
+                    latest.unwrap_or_default()
+                ),
+            )
+            .on(route)
+        });
+    }
+    Ok((Arc::clone(route), RowFound { found, branches }))
+}
+
+/// `N` of a branch that ends in `-redo-N` (`redo`'s), 0 for any other.
+fn redo_number(branch: &str) -> u32 {
+    let n = branch.rsplit_once("-redo-").map(|(_, n)| n);
+    n.and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// The ids a branch's tail (`{id}` or `{id}-{slug}`) may name, longest first: the whole tail,
+/// then each part before a `-`. An integer id is the first part; a UUID holds four `-` itself,
+/// so only the table can say which is a row's.
+fn candidate_ids(tail: &str) -> Vec<RowId> {
+    let cuts = tail.match_indices('-').map(|(at, _)| &tail[..at]);
+    let mut ids: Vec<RowId> = std::iter::once(tail)
+        .chain(cuts.collect::<Vec<_>>().into_iter().rev())
+        .filter_map(|text| RowId::parse(&json!(text)).ok())
+        .collect();
+    ids.dedup();
+    ids
+}
+
+/// The row of `route`'s table that the tail names: the longest of its [`candidate_ids`] that a
+/// row has (of `abc` and `abc-def`, both rows, `abc-def-x` is taken for `abc-def`'s: SPEC §4).
+async fn which_row(app: &App, route: &Route, tail: &str) -> Result<Option<RowId>, String> {
+    let Some(url) = &app.config.database_url else {
+        return Err("DATABASE_URL is not set: the row cannot be found".to_owned());
+    };
+    let candidates = candidate_ids(tail);
+    let texts: Vec<&str> = candidates.iter().map(RowId::as_str).collect();
+    let lookup = lookup(app, url, route, &texts);
+    match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
+        Ok(Ok(found)) => Ok(found.map(|at| candidates[at].clone())),
+        Ok(Err(why)) => Err(why),
+        Err(_) => Err(format!(
+            "the database did not answer within {} s",
+            LOOKUP_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// [`Database::first_row_of`] on the hook's connection, opened when there is none (or it
+/// ended) and dropped after an error, so that the next event opens a fresh one.
+async fn lookup(
+    app: &App,
+    url: &Redacted,
+    route: &Route,
+    ids: &[&str],
+) -> Result<Option<usize>, String> {
+    let mut held = app.hook.database.lock().await;
+    let database = match held.take() {
+        Some(database) if !database.is_closed() => database,
+        _ => Database::connect(url.expose())
+            .await
+            .map_err(|e| format!("{e:#}"))?,
+    };
+    let found = database.first_row_of(route, ids).await;
+    let found = found.map_err(|e| format!("{e:#}"))?;
+    *held = Some(database);
+    Ok(found)
+}
+
+/// 503: the database or GitHub could not answer; a later event or the sweep writes the state.
+fn unavailable(route: &Arc<Route>, why: &str) -> Heard {
+    let message =
+        format!("{why}; nothing is written: the row's next event or the sweep writes its state");
+    Heard::refused(Reason::Unavailable, message).on(route)
+}
+
+/// The state handed to the status writer (which leaves a row already there or later alone;
+/// for a pull request just `opened`, a `closed` row too).
+fn noted(
+    app: &App,
+    route: &Arc<Route>,
+    row: RowFound,
+    state: RowState,
+    pull_request: Option<String>,
+    opened: bool,
+    why: String,
+) -> Heard {
+    let found = row.found;
+    let id = found.id.as_str();
+    match (&pull_request, opened) {
+        (Some(link), true) => app.pipeline.note_opened(route, id, link.clone()),
+        _ => (app.pipeline).note_pull_request(route, id, state, pull_request.clone(), false),
+    }
+    Heard {
+        status: StatusCode::OK,
+        outcome: state.as_str(),
+        reason: None,
+        message: format!(
+            "row {} of {} is {state}{why}, unless it is in that state or a later one already",
+            found.id,
+            route.table_name()
+        ),
+        route: Some(Arc::clone(route)),
+        row: Some(found),
+        pull_request,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::{GITHUB_EVENT_ANSWERS, GITHUB_EVENT_OFF, GITHUB_EVENT_ROUTE_ANSWERS};
+
+    #[test]
+    fn a_tails_ids_are_tried_longest_first_and_only_as_ids() {
+        let texts = |tail: &str| -> Vec<String> {
+            candidate_ids(tail)
+                .iter()
+                .map(|id| id.to_string())
+                .collect()
+        };
+        assert_eq!(texts("42"), ["42"]);
+        assert_eq!(
+            texts("42-add-dark-mode"),
+            ["42-add-dark-mode", "42-add-dark", "42-add", "42"]
+        );
+        let uuid = "3f2504e0-4f89-11d3-9a0c-0305e82c3301";
+        let found = texts(&format!("{uuid}-x-redo-2"));
+        assert_eq!(found[2], format!("{uuid}-x"));
+        assert_eq!(found[3], uuid);
+        assert_eq!(found.last().unwrap(), "3f2504e0");
+        // What no id can be (a leading `-`, `..`) is not asked for.
+        assert!(texts("-x").is_empty());
+        assert!(texts("a..b-c").is_empty());
+    }
+
+    #[test]
+    fn the_redo_number_is_that_of_the_last_redo_suffix() {
+        assert_eq!(redo_number("feedback/42-add-dark-mode"), 0);
+        assert_eq!(redo_number("feedback/42-add-dark-mode-redo-1"), 1);
+        assert_eq!(redo_number("feedback/42-redo-12"), 12);
+        assert_eq!(redo_number("feedback/42-redo-x"), 0);
+    }
+
+    #[test]
+    fn each_refusal_has_its_status_and_every_answer_is_counted_in_a_series_there_from_the_start() {
+        let statuses = [
+            (Reason::NotConfigured, 404),
+            (Reason::ContentType, 415),
+            (Reason::TooLarge, 413),
+            (Reason::Unauthorized, 401),
+            (Reason::TimedOut, 408),
+            (Reason::Malformed, 400),
+            (Reason::Unavailable, 503),
+            (Reason::Internal, 500),
+        ];
+        let mut labels: Vec<AnswerLabels> = statuses
+            .iter()
+            .map(|&(reason, status)| {
+                let heard = Heard::refused(reason, "refused");
+                assert_eq!(heard.status.as_u16(), status, "{reason}");
+                heard.labels()
+            })
+            .collect();
+        for reason in [
+            Reason::Event,
+            Reason::Action,
+            Reason::NotWork,
+            Reason::Repository,
+            Reason::Fork,
+            Reason::Branch,
+            Reason::NotWritten,
+            Reason::NoRow,
+            Reason::Superseded,
+            Reason::PullRequest,
+        ] {
+            labels.push(Heard::ignored(reason, "ignored").labels());
+        }
+        for state in [
+            RowState::PrOpen,
+            RowState::Merged,
+            RowState::Closed,
+            RowState::Failed,
+        ] {
+            labels.push((200, state.as_str(), ""));
+        }
+        let at_start: Vec<&AnswerLabels> = (GITHUB_EVENT_ANSWERS.iter())
+            .chain(GITHUB_EVENT_ROUTE_ANSWERS)
+            .chain([&GITHUB_EVENT_OFF])
+            .collect();
+        for label in &labels {
+            assert!(
+                at_start.contains(&label),
+                "{label:?} is not listed in src/metrics.rs"
+            );
+        }
+        for listed in at_start {
+            assert!(
+                labels.contains(listed),
+                "src/metrics.rs lists {listed:?}, which no answer gives"
+            );
+        }
+    }
+}
