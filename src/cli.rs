@@ -470,6 +470,13 @@ fn run_when(text: &str) -> Result<RunWhen, String> {
             serde_json::Value::from(&value[1..value.len() - 1])
         }
         _ => match serde_json::from_str::<serde_json::Number>(value) {
+            // TOML holds a 64-bit signed integer or a float; a larger whole number would not
+            // read back as the same value.
+            Ok(number) if number.is_u64() && number.as_i64().is_none() => {
+                return Err(format!(
+                    "{value} is larger than the config can hold: quote it (\"{value}\") to compare it as text"
+                ))
+            }
             Ok(number) => serde_json::Value::Number(number),
             Err(_) => serde_json::Value::from(value),
         },

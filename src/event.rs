@@ -13,6 +13,27 @@ crate::reason::named_set! {
     }
 }
 
+crate::reason::named_set! {
+    /// A row's state, as its route's `status_column` holds it (SPEC §2): what rowbranch writes
+    /// back, and what the planner reads to tell an approval of a row that ran already.
+    pub enum RowState {
+        /// Seen, and held at the route's gate.
+        Waiting => "waiting",
+        /// Its branch claimed and the work dispatched.
+        Dispatched => "dispatched",
+        /// A pull request from its branch is open.
+        PrOpen => "pr_open",
+        /// The work's run ended without a pull request.
+        Failed => "failed",
+        /// Its pull request was merged: the last state.
+        Merged => "merged",
+        /// Its pull request was closed without a merge.
+        Closed => "closed",
+        /// rowbranch will never run the row (an id it refuses, a column the row lacks).
+        Refused => "refused",
+    }
+}
+
 /// A database change, already checked for shape.
 #[derive(Debug, Clone)]
 pub struct RowEvent {

@@ -24,7 +24,12 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         ))
     };
     let event = payload::parse(&body).map_err(|e| refused(400, e.to_string()))?;
-    let compiled = match routes.route(false, &event) {
+    // A queue route's body is previewed as the consumer reads it, gate included.
+    let routed = match routes.route(false, &event) {
+        Err(Ignored::OtherIntake { .. }) => routes.route(true, &event),
+        routed => routed,
+    };
+    let compiled = match routed {
         Ok(compiled) => compiled,
         Err(no_route @ Ignored::NoRoute { .. }) => return Err(refused(422, no_route.to_string())),
         Err(why) => {

@@ -344,6 +344,9 @@ impl RunWhen {
     pub fn passes(&self, value: Option<&serde_json::Value>) -> bool {
         use serde_json::Value::Number;
         match (value, &self.equals) {
+            // Whole numbers exactly (past 2^53 an f64 would round two of them together).
+            (Some(Number(a)), Number(b)) if a.is_i64() && b.is_i64() => a.as_i64() == b.as_i64(),
+            (Some(Number(a)), Number(b)) if a.is_u64() && b.is_u64() => a.as_u64() == b.as_u64(),
             (Some(Number(a)), Number(b)) => a.as_f64() == b.as_f64(),
             (Some(value), equals) => value == equals,
             (None, _) => false,

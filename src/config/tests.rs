@@ -119,6 +119,14 @@ fn a_gate_holds_a_column_and_a_scalar() {
     assert_eq!(gate.to_string(), "approved = true");
     assert!(gate.passes(Some(&serde_json::json!(true))));
     assert!(parse(LOCAL).unwrap().routes[0].run_when.is_none());
+    // Whole numbers past 2^53 compare exactly, as the trigger's jsonb does.
+    let big = parse(&format!(
+        "{LOCAL}\n{BOTH}\nrun_when = {{ column = \"n\", equals = 9007199254740993 }}"
+    ))
+    .unwrap();
+    let big = big.routes[0].run_when.as_ref().unwrap();
+    assert!(big.passes(Some(&serde_json::json!(9007199254740993_i64))));
+    assert!(!big.passes(Some(&serde_json::json!(9007199254740992_i64))));
 }
 
 #[test]

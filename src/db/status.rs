@@ -17,31 +17,14 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::timeout;
 
 use super::shape::Shape;
 use super::{describe, query, quote_ident, Database, Result};
 use crate::config::{Redacted, Route};
 use crate::metrics::{Metrics, StatusResult};
 
-crate::reason::named_set! {
-    /// A row's state, as its `status_column` holds it.
-    pub enum RowState {
-        /// Seen, and held at the route's gate.
-        Waiting => "waiting",
-        /// Its branch claimed and the work dispatched.
-        Dispatched => "dispatched",
-        /// A pull request from its branch is open.
-        PrOpen => "pr_open",
-        /// The work's run ended without a pull request.
-        Failed => "failed",
-        /// Its pull request was merged: the last state.
-        Merged => "merged",
-        /// Its pull request was closed without a merge.
-        Closed => "closed",
-        /// rowbranch will never run the row (an id it refuses, a column the row lacks).
-        Refused => "refused",
-    }
-}
+pub use crate::event::RowState;
 
 impl RowState {
     /// The states a write of `self` may replace, besides NULL and any value rowbranch does not
@@ -104,7 +87,9 @@ impl StatusWrite {
             Some(over) => known.is_none_or(|s| over.contains(&s)),
             None => known != Some(self.state),
         };
-        allowed || (known == Some(self.state) && other_link)
+        let relinked = known == Some(self.state)
+            || (self.state == RowState::PrOpen && known == Some(RowState::Closed));
+        allowed || (relinked && other_link)
     }
 }
 
@@ -148,9 +133,15 @@ impl Database {
             None => format!("{column} is distinct from $2::text"),
         };
         let when = match (&status, &link) {
+            // Another pull request than the one the row names: a new one from the same branch
+            // (after a closed one, too), never a late event of the one it has.
             (Some(status), Some(link)) if write.pull_request.is_some() => format!(
-                "({} or ({status} = $2::text and {link} is distinct from $3::text))",
-                allowed(status)
+                "({} or ({status} in ($2::text, {}) and {link} is distinct from $3::text))",
+                allowed(status),
+                match write.state {
+                    RowState::PrOpen => "'closed'",
+                    _ => "$2::text",
+                }
             ),
             (Some(status), _) => allowed(status),
             (None, Some(link)) => format!("{link} is distinct from $3::text"),
@@ -214,6 +205,11 @@ const WAITING_WRITES: usize = 1024;
 /// After a failed connection, how long the writer waits before it connects again; the writes
 /// that come meanwhile fail at once.
 const RECONNECT_AFTER: Duration = Duration::from_secs(5);
+
+/// The longest one write (or its table's lookup) may take: a connection that stops answering
+/// (a pooler's failover that leaves it half-open) would otherwise hold every later write, and
+/// the commands that wait for the writes at their end.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The one task that writes rows' states, and the way to it.
 pub struct StatusWriter {
@@ -301,15 +297,31 @@ async fn write_all(
         let table = write.route.table_name();
         let shape = match shapes.get(&table) {
             Some(shape) => shape,
-            None => match Shape::for_status(db.client(), &write.route).await {
-                Ok(shape) => shapes.entry(table.clone()).or_insert(shape),
-                Err(e) => {
-                    failed(&metrics, &write, &format!("{e:#}"));
-                    continue;
+            None => {
+                match timeout(WRITE_TIMEOUT, Shape::for_status(db.client(), &write.route)).await {
+                    Ok(Ok(shape)) => shapes.entry(table.clone()).or_insert(shape),
+                    Ok(Err(e)) => {
+                        failed(&metrics, &write, &format!("{e:#}"));
+                        continue;
+                    }
+                    Err(_) => {
+                        // A connection that stopped answering (half-open): made again next time.
+                        database = None;
+                        failed(&metrics, &write, "the database did not answer within 10 s");
+                        continue;
+                    }
                 }
-            },
+            }
         };
-        match db.write_status(shape, &write).await {
+        let written = match timeout(WRITE_TIMEOUT, db.write_status(shape, &write)).await {
+            Ok(written) => written,
+            Err(_) => {
+                database = None;
+                failed(&metrics, &write, "the database did not answer within 10 s");
+                continue;
+            }
+        };
+        match written {
             Ok(written) => {
                 metrics.status_written(&table, written);
                 match written {
@@ -408,6 +420,11 @@ mod tests {
         assert!(opened.changes(Some("closed"), link), "reopened");
         opened.reopens = false;
         assert!(!opened.changes(Some("closed"), link), "a late opened");
+        // Another pull request from the same branch after the closed one: a new one.
+        assert!(
+            opened.changes(Some("closed"), Some("https://x/pull/0")),
+            "a new pull request"
+        );
         assert!(opened.changes(Some("dispatched"), None));
         assert!(opened.changes(Some("failed"), None));
     }

@@ -114,11 +114,14 @@ impl WorkflowRun {
         self.branches(prefix).any(|branch| prefix.owns(id, branch))
     }
 
-    /// The words of the title that name a branch under `prefix`.
+    /// The branch under `prefix` the title names, as the work workflow's `run-name` writes it
+    /// (`rowbranch: {branch}`, templates/workflow.yml): another workflow's run that mentions a
+    /// branch is not the row's work.
     pub fn branches<'a>(&'a self, prefix: &'a BranchPrefix) -> impl Iterator<Item = &'a str> {
-        self.title
-            .split(|c: char| !(c.is_ascii_alphanumeric() || "._-/".contains(c)))
-            .filter(|word| prefix.tail(word).is_some())
+        let named = self.title.strip_prefix("rowbranch: ").map(str::trim);
+        named
+            .filter(|branch| prefix.tail(branch).is_some())
+            .into_iter()
     }
 }
 
@@ -426,7 +429,9 @@ mod tests {
             ("rowbranch: feedback/42-add-dark-mode", true),
             ("rowbranch: feedback/42", true),
             ("rowbranch: feedback/42-add-dark-mode-redo-1", true),
-            ("Work on \"feedback/42-x\", again", true),
+            // Another workflow's run that mentions the branch is not the row's work.
+            ("Work on \"feedback/42-x\", again", false),
+            ("deploy feedback/42-x", false),
             ("rowbranch: feedback/420-other-row", false),
             ("rowbranch: feedback/4", false),
             ("rowbranch: other/42-x", false),

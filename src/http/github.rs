@@ -33,7 +33,7 @@ use super::App;
 use crate::config::{Config, Redacted, Route};
 use crate::db::status::RowState;
 use crate::db::Database;
-use crate::identity::{BranchName, RowId};
+use crate::identity::{redo_rank, BranchName, RowId};
 use crate::metrics::{AnswerLabels, NO_ROUTE};
 use crate::reason::Reason;
 use crate::webhook::auth::{Head, WebhookSecrets};
@@ -600,8 +600,9 @@ async fn row_of(
         }
     };
     // `redo` starts the row anew on `{branch}-redo-N`: an event of an older branch is late news.
-    let latest = branches.iter().map(|b| redo_number(b.as_str())).max();
-    let this = redo_number(found.branch.as_str());
+    // Ranked as the sweep ranks them (a slug may itself end in `-redo-5`).
+    let latest = branches.iter().map(|b| redo_rank(b.as_str())).max();
+    let this = redo_rank(found.branch.as_str());
     if latest.is_some_and(|latest| latest > this) {
         return Err(Heard {
             row: Some(found),
@@ -610,19 +611,13 @@ async fn row_of(
                 format!(
                     "the row was redone since (its latest branch ends in -redo-{}): an event of \
                      an older branch writes nothing",
-                    latest.unwrap_or_default()
+                    latest.unwrap_or_default().1
                 ),
             )
             .on(route)
         });
     }
     Ok((Arc::clone(route), RowFound { found, branches }))
-}
-
-/// `N` of a branch that ends in `-redo-N` (`redo`'s), 0 for any other.
-fn redo_number(branch: &str) -> u32 {
-    let n = branch.rsplit_once("-redo-").map(|(_, n)| n);
-    n.and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// The ids a branch's tail (`{id}` or `{id}-{slug}`) may name, longest first: the whole tail,
@@ -680,8 +675,11 @@ async fn lookup(
 
 /// 503: the database or GitHub could not answer; a later event or the sweep writes the state.
 fn unavailable(route: &Arc<Route>, why: &str) -> Heard {
-    let message =
-        format!("{why}; nothing is written: the row's next event or the sweep writes its state");
+    // The detail (a host, a role, a statement) stays in the log: the answer is shown in the
+    // App's delivery log to whoever administers the App.
+    tracing::warn!(route = %route.table_name(), error = why, "an App event could not be decided");
+    let message = "the routes' table or GitHub could not be read; nothing is written: the row's \
+                   next event or the sweep writes its state (rowbranch's log says why)";
     Heard::refused(Reason::Unavailable, message).on(route)
 }
 
@@ -743,14 +741,6 @@ mod tests {
         // What no id can be (a leading `-`, `..`) is not asked for.
         assert!(texts("-x").is_empty());
         assert!(texts("a..b-c").is_empty());
-    }
-
-    #[test]
-    fn the_redo_number_is_that_of_the_last_redo_suffix() {
-        assert_eq!(redo_number("feedback/42-add-dark-mode"), 0);
-        assert_eq!(redo_number("feedback/42-add-dark-mode-redo-1"), 1);
-        assert_eq!(redo_number("feedback/42-redo-12"), 12);
-        assert_eq!(redo_number("feedback/42-redo-x"), 0);
     }
 
     #[test]

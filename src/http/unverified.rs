@@ -80,7 +80,9 @@ impl Unverified {
         });
         let mut read = Vec::new();
         loop {
+            // A cut comes first: a body cut while a frame was ready reads no more.
             let frame = tokio::select! {
+                biased;
                 () = cut.cancelled() => return Err(Unread::Cut),
                 frame = body.frame() => frame,
             };
@@ -104,6 +106,10 @@ impl Unverified {
     /// until they fit; `Cut` when `me` is the longest itself.
     fn take(&self, me: u64, bytes: usize) -> Result<(), Unread> {
         let mut readers = self.readers();
+        // Cut already (its bytes given back): it takes no more.
+        if !readers.reading.contains_key(&me) {
+            return Err(Unread::Cut);
+        }
         while readers.used + bytes > self.budget {
             let Some((&oldest, _)) = readers.reading.first_key_value() else {
                 break;
@@ -116,9 +122,9 @@ impl Unverified {
                 cut.cancel();
             }
         }
-        readers.used += bytes;
         if let Some((held, _)) = readers.reading.get_mut(&me) {
             *held += bytes;
+            readers.used += bytes;
         }
         Ok(())
     }
@@ -166,6 +172,25 @@ mod tests {
             0,
             "a body dropped midway gives its bytes back"
         );
+    }
+
+    #[test]
+    fn a_body_cut_takes_no_more_and_the_count_stays_true() {
+        let unverified = Unverified::new(1000, 600);
+        let (first, second) = (0, 1);
+        {
+            let mut readers = unverified.readers();
+            for me in [first, second] {
+                readers.reading.insert(me, (0, CancellationToken::new()));
+            }
+            readers.next = 2;
+        }
+        unverified.take(first, 600).unwrap();
+        unverified.take(second, 600).unwrap();
+        assert_eq!(unverified.used(), 600, "the first was cut for the second");
+        // The first, cut, has a frame ready all the same: it is refused, and counts nothing.
+        assert_eq!(unverified.take(first, 100), Err(Unread::Cut));
+        assert_eq!(unverified.used(), 600);
     }
 
     #[tokio::test]

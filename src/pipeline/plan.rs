@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::config::{Config, Intake, PayloadTemplateSource, Route};
-use crate::event::{EventKind, RowEvent};
+use crate::event::{EventKind, RowEvent, RowState};
 use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::pipeline::template::{
@@ -120,7 +120,14 @@ impl Routes {
         // An UPDATE runs the row only as it passes: the event that made it pass ran it (an
         // UPDATE without its old row is taken as passing now; the claim makes a repeat a no-op).
         let before = event.old_record.as_deref().map(value);
-        if event.kind == EventKind::Update && before.is_some_and(|v| gate.passes(v.as_ref())) {
+        // Approved again after it ran: the state rowbranch wrote says so even where its branch
+        // is gone (merged, deleted) and the text was edited since (another slug).
+        let ran = (route.status_column.as_deref())
+            .and_then(|status| column(&event.record, status))
+            .and_then(|state| RowState::parse(state.as_str()?))
+            .is_some_and(|state| !matches!(state, RowState::Waiting | RowState::Refused));
+        let passed = before.is_some_and(|v| gate.passes(v.as_ref()));
+        if event.kind == EventKind::Update && (passed || ran) {
             return Err(Ignored::PassedBefore {
                 route: Arc::clone(route),
                 gate: gate.to_string(),
@@ -724,6 +731,27 @@ mod tests {
         let mut bare = update(row(json!("new")), row(json!("approved")));
         bare.old_record = None;
         assert_eq!(reason(bare), "run");
+        // Approved again after it ran: the state written back says so, whatever its branch.
+        let text = format!(
+            "{}events = [\"INSERT\", \"UPDATE\"]\nrun_when = {{ column = \"status\", equals = \"approved\" }}\nstatus_column = \"state\"\n",
+            crate::config::TEST_LOCAL_CONFIG
+        );
+        let config =
+            crate::config::Config::parse(&text, Path::new("rowbranch.toml"), &|_| None).unwrap();
+        let written = Routes::compile(&config).unwrap();
+        let again = |state: &str| {
+            let row =
+                |status: &str| json!({"id": 1, "message": "m", "status": status, "state": state});
+            let e = update(row("new"), row("approved"));
+            written
+                .route(false, &e)
+                .err()
+                .map(|why| why.reason().as_str())
+        };
+        assert_eq!(again("merged"), Some("passed_before"));
+        assert_eq!(again("dispatched"), Some("passed_before"));
+        assert_eq!(again("waiting"), None);
+        assert_eq!(again("new"), None);
         // A wrong kind of value does not pass: "true" is not true, 1 is 1.0.
         let routes = gated("true");
         let pass = |v: Value| {
