@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::FutureExt;
@@ -213,11 +213,7 @@ async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard
              application/json",
         ));
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if super::declares_more_than(headers, MAX_BODY_BYTES) {
         return Err(too_large());
     }
     // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind of

@@ -277,11 +277,7 @@ async fn read(
         let message = "Content-Type must be application/json";
         return Err((Answer::refused(Reason::ContentType, message), None));
     }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > webhook.max_body_bytes as u64) {
+    if declares_more_than(headers, webhook.max_body_bytes) {
         return Err((too_large(), None));
     }
     let pending = match &webhook.secrets {
@@ -428,6 +424,16 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         Ok(result) => Answer::from_run(row, result),
         Err(_) => Answer::Accepted(row, webhook.respond_within),
     }
+}
+
+/// Whether the request's `Content-Length` says its body is longer than `max`: refused before a
+/// byte of it is read.
+fn declares_more_than(headers: &HeaderMap, max: usize) -> bool {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    declared.is_some_and(|n| n > max as u64)
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

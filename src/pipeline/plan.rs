@@ -98,19 +98,19 @@ impl Routes {
         let Some(gate) = &route.run_when else {
             return Ok(compiled);
         };
-        // The gate reads one column of each row; a row whose column cannot be read is held.
-        let column = |record: &RawValue, name: &str| -> Option<Value> {
-            let fields: HashMap<&str, &RawValue> = serde_json::from_str(record.get()).ok()?;
+        // The gate reads a few columns of each row, the record split into them once; a row
+        // whose column cannot be read is held.
+        let column = |fields: &HashMap<&str, &RawValue>, name: &str| -> Option<Value> {
             serde_json::from_str(fields.get(name)?.get()).ok()
         };
-        let value = |record: &RawValue| column(record, &gate.column);
-        let now = value(&event.record);
+        let record = split(&event.record);
+        let now = column(&record, &gate.column);
         if !gate.passes(now.as_ref()) {
             let found = match &now {
                 Some(value) => format!("holds {}", excerpt(&value.to_string())),
                 None => format!("has no `{}` column", gate.column),
             };
-            let id = column(&event.record, &route.id_column).and_then(|id| RowId::parse(&id).ok());
+            let id = column(&record, &route.id_column).and_then(|id| RowId::parse(&id).ok());
             return Err(Ignored::NotReady {
                 route: Arc::clone(route),
                 why: format!("run_when is {gate} and the row {found}"),
@@ -119,11 +119,11 @@ impl Routes {
         }
         // An UPDATE runs the row only as it passes: the event that made it pass ran it (an
         // UPDATE without its old row is taken as passing now; the claim makes a repeat a no-op).
-        let before = event.old_record.as_deref().map(value);
+        let before = (event.old_record.as_deref()).map(|old| column(&split(old), &gate.column));
         // Approved again after it ran: the state rowbranch wrote says so even where its branch
         // is gone (merged, deleted) and the text was edited since (another slug).
         let ran = (route.status_column.as_deref())
-            .and_then(|status| column(&event.record, status))
+            .and_then(|status| column(&record, status))
             .and_then(|state| RowState::parse(state.as_str()?))
             .is_some_and(|state| !matches!(state, RowState::Waiting | RowState::Refused));
         let passed = before.is_some_and(|v| gate.passes(v.as_ref()));
@@ -135,6 +135,11 @@ impl Routes {
         }
         Ok(compiled)
     }
+}
+
+/// A record's columns, each still JSON text (none when it is not an object).
+fn split(record: &RawValue) -> HashMap<&str, &RawValue> {
+    serde_json::from_str(record.get()).unwrap_or_default()
 }
 
 /// A route whose payload template could not be used: the config file, the key and the route,
