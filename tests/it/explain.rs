@@ -244,7 +244,7 @@ async fn a_handled_row_shows_its_branch_ahead_its_merged_pull_request_and_its_ru
             "  redo      claim feedback/42-add-dark-mode-redo-1 and dispatch `feedback` (feedback/42-add-dark-mode is taken)",
         ],
     );
-    assert!(!text.stdout.contains("420"), "{text}");
+    assert!(!text.stdout.contains("feedback/420"), "{text}");
     assert_read_only(&fake);
 }
 
