@@ -325,18 +325,17 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
         ctx.owner_kind = owner_kind(args, &ctx.owner).await?;
     }
     // Everything is rendered before anything is written.
-    let files: Vec<(&str, String)> = names
-        .iter()
-        .map(|name| Ok((*name, render(name, &ctx)?)))
+    let files: Vec<(&str, String)> = (names.iter())
+        .map(|&name| {
+            let text = render(name, &ctx)?;
+            // The App's webhook secret, which only GitHub's answer to `--manifest-code` gave,
+            // stays.
+            Ok(match &previous.hook_secret {
+                Some(secret) if name == ENV_FILE => (name, with_hook_secret(&text, secret)),
+                _ => (name, text),
+            })
+        })
         .collect::<anyhow::Result<_>>()?;
-    // The App's webhook secret, which only GitHub's answer to `--manifest-code` gave, stays.
-    let files = files
-        .into_iter()
-        .map(|(name, text)| match &previous.hook_secret {
-            Some(secret) if name == ENV_FILE => (name, with_hook_secret(&text, secret)),
-            _ => (name, text),
-        });
-    let files: Vec<(&str, String)> = files.collect();
     let steps = steps(dir, &ctx)?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     println!("the setup in {}:", dir.display());

@@ -13,15 +13,19 @@ pub mod reconcile;
 pub mod redo;
 pub mod serve;
 
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::{anyhow, Context};
+
 use crate::cli::{Cli, Command};
-use crate::config::Config;
-use crate::config::ConfigError;
+use crate::config::{Config, ConfigError};
 use crate::db::{Database, Error as DbError, Misfit};
+use crate::forge::{Forge, OpenError};
 use crate::http::ListenError;
-use crate::pipeline::CompiledRoute;
-use crate::startup::StartupError;
+use crate::pipeline::{CompiledRoute, RouteError, Routes};
+use crate::startup::{self, Shared, StartupError};
 
 /// Why a command failed, and so which exit code it ends with.
 #[derive(Debug)]
@@ -55,6 +59,20 @@ impl From<anyhow::Error> for Failure {
 
 impl From<ConfigError> for Failure {
     fn from(e: ConfigError) -> Failure {
+        Failure::Usage(e.into())
+    }
+}
+
+/// A route that does not compile is the config's fault.
+impl From<RouteError> for Failure {
+    fn from(e: RouteError) -> Failure {
+        Failure::Usage(e.into())
+    }
+}
+
+/// So is a forge that cannot be opened: a key, a path, a URL.
+impl From<OpenError> for Failure {
+    fn from(e: OpenError) -> Failure {
         Failure::Usage(e.into())
     }
 }
@@ -95,13 +113,33 @@ pub async fn run(cli: Cli) -> Result<(), Failure> {
 /// The route of `table` (`table` or `schema.table`), for a command that acts on one row; a
 /// table without a route is a usage error that lists the routes there are.
 fn route_for(config: &Config, table: &str) -> Result<CompiledRoute, Failure> {
-    let routes = crate::pipeline::Routes::compile(config).map_err(|e| Failure::Usage(e.into()))?;
+    let routes = Routes::compile(config)?;
     routes.for_table(table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
-        Failure::Usage(anyhow::anyhow!(
+        Failure::Usage(anyhow!(
             "no route for table {table}: the routes are {}",
             tables.join(", ")
         ))
+    })
+}
+
+/// The config's forge, and what a pipeline over it shares with it.
+async fn forge(config: &Config) -> Result<(Arc<dyn Forge>, Shared), Failure> {
+    let shared = Shared::default();
+    Ok((startup::forge(config, &shared).await?, shared))
+}
+
+/// Connects to `DATABASE_URL`'s database when awaited; without `DATABASE_URL`, at once a usage
+/// error that says `why` the command needs it.
+fn database(
+    config: &Config,
+    why: &str,
+) -> Result<impl Future<Output = Result<Database, Failure>>, Failure> {
+    let url = (config.database_url.clone())
+        .ok_or_else(|| Failure::Usage(anyhow!("DATABASE_URL is not set: {why}")))?;
+    Ok(async move {
+        let rows = Database::connect(url.expose()).await;
+        Ok(rows.context("connecting to DATABASE_URL")?)
     })
 }
 

@@ -12,7 +12,7 @@ use crate::webhook::payload;
 
 pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let routes = Routes::compile(&config).map_err(|e| Failure::Usage(e.into()))?;
+    let routes = Routes::compile(&config)?;
     let body = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))
         .map_err(Failure::Usage)?;

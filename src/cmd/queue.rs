@@ -6,19 +6,12 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::QueueCommand;
 use crate::config::{process_env, Config};
-use crate::db::{queue, Database};
+use crate::db::queue;
 
 pub async fn run(command: QueueCommand) -> Result<(), Failure> {
     let QueueCommand::Redrive(args) = command;
     let config = Config::load(&args.config.config, &process_env)?;
-    let url = config.database_url.clone().ok_or_else(|| {
-        Failure::Usage(anyhow!(
-            "DATABASE_URL is not set: the queue is in the database it names"
-        ))
-    })?;
-    let rows = Database::connect(url.expose())
-        .await
-        .context("connecting to DATABASE_URL")?;
+    let rows = super::database(&config, "the queue is in the database it names")?.await?;
     let pgmq = &config.pgmq;
     let only = if args.all { None } else { args.id };
     let moved = queue::redrive(rows.client(), &pgmq.queue, &pgmq.dead_letter, only)

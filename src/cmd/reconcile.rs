@@ -7,18 +7,17 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::ReconcileArgs;
 use crate::config::{process_env, Config};
-use crate::db::Database;
+use crate::pipeline::Routes;
 use crate::startup;
 use crate::sweep::{self, RouteSummary, SweepOptions};
 
 pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
-    let url = config.database_url.clone().ok_or_else(|| {
-        Failure::Usage(anyhow!(
-            "DATABASE_URL is not set: reconcile reads the rows from PostgreSQL (e.g. Supabase's \
-             connection string, Project Settings → Database)"
-        ))
-    })?;
+    let rows = super::database(
+        &config,
+        "reconcile reads the rows from PostgreSQL (e.g. Supabase's connection string, Project \
+         Settings → Database)",
+    )?;
     let window = match &args.since {
         Some(since) => humantime::parse_duration(since)
             .ok()
@@ -30,14 +29,9 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
             })?,
         None => config.reconcile.window,
     };
-    let routes = crate::pipeline::Routes::compile(&config).map_err(|e| Failure::Usage(e.into()))?;
-    let shared = startup::Shared::default();
-    let forge = startup::forge(&config, &shared)
-        .await
-        .map_err(|e| Failure::Usage(e.into()))?;
-    let rows = Database::connect(url.expose())
-        .await
-        .context("connecting to DATABASE_URL")?;
+    let routes = Routes::compile(&config)?;
+    let (forge, shared) = super::forge(&config).await?;
+    let rows = rows.await?;
     let pipeline = startup::pipeline(&config, forge, &shared);
     let options = SweepOptions {
         window,

@@ -8,7 +8,6 @@ use anyhow::{anyhow, Context};
 use super::Failure;
 use crate::cli::RedoArgs;
 use crate::config::{process_env, Config};
-use crate::db::Database;
 use crate::identity::BranchName;
 use crate::pipeline::{Outcome, Start};
 use crate::startup;
@@ -16,14 +15,7 @@ use crate::startup;
 pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
     let compiled = super::route_for(&config, &args.table)?;
-    let url = config.database_url.clone().ok_or_else(|| {
-        Failure::Usage(anyhow!(
-            "DATABASE_URL is not set: redo reads the row from PostgreSQL"
-        ))
-    })?;
-    let rows = Database::connect(url.expose())
-        .await
-        .context("connecting to DATABASE_URL")?;
+    let rows = super::database(&config, "redo reads the row from PostgreSQL")?.await?;
     let route = &compiled.route;
     let Some(row) = rows
         .by_id(route, &args.id)
@@ -44,10 +36,7 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         );
     };
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
-    let shared = startup::Shared::default();
-    let forge = startup::forge(&config, &shared)
-        .await
-        .map_err(|e| Failure::Usage(e.into()))?;
+    let (forge, shared) = super::forge(&config).await?;
     let taken = forge
         .row_branches(&route.repo, &route.branch_prefix, &plan.id)
         .await

@@ -12,7 +12,7 @@ use super::report::{Forecast, Report};
 use crate::cmd::redo::free_branch;
 use crate::config::Config;
 use crate::db::Row;
-use crate::forge::{Branch, Forge, Sha};
+use crate::forge::{Branch, Forge};
 use crate::identity::BranchName;
 use crate::pipeline::CompiledRoute;
 use crate::sweep::{id_text, Known, QueueView, Verdict};
@@ -51,7 +51,7 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
     };
     let route = &compiled.route;
     let taken: Vec<BranchName> = (report.forge.branches.iter())
-        .filter_map(|b| BranchName::existing(&route.branch_prefix, &plan.id, &b.name))
+        .map(|b| b.name.clone())
         .collect();
     let branch = free_branch(&plan.branch, &taken);
     let why = match branch == plan.branch {
@@ -115,11 +115,9 @@ pub(super) async fn reconcile(
         }
     };
     let prefix = &route.branch_prefix;
-    let branches = report.forge.branches.iter().filter_map(|b| {
-        Some(Branch {
-            name: BranchName::listed(prefix, &b.name)?,
-            sha: Sha::new(b.sha.clone()),
-        })
+    let branches = report.forge.branches.iter().map(|b| Branch {
+        name: b.name.clone(),
+        sha: b.sha.clone(),
     });
     let stale_after = config.reconcile.stale_claim_after;
     let stale_before = now - since(stale_after);

@@ -24,7 +24,6 @@ use crate::config::{process_env, Config, ForgeSettings, Intake};
 use crate::forge::Forge;
 use crate::identity::{BranchName, RowId};
 use crate::pipeline::CompiledRoute;
-use crate::startup;
 
 /// How long one GitHub read may go on retrying: someone is waiting at a terminal.
 const RETRY_BUDGET: Duration = Duration::from_secs(10);
@@ -39,10 +38,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
         github.retry_budget = github.retry_budget.min(RETRY_BUDGET);
     }
     let compiled = super::route_for(&config, &args.table)?;
-    let shared = startup::Shared::default();
-    let forge = startup::forge(&config, &shared)
-        .await
-        .map_err(|e| Failure::Usage(e.into()))?;
+    let (forge, _shared) = super::forge(&config).await?;
     let report = quietly(explain(&config, &compiled, forge.as_ref(), &args.id)).await;
     if args.json {
         let json = serde_json::to_string_pretty(&report).context("the report to JSON")?;

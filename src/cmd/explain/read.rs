@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection, SourceError};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
-use crate::forge::{Forge, ForgeError, Listing};
-use crate::identity::{BranchName, RowId};
+use crate::forge::{Branch, Forge, ForgeError, Listing};
+use crate::identity::RowId;
 use crate::sweep::id_text;
 
 /// How long the database may take to accept the connection: a host that drops packets would
@@ -131,22 +131,19 @@ pub(super) async fn forge(
         .ok();
     match branches {
         Ok(branches) => {
-            for branch in branches {
-                let name = BranchName::existing(prefix, id, branch.name.as_str());
-                let ahead_by = match (&base, name) {
-                    (Some(base), Some(name)) => forge
-                        .ahead_by(repo, base, &name)
-                        .await
+            for Branch { name, sha } in branches {
+                let ahead_by = match &base {
+                    Some(base) => (forge.ahead_by(repo, base, &name).await)
                         .map_err(|e| {
-                            let what = format!("comparing {} with {}", branch.name, base.branch);
+                            let what = format!("comparing {name} with {}", base.branch);
                             errors.push(labelled(&what, &e));
                         })
                         .ok(),
-                    _ => None,
+                    None => None,
                 };
                 section.branches.push(BranchView {
-                    name: branch.name.to_string(),
-                    sha: branch.sha.to_string(),
+                    name,
+                    sha,
                     ahead_by,
                 });
             }

@@ -12,8 +12,8 @@ use serde_json::{json, Map, Value};
 use super::plural;
 use crate::db::queue::RowMessage;
 use crate::db::Row;
-use crate::forge::{Base, PullRequest, WorkflowRun};
-use crate::identity::RowId;
+use crate::forge::{Base, PullRequest, Sha, WorkflowRun};
+use crate::identity::{BranchName, RowId};
 use crate::pipeline::Plan;
 
 /// One row, end to end.
@@ -94,7 +94,6 @@ impl RowSection {
 /// The row's identity and branch, as the planner derives them now.
 #[derive(Debug, Default, Serialize)]
 pub struct Identity {
-    #[serde(serialize_with = "as_text")]
     pub id: Option<RowId>,
     /// The branch the pipeline would claim for the row now.
     pub branch: Option<String>,
@@ -105,14 +104,6 @@ pub struct Identity {
     /// The planner's plan, when the row was read.
     #[serde(skip)]
     pub plan: Option<Plan>,
-}
-
-/// The id as its text, as the branch names it.
-fn as_text<S: Serializer>(id: &Option<RowId>, to: S) -> Result<S::Ok, S::Error> {
-    match id {
-        Some(id) => to.collect_str(id),
-        None => to.serialize_none(),
-    }
 }
 
 /// The forge's side: the row's branches, pull requests and workflow runs.
@@ -132,6 +123,10 @@ pub struct ForgeSection {
     pub runs: Part<WorkflowRun>,
 }
 
+fn text<S: Serializer>(sha: &Sha, to: S) -> Result<S::Ok, S::Error> {
+    to.collect_str(sha)
+}
+
 /// The default branch as `{branch, sha}`.
 fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S::Error> {
     let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha.to_string()});
@@ -141,9 +136,10 @@ fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S:
 /// One branch of the row.
 #[derive(Debug, Serialize)]
 pub struct BranchView {
-    pub name: String,
+    pub name: BranchName,
     /// The commit it points at: the claimed commit while the branch is at its base.
-    pub sha: String,
+    #[serde(serialize_with = "text")]
+    pub sha: Sha,
     /// Commits the branch has that the default branch has not (GitHub's compare); `null` when
     /// the compare failed.
     pub ahead_by: Option<u64>,
@@ -319,7 +315,7 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
                 Some(n) => format!("{n} commit{} ahead of {base}", plural(n)),
                 None => "not compared".to_owned(),
             };
-            let line = format!("{} at {}: {state}", branch.name, short(&branch.sha));
+            let line = format!("{} at {}: {state}", branch.name, branch.sha.short());
             out.line("  branch", &line);
         }
         out.listing("  pull", &forge.pull_requests, "pull requests", |p| {
@@ -435,11 +431,6 @@ fn span(secs: i64) -> String {
         s if s < 172_800 => format!("{} h", s / 3600),
         s => format!("{} days", s / 86_400),
     }
-}
-
-/// A commit's first 12 digits, for people.
-fn short(sha: &str) -> &str {
-    sha.get(..12).unwrap_or(sha)
 }
 
 /// At most `max` characters, with `…` when cut.
