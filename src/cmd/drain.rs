@@ -40,15 +40,7 @@ const DATABASE_ATTEMPTS: u32 = 4;
 
 pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let started = Instant::now();
-    let max_time = humantime::parse_duration(&args.max_time)
-        .ok()
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| {
-            Failure::Usage(anyhow!(
-                "--max-time {}: write a duration such as 4m or 90s",
-                args.max_time
-            ))
-        })?;
+    let max_time = super::duration_flag("--max-time", &args.max_time, "4m or 90s")?;
     let config = Config::load(&args.config.config, &process_env)?;
     // Before a message is read: a route whose table is not there would dead-letter them all.
     if let Some(url) = &config.database_url {

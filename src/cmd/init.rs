@@ -12,7 +12,7 @@ use anyhow::{anyhow, Context};
 use clap::ValueEnum;
 
 use self::setup::{render, steps, SetupContext};
-use super::Failure;
+use super::{usage, Failure};
 use crate::cli::{HostArg, InitArgs, IntakeArg, OwnerType};
 use crate::cmd::doctor::workflow::{allows_bot, bot_login, claude_steps};
 use crate::cmd::doctor::{quietly, ACTIONS_BOT, PLACEHOLDER_APP_ID};
@@ -54,10 +54,6 @@ fn out_dir(args: &InitArgs) -> PathBuf {
         (None, HostArg::Server) => PathBuf::from("."),
         (None, HostArg::Actions) => PathBuf::from("setup"),
     }
-}
-
-fn usage(message: impl Into<String>) -> Failure {
-    Failure::Usage(anyhow!(message.into()))
 }
 
 fn api_url(args: &InitArgs) -> String {

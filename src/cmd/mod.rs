@@ -51,6 +51,24 @@ impl Failure {
     }
 }
 
+/// A usage failure that says `message`.
+fn usage(message: impl std::fmt::Display) -> Failure {
+    Failure::Usage(anyhow!(message.to_string()))
+}
+
+/// A duration flag's value: more than zero and less than a hundred years, else a usage failure
+/// that gives `examples`.
+fn duration_flag(flag: &str, text: &str, examples: &str) -> Result<Duration, Failure> {
+    let duration = humantime::parse_duration(text).ok();
+    duration
+        .filter(|d| !d.is_zero() && d.as_secs() < 100 * 365 * 86_400)
+        .ok_or_else(|| {
+            usage(format!(
+                "{flag} {text}: write a duration such as {examples}"
+            ))
+        })
+}
+
 impl From<anyhow::Error> for Failure {
     fn from(e: anyhow::Error) -> Failure {
         Failure::Runtime(e)
@@ -116,7 +134,7 @@ fn route_for(config: &Config, table: &str) -> Result<CompiledRoute, Failure> {
     let routes = Routes::compile(config)?;
     routes.for_table(table).cloned().ok_or_else(|| {
         let tables: Vec<String> = config.routes.iter().map(|r| r.table_name()).collect();
-        Failure::Usage(anyhow!(
+        usage(format!(
             "no route for table {table}: the routes are {}",
             tables.join(", ")
         ))
@@ -136,7 +154,7 @@ fn database(
     why: &str,
 ) -> Result<impl Future<Output = Result<Database, Failure>>, Failure> {
     let url = (config.database_url.clone())
-        .ok_or_else(|| Failure::Usage(anyhow!("DATABASE_URL is not set: {why}")))?;
+        .ok_or_else(|| usage(format!("DATABASE_URL is not set: {why}")))?;
     Ok(async move {
         let rows = Database::connect(url.expose()).await;
         Ok(rows.context("connecting to DATABASE_URL")?)

@@ -19,14 +19,7 @@ pub async fn run(args: ReconcileArgs) -> Result<(), Failure> {
          Settings → Database)",
     )?;
     let window = match &args.since {
-        Some(since) => humantime::parse_duration(since)
-            .ok()
-            .filter(|d| !d.is_zero() && d.as_secs() < 100 * 365 * 86_400)
-            .ok_or_else(|| {
-                Failure::Usage(anyhow!(
-                    "--since {since}: write a duration such as 1h, 24h or 7d"
-                ))
-            })?,
+        Some(since) => super::duration_flag("--since", since, "1h, 24h or 7d")?,
         None => config.reconcile.window,
     };
     let routes = Routes::compile(&config)?;

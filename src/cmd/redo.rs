@@ -96,9 +96,9 @@ pub fn free_branch(branch: &BranchName, taken: &[BranchName]) -> BranchName {
 /// Asks on the terminal; without one, `--yes` is needed.
 fn confirm(question: &str) -> Result<bool, Failure> {
     if !std::io::stdin().is_terminal() {
-        return Err(Failure::Usage(anyhow!(
-            "no terminal to ask on: pass --yes to redo without asking"
-        )));
+        return Err(super::usage(
+            "no terminal to ask on: pass --yes to redo without asking",
+        ));
     }
     print!("{question} [y/N] ");
     std::io::stdout().flush().ok();
