@@ -12,28 +12,14 @@ pub async fn run(command: QueueCommand) -> Result<(), Failure> {
     let QueueCommand::Redrive(args) = command;
     let config = Config::load(&args.config.config, &process_env)?;
     let rows = super::database(&config, "the queue is in the database it names")?.await?;
-    let pgmq = &config.pgmq;
+    let (queue, dead_letter) = (&config.pgmq.queue, &config.pgmq.dead_letter);
     let only = if args.all { None } else { args.id };
-    let moved = queue::redrive(rows.client(), &pgmq.queue, &pgmq.dead_letter, only)
-        .await
-        .with_context(|| {
-            format!(
-                "moving dead letters from {} to {}",
-                pgmq.dead_letter, pgmq.queue
-            )
-        })?;
-    println!(
-        "moved {moved} dead letter{} from {} back to {}",
-        if moved == 1 { "" } else { "s" },
-        pgmq.dead_letter,
-        pgmq.queue
-    );
-    if moved == 0 && only.is_some() {
-        return Err(Failure::Runtime(anyhow!(
-            "{} has no message with id {}",
-            pgmq.dead_letter,
-            only.unwrap_or_default()
-        )));
+    let moved = (queue::redrive(rows.client(), queue, dead_letter, only).await)
+        .with_context(|| format!("moving dead letters from {dead_letter} to {queue}"))?;
+    let s = if moved == 1 { "" } else { "s" };
+    println!("moved {moved} dead letter{s} from {dead_letter} back to {queue}");
+    match only {
+        Some(id) if moved == 0 => Err(anyhow!("{dead_letter} has no message with id {id}").into()),
+        _ => Ok(()),
     }
-    Ok(())
 }
