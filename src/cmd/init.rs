@@ -117,7 +117,7 @@ fn refused_path(raw: &str) -> Result<String, Failure> {
 }
 
 /// Where Supabase reaches rowbranch: an http(s) URL with a host, to which `/webhook` is added.
-fn public_url(raw: &str) -> Result<String, Failure> {
+fn public_url(raw: &str) -> Result<(String, http::Uri), Failure> {
     let url = raw.trim_end_matches('/');
     if url.contains('#') || url.contains('?') {
         return Err(usage(format!(
@@ -133,19 +133,17 @@ fn public_url(raw: &str) -> Result<String, Failure> {
     if uri.host().is_none_or(str::is_empty) {
         return Err(usage(format!("--url `{url}` has no host")));
     }
-    Ok(url.to_owned())
+    Ok((url.to_owned(), uri))
 }
 
 /// `--url` as people paste it: the base (`https://hooks.example.com`) or the endpoint itself
 /// (`…/webhook`), both meaning the base, to which the trigger adds `/webhook`. Any other path
 /// would have the trigger post where `serve` answers 404, so it is refused, naming the path.
 fn webhook_base(raw: &str) -> Result<String, Failure> {
-    let url = public_url(raw)?;
-    let after_scheme = url.split_once("://").map_or("", |(_, rest)| rest);
-    let path = after_scheme.find('/').map_or("", |at| &after_scheme[at..]);
-    match path {
-        "" => Ok(url),
-        "/webhook" => Ok(url[..url.len() - path.len()].to_owned()),
+    let (url, uri) = public_url(raw)?;
+    match uri.path() {
+        "" | "/" => Ok(url),
+        "/webhook" => Ok(url[..url.len() - "/webhook".len()].to_owned()),
         other => Err(usage(format!(
             "--url `{url}` has the path `{other}`, where rowbranch answers nothing: give the \
              base (e.g. https://hooks.example.com) or the endpoint (https://hooks.example.com/webhook)"
@@ -671,7 +669,7 @@ fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {
 
 #[cfg(test)]
 mod tests {
-    use super::{set_allowed_bots, set_app_id};
+    use super::{set_allowed_bots, set_app_id, webhook_base};
     use crate::cmd::doctor::workflow::tests::WORKFLOW;
     use crate::cmd::doctor::workflow::{allows_bot, claude_steps};
 
@@ -707,6 +705,24 @@ mod tests {
         assert!(set_allowed_bots(&comment, "x")
             .unwrap()
             .ends_with("# allowed_bots: in a comment\n"));
+    }
+
+    #[test]
+    fn the_url_is_the_base_or_the_endpoint_and_no_other_path() {
+        for given in [
+            "https://hooks.example.com",
+            "https://hooks.example.com/",
+            "https://hooks.example.com/webhook",
+            "https://hooks.example.com/webhook/",
+        ] {
+            let base = webhook_base(given).unwrap_or_else(|e| panic!("{given}: {:#}", e.error()));
+            assert_eq!(base, "https://hooks.example.com", "{given}");
+        }
+        let other = webhook_base("https://hooks.example.com/hooks/in").unwrap_err();
+        let said = other.error().to_string();
+        assert!(said.contains("has the path `/hooks/in`"), "{said}");
+        assert!(webhook_base("ftp://hooks.example.com").is_err());
+        assert!(webhook_base("https://hooks.example.com/?a=1").is_err());
     }
 
     #[test]

@@ -243,7 +243,8 @@ pub(super) fn setup(args: &InitArgs, api_url: &str) -> Result<ActionsSetup, Fail
         kick: args.kick,
         default_branch,
         api_url: public_url(api_url)
-            .map_err(|_| usage(format!("--api-url `{api_url}` is not an http(s) URL")))?,
+            .map_err(|_| usage(format!("--api-url `{api_url}` is not an http(s) URL")))?
+            .0,
     })
 }
 
@@ -293,7 +294,7 @@ fn install(args: &InitArgs) -> Result<Install, Failure> {
 /// An https URL: the runner fetches it without credentials, and plain http could be changed
 /// on the way.
 fn https(flag: &str, raw: &str) -> Result<String, Failure> {
-    let url = public_url(raw).map_err(|_| usage(format!("{flag} `{raw}` is not a URL")))?;
+    let (url, _) = public_url(raw).map_err(|_| usage(format!("{flag} `{raw}` is not a URL")))?;
     if !url.starts_with("https://") {
         return Err(usage(format!("{flag} `{raw}` must be an https:// URL")));
     }
