@@ -88,17 +88,12 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let signalled = || {
         let shutdown = shutdown.clone();
         async move {
-            super::serve::signal().await;
+            super::serve::first_signal(1, || {}).await;
             shutdown.begin(signal_grace);
             tracing::info!(
                 grace_s = signal_grace.as_secs_f64(),
                 "stopping: what has not started is released; runs under way get the grace"
             );
-            tokio::spawn(async {
-                super::serve::signal().await;
-                tracing::warn!("a second signal: exiting now");
-                std::process::exit(1);
-            });
         }
     };
     let mut standing = consumer.progress().watch();

@@ -44,25 +44,31 @@ pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     }
     let pipeline = Arc::clone(application.pipeline());
     let stop = async move {
-        signal().await;
+        first_signal(0, move || pipeline.report_unfinished()).await;
         tracing::info!(
             grace_s = grace.as_secs_f64(),
             "shutting down: no new connections; claimed rows get the grace to dispatch"
         );
-        tokio::spawn(async move {
-            signal().await;
-            tracing::warn!("a second signal: exiting now");
-            pipeline.report_unfinished();
-            std::process::exit(0);
-        });
     };
     application.run(stop).await.context("the server stopped")?;
     tracing::info!("stopped");
     Ok(())
 }
 
+/// Waits for the first signal; a second one then exits the process at once, with `code`, after
+/// `last`.
+pub(super) async fn first_signal<T>(code: i32, last: impl FnOnce() -> T + Send + 'static) {
+    signal().await;
+    tokio::spawn(async move {
+        signal().await;
+        tracing::warn!("a second signal: exiting now");
+        last();
+        std::process::exit(code);
+    });
+}
+
 /// Ctrl-C (SIGINT) or SIGTERM.
-pub(super) async fn signal() {
+async fn signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
