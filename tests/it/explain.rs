@@ -296,6 +296,26 @@ async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do(
     assert_eq!(report["reconcile"]["branch"], "feedback/44-export-csv");
     assert_eq!(report["redo"]["verdict"], "would_dispatch");
     assert_eq!(report["redo"]["branch"], "feedback/44-export-csv");
+
+    // A claim at its base that a run of the work workflow names ran and pushed nothing: the
+    // sweep reports it and never dispatches it again, and explain says the same.
+    insert(&table, 46, "Ran nothing", hours(2)).await;
+    fake.create_branch(REPO, "feedback/46-ran-nothing", "main");
+    fake.add_workflow_run(
+        REPO,
+        "rowbranch: feedback/46-ran-nothing",
+        "completed",
+        Some("success"),
+    );
+    let report = explained(
+        &config,
+        &table.url,
+        "46",
+        &["  reconcile nothing: feedback/46-ran-nothing is at its base, but a run of the work workflow names it"],
+    )
+    .await;
+    assert_eq!(report["reconcile"]["verdict"], "already_ran");
+    assert_eq!(report["reconcile"]["branch"], "feedback/46-ran-nothing");
     assert_read_only(&fake);
 }
 

@@ -125,7 +125,7 @@ pub(super) async fn reconcile(
         prefix,
         branches.collect(),
         pulls.items.clone(),
-        &[],
+        &report.forge.runs.items,
         queue,
         stale_before,
     );
@@ -178,8 +178,12 @@ pub(super) async fn reconcile(
         _ => return Forecast::new("unknown", "unknown: the sweep settles a row so only by acting on it"),
     };
     let mut forecast = Forecast::new(verdict.label().as_str(), says);
-    if let Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } = &verdict {
-        forecast = forecast.on(&plan.branch);
+    match &verdict {
+        Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } => {
+            forecast = forecast.on(&plan.branch)
+        }
+        Verdict::AlreadyRan(branch) => forecast = forecast.on(branch),
+        _ => {}
     }
     if known.queue.is_some_and(|q| !q.not_queued.is_empty()) {
         forecast.says += "; it has no message in the queue or its archive (is the queue's trigger installed and enabled?)";
