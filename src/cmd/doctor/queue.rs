@@ -18,6 +18,10 @@ use crate::identity::QueueName;
 const FUNCTION: &str = "rowbranch.enqueue()";
 const TRIGGER_PREFIX: &str = "rowbranch_queue_";
 
+/// The fix when the catalog cannot be read.
+pub(super) const CATALOG_FIX: &str =
+    "give DATABASE_URL's role access to the catalog (every role has it by default)";
+
 /// What the setup SQL's fix says, once.
 const RUN_SETUP: &str =
     "run supabase-queue.sql (written by `rowbranch init --intake pgmq`) in the SQL editor as postgres";
@@ -197,18 +201,14 @@ pub(super) struct Trigger {
 /// name in the catalog, which every role may read: to_regprocedure would need USAGE on schema
 /// rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
 pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigger>, Check> {
-    let found = query(client, TRIGGERS, &[&route.schema, &route.table])
-        .await
-        .map_err(|e| {
-            Check::fail(
-                format!(
-                    "{}: its triggers cannot be read: {}",
-                    quote_relation(&route.schema, &route.table),
-                    describe(&e)
-                ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            )
-        })?;
+    let found = query(client, TRIGGERS, &[&route.schema, &route.table]).await;
+    let found = found.map_err(|e| {
+        let table = quote_relation(&route.schema, &route.table);
+        Check::fail(
+            format!("{table}: its triggers cannot be read: {}", describe(&e)),
+            CATALOG_FIX,
+        )
+    })?;
     Ok(found
         .iter()
         .map(|row| Trigger {
@@ -243,15 +243,11 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         .filter(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
         .collect();
     let Some(first) = sending.first() else {
-        out.push(Check::fail(
-            format!("{what} is missing: its rows never reach the queue"),
-            RUN_SETUP,
-        ));
-        return;
+        let what = format!("{what} is missing: its rows never reach the queue");
+        return out.push(Check::fail(what, RUN_SETUP));
     };
     let names: Vec<&str> = sending.iter().map(|t| t.name.as_str()).collect();
     let fired = sending.iter().fold(0, |fired, t| fired | t.kind);
-    let takes = |event| route.events.contains(&event);
     let invoker =
         format!("{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue");
     // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
@@ -270,20 +266,13 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             (trigger.args.len() != 1, &arguments),
             (!trigger.security_definer, &invoker),
         ];
-        let of = if sending.len() > 1 {
-            format!(" ({})", trigger.name)
-        } else {
-            String::new()
-        };
-        wrong.extend(
-            found
-                .into_iter()
-                .filter(|(bad, _)| *bad)
-                .map(|(_, why)| format!("{why}{of}")),
-        );
+        let of = (sending.len() > 1).then(|| format!(" ({})", trigger.name));
+        let of = of.unwrap_or_default();
+        let found = found.into_iter().filter(|(bad, _)| *bad);
+        wrong.extend(found.map(|(_, why)| format!("{why}{of}")));
     }
     for (event, bit) in [(EventKind::Insert, 4), (EventKind::Update, 16)] {
-        if takes(event) && fired & bit == 0 {
+        if route.events.contains(&event) && fired & bit == 0 {
             wrong.push(format!("not fired on {event}"));
         }
     }

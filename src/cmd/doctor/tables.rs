@@ -18,7 +18,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use super::queue::{grants, missing_rights, AS_OWNER};
+use super::queue::{grants, missing_rights, AS_OWNER, CATALOG_FIX};
 use super::{Check, Checks};
 use crate::config::{Config, Route};
 use crate::db::{
@@ -41,8 +41,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
                 Err(unreadable) => unreadable,
             });
             out.extend(row_security(rows, route).await);
-            out.extend(super::writers::checks(rows, route).await);
-            out.extend(super::writers::own_writes(rows, route).await);
+            super::writers::checks(rows, route, out).await;
             continue;
         };
         let what = format!("{e:#}");
@@ -70,7 +69,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
             ),
             _ => Check::advise(
                 what,
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
+                CATALOG_FIX,
             ),
         });
     }

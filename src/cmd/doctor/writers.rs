@@ -8,8 +8,8 @@
 //!
 //! Where neither role exists (plain PostgreSQL, no Data API) there is nothing to check.
 
-use super::queue::AS_OWNER;
-use super::Check;
+use super::queue::{AS_OWNER, CATALOG_FIX};
+use super::{Check, Checks};
 use crate::config::Route;
 use crate::db::{describe, query, quote_ident, quote_relation, Database};
 
@@ -57,40 +57,38 @@ fn owner_only(route: &Route) -> Vec<(&str, &'static str)> {
 }
 
 /// The checks of `route`'s table: its owner-only columns, and a route without a gate on a table
-/// strangers may insert into. None where neither of the Data API's roles exists.
-pub(super) async fn checks(rows: &Database, route: &Route) -> Vec<Check> {
+/// strangers may insert into (none where neither of the Data API's roles exists); then whether
+/// DATABASE_URL's role may write the route's state back.
+pub(super) async fn checks(rows: &Database, route: &Route, out: &mut Checks) {
     let found = query(rows.client(), WRITES, &[&route.schema, &route.table]).await;
-    let writes: Vec<RoleWrites> = match found {
-        Ok(found) => (found.iter())
-            .map(|row| RoleWrites {
-                role: row.get(0),
-                privilege: row.get(1),
-                columns: row.get(2),
-            })
-            .collect(),
-        Err(e) => {
-            return vec![Check::advise(
-                format!(
-                    "{}: who else may write it cannot be read: {}",
-                    route.table_name(),
-                    describe(&e)
-                ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            )]
+    match found {
+        Ok(found) => {
+            let writes: Vec<RoleWrites> = (found.iter())
+                .map(|row| RoleWrites {
+                    role: row.get(0),
+                    privilege: row.get(1),
+                    columns: row.get(2),
+                })
+                .collect();
+            let columns = owner_only(route);
+            let strangers = writes.iter().any(|w| w.role != "public");
+            if strangers && !columns.is_empty() {
+                out.push(owner_only_check(route, &columns, &writes));
+            }
+            if strangers && route.run_when.is_none() {
+                out.extend(ungated(route, &writes));
+            }
         }
-    };
-    if writes.iter().all(|w| w.role == "public") {
-        return Vec::new();
+        Err(e) => out.push(Check::advise(
+            format!(
+                "{}: who else may write it cannot be read: {}",
+                route.table_name(),
+                describe(&e)
+            ),
+            CATALOG_FIX,
+        )),
     }
-    let columns = owner_only(route);
-    let mut checks = Vec::new();
-    if !columns.is_empty() {
-        checks.push(owner_only_check(route, &columns, &writes));
-    }
-    if route.run_when.is_none() {
-        checks.extend(ungated(route, &writes));
-    }
-    checks
+    out.extend(own_writes(rows, route).await);
 }
 
 /// Which of `columns` `role` may write, as "INSERT and UPDATE status" (or "INSERT status and
@@ -241,7 +239,7 @@ const OWN_WRITES: &str = "select quote_ident(current_user), \
     where n.nspname = $1::text and c.relname = $2::text";
 
 /// The check that rowbranch's own role may write the route's state back, for a route that does.
-pub(super) async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
+async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
     let columns: Vec<&str> = [&route.status_column, &route.pull_request_column]
         .into_iter()
         .flatten()
@@ -260,13 +258,9 @@ pub(super) async fn own_writes(rows: &Database, route: &Route) -> Option<Check> 
     let row = match found {
         Ok(found) => found.into_iter().next()?,
         Err(e) => {
-            return Some(Check::advise(
-                format!(
-                "{table}: whether DATABASE_URL's role may write the row's state cannot be read: {}",
-                describe(&e)
-            ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            ))
+            let what = "whether DATABASE_URL's role may write the row's state cannot be read";
+            let what = format!("{table}: {what}: {}", describe(&e));
+            return Some(Check::advise(what, CATALOG_FIX));
         }
     };
     let (role, lacking, bound, policy): (String, Vec<String>, bool, bool) =
