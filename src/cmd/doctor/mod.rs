@@ -207,27 +207,33 @@ pub async fn checks(config: &Config, out: &mut Checks) {
     let connect = (config.database_url.as_ref()).map(|url| Database::connect(url.expose()));
     let database = OptionFuture::from(connect).await;
     out.extend(tables::transit(config));
-    if config.reads_the_queue() {
-        let ended = queue::checks(config, database.as_ref(), out).await;
-        out.extend(ended.err());
-        if let (Some(Ok(database)), Some(_)) = (&database, config.forge.token()) {
-            kick::checks(config, database, out).await;
-        }
-    }
-    match &database {
-        Some(Ok(database)) => {
-            tables::checks(config, database, out).await;
-            for route in &config.routes {
-                out.extend(queue::webhook_trigger(database.client(), route).await);
-            }
-        }
-        // The queue's checks have said so already.
-        Some(Err(_)) if config.reads_the_queue() => {}
-        Some(Err(e)) => out.push(Check::advise(
+    let queue = config.reads_the_queue();
+    let database = match database {
+        Some(Ok(database)) => database,
+        None if queue => return out.push(Check::fail(
+            "a route reads the queue but DATABASE_URL is not set",
+            "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
+             Session pooler, with the password of a role that may read the queue)",
+        )),
+        Some(Err(e)) if queue => return out.push(Check::fail(
+            format!("DATABASE_URL does not connect: {e}"),
+            "check the host, port, user and password of DATABASE_URL (and sslmode)",
+        )),
+        Some(Err(e)) => return out.push(Check::advise(
             format!("DATABASE_URL does not connect, so the routes' tables cannot be checked: {e:#}"),
             "check the host, port, user and password of DATABASE_URL (and sslmode): reconcile and redo read the rows with it",
         )),
-        None => {}
+        None => return,
+    };
+    if queue {
+        queue::checks(config, &database, out).await;
+        if config.forge.token().is_some() {
+            kick::checks(config, &database, out).await;
+        }
+    }
+    tables::checks(config, &database, out).await;
+    for route in &config.routes {
+        out.extend(queue::webhook_trigger(database.client(), route).await);
     }
 }
 

@@ -10,7 +10,7 @@ use tokio_postgres::Client;
 
 use super::{Check, Checks};
 use crate::config::{Config, PgmqSettings, Route};
-use crate::db::{self, describe, query, queue, quote_ident, quote_relation, value, Database};
+use crate::db::{describe, query, queue, quote_ident, quote_relation, value, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
 
@@ -104,50 +104,25 @@ const MISSING: &str = "select g.privilege, w.kind, \
         and pg_catalog.has_sequence_privilege(r.name, o.oid, g.privilege) \
     end, false)";
 
-pub(super) async fn checks(
-    config: &Config,
-    database: Option<&db::Result<Database>>,
-    out: &mut Checks,
-) -> Result<(), Check> {
-    let rows = match database {
-        None => {
-            return Err(Check::fail(
-                "a route reads the queue but DATABASE_URL is not set",
-                "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
-             Session pooler, with the password of a role that may read the queue)",
-            ))
-        }
-        Some(Err(e)) => {
-            return Err(Check::fail(
-                format!("DATABASE_URL does not connect: {e}"),
-                "check the host, port, user and password of DATABASE_URL (and sslmode)",
-            ))
-        }
-        Some(Ok(rows)) => rows,
-    };
+/// The queue's checks, on the connection to its database.
+pub(super) async fn checks(config: &Config, database: &Database, out: &mut Checks) {
     out.push(Check::pass("DATABASE_URL connects"));
-    let client = rows.client();
-    let pgmq = &config.pgmq;
-    if !queues_exist(client, pgmq, out).await? {
-        return Ok(());
+    let (client, pgmq) = (database.client(), &config.pgmq);
+    if !queues_exist(client, pgmq, out).await {
+        return;
     }
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         trigger(client, route, pgmq, out).await;
     }
     own_rights(client, pgmq, out).await;
     not_exposed(client, pgmq, out).await;
-    Ok(())
 }
 
 /// Both queues are in `pgmq.list_queues()`, and logged: whether the checks after it are worth
-/// running (false when a queue is missing), and `Err` when pgmq cannot be asked at all. A role
+/// running (false when a queue is missing, or pgmq cannot be asked at all). A role
 /// that may not list them fails here and is checked on, so that the rights' check lists every
 /// grant it lacks, these among them, in the same run.
-async fn queues_exist(
-    client: &Client,
-    pgmq: &PgmqSettings,
-    out: &mut Checks,
-) -> Result<bool, Check> {
+async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) -> bool {
     let known = match queue::list(client).await {
         Ok(known) => known,
         Err(e) => {
@@ -155,7 +130,8 @@ async fn queues_exist(
             if e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
                 let fix =
                     format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}");
-                return Err(Check::fail(what, fix));
+                out.push(Check::fail(what, fix));
+                return false;
             }
             out.push(Check::fail(
                 what,
@@ -163,7 +139,7 @@ async fn queues_exist(
                  pgmq.list_queues() reads pgmq.meta, which pgmq lets only its owner and \
                  pg_monitor read",
             ));
-            return Ok(true);
+            return true;
         }
     };
     let mut all = true;
@@ -180,7 +156,7 @@ async fn queues_exist(
             }
         });
     }
-    Ok(all)
+    all
 }
 
 /// One trigger of a route's table, as the catalog holds it.
