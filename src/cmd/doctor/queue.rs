@@ -382,29 +382,26 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let found = query(client, GRANTS, &[&tables.to_vec()]).await;
     // Unknown (the catalog unreadable) counts as not exposed.
     let exposed = value(client, PGMQ_PUBLIC, &[]).await.ok().flatten() == Some(true);
-    match found {
-        Ok(rows) if rows.is_empty() => out.push(Check::pass(if exposed {
+    out.push(match found {
+        Ok(rows) if rows.is_empty() => Check::pass(if exposed {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables, so pgmq_public \
              (Expose Queues via PostgREST, on for this database) cannot reach them"
         } else {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables"
-        })),
+        }),
         Ok(rows) => {
             // Only the roles that hold a right: a revoke naming a role that does not exist
             // (authenticated, outside Supabase) fails whole. The rows come by holder.
             let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
             holders.dedup();
             let grants: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
-            out.push(Check::fail(
+            let pgmq_public = ", and pgmq_public lets them call pgmq over the Data API";
+            Check::fail(
                 format!(
                     "the queue is open to the Data API's roles: {}{} (whoever holds the anon \
                      key could send work)",
                     grants.join("; "),
-                    if exposed {
-                        ", and pgmq_public lets them call pgmq over the Data API"
-                    } else {
-                        ""
-                    }
+                    if exposed { pgmq_public } else { "" }
                 ),
                 format!(
                     "revoke all on {} from {}; and leave \"Expose Queues via PostgREST\" off \
@@ -413,13 +410,13 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
                     tables.join(", "),
                     holders.join(", ")
                 ),
-            ));
+            )
         }
-        Err(e) => out.push(Check::fail(
+        Err(e) => Check::fail(
             format!("the queues' grants cannot be read: {}", describe(&e)),
             "check that DATABASE_URL's role can read the catalog",
-        )),
-    }
+        ),
+    });
 }
 
 /// The queue's table and its archive, then the dead-letter queue's.

@@ -104,17 +104,14 @@ fn may_write(writes: &[RoleWrites], role: &str, columns: &[&str]) -> Option<Stri
             .collect()
     };
     let (insert, update) = (of("INSERT"), of("UPDATE"));
-    match (insert.is_empty(), update.is_empty()) {
-        (true, true) => None,
-        _ if insert == update => Some(format!("INSERT and UPDATE {}", insert.join(", "))),
-        (false, true) => Some(format!("INSERT {}", insert.join(", "))),
-        (true, false) => Some(format!("UPDATE {}", update.join(", "))),
-        (false, false) => Some(format!(
-            "INSERT {} and UPDATE {}",
-            insert.join(", "),
-            update.join(", ")
-        )),
+    if insert == update {
+        return (!insert.is_empty()).then(|| format!("INSERT and UPDATE {}", insert.join(", ")));
     }
+    let held = [("INSERT", insert), ("UPDATE", update)].into_iter();
+    let said: Vec<String> = (held.filter(|(_, columns)| !columns.is_empty()))
+        .map(|(privilege, columns)| format!("{privilege} {}", columns.join(", ")))
+        .collect();
+    Some(said.join(" and "))
 }
 
 /// Fails while `anon` or `authenticated` may write a column of `columns`.
