@@ -57,10 +57,7 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
                 what,
                 "check the route's schema and table, and that DATABASE_URL names the database that holds the table: serve and drain do not start without it",
             ),
-            _ => Check::advise(
-                what,
-                CATALOG_FIX,
-            ),
+            _ => Check::advise(what, CATALOG_FIX),
         });
     }
 }
