@@ -136,10 +136,8 @@ fn owner_only_check(route: &Route, columns: &[(&str, &str)], writes: &[RoleWrite
         .collect();
     // A right PUBLIC holds is every role's: revoked from PUBLIC, or the revoke from the two
     // leaves it in place.
-    let mut holders: Vec<&str> = open.iter().map(|(role, _)| *role).collect();
-    if may_write(writes, "public", &names).is_some() {
-        holders.push("public");
-    }
+    let public = may_write(writes, "public", &names).map(|_| "public");
+    let holders: Vec<&str> = open.iter().map(|(role, _)| *role).chain(public).collect();
     // Those who may insert the text column now get it back, and no one else.
     let text = (route.text_column.as_deref()).filter(|text| !names.contains(text));
     let inserters: Vec<&str> = (open.iter())
