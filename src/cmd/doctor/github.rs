@@ -20,14 +20,6 @@ use crate::identity::{RefName, RepoName};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
-/// The bot that sends the dispatches, which the work workflow must let start the work: the
-/// App's (`{slug}[bot]`), or with a token the one of a workflow's `GITHUB_TOKEN`.
-struct Bot {
-    slug: String,
-    /// How messages call it: "the App's bot".
-    called: &'static str,
-}
-
 /// What to do about a key that does not sign, whatever is wrong with it.
 const KEY_FIX: &str = "set [github] private_key_path to the App's private key file (or GITHUB_APP_PRIVATE_KEY to its text): the App's settings page → Private keys → Generate a private key gives a PEM that starts with -----BEGIN RSA PRIVATE KEY----- (or -----BEGIN PRIVATE KEY-----)";
 
@@ -54,11 +46,10 @@ pub(super) async fn checks(
         OpenError::Key(key) => Check::fail(key.problem, KEY_FIX),
         other => Check::fail(other.to_string(), KEY_FIX),
     })?;
+    // The bot that sends the dispatches, which the work workflow must let start the work, and
+    // how messages call it: the App's (`{slug}[bot]`), or with a token a job's `GITHUB_TOKEN`'s.
     let bot = match token {
-        Some(_) => Some(Bot {
-            slug: ACTIONS_BOT.to_owned(),
-            called: "GITHUB_TOKEN's bot",
-        }),
+        Some(_) => Some((ACTIONS_BOT.to_owned(), "GITHUB_TOKEN's bot")),
         None => {
             out.push(Check::pass(
                 "GitHub App private key parses and signs the App's JWT",
@@ -75,10 +66,7 @@ pub(super) async fn checks(
                 "GitHub accepts the App's JWT: {name} (id {id})"
             )));
             out.push(hook_check(&forge, settings, config).await);
-            app.slug.map(|slug| Bot {
-                slug,
-                called: "the App's bot",
-            })
+            app.slug.map(|slug| (slug, "the App's bot"))
         }
     };
     // Each repository once, with its routes, in the config's order.
@@ -233,7 +221,7 @@ async fn repo_checks(
     settings: &GithubSettings,
     repo: &RepoName,
     routes: &[&Route],
-    bot: Option<&Bot>,
+    bot: Option<&(String, &str)>,
     out: &mut Checks,
 ) -> Result<bool, Check> {
     let token = settings.token().map(|token| token.variable());
@@ -356,13 +344,14 @@ async fn write_check(forge: &GithubForge, repo: &RepoName, branch: &RefName) -> 
 }
 
 /// The route's work workflow among `files` (the default branch's workflows): one listens to
-/// its dispatch, lets `bot` start the work, and bounds each run as the route says.
+/// its dispatch, lets `bot` (its slug, and how messages call it) start the work, and bounds
+/// each run as the route says.
 fn work_workflow_checks(
     repo: &RepoName,
     branch: &RefName,
     files: &[(String, String)],
     route: &Route,
-    bot: Option<&Bot>,
+    bot: Option<&(String, &str)>,
     out: &mut Checks,
 ) {
     let event_type = &route.event_type;
@@ -413,10 +402,10 @@ fn bot_check(
     path: &str,
     branch: &RefName,
     steps: &[ClaudeStep],
-    bot: Option<&Bot>,
+    bot: Option<&(String, &str)>,
 ) -> Check {
     let at = format!("{repo}: {path}");
-    let Some(Bot { slug, called }) = bot else {
+    let Some((slug, called)) = bot else {
         return Check::fail(
             format!("{repo}: GitHub did not give the App's slug, so {path}'s allowed_bots cannot be checked"),
             "make sure allowed_bots names the App's bot, NAME[bot] (the App's page shows its name)",

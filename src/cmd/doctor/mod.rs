@@ -20,7 +20,7 @@ use tracing::instrument::WithSubscriber;
 use super::Failure;
 use crate::cli::DoctorArgs;
 use crate::config::env::secret_from_init;
-use crate::config::{process_env, Config, ForgeSettings, Intake};
+use crate::config::{process_env, Config, ForgeSettings, Intake, Route};
 use crate::db::Database;
 use crate::forge::local::LocalForge;
 use crate::forge::{Base, Forge};
@@ -36,13 +36,8 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
     let config = match Config::load(&args.config.config, &process_env) {
         Ok(config) => config,
         Err(e) => {
-            let what = e.to_string();
-            Check {
-                ok: false,
-                what,
-                fix: None,
-            }
-            .print(args.json);
+            let (ok, what, fix) = (false, e.to_string(), None);
+            Check { ok, what, fix }.print(args.json);
             return Err(Failure::Usage(anyhow!("the config does not load")));
         }
     };
@@ -52,24 +47,14 @@ pub async fn run(args: DoctorArgs) -> Result<(), Failure> {
         json: args.json,
     };
     quietly(checks(&config, &mut report)).await;
-    let checks = report.checks;
-    let failed = checks.iter().filter(|c| !c.ok).count();
-    if args.json && failed > 0 {
-        return Err(Failure::Runtime(anyhow!(
-            "{failed} of {} checks failed",
-            checks.len()
-        )));
-    }
-    if args.json {
-        return Ok(());
-    }
+    let all = report.checks.len();
+    let failed = report.checks.iter().filter(|c| !c.ok).count();
     if failed > 0 {
-        return Err(Failure::Runtime(anyhow!(
-            "{failed} of {} checks failed",
-            checks.len()
-        )));
+        return Err(Failure::Runtime(anyhow!("{failed} of {all} checks failed")));
     }
-    println!("all {} checks pass", checks.len());
+    if !args.json {
+        println!("all {all} checks pass");
+    }
     Ok(())
 }
 
@@ -222,27 +207,33 @@ pub async fn checks(config: &Config, out: &mut Checks) {
     let connect = (config.database_url.as_ref()).map(|url| Database::connect(url.expose()));
     let database = OptionFuture::from(connect).await;
     out.extend(tables::transit(config));
-    if config.reads_the_queue() {
-        let ended = queue::checks(config, database.as_ref(), out).await;
-        out.extend(ended.err());
-        if let (Some(Ok(database)), Some(_)) = (&database, config.forge.token()) {
-            kick::checks(config, database, out).await;
-        }
-    }
-    match &database {
-        Some(Ok(database)) => {
-            tables::checks(config, database, out).await;
-            for route in &config.routes {
-                out.extend(queue::webhook_trigger(database.client(), route).await);
-            }
-        }
-        // The queue's checks have said so already.
-        Some(Err(_)) if config.reads_the_queue() => {}
-        Some(Err(e)) => out.push(Check::advise(
+    let queue = config.reads_the_queue();
+    let database = match database {
+        Some(Ok(database)) => database,
+        None if queue => return out.push(Check::fail(
+            "a route reads the queue but DATABASE_URL is not set",
+            "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
+             Session pooler, with the password of a role that may read the queue)",
+        )),
+        Some(Err(e)) if queue => return out.push(Check::fail(
+            format!("DATABASE_URL does not connect: {e}"),
+            "check the host, port, user and password of DATABASE_URL (and sslmode)",
+        )),
+        Some(Err(e)) => return out.push(Check::advise(
             format!("DATABASE_URL does not connect, so the routes' tables cannot be checked: {e:#}"),
             "check the host, port, user and password of DATABASE_URL (and sslmode): reconcile and redo read the rows with it",
         )),
-        None => {}
+        None => return,
+    };
+    if queue {
+        queue::checks(config, &database, out).await;
+        if config.forge.token().is_some() {
+            kick::checks(config, &database, out).await;
+        }
+    }
+    tables::checks(config, &database, out).await;
+    for route in &config.routes {
+        out.extend(queue::webhook_trigger(database.client(), route).await);
     }
 }
 
@@ -256,12 +247,7 @@ fn no_sweep(config: &Config) -> Option<Check> {
     if !config.takes_webhooks() || config.reconcile.every.is_some() {
         return None;
     }
-    let routes: Vec<String> = config
-        .routes
-        .iter()
-        .filter(|r| r.intake == Intake::Webhook)
-        .map(|r| r.table_name())
-        .collect();
+    let routes = tables(config, |r| r.intake == Intake::Webhook);
     let what = format!(
         "no scheduled sweep for the webhook route{} of {}: a row refused (503) or never \
          delivered is never run, since its sender does not send it again",
@@ -285,12 +271,7 @@ fn no_sweep(config: &Config) -> Option<Check> {
 /// A failure when the scheduled sweep is on and a route has no `sweep_from`: the sweep leaves
 /// that route alone (where it starts is the user's to say, not a guess).
 fn unstarted(config: &Config) -> Option<Check> {
-    let routes: Vec<String> = config
-        .routes
-        .iter()
-        .filter(|r| r.sweep_from.is_none())
-        .map(|r| r.table_name())
-        .collect();
+    let routes = tables(config, |r| r.sweep_from.is_none());
     if routes.is_empty() {
         return None;
     }
@@ -306,6 +287,12 @@ fn unstarted(config: &Config) -> Option<Check> {
             config.source.display()
         ),
     ))
+}
+
+/// The tables of the routes `which` picks, for a check's text.
+fn tables(config: &Config, which: impl Fn(&Route) -> bool) -> Vec<String> {
+    let routes = config.routes.iter().filter(|r| which(r));
+    routes.map(|r| r.table_name()).collect()
 }
 
 #[cfg(test)]

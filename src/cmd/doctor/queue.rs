@@ -10,13 +10,17 @@ use tokio_postgres::Client;
 
 use super::{Check, Checks};
 use crate::config::{Config, PgmqSettings, Route};
-use crate::db::{self, describe, query, queue, quote_ident, quote_relation, value, Database};
+use crate::db::{describe, query, queue, quote_ident, quote_relation, value, Database};
 use crate::event::EventKind;
 use crate::identity::QueueName;
 
 /// The trigger function templates/supabase-queue.sql installs, and its trigger's name prefix.
 const FUNCTION: &str = "rowbranch.enqueue()";
 const TRIGGER_PREFIX: &str = "rowbranch_queue_";
+
+/// The fix when the catalog cannot be read.
+pub(super) const CATALOG_FIX: &str =
+    "give DATABASE_URL's role access to the catalog (every role has it by default)";
 
 /// What the setup SQL's fix says, once.
 const RUN_SETUP: &str =
@@ -100,50 +104,25 @@ const MISSING: &str = "select g.privilege, w.kind, \
         and pg_catalog.has_sequence_privilege(r.name, o.oid, g.privilege) \
     end, false)";
 
-pub(super) async fn checks(
-    config: &Config,
-    database: Option<&db::Result<Database>>,
-    out: &mut Checks,
-) -> Result<(), Check> {
-    let rows = match database {
-        None => {
-            return Err(Check::fail(
-                "a route reads the queue but DATABASE_URL is not set",
-                "set DATABASE_URL to the database that holds the queue (on Supabase: Connect, \
-             Session pooler, with the password of a role that may read the queue)",
-            ))
-        }
-        Some(Err(e)) => {
-            return Err(Check::fail(
-                format!("DATABASE_URL does not connect: {e}"),
-                "check the host, port, user and password of DATABASE_URL (and sslmode)",
-            ))
-        }
-        Some(Ok(rows)) => rows,
-    };
+/// The queue's checks, on the connection to its database.
+pub(super) async fn checks(config: &Config, database: &Database, out: &mut Checks) {
     out.push(Check::pass("DATABASE_URL connects"));
-    let client = rows.client();
-    let pgmq = &config.pgmq;
-    if !queues_exist(client, pgmq, out).await? {
-        return Ok(());
+    let (client, pgmq) = (database.client(), &config.pgmq);
+    if !queues_exist(client, pgmq, out).await {
+        return;
     }
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         trigger(client, route, pgmq, out).await;
     }
     own_rights(client, pgmq, out).await;
     not_exposed(client, pgmq, out).await;
-    Ok(())
 }
 
 /// Both queues are in `pgmq.list_queues()`, and logged: whether the checks after it are worth
-/// running (false when a queue is missing), and `Err` when pgmq cannot be asked at all. A role
+/// running (false when a queue is missing, or pgmq cannot be asked at all). A role
 /// that may not list them fails here and is checked on, so that the rights' check lists every
 /// grant it lacks, these among them, in the same run.
-async fn queues_exist(
-    client: &Client,
-    pgmq: &PgmqSettings,
-    out: &mut Checks,
-) -> Result<bool, Check> {
+async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) -> bool {
     let known = match queue::list(client).await {
         Ok(known) => known,
         Err(e) => {
@@ -151,7 +130,8 @@ async fn queues_exist(
             if e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
                 let fix =
                     format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}");
-                return Err(Check::fail(what, fix));
+                out.push(Check::fail(what, fix));
+                return false;
             }
             out.push(Check::fail(
                 what,
@@ -159,7 +139,7 @@ async fn queues_exist(
                  pgmq.list_queues() reads pgmq.meta, which pgmq lets only its owner and \
                  pg_monitor read",
             ));
-            return Ok(true);
+            return true;
         }
     };
     let mut all = true;
@@ -176,7 +156,7 @@ async fn queues_exist(
             }
         });
     }
-    Ok(all)
+    all
 }
 
 /// One trigger of a route's table, as the catalog holds it.
@@ -197,18 +177,14 @@ pub(super) struct Trigger {
 /// name in the catalog, which every role may read: to_regprocedure would need USAGE on schema
 /// rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
 pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigger>, Check> {
-    let found = query(client, TRIGGERS, &[&route.schema, &route.table])
-        .await
-        .map_err(|e| {
-            Check::fail(
-                format!(
-                    "{}: its triggers cannot be read: {}",
-                    quote_relation(&route.schema, &route.table),
-                    describe(&e)
-                ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            )
-        })?;
+    let found = query(client, TRIGGERS, &[&route.schema, &route.table]).await;
+    let found = found.map_err(|e| {
+        let table = quote_relation(&route.schema, &route.table);
+        Check::fail(
+            format!("{table}: its triggers cannot be read: {}", describe(&e)),
+            CATALOG_FIX,
+        )
+    })?;
     Ok(found
         .iter()
         .map(|row| Trigger {
@@ -243,15 +219,11 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
         .filter(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
         .collect();
     let Some(first) = sending.first() else {
-        out.push(Check::fail(
-            format!("{what} is missing: its rows never reach the queue"),
-            RUN_SETUP,
-        ));
-        return;
+        let what = format!("{what} is missing: its rows never reach the queue");
+        return out.push(Check::fail(what, RUN_SETUP));
     };
     let names: Vec<&str> = sending.iter().map(|t| t.name.as_str()).collect();
     let fired = sending.iter().fold(0, |fired, t| fired | t.kind);
-    let takes = |event| route.events.contains(&event);
     let invoker =
         format!("{FUNCTION} is not SECURITY DEFINER, so inserting roles need rights on the queue");
     // The function refuses to run but AFTER … FOR EACH ROW with one argument, and its refusal
@@ -270,20 +242,13 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
             (trigger.args.len() != 1, &arguments),
             (!trigger.security_definer, &invoker),
         ];
-        let of = if sending.len() > 1 {
-            format!(" ({})", trigger.name)
-        } else {
-            String::new()
-        };
-        wrong.extend(
-            found
-                .into_iter()
-                .filter(|(bad, _)| *bad)
-                .map(|(_, why)| format!("{why}{of}")),
-        );
+        let of = (sending.len() > 1).then(|| format!(" ({})", trigger.name));
+        let of = of.unwrap_or_default();
+        let found = found.into_iter().filter(|(bad, _)| *bad);
+        wrong.extend(found.map(|(_, why)| format!("{why}{of}")));
     }
     for (event, bit) in [(EventKind::Insert, 4), (EventKind::Update, 16)] {
-        if takes(event) && fired & bit == 0 {
+        if route.events.contains(&event) && fired & bit == 0 {
             wrong.push(format!("not fired on {event}"));
         }
     }
@@ -417,29 +382,26 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
     let found = query(client, GRANTS, &[&tables.to_vec()]).await;
     // Unknown (the catalog unreadable) counts as not exposed.
     let exposed = value(client, PGMQ_PUBLIC, &[]).await.ok().flatten() == Some(true);
-    match found {
-        Ok(rows) if rows.is_empty() => out.push(Check::pass(if exposed {
+    out.push(match found {
+        Ok(rows) if rows.is_empty() => Check::pass(if exposed {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables, so pgmq_public \
              (Expose Queues via PostgREST, on for this database) cannot reach them"
         } else {
             "anon, authenticated and PUBLIC hold no rights on the queues' tables"
-        })),
+        }),
         Ok(rows) => {
             // Only the roles that hold a right: a revoke naming a role that does not exist
             // (authenticated, outside Supabase) fails whole. The rows come by holder.
             let mut holders: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
             holders.dedup();
             let grants: Vec<String> = rows.iter().map(|r| r.get(1)).collect();
-            out.push(Check::fail(
+            let pgmq_public = ", and pgmq_public lets them call pgmq over the Data API";
+            Check::fail(
                 format!(
                     "the queue is open to the Data API's roles: {}{} (whoever holds the anon \
                      key could send work)",
                     grants.join("; "),
-                    if exposed {
-                        ", and pgmq_public lets them call pgmq over the Data API"
-                    } else {
-                        ""
-                    }
+                    if exposed { pgmq_public } else { "" }
                 ),
                 format!(
                     "revoke all on {} from {}; and leave \"Expose Queues via PostgREST\" off \
@@ -448,13 +410,13 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
                     tables.join(", "),
                     holders.join(", ")
                 ),
-            ));
+            )
         }
-        Err(e) => out.push(Check::fail(
+        Err(e) => Check::fail(
             format!("the queues' grants cannot be read: {}", describe(&e)),
             "check that DATABASE_URL's role can read the catalog",
-        )),
-    }
+        ),
+    });
 }
 
 /// The queue's table and its archive, then the dead-letter queue's.

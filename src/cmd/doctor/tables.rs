@@ -18,7 +18,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use super::queue::{grants, missing_rights, AS_OWNER};
+use super::queue::{grants, missing_rights, AS_OWNER, CATALOG_FIX};
 use super::{Check, Checks};
 use crate::config::{Config, Route};
 use crate::db::{
@@ -28,21 +28,10 @@ use crate::db::{
 pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
     let sweeps = config.reconcile.every.is_some();
     for route in &config.routes {
-        let table = route.table_name();
-        let mut columns = vec![route.id_column.as_str()];
-        columns.extend(route.text_column.as_deref());
-        columns.push(&route.created_column);
         let Err(e) = rows.check_columns(route, true).await else {
-            let columns = columns.join(", ");
-            out.push(match readable(rows, route).await {
-                Ok(()) => Check::pass(format!(
-                    "{table} has the route's columns: {columns}, readable by the role in DATABASE_URL"
-                )),
-                Err(unreadable) => unreadable,
-            });
+            out.push(readable(rows, route).await);
             out.extend(row_security(rows, route).await);
-            out.extend(super::writers::checks(rows, route).await);
-            out.extend(super::writers::own_writes(rows, route).await);
+            super::writers::checks(rows, route, out).await;
             continue;
         };
         let what = format!("{e:#}");
@@ -68,23 +57,28 @@ pub(super) async fn checks(config: &Config, rows: &Database, out: &mut Checks) {
                 what,
                 "check the route's schema and table, and that DATABASE_URL names the database that holds the table: serve and drain do not start without it",
             ),
-            _ => Check::advise(
-                what,
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            ),
+            _ => Check::advise(what, CATALOG_FIX),
         });
     }
 }
 
-/// Whether DATABASE_URL's role may read `route`'s table as the sweep, `reconcile`, `explain`
-/// and `redo` do (`select *`): probed with a read of no row, which changes nothing and takes the
-/// same rights as theirs. `Err`: the failed check, with the grants that make it pass.
-async fn readable(rows: &Database, route: &Route) -> Result<(), Check> {
+/// Whether DATABASE_URL's role may read `route`'s table (which has the route's columns) as the
+/// sweep, `reconcile`, `explain` and `redo` do (`select *`): probed with a read of no row, which
+/// changes nothing and takes the same rights as theirs. A failure gives the grants that make it
+/// pass.
+async fn readable(rows: &Database, route: &Route) -> Check {
     let client = rows.client();
     let relation = quote_relation(&route.schema, &route.table);
     let probe = format!("select * from {relation} limit 0");
     let Err(e) = query(client, &probe, &[]).await else {
-        return Ok(());
+        let mut columns = vec![route.id_column.as_str()];
+        columns.extend(route.text_column.as_deref());
+        columns.push(&route.created_column);
+        return Check::pass(format!(
+            "{} has the route's columns: {}, readable by the role in DATABASE_URL",
+            route.table_name(),
+            columns.join(", ")
+        ));
     };
     let what = format!(
         "the role in DATABASE_URL may not read {}: {}",
@@ -96,7 +90,7 @@ async fn readable(rows: &Database, route: &Route) -> Result<(), Check> {
             "the sweep, reconcile, explain and redo read the rows with `{probe}` (without \
              `limit 0`): it must answer as this role"
         );
-        return Err(Check::fail(what, fix));
+        return Check::fail(what, fix);
     }
     // The table as a grant names it (`public.feedbacks`), quoted only where SQL needs it.
     let named =
@@ -107,14 +101,17 @@ async fn readable(rows: &Database, route: &Route) -> Result<(), Check> {
         ("schema", route.schema.as_str(), "USAGE"),
         ("table", table.as_str(), "SELECT"),
     ];
-    let missing = missing_rights(client, None, &wanted).await?;
-    Err(Check::fail(
+    let missing = match missing_rights(client, None, &wanted).await {
+        Ok(missing) => missing,
+        Err(unreadable) => return unreadable,
+    };
+    Check::fail(
         what,
         format!(
             "the sweep, reconcile, explain and redo read its rows as this role; {AS_OWNER}\n{}",
             grants(&missing)
         ),
-    ))
+    )
 }
 
 /// The check for `route`, or `None` when row level security is off for its table.

@@ -54,16 +54,11 @@ impl Bound {
 /// `--max-turns=30` is a flag of another name, and sets no bound.
 fn max_turns(claude_args: &str) -> Bound {
     let words = shell_words(claude_args);
-    let mut bound = Bound::Missing;
-    for (at, word) in words.iter().enumerate() {
-        if word == "--max-turns" {
-            bound = match words.get(at + 1) {
-                Some(value) if !value.starts_with("--") => Bound::parse(value),
-                _ => Bound::Missing,
-            };
-        }
+    let last = words.iter().rposition(|word| word == "--max-turns");
+    match last.and_then(|at| words.get(at + 1)) {
+        Some(value) if !value.starts_with("--") => Bound::parse(value),
+        _ => Bound::Missing,
     }
-    bound
 }
 
 /// The first rule of `--allowedTools` in `claude_args` that lets Claude run any command:
@@ -169,15 +164,12 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
                 Yaml::Boolean(b) => b.to_string(),
                 _ => String::new(),
             };
+            let claude_args = step["with"]["claude_args"].as_str();
             found.push(ClaudeStep {
                 job: name.as_str().unwrap_or_default().to_owned(),
                 allowed_bots,
-                max_turns: step["with"]["claude_args"]
-                    .as_str()
-                    .map_or(Bound::Missing, max_turns),
-                catch_all_bash: step["with"]["claude_args"]
-                    .as_str()
-                    .and_then(catch_all_bash),
+                max_turns: claude_args.map_or(Bound::Missing, max_turns),
+                catch_all_bash: claude_args.and_then(catch_all_bash),
                 job_timeout_minutes: timeout_minutes(&job["timeout-minutes"]),
             });
         }

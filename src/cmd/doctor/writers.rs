@@ -8,8 +8,8 @@
 //!
 //! Where neither role exists (plain PostgreSQL, no Data API) there is nothing to check.
 
-use super::queue::AS_OWNER;
-use super::Check;
+use super::queue::{AS_OWNER, CATALOG_FIX};
+use super::{Check, Checks};
 use crate::config::Route;
 use crate::db::{describe, query, quote_ident, quote_relation, Database};
 
@@ -57,40 +57,38 @@ fn owner_only(route: &Route) -> Vec<(&str, &'static str)> {
 }
 
 /// The checks of `route`'s table: its owner-only columns, and a route without a gate on a table
-/// strangers may insert into. None where neither of the Data API's roles exists.
-pub(super) async fn checks(rows: &Database, route: &Route) -> Vec<Check> {
+/// strangers may insert into (none where neither of the Data API's roles exists); then whether
+/// DATABASE_URL's role may write the route's state back.
+pub(super) async fn checks(rows: &Database, route: &Route, out: &mut Checks) {
     let found = query(rows.client(), WRITES, &[&route.schema, &route.table]).await;
-    let writes: Vec<RoleWrites> = match found {
-        Ok(found) => (found.iter())
-            .map(|row| RoleWrites {
-                role: row.get(0),
-                privilege: row.get(1),
-                columns: row.get(2),
-            })
-            .collect(),
-        Err(e) => {
-            return vec![Check::advise(
-                format!(
-                    "{}: who else may write it cannot be read: {}",
-                    route.table_name(),
-                    describe(&e)
-                ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            )]
+    match found {
+        Ok(found) => {
+            let writes: Vec<RoleWrites> = (found.iter())
+                .map(|row| RoleWrites {
+                    role: row.get(0),
+                    privilege: row.get(1),
+                    columns: row.get(2),
+                })
+                .collect();
+            let columns = owner_only(route);
+            let strangers = writes.iter().any(|w| w.role != "public");
+            if strangers && !columns.is_empty() {
+                out.push(owner_only_check(route, &columns, &writes));
+            }
+            if strangers && route.run_when.is_none() {
+                out.extend(ungated(route, &writes));
+            }
         }
-    };
-    if writes.iter().all(|w| w.role == "public") {
-        return Vec::new();
+        Err(e) => out.push(Check::advise(
+            format!(
+                "{}: who else may write it cannot be read: {}",
+                route.table_name(),
+                describe(&e)
+            ),
+            CATALOG_FIX,
+        )),
     }
-    let columns = owner_only(route);
-    let mut checks = Vec::new();
-    if !columns.is_empty() {
-        checks.push(owner_only_check(route, &columns, &writes));
-    }
-    if route.run_when.is_none() {
-        checks.extend(ungated(route, &writes));
-    }
-    checks
+    out.extend(own_writes(rows, route).await);
 }
 
 /// Which of `columns` `role` may write, as "INSERT and UPDATE status" (or "INSERT status and
@@ -106,17 +104,14 @@ fn may_write(writes: &[RoleWrites], role: &str, columns: &[&str]) -> Option<Stri
             .collect()
     };
     let (insert, update) = (of("INSERT"), of("UPDATE"));
-    match (insert.is_empty(), update.is_empty()) {
-        (true, true) => None,
-        _ if insert == update => Some(format!("INSERT and UPDATE {}", insert.join(", "))),
-        (false, true) => Some(format!("INSERT {}", insert.join(", "))),
-        (true, false) => Some(format!("UPDATE {}", update.join(", "))),
-        (false, false) => Some(format!(
-            "INSERT {} and UPDATE {}",
-            insert.join(", "),
-            update.join(", ")
-        )),
+    if insert == update {
+        return (!insert.is_empty()).then(|| format!("INSERT and UPDATE {}", insert.join(", ")));
     }
+    let held = [("INSERT", insert), ("UPDATE", update)].into_iter();
+    let said: Vec<String> = (held.filter(|(_, columns)| !columns.is_empty()))
+        .map(|(privilege, columns)| format!("{privilege} {}", columns.join(", ")))
+        .collect();
+    Some(said.join(" and "))
 }
 
 /// Fails while `anon` or `authenticated` may write a column of `columns`.
@@ -141,10 +136,8 @@ fn owner_only_check(route: &Route, columns: &[(&str, &str)], writes: &[RoleWrite
         .collect();
     // A right PUBLIC holds is every role's: revoked from PUBLIC, or the revoke from the two
     // leaves it in place.
-    let mut holders: Vec<&str> = open.iter().map(|(role, _)| *role).collect();
-    if may_write(writes, "public", &names).is_some() {
-        holders.push("public");
-    }
+    let public = may_write(writes, "public", &names).map(|_| "public");
+    let holders: Vec<&str> = open.iter().map(|(role, _)| *role).chain(public).collect();
     // Those who may insert the text column now get it back, and no one else.
     let text = (route.text_column.as_deref()).filter(|text| !names.contains(text));
     let inserters: Vec<&str> = (open.iter())
@@ -241,7 +234,7 @@ const OWN_WRITES: &str = "select quote_ident(current_user), \
     where n.nspname = $1::text and c.relname = $2::text";
 
 /// The check that rowbranch's own role may write the route's state back, for a route that does.
-pub(super) async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
+async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
     let columns: Vec<&str> = [&route.status_column, &route.pull_request_column]
         .into_iter()
         .flatten()
@@ -260,13 +253,9 @@ pub(super) async fn own_writes(rows: &Database, route: &Route) -> Option<Check> 
     let row = match found {
         Ok(found) => found.into_iter().next()?,
         Err(e) => {
-            return Some(Check::advise(
-                format!(
-                "{table}: whether DATABASE_URL's role may write the row's state cannot be read: {}",
-                describe(&e)
-            ),
-                "give DATABASE_URL's role access to the catalog (every role has it by default)",
-            ))
+            let what = "whether DATABASE_URL's role may write the row's state cannot be read";
+            let what = format!("{table}: {what}: {}", describe(&e));
+            return Some(Check::advise(what, CATALOG_FIX));
         }
     };
     let (role, lacking, bound, policy): (String, Vec<String>, bool, bool) =
