@@ -35,12 +35,6 @@ pub enum Setback {
     Fail(ForgeError),
 }
 
-impl From<ForgeError> for Setback {
-    fn from(e: ForgeError) -> Setback {
-        Setback::Fail(e)
-    }
-}
-
 impl Setback {
     /// Final: GitHub refused, for the reason `message` gives.
     pub fn refused(message: impl Into<String>) -> Setback {
