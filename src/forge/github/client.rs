@@ -346,7 +346,7 @@ impl Credentials {
     /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
     pub async fn token(&self) -> Attempt<Arc<Minted>> {
         if let Bearer::App(key) = &self.bearer {
-            let jwt = (key.jwt())
+            let jwt = (key.jwt_at(jsonwebtoken::get_current_timestamp()))
                 .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
             let gh = self.gh.user_access_token(jwt).map_err(Setback::bug)?;
             return Ok(Arc::new((gh, DateTime::<Utc>::MAX_UTC)));
@@ -455,14 +455,6 @@ impl Auth {
             repos: Mutex::new(HashMap::new()),
             limits_of: std::sync::Mutex::new(HashMap::new()),
         }))
-    }
-
-    /// The credentials of requests that are no repository's: the App's JWT, or the token.
-    pub fn own(&self) -> &Credentials {
-        match self {
-            Auth::App(app) => &app.jwt,
-            Auth::Token(token) => token,
-        }
     }
 
     /// The client for `repo`, with a token ready: the installation that holds it, or the

@@ -59,12 +59,8 @@ impl AppKey {
         Ok(key)
     }
 
-    /// A JWT that authenticates as the App for the next 9 minutes.
-    pub fn jwt(&self) -> Result<String, KeyError> {
-        self.jwt_at(jsonwebtoken::get_current_timestamp())
-    }
-
-    fn jwt_at(&self, now: u64) -> Result<String, KeyError> {
+    /// A JWT that authenticates as the App for 9 minutes from `now` (seconds since the epoch).
+    pub fn jwt_at(&self, now: u64) -> Result<String, KeyError> {
         let claims = serde_json::json!({
             "iat": now.saturating_sub(ISSUED_BEFORE),
             "exp": now + LIFETIME,

@@ -626,11 +626,12 @@ impl Forge for GithubForge {
     /// https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user)
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = &self.retry.host;
-        let (path, what) = match &self.auth {
-            Auth::App(_) => ("/app", "GET /app"),
-            Auth::Token(_) => ("/rate_limit", "GET /rate_limit with the token"),
+        // Asked with the credentials that are no repository's: the App's JWT, or the token.
+        let (path, what, own) = match &self.auth {
+            Auth::App(app) => ("/app", "GET /app", &app.jwt),
+            Auth::Token(token) => ("/rate_limit", "GET /rate_limit with the token", token),
         };
-        let asked = self.auth.own().run(|gh| async move {
+        let asked = own.run(|gh| async move {
             let answer = gh._get(path).await?;
             octocrab::map_github_error(answer).await.map(drop)
         });
