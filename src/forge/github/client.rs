@@ -379,6 +379,28 @@ impl Credentials {
         *current = Some(Arc::clone(&token));
         Ok(token)
     }
+
+    /// The installation that holds `repo`; a refusal when the App is not installed on it.
+    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
+    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
+        let path = &format!("/repos/{repo}/installation");
+        match self
+            .run(|gh| async move { gh.get(path, None::<&()>).await })
+            .await?
+        {
+            Ok(found) => Ok(found),
+            Err(refusal) => match refusal.status_code.as_u16() {
+                404 => Err(Setback::refused(format!(
+                    "the App is not installed on {repo}: install it on that repository"
+                ))),
+                401 => Err(Setback::refused(format!(
+                    "GitHub refused the App's credentials ({}): check app_id and the private key",
+                    said(&refusal)
+                ))),
+                _ => Err(unexpected(&refusal)),
+            },
+        }
+    }
 }
 
 /// GitHub's answer to a token mint (the fields read of it).
@@ -474,30 +496,6 @@ pub struct InstallationFound {
     id: u64,
     #[serde(default)]
     pub permissions: BTreeMap<String, String>,
-}
-
-impl Credentials {
-    /// The installation that holds `repo`; a refusal when the App is not installed on it.
-    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
-        let path = &format!("/repos/{repo}/installation");
-        match self
-            .run(|gh| async move { gh.get(path, None::<&()>).await })
-            .await?
-        {
-            Ok(found) => Ok(found),
-            Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Err(Setback::refused(format!(
-                    "the App is not installed on {repo}: install it on that repository"
-                ))),
-                401 => Err(Setback::refused(format!(
-                    "GitHub refused the App's credentials ({}): check app_id and the private key",
-                    said(&refusal)
-                ))),
-                _ => Err(unexpected(&refusal)),
-            },
-        }
-    }
 }
 
 /// The App: its own requests and its installations.
