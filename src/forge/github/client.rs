@@ -307,7 +307,8 @@ enum Bearer {
     Installation {
         id: u64,
         app: Arc<Credentials>,
-        repository: String,
+        /// The repository's name (without its owner), as the token is narrowed to it.
+        name: String,
     },
 }
 
@@ -357,17 +358,12 @@ impl Credentials {
             return Ok(Arc::clone(token));
         }
         // A given token never expires here: only an installation's comes this far.
-        let Bearer::Installation {
-            id,
-            app,
-            repository,
-        } = &self.bearer
-        else {
+        let Bearer::Installation { id, app, name } = &self.bearer else {
             return Err(Setback::bug("a given token expired"));
         };
         let (path, body) = (
             &format!("/app/installations/{id}/access_tokens"),
-            &json!({ "repositories": [repository] }),
+            &json!({ "repositories": [name] }),
         );
         // Boxed: the App's request is a `run` of its own, within the App's bound.
         let minted = Box::pin(app.run(|gh| async move { gh.post(path, Some(body)).await }));
@@ -532,15 +528,11 @@ impl AppClient {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
                         let shared = limits_of.entry(id).or_insert_with(&self.pacer);
-                        let (app, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        let (app, name) = (Arc::clone(&self.jwt), repo.name().to_owned());
                         Arc::new(Credentials {
                             writes: Arc::clone(shared),
                             gh: self.jwt.gh.clone(),
-                            bearer: Bearer::Installation {
-                                id,
-                                app,
-                                repository,
-                            },
+                            bearer: Bearer::Installation { id, app, name },
                             current: Mutex::new(None),
                         })
                     }
