@@ -99,16 +99,16 @@ impl LocalForge {
     /// Opens the repository at the settings' `path` (bare, or a work tree with `.git`). Fails
     /// with a message that names the path when it is not a git repository.
     pub async fn open(settings: &LocalSettings) -> Result<LocalForge, OpenError> {
-        let path = settings.path.as_path();
+        let path = &settings.path;
         let dot_git = path.join(".git");
         let git_dir = if dot_git.is_dir() {
             dot_git
         } else {
-            path.to_path_buf()
+            path.clone()
         };
-        let path_buf = path.to_path_buf();
-        let opened = git_ok(&git_dir, &["rev-parse", "--git-dir"]).await;
-        opened.map_err(|_| OpenError::NotARepository { path: path_buf })?;
+        if git_ok(&git_dir, &["rev-parse", "--git-dir"]).await.is_err() {
+            return Err(OpenError::NotARepository { path: path.clone() });
+        }
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         Ok(LocalForge {
             dispatch_log: parent.unwrap_or(Path::new(".")).join("dispatches.jsonl"),

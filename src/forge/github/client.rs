@@ -307,7 +307,8 @@ enum Bearer {
     Installation {
         id: u64,
         app: Arc<Credentials>,
-        repository: String,
+        /// The repository's name (without its owner), as the token is narrowed to it.
+        name: String,
     },
 }
 
@@ -346,7 +347,7 @@ impl Credentials {
     /// (https://docs.github.com/rest/apps/apps#create-an-installation-access-token-for-an-app)
     pub async fn token(&self) -> Attempt<Arc<Minted>> {
         if let Bearer::App(key) = &self.bearer {
-            let jwt = (key.jwt())
+            let jwt = (key.jwt_at(jsonwebtoken::get_current_timestamp()))
                 .map_err(|e| Setback::refused(format!("the App's JWT could not be made: {e}")))?;
             let gh = self.gh.user_access_token(jwt).map_err(Setback::bug)?;
             return Ok(Arc::new((gh, DateTime::<Utc>::MAX_UTC)));
@@ -357,17 +358,12 @@ impl Credentials {
             return Ok(Arc::clone(token));
         }
         // A given token never expires here: only an installation's comes this far.
-        let Bearer::Installation {
-            id,
-            app,
-            repository,
-        } = &self.bearer
-        else {
+        let Bearer::Installation { id, app, name } = &self.bearer else {
             return Err(Setback::bug("a given token expired"));
         };
         let (path, body) = (
             &format!("/app/installations/{id}/access_tokens"),
-            &json!({ "repositories": [repository] }),
+            &json!({ "repositories": [name] }),
         );
         // Boxed: the App's request is a `run` of its own, within the App's bound.
         let minted = Box::pin(app.run(|gh| async move { gh.post(path, Some(body)).await }));
@@ -378,6 +374,28 @@ impl Credentials {
         self.writes.metrics.token_minted();
         *current = Some(Arc::clone(&token));
         Ok(token)
+    }
+
+    /// The installation that holds `repo`; a refusal when the App is not installed on it.
+    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
+    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
+        let path = &format!("/repos/{repo}/installation");
+        match self
+            .run(|gh| async move { gh.get(path, None::<&()>).await })
+            .await?
+        {
+            Ok(found) => Ok(found),
+            Err(refusal) => match refusal.status_code.as_u16() {
+                404 => Err(Setback::refused(format!(
+                    "the App is not installed on {repo}: install it on that repository"
+                ))),
+                401 => Err(Setback::refused(format!(
+                    "GitHub refused the App's credentials ({}): check app_id and the private key",
+                    said(&refusal)
+                ))),
+                _ => Err(unexpected(&refusal)),
+            },
+        }
     }
 }
 
@@ -457,14 +475,6 @@ impl Auth {
         }))
     }
 
-    /// The credentials of requests that are no repository's: the App's JWT, or the token.
-    pub fn own(&self) -> &Credentials {
-        match self {
-            Auth::App(app) => &app.jwt,
-            Auth::Token(token) => token,
-        }
-    }
-
     /// The client for `repo`, with a token ready: the installation that holds it, or the
     /// token's.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Credentials>> {
@@ -482,30 +492,6 @@ pub struct InstallationFound {
     id: u64,
     #[serde(default)]
     pub permissions: BTreeMap<String, String>,
-}
-
-impl Credentials {
-    /// The installation that holds `repo`; a refusal when the App is not installed on it.
-    /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
-    pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
-        let path = &format!("/repos/{repo}/installation");
-        match self
-            .run(|gh| async move { gh.get(path, None::<&()>).await })
-            .await?
-        {
-            Ok(found) => Ok(found),
-            Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Err(Setback::refused(format!(
-                    "the App is not installed on {repo}: install it on that repository"
-                ))),
-                401 => Err(Setback::refused(format!(
-                    "GitHub refused the App's credentials ({}): check app_id and the private key",
-                    said(&refusal)
-                ))),
-                _ => Err(unexpected(&refusal)),
-            },
-        }
-    }
 }
 
 /// The App: its own requests and its installations.
@@ -542,15 +528,11 @@ impl AppClient {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
                         let shared = limits_of.entry(id).or_insert_with(&self.pacer);
-                        let (app, repository) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        let (app, name) = (Arc::clone(&self.jwt), repo.name().to_owned());
                         Arc::new(Credentials {
                             writes: Arc::clone(shared),
                             gh: self.jwt.gh.clone(),
-                            bearer: Bearer::Installation {
-                                id,
-                                app,
-                                repository,
-                            },
+                            bearer: Bearer::Installation { id, app, name },
                             current: Mutex::new(None),
                         })
                     }

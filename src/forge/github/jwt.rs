@@ -26,14 +26,6 @@ pub struct KeyError {
     pub problem: String,
 }
 
-/// The claims GitHub reads of an App's JWT.
-#[derive(serde::Serialize)]
-struct Claims {
-    iat: u64,
-    exp: u64,
-    iss: u64,
-}
-
 /// The App's id and private key: signs its JWTs. Never prints the key.
 pub struct AppKey {
     app_id: u64,
@@ -67,17 +59,13 @@ impl AppKey {
         Ok(key)
     }
 
-    /// A JWT that authenticates as the App for the next 9 minutes.
-    pub fn jwt(&self) -> Result<String, KeyError> {
-        self.jwt_at(jsonwebtoken::get_current_timestamp())
-    }
-
-    fn jwt_at(&self, now: u64) -> Result<String, KeyError> {
-        let claims = Claims {
-            iat: now.saturating_sub(ISSUED_BEFORE),
-            exp: now + LIFETIME,
-            iss: self.app_id,
-        };
+    /// A JWT that authenticates as the App for 9 minutes from `now` (seconds since the epoch).
+    pub fn jwt_at(&self, now: u64) -> Result<String, KeyError> {
+        let claims = serde_json::json!({
+            "iat": now.saturating_sub(ISSUED_BEFORE),
+            "exp": now + LIFETIME,
+            "iss": self.app_id,
+        });
         jsonwebtoken::encode(&Header::new(Algorithm::RS256), &claims, &self.key).map_err(|e| {
             KeyError {
                 problem: format!(

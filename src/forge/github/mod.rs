@@ -125,7 +125,7 @@ impl GithubForge {
         let run = || installation.run(&request);
         match turn {
             Turn::Read => run().await.map_err(Setback::not_applied),
-            Turn::Claim => installation.writes.first_write(run).await?,
+            Turn::Claim => (installation.writes.first_write(run).await).map_err(Setback::Fail)?,
             Turn::Owed => installation.writes.write(run).await,
         }
     }
@@ -192,17 +192,18 @@ impl GithubForge {
         }
     }
 
-    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{under}`: every branch under `prefix` whose
-    /// name starts with `under`, in one answer (GitHub does not page it).
+    /// `GET /repos/{o}/{r}/git/matching-refs/heads/{prefix}/{id}`: every branch under `prefix`
+    /// (of row `id`, with one), in one answer (GitHub does not page it).
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
     async fn matching_refs(
         &self,
         what: &str,
         repo: &RepoName,
         prefix: &BranchPrefix,
-        under: &str,
+        id: Option<&RowId>,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let path = &format!("/repos/{repo}/git/matching-refs/heads/{under}");
+        let under = id.map(RowId::to_string).unwrap_or_default();
+        let path = &format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{under}");
         let refs: Vec<GitRef> = self
             .read(
                 what,
@@ -212,6 +213,9 @@ impl GithubForge {
             .await?;
         let branch = |r: GitRef| {
             let name = BranchName::listed(prefix, r.name.strip_prefix("refs/heads/")?)?;
+            // `{prefix}/4` matches `{prefix}/42` too.
+            id.is_none_or(|id| prefix.owns(id, name.as_str()))
+                .then_some(())?;
             Some(Branch {
                 name,
                 sha: r.object.sha,
@@ -515,9 +519,8 @@ impl Forge for GithubForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let under = format!("{prefix}/");
         let what = "listing the prefix's branches";
-        self.matching_refs(what, repo, prefix, &under).await
+        self.matching_refs(what, repo, prefix, None).await
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
@@ -546,11 +549,8 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let under = format!("{prefix}/{id}");
-        let mut refs =
-            (self.matching_refs("listing the row's branches", repo, prefix, &under)).await?;
-        refs.retain(|b| prefix.owns(id, b.name.as_str()));
-        Ok(refs)
+        let what = "listing the row's branches";
+        self.matching_refs(what, repo, prefix, Some(id)).await
     }
 
     /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
@@ -626,11 +626,12 @@ impl Forge for GithubForge {
     /// https://docs.github.com/rest/rate-limit/rate-limit#get-rate-limit-status-for-the-authenticated-user)
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = &self.retry.host;
-        let (path, what) = match &self.auth {
-            Auth::App(_) => ("/app", "GET /app"),
-            Auth::Token(_) => ("/rate_limit", "GET /rate_limit with the token"),
+        // Asked with the credentials that are no repository's: the App's JWT, or the token.
+        let (path, what, own) = match &self.auth {
+            Auth::App(app) => ("/app", "GET /app", &app.jwt),
+            Auth::Token(token) => ("/rate_limit", "GET /rate_limit with the token", token),
         };
-        let asked = self.auth.own().run(|gh| async move {
+        let asked = own.run(|gh| async move {
             let answer = gh._get(path).await?;
             octocrab::map_github_error(answer).await.map(drop)
         });

@@ -5,7 +5,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, StatusCode};
 use tokio::time::Instant;
@@ -33,12 +33,6 @@ pub enum Setback {
     },
     /// Final: retrying cannot help.
     Fail(ForgeError),
-}
-
-impl From<ForgeError> for Setback {
-    fn from(e: ForgeError) -> Setback {
-        Setback::Fail(e)
-    }
 }
 
 impl Setback {
@@ -135,7 +129,10 @@ impl RetryPolicy {
             };
             ambiguous_before |= ambiguous;
             let since = *first_failure.get_or_insert_with(Instant::now);
-            let wait = after.unwrap_or_else(|| jittered(n));
+            // Full jitter: a uniform wait between zero and the exponential step.
+            let step = FIRST_STEP.saturating_mul(1 << n.min(16)).min(MAX_STEP);
+            let jitter = || Duration::from_millis(rand::random_range(0..=step.as_millis() as u64));
+            let wait = after.unwrap_or_else(jitter);
             let wake = Instant::now() + wait;
             let give_up = || {
                 let error = ForgeError::Unavailable {
@@ -172,21 +169,16 @@ impl RetryPolicy {
     }
 }
 
-/// Full jitter: a uniform wait between zero and the exponential step.
-fn jittered(n: u32) -> Duration {
-    let step = FIRST_STEP
-        .saturating_mul(2u32.saturating_pow(n.min(16)))
-        .min(MAX_STEP);
-    let millis = rand::random_range(0..=step.as_millis() as u64);
-    Duration::from_millis(millis)
-}
-
 /// Sorts an answer that is not a success into "retry" (with how long GitHub asks us to wait)
 /// or "final". `message` is GitHub's `message` field.
 pub fn classify(status: StatusCode, headers: &HeaderMap, message: &str) -> Setback {
     let retry_after = header_secs(headers, "retry-after").map(Duration::from_secs);
     let remaining = header_secs(headers, "x-ratelimit-remaining");
-    let reset_in = header_secs(headers, "x-ratelimit-reset").map(until_epoch);
+    // How long until the epoch second of the reset (at least one second: clocks differ).
+    let reset_in = header_secs(headers, "x-ratelimit-reset").map(|reset| {
+        let now = UNIX_EPOCH.elapsed().unwrap_or_default().as_secs();
+        Duration::from_secs(reset.saturating_sub(now).max(1))
+    });
     let rate_limited = |after: Option<Duration>| Setback::Retry {
         message: format!("rate limited ({status}): {message}"),
         after,
@@ -220,19 +212,11 @@ fn header_secs(headers: &HeaderMap, name: &str) -> Option<u64> {
     headers.get(name)?.to_str().ok()?.trim().parse().ok()
 }
 
-/// How long until the epoch second `reset` (at least one second: clocks differ).
-fn until_epoch(reset: u64) -> Duration {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_secs();
-    Duration::from_secs(reset.saturating_sub(now).max(1))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
+    use std::time::SystemTime;
 
     fn headers(pairs: &[(&'static str, String)]) -> HeaderMap {
         let mut h = HeaderMap::new();
