@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use super::error::data_error;
 use super::shape::{quoted_for_message, Shape};
-use super::status::RowState;
+use super::status::{states_but, RowState};
 use super::{quote_ident, Database, Error, Result};
 use crate::config::Route;
 
@@ -80,7 +80,7 @@ impl Database {
     /// `Ok(None)` when the text is no value of the column's type (`abc` for a bigint id).
     /// For `explain`, to name a row's branch without the row.
     pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
-        let shape = Shape::read(&self.client, route).await?;
+        let shape = Shape::read(&self.client, route, true).await?;
         let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
         match super::value(&self.client, &sql, &[&id]).await {
             Err(e) if data_error(&e) => Ok(None),
@@ -94,7 +94,7 @@ impl Database {
     /// type (`abc` for a bigint id), when two rows share the id (the id column must be unique),
     /// and when the row's created column is NULL.
     pub async fn by_id(&self, route: &Route, id: &str) -> Result<Option<Row>> {
-        let shape = Shape::read(&self.client, route).await?;
+        let shape = Shape::read(&self.client, route, true).await?;
         let sql = shape.select(&format!(
             "where r.{} = cast($1::text as {}) limit 2",
             shape.id, shape.id_type
@@ -168,7 +168,7 @@ impl RowPages<'_> {
         }
         let shape = match &mut self.shape {
             Some(shape) => shape,
-            empty => empty.insert(Shape::read(&self.database.client, self.route).await?),
+            empty => empty.insert(Shape::read(&self.database.client, self.route, true).await?),
         };
         let (c, i) = (&shape.created, &shape.id);
         let (ct, it) = (&shape.created_type, &shape.id_type);
@@ -199,15 +199,11 @@ impl RowPages<'_> {
             (Some((status, _)), Some(before)) => {
                 params.push(before);
                 // rowbranch's states from `dispatched` on: the row has started.
-                let started: Vec<String> = (RowState::ALL.iter())
-                    .filter(|s| **s != RowState::Waiting)
-                    .map(|s| format!("'{s}'"))
-                    .collect();
                 format!(
                     "and r.{c} < cast(${}::text as {ct}) \
                      and coalesce(r.{status}::text, '') not in ({})",
                     params.len(),
-                    started.join(", ")
+                    states_but(|s| *s == RowState::Waiting)
                 )
             }
             _ => String::new(),
