@@ -49,7 +49,7 @@ impl Database {
         RowPages {
             database: self,
             route,
-            since,
+            since: since.to_rfc3339_opts(SecondsFormat::Micros, true),
             page_size: page_size.max(1),
             shape: None,
             cursor: Cursor::First,
@@ -70,7 +70,10 @@ impl Database {
         page_size: usize,
     ) -> RowPages<'a> {
         RowPages {
-            unstarted: Some((quote_ident(status_column), before)),
+            unstarted: Some((
+                quote_ident(status_column),
+                before.to_rfc3339_opts(SecondsFormat::Micros, true),
+            )),
             ..self.since(route, from, page_size)
         }
     }
@@ -143,13 +146,14 @@ impl Database {
 pub struct RowPages<'a> {
     database: &'a Database,
     route: &'a Route,
-    since: DateTime<Utc>,
+    /// The window's start, as text (RFC 3339).
+    since: String,
     page_size: usize,
     /// The table's shape, read for the first page.
     shape: Option<Shape>,
     cursor: Cursor,
-    /// For [`Database::unstarted`]: the quoted status column, and the end of the read.
-    unstarted: Option<(String, DateTime<Utc>)>,
+    /// For [`Database::unstarted`]: the quoted status column, and the end of the read as text.
+    unstarted: Option<(String, String)>,
 }
 
 enum Cursor {
@@ -179,10 +183,7 @@ impl RowPages<'_> {
         // is `1.0` and `"true"` is not `true`).
         let (from, id) = match &self.cursor {
             Cursor::After(created, id) => (created.clone(), Some(id.as_str())),
-            _ => (
-                self.since.to_rfc3339_opts(SecondsFormat::Micros, true),
-                None,
-            ),
+            _ => (self.since.clone(), None),
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
         let mut params: Vec<&dyn super::Arg> = vec![&from, &id, &limit];
@@ -193,10 +194,8 @@ impl RowPages<'_> {
             }
             None => String::new(),
         };
-        let before = (self.unstarted.as_ref())
-            .map(|(_, before)| before.to_rfc3339_opts(SecondsFormat::Micros, true));
-        let unstarted = match (&self.unstarted, &before) {
-            (Some((status, _)), Some(before)) => {
+        let unstarted = match &self.unstarted {
+            Some((status, before)) => {
                 params.push(before);
                 // rowbranch's states from `dispatched` on: the row has started.
                 format!(
@@ -206,7 +205,7 @@ impl RowPages<'_> {
                     states_but(|s| *s == RowState::Waiting)
                 )
             }
-            _ => String::new(),
+            None => String::new(),
         };
         let sql = shape.select(&format!(
             "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null {gate} {unstarted} \

@@ -105,24 +105,16 @@ impl Database {
     /// Writes `write` into its row, as the module says.
     async fn write_status(&self, shape: &Shape, write: &StatusWrite) -> Result<StatusResult> {
         let route = &write.route;
-        let (status, link) = (
-            route.status_column.as_deref().map(quote_ident),
-            route.pull_request_column.as_deref().map(quote_ident),
-        );
-        let link_value = match write.anew {
-            true => None,
-            false => write.pull_request.clone(),
-        };
-        let mut sets = Vec::new();
-        if let Some(status) = &status {
-            sets.push(format!("{status} = $2::text"));
-        }
-        if let Some(link) = link
-            .as_ref()
+        let status = route.status_column.as_deref().map(quote_ident);
+        // The link is written with a pull request, and cleared by `redo`.
+        let link = (route.pull_request_column.as_deref())
             .filter(|_| write.pull_request.is_some() || write.anew)
-        {
-            sets.push(format!("{link} = $3::text"));
-        }
+            .map(quote_ident);
+        let link_value = write.pull_request.as_deref().filter(|_| !write.anew);
+        let sets: Vec<String> = [(&status, 2), (&link, 3)]
+            .into_iter()
+            .filter_map(|(column, n)| Some(format!("{} = ${n}::text", column.as_ref()?)))
+            .collect();
         if sets.is_empty() {
             return Ok(StatusResult::Already);
         }
@@ -160,7 +152,7 @@ impl Database {
             sets.join(", ")
         );
         let state = write.state.as_str();
-        let args: [&dyn super::Arg; 3] = [&write.id.as_str(), &state, &link_value.as_deref()];
+        let args: [&dyn super::Arg; 3] = [&write.id.as_str(), &state, &link_value];
         let updated = query(&self.client, &format!("{sql} returning 1"), &args)
             .await
             .map_err(|e| shape.query_error(e))?;
