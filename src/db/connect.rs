@@ -204,24 +204,16 @@ impl ConnectSettings {
     /// A connection failure: where, why, and what to do about it.
     pub(super) fn connect_error(&self, e: &tokio_postgres::Error) -> String {
         let ports = self.config.get_ports();
-        let hosts: Vec<String> = self
-            .config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(n, host)| match host {
-                Host::Tcp(name) => {
-                    let port = ports.get(n).or(ports.first()).copied().unwrap_or(5432);
-                    format!("{name}:{port}")
-                }
-                #[cfg(unix)]
-                Host::Unix(path) => path.display().to_string(),
-            })
-            .collect();
-        let at = if hosts.is_empty() {
-            "the given address".to_owned()
-        } else {
-            hosts.join(", ")
+        let hosts = (self.config.get_hosts().iter().enumerate()).map(|(n, host)| match host {
+            Host::Tcp(name) => {
+                format!("{name}:{}", ports.get(n).or(ports.first()).unwrap_or(&5432))
+            }
+            #[cfg(unix)]
+            Host::Unix(path) => path.display().to_string(),
+        });
+        let at = match hosts.collect::<Vec<_>>().join(", ") {
+            none if none.is_empty() => "the given address".to_owned(),
+            hosts => hosts,
         };
         let cause = describe(e);
         let message = format!("could not connect to PostgreSQL at {at} (DATABASE_URL): {cause}");
@@ -314,8 +306,9 @@ fn split(url: &str) -> Result<(String, Option<String>, Option<String>)> {
             return Ok((url.to_owned(), None, None));
         };
         let decode = |s: &str| {
-            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy();
-            decoded.into_owned()
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
         };
         let kept: Vec<&str> = query
             .split('&')

@@ -65,20 +65,17 @@ impl Error {
     /// available (55P03), or no answer at all — rather than for what it asked (a privilege, a
     /// missing queue). What DATABASE_URL or the table's shape is never passes by itself.
     pub fn transient(&self) -> bool {
-        let Some(e) = self.postgres() else {
-            return false;
-        };
-        if e.is_closed() {
-            return true;
-        }
-        let Some(code) = e.code() else {
-            return true;
-        };
-        let code = code.code();
-        ["08", "57", "40", "53"]
-            .iter()
-            .any(|class| code.starts_with(class))
-            || code == "55P03"
+        self.postgres()
+            .is_some_and(|e| match e.code().map(SqlState::code) {
+                Some(code) if !e.is_closed() => {
+                    ["08", "57", "40", "53"]
+                        .iter()
+                        .any(|class| code.starts_with(class))
+                        || code == "55P03"
+                }
+                // Closed, or no answer at all.
+                _ => true,
+            })
     }
 
     /// The error with the server's own words: for a failed statement its severity, message,
@@ -101,14 +98,12 @@ pub(super) fn data_error(e: &tokio_postgres::Error) -> bool {
 /// A tokio-postgres error with its causes (its `Display` alone says only "db error").
 pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
-        let mut text = format!("{}: {}", db.severity(), db.message());
-        if let Some(detail) = db.detail() {
-            let _ = write!(text, " ({detail})");
-        }
-        if let Some(hint) = db.hint() {
-            let _ = write!(text, "; hint: {hint}");
-        }
-        return text;
+        let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
+        let hint = db
+            .hint()
+            .map(|h| format!("; hint: {h}"))
+            .unwrap_or_default();
+        return format!("{}: {}{detail}{hint}", db.severity(), db.message());
     }
     let mut text = e.to_string();
     for cause in causes(e) {

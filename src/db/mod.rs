@@ -38,8 +38,6 @@ pub use visibility::{Blind, Filtered, Visibility};
 #[derive(Debug)]
 pub struct Database {
     client: tokio_postgres::Client,
-    /// Drives the connection; it ends by itself once `client` is dropped.
-    _connection: tokio::task::JoinHandle<()>,
 }
 
 impl Database {
@@ -54,15 +52,13 @@ impl Database {
             message: settings.connect_error(&cause),
             cause,
         })?;
-        let connection = tokio::spawn(async move {
+        // Drives the connection; it ends by itself once `client` is dropped.
+        tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!("the PostgreSQL connection ended: {}", describe(&e));
             }
         });
-        Ok(Database {
-            client,
-            _connection: connection,
-        })
+        Ok(Database { client })
     }
 
     /// The connection, for statements of other modules (the doctor's), made through [`query`]

@@ -297,53 +297,48 @@ pub async fn row_messages(
     id_column: &str,
     id: &str,
 ) -> Result<Vec<RowMessage>> {
-    // Each place: its table, where it holds the row's event (a dead letter under `message`),
-    // and its times (an archive's: when the message went there).
-    let (event, dead_event) = ("m.message", "(m.message -> 'message')");
-    let (queued, archived) = (
-        "m.vt, null::timestamptz",
-        "null::timestamptz, m.archived_at",
-    );
-    let places = [
-        ("queue", table('q', queue), event, queued),
-        ("archive", table('a', queue), event, archived),
-        ("dead_letter", table('q', dead), dead_event, queued),
-        (
-            "dead_letter_archive",
-            table('a', dead),
-            dead_event,
-            archived,
-        ),
-    ];
     let mut found = Vec::new();
-    for (place, relation, event, when) in places {
+    for (place, kind, of) in [
+        ("queue", 'q', queue),
+        ("archive", 'a', queue),
+        ("dead_letter", 'q', dead),
+        ("dead_letter_archive", 'a', dead),
+    ] {
+        let relation = table(kind, of);
         let exists = "select to_regclass($1::text) is not null";
         if value(client, exists, &[&relation]).await? != Some(true) {
             continue;
         }
+        // Where the place holds the row's event (a dead letter under `message`, with why and
+        // the original's id beside it), and its times (an archive's: when the message went there).
+        let (event, dead_letter) = match of == dead {
+            true => (
+                "(m.message -> 'message')",
+                "m.message ->> 'reason', m.message ->> 'msg_id'",
+            ),
+            false => ("m.message", "null::text, null::text"),
+        };
+        let when = match kind {
+            'q' => "m.vt, null::timestamptz",
+            _ => "null::timestamptz, m.archived_at",
+        };
         let sql = format!(
-            "select m.msg_id, m.read_ct, m.enqueued_at, {when}, \
-                    m.message ->> 'reason', m.message ->> 'msg_id' \
+            "select m.msg_id, m.read_ct, m.enqueued_at, {when}, {dead_letter} \
              from {relation} as m \
              where {event} ->> 'schema' = $1::text and {event} ->> 'table' = $2::text \
                and {event} -> 'record' ->> $3::text = $4::text \
              order by m.msg_id"
         );
         let rows = query(client, &sql, &[&schema, &table_name, &id_column, &id]).await?;
-        let dead_letter = event == dead_event;
-        found.extend(rows.iter().map(|r| {
-            RowMessage {
-                place,
-                msg_id: r.get(0),
-                read_ct: r.get(1),
-                enqueued_at: r.get(2),
-                visible_at: r.get(3),
-                archived_at: r.get(4),
-                reason: r.get::<_, Option<String>>(5).filter(|_| dead_letter),
-                original_msg_id: (r.get::<_, Option<String>>(6))
-                    .filter(|_| dead_letter)
-                    .and_then(|id| id.parse().ok()),
-            }
+        found.extend(rows.iter().map(|r| RowMessage {
+            place,
+            msg_id: r.get(0),
+            read_ct: r.get(1),
+            enqueued_at: r.get(2),
+            visible_at: r.get(3),
+            archived_at: r.get(4),
+            reason: r.get(5),
+            original_msg_id: r.get::<_, Option<String>>(6).and_then(|id| id.parse().ok()),
         }));
     }
     found.sort_by_key(|m| m.enqueued_at);

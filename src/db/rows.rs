@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 
 use super::error::data_error;
 use super::shape::{quoted_for_message, Shape};
-use super::status::RowState;
+use super::status::{states_but, RowState};
 use super::{quote_ident, Database, Error, Result};
 use crate::config::Route;
 
@@ -49,7 +49,7 @@ impl Database {
         RowPages {
             database: self,
             route,
-            since,
+            since: since.to_rfc3339_opts(SecondsFormat::Micros, true),
             page_size: page_size.max(1),
             shape: None,
             cursor: Cursor::First,
@@ -70,7 +70,10 @@ impl Database {
         page_size: usize,
     ) -> RowPages<'a> {
         RowPages {
-            unstarted: Some((quote_ident(status_column), before)),
+            unstarted: Some((
+                quote_ident(status_column),
+                before.to_rfc3339_opts(SecondsFormat::Micros, true),
+            )),
             ..self.since(route, from, page_size)
         }
     }
@@ -80,7 +83,7 @@ impl Database {
     /// `Ok(None)` when the text is no value of the column's type (`abc` for a bigint id).
     /// For `explain`, to name a row's branch without the row.
     pub async fn typed_id(&self, route: &Route, id: &str) -> Result<Option<Value>> {
-        let shape = Shape::read(&self.client, route).await?;
+        let shape = Shape::read(&self.client, route, true).await?;
         let sql = format!("select to_jsonb(cast($1::text as {}))", shape.id_type);
         match super::value(&self.client, &sql, &[&id]).await {
             Err(e) if data_error(&e) => Ok(None),
@@ -94,7 +97,7 @@ impl Database {
     /// type (`abc` for a bigint id), when two rows share the id (the id column must be unique),
     /// and when the row's created column is NULL.
     pub async fn by_id(&self, route: &Route, id: &str) -> Result<Option<Row>> {
-        let shape = Shape::read(&self.client, route).await?;
+        let shape = Shape::read(&self.client, route, true).await?;
         let sql = shape.select(&format!(
             "where r.{} = cast($1::text as {}) limit 2",
             shape.id, shape.id_type
@@ -143,13 +146,14 @@ impl Database {
 pub struct RowPages<'a> {
     database: &'a Database,
     route: &'a Route,
-    since: DateTime<Utc>,
+    /// The window's start, as text (RFC 3339).
+    since: String,
     page_size: usize,
     /// The table's shape, read for the first page.
     shape: Option<Shape>,
     cursor: Cursor,
-    /// For [`Database::unstarted`]: the quoted status column, and the end of the read.
-    unstarted: Option<(String, DateTime<Utc>)>,
+    /// For [`Database::unstarted`]: the quoted status column, and the end of the read as text.
+    unstarted: Option<(String, String)>,
 }
 
 enum Cursor {
@@ -168,7 +172,7 @@ impl RowPages<'_> {
         }
         let shape = match &mut self.shape {
             Some(shape) => shape,
-            empty => empty.insert(Shape::read(&self.database.client, self.route).await?),
+            empty => empty.insert(Shape::read(&self.database.client, self.route, true).await?),
         };
         let (c, i) = (&shape.created, &shape.id);
         let (ct, it) = (&shape.created_type, &shape.id_type);
@@ -179,10 +183,7 @@ impl RowPages<'_> {
         // is `1.0` and `"true"` is not `true`).
         let (from, id) = match &self.cursor {
             Cursor::After(created, id) => (created.clone(), Some(id.as_str())),
-            _ => (
-                self.since.to_rfc3339_opts(SecondsFormat::Micros, true),
-                None,
-            ),
+            _ => (self.since.clone(), None),
         };
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
         let mut params: Vec<&dyn super::Arg> = vec![&from, &id, &limit];
@@ -193,24 +194,18 @@ impl RowPages<'_> {
             }
             None => String::new(),
         };
-        let before = (self.unstarted.as_ref())
-            .map(|(_, before)| before.to_rfc3339_opts(SecondsFormat::Micros, true));
-        let unstarted = match (&self.unstarted, &before) {
-            (Some((status, _)), Some(before)) => {
+        let unstarted = match &self.unstarted {
+            Some((status, before)) => {
                 params.push(before);
                 // rowbranch's states from `dispatched` on: the row has started.
-                let started: Vec<String> = (RowState::ALL.iter())
-                    .filter(|s| **s != RowState::Waiting)
-                    .map(|s| format!("'{s}'"))
-                    .collect();
                 format!(
                     "and r.{c} < cast(${}::text as {ct}) \
                      and coalesce(r.{status}::text, '') not in ({})",
                     params.len(),
-                    started.join(", ")
+                    states_but(|s| *s == RowState::Waiting)
                 )
             }
-            _ => String::new(),
+            None => String::new(),
         };
         let sql = shape.select(&format!(
             "where r.{c} >= cast($1::text as {ct}) and r.{i} is not null {gate} {unstarted} \

@@ -79,7 +79,8 @@ pub(super) struct Shape {
     /// `"schema"."table"`.
     pub(super) relation: String,
     /// The quoted id and created columns, and their types as SQL spells them: values cross as
-    /// text and are cast to these, so that each compares in its own type.
+    /// text and are cast to these, so that each compares in its own type. The created column is
+    /// empty in a shape read for writes.
     pub(super) id: String,
     pub(super) id_type: String,
     pub(super) created: String,
@@ -93,45 +94,28 @@ pub(super) struct Shape {
 pub(super) type Decoded = (Map<String, Value>, Option<DateTime<Utc>>, String, String);
 
 impl Shape {
-    /// Looks the route's table and columns up in the catalog.
-    pub(super) async fn read(client: &Client, route: &Route) -> Result<Shape> {
+    /// Looks the route's table and columns up in the catalog: to read rows (`rows`), as
+    /// [`Database::check_columns`](super::Database::check_columns) checks them, the created
+    /// column included; otherwise what a write of a row's state needs, the id column and the
+    /// columns written (checked to be there), whatever else the route names.
+    pub(super) async fn read(client: &Client, route: &Route, rows: bool) -> Result<Shape> {
         let table = CatalogTable::read(client, route).await?;
-        let id = table.row_columns(route)?;
-        let created = table.created(route)?;
+        let id = table.columns(route, rows)?;
+        let (created, created_type) = match rows {
+            true => table
+                .created(route)
+                .map(|c| (quote_ident(&c.name), c.type_sql.clone()))?,
+            false => Default::default(),
+        };
         Ok(Shape {
             name: table.name.clone(),
             relation: quote_relation(&route.schema, &route.table),
             id: quote_ident(&id.name),
             id_type: id.type_sql.clone(),
-            created: quote_ident(&created.name),
-            created_type: created.type_sql.clone(),
+            created,
+            created_type,
             gate: (route.run_when.as_ref())
                 .map(|gate| (quote_ident(&gate.column), gate.equals.to_string())),
-        })
-    }
-
-    /// The shape a write of a row's state needs: the id column, and the columns written
-    /// (checked to be there), whatever else the route names.
-    pub(super) async fn for_status(client: &Client, route: &Route) -> Result<Shape> {
-        let table = CatalogTable::read(client, route).await?;
-        let id = table.find(&route.id_column, "id_column")?;
-        let written = [
-            (&route.status_column, "status_column"),
-            (&route.pull_request_column, "pull_request_column"),
-        ];
-        for (column, key) in written {
-            if let Some(column) = column {
-                table.find(column, key)?;
-            }
-        }
-        Ok(Shape {
-            name: table.name.clone(),
-            relation: quote_relation(&route.schema, &route.table),
-            id: quote_ident(&id.name),
-            id_type: id.type_sql.clone(),
-            created: String::new(),
-            created_type: String::new(),
-            gate: None,
         })
     }
 
@@ -195,6 +179,22 @@ fn table_for_message(schema: &str, table: &str) -> String {
     format!("{}.{}", ident_for_message(schema), ident_for_message(table))
 }
 
+/// The first `max` names, then `…` when there are more.
+fn first(names: impl Iterator<Item = String>, max: usize) -> Vec<String> {
+    let mut names: Vec<String> = names.collect();
+    if names.len() > max {
+        names.truncate(max);
+        names.push("…".into());
+    }
+    names
+}
+
+/// A hint at a name that differs from the config's only in case.
+fn did_you_mean(key: &str, name: Option<&str>) -> String {
+    name.map(|name| format!(" (did you mean {key} = {name:?}?)"))
+        .unwrap_or_default()
+}
+
 /// A column or schema name in a message: always in double quotes.
 pub(super) fn quoted_for_message(name: &str) -> String {
     format!("\"{name}\"")
@@ -248,37 +248,27 @@ impl CatalogTable {
         let (found, exact) = lookup(client, route)
             .await
             .map_err(|e| Error::query(&what, e))?;
-        let near = |kind: &str, name: Option<String>| {
-            name.map(|name| format!(" (did you mean {kind} = {name:?}?)"))
-                .unwrap_or_default()
-        };
         let Some(table) = exact.map(|n| &found[n]) else {
             let in_schema: Vec<_> = found
                 .iter()
                 .filter(|r| r.get::<_, &str>(0) == route.schema)
                 .collect();
             if in_schema.is_empty() {
-                let hint = near("schema", found.first().map(|r| r.get(0)));
+                let hint = did_you_mean("schema", found.first().map(|r| r.get(0)));
                 return Err(Error::Table(Misfit::NoTable(format!(
                     "table {name} does not exist: the database has no schema {}{hint}; check the \
                      route's `schema` in the config, and that DATABASE_URL names the right database",
                     quoted_for_message(&route.schema)
                 ))));
             }
-            let hint = near("table", in_schema.iter().find_map(|r| r.get(1)));
+            let hint = did_you_mean("table", in_schema.iter().find_map(|r| r.get(1)));
             let tables = super::query(client, TABLES_OF, &[&route.schema])
                 .await
                 .map_err(|e| Error::query(&what, e))?;
-            let mut tables: Vec<String> = tables.iter().map(|r| r.get(0)).collect();
-            let more = if tables.len() > 10 { ", …" } else { "" };
-            tables.truncate(10);
+            let tables = first(tables.iter().map(|r| r.get(0)), 10).join(", ");
             let listed = match tables.is_empty() {
                 true => format!("schema {} has no table", route.schema),
-                false => format!(
-                    "the tables of schema {}: {}{more}",
-                    route.schema,
-                    tables.join(", ")
-                ),
+                false => format!("the tables of schema {}: {tables}", route.schema),
             };
             return Err(Error::Table(Misfit::NoTable(format!(
                 "table {name} does not exist{hint}: check the route's `table` in the config, and \
@@ -293,44 +283,33 @@ impl CatalogTable {
         if let Some(column) = self.columns.iter().find(|c| c.name == wanted) {
             return Ok(column);
         }
-        let near = self
-            .columns
-            .iter()
+        let near = (self.columns.iter())
             .find(|c| c.name.to_lowercase() == wanted.to_lowercase())
-            .map(|c| format!(" (did you mean {key} = {:?}?)", c.name))
-            .unwrap_or_default();
-        let mut columns: Vec<String> = self
-            .columns
-            .iter()
-            .take(20)
-            .map(|c| c.name.clone())
-            .collect();
-        if self.columns.len() > 20 {
-            columns.push("…".into());
-        }
+            .map(|c| c.name.as_str());
         Err(Misfit::MissingColumn(MissingColumn {
             table: self.name.clone(),
             column: wanted.to_owned(),
             key,
-            near,
-            columns,
+            near: did_you_mean(key, near),
+            columns: first(self.columns.iter().map(|c| c.name.clone()), 20),
         }))
     }
 
-    /// The route's id column, and its text column when it names one.
-    fn row_columns(&self, route: &Route) -> Result<&Column, Misfit> {
+    /// The route's id column, checked with the others it names: for reading rows (`rows`) all
+    /// of them, otherwise the columns a write of a row's state writes.
+    fn columns(&self, route: &Route, rows: bool) -> Result<&Column, Misfit> {
         let id = self.find(&route.id_column, "id_column")?;
-        if let Some(text) = &route.text_column {
-            self.find(text, "text_column")?;
-        }
-        if let Some(gate) = &route.run_when {
-            self.find(&gate.column, "run_when")?;
-        }
-        if let Some(status) = &route.status_column {
-            self.find(status, "status_column")?;
-        }
-        if let Some(link) = &route.pull_request_column {
-            self.find(link, "pull_request_column")?;
+        let gate = route.run_when.as_ref().map(|gate| gate.column.as_str());
+        let named = [
+            (route.text_column.as_deref().filter(|_| rows), "text_column"),
+            (gate.filter(|_| rows), "run_when"),
+            (route.status_column.as_deref(), "status_column"),
+            (route.pull_request_column.as_deref(), "pull_request_column"),
+        ];
+        for (column, key) in named {
+            if let Some(column) = column {
+                self.find(column, key)?;
+            }
         }
         Ok(id)
     }
@@ -358,7 +337,7 @@ impl super::Database {
     /// read.
     pub async fn check_columns(&self, route: &Route, created: bool) -> Result<()> {
         let table = CatalogTable::read(&self.client, route).await?;
-        table.row_columns(route)?;
+        table.columns(route, true)?;
         if created {
             table.created(route)?;
         }

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::shape::Shape;
-use super::{describe, query, quote_ident, Database, Result};
+use super::{query, quote_ident, Database, Result};
 use crate::config::{Redacted, Route};
 use crate::metrics::{Metrics, StatusResult};
 
@@ -41,6 +41,14 @@ impl RowState {
             Merged => return None,
         })
     }
+}
+
+/// rowbranch's states but those `skip` names, as an SQL list of text literals.
+pub(super) fn states_but(skip: impl Fn(&RowState) -> bool) -> String {
+    let kept = RowState::ALL.iter().filter(|s| !skip(s));
+    kept.map(|s| format!("'{s}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One state to write into one row.
@@ -97,24 +105,16 @@ impl Database {
     /// Writes `write` into its row, as the module says.
     async fn write_status(&self, shape: &Shape, write: &StatusWrite) -> Result<StatusResult> {
         let route = &write.route;
-        let (status, link) = (
-            route.status_column.as_deref().map(quote_ident),
-            route.pull_request_column.as_deref().map(quote_ident),
-        );
-        let link_value = match write.anew {
-            true => None,
-            false => write.pull_request.clone(),
-        };
-        let mut sets = Vec::new();
-        if let Some(status) = &status {
-            sets.push(format!("{status} = $2::text"));
-        }
-        if let Some(link) = link
-            .as_ref()
+        let status = route.status_column.as_deref().map(quote_ident);
+        // The link is written with a pull request, and cleared by `redo`.
+        let link = (route.pull_request_column.as_deref())
             .filter(|_| write.pull_request.is_some() || write.anew)
-        {
-            sets.push(format!("{link} = $3::text"));
-        }
+            .map(quote_ident);
+        let link_value = write.pull_request.as_deref().filter(|_| !write.anew);
+        let sets: Vec<String> = [(&status, 2), (&link, 3)]
+            .into_iter()
+            .filter_map(|(column, n)| Some(format!("{} = ${n}::text", column.as_ref()?)))
+            .collect();
         if sets.is_empty() {
             return Ok(StatusResult::Already);
         }
@@ -123,13 +123,10 @@ impl Database {
         let over = write.over();
         let allowed = |column: &str| match &over {
             _ if write.anew => "true".to_owned(),
-            Some(over) => {
-                let later: Vec<_> = (RowState::ALL.iter())
-                    .filter(|s| !over.contains(s))
-                    .map(|s| format!("'{s}'"))
-                    .collect();
-                format!("coalesce({column}, '') not in ({})", later.join(", "))
-            }
+            Some(over) => format!(
+                "coalesce({column}, '') not in ({})",
+                states_but(|s| over.contains(s))
+            ),
             None => format!("{column} is distinct from $2::text"),
         };
         let when = match (&status, &link) {
@@ -155,7 +152,7 @@ impl Database {
             sets.join(", ")
         );
         let state = write.state.as_str();
-        let args: [&dyn super::Arg; 3] = [&write.id.as_str(), &state, &link_value.as_deref()];
+        let args: [&dyn super::Arg; 3] = [&write.id.as_str(), &state, &link_value];
         let updated = query(&self.client, &format!("{sql} returning 1"), &args)
             .await
             .map_err(|e| shape.query_error(e))?;
@@ -173,15 +170,13 @@ impl Database {
             Some(_) => StatusResult::Already,
         })
     }
-}
 
-impl Database {
     /// The first of `ids` (texts, each a possible id) that a row of the route's table has, by
     /// its index: how a branch names its row when the id may hold `-` (a UUID, a text id), so
     /// that only the table can tell `{id}-{slug}` apart. Each is bound in the id column's own
     /// type; one that is no value of it (`42-add` for a bigint id) names no row.
     pub async fn first_row_of(&self, route: &Route, ids: &[&str]) -> Result<Option<usize>> {
-        let shape = Shape::for_status(&self.client, route).await?;
+        let shape = Shape::read(&self.client, route, false).await?;
         let sql = format!(
             "select 1 from {} where {} = cast($1::text as {}) limit 1",
             shape.relation, shape.id, shape.id_type
@@ -275,82 +270,71 @@ async fn write_all(
     mut receiver: mpsc::Receiver<StatusWrite>,
     metrics: Arc<Metrics>,
 ) {
+    const STALLED: &str = "the database did not answer within 10 s";
     let mut database: Option<Database> = None;
     let mut shapes: HashMap<String, Shape> = HashMap::new();
     let mut retry_at = tokio::time::Instant::now();
     while let Some(write) = receiver.recv().await {
-        if database.as_ref().is_none_or(Database::is_closed) {
-            if tokio::time::Instant::now() < retry_at {
-                failed(&metrics, &write, "the database could not be reached");
-                continue;
-            }
-            match Database::connect(database_url.expose()).await {
-                Ok(connected) => database = Some(connected),
-                Err(e) => {
-                    retry_at = tokio::time::Instant::now() + RECONNECT_AFTER;
-                    failed(&metrics, &write, &format!("{e:#}"));
-                    continue;
-                }
-            }
-        }
-        let db = database.as_ref().expect("connected above");
         let table = write.route.table_name();
-        let shape = match shapes.get(&table) {
-            Some(shape) => shape,
-            None => {
-                match timeout(WRITE_TIMEOUT, Shape::for_status(db.client(), &write.route)).await {
-                    Ok(Ok(shape)) => shapes.entry(table.clone()).or_insert(shape),
-                    Ok(Err(e)) => {
-                        failed(&metrics, &write, &format!("{e:#}"));
-                        continue;
-                    }
-                    Err(_) => {
-                        // A connection that stopped answering (half-open): made again next time.
-                        database = None;
-                        failed(&metrics, &write, "the database did not answer within 10 s");
-                        continue;
+        let written: std::result::Result<StatusResult, String> = 'write: {
+            if database.as_ref().is_none_or(Database::is_closed) {
+                if tokio::time::Instant::now() < retry_at {
+                    break 'write Err("the database could not be reached".to_owned());
+                }
+                match Database::connect(database_url.expose()).await {
+                    Ok(connected) => database = Some(connected),
+                    Err(e) => {
+                        retry_at = tokio::time::Instant::now() + RECONNECT_AFTER;
+                        break 'write Err(e.describe());
                     }
                 }
             }
+            let db = database.as_ref().expect("connected above");
+            if !shapes.contains_key(&table) {
+                let read = Shape::read(db.client(), &write.route, false);
+                match timeout(WRITE_TIMEOUT, read).await {
+                    Ok(Ok(shape)) => shapes.insert(table.clone(), shape),
+                    Ok(Err(e)) => break 'write Err(e.describe()),
+                    // A connection that stopped answering (half-open): made again next time.
+                    Err(_) => {
+                        database = None;
+                        break 'write Err(STALLED.to_owned());
+                    }
+                };
+            }
+            match timeout(WRITE_TIMEOUT, db.write_status(&shapes[&table], &write)).await {
+                Ok(written) => written.map_err(|e| {
+                    // The shape may be stale (a column renamed): read it again next time.
+                    shapes.remove(&table);
+                    e.describe()
+                }),
+                Err(_) => {
+                    database = None;
+                    Err(STALLED.to_owned())
+                }
+            }
         };
-        let written = match timeout(WRITE_TIMEOUT, db.write_status(shape, &write)).await {
+        let written = match written {
             Ok(written) => written,
-            Err(_) => {
-                database = None;
-                failed(&metrics, &write, "the database did not answer within 10 s");
+            Err(why) => {
+                failed(&metrics, &write, &why);
                 continue;
             }
         };
+        metrics.status_written(&table, written);
         match written {
-            Ok(written) => {
-                metrics.status_written(&table, written);
-                match written {
-                    StatusResult::NotVisible => {
-                        tracing::warn!(route = %table, id = %write.id, state = %write.state,
-                        "the row's state was not written: row level security hides the row from DATABASE_URL's role for UPDATE; `rowbranch doctor` gives the policy")
-                    }
-                    StatusResult::NoRow => {
-                        tracing::info!(route = %table, id = %write.id, state = %write.state,
-                        "no row has this id any more: no state written")
-                    }
-                    _ => {
-                        tracing::debug!(route = %table, id = %write.id, state = %write.state, result = written.as_str(), "row state")
-                    }
-                }
+            StatusResult::NotVisible => {
+                tracing::warn!(route = %table, id = %write.id, state = %write.state,
+                "the row's state was not written: row level security hides the row from DATABASE_URL's role for UPDATE; `rowbranch doctor` gives the policy")
             }
-            Err(e) => {
-                // The shape may be stale (a column renamed): read it again next time.
-                shapes.remove(&table);
-                failed(&metrics, &write, &describe_error(&e));
+            StatusResult::NoRow => {
+                tracing::info!(route = %table, id = %write.id, state = %write.state,
+                "no row has this id any more: no state written")
+            }
+            _ => {
+                tracing::debug!(route = %table, id = %write.id, state = %write.state, result = written.as_str(), "row state")
             }
         }
-    }
-}
-
-fn describe_error(e: &super::Error) -> String {
-    match e {
-        super::Error::Query { cause, message } => format!("{message}: {}", describe(cause)),
-        other => format!("{other:#}"),
     }
 }
 
