@@ -28,7 +28,7 @@ use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
 use crate::forge::{Base, Listing};
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
+use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, Start, ALREADY_RAN};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -322,7 +322,7 @@ async fn sweep_route(
                 }
                 Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
                 Verdict::AlreadyRan(branch) => {
-                    tracing::warn!(route = %table, %branch, "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose");
+                    tracing::warn!(route = %table, %branch, "{ALREADY_RAN}");
                     count(summary, Verdict::AlreadyRan(branch))
                 }
                 Verdict::DeadClaim { plan, claimed } if !options.dry_run => {
@@ -410,7 +410,7 @@ fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row
     if !write.changes(held(&route.status_column), held(&route.pull_request_column)) {
         return false;
     }
-    pipeline.note_pull_request(route, &write.id, state, write.pull_request.clone(), false);
+    pipeline.write_state(write);
     true
 }
 
