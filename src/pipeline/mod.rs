@@ -10,9 +10,7 @@ mod plan;
 pub mod template;
 
 pub use execute::{at_base, Outcome, RunError, Start, ALREADY_RAN};
-pub use plan::{
-    id_text, CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES,
-};
+pub use plan::{id_text, CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;

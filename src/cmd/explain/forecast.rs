@@ -14,8 +14,7 @@ use crate::config::Config;
 use crate::db::Row;
 use crate::forge::{Branch, Forge, Sha};
 use crate::identity::BranchName;
-use crate::pipeline::CompiledRoute;
-use crate::pipeline::id_text;
+use crate::pipeline::{id_text, CompiledRoute};
 use crate::sweep::{Known, QueueView, Verdict};
 
 /// The row, or the forecast for want of it or of the forge.
