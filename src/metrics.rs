@@ -283,6 +283,7 @@ type Seconds = Family<Labels, Histogram, fn() -> Histogram>;
 macro_rules! families {
     ($($field:ident: $type:ty = $init:expr, $name:literal, $help:literal;)+) => {
         /// Every series rowbranch keeps.
+        #[derive(Debug)]
         pub struct Metrics {
             registry: Registry,
             $($field: $type,)+
@@ -376,12 +377,6 @@ crate::reason::named_set! {
 impl Default for Metrics {
     fn default() -> Metrics {
         Metrics::new()
-    }
-}
-
-impl std::fmt::Debug for Metrics {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Metrics")
     }
 }
 
@@ -567,13 +562,13 @@ impl Metrics {
         self.reconcile_runs.get_or_create(&labels).inc();
     }
 
-    /// One row a sweep settled.
     /// One write of a row's state back into the row.
     pub fn status_written(&self, route: &str, result: StatusResult) {
         let labels = labels([("route", route), ("result", result.as_str())]);
         self.status_writes.get_or_create(&labels).inc();
     }
 
+    /// One row a sweep settled.
     pub fn reconcile_row(&self, route: &str, verdict: RowVerdict) {
         let labels = labels([("route", route), ("verdict", verdict.as_str())]);
         self.reconcile_rows.get_or_create(&labels).inc();

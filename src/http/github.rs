@@ -31,7 +31,7 @@ use super::answer::RowRef;
 use super::status::{quoted, OncePerMinute};
 use super::App;
 use crate::config::{Config, Redacted, Route};
-use crate::db::status::RowState;
+use crate::db::status::{RowState, StatusWrite};
 use crate::db::Database;
 use crate::identity::{redo_rank, BranchName, RowId};
 use crate::metrics::{AnswerLabels, NO_ROUTE};
@@ -692,10 +692,16 @@ fn noted(
 ) -> Heard {
     let found = row.found;
     let id = found.id.as_str();
-    match (&pull_request, opened) {
-        (Some(link), true) => app.pipeline.note_opened(route, id, link.clone()),
-        _ => (app.pipeline).note_pull_request(route, id, state, pull_request.clone(), false),
-    }
+    app.pipeline.write_state(StatusWrite {
+        route: Arc::clone(route),
+        id: id.to_owned(),
+        state,
+        pull_request: pull_request.clone(),
+        anew: false,
+        // `pr_open` for a pull request just opened leaves a `closed` row as it is: that
+        // `opened` is older news than the `closed` before it (only `reopened` reopens).
+        reopens: !(opened && pull_request.is_some()),
+    });
     Heard {
         status: StatusCode::OK,
         outcome: state.as_str(),

@@ -106,6 +106,11 @@ pub async fn at_base(forge: &dyn Forge, plan: &Plan, base: &Base) -> Result<bool
     Ok(forge.ahead_by(&plan.route.repo, base, &plan.branch).await? == 0)
 }
 
+/// What is said of a claim at its base that a run of the work workflow names (queued, running
+/// or finished): its work ran and pushed nothing, so dispatching it again would pay for the
+/// run again, at every sweep and every read (SPEC §6).
+pub const ALREADY_RAN: &str = "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose";
+
 /// Runs one row as `start` says: for a new row, steps 1 and 2 (SPEC §5) and the base, then the
 /// claim and the dispatch.
 pub(super) async fn execute(

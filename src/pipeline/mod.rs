@@ -9,8 +9,8 @@ mod execute;
 mod plan;
 pub mod template;
 
-pub use execute::{at_base, Outcome, RunError, Start};
-pub use plan::{CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
+pub use execute::{at_base, Outcome, RunError, Start, ALREADY_RAN};
+pub use plan::{id_text, CompiledRoute, Ignored, Plan, PlanError, RouteError, Routes, RUN_BYTES};
 
 #[cfg(test)]
 pub(crate) use plan::test_routes;
@@ -174,43 +174,18 @@ impl Pipeline {
     /// (SPEC §2, `status_column`); `anew` (a redo) writes it over any state. It never waits:
     /// a state that cannot be written is counted and logged.
     pub fn note(&self, route: &Arc<Route>, id: &str, state: RowState, anew: bool) {
-        self.note_pull_request(route, id, state, None, anew);
-    }
-
-    /// [`Pipeline::note`] with the pull request's link.
-    pub fn note_pull_request(
-        &self,
-        route: &Arc<Route>,
-        id: &str,
-        state: RowState,
-        pull_request: Option<String>,
-        anew: bool,
-    ) {
-        self.send_status(StatusWrite {
+        self.write_state(StatusWrite {
             route: Arc::clone(route),
             id: id.to_owned(),
             state,
-            pull_request,
+            pull_request: None,
             anew,
             reopens: true,
         });
     }
 
-    /// `pr_open` for a pull request just opened: a `closed` row keeps its state, since that
-    /// `opened` is older news than the `closed` that came before it (only `reopened` takes a
-    /// row from `closed` back to `pr_open`).
-    pub fn note_opened(&self, route: &Arc<Route>, id: &str, pull_request: String) {
-        self.send_status(StatusWrite {
-            route: Arc::clone(route),
-            id: id.to_owned(),
-            state: RowState::PrOpen,
-            pull_request: Some(pull_request),
-            anew: false,
-            reopens: false,
-        });
-    }
-
-    fn send_status(&self, write: StatusWrite) {
+    /// Hands `write` to the status writer, when its route writes its rows' states back.
+    pub fn write_state(&self, write: StatusWrite) {
         if let Some(statuses) = self.statuses.as_ref().filter(|_| write.route.writes_back()) {
             statuses.send(write);
         }

@@ -384,11 +384,7 @@ impl CompiledRoute {
         let id = RowId::parse(&raw_id).map_err(|source| PlanError::BadId {
             column: route.id_column.clone(),
             received: excerpt(&raw_id.to_string()),
-            whole: match &raw_id {
-                Value::String(text) => Some(text.clone()),
-                Value::Number(n) => Some(n.to_string()),
-                _ => None,
-            },
+            whole: id_text(&raw_id),
             source,
         })?;
         // Null or empty text gives no slug; a text column the row lacks is refused.
@@ -439,6 +435,16 @@ impl CompiledRoute {
     pub fn plan_row(&self, record: &Map<String, Value>) -> Result<Plan, PlanError> {
         let text = serde_json::value::to_raw_value(record).expect("a JSON map serializes");
         self.plan_json(&text)
+    }
+}
+
+/// A JSON id as text, as the queue's `->>` gives it: a string as it is, a number in its
+/// digits; `None` for anything else.
+pub fn id_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

@@ -25,10 +25,12 @@ use serde_json::Value;
 use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::status::StatusWrite;
 use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
-use crate::forge::{Base, Listing};
+use crate::forge::Listing;
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{CompiledRoute, Outcome, Pipeline, Plan, Routes, Start};
+use crate::pipeline::{
+    id_text, CompiledRoute, Outcome, Pipeline, Plan, Routes, Start, ALREADY_RAN,
+};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -320,13 +322,13 @@ async fn sweep_route(
                 Verdict::Run(_) if from.is_some_and(|from| created < from) => {
                     count(summary, Verdict::BeforeSweepFrom)
                 }
-                Verdict::Run(plan) if !options.dry_run => to_run.push(plan),
+                Verdict::Run(plan) if !options.dry_run => to_run.push((plan, Start::New)),
                 Verdict::AlreadyRan(branch) => {
-                    tracing::warn!(route = %table, %branch, "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose");
+                    tracing::warn!(route = %table, %branch, "{ALREADY_RAN}");
                     count(summary, Verdict::AlreadyRan(branch))
                 }
                 Verdict::DeadClaim { plan, claimed } if !options.dry_run => {
-                    count(summary, redispatch(pipeline, plan, claimed).await)
+                    to_run.push((plan, Start::Redispatch(claimed)))
                 }
                 verdict => count(summary, verdict),
             }
@@ -410,7 +412,7 @@ fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row
     if !write.changes(held(&route.status_column), held(&route.pull_request_column)) {
         return false;
     }
-    pipeline.note_pull_request(route, &write.id, state, write.pull_request.clone(), false);
+    pipeline.write_state(write);
     true
 }
 
@@ -494,37 +496,22 @@ impl QueueView {
     }
 }
 
-/// A JSON id as the queue's `->>` gives it: a string as it is, a number in its digits.
-pub fn id_text(value: &Value) -> Option<String> {
-    match value {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// Dispatches a dead claim again on its branch.
-async fn redispatch(pipeline: &Arc<Pipeline>, plan: Plan, claimed: Base) -> Verdict {
-    let (id, branch) = (plan.id.to_string(), plan.branch.clone());
-    let run = pipeline.submit_waiting(plan, Start::Redispatch(claimed));
-    match run.await.outcome().await {
-        Ok(_) => Verdict::Redispatched(branch),
-        Err(e) => Verdict::Failed(Failed {
-            id,
-            error: e.to_string(),
-        }),
-    }
-}
-
-/// Runs the rows with neither branch nor pull request, a few at a time. A row waits for room
-/// in the pipeline rather than fail for want of it: the sweep is what brings back the rows a
-/// full pipeline refused, and it has no sender to ask to come back.
-async fn runs(pipeline: &Arc<Pipeline>, plans: Vec<Plan>, concurrency: usize) -> Vec<Verdict> {
+/// Runs the rows with neither branch nor pull request, and dispatches the dead claims again on
+/// their branches, a few at a time. A row waits for room in the pipeline rather than fail for
+/// want of it: the sweep is what brings back the rows a full pipeline refused, and it has no
+/// sender to ask to come back.
+async fn runs(
+    pipeline: &Arc<Pipeline>,
+    plans: Vec<(Plan, Start)>,
+    concurrency: usize,
+) -> Vec<Verdict> {
     stream::iter(plans)
-        .map(|plan| async move {
-            let id = plan.id.to_string();
-            let run = pipeline.submit_waiting(plan, Start::New).await;
+        .map(|(plan, start)| async move {
+            let (id, branch) = (plan.id.to_string(), plan.branch.clone());
+            let again = matches!(start, Start::Redispatch(_));
+            let run = pipeline.submit_waiting(plan, start).await;
             match run.outcome().await {
+                Ok(_) if again => Verdict::Redispatched(branch),
                 Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
                 // Handled meanwhile (a webhook, another sweep): counted as handled.
                 Ok(Outcome::Duplicate { .. }) => Verdict::Handled,

@@ -14,8 +14,8 @@ use crate::config::Config;
 use crate::db::Row;
 use crate::forge::{Branch, Forge};
 use crate::identity::BranchName;
-use crate::pipeline::CompiledRoute;
-use crate::sweep::{id_text, Known, QueueView, Verdict};
+use crate::pipeline::{id_text, CompiledRoute};
+use crate::sweep::{Known, QueueView, Verdict};
 
 /// The row, or the forecast for want of it or of the forge.
 fn read(report: &Report, command: &str) -> Result<Row, Forecast> {

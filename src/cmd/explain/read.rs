@@ -12,7 +12,7 @@ use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
 use crate::forge::{Branch, Forge, ForgeError, Listing};
 use crate::identity::RowId;
-use crate::sweep::id_text;
+use crate::pipeline::id_text;
 
 /// How long the database may take to accept the connection: a host that drops packets would
 /// otherwise hold the terminal for the system's TCP timeout.

@@ -18,7 +18,7 @@ use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::forge::Listing;
 use crate::identity::BranchName;
-use crate::pipeline::{at_base, Outcome, Plan, RunError, Start};
+use crate::pipeline::{at_base, Outcome, Plan, RunError, Start, ALREADY_RAN};
 use crate::queue::holds::{Begin, Job, Kept};
 use crate::queue::settle::{backoff, Fate};
 use crate::reason::Reason;
@@ -208,8 +208,7 @@ impl Consumer {
                 .iter()
                 .any(|run| run.branches(prefix).any(|b| b == plan.branch.as_str()))
             {
-                tracing::warn!(route = %plan.route.table_name(), branch = %plan.branch,
-                    "a claim at its base whose work already ran (a run of the work workflow names it) and pushed nothing: not dispatched again; `rowbranch redo` runs the row on purpose");
+                tracing::warn!(route = %plan.route.table_name(), branch = %plan.branch, "{ALREADY_RAN}");
                 return Ok(Fate::Handled);
             }
         }
