@@ -104,19 +104,19 @@ fn listen_address(file: String, env: &Overlay) -> Result<ListenAddress, ConfigEr
     let (text, origin) = env.listen(file);
     host_port(&text)
         .map(|(host, port)| ListenAddress { host, port, origin })
-        .map_err(|why| match origin {
-            ListenOrigin::Port => invalid!(
-                "{PORT}=`{}` is not a port number (0-65535)",
-                env.get(PORT).unwrap_or_default()
-            ),
-            ListenOrigin::Listen => invalid!(
-                "{LISTEN}=`{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
-                 or localhost:8080"
-            ),
-            ListenOrigin::File => invalid!(
-                "listen = `{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
-                 or localhost:8080"
-            ),
+        .map_err(|why| {
+            let setting = match origin {
+                ListenOrigin::Port => {
+                    let port = env.get(PORT).unwrap_or_default();
+                    return invalid!("{PORT}=`{port}` is not a port number (0-65535)");
+                }
+                ListenOrigin::Listen => format!("{LISTEN}=`{text}`"),
+                ListenOrigin::File => format!("listen = `{text}`"),
+            };
+            invalid!(
+                "{setting} is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or \
+                 localhost:8080"
+            )
         })
 }
 
@@ -311,16 +311,16 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         ));
     }
     let app: Vec<&str> = [
-        (raw.app_id.is_some(), "[github] app_id"),
-        (raw.private_key_path.is_some(), "[github] private_key_path"),
-        (env.get(GITHUB_APP_ID).is_some(), GITHUB_APP_ID),
+        ("[github] app_id", raw.app_id.is_some()),
+        ("[github] private_key_path", raw.private_key_path.is_some()),
+        (GITHUB_APP_ID, env.get(GITHUB_APP_ID).is_some()),
         (
-            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
             GITHUB_APP_PRIVATE_KEY,
+            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
         ),
     ]
     .into_iter()
-    .filter_map(|(set, name)| set.then_some(name))
+    .filter_map(|(name, set)| set.then_some(name))
     .collect();
     if !app.is_empty() {
         return Err(invalid!(
@@ -565,20 +565,17 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
         (None, None) => None,
     };
-    let sweep_from = match raw.sweep_from {
-        None => None,
-        Some(from) => Some(
-            chrono::DateTime::parse_from_rfc3339(from.trim())
-                .map_err(|e| {
-                    invalid!(
-                        "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, \
-                         the time and the offset, quoted, e.g. sweep_from = \"{}\"",
-                        sweep_from_now()
-                    )
-                })?
-                .to_utc(),
-        ),
-    };
+    let sweep_from = raw.sweep_from.map(|from| {
+        let instant = chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
+            invalid!(
+                "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, the \
+                 time and the offset, quoted, e.g. sweep_from = \"{}\"",
+                sweep_from_now()
+            )
+        });
+        instant.map(|instant| instant.to_utc())
+    });
+    let sweep_from = sweep_from.transpose()?;
     let run_when = raw.run_when.map(run_when).transpose()?;
     if run_when.is_some() && !events.contains(&EventKind::Update) {
         return Err(invalid!(
@@ -586,43 +583,36 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
              written would never run; set events = [\"INSERT\", \"UPDATE\"]"
         ));
     }
-    let example = |key: &str| match key {
-        "status_column" => "rowbranch_status",
-        _ => "pull_request_url",
-    };
     // The columns rowbranch writes are its own: a user's column written over would be lost,
     // and a gate rowbranch wrote would open itself.
-    let own = |key: &str, column: Option<String>| -> Result<Option<String>, ConfigError> {
+    let own = |key: &str, example: &str, column: Option<String>| {
         let Some(column) = column.map(|c| c.trim().to_owned()) else {
             return Ok(None);
         };
-        let gate = run_when
-            .as_ref()
-            .map(|gate| ("run_when's column", gate.column.as_str()));
-        let text = Some(("text_column", raw.text_column.as_str()));
-        let others = [
+        let gate = run_when.as_ref().map(|gate| gate.column.as_str());
+        let taken = [
             ("id_column", Some(raw.id_column.as_str())),
             ("created_column", Some(raw.created_column.as_str())),
+            ("run_when's column", gate),
+            ("text_column", Some(raw.text_column.as_str())),
         ];
-        let taken = (others.into_iter().map(|(k, c)| c.map(|c| (k, c))))
-            .chain([gate, text])
-            .flatten()
-            .find(|(_, c)| *c == column);
-        match taken {
+        match taken.into_iter().find(|(_, c)| *c == Some(column.as_str())) {
             _ if column.is_empty() => Err(invalid!(
-                "{key} is empty: name a text column, e.g. {key} = \"{}\"",
-                example(key)
+                "{key} is empty: name a text column, e.g. {key} = \"{example}\""
             )),
             Some((other, _)) => Err(invalid!(
                 "{key} = \"{column}\" is the route's {other} too: rowbranch writes {key}, so it \
-                 needs a text column of its own, e.g. {key} = \"{}\"",
-                example(key)
+                 needs a text column of its own, e.g. {key} = \"{example}\""
             )),
             None => Ok(Some(column)),
         }
     };
-    let status_column = own("status_column", raw.status_column)?;
-    let pull_request_column = own("pull_request_column", raw.pull_request_column)?;
+    let status_column = own("status_column", "rowbranch_status", raw.status_column)?;
+    let pull_request_column = own(
+        "pull_request_column",
+        "pull_request_url",
+        raw.pull_request_column,
+    )?;
     if status_column.is_some() && status_column == pull_request_column {
         return Err(invalid!(
             "status_column and pull_request_column name the same column: give each its own"
