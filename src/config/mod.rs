@@ -27,6 +27,15 @@ macro_rules! invalid {
     };
 }
 
+/// Refuses with a [`ConfigError`] from `format!` arguments unless `$cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(invalid!($($arg)*));
+        }
+    };
+}
+
 pub mod env;
 mod file;
 mod settings;

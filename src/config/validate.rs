@@ -151,17 +151,13 @@ fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
             "{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\""
         )
     })?;
-    if d.is_zero() {
-        return Err(invalid!("{key} must be longer than zero"));
-    }
+    ensure!(!d.is_zero(), "{key} must be longer than zero");
     Ok(d)
 }
 
 /// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
 fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
-    if value < T::from(1) {
-        return Err(invalid!("[github] {key} must be at least 1"));
-    }
+    ensure!(value >= T::from(1), "[github] {key} must be at least 1");
     Ok(value)
 }
 
@@ -201,24 +197,22 @@ fn github_settings(
         None => app(&raw, dir, env)?,
     };
     let api_url = env.get(GITHUB_API_URL).unwrap_or(&raw.api_url);
-    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
-        return Err(invalid!(
-            "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
-        ));
-    }
+    ensure!(
+        api_url.starts_with("https://") || api_url.starts_with("http://"),
+        "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
+    );
     crate::identity::api_url_problem(api_url).map_or(Ok(()), |p| Err(invalid!("{p}")))?;
     // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
     let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
         GithubAuth::Token(_) => file::TOKEN_WRITE_HOURLY_MAX,
         GithubAuth::App { .. } => file::APP_WRITE_HOURLY_MAX,
     });
-    if raw.queue_bytes < file::MIN_QUEUE_BYTES {
-        return Err(invalid!(
-            "[github] queue_bytes = {} is too small: it must be at least {} (1 MiB)",
-            raw.queue_bytes,
-            file::MIN_QUEUE_BYTES
-        ));
-    }
+    ensure!(
+        raw.queue_bytes >= file::MIN_QUEUE_BYTES,
+        "[github] queue_bytes = {} is too small: it must be at least {} (1 MiB)",
+        raw.queue_bytes,
+        file::MIN_QUEUE_BYTES
+    );
     Ok(GithubSettings {
         api_url: api_url.trim_end_matches('/').to_owned(),
         auth,
@@ -247,12 +241,11 @@ fn github_webhook_secret(env: &Overlay) -> Result<Option<Redacted>, ConfigError>
     let Some(secret) = env.get(GITHUB_WEBHOOK_SECRET) else {
         return Ok(None);
     };
-    if secret.trim() != secret {
-        return Err(invalid!(
-            "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
-             secret alone, exactly as the App's settings page (Webhook secret) has it"
-        ));
-    }
+    ensure!(
+        secret.trim() == secret,
+        "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
+         secret alone, exactly as the App's settings page (Webhook secret) has it"
+    );
     Ok(Some(Redacted(secret.to_owned())))
 }
 
@@ -304,12 +297,11 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         && variable
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !is_name {
-        return Err(invalid!(
-            "{setting} is not the name of an environment variable: use letters, digits and _, \
-             e.g. token_env = \"GITHUB_TOKEN\""
-        ));
-    }
+    ensure!(
+        is_name,
+        "{setting} is not the name of an environment variable: use letters, digits and _, \
+         e.g. token_env = \"GITHUB_TOKEN\""
+    );
     let app: Vec<&str> = [
         ("[github] app_id", raw.app_id.is_some()),
         ("[github] private_key_path", raw.private_key_path.is_some()),
@@ -322,13 +314,12 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
     .into_iter()
     .filter_map(|(name, set)| set.then_some(name))
     .collect();
-    if !app.is_empty() {
-        return Err(invalid!(
-            "{setting} and {} are both set: rowbranch authenticates with a token or as a GitHub \
-             App, not both. For the token, remove {0}; for the App, remove token_env",
-            app.join(", ")
-        ));
-    }
+    ensure!(
+        app.is_empty(),
+        "{setting} and {} are both set: rowbranch authenticates with a token or as a GitHub \
+         App, not both. For the token, remove {0}; for the App, remove token_env",
+        app.join(", ")
+    );
     let value = (env.named)(variable)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| {
@@ -338,27 +329,26 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
                  in the step's env)"
             )
         })?;
-    if !value.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(invalid!(
-            "{setting}, but {variable} holds a space, a line break or another character no \
-             token has: set it to the token alone"
-        ));
-    }
+    ensure!(
+        value.chars().all(|c| c.is_ascii_graphic()),
+        "{setting}, but {variable} holds a space, a line break or another character no \
+         token has: set it to the token alone"
+    );
     let variable = variable.to_owned();
     let value = Redacted(value);
     Ok(AccessToken { variable, value })
 }
 
 fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigError> {
-    if raw.secret.is_some() {
-        return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
-    }
-    if raw.accept.is_empty() {
-        return Err(invalid!(
-            "[webhook] accept is empty: every delivery would be refused; list the schemes the \
-             trigger uses, e.g. accept = [\"standard-webhooks\"]"
-        ));
-    }
+    ensure!(
+        raw.secret.is_none(),
+        "[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"
+    );
+    ensure!(
+        !raw.accept.is_empty(),
+        "[webhook] accept is empty: every delivery would be refused; list the schemes the \
+         trigger uses, e.g. accept = [\"standard-webhooks\"]"
+    );
     let accept = raw
         .accept
         .iter()
@@ -378,18 +368,19 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
         .transpose()
         .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
         .map(|secrets| secrets.accepting(&accept));
-    if raw.max_body_bytes < 1024 {
-        return Err(invalid!("[webhook] max_body_bytes must be at least 1024"));
-    }
+    ensure!(
+        raw.max_body_bytes >= 1024,
+        "[webhook] max_body_bytes must be at least 1024"
+    );
     let read_timeout = Duration::from_millis(raw.read_timeout_ms);
-    if read_timeout < Duration::from_millis(100) {
-        return Err(invalid!(
-            "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
-        ));
-    }
-    if raw.max_connections == 0 {
-        return Err(invalid!("[webhook] max_connections must be at least 1"));
-    }
+    ensure!(
+        read_timeout >= Duration::from_millis(100),
+        "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
+    );
+    ensure!(
+        raw.max_connections > 0,
+        "[webhook] max_connections must be at least 1"
+    );
     Ok(WebhookSettings {
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms),
@@ -422,29 +413,27 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
             )
         })?,
     };
-    if queue == dead_letter {
-        return Err(invalid!("[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""));
-    }
-    if !(1..=1000).contains(&raw.batch) {
-        return Err(invalid!(
-            "[pgmq] batch = {}: read 1 to 1000 messages at once",
-            raw.batch
-        ));
-    }
+    ensure!(
+        queue != dead_letter,
+        "[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""
+    );
+    ensure!(
+        (1..=1000).contains(&raw.batch),
+        "[pgmq] batch = {}: read 1 to 1000 messages at once",
+        raw.batch
+    );
     let visibility_timeout = Duration::from_secs(raw.visibility_timeout_s);
-    if visibility_timeout < Duration::from_secs(10) {
-        return Err(invalid!(
-            "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
-             of it, and a shorter lease would be lost to a slow round trip"
-        ));
-    }
+    ensure!(
+        visibility_timeout >= Duration::from_secs(10),
+        "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
+         of it, and a shorter lease would be lost to a slow round trip"
+    );
     let backoff_base = Duration::from_millis(raw.backoff_base_ms);
     let backoff_cap = Duration::from_millis(raw.backoff_cap_ms);
-    if backoff_base.is_zero() || backoff_cap < backoff_base {
-        return Err(invalid!(
-            "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
-        ));
-    }
+    ensure!(
+        !backoff_base.is_zero() && backoff_cap >= backoff_base,
+        "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
+    );
     Ok(PgmqSettings {
         queue,
         dead_letter,
@@ -460,21 +449,19 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
 
 /// At least one route, and at most one per table.
 fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError> {
-    if raw.is_empty() {
-        return Err(invalid!(
-            "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
-        ));
-    }
+    ensure!(
+        !raw.is_empty(),
+        "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
+    );
     let mut seen = HashSet::new();
     let mut routes = Vec::with_capacity(raw.len());
     for (number, raw) in (1..).zip(raw) {
         let route = route(raw, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
-        if !seen.insert((route.schema.clone(), route.table.clone())) {
-            return Err(invalid!(
-                "[[routes]] number {number}: table {} has a route already; one table takes one route",
-                route.table_name()
-            ));
-        }
+        ensure!(
+            seen.insert((route.schema.clone(), route.table.clone())),
+            "[[routes]] number {number}: table {} has a route already; one table takes one route",
+            route.table_name()
+        );
         routes.push(Arc::new(route));
     }
     Ok(routes)
@@ -492,13 +479,12 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
     let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
     let branch_prefix =
         BranchPrefix::parse(&prefix).map_err(|e| invalid!("branch_prefix = \"{prefix}\": {e}"))?;
-    if raw.slug_max_len > 100 {
-        return Err(invalid!(
-            "slug_max_len = {} is too long: branch names stay readable (and within git's \
-             limits) at 100 or less; 0 means no slug",
-            raw.slug_max_len
-        ));
-    }
+    ensure!(
+        raw.slug_max_len <= 100,
+        "slug_max_len = {} is too long: branch names stay readable (and within git's \
+         limits) at 100 or less; 0 means no slug",
+        raw.slug_max_len
+    );
     let event_type = required(raw.event_type, "event_type", "feedback")?;
     let event_type = EventType::parse(&event_type).map_err(|e| invalid!("event_type: {e}"))?;
     let events = raw
@@ -511,11 +497,10 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if events.is_empty() {
-        return Err(invalid!(
-            "events is empty: the route would take nothing; use [\"INSERT\"]"
-        ));
-    }
+    ensure!(
+        !events.is_empty(),
+        "events is empty: the route would take nothing; use [\"INSERT\"]"
+    );
     let intake = match (raw.intake.as_str(), raw.max_rows_per_hour) {
         ("webhook", None) => Intake::Webhook,
         ("webhook", Some(_)) => {
@@ -540,20 +525,18 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
             ))
         }
     };
-    if raw.max_turns == 0 {
-        return Err(invalid!(
-            "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
-             may take, e.g. max_turns = {DEFAULT_MAX_TURNS}"
-        ));
-    }
+    ensure!(
+        raw.max_turns > 0,
+        "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
+         may take, e.g. max_turns = {DEFAULT_MAX_TURNS}"
+    );
     let minutes = raw.work_timeout_minutes;
-    if !(1..=MAX_WORK_TIMEOUT_MINUTES).contains(&minutes) {
-        return Err(invalid!(
-            "work_timeout_minutes = {minutes} is out of range: 1 to {MAX_WORK_TIMEOUT_MINUTES} \
-             (a job on a GitHub-hosted runner stops after {MAX_WORK_TIMEOUT_MINUTES} minutes \
-             anyway)"
-        ));
-    }
+    ensure!(
+        (1..=MAX_WORK_TIMEOUT_MINUTES).contains(&minutes),
+        "work_timeout_minutes = {minutes} is out of range: 1 to {MAX_WORK_TIMEOUT_MINUTES} \
+         (a job on a GitHub-hosted runner stops after {MAX_WORK_TIMEOUT_MINUTES} minutes \
+         anyway)"
+    );
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
             return Err(invalid!(
@@ -577,12 +560,11 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
     });
     let sweep_from = sweep_from.transpose()?;
     let run_when = raw.run_when.map(run_when).transpose()?;
-    if run_when.is_some() && !events.contains(&EventKind::Update) {
-        return Err(invalid!(
-            "run_when is set but events does not take \"UPDATE\": a row approved after it was \
-             written would never run; set events = [\"INSERT\", \"UPDATE\"]"
-        ));
-    }
+    ensure!(
+        run_when.is_none() || events.contains(&EventKind::Update),
+        "run_when is set but events does not take \"UPDATE\": a row approved after it was \
+         written would never run; set events = [\"INSERT\", \"UPDATE\"]"
+    );
     // The columns rowbranch writes are its own: a user's column written over would be lost,
     // and a gate rowbranch wrote would open itself.
     let own = |key: &str, example: &str, column: Option<String>| {
@@ -613,11 +595,10 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         "pull_request_url",
         raw.pull_request_column,
     )?;
-    if status_column.is_some() && status_column == pull_request_column {
-        return Err(invalid!(
-            "status_column and pull_request_column name the same column: give each its own"
-        ));
-    }
+    ensure!(
+        status_column.is_none() || status_column != pull_request_column,
+        "status_column and pull_request_column name the same column: give each its own"
+    );
     Ok(Route {
         table,
         schema: raw.schema,
@@ -645,11 +626,10 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
 fn run_when(raw: RawRunWhen) -> Result<RunWhen, ConfigError> {
     let example = "e.g. run_when = { column = \"status\", equals = \"approved\" }";
     let column = raw.column.trim().to_owned();
-    if column.is_empty() {
-        return Err(invalid!(
-            "run_when's column is empty: name the column the gate reads, {example}"
-        ));
-    }
+    ensure!(
+        !column.is_empty(),
+        "run_when's column is empty: name the column the gate reads, {example}"
+    );
     let equals = match raw.equals {
         toml::Value::String(s) => serde_json::Value::from(s),
         toml::Value::Boolean(b) => serde_json::Value::from(b),
@@ -679,22 +659,20 @@ pub fn sweep_from_now() -> String {
 /// its config suggests.
 fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
     if let Some(route) = config.routes.iter().find(|r| r.writes_back()) {
-        if config.database_url.is_none() {
-            return Err(invalid!(
-                "the route for {} writes the row's state back (status_column or \
-                 pull_request_column) but {DATABASE_URL} is not set: set it to the database's \
-                 connection string, or remove those keys",
-                route.table_name()
-            ));
-        }
+        ensure!(
+            config.database_url.is_some(),
+            "the route for {} writes the row's state back (status_column or \
+             pull_request_column) but {DATABASE_URL} is not set: set it to the database's \
+             connection string, or remove those keys",
+            route.table_name()
+        );
     }
-    if config.reads_the_queue() && config.database_url.is_none() {
-        return Err(invalid!(
-            "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
-             to the database's connection string (Supabase: Project Settings → Database → \
-             Connection string; sslmode=verify-full with the project's CA)"
-        ));
-    }
+    ensure!(
+        !config.reads_the_queue() || config.database_url.is_some(),
+        "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
+         to the database's connection string (Supabase: Project Settings → Database → \
+         Connection string; sslmode=verify-full with the project's CA)"
+    );
     let webhooks = config.takes_webhooks();
     if webhooks && config.webhook.secrets.is_none() && !insecure.no_auth {
         let set = secret_from_init(&config.source).unwrap_or_else(|| {
