@@ -156,7 +156,7 @@ fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
 }
 
 /// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
-fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
+fn at_least_one<T: Ord + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
     ensure!(value >= T::from(1), "[github] {key} must be at least 1");
     Ok(value)
 }
