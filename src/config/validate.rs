@@ -56,43 +56,37 @@ pub(super) fn config(
     serve: Option<Insecure>,
 ) -> Result<Config, ConfigError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let listen = listen_address(raw.listen, env)?;
-    let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
     let database_url = env.get(DATABASE_URL).map(|url| Redacted(url.to_owned()));
-    let reconcile = ReconcileSettings {
-        // On by default wherever it can run: a row its sender did not deliver, or that was
-        // refused for a full queue, has no other way back.
-        every: match raw.reconcile_every.as_deref() {
-            None => database_url
-                .is_some()
-                .then_some(file::DEFAULT_RECONCILE_EVERY),
-            Some("off") => None,
-            Some(every) => Some(duration("reconcile_every", every)?),
-        },
-        window: duration("reconcile_window", &raw.reconcile_window)?,
-        stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
-    };
-    let forge = forge(raw.forge, raw.github, dir, env)?;
-    let webhook = webhook(raw.webhook, env)?;
-    let pgmq = pgmq(raw.pgmq)?;
-    let routes = routes(raw.routes, dir)?;
-    if let Some(token) = forge.token() {
-        only_queue_routes(token, &routes)?;
-    }
+    // Each in the file's order, so that the first refusal is the first in the file.
     let config = Config {
         source: path.to_path_buf(),
-        listen,
-        shutdown_grace,
+        listen: listen_address(raw.listen, env)?,
+        shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace)?,
         status_page: raw.status_page.then(|| StatusPage {
             password: env.get(STATUS_PASSWORD).map(|p| Redacted(p.to_owned())),
         }),
-        reconcile,
-        forge,
-        webhook,
-        pgmq,
-        routes,
+        reconcile: ReconcileSettings {
+            // On by default wherever it can run: a row its sender did not deliver, or that was
+            // refused for a full queue, has no other way back.
+            every: match raw.reconcile_every.as_deref() {
+                None => database_url
+                    .is_some()
+                    .then_some(file::DEFAULT_RECONCILE_EVERY),
+                Some("off") => None,
+                Some(every) => Some(duration("reconcile_every", every)?),
+            },
+            window: duration("reconcile_window", &raw.reconcile_window)?,
+            stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
+        },
+        forge: forge(raw.forge, raw.github, dir, env)?,
+        webhook: webhook(raw.webhook, env)?,
+        pgmq: pgmq(raw.pgmq)?,
+        routes: routes(raw.routes, dir)?,
         database_url,
     };
+    if let Some(token) = config.forge.token() {
+        only_queue_routes(token, &config.routes)?;
+    }
     if let Some(insecure) = serve {
         serve_rules(&config, insecure)?;
     }
