@@ -366,9 +366,8 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
         raw.max_body_bytes >= 1024,
         "[webhook] max_body_bytes must be at least 1024"
     );
-    let read_timeout = Duration::from_millis(raw.read_timeout_ms);
     ensure!(
-        read_timeout >= Duration::from_millis(100),
+        raw.read_timeout_ms >= 100,
         "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
     );
     ensure!(
@@ -379,7 +378,7 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms),
         max_body_bytes: raw.max_body_bytes,
-        read_timeout,
+        read_timeout: Duration::from_millis(raw.read_timeout_ms),
         max_connections: raw.max_connections,
     })
 }
@@ -416,16 +415,13 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
         "[pgmq] batch = {}: read 1 to 1000 messages at once",
         raw.batch
     );
-    let visibility_timeout = Duration::from_secs(raw.visibility_timeout_s);
     ensure!(
-        visibility_timeout >= Duration::from_secs(10),
+        raw.visibility_timeout_s >= 10,
         "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
          of it, and a shorter lease would be lost to a slow round trip"
     );
-    let backoff_base = Duration::from_millis(raw.backoff_base_ms);
-    let backoff_cap = Duration::from_millis(raw.backoff_cap_ms);
     ensure!(
-        !backoff_base.is_zero() && backoff_cap >= backoff_base,
+        raw.backoff_base_ms > 0 && raw.backoff_cap_ms >= raw.backoff_base_ms,
         "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
     );
     Ok(PgmqSettings {
@@ -434,10 +430,10 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
         batch: raw.batch,
         // Never a busy loop, whatever the file says.
         poll_interval: Duration::from_millis(raw.poll_interval_ms).max(Duration::from_millis(10)),
-        visibility_timeout,
+        visibility_timeout: Duration::from_secs(raw.visibility_timeout_s),
         archive_retention: duration("[pgmq] archive_retention", &raw.archive_retention)?,
-        backoff_base,
-        backoff_cap,
+        backoff_base: Duration::from_millis(raw.backoff_base_ms),
+        backoff_cap: Duration::from_millis(raw.backoff_cap_ms),
     })
 }
 
