@@ -27,6 +27,15 @@ macro_rules! invalid {
     };
 }
 
+/// Refuses with a [`ConfigError`] from `format!` arguments unless `$cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(invalid!($($arg)*));
+        }
+    };
+}
+
 pub mod env;
 mod file;
 mod settings;
@@ -83,67 +92,53 @@ impl Source {
         let route = overlay.route_variables();
         let names = route.join(", ");
         let config = overlay.get(env::CONFIG);
-        let (name, problem) = match (std::fs::read_to_string(path), config, route.first()) {
-            (Ok(_), Some(_), _) => (
-                path.display().to_string(),
-                invalid!(
-                    "{} holds a config, and this file is one too: rowbranch takes one config. \
-                     To use the file, unset {0}; to use the variable, remove the file (or move \
-                     it away from where --config points)",
-                    env::CONFIG
-                ),
+        let problem = match (std::fs::read_to_string(path), config, route.first()) {
+            (Ok(_), Some(_), _) => invalid!(
+                "{} holds a config, and this file is one too: rowbranch takes one config. To use \
+                 the file, unset {0}; to use the variable, remove the file (or move it away from \
+                 where --config points)",
+                env::CONFIG
             ),
-            (Ok(_), None, Some(_)) => (
-                path.display().to_string(),
-                invalid!(
-                    "{names} configure a route from the environment, and this file configures \
-                     the routes too: to use the file, unset {names}; to use the environment, \
-                     remove the file (or move it away from where --config points)"
-                ),
+            (Ok(_), None, Some(_)) => invalid!(
+                "{names} configure a route from the environment, and this file configures the \
+                 routes too: to use the file, unset {names}; to use the environment, remove the \
+                 file (or move it away from where --config points)"
             ),
             (Ok(text), None, None) => {
                 let path = path.to_owned();
                 return Ok(Source::Text { text, path });
             }
-            (Err(e), ..) if e.kind() != std::io::ErrorKind::NotFound => (
-                path.display().to_string(),
-                invalid!("cannot read the config file: {e}"),
-            ),
-            (Err(_), Some(_), Some(_)) => (
-                env::CONFIG.to_owned(),
-                invalid!(
+            (Err(e), ..) if e.kind() != std::io::ErrorKind::NotFound => {
+                invalid!("cannot read the config file: {e}")
+            }
+            (Err(_), Some(_), Some(_)) => {
+                let problem = invalid!(
                     "{} holds a config, and {names} configure a route from the environment too: \
                      rowbranch takes one config. Unset {names}, and put the route in {0}'s \
                      [[routes]]",
                     env::CONFIG
-                ),
-            ),
+                );
+                return Err(problem.within(env::CONFIG));
+            }
             (Err(_), Some(text), None) => {
                 let (text, path) = (text.to_owned(), PathBuf::from(env::CONFIG));
                 return Ok(Source::Text { text, path });
             }
             (Err(_), None, Some(&env::REPO)) => return Ok(Source::Environment),
-            (Err(_), None, Some(_)) => (
-                path.display().to_string(),
-                invalid!(
-                    "there is no config file here, and {names} is set but {} is not: set \
-                     {0}=owner/name to configure the route from the environment, or write the \
-                     config file",
-                    env::REPO
-                ),
+            (Err(_), None, Some(_)) => invalid!(
+                "there is no config file here, and {names} is set but {} is not: set {0}=owner/name \
+                 to configure the route from the environment, or write the config file",
+                env::REPO
             ),
-            (Err(e), None, None) => (
-                path.display().to_string(),
-                invalid!(
-                    "cannot read the config file: {e} (pass --config FILE, or run `rowbranch \
-                     init` to write one; or set {} to the config's text, or {} to configure one \
-                     route from the environment)",
-                    env::CONFIG,
-                    env::REPO
-                ),
+            (Err(e), None, None) => invalid!(
+                "cannot read the config file: {e} (pass --config FILE, or run `rowbranch init` to \
+                 write one; or set {} to the config's text, or {} to configure one route from the \
+                 environment)",
+                env::CONFIG,
+                env::REPO
             ),
         };
-        Err(problem.within(name))
+        Err(problem.within(path.display()))
     }
 
     /// The file's shape this source holds: its text's, or the one the route's variables write.

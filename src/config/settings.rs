@@ -62,15 +62,17 @@ pub enum ListenHost {
     Name(String),
 }
 
-/// Which setting chose the listen address: `ROWBRANCH_LISTEN`, else `PORT`, else the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ListenOrigin {
-    /// `ROWBRANCH_LISTEN`.
-    Listen,
-    /// `PORT`, on every interface.
-    Port,
-    /// The file's `listen`.
-    File,
+crate::reason::named_set! {
+    /// Which setting chose the listen address: `ROWBRANCH_LISTEN`, else `PORT`, else the file;
+    /// its text is the setting's name.
+    pub enum ListenOrigin {
+        /// `ROWBRANCH_LISTEN`.
+        Listen => "ROWBRANCH_LISTEN",
+        /// `PORT`, on every interface.
+        Port => "PORT",
+        /// The file's `listen`.
+        File => "listen",
+    }
 }
 
 /// `HOST:PORT`, an IPv6 address in brackets: as it is written in the config.
@@ -80,17 +82,6 @@ impl fmt::Display for ListenAddress {
             ListenHost::Ip(ip) => SocketAddr::new(*ip, self.port).fmt(f),
             ListenHost::Name(name) => write!(f, "{name}:{}", self.port),
         }
-    }
-}
-
-/// The setting's name: `ROWBRANCH_LISTEN`, `PORT` or `listen`.
-impl fmt::Display for ListenOrigin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            ListenOrigin::Listen => super::env::LISTEN,
-            ListenOrigin::Port => super::env::PORT,
-            ListenOrigin::File => "listen",
-        })
     }
 }
 
@@ -139,14 +130,19 @@ pub enum ForgeSettings {
 const LOCAL_QUEUE_CAPACITY: usize = 10_000;
 
 impl ForgeSettings {
+    /// GitHub's settings; none for a local repository.
+    pub fn github(&self) -> Option<&GithubSettings> {
+        match self {
+            ForgeSettings::Github(github) => Some(github),
+            ForgeSettings::Local(_) => None,
+        }
+    }
+
     /// The forge's web address, for links to branches: `https://github.com` for the public
     /// API, `https://HOST` for GitHub Enterprise's `https://HOST/api/v3`; none for a local
     /// repository.
     pub fn web_url(&self) -> Option<String> {
-        let ForgeSettings::Github(github) = self else {
-            return None;
-        };
-        let api = github.api_url.as_str();
+        let api = self.github()?.api_url.as_str();
         Some(match api.strip_suffix("/api/v3") {
             Some(host) => host.to_owned(),
             None if api == "https://api.github.com" => "https://github.com".to_owned(),
@@ -156,35 +152,25 @@ impl ForgeSettings {
 
     /// The token GitHub is reached with, when it is a token rather than the App.
     pub fn token(&self) -> Option<&AccessToken> {
-        match self {
-            ForgeSettings::Github(github) => github.token(),
-            ForgeSettings::Local(_) => None,
-        }
+        self.github()?.token()
     }
 
     /// `GITHUB_WEBHOOK_SECRET`, which `POST /github` needs; the local forge has no App.
     pub fn github_webhook_secret(&self) -> Option<&Redacted> {
-        match self {
-            ForgeSettings::Github(github) => github.webhook_secret.as_ref(),
-            ForgeSettings::Local(_) => None,
-        }
+        self.github()?.webhook_secret.as_ref()
     }
 
     /// How many rows may be accepted and not yet finished; beyond it, deliveries get 503.
     pub fn queue_capacity(&self) -> usize {
-        match self {
-            ForgeSettings::Local(_) => LOCAL_QUEUE_CAPACITY,
-            ForgeSettings::Github(github) => github.queue_capacity,
-        }
+        self.github()
+            .map_or(LOCAL_QUEUE_CAPACITY, |github| github.queue_capacity)
     }
 
     /// What those rows may hold between them, in bytes; beyond it, deliveries get 503. The
     /// local forge takes the default.
     pub fn queue_bytes(&self) -> usize {
-        match self {
-            ForgeSettings::Local(_) => DEFAULT_QUEUE_BYTES,
-            ForgeSettings::Github(github) => github.queue_bytes,
-        }
+        self.github()
+            .map_or(DEFAULT_QUEUE_BYTES, |github| github.queue_bytes)
     }
 }
 

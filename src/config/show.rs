@@ -129,10 +129,8 @@ fn origins(env: &Overlay, config: &Config) -> Vec<(&'static str, &'static str, &
     ];
     let mut set: Vec<_> = github.into_iter().chain(env::ROUTE).collect();
     set.retain(|(variable, ..)| env.get(variable).is_some());
-    match config.listen.origin {
-        ListenOrigin::Listen => set.push((env::LISTEN, "", "listen")),
-        ListenOrigin::Port => set.push((env::PORT, "", "listen")),
-        ListenOrigin::File => {}
+    if config.listen.origin != ListenOrigin::File {
+        set.push((config.listen.origin.as_str(), "", "listen"));
     }
     set
 }

@@ -56,43 +56,37 @@ pub(super) fn config(
     serve: Option<Insecure>,
 ) -> Result<Config, ConfigError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let listen = listen_address(raw.listen, env)?;
-    let shutdown_grace = duration("shutdown_grace", &raw.shutdown_grace)?;
     let database_url = env.get(DATABASE_URL).map(|url| Redacted(url.to_owned()));
-    let reconcile = ReconcileSettings {
-        // On by default wherever it can run: a row its sender did not deliver, or that was
-        // refused for a full queue, has no other way back.
-        every: match raw.reconcile_every.as_deref() {
-            None => database_url
-                .is_some()
-                .then_some(file::DEFAULT_RECONCILE_EVERY),
-            Some("off") => None,
-            Some(every) => Some(duration("reconcile_every", every)?),
-        },
-        window: duration("reconcile_window", &raw.reconcile_window)?,
-        stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
-    };
-    let forge = forge(raw.forge, raw.github, dir, env)?;
-    let webhook = webhook(raw.webhook, env)?;
-    let pgmq = pgmq(raw.pgmq)?;
-    let routes = routes(raw.routes, dir)?;
-    if let Some(token) = forge.token() {
-        only_queue_routes(token, &routes)?;
-    }
+    // Each in the file's order, so that the first refusal is the first in the file.
     let config = Config {
         source: path.to_path_buf(),
-        listen,
-        shutdown_grace,
+        listen: listen_address(raw.listen, env)?,
+        shutdown_grace: duration("shutdown_grace", &raw.shutdown_grace)?,
         status_page: raw.status_page.then(|| StatusPage {
             password: env.get(STATUS_PASSWORD).map(|p| Redacted(p.to_owned())),
         }),
-        reconcile,
-        forge,
-        webhook,
-        pgmq,
-        routes,
+        reconcile: ReconcileSettings {
+            // On by default wherever it can run: a row its sender did not deliver, or that was
+            // refused for a full queue, has no other way back.
+            every: match raw.reconcile_every.as_deref() {
+                None => database_url
+                    .is_some()
+                    .then_some(file::DEFAULT_RECONCILE_EVERY),
+                Some("off") => None,
+                Some(every) => Some(duration("reconcile_every", every)?),
+            },
+            window: duration("reconcile_window", &raw.reconcile_window)?,
+            stale_claim_after: duration("stale_claim_after", &raw.stale_claim_after)?,
+        },
+        forge: forge(raw.forge, raw.github, dir, env)?,
+        webhook: webhook(raw.webhook, env)?,
+        pgmq: pgmq(raw.pgmq)?,
+        routes: routes(raw.routes, dir)?,
         database_url,
     };
+    if let Some(token) = config.forge.token() {
+        only_queue_routes(token, &config.routes)?;
+    }
     if let Some(insecure) = serve {
         serve_rules(&config, insecure)?;
     }
@@ -104,19 +98,19 @@ fn listen_address(file: String, env: &Overlay) -> Result<ListenAddress, ConfigEr
     let (text, origin) = env.listen(file);
     host_port(&text)
         .map(|(host, port)| ListenAddress { host, port, origin })
-        .map_err(|why| match origin {
-            ListenOrigin::Port => invalid!(
-                "{PORT}=`{}` is not a port number (0-65535)",
-                env.get(PORT).unwrap_or_default()
-            ),
-            ListenOrigin::Listen => invalid!(
-                "{LISTEN}=`{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
-                 or localhost:8080"
-            ),
-            ListenOrigin::File => invalid!(
-                "listen = `{text}` is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 \
-                 or localhost:8080"
-            ),
+        .map_err(|why| {
+            let setting = match origin {
+                ListenOrigin::Port => {
+                    let port = env.get(PORT).unwrap_or_default();
+                    return invalid!("{PORT}=`{port}` is not a port number (0-65535)");
+                }
+                ListenOrigin::Listen => format!("{LISTEN}=`{text}`"),
+                ListenOrigin::File => format!("listen = `{text}`"),
+            };
+            invalid!(
+                "{setting} is not an address: {why}; use HOST:PORT, e.g. 127.0.0.1:8080 or \
+                 localhost:8080"
+            )
         })
 }
 
@@ -151,17 +145,13 @@ fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
             "{key} = \"{value}\" is not a duration ({e}): write e.g. \"30m\", \"6h\" or \"2d\""
         )
     })?;
-    if d.is_zero() {
-        return Err(invalid!("{key} must be longer than zero"));
-    }
+    ensure!(!d.is_zero(), "{key} must be longer than zero");
     Ok(d)
 }
 
 /// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
-fn at_least_one<T: PartialOrd + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
-    if value < T::from(1) {
-        return Err(invalid!("[github] {key} must be at least 1"));
-    }
+fn at_least_one<T: Ord + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
+    ensure!(value >= T::from(1), "[github] {key} must be at least 1");
     Ok(value)
 }
 
@@ -201,24 +191,22 @@ fn github_settings(
         None => app(&raw, dir, env)?,
     };
     let api_url = env.get(GITHUB_API_URL).unwrap_or(&raw.api_url);
-    if !(api_url.starts_with("https://") || api_url.starts_with("http://")) {
-        return Err(invalid!(
-            "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
-        ));
-    }
+    ensure!(
+        api_url.starts_with("https://") || api_url.starts_with("http://"),
+        "api_url = `{api_url}` is not an http(s) URL: use https://api.github.com or https://HOST/api/v3"
+    );
     crate::identity::api_url_problem(api_url).map_or(Ok(()), |p| Err(invalid!("{p}")))?;
     // A plain token's default fits GITHUB_TOKEN's 1,000 requests an hour (SPEC §2).
     let hourly_max = raw.write_hourly_max.unwrap_or(match auth {
         GithubAuth::Token(_) => file::TOKEN_WRITE_HOURLY_MAX,
         GithubAuth::App { .. } => file::APP_WRITE_HOURLY_MAX,
     });
-    if raw.queue_bytes < file::MIN_QUEUE_BYTES {
-        return Err(invalid!(
-            "[github] queue_bytes = {} is too small: it must be at least {} (1 MiB)",
-            raw.queue_bytes,
-            file::MIN_QUEUE_BYTES
-        ));
-    }
+    ensure!(
+        raw.queue_bytes >= file::MIN_QUEUE_BYTES,
+        "[github] queue_bytes = {} is too small: it must be at least {} (1 MiB)",
+        raw.queue_bytes,
+        file::MIN_QUEUE_BYTES
+    );
     Ok(GithubSettings {
         api_url: api_url.trim_end_matches('/').to_owned(),
         auth,
@@ -247,12 +235,11 @@ fn github_webhook_secret(env: &Overlay) -> Result<Option<Redacted>, ConfigError>
     let Some(secret) = env.get(GITHUB_WEBHOOK_SECRET) else {
         return Ok(None);
     };
-    if secret.trim() != secret {
-        return Err(invalid!(
-            "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
-             secret alone, exactly as the App's settings page (Webhook secret) has it"
-        ));
-    }
+    ensure!(
+        secret.trim() == secret,
+        "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
+         secret alone, exactly as the App's settings page (Webhook secret) has it"
+    );
     Ok(Some(Redacted(secret.to_owned())))
 }
 
@@ -304,31 +291,29 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         && variable
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !is_name {
-        return Err(invalid!(
-            "{setting} is not the name of an environment variable: use letters, digits and _, \
-             e.g. token_env = \"GITHUB_TOKEN\""
-        ));
-    }
+    ensure!(
+        is_name,
+        "{setting} is not the name of an environment variable: use letters, digits and _, \
+         e.g. token_env = \"GITHUB_TOKEN\""
+    );
     let app: Vec<&str> = [
-        (raw.app_id.is_some(), "[github] app_id"),
-        (raw.private_key_path.is_some(), "[github] private_key_path"),
-        (env.get(GITHUB_APP_ID).is_some(), GITHUB_APP_ID),
+        ("[github] app_id", raw.app_id.is_some()),
+        ("[github] private_key_path", raw.private_key_path.is_some()),
+        (GITHUB_APP_ID, env.get(GITHUB_APP_ID).is_some()),
         (
-            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
             GITHUB_APP_PRIVATE_KEY,
+            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
         ),
     ]
     .into_iter()
-    .filter_map(|(set, name)| set.then_some(name))
+    .filter_map(|(name, set)| set.then_some(name))
     .collect();
-    if !app.is_empty() {
-        return Err(invalid!(
-            "{setting} and {} are both set: rowbranch authenticates with a token or as a GitHub \
-             App, not both. For the token, remove {0}; for the App, remove token_env",
-            app.join(", ")
-        ));
-    }
+    ensure!(
+        app.is_empty(),
+        "{setting} and {} are both set: rowbranch authenticates with a token or as a GitHub \
+         App, not both. For the token, remove {0}; for the App, remove token_env",
+        app.join(", ")
+    );
     let value = (env.named)(variable)
         .filter(|v| !v.is_empty())
         .ok_or_else(|| {
@@ -338,27 +323,26 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
                  in the step's env)"
             )
         })?;
-    if !value.chars().all(|c| c.is_ascii_graphic()) {
-        return Err(invalid!(
-            "{setting}, but {variable} holds a space, a line break or another character no \
-             token has: set it to the token alone"
-        ));
-    }
+    ensure!(
+        value.chars().all(|c| c.is_ascii_graphic()),
+        "{setting}, but {variable} holds a space, a line break or another character no \
+         token has: set it to the token alone"
+    );
     let variable = variable.to_owned();
     let value = Redacted(value);
     Ok(AccessToken { variable, value })
 }
 
 fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigError> {
-    if raw.secret.is_some() {
-        return Err(invalid!("[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"));
-    }
-    if raw.accept.is_empty() {
-        return Err(invalid!(
-            "[webhook] accept is empty: every delivery would be refused; list the schemes the \
-             trigger uses, e.g. accept = [\"standard-webhooks\"]"
-        ));
-    }
+    ensure!(
+        raw.secret.is_none(),
+        "[webhook] secret: the secret is never read from the file; set {WEBHOOK_SECRET} instead"
+    );
+    ensure!(
+        !raw.accept.is_empty(),
+        "[webhook] accept is empty: every delivery would be refused; list the schemes the \
+         trigger uses, e.g. accept = [\"standard-webhooks\"]"
+    );
     let accept = raw
         .accept
         .iter()
@@ -378,23 +362,23 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
         .transpose()
         .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
         .map(|secrets| secrets.accepting(&accept));
-    if raw.max_body_bytes < 1024 {
-        return Err(invalid!("[webhook] max_body_bytes must be at least 1024"));
-    }
-    let read_timeout = Duration::from_millis(raw.read_timeout_ms);
-    if read_timeout < Duration::from_millis(100) {
-        return Err(invalid!(
-            "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
-        ));
-    }
-    if raw.max_connections == 0 {
-        return Err(invalid!("[webhook] max_connections must be at least 1"));
-    }
+    ensure!(
+        raw.max_body_bytes >= 1024,
+        "[webhook] max_body_bytes must be at least 1024"
+    );
+    ensure!(
+        raw.read_timeout_ms >= 100,
+        "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
+    );
+    ensure!(
+        raw.max_connections > 0,
+        "[webhook] max_connections must be at least 1"
+    );
     Ok(WebhookSettings {
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms),
         max_body_bytes: raw.max_body_bytes,
-        read_timeout,
+        read_timeout: Duration::from_millis(raw.read_timeout_ms),
         max_connections: raw.max_connections,
     })
 }
@@ -422,59 +406,52 @@ pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
             )
         })?,
     };
-    if queue == dead_letter {
-        return Err(invalid!("[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""));
-    }
-    if !(1..=1000).contains(&raw.batch) {
-        return Err(invalid!(
-            "[pgmq] batch = {}: read 1 to 1000 messages at once",
-            raw.batch
-        ));
-    }
-    let visibility_timeout = Duration::from_secs(raw.visibility_timeout_s);
-    if visibility_timeout < Duration::from_secs(10) {
-        return Err(invalid!(
-            "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
-             of it, and a shorter lease would be lost to a slow round trip"
-        ));
-    }
-    let backoff_base = Duration::from_millis(raw.backoff_base_ms);
-    let backoff_cap = Duration::from_millis(raw.backoff_cap_ms);
-    if backoff_base.is_zero() || backoff_cap < backoff_base {
-        return Err(invalid!(
-            "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
-        ));
-    }
+    ensure!(
+        queue != dead_letter,
+        "[pgmq] queue and dead_letter are both \"{queue}\": give the dead letters a queue of their own, e.g. \"{queue}_dead\""
+    );
+    ensure!(
+        (1..=1000).contains(&raw.batch),
+        "[pgmq] batch = {}: read 1 to 1000 messages at once",
+        raw.batch
+    );
+    ensure!(
+        raw.visibility_timeout_s >= 10,
+        "[pgmq] visibility_timeout_s must be at least 10: a message is renewed every third \
+         of it, and a shorter lease would be lost to a slow round trip"
+    );
+    ensure!(
+        raw.backoff_base_ms > 0 && raw.backoff_cap_ms >= raw.backoff_base_ms,
+        "[pgmq] backoff_base_ms must be at least 1 and backoff_cap_ms at least backoff_base_ms"
+    );
     Ok(PgmqSettings {
         queue,
         dead_letter,
         batch: raw.batch,
         // Never a busy loop, whatever the file says.
         poll_interval: Duration::from_millis(raw.poll_interval_ms).max(Duration::from_millis(10)),
-        visibility_timeout,
+        visibility_timeout: Duration::from_secs(raw.visibility_timeout_s),
         archive_retention: duration("[pgmq] archive_retention", &raw.archive_retention)?,
-        backoff_base,
-        backoff_cap,
+        backoff_base: Duration::from_millis(raw.backoff_base_ms),
+        backoff_cap: Duration::from_millis(raw.backoff_cap_ms),
     })
 }
 
 /// At least one route, and at most one per table.
 fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError> {
-    if raw.is_empty() {
-        return Err(invalid!(
-            "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
-        ));
-    }
+    ensure!(
+        !raw.is_empty(),
+        "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
+    );
     let mut seen = HashSet::new();
     let mut routes = Vec::with_capacity(raw.len());
     for (number, raw) in (1..).zip(raw) {
         let route = route(raw, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
-        if !seen.insert((route.schema.clone(), route.table.clone())) {
-            return Err(invalid!(
-                "[[routes]] number {number}: table {} has a route already; one table takes one route",
-                route.table_name()
-            ));
-        }
+        ensure!(
+            seen.insert((route.schema.clone(), route.table.clone())),
+            "[[routes]] number {number}: table {} has a route already; one table takes one route",
+            route.table_name()
+        );
         routes.push(Arc::new(route));
     }
     Ok(routes)
@@ -492,13 +469,12 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
     let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
     let branch_prefix =
         BranchPrefix::parse(&prefix).map_err(|e| invalid!("branch_prefix = \"{prefix}\": {e}"))?;
-    if raw.slug_max_len > 100 {
-        return Err(invalid!(
-            "slug_max_len = {} is too long: branch names stay readable (and within git's \
-             limits) at 100 or less; 0 means no slug",
-            raw.slug_max_len
-        ));
-    }
+    ensure!(
+        raw.slug_max_len <= 100,
+        "slug_max_len = {} is too long: branch names stay readable (and within git's \
+         limits) at 100 or less; 0 means no slug",
+        raw.slug_max_len
+    );
     let event_type = required(raw.event_type, "event_type", "feedback")?;
     let event_type = EventType::parse(&event_type).map_err(|e| invalid!("event_type: {e}"))?;
     let events = raw
@@ -511,11 +487,10 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    if events.is_empty() {
-        return Err(invalid!(
-            "events is empty: the route would take nothing; use [\"INSERT\"]"
-        ));
-    }
+    ensure!(
+        !events.is_empty(),
+        "events is empty: the route would take nothing; use [\"INSERT\"]"
+    );
     let intake = match (raw.intake.as_str(), raw.max_rows_per_hour) {
         ("webhook", None) => Intake::Webhook,
         ("webhook", Some(_)) => {
@@ -540,20 +515,18 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
             ))
         }
     };
-    if raw.max_turns == 0 {
-        return Err(invalid!(
-            "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
-             may take, e.g. max_turns = {DEFAULT_MAX_TURNS}"
-        ));
-    }
+    ensure!(
+        raw.max_turns > 0,
+        "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
+         may take, e.g. max_turns = {DEFAULT_MAX_TURNS}"
+    );
     let minutes = raw.work_timeout_minutes;
-    if !(1..=MAX_WORK_TIMEOUT_MINUTES).contains(&minutes) {
-        return Err(invalid!(
-            "work_timeout_minutes = {minutes} is out of range: 1 to {MAX_WORK_TIMEOUT_MINUTES} \
-             (a job on a GitHub-hosted runner stops after {MAX_WORK_TIMEOUT_MINUTES} minutes \
-             anyway)"
-        ));
-    }
+    ensure!(
+        (1..=MAX_WORK_TIMEOUT_MINUTES).contains(&minutes),
+        "work_timeout_minutes = {minutes} is out of range: 1 to {MAX_WORK_TIMEOUT_MINUTES} \
+         (a job on a GitHub-hosted runner stops after {MAX_WORK_TIMEOUT_MINUTES} minutes \
+         anyway)"
+    );
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
         (Some(_), Some(_)) => {
             return Err(invalid!(
@@ -565,69 +538,57 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
         (None, None) => None,
     };
-    let sweep_from = match raw.sweep_from {
-        None => None,
-        Some(from) => Some(
-            chrono::DateTime::parse_from_rfc3339(from.trim())
-                .map_err(|e| {
-                    invalid!(
-                        "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, \
-                         the time and the offset, quoted, e.g. sweep_from = \"{}\"",
-                        sweep_from_now()
-                    )
-                })?
-                .to_utc(),
-        ),
-    };
+    let sweep_from = raw.sweep_from.map(|from| {
+        let instant = chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
+            invalid!(
+                "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, the \
+                 time and the offset, quoted, e.g. sweep_from = \"{}\"",
+                sweep_from_now()
+            )
+        });
+        instant.map(|instant| instant.to_utc())
+    });
+    let sweep_from = sweep_from.transpose()?;
     let run_when = raw.run_when.map(run_when).transpose()?;
-    if run_when.is_some() && !events.contains(&EventKind::Update) {
-        return Err(invalid!(
-            "run_when is set but events does not take \"UPDATE\": a row approved after it was \
-             written would never run; set events = [\"INSERT\", \"UPDATE\"]"
-        ));
-    }
-    let example = |key: &str| match key {
-        "status_column" => "rowbranch_status",
-        _ => "pull_request_url",
-    };
+    ensure!(
+        run_when.is_none() || events.contains(&EventKind::Update),
+        "run_when is set but events does not take \"UPDATE\": a row approved after it was \
+         written would never run; set events = [\"INSERT\", \"UPDATE\"]"
+    );
     // The columns rowbranch writes are its own: a user's column written over would be lost,
     // and a gate rowbranch wrote would open itself.
-    let own = |key: &str, column: Option<String>| -> Result<Option<String>, ConfigError> {
+    let own = |key: &str, example: &str, column: Option<String>| {
         let Some(column) = column.map(|c| c.trim().to_owned()) else {
             return Ok(None);
         };
-        let gate = run_when
-            .as_ref()
-            .map(|gate| ("run_when's column", gate.column.as_str()));
-        let text = Some(("text_column", raw.text_column.as_str()));
-        let others = [
+        let gate = run_when.as_ref().map(|gate| gate.column.as_str());
+        let taken = [
             ("id_column", Some(raw.id_column.as_str())),
             ("created_column", Some(raw.created_column.as_str())),
+            ("run_when's column", gate),
+            ("text_column", Some(raw.text_column.as_str())),
         ];
-        let taken = (others.into_iter().map(|(k, c)| c.map(|c| (k, c))))
-            .chain([gate, text])
-            .flatten()
-            .find(|(_, c)| *c == column);
-        match taken {
+        match taken.into_iter().find(|(_, c)| *c == Some(column.as_str())) {
             _ if column.is_empty() => Err(invalid!(
-                "{key} is empty: name a text column, e.g. {key} = \"{}\"",
-                example(key)
+                "{key} is empty: name a text column, e.g. {key} = \"{example}\""
             )),
             Some((other, _)) => Err(invalid!(
                 "{key} = \"{column}\" is the route's {other} too: rowbranch writes {key}, so it \
-                 needs a text column of its own, e.g. {key} = \"{}\"",
-                example(key)
+                 needs a text column of its own, e.g. {key} = \"{example}\""
             )),
             None => Ok(Some(column)),
         }
     };
-    let status_column = own("status_column", raw.status_column)?;
-    let pull_request_column = own("pull_request_column", raw.pull_request_column)?;
-    if status_column.is_some() && status_column == pull_request_column {
-        return Err(invalid!(
-            "status_column and pull_request_column name the same column: give each its own"
-        ));
-    }
+    let status_column = own("status_column", "rowbranch_status", raw.status_column)?;
+    let pull_request_column = own(
+        "pull_request_column",
+        "pull_request_url",
+        raw.pull_request_column,
+    )?;
+    ensure!(
+        status_column.is_none() || status_column != pull_request_column,
+        "status_column and pull_request_column name the same column: give each its own"
+    );
     Ok(Route {
         table,
         schema: raw.schema,
@@ -655,11 +616,10 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
 fn run_when(raw: RawRunWhen) -> Result<RunWhen, ConfigError> {
     let example = "e.g. run_when = { column = \"status\", equals = \"approved\" }";
     let column = raw.column.trim().to_owned();
-    if column.is_empty() {
-        return Err(invalid!(
-            "run_when's column is empty: name the column the gate reads, {example}"
-        ));
-    }
+    ensure!(
+        !column.is_empty(),
+        "run_when's column is empty: name the column the gate reads, {example}"
+    );
     let equals = match raw.equals {
         toml::Value::String(s) => serde_json::Value::from(s),
         toml::Value::Boolean(b) => serde_json::Value::from(b),
@@ -689,22 +649,20 @@ pub fn sweep_from_now() -> String {
 /// its config suggests.
 fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
     if let Some(route) = config.routes.iter().find(|r| r.writes_back()) {
-        if config.database_url.is_none() {
-            return Err(invalid!(
-                "the route for {} writes the row's state back (status_column or \
-                 pull_request_column) but {DATABASE_URL} is not set: set it to the database's \
-                 connection string, or remove those keys",
-                route.table_name()
-            ));
-        }
+        ensure!(
+            config.database_url.is_some(),
+            "the route for {} writes the row's state back (status_column or \
+             pull_request_column) but {DATABASE_URL} is not set: set it to the database's \
+             connection string, or remove those keys",
+            route.table_name()
+        );
     }
-    if config.reads_the_queue() && config.database_url.is_none() {
-        return Err(invalid!(
-            "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
-             to the database's connection string (Supabase: Project Settings → Database → \
-             Connection string; sslmode=verify-full with the project's CA)"
-        ));
-    }
+    ensure!(
+        !config.reads_the_queue() || config.database_url.is_some(),
+        "a route reads the queue (intake = \"pgmq\") but {DATABASE_URL} is not set: set it \
+         to the database's connection string (Supabase: Project Settings → Database → \
+         Connection string; sslmode=verify-full with the project's CA)"
+    );
     let webhooks = config.takes_webhooks();
     if webhooks && config.webhook.secrets.is_none() && !insecure.no_auth {
         let set = secret_from_init(&config.source).unwrap_or_else(|| {

@@ -34,18 +34,16 @@ impl RepoName {
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !owner_ok {
-            return Err(NameError(format!(
-                "`{}` is not a valid owner: use letters, digits and `-`, up to 39 characters",
-                excerpt(owner)
-            )));
-        }
-        if !name_ok {
-            return Err(NameError(format!(
-                "`{}` is not a valid repository name: use letters, digits, `-`, `_` and `.`",
-                excerpt(name)
-            )));
-        }
+        ensure!(
+            owner_ok,
+            "`{}` is not a valid owner: use letters, digits and `-`, up to 39 characters",
+            excerpt(owner)
+        );
+        ensure!(
+            name_ok,
+            "`{}` is not a valid repository name: use letters, digits, `-`, `_` and `.`",
+            excerpt(name)
+        );
         Ok(RepoName {
             owner: owner.to_owned(),
             name: name.to_owned(),
@@ -76,18 +74,15 @@ shown_as_text!(EventType);
 impl EventType {
     pub fn parse(raw: &str) -> Result<EventType, NameError> {
         let chars = raw.chars().count();
-        if chars == 0 {
-            return Err(NameError(
-                "the event type is empty; GitHub needs 1 to 100 characters, e.g. \"feedback\""
-                    .into(),
-            ));
-        }
-        if chars > MAX_EVENT_TYPE_CHARS {
-            return Err(NameError(format!(
-                "the event type is {chars} characters long; GitHub refuses event types longer \
-                 than 100 characters"
-            )));
-        }
+        ensure!(
+            chars > 0,
+            "the event type is empty; GitHub needs 1 to 100 characters, e.g. \"feedback\""
+        );
+        ensure!(
+            chars <= MAX_EVENT_TYPE_CHARS,
+            "the event type is {chars} characters long; GitHub refuses event types longer \
+             than 100 characters"
+        );
         Ok(EventType(raw.to_owned()))
     }
 }

@@ -28,6 +28,15 @@ macro_rules! shown_as_text {
     )+};
 }
 
+/// Refuses with a [`NameError`] from `format!` arguments unless `$cond` holds.
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(NameError(format!($($arg)*)));
+        }
+    };
+}
+
 mod forge_names;
 mod queue_name;
 mod ref_name;
@@ -98,18 +107,16 @@ impl RowId {
     }
 
     fn check(text: String) -> Result<RowId, NameError> {
-        if text.is_empty() {
-            return Err(NameError(
-                "the id is empty; ids must be 1 to 100 characters from A-Z a-z 0-9 . _ -".into(),
-            ));
-        }
+        ensure!(
+            !text.is_empty(),
+            "the id is empty; ids must be 1 to 100 characters from A-Z a-z 0-9 . _ -"
+        );
         let value = excerpt(&text);
         let len = text.chars().count();
-        if len > MAX_ID_LEN {
-            return Err(NameError(format!(
-                "the id {value:?} is {len} characters long; ids may be at most 100 characters"
-            )));
-        }
+        ensure!(
+            len <= MAX_ID_LEN,
+            "the id {value:?} is {len} characters long; ids may be at most 100 characters"
+        );
         check_part(&text)
             .map_err(|(fault, rule)| NameError(format!("the id {value:?} {fault}; ids {rule}")))?;
         Ok(RowId(text))
@@ -228,27 +235,24 @@ impl BranchPrefix {
     /// Checks a configured prefix: `/`-separated parts, each following the
     /// same rules as an id, at most 100 characters in all.
     pub fn parse(raw: &str) -> Result<BranchPrefix, NameError> {
-        if raw.is_empty() {
-            return Err(NameError(
-                "the branch prefix is empty; give one like \"feedback\" or \"bot/feedback\"".into(),
-            ));
-        }
+        ensure!(
+            !raw.is_empty(),
+            "the branch prefix is empty; give one like \"feedback\" or \"bot/feedback\""
+        );
         let prefix = excerpt(raw);
         let len = raw.chars().count();
-        if len > MAX_PREFIX_LEN {
-            return Err(NameError(format!(
-                "the branch prefix {prefix:?} is {len} characters long; branch prefixes may be \
-                 at most 100 characters"
-            )));
-        }
+        ensure!(
+            len <= MAX_PREFIX_LEN,
+            "the branch prefix {prefix:?} is {len} characters long; branch prefixes may be \
+             at most 100 characters"
+        );
         for part in raw.split('/') {
-            if part.is_empty() {
-                return Err(NameError(format!(
-                    "the branch prefix {prefix:?} has an empty part (a leading, trailing or \
-                     doubled '/'); a prefix is one or more parts separated by single '/', like \
-                     \"bot/feedback\""
-                )));
-            }
+            ensure!(
+                !part.is_empty(),
+                "the branch prefix {prefix:?} has an empty part (a leading, trailing or \
+                 doubled '/'); a prefix is one or more parts separated by single '/', like \
+                 \"bot/feedback\""
+            );
             // A bad character is reported against the whole prefix: that is what the user
             // typed, and the character may be what split it into parts.
             if let Some(ch) = part.chars().find(|&ch| !is_name_char(ch)) {
