@@ -3,6 +3,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use rowbranch::cli::{Cli, Command, LogFormat};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::{Format, Json, Writer};
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -30,12 +34,14 @@ fn main() -> ExitCode {
             .init(),
         // One object a line: the event's fields at the top, the run's span (id, branch, repo)
         // under `span`.
-        LogFormat::Json => logs
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
+        LogFormat::Json => {
+            let json = Format::default()
+                .json()
+                .flatten_event(true)
+                .with_current_span(true);
+            let lines = Delivery(json.with_span_list(false));
+            logs.json().event_format(lines).init()
+        }
     }
     let runtime = match runtime() {
         Ok(rt) => rt,
@@ -56,6 +62,40 @@ fn main() -> ExitCode {
             }
             ExitCode::from(failure.exit_code())
         }
+    }
+}
+
+/// JSON lines as `Json` writes them, but a line in a delivery's span (`http::webhook`) has the
+/// span's fields (delivery, route, table, id, column) at the top as well, beside its own.
+struct Delivery(Format<Json>);
+
+impl<S, N> FormatEvent<S, N> for Delivery
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        context: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        let mut line = String::new();
+        self.0
+            .format_event(context, Writer::new(&mut line), event)?;
+        let in_delivery = context
+            .lookup_current()
+            .is_some_and(|s| s.name() == "delivery");
+        let parsed = in_delivery.then(|| serde_json::from_str(&line));
+        let Some(Ok(serde_json::Value::Object(mut fields))) = parsed else {
+            return writer.write_str(&line);
+        };
+        if let Some(serde_json::Value::Object(span)) = fields.get("span").cloned() {
+            for (name, value) in span.into_iter().filter(|(name, _)| name != "name") {
+                fields.entry(name).or_insert(value);
+            }
+        }
+        writeln!(writer, "{}", serde_json::Value::Object(fields))
     }
 }
 

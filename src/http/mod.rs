@@ -37,7 +37,7 @@ use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
 use crate::db::Reachability;
 use crate::event::RowEvent;
-use crate::metrics::{Metrics, CONTENT_TYPE};
+use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
 use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
@@ -45,6 +45,7 @@ use crate::webhook::{auth, payload};
 use login::Logins;
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals};
+use tracing::{field, Instrument, Span};
 use unverified::{Unread, Unverified, UNVERIFIED_BYTES};
 
 /// Everything a request needs.
@@ -99,20 +100,24 @@ impl App {
         })
     }
 
-    /// Counts, logs and remembers a delivery's answer, given `took` after it began.
+    /// Counts, logs (in the delivery's span, the current one) and remembers a delivery's
+    /// answer, given `took` after it began; `decision` holds what the delivery named.
     fn record(&self, decision: Decision, answer: &Answer, took: Duration) {
-        let mut decision = decision.answered(answer, took);
+        let decision = decision.answered(answer);
         let (status, outcome, reason) = answer.labels();
         self.metrics
             .delivery(&decision.route, status, outcome, reason);
-        if decision.reason == Some(Reason::MissingColumn) {
-            decision.fix = Some(self.recovery());
+        if let Some(row) = answer.row() {
+            Span::current().record("id", row.id.as_str());
         }
         // A refusal before the row is one of many alike, which anyone can send: its line is
         // kept to one a minute.
-        match decision.reason.filter(|r| r.is_before_the_row()) {
-            Some(reason) => self.refusals.refused(reason, &decision),
-            None => decision.log(),
+        match decision.reason {
+            Some(reason) if reason.is_before_the_row() => {
+                self.refusals.refused(reason, decision.kind, answer)
+            }
+            Some(Reason::MissingColumn) => status::log(answer, Some(self.recovery()), took),
+            _ => status::log(answer, None, took),
         }
         self.decisions.push(decision);
     }
@@ -212,33 +217,33 @@ fn not_found(message: &str) -> Response {
 /// A delivery through its one door: its content type, size and credentials checked, its body
 /// read and parsed into the typed event, as [`Delivered`]'s extractor does; then one task of its
 /// own, spawned once the body is read, so that nothing the client does (hanging up, say) can
-/// stop the decision, the run, or its record.
+/// stop the decision, the run, or its record. Its log line takes what the delivery named from
+/// the span the extractor opened.
 async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
-    let Delivered { id, start, event } = delivery;
-    let event = match event {
-        Ok(event) => event,
+    let Delivered { span, start, event } = delivery;
+    let answer = match event {
+        Ok(event) => {
+            let decided = tokio::spawn(decide(app, start, event).instrument(span));
+            decided.await.unwrap_or_else(|_| Answer::internal())
+        }
         Err((answer, kind)) => {
             let decision = Decision {
-                delivery: id,
                 kind,
                 ..Decision::default()
             };
-            app.record(decision, &answer, start.elapsed());
-            return answer.into_response();
+            span.in_scope(|| app.record(decision, &answer, start.elapsed()));
+            answer
         }
     };
-    let decided = tokio::spawn(async move { decide(&app, id, start, event).await });
-    decided
-        .await
-        .unwrap_or_else(|_| Answer::internal())
-        .into_response()
+    answer.into_response()
 }
 
 /// A delivery as its extractor read it: the typed event, or the answer it was refused with
 /// and, for a 401, why its credentials were refused (`missing`, `wrong_secret`, ...).
 struct Delivered {
-    /// The `webhook-id` the sender gave, or one made up here.
-    id: String,
+    /// The delivery's span: its `webhook-id` (or one made up here) from the start, and its
+    /// route, table, id and column as they become known.
+    span: Span,
     start: Instant,
     event: Result<RowEvent, (Answer, Option<&'static str>)>,
 }
@@ -250,9 +255,17 @@ impl FromRequest<Arc<App>> for Delivered {
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Infallible> {
         let start = Instant::now();
         let (parts, body) = request.into_parts();
-        let id = delivery_id(&parts.headers);
+        // At error level, so that it is there for every line of the delivery's.
+        let span = tracing::error_span!(
+            "delivery",
+            delivery = delivery_id(&parts.headers),
+            route = NO_ROUTE,
+            table = field::Empty,
+            id = "",
+            column = field::Empty,
+        );
         let event = read(&parts.headers, body, app).await;
-        Ok(Delivered { id, start, event })
+        Ok(Delivered { span, start, event })
     }
 }
 
@@ -348,13 +361,24 @@ async fn read_body(
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is
 /// valid — then the run, awaited for at most `respond_within_ms`; then the answer counted,
-/// logged and remembered, with what the delivery named.
-async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answer {
+/// logged and remembered. What the delivery names is recorded on its span (the current one) as
+/// it becomes known, and kept for the status page.
+async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
+    let span = Span::current();
+    let table = status::table(&event.schema, &event.table);
+    span.record("table", &table);
     let mut decision = Decision {
-        delivery: id,
+        table: Some(table),
         ..Decision::default()
     };
-    decision.table(&event.schema, &event.table);
+    let mut named = |field: &'static str, value: String| {
+        span.record(field, &value);
+        match field {
+            "route" => decision.route = value,
+            "id" => decision.id = Some(value),
+            _ => decision.column = Some(value),
+        }
+    };
     let answer = match app.routes.route(false, &event) {
         // A 200 would pass for a success in pg_net's log: a trigger on a table no route takes
         // is a setup to fix.
@@ -367,7 +391,7 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
         ),
         Err(ignored) => {
             if let Some(route) = ignored.route() {
-                decision.route = route.table_name();
+                named("route", route.table_name());
             }
             if let Ignored::NotReady {
                 route,
@@ -375,24 +399,28 @@ async fn decide(app: &App, id: String, start: Instant, event: RowEvent) -> Answe
                 ..
             } = &ignored
             {
-                decision.id = Some(id.to_string());
+                named("id", id.to_string());
                 app.pipeline
                     .note(route, id.as_str(), RowState::Waiting, false);
             }
             Answer::Ignored(ignored)
         }
         Ok(compiled) => {
-            decision.route = compiled.route.table_name();
+            named("route", compiled.route.table_name());
             match compiled.plan_json(&event.record) {
                 Ok(plan) => {
-                    decision.id = Some(plan.id.to_string());
+                    named("id", plan.id.to_string());
                     // The body is not needed past here: a waiting row keeps only its plan.
                     drop(event);
-                    admit(app, plan).await
+                    admit(&app, plan).await
                 }
                 Err(e) => {
-                    decision.id = e.row_id();
-                    decision.column = e.column().map(str::to_owned);
+                    if let Some(id) = e.row_id() {
+                        named("id", id);
+                    }
+                    if let Some(column) = e.column() {
+                        named("column", column.to_owned());
+                    }
                     if let Some(id) = e.refused_id() {
                         app.pipeline
                             .note(&compiled.route, id, RowState::Refused, false);

@@ -76,8 +76,6 @@ pub fn manifest_code_page(code: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::http::answer::Answer;
     use crate::http::status::Decision;
@@ -88,11 +86,7 @@ mod tests {
             crate::reason::Reason::Unauthorized,
             "missing or wrong credentials",
         );
-        let decision = Decision {
-            delivery: "d1".into(),
-            ..Decision::default()
-        };
-        let mut decision = decision.answered(&refused, Duration::ZERO);
+        let mut decision = Decision::default().answered(&refused);
         decision.id = Some("<b>42</b>".into());
         decision.branch = Some("feedback/42-x".into());
         decision.repo = Some("acme/app".into());

@@ -44,19 +44,15 @@ pub(super) fn quoted(text: &str, limit: usize) -> String {
     text
 }
 
-/// One delivery's decision, as the status page (which shows what its template names: never the
-/// row's text, never a secret) and the log show it. What the delivery named (its route, table,
-/// id, column, and why its credentials were refused) is set as it is read; the rest comes from
-/// the answer ([`Decision::answered`]).
+/// One delivery's decision as the status page shows it (what its template names: never the
+/// row's text, never a secret). The delivery's log line takes the same from its span.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Decision {
     /// When it was decided, RFC 3339 in UTC to the second.
     pub at: String,
-    /// The `webhook-id` the sender gave, or one made up here.
-    pub delivery: String,
     /// The route's `schema.table`, or `none`.
     pub route: String,
-    /// The body's `schema.table`, as it came ([`Decision::table`]).
+    /// The body's `schema.table`, as it came ([`table`]).
     pub table: Option<String>,
     pub id: Option<String>,
     /// The column at fault, for a refused row.
@@ -69,22 +65,17 @@ pub struct Decision {
     pub reason: Option<Reason>,
     /// Why the credentials were refused (`missing`, `wrong_secret`, ...), for a 401.
     pub kind: Option<&'static str>,
-    /// The answer's message, for an answer other than 2xx.
-    pub detail: Option<String>,
-    /// What brings a refused row back once its cause is fixed.
-    pub fix: Option<String>,
-    pub took: Duration,
+}
+
+/// The body's schema and table, as it named them: two names of at most 63 bytes each in
+/// PostgreSQL, so longer is cut.
+pub fn table(schema: &str, table: &str) -> String {
+    quoted(&format!("{schema}.{table}"), TABLE_LIMIT)
 }
 
 impl Decision {
-    /// The body's schema and table, as it named them: two names of at most 63 bytes each in
-    /// PostgreSQL, so longer is cut.
-    pub fn table(&mut self, schema: &str, table: &str) {
-        self.table = Some(quoted(&format!("{schema}.{table}"), TABLE_LIMIT));
-    }
-
     /// The decision, with what its answer says; the answer's row, when it has one, names the id.
-    pub fn answered(mut self, answer: &Answer, took: Duration) -> Decision {
+    pub fn answered(mut self, answer: &Answer) -> Decision {
         self.at = Utc::now().to_rfc3339_opts(SecondsFormat::Secs, true);
         if self.route.is_empty() {
             self.route = NO_ROUTE.to_owned();
@@ -97,40 +88,37 @@ impl Decision {
         self.http_status = answer.status().as_u16();
         self.outcome = answer.outcome();
         self.reason = answer.reason();
-        self.detail =
-            (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX));
-        self.took = took;
         self
     }
+}
 
-    /// The decision's line: at info for an answer of 2xx, at warn for one that asks to retry,
-    /// at error for a row refused for good or a bug. Never the row's text. (A refusal before
-    /// the row is known is [`Refusals`]' to log.)
-    pub fn log(&self) {
-        macro_rules! line {
-            ($level:ident) => {
-                tracing::$level!(
-                    delivery = %self.delivery,
-                    route = %self.route,
-                    table = self.table.as_deref(),
-                    id = self.id.as_deref().unwrap_or(""),
-                    column = self.column.as_deref(),
-                    branch = self.branch.as_deref().unwrap_or(""),
-                    http_status = self.http_status,
-                    outcome = self.outcome,
-                    reason = self.reason.map_or("", Reason::as_str),
-                    detail = self.detail.as_deref(),
-                    fix = self.fix.as_deref(),
-                    duration_ms = self.took.as_millis() as u64,
-                    "delivery"
-                )
-            };
-        }
-        match (self.http_status, self.reason) {
-            (200..=299, _) => line!(info),
-            (503, _) | (_, Some(Reason::NoRoute)) => line!(warn),
-            _ => line!(error),
-        }
+/// A delivery's line, in its span (which names the delivery, its route, table, id and column):
+/// at info for an answer of 2xx, at warn for one that asks to retry, at error for a row refused
+/// for good or a bug. Never the row's text. (A refusal before the row is known is
+/// [`Refusals`]' to log.)
+pub fn log(answer: &Answer, fix: Option<String>, took: Duration) {
+    let branch = answer
+        .row()
+        .map_or(String::new(), |row| row.branch.to_string());
+    let detail = (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX));
+    macro_rules! line {
+        ($level:ident) => {
+            tracing::$level!(
+                branch,
+                http_status = answer.status().as_u16(),
+                outcome = answer.outcome(),
+                reason = answer.reason().map_or("", Reason::as_str),
+                detail,
+                fix,
+                duration_ms = took.as_millis() as u64,
+                "delivery"
+            )
+        };
+    }
+    match (answer.status().as_u16(), answer.reason()) {
+        (200..=299, _) => line!(info),
+        (503, _) | (_, Some(Reason::NoRoute)) => line!(warn),
+        _ => line!(error),
     }
 }
 
@@ -172,22 +160,21 @@ pub struct Refusals {
 }
 
 impl Refusals {
-    /// `decision`, refused for `reason` before its row was known.
-    pub fn refused(&self, reason: Reason, decision: &Decision) {
-        let Some(quiet) = self.logged.due((reason, decision.kind), Instant::now()) else {
+    /// A delivery refused for `reason` before its row was known, logged in its span (which
+    /// names the delivery and, once read, its table).
+    pub fn refused(&self, reason: Reason, kind: Option<&'static str>, answer: &Answer) {
+        let Some(quiet) = self.logged.due((reason, kind), Instant::now()) else {
             return;
         };
-        let what = match decision.kind {
+        let what = match kind {
             Some(_) => "refused a delivery's credentials (is ROWBRANCH_WEBHOOK_SECRET the trigger's secret?)",
             None => "refused a delivery before reading its row",
         };
         tracing::warn!(
             reason = reason.as_str(),
-            kind = decision.kind,
-            http_status = decision.http_status,
-            delivery = decision.delivery,
-            table = decision.table.as_deref(),
-            detail = decision.detail.as_deref(),
+            kind,
+            http_status = answer.status().as_u16(),
+            detail = quoted(&answer.message(), usize::MAX),
             unlogged_since_the_last = quiet,
             "{what}"
         );
@@ -264,28 +251,25 @@ mod tests {
         let decisions = Decisions::default();
         for n in 0..250 {
             let decision = Decision {
-                delivery: format!("d{n}"),
+                id: Some(format!("d{n}")),
                 ..Decision::default()
             };
             let refused = Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
-            decisions.push(decision.answered(&refused, Duration::ZERO));
+            decisions.push(decision.answered(&refused));
         }
         let kept = decisions.newest_first();
         assert_eq!(kept.len(), 200);
-        assert_eq!(kept[0].delivery, "d249");
-        assert_eq!(kept[199].delivery, "d50");
+        assert_eq!(kept[0].id.as_deref(), Some("d249"));
+        assert_eq!(kept[199].id.as_deref(), Some("d50"));
     }
 
     #[test]
     fn a_table_as_it_came_stays_on_one_line_and_short() {
-        let mut decision = Decision::default();
-        decision.table("public", "feed\nbacks");
-        assert_eq!(decision.table.as_deref(), Some("public.feed\\nbacks"));
-        decision.table("public", &"t".repeat(500));
-        let table = decision.table.unwrap();
+        assert_eq!(table("public", "feed\nbacks"), "public.feed\\nbacks");
+        let long = table("public", &"t".repeat(500));
         assert!(
-            table.ends_with('…') && table.chars().count() == TABLE_LIMIT + 1,
-            "{table}"
+            long.ends_with('…') && long.chars().count() == TABLE_LIMIT + 1,
+            "{long}"
         );
     }
 
