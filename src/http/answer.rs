@@ -5,7 +5,7 @@ use std::time::Duration;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::identity::{BranchName, RepoName, RowId};
 use crate::metrics::AnswerLabels;
@@ -103,28 +103,12 @@ impl Answer {
         }
     }
 
-    /// SPEC §3's table: a refusal's status follows from its reason.
+    /// SPEC §3's table: a refusal's status follows from its reason ([`refusal_status`]).
     pub fn status(&self) -> StatusCode {
-        let reason = match self {
-            Answer::Accepted(..) => return StatusCode::ACCEPTED,
-            Answer::Refused { reason, .. } => reason,
-            _ => return StatusCode::OK,
-        };
-        match reason {
-            Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
-            Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
-            Reason::Malformed => StatusCode::BAD_REQUEST,
-            Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused | Reason::NoRoute => {
-                StatusCode::UNPROCESSABLE_ENTITY
-            }
-            Reason::Unavailable
-            | Reason::QueueFull
-            | Reason::QueueBytesFull
-            | Reason::Abandoned => StatusCode::SERVICE_UNAVAILABLE,
-            // `internal`; a duplicate's or an ignored event's reason is no refusal's.
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        match self {
+            Answer::Accepted(..) => StatusCode::ACCEPTED,
+            Answer::Refused { reason, .. } => refusal_status(*reason),
+            _ => StatusCode::OK,
         }
     }
 
@@ -211,17 +195,49 @@ impl Answer {
     }
 }
 
+/// The status of a refusal for `reason`, at `/webhook` and `/github` alike.
+pub fn refusal_status(reason: Reason) -> StatusCode {
+    match reason {
+        Reason::NotConfigured => StatusCode::NOT_FOUND,
+        Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Reason::Unauthorized => StatusCode::UNAUTHORIZED,
+        Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
+        Reason::Malformed => StatusCode::BAD_REQUEST,
+        Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused | Reason::NoRoute => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
+        Reason::Unavailable | Reason::QueueFull | Reason::QueueBytesFull | Reason::Abandoned => {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        // `internal`; a duplicate's or an ignored event's reason is no refusal's.
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The JSON body every answer has, `/webhook`'s and `/github`'s: its outcome and message, its
+/// reason when it gives one, and the row it is about.
+pub fn body(outcome: &str, message: String, reason: Option<Reason>, row: Option<&RowRef>) -> Value {
+    let mut body = json!({ "outcome": outcome, "message": message });
+    if let Some(row) = row {
+        body["id"] = json!(row.id.as_str());
+        body["branch"] = json!(row.branch.as_str());
+        body["repo"] = json!(row.repo.to_string());
+    }
+    if let Some(reason) = reason {
+        body["reason"] = json!(reason.as_str());
+    }
+    body
+}
+
 impl IntoResponse for Answer {
     fn into_response(self) -> Response {
-        let mut body = json!({"outcome": self.outcome(), "message": self.message()});
-        if let Some(row) = self.row() {
-            body["id"] = json!(row.id.as_str());
-            body["branch"] = json!(row.branch.as_str());
-            body["repo"] = json!(row.repo.to_string());
-        }
-        if let Some(reason) = self.body_reason() {
-            body["reason"] = json!(reason.as_str());
-        }
+        let body = body(
+            self.outcome(),
+            self.message(),
+            self.body_reason(),
+            self.row(),
+        );
         let mut response = (self.status(), Json(body)).into_response();
         if let Answer::Refused {
             retry_after: Some(retry_after),

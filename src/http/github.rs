@@ -16,7 +16,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
@@ -27,7 +27,7 @@ use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::answer::RowRef;
+use super::answer::{body, refusal_status, RowRef};
 use super::status::{quoted, OncePerMinute};
 use super::App;
 use crate::config::{Config, Redacted, Route};
@@ -36,7 +36,7 @@ use crate::db::Database;
 use crate::identity::{redo_rank, BranchName, RowId};
 use crate::metrics::{AnswerLabels, NO_ROUTE};
 use crate::reason::Reason;
-use crate::webhook::auth::{Head, WebhookSecrets};
+use crate::webhook::auth::WebhookSecrets;
 
 /// The most of a body read: GitHub caps a delivery's payload at 25 MB, but the events rowbranch
 /// reads are a few dozen KB, and a pull request's body (its description) is the only part that
@@ -93,18 +93,8 @@ struct Heard {
 impl Heard {
     /// A refusal, its status following from its reason.
     fn refused(reason: Reason, message: impl Into<String>) -> Heard {
-        let status = match reason {
-            Reason::NotConfigured => StatusCode::NOT_FOUND,
-            Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Reason::Unauthorized => StatusCode::UNAUTHORIZED,
-            Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
-            Reason::Malformed => StatusCode::BAD_REQUEST,
-            Reason::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
-        };
         Heard {
-            status,
+            status: refusal_status(reason),
             outcome: "error",
             reason: Some(reason),
             message: message.into(),
@@ -140,15 +130,7 @@ impl Heard {
 
 impl IntoResponse for Heard {
     fn into_response(self) -> Response {
-        let mut body = json!({ "outcome": self.outcome, "message": self.message });
-        if let Some(reason) = self.reason {
-            body["reason"] = json!(reason.as_str());
-        }
-        if let Some(row) = &self.row {
-            body["id"] = json!(row.id.as_str());
-            body["branch"] = json!(row.branch.as_str());
-            body["repo"] = json!(row.repo.to_string());
-        }
+        let mut body = body(self.outcome, self.message, self.reason, self.row.as_ref());
         if let Some(link) = &self.pull_request {
             body["pull_request"] = json!(link);
         }
@@ -190,9 +172,7 @@ impl FromRequest<Arc<App>> for HookEvent {
     }
 }
 
-/// The body, as SPEC §3 orders it for `/webhook`: the secret, the content type, the declared
-/// size and the signature's form from the headers alone; then the body within
-/// `read_timeout_ms` and [`MAX_BODY_BYTES`], verified before anything reads it.
+/// The body, as `/webhook`'s is read ([`super::read_verified`]), under the App's secret alone.
 async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard> {
     let Some(secrets) = &app.hook.secrets else {
         return Err(Heard::refused(
@@ -201,36 +181,20 @@ async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard
              App's webhook secret (docs/operating.md, \"The App's events\")",
         ));
     };
-    let too_large = || {
-        let message = format!("the body is larger than {MAX_BODY_BYTES} bytes");
-        Heard::refused(Reason::TooLarge, message)
-    };
-    let unauthorized = || Heard::refused(Reason::Unauthorized, "missing or wrong signature");
-    if !super::is_json(headers) {
-        return Err(Heard::refused(
-            Reason::ContentType,
-            "Content-Type must be application/json: set the App's webhook content type to \
-             application/json",
-        ));
-    }
-    if super::declares_more_than(headers, MAX_BODY_BYTES) {
-        return Err(too_large());
-    }
     // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind of
-    // credential alone, is refused here, before a byte of the body is read.
-    let pending = match secrets.judge_head(headers, SystemTime::now()) {
-        Head::NeedsBody(pending) => pending,
-        Head::Valid | Head::Refused(_) => return Err(unauthorized()),
+    // credential alone, is refused before a byte of the body is read; a well-formed one is
+    // read within the budget every body not yet verified shares (SPEC §3).
+    let door = super::Door {
+        secrets: Some(secrets),
+        open: false,
+        max: MAX_BODY_BYTES,
+        content_type: "Content-Type must be application/json: set the App's webhook content \
+                       type to application/json",
+        unauthorized: "missing or wrong signature",
+        too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
     };
-    // Anyone can send a well-formed signature: the body is read within the budget every body
-    // not yet verified shares (SPEC §3).
-    let timeout = app.config.webhook.read_timeout;
-    let read = super::read_body(body, MAX_BODY_BYTES, timeout, Some(&app.unverified)).await;
-    let bytes = read.map_err(|(reason, message)| Heard::refused(reason, message))?;
-    pending
-        .verify(secrets, &bytes)
-        .map_err(|_| unauthorized())?;
-    Ok(bytes)
+    let read = super::read_verified(headers, body, app, door).await;
+    read.map_err(|(reason, message, _)| Heard::refused(reason, message))
 }
 
 /// `POST /github`: the event read (or refused), then decided in a task of its own, so that a

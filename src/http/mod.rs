@@ -41,7 +41,8 @@ use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
 use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
-use crate::webhook::{auth, payload};
+use crate::webhook::auth::{self, WebhookSecrets};
+use crate::webhook::payload;
 use login::Logins;
 use ready::Readiness;
 use status::{delivery_id, Decision, Decisions, Refusals};
@@ -269,94 +270,114 @@ impl FromRequest<Arc<App>> for Delivered {
     }
 }
 
-/// SPEC §3's order: the content type, the declared size and the credentials as far as the
-/// headers can tell — from the headers alone, so that credentials the body cannot make right
-/// are refused unread — then the body, within `read_timeout_ms` and `max_body_bytes`, the
-/// signature the headers left to it, and the shape. The credentials are judged once: what the
-/// head decided, the body check uses.
+/// The delivery's checks, as [`read_verified`] runs them, then its shape.
 async fn read(
     headers: &HeaderMap,
     body: Body,
     app: &App,
 ) -> Result<RowEvent, (Answer, Option<&'static str>)> {
     let webhook = &app.config.webhook;
-    let unauthorized = || Answer::refused(Reason::Unauthorized, "missing or wrong credentials");
-    let too_large = || {
-        let max = webhook.max_body_bytes;
-        let message = format!("the body is larger than max_body_bytes ({max} bytes)");
-        Answer::refused(Reason::TooLarge, message)
+    let max = webhook.max_body_bytes;
+    let door = Door {
+        secrets: webhook.secrets.as_ref(),
+        open: app.insecure_no_auth || auth::carries_credentials(headers),
+        max,
+        content_type: "Content-Type must be application/json",
+        unauthorized: "missing or wrong credentials",
+        too_large: format!("the body is larger than max_body_bytes ({max} bytes)"),
     };
-    if !is_json(headers) {
-        let message = "Content-Type must be application/json";
-        return Err((Answer::refused(Reason::ContentType, message), None));
-    }
-    if declares_more_than(headers, webhook.max_body_bytes) {
-        return Err((too_large(), None));
-    }
-    let pending = match &webhook.secrets {
-        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
-            auth::Head::Refused(why) => return Err((unauthorized(), Some(why.kind()))),
-            auth::Head::Valid => None,
-            auth::Head::NeedsBody(pending) => Some((secrets, pending)),
-        },
-        None if app.insecure_no_auth || auth::carries_credentials(headers) => None,
-        None => return Err((unauthorized(), Some("missing"))),
-    };
-    // A body whose credentials it must prove itself is read within the budget of such bodies.
-    let budget = pending.as_ref().map(|_| &app.unverified);
-    let bytes = match read_body(body, webhook.max_body_bytes, webhook.read_timeout, budget).await {
-        Ok(bytes) => bytes,
-        Err((Reason::TooLarge, _)) => return Err((too_large(), None)),
-        Err((reason, message)) => return Err((Answer::refused(reason, message), None)),
-    };
-    if let Some((secrets, pending)) = pending {
-        if let Err(why) = pending.verify(secrets, &bytes) {
-            return Err((unauthorized(), Some(why.kind())));
-        }
-    }
+    let bytes = read_verified(headers, body, app, door).await;
+    let bytes =
+        bytes.map_err(|(reason, message, kind)| (Answer::refused(reason, message), kind))?;
     payload::parse(&bytes).map_err(|e| (Answer::refused(Reason::Malformed, e.to_string()), None))
 }
 
-/// A body, read whole within `timeout` and at most `max` bytes; else why not: `too_large`,
-/// `timed_out`, or `malformed` for one cut off before its end.
-async fn read_body(
-    body: Body,
+/// What a door (`/webhook`, `/github`) takes, and how it words its refusals.
+struct Door<'a> {
+    /// What credentials are judged by; without, a request is taken when `open`, else refused
+    /// as `missing`.
+    secrets: Option<&'a WebhookSecrets>,
+    open: bool,
+    /// The largest body taken, in bytes.
     max: usize,
-    timeout: Duration,
-    budget: Option<&Unverified>,
-) -> Result<Bytes, (Reason, String)> {
+    content_type: &'static str,
+    unauthorized: &'static str,
+    too_large: String,
+}
+
+/// A refusal before the body is parsed: its reason, its message and, for a 401, why the
+/// credentials were refused (`missing`, `wrong_secret`, ...).
+type Refused = (Reason, String, Option<&'static str>);
+
+/// SPEC §3's order, for both doors: the content type, the declared size and the credentials as
+/// far as the headers can tell — from the headers alone, so that credentials the body cannot
+/// make right are refused unread — then the body, within `read_timeout_ms` and the door's
+/// size, and the signature the headers left to it. The credentials are judged once: what the
+/// head decided, the body check uses.
+async fn read_verified(
+    headers: &HeaderMap,
+    body: Body,
+    app: &App,
+    door: Door<'_>,
+) -> Result<Bytes, Refused> {
+    if !is_json(headers) {
+        return Err((Reason::ContentType, door.content_type.to_owned(), None));
+    }
+    if declares_more_than(headers, door.max) {
+        return Err((Reason::TooLarge, door.too_large, None));
+    }
+    let unauthorized = |kind| {
+        (
+            Reason::Unauthorized,
+            door.unauthorized.to_owned(),
+            Some(kind),
+        )
+    };
+    let pending = match door.secrets {
+        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
+            auth::Head::Refused(why) => return Err(unauthorized(why.kind())),
+            auth::Head::Valid => None,
+            auth::Head::NeedsBody(pending) => Some((secrets, pending)),
+        },
+        None if door.open => None,
+        None => return Err(unauthorized("missing")),
+    };
+    // A body whose credentials it must prove itself is read within the budget of such bodies.
     let read = async {
-        match budget {
-            Some(budget) => budget.read(body, max).await,
-            None => match Limited::new(body, max).collect().await {
+        match pending {
+            Some(_) => app.unverified.read(body, door.max).await,
+            None => match Limited::new(body, door.max).collect().await {
                 Ok(collected) => Ok(collected.to_bytes()),
                 Err(e) if e.is::<LengthLimitError>() => Err(Unread::TooLarge),
                 Err(_) => Err(Unread::Broken),
             },
         }
     };
-    match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(bytes)) => Ok(bytes),
-        Ok(Err(Unread::TooLarge)) => Err((
-            Reason::TooLarge,
-            format!("the body is larger than {max} bytes"),
-        )),
-        Ok(Err(Unread::Broken)) => Err((
-            Reason::Malformed,
-            "the body was cut off before its end".into(),
-        )),
-        Ok(Err(Unread::Cut)) => Err((
-            Reason::TimedOut,
-            "the body was not read whole: bodies whose signature is not yet checked held the \
-             server's budget for them, and this one had been reading longest"
-                .into(),
-        )),
+    let timeout = app.config.webhook.read_timeout;
+    let refused = |reason, message: &str| Err((reason, message.to_owned(), None));
+    let bytes = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(Unread::TooLarge)) => return Err((Reason::TooLarge, door.too_large, None)),
+        Ok(Err(Unread::Broken)) => {
+            return refused(Reason::Malformed, "the body was cut off before its end")
+        }
+        Ok(Err(Unread::Cut)) => {
+            return refused(
+                Reason::TimedOut,
+                "the body was not read whole: bodies whose signature is not yet checked held \
+                 the server's budget for them, and this one had been reading longest",
+            )
+        }
         Err(_) => {
             let millis = timeout.as_millis();
             let message = format!("the body did not arrive within read_timeout_ms ({millis} ms)");
-            Err((Reason::TimedOut, message))
+            return refused(Reason::TimedOut, &message);
         }
+    };
+    if let Some((secrets, pending)) = pending {
+        (pending.verify(secrets, &bytes)).map_err(|why| unauthorized(why.kind()))?;
     }
+    Ok(bytes)
 }
 
 /// The route, found once, and the id — in that order, so nothing is written before the id is
