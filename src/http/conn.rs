@@ -142,7 +142,9 @@ pub async fn serve(
         // Out of `Waiting` from each request's head until hyper has taken the whole answer:
         // it drops the answer's body then (and serves one request at a time).
         let service = service_fn(move |request: Request<Incoming>| {
-            let in_request = InRequest::begin(&in_slot);
+            // Out of `Waiting` until the hold goes, then waiting for the next head again.
+            in_slot.waiting.since().remove(&in_slot.id);
+            let in_request = scopeguard::guard(Arc::clone(&in_slot), |slot| slot.wait());
             let answer = router.call(request);
             async move {
                 // The hold goes with the answer's body: `map_err` only to tie it there, since
@@ -279,23 +281,6 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.waiting.since().remove(&self.id);
-    }
-}
-
-/// Held from a request's head to the end of its answer: meanwhile its connection is not cut
-/// for room.
-struct InRequest(Arc<Slot>);
-
-impl InRequest {
-    fn begin(slot: &Arc<Slot>) -> InRequest {
-        slot.waiting.since().remove(&slot.id);
-        InRequest(Arc::clone(slot))
-    }
-}
-
-impl Drop for InRequest {
-    fn drop(&mut self) {
-        self.0.wait();
     }
 }
 

@@ -318,32 +318,27 @@ struct RunBody {
 
 /// The event's answer, from its name and its verified body.
 async fn decide(app: &App, name: &str, body: &[u8]) -> Heard {
-    let parsed = match name {
-        "pull_request" => serde_json::from_slice(body).map(Parsed::PullRequest),
-        "workflow_run" => serde_json::from_slice(body).map(Parsed::WorkflowRun),
-        other => {
-            return Heard::ignored(
-                Reason::Event,
-                format!(
-                    "rowbranch reads pull_request and workflow_run events, not `{}`",
-                    quoted(other, 40)
-                ),
-            )
-        }
+    let malformed = |e: serde_json::Error| {
+        let message = format!("not a {name} event as GitHub sends it: {e}");
+        Heard::refused(Reason::Malformed, message)
     };
-    match parsed {
-        Ok(Parsed::PullRequest(event)) => pull_request(app, event).await,
-        Ok(Parsed::WorkflowRun(event)) => workflow_run(app, event).await,
-        Err(e) => Heard::refused(
-            Reason::Malformed,
-            format!("not a {name} event as GitHub sends it: {e}"),
+    match name {
+        "pull_request" => match serde_json::from_slice(body) {
+            Ok(event) => pull_request(app, event).await,
+            Err(e) => malformed(e),
+        },
+        "workflow_run" => match serde_json::from_slice(body) {
+            Ok(event) => workflow_run(app, event).await,
+            Err(e) => malformed(e),
+        },
+        other => Heard::ignored(
+            Reason::Event,
+            format!(
+                "rowbranch reads pull_request and workflow_run events, not `{}`",
+                quoted(other, 40)
+            ),
         ),
     }
-}
-
-enum Parsed {
-    PullRequest(PullRequestEvent),
-    WorkflowRun(WorkflowRunEvent),
 }
 
 /// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.

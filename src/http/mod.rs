@@ -265,31 +265,23 @@ impl FromRequest<Arc<App>> for Delivered {
             id = "",
             column = field::Empty,
         );
-        let event = read(&parts.headers, body, app).await;
+        let webhook = &app.config.webhook;
+        let max = webhook.max_body_bytes;
+        let door = Door {
+            secrets: webhook.secrets.as_ref(),
+            open: app.insecure_no_auth || auth::carries_credentials(&parts.headers),
+            max,
+            content_type: "Content-Type must be application/json",
+            unauthorized: "missing or wrong credentials",
+            too_large: format!("the body is larger than max_body_bytes ({max} bytes)"),
+        };
+        let malformed = |e: payload::ShapeError| Answer::refused(Reason::Malformed, e.to_string());
+        let event = match read_verified(&parts.headers, body, app, door).await {
+            Ok(bytes) => payload::parse(&bytes).map_err(|e| (malformed(e), None)),
+            Err((reason, message, kind)) => Err((Answer::refused(reason, message), kind)),
+        };
         Ok(Delivered { span, start, event })
     }
-}
-
-/// The delivery's checks, as [`read_verified`] runs them, then its shape.
-async fn read(
-    headers: &HeaderMap,
-    body: Body,
-    app: &App,
-) -> Result<RowEvent, (Answer, Option<&'static str>)> {
-    let webhook = &app.config.webhook;
-    let max = webhook.max_body_bytes;
-    let door = Door {
-        secrets: webhook.secrets.as_ref(),
-        open: app.insecure_no_auth || auth::carries_credentials(headers),
-        max,
-        content_type: "Content-Type must be application/json",
-        unauthorized: "missing or wrong credentials",
-        too_large: format!("the body is larger than max_body_bytes ({max} bytes)"),
-    };
-    let bytes = read_verified(headers, body, app, door).await;
-    let bytes =
-        bytes.map_err(|(reason, message, kind)| (Answer::refused(reason, message), kind))?;
-    payload::parse(&bytes).map_err(|e| (Answer::refused(Reason::Malformed, e.to_string()), None))
 }
 
 /// What a door (`/webhook`, `/github`) takes, and how it words its refusals.
