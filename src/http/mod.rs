@@ -113,7 +113,7 @@ impl App {
         }
         // A refusal before the row is one of many alike, which anyone can send: its line is
         // kept to one a minute.
-        match decision.reason {
+        match answer.reason() {
             Some(reason) if reason.is_before_the_row() => {
                 self.refusals.refused(reason, decision.kind, answer)
             }

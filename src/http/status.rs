@@ -61,8 +61,8 @@ pub struct Decision {
     pub repo: Option<String>,
     pub http_status: u16,
     pub outcome: &'static str,
-    #[serde(serialize_with = "reason_text")]
-    pub reason: Option<Reason>,
+    /// Why it was not simply dispatched, as the log says it: empty for no reason.
+    pub reason: &'static str,
     /// Why the credentials were refused (`missing`, `wrong_secret`, ...), for a 401.
     pub kind: Option<&'static str>,
 }
@@ -87,7 +87,7 @@ impl Decision {
         }
         self.http_status = answer.status().as_u16();
         self.outcome = answer.outcome();
-        self.reason = answer.reason();
+        self.reason = answer.reason().map_or("", Reason::as_str);
         self
     }
 }
@@ -120,11 +120,6 @@ pub fn log(answer: &Answer, fix: Option<String>, took: Duration) {
         (503, _) | (_, Some(Reason::NoRoute)) => line!(warn),
         _ => line!(error),
     }
-}
-
-/// A reason as the log says it, empty for none.
-fn reason_text<S: serde::Serializer>(reason: &Option<Reason>, to: S) -> Result<S::Ok, S::Error> {
-    to.serialize_str(reason.map_or("", Reason::as_str))
 }
 
 /// The last [`KEPT`] decisions.
