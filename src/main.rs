@@ -39,7 +39,7 @@ fn main() -> ExitCode {
                 .json()
                 .flatten_event(true)
                 .with_current_span(true);
-            let lines = Delivery(json.with_span_list(false));
+            let lines = SpanFieldsOnTop(json.with_span_list(false));
             logs.json().event_format(lines).init()
         }
     }
@@ -67,9 +67,9 @@ fn main() -> ExitCode {
 
 /// JSON lines as `Json` writes them, but a line in a delivery's span (`http::webhook`) has the
 /// span's fields (delivery, route, table, id, column) at the top as well, beside its own.
-struct Delivery(Format<Json>);
+struct SpanFieldsOnTop(Format<Json>);
 
-impl<S, N> FormatEvent<S, N> for Delivery
+impl<S, N> FormatEvent<S, N> for SpanFieldsOnTop
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
