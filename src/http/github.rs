@@ -18,9 +18,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::FutureExt;
@@ -162,7 +162,28 @@ impl FromRequest<Arc<App>> for HookEvent {
         let delivery = text("x-github-delivery")
             .unwrap_or_else(|| format!("d_{:016x}", rand::random::<u64>()));
         let name = text("x-github-event").unwrap_or_default();
-        let read = read(&parts.headers, body, app).await;
+        // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind
+        // of credential alone, is refused before a byte of the body is read; a well-formed one
+        // is read within the budget every body not yet verified shares (SPEC §3).
+        let door = super::Door {
+            secrets: app.hook.secrets.as_ref(),
+            open: false,
+            max: MAX_BODY_BYTES,
+            content_type: "Content-Type must be application/json: set the App's webhook \
+                           content type to application/json",
+            unauthorized: "missing or wrong signature",
+            too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+        };
+        let read = match door.secrets {
+            None => Err(Heard::refused(
+                Reason::NotConfigured,
+                "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to \
+                 the App's webhook secret (docs/operating.md, \"The App's events\")",
+            )),
+            Some(_) => super::read_verified(&parts.headers, body, app, door)
+                .await
+                .map_err(|(reason, message, _)| Heard::refused(reason, message)),
+        };
         Ok(HookEvent {
             delivery,
             name,
@@ -170,31 +191,6 @@ impl FromRequest<Arc<App>> for HookEvent {
             read,
         })
     }
-}
-
-/// The body, as `/webhook`'s is read ([`super::read_verified`]), under the App's secret alone.
-async fn read(headers: &HeaderMap, body: Body, app: &App) -> Result<Bytes, Heard> {
-    let Some(secrets) = &app.hook.secrets else {
-        return Err(Heard::refused(
-            Reason::NotConfigured,
-            "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
-             App's webhook secret (docs/operating.md, \"The App's events\")",
-        ));
-    };
-    // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind of
-    // credential alone, is refused before a byte of the body is read; a well-formed one is
-    // read within the budget every body not yet verified shares (SPEC §3).
-    let door = super::Door {
-        secrets: Some(secrets),
-        open: false,
-        max: MAX_BODY_BYTES,
-        content_type: "Content-Type must be application/json: set the App's webhook content \
-                       type to application/json",
-        unauthorized: "missing or wrong signature",
-        too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-    };
-    let read = super::read_verified(headers, body, app, door).await;
-    read.map_err(|(reason, message, _)| Heard::refused(reason, message))
 }
 
 /// `POST /github`: the event read (or refused), then decided in a task of its own, so that a
@@ -255,11 +251,7 @@ fn record(app: &App, delivery: &str, event: &str, heard: &Heard, took: Duration)
         };
     }
     match heard.reason {
-        Some(before)
-            if heard.status != StatusCode::OK
-                && heard.row.is_none()
-                && !matches!(before, Reason::Unavailable | Reason::Internal) =>
-        {
+        Some(before) if before.is_before_the_row() || before == Reason::NotConfigured => {
             if let Some(quiet) = app.hook.quiet.due(before, Instant::now()) {
                 line!(warn, quiet, "refused a GitHub event before reading it");
             }
