@@ -30,7 +30,7 @@ use serde_json::json;
 use super::answer::{body, refusal_status, RowRef};
 use super::status::{quoted, OncePerMinute};
 use super::App;
-use crate::config::{Config, Redacted, Route};
+use crate::config::{Config, Route};
 use crate::db::status::{RowState, StatusWrite};
 use crate::db::Database;
 use crate::identity::{redo_rank, BranchName, RowId};
@@ -354,7 +354,7 @@ async fn pull_request(app: &App, event: PullRequestEvent) -> Heard {
     // The head's repository, not the base's: a fork's pull request into the route's
     // repository can name a head of the route's prefix, and is no row's.
     let head = pull.head.repo.map(|r| r.full_name);
-    let (route, row) = match row_of(
+    let (route, row, _) = match row_of(
         app,
         head.as_deref(),
         &event.repository.full_name,
@@ -404,22 +404,22 @@ async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
         );
     };
     let repo = &event.repository.full_name;
-    let (route, row) = match row_of(app, Some(repo), repo, branch).await {
+    let (route, row, branches) = match row_of(app, Some(repo), repo, branch).await {
         Ok(found) => found,
         Err(heard) => return heard,
     };
     let forge = app.pipeline.forge();
     // The branch the run names may be gone (deleted after its pull request closed): asked too.
-    let mut asked = row.branches.clone();
-    if !asked.contains(&row.found.branch) {
-        asked.push(row.found.branch.clone());
+    let mut asked = branches;
+    if !asked.contains(&row.branch) {
+        asked.push(row.branch.clone());
     }
     for branch in &asked {
         match forge.has_pull_request(&route.repo, branch).await {
             Ok(false) => {}
             Ok(true) => {
                 return Heard {
-                    row: Some(row.found),
+                    row: Some(row),
                     ..Heard::ignored(
                         Reason::PullRequest,
                         format!(
@@ -443,13 +443,6 @@ async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
     noted(app, &route, row, RowState::Failed, None, false, why)
 }
 
-/// The route and row an event's branch leads to, with the row's branches as the forge lists
-/// them; or why it leads to none.
-struct RowFound {
-    found: RowRef,
-    branches: Vec<BranchName>,
-}
-
 /// The route whose repository is `head` and whose prefix owns `branch`, the row of its table
 /// the branch names, and that row's branches; `base` (the repository the event is about)
 /// tells a fork from a repository no route names.
@@ -458,7 +451,7 @@ async fn row_of(
     head: Option<&str>,
     base: &str,
     branch: &str,
-) -> Result<(Arc<Route>, RowFound), Heard> {
+) -> Result<(Arc<Route>, RowRef, Vec<BranchName>), Heard> {
     // GitHub's names are the same whatever their case.
     let names = |route: &Arc<Route>, repo: &str| route.repo.to_string().eq_ignore_ascii_case(repo);
     let routes = &app.config.routes;
@@ -564,7 +557,7 @@ async fn row_of(
             .on(route)
         });
     }
-    Ok((Arc::clone(route), RowFound { found, branches }))
+    Ok((Arc::clone(route), found, branches))
 }
 
 /// The ids a branch's tail (`{id}` or `{id}-{slug}`) may name, longest first: the whole tail,
@@ -588,36 +581,27 @@ async fn which_row(app: &App, route: &Route, tail: &str) -> Result<Option<RowId>
     };
     let candidates = candidate_ids(tail);
     let texts: Vec<&str> = candidates.iter().map(RowId::as_str).collect();
-    let lookup = lookup(app, url, route, &texts);
+    // On the hook's connection, opened when there is none (or it ended) and dropped after an
+    // error, so that the next event opens a fresh one.
+    let lookup = async {
+        let mut held = app.hook.database.lock().await;
+        let database = match held.take() {
+            Some(database) if !database.is_closed() => database,
+            _ => (Database::connect(url.expose()).await).map_err(|e| format!("{e:#}"))?,
+        };
+        let found = database.first_row_of(route, &texts).await;
+        let found = found.map_err(|e| format!("{e:#}"))?;
+        *held = Some(database);
+        Ok(found)
+    };
     match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
-        Ok(Ok(found)) => Ok(found.map(|at| candidates[at].clone())),
+        Ok(Ok(found)) => Ok(found.map(|at: usize| candidates[at].clone())),
         Ok(Err(why)) => Err(why),
         Err(_) => Err(format!(
             "the database did not answer within {} s",
             LOOKUP_TIMEOUT.as_secs()
         )),
     }
-}
-
-/// [`Database::first_row_of`] on the hook's connection, opened when there is none (or it
-/// ended) and dropped after an error, so that the next event opens a fresh one.
-async fn lookup(
-    app: &App,
-    url: &Redacted,
-    route: &Route,
-    ids: &[&str],
-) -> Result<Option<usize>, String> {
-    let mut held = app.hook.database.lock().await;
-    let database = match held.take() {
-        Some(database) if !database.is_closed() => database,
-        _ => Database::connect(url.expose())
-            .await
-            .map_err(|e| format!("{e:#}"))?,
-    };
-    let found = database.first_row_of(route, ids).await;
-    let found = found.map_err(|e| format!("{e:#}"))?;
-    *held = Some(database);
-    Ok(found)
 }
 
 /// 503: the database or GitHub could not answer; a later event or the sweep writes the state.
@@ -635,13 +619,12 @@ fn unavailable(route: &Arc<Route>, why: &str) -> Heard {
 fn noted(
     app: &App,
     route: &Arc<Route>,
-    row: RowFound,
+    found: RowRef,
     state: RowState,
     pull_request: Option<String>,
     opened: bool,
     why: String,
 ) -> Heard {
-    let found = row.found;
     let id = found.id.as_str();
     app.pipeline.write_state(StatusWrite {
         route: Arc::clone(route),
