@@ -37,7 +37,7 @@ use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
 use crate::db::Reachability;
 use crate::event::RowEvent;
-use crate::metrics::{Metrics, CONTENT_TYPE, NO_ROUTE};
+use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
 use crate::shutdown::Shutdown;
@@ -104,13 +104,21 @@ impl App {
     /// Counts, logs (in the delivery's span, the current one) and remembers a delivery's
     /// answer, given `took` after it began; `decision` holds what the delivery named.
     fn record(&self, decision: Decision, answer: &Answer, took: Duration) {
+        // Each field of the span is recorded once (a text log would show it twice): what the
+        // delivery did not name is recorded here, `none` for the route and the answer's row's
+        // id, or empty.
+        let (route_named, id_named) = (!decision.route.is_empty(), decision.id.is_some());
         let decision = decision.answered(answer);
+        let span = Span::current();
+        if !route_named {
+            span.record("route", &decision.route);
+        }
+        if !id_named {
+            span.record("id", decision.id.as_deref().unwrap_or(""));
+        }
         let (status, outcome, reason) = answer.labels();
         self.metrics
             .delivery(&decision.route, status, outcome, reason);
-        if let Some(row) = answer.row() {
-            Span::current().record("id", row.id.as_str());
-        }
         // A refusal before the row is one of many alike, which anyone can send: its line is
         // kept to one a minute.
         match answer.reason() {
@@ -260,9 +268,9 @@ impl FromRequest<Arc<App>> for Delivered {
         let span = tracing::error_span!(
             "delivery",
             delivery = delivery_id(&parts.headers),
-            route = NO_ROUTE,
+            route = field::Empty,
             table = field::Empty,
-            id = "",
+            id = field::Empty,
             column = field::Empty,
         );
         let webhook = &app.config.webhook;
@@ -384,14 +392,6 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
         table: Some(table),
         ..Decision::default()
     };
-    let mut named = |field: &'static str, value: String| {
-        span.record(field, &value);
-        match field {
-            "route" => decision.route = value,
-            "id" => decision.id = Some(value),
-            _ => decision.column = Some(value),
-        }
-    };
     let answer = match app.routes.route(false, &event) {
         // A 200 would pass for a success in pg_net's log: a trigger on a table no route takes
         // is a setup to fix.
@@ -404,7 +404,8 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
         ),
         Err(ignored) => {
             if let Some(route) = ignored.route() {
-                named("route", route.table_name());
+                decision.route = route.table_name();
+                span.record("route", &decision.route);
             }
             if let Ignored::NotReady {
                 route,
@@ -412,28 +413,29 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                 ..
             } = &ignored
             {
-                named("id", id.to_string());
+                span.record("id", id.as_str());
+                decision.id = Some(id.to_string());
                 app.pipeline
                     .note(route, id.as_str(), RowState::Waiting, false);
             }
             Answer::Ignored(ignored)
         }
         Ok(compiled) => {
-            named("route", compiled.route.table_name());
+            decision.route = compiled.route.table_name();
+            span.record("route", &decision.route);
             match compiled.plan_json(&event.record) {
                 Ok(plan) => {
-                    named("id", plan.id.to_string());
+                    span.record("id", plan.id.as_str());
+                    decision.id = Some(plan.id.to_string());
                     // The body is not needed past here: a waiting row keeps only its plan.
                     drop(event);
                     admit(&app, plan).await
                 }
                 Err(e) => {
-                    if let Some(id) = e.row_id() {
-                        named("id", id);
-                    }
-                    if let Some(column) = e.column() {
-                        named("column", column.to_owned());
-                    }
+                    decision.id = e.row_id();
+                    decision.column = e.column().map(str::to_owned);
+                    span.record("id", decision.id.as_deref());
+                    span.record("column", decision.column.as_deref());
                     if let Some(id) = e.refused_id() {
                         app.pipeline
                             .note(&compiled.route, id, RowState::Refused, false);
