@@ -111,7 +111,7 @@ impl App {
         let decision = decision.answered(answer);
         let span = Span::current();
         if !route_named {
-            span.record("route", &decision.route);
+            span.record("route", field::display(&decision.route));
         }
         if !id_named {
             span.record("id", decision.id.as_deref().unwrap_or(""));
@@ -267,7 +267,7 @@ impl FromRequest<Arc<App>> for Delivered {
         // At error level, so that it is there for every line of the delivery's.
         let span = tracing::error_span!(
             "delivery",
-            delivery = delivery_id(&parts.headers),
+            delivery = %delivery_id(&parts.headers),
             route = field::Empty,
             table = field::Empty,
             id = field::Empty,
@@ -405,7 +405,7 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
         Err(ignored) => {
             if let Some(route) = ignored.route() {
                 decision.route = route.table_name();
-                span.record("route", &decision.route);
+                span.record("route", field::display(&decision.route));
             }
             if let Ignored::NotReady {
                 route,
@@ -422,7 +422,7 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
         }
         Ok(compiled) => {
             decision.route = compiled.route.table_name();
-            span.record("route", &decision.route);
+            span.record("route", field::display(&decision.route));
             match compiled.plan_json(&event.record) {
                 Ok(plan) => {
                     span.record("id", plan.id.as_str());
