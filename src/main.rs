@@ -95,7 +95,14 @@ where
                 fields.entry(name).or_insert(value);
             }
         }
-        writeln!(writer, "{}", serde_json::Value::Object(fields))
+        // `timestamp` and `level` first, as on every other line; the rest in the map's order.
+        let head = ["timestamp", "level"].map(|key| fields.remove_entry(key));
+        writer.write_char('{')?;
+        for (n, (key, value)) in head.into_iter().flatten().chain(fields).enumerate() {
+            let comma = if n == 0 { "" } else { "," };
+            write!(writer, "{comma}{}:{value}", serde_json::Value::String(key))?;
+        }
+        writeln!(writer, "}}")
     }
 }
 

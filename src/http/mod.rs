@@ -434,8 +434,13 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                 Err(e) => {
                     decision.id = e.row_id();
                     decision.column = e.column().map(str::to_owned);
-                    span.record("id", decision.id.as_deref());
-                    span.record("column", decision.column.as_deref());
+                    // Only what is there: a text log still spaces a field recorded empty.
+                    if let Some(id) = &decision.id {
+                        span.record("id", id.as_str());
+                    }
+                    if let Some(column) = &decision.column {
+                        span.record("column", column.as_str());
+                    }
                     if let Some(id) = e.refused_id() {
                         app.pipeline
                             .note(&compiled.route, id, RowState::Refused, false);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use fake_github::{FakeGithub, PullState, TEST_APP_PRIVATE_KEY_PEM};
+use fake_github::{FakeGithub, Fault, Op, PullState, TEST_APP_PRIVATE_KEY_PEM};
 use serde_json::{json, Value};
 use tokio::process::Command;
 
@@ -316,6 +316,19 @@ async fn a_dead_claim_and_a_never_seen_row_say_what_reconcile_and_redo_would_do(
     .await;
     assert_eq!(report["reconcile"]["verdict"], "already_ran");
     assert_eq!(report["reconcile"]["branch"], "feedback/46-ran-nothing");
+
+    // Runs that cannot be read cannot tell it from a dead claim: the sweep would stop there.
+    fake.inject(Op::ListRuns, Fault::Status(503), 1_000_000);
+    let out = explain(&config, Some(&table.url), "46", true).await;
+    assert_eq!(out.code, 1, "{out}");
+    let report = out.json();
+    assert_eq!(report["forge"]["runs"]["status"], "unreachable", "{out}");
+    assert_eq!(report["reconcile"]["verdict"], "unknown", "{out}");
+    let says = report["reconcile"]["says"].as_str().unwrap_or_default();
+    assert!(
+        says.starts_with("unknown: the sweep lists workflow runs"),
+        "{out}"
+    );
     assert_read_only(&fake);
 }
 

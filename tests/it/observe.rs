@@ -179,6 +179,12 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
+    // Every line opens with its time and level, a delivery's (its span's fields lifted to the
+    // top) as any other.
+    for line in log.lines() {
+        assert!(line.starts_with(r#"{"timestamp":"#), "{line}");
+        assert!(line.contains(r#"","level":""#), "{line}");
+    }
     let delivery = lines
         .iter()
         .find(|l| l["message"] == "delivery" && l["id"] == "42")

@@ -96,6 +96,13 @@ pub(super) async fn reconcile(
         let says = format!("unknown: the sweep lists pull requests, and here they are {why}");
         return Forecast::new("unknown", says);
     }
+    // The runs tell a claim whose work ran from a dead one: unread, the sweep would stop.
+    let runs = &report.forge.runs;
+    if !matches!(runs.status, "ok" | "not_kept" | "not_permitted") {
+        let why = runs.detail.as_deref().unwrap_or("not read");
+        let says = format!("unknown: the sweep lists workflow runs, and here they are {why}");
+        return Forecast::new("unknown", says);
+    }
     let queue = match &report.queue {
         None => None,
         Some(queue) if queue.status != "ok" => {
@@ -125,7 +132,7 @@ pub(super) async fn reconcile(
         prefix,
         branches.collect(),
         pulls.items.clone(),
-        &report.forge.runs.items,
+        &runs.items,
         queue,
         stale_before,
     );
