@@ -231,6 +231,64 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
 }
 
 #[tokio::test]
+async fn a_text_delivery_line_names_its_fields_once_and_only_those_it_has() {
+    let dir = dir_with_repository().await;
+    let secret = random_secret();
+    let mut served = child::serve(
+        dir,
+        Start {
+            config: &child::local_config(""),
+            env: vec![("ROWBRANCH_LOG_FORMAT", "text".into())],
+            nofile: None,
+            secret: secret.clone(),
+        },
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let send = |id: &str, body: String| {
+        client
+            .post(format!("{}/webhook", served.url))
+            .header("content-type", "application/json")
+            .header("authorization", format!("Bearer {secret}"))
+            .header("webhook-id", id)
+            .body(body)
+            .send()
+    };
+    // An id no branch can be named from, at fault in a column; a record that is no object.
+    let bad_id = insert(json!(["not", "an", "id"]), "Bad id").to_string();
+    assert_eq!(send("msg_bad_id", bad_id).await.unwrap().status(), 422);
+    let mut shapeless = insert(json!(7), "No object");
+    shapeless["record"] = json!("a row as text");
+    let status = send("msg_shapeless", shapeless.to_string())
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_client_error(), "{status}");
+    served.stops_cleanly(Duration::from_secs(30)).await;
+    let log = served.log();
+    let line = |id: &str| {
+        let line = (log.lines()).find(|l| l.contains("delivery{") && l.contains(id));
+        line.unwrap_or_else(|| panic!("no delivery line for {id}: {log}"))
+    };
+    // The shapeless body is refused before its table is read: it names no table either.
+    for (id, named) in [("msg_bad_id", 1), ("msg_shapeless", 0)] {
+        let line = line(id);
+        for field in ["delivery=", "route=", "id="] {
+            assert_eq!(line.matches(field).count(), 1, "{field} in {line}");
+        }
+        for field in ["table=", "column="] {
+            assert_eq!(line.matches(field).count(), named, "{field} in {line}");
+        }
+        // The span's fields, one space apart, no space left where a field was not recorded.
+        let span = line
+            .split_once("delivery{")
+            .and_then(|(_, rest)| rest.split_once("}:"));
+        let (fields, _) = span.unwrap_or_else(|| panic!("no span in {line}"));
+        assert!(!fields.contains("  ") && !fields.ends_with(' '), "{line}");
+    }
+}
+
+#[tokio::test]
 async fn a_config_error_is_a_json_line_too() {
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_rowbranch"))
