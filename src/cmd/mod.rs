@@ -64,7 +64,7 @@ fn duration_flag(flag: &str, text: &str, examples: &str) -> Result<Duration, Fai
         .filter(|d| !d.is_zero() && d.as_secs() < 100 * 365 * 86_400)
         .ok_or_else(|| {
             usage(format!(
-                "{flag} {text}: write a duration such as {examples}"
+                "{flag} {text}: write a duration above zero and under 100 years, such as {examples}"
             ))
         })
 }
@@ -207,4 +207,24 @@ async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Fa
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_duration_flag_takes_a_duration_above_zero_and_under_a_hundred_years() {
+        let read = |text| duration_flag("--max-time", text, "4m or 90s");
+        assert_eq!(read("4m").ok(), Some(Duration::from_secs(240)));
+        for text in ["0s", "900000h", "soon"] {
+            let Err(Failure::Usage(e)) = read(text) else {
+                panic!("{text} was taken");
+            };
+            assert_eq!(
+                e.to_string(),
+                format!("--max-time {text}: write a duration above zero and under 100 years, such as 4m or 90s")
+            );
+        }
+    }
 }

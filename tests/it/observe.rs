@@ -137,20 +137,24 @@ async fn github_requests_retries_tokens_and_the_rate_limit_are_counted() {
     app.shutdown().await;
 }
 
+/// `serve` on a local repository, logging in `format`; and its webhook secret.
+async fn logging_server(format: &str) -> (child::Served, String) {
+    let secret = random_secret();
+    let start = Start {
+        config: &child::local_config(""),
+        env: vec![("ROWBRANCH_LOG_FORMAT", format.into())],
+        nofile: None,
+        secret: secret.clone(),
+    };
+    (
+        child::serve(dir_with_repository().await, start).await,
+        secret,
+    )
+}
+
 #[tokio::test]
 async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
-    let dir = dir_with_repository().await;
-    let secret = random_secret();
-    let mut served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config(""),
-            env: vec![("ROWBRANCH_LOG_FORMAT", "json".into())],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let (mut served, secret) = logging_server("json").await;
     let client = reqwest::Client::new();
     let send = |auth: String, id: u64| {
         client
@@ -232,18 +236,7 @@ async fn json_logs_are_only_json_and_carry_the_decision_and_the_run() {
 
 #[tokio::test]
 async fn a_text_delivery_line_names_its_fields_once_and_only_those_it_has() {
-    let dir = dir_with_repository().await;
-    let secret = random_secret();
-    let mut served = child::serve(
-        dir,
-        Start {
-            config: &child::local_config(""),
-            env: vec![("ROWBRANCH_LOG_FORMAT", "text".into())],
-            nofile: None,
-            secret: secret.clone(),
-        },
-    )
-    .await;
+    let (mut served, secret) = logging_server("text").await;
     let client = reqwest::Client::new();
     let send = |id: &str, body: String| {
         client
