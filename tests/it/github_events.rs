@@ -175,14 +175,14 @@ async fn a_pull_requests_events_move_its_row_repeated_and_out_of_order_alike() {
     let fake = fake().await;
     fake.create_branch(REPO, BRANCH, "main");
     let server = app(&fake, &table, Some(HOOK_SECRET)).await;
+    // The pull request from the row's branch, `action` (and `merged`) as GitHub sends it.
+    let pull = |action: &str, merged: bool| {
+        let event = pull_request(action, BRANCH, merged, REPO);
+        let server = &server;
+        async move { send(server, "pull_request", &event, HOOK_SECRET).await }
+    };
 
-    let reply = send(
-        &server,
-        "pull_request",
-        &pull_request("opened", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await;
+    let reply = pull("opened", false).await;
     reply.expect(200, "pr_open");
     assert_eq!(reply.body["pull_request"], LINK, "{}", reply.text);
     assert_eq!(reply.body["id"], "7", "{}", reply.text);
@@ -190,64 +190,22 @@ async fn a_pull_requests_events_move_its_row_repeated_and_out_of_order_alike() {
     becomes(&table, 7, "pr_open").await;
     assert_eq!(row(&table, 7).await.1.as_deref(), Some(LINK));
     // The same event again: answered alike, and the row is left as it is.
-    send(
-        &server,
-        "pull_request",
-        &pull_request("opened", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await
-    .expect(200, "pr_open");
+    pull("opened", false).await.expect(200, "pr_open");
 
-    send(
-        &server,
-        "pull_request",
-        &pull_request("closed", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await
-    .expect(200, "closed");
+    pull("closed", false).await.expect(200, "closed");
     becomes(&table, 7, "closed").await;
     // A late `opened` (GitHub sends no order) leaves it closed; only `reopened` opens it again.
-    send(
-        &server,
-        "pull_request",
-        &pull_request("opened", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await
-    .expect(200, "pr_open");
+    pull("opened", false).await.expect(200, "pr_open");
     settled(&server, &table, 101).await;
     assert_eq!(row(&table, 7).await.0.as_deref(), Some("closed"));
-    send(
-        &server,
-        "pull_request",
-        &pull_request("reopened", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await
-    .expect(200, "pr_open");
+    pull("reopened", false).await.expect(200, "pr_open");
     becomes(&table, 7, "pr_open").await;
 
-    send(
-        &server,
-        "pull_request",
-        &pull_request("closed", BRANCH, true, REPO),
-        HOOK_SECRET,
-    )
-    .await
-    .expect(200, "merged");
+    pull("closed", true).await.expect(200, "merged");
     becomes(&table, 7, "merged").await;
     // `merged` is last: whatever comes after, in whatever order, leaves it.
     for (action, merged) in [("opened", false), ("reopened", false), ("closed", false)] {
-        send(
-            &server,
-            "pull_request",
-            &pull_request(action, BRANCH, merged, REPO),
-            HOOK_SECRET,
-        )
-        .await
-        .expect(
+        pull(action, merged).await.expect(
             200,
             if action == "closed" {
                 "closed"
@@ -257,13 +215,7 @@ async fn a_pull_requests_events_move_its_row_repeated_and_out_of_order_alike() {
         );
     }
     // An action that says nothing of a state is ignored.
-    let labeled = send(
-        &server,
-        "pull_request",
-        &pull_request("labeled", BRANCH, false, REPO),
-        HOOK_SECRET,
-    )
-    .await;
+    let labeled = pull("labeled", false).await;
     labeled.expect(200, "ignored");
     assert_eq!(labeled.reason(), "action", "{}", labeled.text);
     settled(&server, &table, 102).await;
