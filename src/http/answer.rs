@@ -1,12 +1,14 @@
-//! Every answer the webhook gives, and the one mapping from answer to HTTP (SPEC §3's table).
+//! Every answer `/webhook` and `/github` give, and the one mapping from answer to HTTP (SPEC
+//! §3's tables).
 
 use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde_json::json;
 
+use crate::db::status::RowState;
 use crate::identity::{BranchName, RepoName, RowId};
 use crate::metrics::AnswerLabels;
 use crate::pipeline::{Ignored, Outcome, RunError};
@@ -24,12 +26,24 @@ pub struct RowRef {
     pub repo: RepoName,
 }
 
-/// What the webhook answers.
+/// What `/webhook` and `/github` answer.
 #[derive(Debug)]
 pub enum Answer {
     Dispatched(RowRef),
     Duplicate(RowRef, Reason),
-    Ignored(Ignored),
+    /// Nothing done, for `reason`; about `row` when an App event's branch named one.
+    Ignored {
+        reason: Reason,
+        message: String,
+        row: Option<RowRef>,
+    },
+    /// An App event's state handed to the status writer, with its pull request's link.
+    Noted {
+        row: RowRef,
+        state: RowState,
+        pull_request: Option<String>,
+        message: String,
+    },
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
     /// Not done, for `reason`, which gives the status ([`Answer::status`]); `retry_after` for
@@ -48,6 +62,15 @@ impl Answer {
             reason,
             message: message.into(),
             retry_after: None,
+        }
+    }
+
+    /// Nothing done, for `reason`, and no row named.
+    pub fn ignored(reason: Reason, message: String) -> Answer {
+        Answer::Ignored {
+            reason,
+            message,
+            row: None,
         }
     }
 
@@ -103,11 +126,29 @@ impl Answer {
         }
     }
 
-    /// SPEC §3's table: a refusal's status follows from its reason ([`refusal_status`]).
+    /// SPEC §3's tables: a refusal's status follows from its reason, at `/webhook` and
+    /// `/github` alike.
     pub fn status(&self) -> StatusCode {
         match self {
             Answer::Accepted(..) => StatusCode::ACCEPTED,
-            Answer::Refused { reason, .. } => refusal_status(*reason),
+            Answer::Refused { reason, .. } => match reason {
+                Reason::NotConfigured => StatusCode::NOT_FOUND,
+                Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+                Reason::Unauthorized => StatusCode::UNAUTHORIZED,
+                Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
+                Reason::Malformed => StatusCode::BAD_REQUEST,
+                Reason::BadId
+                | Reason::MissingColumn
+                | Reason::PayloadRefused
+                | Reason::NoRoute => StatusCode::UNPROCESSABLE_ENTITY,
+                Reason::Unavailable
+                | Reason::QueueFull
+                | Reason::QueueBytesFull
+                | Reason::Abandoned => StatusCode::SERVICE_UNAVAILABLE,
+                // `internal`; a duplicate's or an ignored event's reason is no refusal's.
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
             _ => StatusCode::OK,
         }
     }
@@ -116,29 +157,16 @@ impl Answer {
     /// status page say.
     pub fn reason(&self) -> Option<Reason> {
         match self {
-            Answer::Dispatched(_) | Answer::Accepted(..) => None,
-            Answer::Duplicate(_, reason) => Some(*reason),
-            Answer::Ignored(why) => Some(why.reason()),
-            Answer::Refused { reason, .. } => Some(*reason),
+            Answer::Dispatched(_) | Answer::Accepted(..) | Answer::Noted { .. } => None,
+            Answer::Duplicate(_, reason)
+            | Answer::Ignored { reason, .. }
+            | Answer::Refused { reason, .. } => Some(*reason),
         }
     }
 
-    /// The body's `reason`: a duplicate's, an ignored event's, and of the refusals the two its
-    /// sender's operator must act on: `missing_column` (the route does not fit the table) and
-    /// `no_route` (no route takes the table). The other refusals say why in their message.
-    pub fn body_reason(&self) -> Option<Reason> {
-        match self {
-            Answer::Refused { reason, .. }
-                if !matches!(reason, Reason::MissingColumn | Reason::NoRoute) =>
-            {
-                None
-            }
-            _ => self.reason(),
-        }
-    }
-
-    /// The series of `rowbranch_deliveries_total` it is counted in: its status, its outcome and
-    /// its reason, the one its log line gives (empty when it has none).
+    /// The series of `rowbranch_deliveries_total` (or `rowbranch_github_events_total`) it is
+    /// counted in: its status, its outcome and its reason, the one its log line gives (empty
+    /// when it has none).
     pub fn labels(&self) -> AnswerLabels {
         let reason = self.reason().map_or("", Reason::as_str);
         (self.status().as_u16(), self.outcome(), reason)
@@ -147,10 +175,12 @@ impl Answer {
     /// The row the answer is about, when it names one.
     pub fn row(&self) -> Option<&RowRef> {
         match self {
-            Answer::Dispatched(row) | Answer::Duplicate(row, _) | Answer::Accepted(row, _) => {
-                Some(row)
-            }
-            _ => None,
+            Answer::Dispatched(row)
+            | Answer::Duplicate(row, _)
+            | Answer::Accepted(row, _)
+            | Answer::Noted { row, .. } => Some(row),
+            Answer::Ignored { row, .. } => row.as_ref(),
+            Answer::Refused { .. } => None,
         }
     }
 
@@ -159,7 +189,8 @@ impl Answer {
         match self {
             Answer::Dispatched(_) => "dispatched",
             Answer::Duplicate(..) => "duplicate",
-            Answer::Ignored(_) => "ignored",
+            Answer::Ignored { .. } => "ignored",
+            Answer::Noted { state, .. } => state.as_str(),
             Answer::Accepted(..) => "accepted",
             Answer::Refused { .. } => "error",
         }
@@ -184,60 +215,48 @@ impl Answer {
                 };
                 format!("row {} is already handled: {why}", row.id)
             }
-            Answer::Ignored(why) => format!("ignored: {why}"),
             Answer::Accepted(row, waited) => format!(
                 "row {} is still being handled after {} ms; the work goes on in the background",
                 row.id,
                 waited.as_millis()
             ),
-            Answer::Refused { message, .. } => message.clone(),
+            Answer::Ignored { message, .. }
+            | Answer::Noted { message, .. }
+            | Answer::Refused { message, .. } => message.clone(),
         }
     }
-}
 
-/// The status of a refusal for `reason`, at `/webhook` and `/github` alike.
-pub fn refusal_status(reason: Reason) -> StatusCode {
-    match reason {
-        Reason::NotConfigured => StatusCode::NOT_FOUND,
-        Reason::ContentType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        Reason::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-        Reason::Unauthorized => StatusCode::UNAUTHORIZED,
-        Reason::TimedOut => StatusCode::REQUEST_TIMEOUT,
-        Reason::Malformed => StatusCode::BAD_REQUEST,
-        Reason::BadId | Reason::MissingColumn | Reason::PayloadRefused | Reason::NoRoute => {
-            StatusCode::UNPROCESSABLE_ENTITY
+    /// The answer as HTTP: the JSON body every answer has — its outcome and message, its row,
+    /// and its reason — with `Retry-After` for a 503 that asks to retry. `/github`'s body names
+    /// `every_reason`; `/webhook`'s only a duplicate's, an ignored event's, and of the refusals
+    /// the two its sender's operator must act on: `missing_column` (the route does not fit the
+    /// table) and `no_route` (no route takes the table). Its other refusals say why in their
+    /// message.
+    pub fn response(self, every_reason: bool) -> Response {
+        let mut body = json!({ "outcome": self.outcome(), "message": self.message() });
+        if let Some(row) = self.row() {
+            body["id"] = json!(row.id.as_str());
+            body["branch"] = json!(row.branch.as_str());
+            body["repo"] = json!(row.repo.to_string());
         }
-        Reason::Unavailable | Reason::QueueFull | Reason::QueueBytesFull | Reason::Abandoned => {
-            StatusCode::SERVICE_UNAVAILABLE
+        let reason = match &self {
+            Answer::Refused { reason, .. }
+                if !every_reason && !matches!(reason, Reason::MissingColumn | Reason::NoRoute) =>
+            {
+                None
+            }
+            _ => self.reason(),
+        };
+        if let Some(reason) = reason {
+            body["reason"] = json!(reason.as_str());
         }
-        // `internal`; a duplicate's or an ignored event's reason is no refusal's.
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    }
-}
-
-/// The JSON body every answer has, `/webhook`'s and `/github`'s: its outcome and message, its
-/// reason when it gives one, and the row it is about.
-pub fn body(outcome: &str, message: String, reason: Option<Reason>, row: Option<&RowRef>) -> Value {
-    let mut body = json!({ "outcome": outcome, "message": message });
-    if let Some(row) = row {
-        body["id"] = json!(row.id.as_str());
-        body["branch"] = json!(row.branch.as_str());
-        body["repo"] = json!(row.repo.to_string());
-    }
-    if let Some(reason) = reason {
-        body["reason"] = json!(reason.as_str());
-    }
-    body
-}
-
-impl IntoResponse for Answer {
-    fn into_response(self) -> Response {
-        let body = body(
-            self.outcome(),
-            self.message(),
-            self.body_reason(),
-            self.row(),
-        );
+        if let Answer::Noted {
+            pull_request: Some(link),
+            ..
+        } = &self
+        {
+            body["pull_request"] = json!(link);
+        }
         let mut response = (self.status(), Json(body)).into_response();
         if let Answer::Refused {
             retry_after: Some(retry_after),
@@ -250,6 +269,12 @@ impl IntoResponse for Answer {
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
+    }
+}
+
+impl From<Ignored> for Answer {
+    fn from(why: Ignored) -> Answer {
+        Answer::ignored(why.reason(), format!("ignored: {why}"))
     }
 }
 
@@ -290,29 +315,42 @@ mod tests {
     /// One answer of each kind the webhook gives, and each reason.
     fn every_answer() -> Vec<Answer> {
         let second = Duration::from_secs(1);
-        let mut answers = vec![
-            Answer::Dispatched(row()),
-            Answer::Ignored(Ignored::Event {
+        let ignored = [
+            Ignored::Event {
                 route: route("webhook"),
                 kind: EventKind::Update,
-            }),
+            },
             // A webhook delivery of a queue route's table; the other way round (`webhook_intake`)
             // is a queue message's, never an answer.
-            Answer::Ignored(Ignored::OtherIntake {
+            Ignored::OtherIntake {
                 route: route("pgmq"),
-            }),
-            Answer::Ignored(Ignored::NotReady {
+            },
+            Ignored::NotReady {
                 route: route("webhook"),
                 why: "held".into(),
                 id: None,
-            }),
-            Answer::Ignored(Ignored::PassedBefore {
+            },
+            Ignored::PassedBefore {
                 route: route("webhook"),
                 gate: "status = true".into(),
-            }),
+            },
+        ];
+        for why in &ignored {
+            // A kind of ignored delivery not listed above stops this from compiling.
+            match why {
+                Ignored::NoRoute { .. }
+                | Ignored::Event { .. }
+                | Ignored::OtherIntake { .. }
+                | Ignored::NotReady { .. }
+                | Ignored::PassedBefore { .. } => {}
+            }
+        }
+        let mut answers: Vec<Answer> = ignored.into_iter().map(Answer::from).collect();
+        answers.extend([
+            Answer::Dispatched(row()),
             Answer::Accepted(row(), second),
             Answer::internal(),
-        ];
+        ]);
         for reason in [
             Reason::ContentType,
             Reason::TooLarge,
@@ -347,12 +385,11 @@ mod tests {
             match answer {
                 Answer::Dispatched(_)
                 | Answer::Duplicate(..)
-                | Answer::Ignored(Ignored::NoRoute { .. })
-                | Answer::Ignored(Ignored::Event { .. })
-                | Answer::Ignored(Ignored::OtherIntake { .. })
-                | Answer::Ignored(Ignored::NotReady { .. } | Ignored::PassedBefore { .. })
+                | Answer::Ignored { .. }
                 | Answer::Accepted(..)
                 | Answer::Refused { .. } => {}
+                // `/github`'s alone: its own test counts it.
+                Answer::Noted { .. } => {}
             }
         }
         answers

@@ -14,27 +14,28 @@
 //! repository (a fork can name a head `feedback/7-x` too), under its prefix, for a row the
 //! table still has, and no older than the row's latest `-redo-N`.
 
+// An event's answer is one per request, moved a few times: its size costs nothing.
+#![allow(clippy::result_large_err)]
+
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::response::Response;
 use futures_util::FutureExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::answer::{body, refusal_status, RowRef};
+use super::answer::{Answer, RowRef};
 use super::status::{quoted, OncePerMinute};
 use super::App;
 use crate::config::{Config, Route};
 use crate::db::status::{RowState, StatusWrite};
 use crate::db::Database;
 use crate::identity::{redo_rank, BranchName, RowId};
-use crate::metrics::{AnswerLabels, NO_ROUTE};
+use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
 use crate::webhook::auth::WebhookSecrets;
 
@@ -73,71 +74,6 @@ impl Hook {
     }
 }
 
-/// One answer of `POST /github`: the JSON body every answer has, its status, and what it is
-/// counted and logged under.
-#[derive(Debug)]
-struct Heard {
-    status: StatusCode,
-    /// The state handed to the writer (`pr_open`, `merged`, `closed`, `failed`), `ignored`, or
-    /// `error`.
-    outcome: &'static str,
-    reason: Option<Reason>,
-    message: String,
-    /// The route the event's branch belongs to, once known.
-    route: Option<Arc<Route>>,
-    row: Option<RowRef>,
-    /// The pull request's `html_url`, written with `pr_open`, `merged` and `closed`.
-    pull_request: Option<String>,
-}
-
-impl Heard {
-    /// A refusal, its status following from its reason.
-    fn refused(reason: Reason, message: impl Into<String>) -> Heard {
-        Heard {
-            status: refusal_status(reason),
-            outcome: "error",
-            reason: Some(reason),
-            message: message.into(),
-            route: None,
-            row: None,
-            pull_request: None,
-        }
-    }
-
-    /// `200 ignored`: nothing is written.
-    fn ignored(reason: Reason, message: impl Into<String>) -> Heard {
-        Heard {
-            status: StatusCode::OK,
-            outcome: "ignored",
-            ..Heard::refused(reason, message)
-        }
-    }
-
-    /// The same answer, about `route`.
-    fn on(self, route: &Arc<Route>) -> Heard {
-        Heard {
-            route: Some(Arc::clone(route)),
-            ..self
-        }
-    }
-
-    /// What it is counted under in `rowbranch_github_events_total`.
-    fn labels(&self) -> AnswerLabels {
-        let reason = self.reason.map_or("", Reason::as_str);
-        (self.status.as_u16(), self.outcome, reason)
-    }
-}
-
-impl IntoResponse for Heard {
-    fn into_response(self) -> Response {
-        let mut body = body(self.outcome, self.message, self.reason, self.row.as_ref());
-        if let Some(link) = &self.pull_request {
-            body["pull_request"] = json!(link);
-        }
-        (self.status, Json(body)).into_response()
-    }
-}
-
 /// An event as its extractor read it: its name (`X-GitHub-Event`) and verified body, or the
 /// answer it was refused with.
 pub(super) struct HookEvent {
@@ -145,7 +81,7 @@ pub(super) struct HookEvent {
     delivery: String,
     name: String,
     start: Instant,
-    read: Result<Bytes, Heard>,
+    read: Result<Bytes, Answer>,
 }
 
 impl FromRequest<Arc<App>> for HookEvent {
@@ -175,14 +111,14 @@ impl FromRequest<Arc<App>> for HookEvent {
             too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
         };
         let read = match door.secrets {
-            None => Err(Heard::refused(
+            None => Err(Answer::refused(
                 Reason::NotConfigured,
                 "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to \
                  the App's webhook secret (docs/operating.md, \"The App's events\")",
             )),
             Some(_) => super::read_verified(&parts.headers, body, app, door)
                 .await
-                .map_err(|(reason, message, _)| Heard::refused(reason, message)),
+                .map_err(|(reason, message, _)| Answer::refused(reason, message)),
         };
         Ok(HookEvent {
             delivery,
@@ -203,35 +139,46 @@ pub(super) async fn github(State(app): State<Arc<App>>, event: HookEvent) -> Res
         read,
     } = event;
     let decided = tokio::spawn(async move {
-        let heard = match read {
+        let (route, answer) = match read {
             // A bug is answered and counted like any answer; the panic's own line says what.
             Ok(body) => AssertUnwindSafe(decide(&app, &name, &body))
                 .catch_unwind()
                 .await
-                .unwrap_or_else(|_| Heard::refused(Reason::Internal, "internal error")),
-            Err(refused) => refused,
+                .unwrap_or_else(|_| (None, Answer::internal())),
+            Err(refused) => (None, refused),
         };
-        record(&app, &delivery, &name, &heard, start.elapsed());
-        heard
+        record(
+            &app,
+            &delivery,
+            &name,
+            route.as_deref(),
+            &answer,
+            start.elapsed(),
+        );
+        answer
     });
-    match decided.await {
-        Ok(heard) => heard.into_response(),
-        Err(_) => Heard::refused(Reason::Internal, "internal error").into_response(),
-    }
+    let answer = decided.await.unwrap_or_else(|_| Answer::internal());
+    answer.response(true)
 }
 
-/// Counts and logs an answer: one line each, but a refusal before the event is read (which
-/// anyone who reaches the port can cause) at most once a minute for each reason.
-fn record(app: &App, delivery: &str, event: &str, heard: &Heard, took: Duration) {
-    let route = heard.route.as_ref().map(|r| r.table_name());
+/// Counts and logs an answer about `route`: one line each, but a refusal before the event is
+/// read (which anyone who reaches the port can cause) at most once a minute for each reason.
+fn record(
+    app: &App,
+    delivery: &str,
+    event: &str,
+    route: Option<&Route>,
+    answer: &Answer,
+    took: Duration,
+) {
+    let route = route.map(Route::table_name);
     let route = route.as_deref().unwrap_or(NO_ROUTE);
-    app.metrics.github_event(route, heard.labels());
-    let reason = heard.reason.map_or("", Reason::as_str);
-    let (id, branch) = match &heard.row {
+    app.metrics.github_event(route, answer.labels());
+    let (http_status, outcome, reason) = answer.labels();
+    let (id, branch) = match answer.row() {
         Some(row) => (row.id.as_str(), row.branch.as_str()),
         None => ("", ""),
     };
-    let http_status = heard.status.as_u16();
     macro_rules! line {
         ($level:ident, $unlogged:expr, $what:literal) => {
             tracing::$level!(
@@ -241,23 +188,23 @@ fn record(app: &App, delivery: &str, event: &str, heard: &Heard, took: Duration)
                 id,
                 branch,
                 http_status,
-                outcome = heard.outcome,
+                outcome,
                 reason,
-                detail = heard.message,
+                detail = answer.message(),
                 unlogged_since_the_last = $unlogged,
                 duration_ms = took.as_millis() as u64,
                 $what
             )
         };
     }
-    match heard.reason {
+    match answer.reason() {
         Some(before) if before.is_before_the_row() || before == Reason::NotConfigured => {
             if let Some(quiet) = app.hook.quiet.due(before, Instant::now()) {
                 line!(warn, quiet, "refused a GitHub event before reading it");
             }
         }
-        _ if heard.status.is_success() => line!(info, 0, "GitHub event"),
-        _ if heard.status == StatusCode::SERVICE_UNAVAILABLE => line!(warn, 0, "GitHub event"),
+        _ if answer.status().is_success() => line!(info, 0, "GitHub event"),
+        _ if http_status == 503 => line!(warn, 0, "GitHub event"),
         _ => line!(error, 0, "GitHub event"),
     }
 }
@@ -308,91 +255,101 @@ struct RunBody {
     conclusion: Option<String>,
 }
 
-/// The event's answer, from its name and its verified body.
-async fn decide(app: &App, name: &str, body: &[u8]) -> Heard {
+/// What an App event says: the state it hands the writer for the row its branch names.
+struct Said {
+    state: RowState,
+    /// The branch's repository (`None` when a fork's was deleted), and the repository the
+    /// event is about.
+    head: Option<String>,
+    base: String,
+    branch: String,
+    /// A pull request's `html_url`, written with `pr_open`, `merged` and `closed`.
+    pull_request: Option<String>,
+    /// A pull request just `opened`.
+    opened: bool,
+    /// What the message says after the state (a run's conclusion).
+    why: String,
+}
+
+/// The event's answer, from its name and its verified body, and the route its branch belongs
+/// to, once known.
+async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answer) {
     let malformed = |e: serde_json::Error| {
         let message = format!("not a {name} event as GitHub sends it: {e}");
-        Heard::refused(Reason::Malformed, message)
+        Answer::refused(Reason::Malformed, message)
     };
-    match name {
-        "pull_request" => match serde_json::from_slice(body) {
-            Ok(event) => pull_request(app, event).await,
-            Err(e) => malformed(e),
-        },
-        "workflow_run" => match serde_json::from_slice(body) {
-            Ok(event) => workflow_run(app, event).await,
-            Err(e) => malformed(e),
-        },
-        other => Heard::ignored(
+    let said = match name {
+        "pull_request" => serde_json::from_slice(body)
+            .map_err(malformed)
+            .and_then(pull_request),
+        "workflow_run" => serde_json::from_slice(body)
+            .map_err(malformed)
+            .and_then(workflow_run),
+        other => Err(Answer::ignored(
             Reason::Event,
             format!(
                 "rowbranch reads pull_request and workflow_run events, not `{}`",
                 quoted(other, 40)
             ),
-        ),
+        )),
+    };
+    let found = said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said)));
+    match found {
+        Ok((route, said)) => {
+            let answer = write(app, &route, said).await;
+            (Some(route), answer)
+        }
+        Err(answer) => (None, answer),
     }
 }
 
 /// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.
-async fn pull_request(app: &App, event: PullRequestEvent) -> Heard {
+fn pull_request(event: PullRequestEvent) -> Result<Said, Answer> {
     let pull = event.pull_request;
     let state = match (event.action.as_str(), pull.merged) {
         ("opened" | "reopened", _) => RowState::PrOpen,
         ("closed", true) => RowState::Merged,
         ("closed", false) => RowState::Closed,
         (other, _) => {
-            return Heard::ignored(
+            return Err(Answer::ignored(
                 Reason::Action,
                 format!(
                     "a pull request `{}` says nothing of a row's state: rowbranch reads opened, \
                      reopened and closed",
                     quoted(other, 40)
                 ),
-            )
+            ))
         }
     };
-    // The head's repository, not the base's: a fork's pull request into the route's
-    // repository can name a head of the route's prefix, and is no row's.
-    let head = pull.head.repo.map(|r| r.full_name);
-    let (route, row, _) = match row_of(
-        app,
-        head.as_deref(),
-        &event.repository.full_name,
-        &pull.head.branch,
-    )
-    .await
-    {
-        Ok(found) => found,
-        Err(heard) => return heard,
-    };
-    let opened = event.action == "opened";
-    noted(
-        app,
-        &route,
-        row,
+    Ok(Said {
         state,
-        Some(pull.html_url),
-        opened,
-        String::new(),
-    )
+        // The head's repository, not the base's: a fork's pull request into the route's
+        // repository can name a head of the route's prefix, and is no row's.
+        head: pull.head.repo.map(|r| r.full_name),
+        base: event.repository.full_name,
+        branch: pull.head.branch,
+        pull_request: Some(pull.html_url),
+        opened: event.action == "opened",
+        why: String::new(),
+    })
 }
 
-/// completed: `failed` when GitHub lists no pull request from the row's branches (the writer
-/// writes it only over `waiting` or `dispatched`).
-async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
+/// completed: `failed`, written when GitHub lists no pull request from the row's branches
+/// ([`write`]; the writer writes it only over `waiting` or `dispatched`).
+fn workflow_run(event: WorkflowRunEvent) -> Result<Said, Answer> {
     if event.action != "completed" {
-        return Heard::ignored(
+        return Err(Answer::ignored(
             Reason::Action,
             format!(
                 "a workflow run `{}` has not ended: rowbranch reads completed",
                 quoted(&event.action, 40)
             ),
-        );
+        ));
     }
     let run = event.workflow_run;
     let branch = run.display_title.strip_prefix(RUN_TITLE).map(str::trim);
     let (true, Some(branch)) = (run.event == "repository_dispatch", branch) else {
-        return Heard::ignored(
+        return Err(Answer::ignored(
             Reason::NotWork,
             format!(
                 "not the work of a row: a run of the work workflow is started by \
@@ -401,74 +358,44 @@ async fn workflow_run(app: &App, event: WorkflowRunEvent) -> Heard {
                 quoted(&run.event, 40),
                 quoted(&run.display_title, 100)
             ),
-        );
+        ));
     };
-    let repo = &event.repository.full_name;
-    let (route, row, branches) = match row_of(app, Some(repo), repo, branch).await {
-        Ok(found) => found,
-        Err(heard) => return heard,
-    };
-    let forge = app.pipeline.forge();
-    // The branch the run names may be gone (deleted after its pull request closed): asked too.
-    let mut asked = branches;
-    if !asked.contains(&row.branch) {
-        asked.push(row.branch.clone());
-    }
-    for branch in &asked {
-        match forge.has_pull_request(&route.repo, branch).await {
-            Ok(false) => {}
-            Ok(true) => {
-                return Heard {
-                    row: Some(row),
-                    ..Heard::ignored(
-                        Reason::PullRequest,
-                        format!(
-                            "a pull request from {branch} exists: its own events say the row's \
-                             state"
-                        ),
-                    )
-                    .on(&route)
-                }
-            }
-            Err(e) => {
-                return unavailable(&route, &format!("listing {branch}'s pull requests: {e}"))
-            }
-        }
-    }
     let concluded = run.conclusion.as_deref().unwrap_or("without a conclusion");
-    let why = format!(
-        " (its run concluded {}, and GitHub lists no pull request from its branches)",
-        quoted(concluded, 40)
-    );
-    noted(app, &route, row, RowState::Failed, None, false, why)
+    Ok(Said {
+        state: RowState::Failed,
+        head: Some(event.repository.full_name.clone()),
+        base: event.repository.full_name,
+        branch: branch.to_owned(),
+        pull_request: None,
+        opened: false,
+        why: format!(
+            " (its run concluded {}, and GitHub lists no pull request from its branches)",
+            quoted(concluded, 40)
+        ),
+    })
 }
 
-/// The route whose repository is `head` and whose prefix owns `branch`, the row of its table
-/// the branch names, and that row's branches; `base` (the repository the event is about)
-/// tells a fork from a repository no route names.
-async fn row_of(
-    app: &App,
-    head: Option<&str>,
-    base: &str,
-    branch: &str,
-) -> Result<(Arc<Route>, RowRef, Vec<BranchName>), Heard> {
+/// The route whose repository is the event's head and whose prefix owns its branch; the base
+/// (the repository the event is about) tells a fork from a repository no route names.
+fn route_of<'a>(app: &'a App, said: &Said) -> Result<&'a Arc<Route>, Answer> {
     // GitHub's names are the same whatever their case.
     let names = |route: &Arc<Route>, repo: &str| route.repo.to_string().eq_ignore_ascii_case(repo);
     let routes = &app.config.routes;
-    let theirs: Vec<&Arc<Route>> = match head {
+    let theirs: Vec<&Arc<Route>> = match &said.head {
         Some(head) => routes.iter().filter(|r| names(r, head)).collect(),
         None => Vec::new(),
     };
     if theirs.is_empty() {
-        let head = head.map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
-        return Err(match routes.iter().any(|r| names(r, base)) {
-            true => Heard::ignored(
+        let head =
+            (said.head.as_deref()).map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
+        return Err(match routes.iter().any(|r| names(r, &said.base)) {
+            true => Answer::ignored(
                 Reason::Fork,
                 format!(
                     "its branch is in {head}, not in the route's repository: a fork's is no row's"
                 ),
             ),
-            false => Heard::ignored(
+            false => Answer::ignored(
                 Reason::Repository,
                 format!("no route names the repository {head}"),
             ),
@@ -480,22 +407,22 @@ async fn row_of(
         .filter(|route| {
             route
                 .branch_prefix
-                .tail(branch)
+                .tail(&said.branch)
                 .is_some_and(|t| !t.is_empty())
         })
         .max_by_key(|route| route.branch_prefix.as_str().len());
     let Some(route) = owner else {
-        return Err(Heard::ignored(
+        return Err(Answer::ignored(
             Reason::Branch,
             format!(
                 "no route's branch_prefix owns the branch `{}`",
-                quoted(branch, 140)
+                quoted(&said.branch, 140)
             ),
         ));
     };
     // Counted under no route: only the routes that write back have series of their own.
     if !route.writes_back() {
-        return Err(Heard::ignored(
+        return Err(Answer::ignored(
             Reason::NotWritten,
             format!(
                 "route {} writes no status_column or pull_request_column",
@@ -503,61 +430,109 @@ async fn row_of(
             ),
         ));
     }
-    let tail = route.branch_prefix.tail(branch).unwrap_or_default();
+    Ok(route)
+}
+
+/// The state handed to the status writer (which leaves a row already there or later alone;
+/// for a pull request just `opened`, a `closed` row too), for the row of `route`'s table the
+/// branch names — unless the row was redone since, or a run's branches have a pull request.
+async fn write(app: &App, route: &Arc<Route>, said: Said) -> Answer {
+    let tail = route.branch_prefix.tail(&said.branch).unwrap_or_default();
     let id = match which_row(app, route, tail).await {
         Ok(Some(id)) => id,
         Ok(None) => {
-            return Err(Heard::ignored(
+            return Answer::ignored(
                 Reason::NoRow,
                 format!(
                     "no row of {} has the id the branch `{}` names: nothing is written",
                     route.table_name(),
-                    quoted(branch, 140)
+                    quoted(&said.branch, 140)
                 ),
             )
-            .on(route))
         }
-        Err(why) => return Err(unavailable(route, &why)),
+        Err(why) => return unavailable(route, &why),
     };
-    let event_branch = BranchName::existing(&route.branch_prefix, &id, branch)
+    let branch = BranchName::existing(&route.branch_prefix, &id, &said.branch)
         .expect("the id is one of the branch's own prefixes");
-    let found = RowRef {
+    let row = RowRef {
         id,
-        branch: event_branch,
+        branch,
         repo: route.repo.clone(),
     };
-    let listed = app
-        .pipeline
-        .forge()
-        .row_branches(&route.repo, &route.branch_prefix, &found.id);
+    let forge = app.pipeline.forge();
+    let listed = forge.row_branches(&route.repo, &route.branch_prefix, &row.id);
     let branches = match listed.await {
         Ok(branches) => branches,
-        Err(e) => {
-            return Err(unavailable(
-                route,
-                &format!("listing the row's branches: {e}"),
-            ))
-        }
+        Err(e) => return unavailable(route, &format!("listing the row's branches: {e}")),
     };
     // `redo` starts the row anew on `{branch}-redo-N`: an event of an older branch is late news.
     // Ranked as the sweep ranks them (a slug may itself end in `-redo-5`).
     let latest = branches.iter().map(|b| redo_rank(b.as_str())).max();
-    let this = redo_rank(found.branch.as_str());
-    if latest.is_some_and(|latest| latest > this) {
-        return Err(Heard {
-            row: Some(found),
-            ..Heard::ignored(
-                Reason::Superseded,
-                format!(
-                    "the row was redone since (its latest branch ends in -redo-{}): an event of \
-                     an older branch writes nothing",
-                    latest.unwrap_or_default().1
-                ),
-            )
-            .on(route)
-        });
+    if let Some(latest) = latest.filter(|&latest| latest > redo_rank(row.branch.as_str())) {
+        return Answer::Ignored {
+            reason: Reason::Superseded,
+            message: format!(
+                "the row was redone since (its latest branch ends in -redo-{}): an event of an \
+                 older branch writes nothing",
+                latest.1
+            ),
+            row: Some(row),
+        };
     }
-    Ok((Arc::clone(route), found, branches))
+    // A run's `failed`: the branch it names may be gone (deleted after its pull request
+    // closed), so it is asked too.
+    if said.state == RowState::Failed {
+        let mut asked = branches;
+        if !asked.contains(&row.branch) {
+            asked.push(row.branch.clone());
+        }
+        for branch in &asked {
+            match forge.has_pull_request(&route.repo, branch).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    return Answer::Ignored {
+                        reason: Reason::PullRequest,
+                        message: format!(
+                            "a pull request from {branch} exists: its own events say the row's \
+                             state"
+                        ),
+                        row: Some(row),
+                    }
+                }
+                Err(e) => {
+                    return unavailable(route, &format!("listing {branch}'s pull requests: {e}"))
+                }
+            }
+        }
+    }
+    let Said {
+        state,
+        pull_request,
+        opened,
+        why,
+        ..
+    } = said;
+    app.pipeline.write_state(StatusWrite {
+        route: Arc::clone(route),
+        id: row.id.as_str().to_owned(),
+        state,
+        pull_request: pull_request.clone(),
+        anew: false,
+        // `pr_open` for a pull request just opened leaves a `closed` row as it is: that
+        // `opened` is older news than the `closed` before it (only `reopened` reopens).
+        reopens: !(opened && pull_request.is_some()),
+    });
+    let message = format!(
+        "row {} of {} is {state}{why}, unless it is in that state or a later one already",
+        row.id,
+        route.table_name()
+    );
+    Answer::Noted {
+        row,
+        state,
+        pull_request,
+        message,
+    }
 }
 
 /// The ids a branch's tail (`{id}` or `{id}-{slug}`) may name, longest first: the whole tail,
@@ -605,56 +580,21 @@ async fn which_row(app: &App, route: &Route, tail: &str) -> Result<Option<RowId>
 }
 
 /// 503: the database or GitHub could not answer; a later event or the sweep writes the state.
-fn unavailable(route: &Arc<Route>, why: &str) -> Heard {
+fn unavailable(route: &Route, why: &str) -> Answer {
     // The detail (a host, a role, a statement) stays in the log: the answer is shown in the
     // App's delivery log to whoever administers the App.
     tracing::warn!(route = %route.table_name(), error = why, "an App event could not be decided");
     let message = "the routes' table or GitHub could not be read; nothing is written: the row's \
                    next event or the sweep writes its state (rowbranch's log says why)";
-    Heard::refused(Reason::Unavailable, message).on(route)
-}
-
-/// The state handed to the status writer (which leaves a row already there or later alone;
-/// for a pull request just `opened`, a `closed` row too).
-fn noted(
-    app: &App,
-    route: &Arc<Route>,
-    found: RowRef,
-    state: RowState,
-    pull_request: Option<String>,
-    opened: bool,
-    why: String,
-) -> Heard {
-    let id = found.id.as_str();
-    app.pipeline.write_state(StatusWrite {
-        route: Arc::clone(route),
-        id: id.to_owned(),
-        state,
-        pull_request: pull_request.clone(),
-        anew: false,
-        // `pr_open` for a pull request just opened leaves a `closed` row as it is: that
-        // `opened` is older news than the `closed` before it (only `reopened` reopens).
-        reopens: !(opened && pull_request.is_some()),
-    });
-    Heard {
-        status: StatusCode::OK,
-        outcome: state.as_str(),
-        reason: None,
-        message: format!(
-            "row {} of {} is {state}{why}, unless it is in that state or a later one already",
-            found.id,
-            route.table_name()
-        ),
-        route: Some(Arc::clone(route)),
-        row: Some(found),
-        pull_request,
-    }
+    Answer::refused(Reason::Unavailable, message)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::{GITHUB_EVENT_ANSWERS, GITHUB_EVENT_OFF, GITHUB_EVENT_ROUTE_ANSWERS};
+    use crate::metrics::{
+        AnswerLabels, GITHUB_EVENT_ANSWERS, GITHUB_EVENT_OFF, GITHUB_EVENT_ROUTE_ANSWERS,
+    };
 
     #[test]
     fn a_tails_ids_are_tried_longest_first_and_only_as_ids() {
@@ -694,9 +634,9 @@ mod tests {
         let mut labels: Vec<AnswerLabels> = statuses
             .iter()
             .map(|&(reason, status)| {
-                let heard = Heard::refused(reason, "refused");
-                assert_eq!(heard.status.as_u16(), status, "{reason}");
-                heard.labels()
+                let answer = Answer::refused(reason, "refused");
+                assert_eq!(answer.status().as_u16(), status, "{reason}");
+                answer.labels()
             })
             .collect();
         for reason in [
@@ -711,7 +651,7 @@ mod tests {
             Reason::Superseded,
             Reason::PullRequest,
         ] {
-            labels.push(Heard::ignored(reason, "ignored").labels());
+            labels.push(Answer::ignored(reason, "ignored".into()).labels());
         }
         for state in [
             RowState::PrOpen,

@@ -244,7 +244,7 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
             answer
         }
     };
-    answer.into_response()
+    answer.response(false)
 }
 
 /// A delivery as its extractor read it: the typed event, or the answer it was refused with
@@ -418,7 +418,7 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                 app.pipeline
                     .note(route, id.as_str(), RowState::Waiting, false);
             }
-            Answer::Ignored(ignored)
+            Answer::from(ignored)
         }
         Ok(compiled) => {
             decision.route = compiled.route.table_name();
