@@ -4,7 +4,7 @@
 //! pull request is `failed`. Every write goes to the status writer, whose `WHERE` leaves a row
 //! already there or later alone, so a repeated or late event changes nothing.
 //!
-//! The door is [`HookEvent`]'s extractor, in the order of `/webhook`'s: the secret, the content
+//! The door is [`github`]'s, in the order of `/webhook`'s: the secret, the content
 //! type, the declared size and the signature's form from the headers alone — refused unread —
 //! then the body (at most [`MAX_BODY_BYTES`], within `read_timeout_ms`), verified before it is
 //! parsed. GitHub signs with `X-Hub-Signature-256` under the App's webhook secret
@@ -21,8 +21,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
+use axum::extract::{Request, State};
 use axum::response::Response;
 use futures_util::FutureExt;
 use serde::Deserialize;
@@ -74,70 +73,41 @@ impl Hook {
     }
 }
 
-/// An event as its extractor read it: its name (`X-GitHub-Event`) and verified body, or the
-/// answer it was refused with.
-pub(super) struct HookEvent {
-    /// `X-GitHub-Delivery`, or one made up here.
-    delivery: String,
-    name: String,
-    start: Instant,
-    read: Result<Bytes, Answer>,
-}
-
-impl FromRequest<Arc<App>> for HookEvent {
-    /// A refusal is an answer like any other, counted and logged by the handler.
-    type Rejection = std::convert::Infallible;
-
-    async fn from_request(request: Request, app: &Arc<App>) -> Result<HookEvent, Self::Rejection> {
-        let start = Instant::now();
-        let (parts, body) = request.into_parts();
-        let text = |name: &str| {
-            let value = parts.headers.get(name).and_then(|v| v.to_str().ok());
-            value.map(|v| quoted(v, 100))
-        };
-        let delivery = text("x-github-delivery")
-            .unwrap_or_else(|| format!("d_{:016x}", rand::random::<u64>()));
-        let name = text("x-github-event").unwrap_or_default();
-        // Only `X-Hub-Signature-256` is taken: a missing or malformed one, or any other kind
-        // of credential alone, is refused before a byte of the body is read; a well-formed one
-        // is read within the budget every body not yet verified shares (SPEC §3).
-        let door = super::Door {
-            secrets: app.hook.secrets.as_ref(),
-            open: false,
-            max: MAX_BODY_BYTES,
-            content_type: "Content-Type must be application/json: set the App's webhook \
-                           content type to application/json",
-            unauthorized: "missing or wrong signature",
-            too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-        };
-        let read = match door.secrets {
-            None => Err(Answer::refused(
-                Reason::NotConfigured,
-                "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to \
-                 the App's webhook secret (docs/operating.md, \"The App's events\")",
-            )),
-            Some(_) => super::read_verified(&parts.headers, body, app, door)
-                .await
-                .map_err(|(reason, message, _)| Answer::refused(reason, message)),
-        };
-        Ok(HookEvent {
-            delivery,
-            name,
-            start,
-            read,
-        })
-    }
-}
-
-/// `POST /github`: the event read (or refused), then decided in a task of its own, so that a
-/// client that hangs up stops neither the decision nor its record.
-pub(super) async fn github(State(app): State<Arc<App>>, event: HookEvent) -> Response {
-    let HookEvent {
-        delivery,
-        name,
-        start,
-        read,
-    } = event;
+/// `POST /github`: the door — only `X-Hub-Signature-256` is taken: a missing or malformed one,
+/// or any other kind of credential alone, is refused before a byte of the body is read; a
+/// well-formed one is read within the budget every body not yet verified shares (SPEC §3) —
+/// then the event decided in a task of its own, so that a client that hangs up stops neither
+/// the decision nor its record. A refusal is an answer like any other, counted and logged.
+pub(super) async fn github(State(app): State<Arc<App>>, request: Request) -> Response {
+    let start = Instant::now();
+    let (parts, body) = request.into_parts();
+    let text = |name: &str| {
+        let value = parts.headers.get(name).and_then(|v| v.to_str().ok());
+        value.map(|v| quoted(v, 100))
+    };
+    // `X-GitHub-Delivery`, or one made up here.
+    let delivery =
+        text("x-github-delivery").unwrap_or_else(|| format!("d_{:016x}", rand::random::<u64>()));
+    let name = text("x-github-event").unwrap_or_default();
+    let door = super::Door {
+        secrets: app.hook.secrets.as_ref(),
+        open: false,
+        max: MAX_BODY_BYTES,
+        content_type: "Content-Type must be application/json: set the App's webhook content \
+                       type to application/json",
+        unauthorized: "missing or wrong signature",
+        too_large: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    };
+    let read = match door.secrets {
+        None => Err(Answer::refused(
+            Reason::NotConfigured,
+            "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
+             App's webhook secret (docs/operating.md, \"The App's events\")",
+        )),
+        Some(_) => super::read_verified(&parts.headers, body, &app, door)
+            .await
+            .map_err(|(reason, message, _)| Answer::refused(reason, message)),
+    };
     let decided = tokio::spawn(async move {
         let (route, answer) = match read {
             // A bug is answered and counted like any answer; the panic's own line says what.
