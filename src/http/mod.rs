@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -219,8 +219,7 @@ async fn no_webhook() -> Response {
 
 /// A 404 with the body every error has, for what this server does not serve.
 fn not_found(message: &str) -> Response {
-    let body = json!({ "outcome": "error", "message": message });
-    (StatusCode::NOT_FOUND, Json(body)).into_response()
+    Answer::refused(Reason::NotConfigured, message).response(false)
 }
 
 /// A delivery through its one door: its content type, size and credentials checked, its body

@@ -21,14 +21,9 @@ use crate::forge::Forge;
 /// How long a readiness answer is reused.
 const READINESS_TTL: Duration = Duration::from_secs(10);
 
-/// The forge's check under way, which every probe that waits for it shares.
-type PendingCheck = Shared<BoxFuture<'static, Result<(), NotReady>>>;
-
-/// Why the forge is not ready, as its check found: the text `/readyz` shows. A text, so that
-/// one answer can be shared by every probe that waits for it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NotReady(String);
+/// The forge's check under way, which every probe that waits for it shares. Why the forge is
+/// not ready is the text `/readyz` shows, so that one answer can be shared by every probe.
+type PendingCheck = Shared<BoxFuture<'static, Result<(), String>>>;
 
 /// The forge's readiness: the last answer, and the check under way.
 #[derive(Default)]
@@ -36,13 +31,13 @@ pub struct Readiness(Arc<Mutex<Checked>>);
 
 #[derive(Default)]
 struct Checked {
-    last: Option<(Instant, Result<(), NotReady>)>,
+    last: Option<(Instant, Result<(), String>)>,
     pending: Option<PendingCheck>,
 }
 
 impl Readiness {
     /// Whether the forge answers with valid credentials.
-    pub async fn check(&self, forge: &Arc<dyn Forge>) -> Result<(), NotReady> {
+    pub async fn check(&self, forge: &Arc<dyn Forge>) -> Result<(), String> {
         let pending = {
             let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some((at, fresh)) = &state.last {
@@ -66,7 +61,7 @@ impl Readiness {
 /// probe that waited for it has gone.
 fn check(state: Arc<Mutex<Checked>>, forge: Arc<dyn Forge>) -> PendingCheck {
     let task = tokio::spawn(async move {
-        let result = forge.ready().await.map_err(|e| NotReady(e.to_string()));
+        let result = forge.ready().await.map_err(|e| e.to_string());
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         state.last = Some((Instant::now(), result.clone()));
         state.pending = None;
@@ -74,7 +69,7 @@ fn check(state: Arc<Mutex<Checked>>, forge: Arc<dyn Forge>) -> PendingCheck {
     });
     let answer = async move {
         task.await
-            .unwrap_or_else(|e| Err(NotReady(format!("the readiness check failed: {e}"))))
+            .unwrap_or_else(|e| Err(format!("the readiness check failed: {e}")))
     };
     answer.boxed().shared()
 }
