@@ -62,30 +62,15 @@ fn lifetime(settings: &WebhookSettings) -> (Duration, Duration) {
     )
 }
 
-/// The connections being served, to be shut down gracefully.
-pub struct Open {
-    stop: CancellationToken,
-    tasks: TaskTracker,
-}
-
-impl Open {
-    /// Asks every connection to close (idle ones close at once, in-flight requests finish)
-    /// and waits until they have.
-    pub async fn shutdown(self) {
-        self.stop.cancel();
-        self.tasks.close();
-        self.tasks.wait().await;
-    }
-}
-
-/// Serves connections until `stop`; returns the open ones, to be shut down gracefully.
+/// Serves connections until `stop`; then asks every open one to close (idle ones close at once,
+/// in-flight requests finish) and returns their tasks, to wait for.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &WebhookSettings,
     connections: Connections,
     stop: impl Future<Output = ()>,
-) -> Open {
+) -> TaskTracker {
     tracing::info!(
         connections = connections.cap,
         max_connections = settings.max_connections,
@@ -96,10 +81,7 @@ pub async fn serve(
     );
     let permits = Arc::new(Semaphore::new(connections.cap));
     let waiting = Arc::new(Waiting::default());
-    let open = Open {
-        stop: CancellationToken::new(),
-        tasks: TaskTracker::new(),
-    };
+    let (close_all, tasks) = (CancellationToken::new(), TaskTracker::new());
     let mut builder = http1::Builder::new();
     builder
         .timer(TokioTimer::new())
@@ -159,8 +141,8 @@ pub async fn serve(
             }
         });
         let connection = builder.serve_connection(TokioIo::new(Box::pin(io)), service);
-        let stopped = open.stop.clone();
-        open.tasks.spawn(async move {
+        let stopped = close_all.clone();
+        tasks.spawn(async move {
             let _permit: OwnedSemaphorePermit = permit;
             let mut connection = std::pin::pin!(connection);
             let aged = tokio::time::sleep(max_age);
@@ -200,7 +182,9 @@ pub async fn serve(
         // that has waited longest.
         tokio::task::yield_now().await;
     }
-    open
+    close_all.cancel();
+    tasks.close();
+    tasks
 }
 
 /// The connections waiting for a request head — new, or idle between requests — each with

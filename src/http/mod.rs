@@ -192,7 +192,7 @@ pub async fn serve(
     app.shutdown.begin(app.config.shutdown_grace);
     let deadline = app.shutdown.deadline().expect("the shutdown has begun");
     let finished = tokio::time::timeout_at(deadline, async {
-        connections.shutdown().await;
+        connections.wait().await;
         app.pipeline.drain().await;
     })
     .await;
