@@ -235,8 +235,8 @@ struct Said {
     branch: String,
     /// A pull request's `html_url`, written with `pr_open`, `merged` and `closed`.
     pull_request: Option<String>,
-    /// A pull request just `opened`.
-    opened: bool,
+    /// Whether the state is written over a `closed` row.
+    reopens: bool,
     /// What the message says after the state (a run's conclusion).
     why: String,
 }
@@ -299,7 +299,9 @@ fn pull_request(event: PullRequestEvent) -> Result<Said, Answer> {
         base: event.repository.full_name,
         branch: pull.head.branch,
         pull_request: Some(pull.html_url),
-        opened: event.action == "opened",
+        // `pr_open` for a pull request just opened leaves a `closed` row as it is: that
+        // `opened` is older news than the `closed` before it (only `reopened` reopens).
+        reopens: event.action != "opened",
         why: String::new(),
     })
 }
@@ -337,7 +339,7 @@ fn workflow_run(event: WorkflowRunEvent) -> Result<Said, Answer> {
         base: event.repository.full_name,
         branch: branch.to_owned(),
         pull_request: None,
-        opened: false,
+        reopens: true,
         why: format!(
             " (its run concluded {}, and GitHub lists no pull request from its branches)",
             quoted(concluded, 40)
@@ -475,32 +477,25 @@ async fn write(app: &App, route: &Arc<Route>, said: Said) -> Answer {
             }
         }
     }
-    let Said {
-        state,
-        pull_request,
-        opened,
-        why,
-        ..
-    } = said;
     app.pipeline.write_state(StatusWrite {
         route: Arc::clone(route),
         id: row.id.as_str().to_owned(),
-        state,
-        pull_request: pull_request.clone(),
+        state: said.state,
+        pull_request: said.pull_request.clone(),
         anew: false,
-        // `pr_open` for a pull request just opened leaves a `closed` row as it is: that
-        // `opened` is older news than the `closed` before it (only `reopened` reopens).
-        reopens: !(opened && pull_request.is_some()),
+        reopens: said.reopens,
     });
     let message = format!(
-        "row {} of {} is {state}{why}, unless it is in that state or a later one already",
+        "row {} of {} is {}{}, unless it is in that state or a later one already",
         row.id,
-        route.table_name()
+        route.table_name(),
+        said.state,
+        said.why
     );
     Answer::Noted {
         row,
-        state,
-        pull_request,
+        state: said.state,
+        pull_request: said.pull_request,
         message,
     }
 }

@@ -319,10 +319,14 @@ async fn read_verified(
     app: &App,
     door: Door<'_>,
 ) -> Result<Bytes, Refused> {
-    if !is_json(headers) {
+    let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let mime = value(header::CONTENT_TYPE).and_then(|v| v.split(';').next());
+    if !mime.is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json")) {
         return Err((Reason::ContentType, door.content_type.to_owned(), None));
     }
-    if declares_more_than(headers, door.max) {
+    // A body its `Content-Length` says is too long is refused before a byte of it is read.
+    let declared = value(header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > door.max as u64) {
         return Err((Reason::TooLarge, door.too_large, None));
     }
     let unauthorized = |kind| {
@@ -471,22 +475,4 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         Ok(result) => Answer::from_run(row, result),
         Err(_) => Answer::Accepted(row, webhook.respond_within),
     }
-}
-
-/// Whether the request's `Content-Length` says its body is longer than `max`: refused before a
-/// byte of it is read.
-fn declares_more_than(headers: &HeaderMap, max: usize) -> bool {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    declared.is_some_and(|n| n > max as u64)
-}
-
-fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
 }
