@@ -22,7 +22,7 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::io;
+use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -98,7 +98,9 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
-                    if !is_connection_error(&e) {
+                    // A connection that went away while being accepted leaves nothing to wait out.
+                    let gone = [ConnectionRefused, ConnectionAborted, ConnectionReset];
+                    if !gone.contains(&e.kind()) {
                         // Out of file descriptors, say: accepting again at once would spin.
                         tracing::error!(error = %e, "could not accept a connection; trying again in 1 s");
                         tokio::select! {
@@ -268,16 +270,6 @@ impl Drop for Slot {
     }
 }
 
-/// Errors of one connection that went away while being accepted: nothing to wait out.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -332,7 +324,7 @@ mod tests {
                 break e;
             }
         };
-        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
         // Three reads 9 s apart, then 10 s without progress.
         let took = start.elapsed();
         assert!(
