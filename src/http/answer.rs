@@ -66,10 +66,10 @@ impl Answer {
     }
 
     /// Nothing done, for `reason`, and no row named.
-    pub fn ignored(reason: Reason, message: String) -> Answer {
+    pub fn ignored(reason: Reason, message: impl Into<String>) -> Answer {
         Answer::Ignored {
             reason,
-            message,
+            message: message.into(),
             row: None,
         }
     }

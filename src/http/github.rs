@@ -128,6 +128,7 @@ pub(super) async fn github(State(app): State<Arc<App>>, request: Request) -> Res
         answer
     });
     let answer = decided.await.unwrap_or_else(|_| Answer::internal());
+    // Every refusal's reason too (SPEC §3, "POST /github").
     answer.response(true)
 }
 
@@ -616,7 +617,7 @@ mod tests {
             Reason::Superseded,
             Reason::PullRequest,
         ] {
-            labels.push(Answer::ignored(reason, "ignored".into()).labels());
+            labels.push(Answer::ignored(reason, "ignored").labels());
         }
         for state in [
             RowState::PrOpen,
