@@ -326,13 +326,12 @@ impl Pipeline {
                         metrics.runs_in_flight(runs.len());
                     }
                 });
-                let start_kind = start.clone();
+                let anew = matches!(start, Start::Redo);
                 let result =
                     execute(this.forge.as_ref(), &plan, start, &this.shutdown, &run_claimed).await;
                 let took = started.elapsed().as_millis() as u64;
                 *ended = run_result(&result);
                 if let Ok(Outcome::Dispatched { .. }) = &result {
-                    let anew = matches!(start_kind, Start::Redo);
                     this.note(&plan.route, plan.id.as_str(), RowState::Dispatched, anew);
                 }
                 match &result {

@@ -76,7 +76,7 @@ pub struct PayloadContext<'a> {
 /// Why a payload cannot be sent; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
-    #[error("the payload template failed{}: {detail}", at_line(*line))]
+    #[error("the payload template failed{}: {detail}", line.map(|l| format!(" at line {l}")).unwrap_or_default())]
     Render { line: Option<usize>, detail: String },
     #[error("the payload template did not render JSON ({0}): values print JSON-escaped, so write {{{{ text }}}}, not \"{{{{ text }}}}\"")]
     NotJson(String),
@@ -86,10 +86,6 @@ pub enum PayloadError {
     TooManyKeys(usize),
     #[error("the dispatch would be {0} bytes; GitHub allows a payload of less than 64 KB, and rowbranch sends less than {MAX_DISPATCH_BODY_BYTES} bytes in all")]
     TooLarge(usize),
-}
-
-fn at_line(line: Option<usize>) -> String {
-    line.map(|l| format!(" at line {l}")).unwrap_or_default()
 }
 
 impl PayloadTemplate {
