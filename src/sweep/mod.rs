@@ -607,34 +607,28 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
-        if !s.would_dispatch.is_empty() {
-            out += &format!("  would dispatch: {}\n", joined(&s.would_dispatch));
-        }
-        if !s.dead_claims.is_empty() {
-            let verb = if dry_run {
-                "would re-dispatch"
-            } else {
-                "re-dispatched"
-            };
-            out += &format!("  dead claims {verb}: {}\n", joined(&s.dead_claims));
-        }
-        if !s.already_ran.is_empty() {
-            out += &format!(
-                "  claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose): {}\n",
-                joined(&s.already_ran)
-            );
-        }
-        if s.in_queue > 0 {
-            out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);
-        }
-        if s.states_written > 0 {
-            out += &format!("  states written back: {}\n", s.states_written);
-        }
-        if !s.not_queued.is_empty() {
-            out += &format!(
-                "  no message in the queue or its archive (is the queue's trigger installed and enabled?): {}\n",
-                joined(&s.not_queued)
-            );
+        let dead = match dry_run {
+            true => "dead claims would re-dispatch",
+            false => "dead claims re-dispatched",
+        };
+        let count = |n: u64| (n > 0).then(|| n.to_string()).unwrap_or_default();
+        // The lines under the route, each where it has something to say.
+        let lines = [
+            ("would dispatch", joined(&s.would_dispatch)),
+            (dead, joined(&s.dead_claims)),
+            (
+                "claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose)",
+                joined(&s.already_ran),
+            ),
+            ("still in the queue (the consumer's)", count(s.in_queue)),
+            ("states written back", count(s.states_written)),
+            (
+                "no message in the queue or its archive (is the queue's trigger installed and enabled?)",
+                joined(&s.not_queued),
+            ),
+        ];
+        for (what, said) in lines.iter().filter(|(_, said)| !said.is_empty()) {
+            out += &format!("  {what}: {said}\n");
         }
     }
     out
@@ -658,7 +652,59 @@ fn joined(items: &[impl std::fmt::Display]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::joined;
+    use serde_json::json;
+
+    use super::{joined, table, RouteSummary};
+    use crate::identity::{BranchName, BranchPrefix, RowId};
+
+    #[test]
+    fn the_table_says_under_a_route_only_what_it_has() {
+        let prefix = BranchPrefix::parse("feedback").unwrap();
+        let branch = |name: &str| BranchName::listed(&prefix, name).unwrap();
+        let summary = RouteSummary {
+            route: "public.feedbacks → acme/app".into(),
+            rows_seen: 5,
+            would_dispatch: vec![
+                RowId::parse(&json!(1)).unwrap(),
+                RowId::parse(&json!(2)).unwrap(),
+            ],
+            dead_claims: vec![branch("feedback/3-x")],
+            already_ran: vec![branch("feedback/4-x")],
+            in_queue: 3,
+            not_queued: vec!["9".into()],
+            ..RouteSummary::default()
+        };
+        let lines: Vec<String> = table(&[summary.clone()], true)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            lines[2..],
+            [
+                "  would dispatch: 1, 2",
+                "  dead claims would re-dispatch: feedback/3-x",
+                "  claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose): feedback/4-x",
+                "  still in the queue (the consumer's): 3",
+                "  no message in the queue or its archive (is the queue's trigger installed and enabled?): 9",
+            ]
+        );
+        let done = RouteSummary {
+            would_dispatch: Vec::new(),
+            in_queue: 0,
+            states_written: 2,
+            ..summary
+        };
+        let text = table(&[done], false);
+        assert!(
+            text.contains("\n  dead claims re-dispatched: feedback/3-x\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  states written back: 2\n"), "{text}");
+        assert!(
+            !text.contains("would dispatch") && !text.contains("still in"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_summary_line_names_ten_ids_and_counts_the_rest() {
