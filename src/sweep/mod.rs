@@ -611,7 +611,7 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
             true => "dead claims would re-dispatch",
             false => "dead claims re-dispatched",
         };
-        let count = |n: u64| (n > 0).then(|| n.to_string()).unwrap_or_default();
+        let count = |n: u64| if n > 0 { n.to_string() } else { String::new() };
         // The lines under the route, each where it has something to say.
         let lines = [
             ("would dispatch", joined(&s.would_dispatch)),
@@ -674,7 +674,7 @@ mod tests {
             not_queued: vec!["9".into()],
             ..RouteSummary::default()
         };
-        let lines: Vec<String> = table(&[summary.clone()], true)
+        let lines: Vec<String> = table(std::slice::from_ref(&summary), true)
             .lines()
             .map(str::to_owned)
             .collect();
