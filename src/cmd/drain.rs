@@ -170,7 +170,6 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         swept => swept,
     };
     if let Some(summaries) = &swept {
-        summaries.iter().for_each(sweep::say_before_start);
         print!("{}", sweep::table(summaries, false));
     }
     let counts = consumer.progress().counts();

@@ -199,6 +199,16 @@ pub async fn run(
                 })
                 .then(|| Reason::MissingColumn.as_str());
         }
+        // A scheduled sweep's rows left for being older than `sweep_from`.
+        if summary.before_sweep_from > 0 {
+            tracing::info!(
+                route = %summary.route,
+                rows = summary.before_sweep_from,
+                "the sweep left {} rows created before sweep_from; `rowbranch reconcile --since` \
+                 runs the table's past on purpose",
+                summary.before_sweep_from
+            );
+        }
         if !options.states_only {
             pipeline.metrics().reconcile_run(if swept.is_ok() {
                 SweepResult::Ok
@@ -513,19 +523,6 @@ pub fn say_unstarted(routes: &Routes) {
     }
 }
 
-/// Logs a scheduled sweep's rows left for being older than `sweep_from`, when it left any.
-pub fn say_before_start(summary: &RouteSummary) {
-    if summary.before_sweep_from > 0 {
-        tracing::info!(
-            route = %summary.route,
-            rows = summary.before_sweep_from,
-            "the sweep left {} rows created before sweep_from; `rowbranch reconcile --since` \
-             runs the table's past on purpose",
-            summary.before_sweep_from
-        );
-    }
-}
-
 /// The sweep `serve` runs every `reconcile_every`, one run at a time, sharing the server's
 /// pipeline so that a sweep and a webhook of the same row share one run.
 pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipeline>) {
@@ -567,7 +564,6 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
                 dead_claims = s.dead_claims_redispatched, failed = s.failed,
                 before_sweep_from = s.before_sweep_from, states_written = s.states_written,
                 "scheduled sweep");
-            say_before_start(&s);
             for f in s.failures {
                 tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
             }
