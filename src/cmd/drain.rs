@@ -155,7 +155,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // The states alone are logged: standard output is the drain's line (and a sweep's table).
     // A route it could not finish (GitHub or the table not answering) is an error in the log,
     // not the run's failure: the rows' work is done, and the next run writes their states.
-    let swept = match swept {
+    match &swept {
         Some(summaries) if states_only => {
             for s in summaries {
                 match &s.error {
@@ -165,12 +165,9 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
                         states_written = s.states_written, "the rows' states written back"),
                 }
             }
-            None
         }
-        swept => swept,
-    };
-    if let Some(summaries) = &swept {
-        print!("{}", sweep::table(summaries, false));
+        Some(summaries) => print!("{}", sweep::table(summaries, false)),
+        None => {}
     }
     let counts = consumer.progress().counts();
     println!(
@@ -181,7 +178,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
     );
-    stop.end(&queue, swept.as_deref())
+    stop.end(&queue, swept.as_deref().filter(|_| !states_only))
 }
 
 /// Why the reading stopped.
