@@ -188,16 +188,12 @@ pub async fn run(
         let swept = sweep_route(route, rows, pipeline, options, progress, &mut summary).await;
         if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
-            summary.reason = e
-                .chain()
-                .any(|cause| {
-                    matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_)))
-                        || matches!(
-                            cause.downcast_ref(),
-                            Some(db::Error::Table(Misfit::MissingColumn(_)))
-                        )
-                })
-                .then(|| Reason::MissingColumn.as_str());
+            // A route that does not fit its table: the adapter's one error says so.
+            let misfit = |cause: &(dyn std::error::Error + 'static)| {
+                let table = cause.downcast_ref();
+                matches!(table, Some(db::Error::Table(Misfit::MissingColumn(_))))
+            };
+            summary.reason = (e.chain().any(misfit)).then(|| Reason::MissingColumn.as_str());
         }
         // A scheduled sweep's rows left for being older than `sweep_from`.
         if summary.before_sweep_from > 0 {
