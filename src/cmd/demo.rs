@@ -59,24 +59,6 @@ enum Credential {
     None,
 }
 
-impl Delivery {
-    /// The body Supabase's webhook posts for the row.
-    fn body(&self) -> String {
-        json!({
-            "type": self.r#type.as_deref().unwrap_or("INSERT"),
-            "table": self.table.as_deref().unwrap_or("feedbacks"),
-            "schema": "public",
-            "record": {
-                "id": self.id,
-                "message": self.message,
-                "created_at": "2026-12-02T09:30:00.000000+00:00"
-            },
-            "old_record": null
-        })
-        .to_string()
-    }
-}
-
 pub async fn run() -> Result<(), Failure> {
     let plan: Deliveries = toml::from_str(DELIVERIES).context("demo/deliveries.toml")?;
     let dir = tempfile::Builder::new()
@@ -191,22 +173,53 @@ pub async fn run() -> Result<(), Failure> {
     Ok(())
 }
 
-/// The demo's HTTP client: hyper's, on loopback.
-type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
 /// Sends the delivery's copies at once and prints on one line how many ended each way and the
 /// last one's branch or message; returns how many were not as expected (and 1 more when not
 /// exactly one of several copies was dispatched).
 async fn send_all(
-    client: &HttpClient,
+    client: &Client<HttpConnector, Full<Bytes>>,
     url: &str,
     secret: &str,
     delivery: &Delivery,
 ) -> anyhow::Result<usize> {
-    let body = delivery.body();
+    // The body Supabase's webhook posts for the row.
+    let body = json!({
+        "type": delivery.r#type.as_deref().unwrap_or("INSERT"),
+        "table": delivery.table.as_deref().unwrap_or("feedbacks"),
+        "schema": "public",
+        "record": {
+            "id": delivery.id,
+            "message": delivery.message,
+            "created_at": "2026-12-02T09:30:00.000000+00:00"
+        },
+        "old_record": null
+    })
+    .to_string();
+    // One delivery of the body, with its credential: the answer's status and its JSON.
+    let send = || async {
+        let request = http::Request::post(url).header("content-type", "application/json");
+        let request = match delivery.credential {
+            Credential::Bearer => request.header("authorization", format!("Bearer {secret}")),
+            Credential::HubSignature => request.header(
+                "x-hub-signature-256",
+                hub_signature_256(secret, body.as_bytes()),
+            ),
+            Credential::None => request,
+        };
+        let request = request.body(Full::from(body.clone()))?;
+        let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
+            .await
+            .context("no answer within 60 s")?
+            .context("the delivery failed")?;
+        let status = response.status().as_u16();
+        let answer = response.into_body().collect().await;
+        let answer = answer.context("the answer was cut off")?.to_bytes();
+        let text = || Value::String(String::from_utf8_lossy(&answer).into_owned());
+        let json = serde_json::from_slice(&answer).unwrap_or_else(|_| text());
+        anyhow::Ok((status, json))
+    };
     let copies = delivery.copies.unwrap_or(1);
-    let sends = (0..copies).map(|_| send(client, url, secret, delivery.credential, &body));
-    let answers = futures_util::future::try_join_all(sends).await?;
+    let answers = futures_util::future::try_join_all((0..copies).map(|_| send())).await?;
     let expect = delivery.expect.unwrap_or(200);
     let mut surprises = answers
         .iter()
@@ -242,36 +255,4 @@ async fn send_all(
         counts.join(", ")
     );
     Ok(surprises)
-}
-
-/// One delivery of `body`, with `credential`: the answer's status and its JSON.
-async fn send(
-    client: &HttpClient,
-    url: &str,
-    secret: &str,
-    credential: Credential,
-    body: &str,
-) -> anyhow::Result<(u16, Value)> {
-    let request = http::Request::post(url).header("content-type", "application/json");
-    let request = match credential {
-        Credential::Bearer => request.header("authorization", format!("Bearer {secret}")),
-        Credential::HubSignature => request.header(
-            "x-hub-signature-256",
-            hub_signature_256(secret, body.as_bytes()),
-        ),
-        Credential::None => request,
-    };
-    let request = request.body(Full::from(body.to_owned()))?;
-    let response = tokio::time::timeout(Duration::from_secs(60), client.request(request))
-        .await
-        .context("no answer within 60 s")?
-        .context("the delivery failed")?;
-    let status = response.status().as_u16();
-    let body = response.into_body().collect().await;
-    let body = body.context("the answer was cut off")?.to_bytes();
-    let text = || Value::String(String::from_utf8_lossy(&body).into_owned());
-    Ok((
-        status,
-        serde_json::from_slice(&body).unwrap_or_else(|_| text()),
-    ))
 }

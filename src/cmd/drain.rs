@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::oneshot;
 
 use super::Failure;
 use crate::cli::DrainArgs;
@@ -97,8 +97,11 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         }
     };
     let mut standing = consumer.progress().watch();
+    // A consumer that is gone reads nothing more.
     let stop = tokio::select! {
-        stop = stopped(&mut standing) => stop,
+        now = standing.wait_for(|standing| why(standing).is_some()) => {
+            now.ok().and_then(|standing| why(&standing)).unwrap_or(Stop::Drained)
+        }
         () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
         () = signalled() => Stop::Signal,
     };
@@ -150,16 +153,21 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         }
     };
     // The states alone are logged: standard output is the drain's line (and a sweep's table).
-    let swept = match swept {
+    // A route it could not finish (GitHub or the table not answering) is an error in the log,
+    // not the run's failure: the rows' work is done, and the next run writes their states.
+    match &swept {
         Some(summaries) if states_only => {
-            states_written(&summaries);
-            None
+            for s in summaries {
+                match &s.error {
+                    Some(error) => tracing::error!(route = %s.route, %error,
+                        "could not write back the rows' states; the next run tries again"),
+                    None => tracing::info!(route = %s.route, rows = s.rows_seen,
+                        states_written = s.states_written, "the rows' states written back"),
+                }
+            }
         }
-        swept => swept,
-    };
-    if let Some(summaries) = &swept {
-        summaries.iter().for_each(sweep::say_before_start);
-        print!("{}", sweep::table(summaries, false));
+        Some(summaries) => print!("{}", sweep::table(summaries, false)),
+        None => {}
     }
     let counts = consumer.progress().counts();
     println!(
@@ -170,21 +178,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
     );
-    stop.end(&queue, swept.as_deref())
-}
-
-/// Logs what a run's writing back of the states did, route by route. A route it could not
-/// finish (GitHub or the table not answering) is an error in the log, not the run's failure:
-/// the rows' work is done, and the next run writes their states.
-fn states_written(summaries: &[RouteSummary]) {
-    for s in summaries {
-        match &s.error {
-            Some(error) => tracing::error!(route = %s.route, %error,
-                "could not write back the rows' states; the next run tries again"),
-            None => tracing::info!(route = %s.route, rows = s.rows_seen,
-                states_written = s.states_written, "the rows' states written back"),
-        }
-    }
+    stop.end(&queue, swept.as_deref().filter(|_| !states_only))
 }
 
 /// Why the reading stopped.
@@ -202,15 +196,6 @@ enum Stop {
     Database(DatabaseTrouble),
     /// SIGINT or SIGTERM.
     Signal,
-}
-
-/// Waits until the consumer's standing says the reading should stop; a consumer that is gone
-/// reads nothing more.
-async fn stopped(standing: &mut watch::Receiver<Standing>) -> Stop {
-    let now = standing.wait_for(|standing| why(standing).is_some()).await;
-    now.ok()
-        .and_then(|standing| why(&standing))
-        .unwrap_or(Stop::Drained)
 }
 
 /// Why the reading should stop now, if it should.

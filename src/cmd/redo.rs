@@ -63,7 +63,7 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
     let id = plan.id.clone();
     let pipeline = startup::pipeline(&config, forge, &shared);
     let run = pipeline
-        .submit(plan, Start::Redo)
+        .submit(plan, Start::Redo, 0)
         .map_err(|full| Failure::Runtime(full.into()))?;
     let outcome = run.outcome().await;
     // The row's state, written back where the route asks it, before the process ends.

@@ -466,7 +466,7 @@ async fn admit(app: &App, plan: crate::pipeline::Plan) -> Answer {
         branch: plan.branch.clone(),
         repo: plan.route.repo.clone(),
     };
-    let submission = match app.pipeline.submit(plan, Start::New) {
+    let submission = match app.pipeline.submit(plan, Start::New, 0) {
         Ok(submission) => submission,
         Err(full) => return Answer::unavailable(full.reason, &full.to_string(), full.retry_after),
     };

@@ -124,6 +124,13 @@ pub(super) async fn execute(
     let read_base = |base: Result<Base, ForgeError>| {
         base.map_err(|e| RunError::from_forge(e, "reading the default branch"))
     };
+    // A row not yet claimed once the shutdown has begun is left for a redelivery or the sweep:
+    // its reads would only wait for GitHub slots that the claimed rows' dispatches need within
+    // the grace.
+    let abandon_if_draining = || match shutdown.is_draining() {
+        true => Err(RunError::Abandoned),
+        false => Ok(()),
+    };
     let base = match start {
         Start::Redispatch(base) => {
             let sent = dispatch(
@@ -142,7 +149,7 @@ pub(super) async fn execute(
         }
         Start::Redo => read_base(forge.base(repo).await)?,
         Start::New => {
-            abandon_if_draining(shutdown)?;
+            abandon_if_draining()?;
             // Steps 1 and 2, and the base for step 3: three reads, one round trip.
             let (branches, pull, base) = tokio::join!(
                 forge.row_branches(repo, &plan.route.branch_prefix, &plan.id),
@@ -167,68 +174,15 @@ pub(super) async fn execute(
             read_base(base)?
         }
     };
-    claim_and_dispatch(forge, plan, base, shutdown, claimed).await
-}
-
-/// A row not yet claimed once the shutdown has begun is left for a redelivery or the sweep: its
-/// reads would only wait for GitHub slots that the claimed rows' dispatches need within the
-/// grace.
-fn abandon_if_draining(shutdown: &Shutdown) -> Result<(), RunError> {
-    match shutdown.is_draining() {
-        true => Err(RunError::Abandoned),
-        false => Ok(()),
-    }
-}
-
-/// Steps 4 and 5, for a claim this run holds (or a dead claim, held already): the branch is
-/// owed a dispatch until it is made. A payload the forge refuses is the payload's fault.
-async fn dispatch(
-    forge: &dyn Forge,
-    plan: &Plan,
-    base: Base,
-    claimed: &Claimed,
-    during: &str,
-) -> Result<Outcome, RunError> {
-    set(claimed, Some(plan.branch.clone()));
-    let payload = plan
-        .client_payload(&base)
-        .map_err(|e| RunError::Refused(e.to_string()))?;
-    let route = &plan.route;
-    match forge
-        .dispatch(&route.repo, &route.event_type, &Value::Object(payload))
-        .await
-    {
-        Ok(()) => Ok(Outcome::Dispatched {
-            branch: plan.branch.clone(),
-            base,
-        }),
-        Err(ForgeError::Refused { message }) => Err(RunError::Refused(format!(
-            "the forge refused the dispatch: {message}"
-        ))),
-        Err(e) => Err(RunError::from_forge(e, during)),
-    }
-}
-
-/// Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch definitely
-/// failed.
-async fn claim_and_dispatch(
-    forge: &dyn Forge,
-    plan: &Plan,
-    base: Base,
-    shutdown: &Shutdown,
-    claimed: &Claimed,
-) -> Result<Outcome, RunError> {
-    let route = &plan.route;
-    let repo = &route.repo;
+    // Steps 3 to 5: claim the branch, dispatch, and release the claim if the dispatch
+    // definitely failed.
     // Rendered before the claim: a payload that cannot be sent must not leave a branch behind.
     // Then let go, and rendered again once claimed: a row waits for its turn to claim holding
     // its text once (in its plan), not twice.
-    drop(
-        plan.client_payload(&base)
-            .map_err(|e| RunError::Refused(e.to_string()))?,
-    );
+    plan.render(base.branch.as_str(), base.sha.as_str())
+        .map_err(|e| RunError::Refused(e.to_string()))?;
     // The grace is for rows that hold a claim.
-    abandon_if_draining(shutdown)?;
+    abandon_if_draining()?;
     let claim = forge
         .claim(repo, &plan.branch, &base.sha)
         .await
@@ -256,6 +210,35 @@ async fn claim_and_dispatch(
     }
     set(claimed, None);
     sent
+}
+
+/// Steps 4 and 5, for a claim this run holds (or a dead claim, held already): the branch is
+/// owed a dispatch until it is made. A payload the forge refuses is the payload's fault.
+async fn dispatch(
+    forge: &dyn Forge,
+    plan: &Plan,
+    base: Base,
+    claimed: &Claimed,
+    during: &str,
+) -> Result<Outcome, RunError> {
+    set(claimed, Some(plan.branch.clone()));
+    let payload = plan
+        .render(base.branch.as_str(), base.sha.as_str())
+        .map_err(|e| RunError::Refused(e.to_string()))?;
+    let route = &plan.route;
+    match forge
+        .dispatch(&route.repo, &route.event_type, &Value::Object(payload))
+        .await
+    {
+        Ok(()) => Ok(Outcome::Dispatched {
+            branch: plan.branch.clone(),
+            base,
+        }),
+        Err(ForgeError::Refused { message }) => Err(RunError::Refused(format!(
+            "the forge refused the dispatch: {message}"
+        ))),
+        Err(e) => Err(RunError::from_forge(e, during)),
+    }
 }
 
 #[cfg(test)]

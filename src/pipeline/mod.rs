@@ -230,15 +230,10 @@ impl Pipeline {
 
     /// Starts a run of `plan` as `start` says, or joins the one under way for the same row. A
     /// new row beyond `queue_capacity`, or one whose bytes would take the rows waiting past
-    /// `queue_bytes`, is refused, with the `Retry-After` SPEC §3 gives.
-    pub fn submit(self: &Arc<Self>, plan: Plan, start: Start) -> Result<Submission, Full> {
-        self.submit_beside(plan, start, 0)
-    }
-
-    /// [`Pipeline::submit`] for a caller that keeps `beside` bytes of its own for as long as
-    /// the run goes on (the queue's consumer keeps the message, and a copy of the plan): they
-    /// count against `queue_bytes` with the plan's own.
-    pub fn submit_beside(
+    /// `queue_bytes`, is refused, with the `Retry-After` SPEC §3 gives. `beside` is what the
+    /// caller keeps of its own for as long as the run goes on (the queue's consumer keeps the
+    /// message, and a copy of the plan): it counts against `queue_bytes` with the plan's own.
+    pub fn submit(
         self: &Arc<Self>,
         plan: Plan,
         start: Start,
@@ -331,13 +326,12 @@ impl Pipeline {
                         metrics.runs_in_flight(runs.len());
                     }
                 });
-                let start_kind = start.clone();
+                let anew = matches!(start, Start::Redo);
                 let result =
                     execute(this.forge.as_ref(), &plan, start, &this.shutdown, &run_claimed).await;
                 let took = started.elapsed().as_millis() as u64;
                 *ended = run_result(&result);
                 if let Ok(Outcome::Dispatched { .. }) = &result {
-                    let anew = matches!(start_kind, Start::Redo);
                     this.note(&plan.route, plan.id.as_str(), RowState::Dispatched, anew);
                 }
                 match &result {
@@ -565,12 +559,17 @@ mod tests {
         // Room for three such rows, not four.
         let (pipeline, forge) = gated(one * 3 + one / 2);
         for id in 1..=3 {
-            pipeline.submit(plan(id, 40_000), Start::New).unwrap();
+            pipeline.submit(plan(id, 40_000), Start::New, 0).unwrap();
         }
         // A redelivery joins its row's run and costs nothing.
-        assert!(pipeline.submit(plan(2, 40_000), Start::New).unwrap().joined);
+        assert!(
+            pipeline
+                .submit(plan(2, 40_000), Start::New, 0)
+                .unwrap()
+                .joined
+        );
         let full = pipeline
-            .submit(plan(4, 40_000), Start::New)
+            .submit(plan(4, 40_000), Start::New, 0)
             .err()
             .expect("refused");
         assert_eq!(full.reason, Reason::QueueBytesFull);
@@ -578,7 +577,7 @@ mod tests {
         assert_eq!(full.retry_after, Duration::from_secs(6));
         assert!(full.to_string().contains("queue_bytes"), "{full}");
         // A small row still fits.
-        pipeline.submit(plan(5, 10), Start::New).unwrap();
+        pipeline.submit(plan(5, 10), Start::New, 0).unwrap();
         assert_eq!(pipeline.in_flight(), 4);
         assert_eq!(pipeline.held_bytes(), one * 3 + plan(5, 10).held_bytes());
         // The runs end: their bytes are free again.
@@ -590,9 +589,9 @@ mod tests {
     #[tokio::test]
     async fn a_row_larger_than_the_bound_runs_when_none_waits() {
         let (pipeline, forge) = gated(1 << 10);
-        pipeline.submit(plan(1, 40_000), Start::New).unwrap();
+        pipeline.submit(plan(1, 40_000), Start::New, 0).unwrap();
         let full = pipeline
-            .submit(plan(2, 10), Start::New)
+            .submit(plan(2, 10), Start::New, 0)
             .err()
             .expect("refused");
         assert_eq!(full.reason, Reason::QueueBytesFull);

@@ -10,7 +10,6 @@ use serde_json::{Map, Value};
 
 use crate::config::{Config, Intake, PayloadTemplateSource, Route};
 use crate::event::{EventKind, RowEvent, RowState};
-use crate::forge::Base;
 use crate::identity::{excerpt, BranchName, NameError, RowId, Slug};
 use crate::pipeline::template::{
     cut_text, PayloadContext, PayloadError, PayloadTemplate, RecordUse, MAX_TEXT_JSON_BYTES,
@@ -466,12 +465,8 @@ impl Plan {
         Plan { branch, ..self }
     }
 
-    /// The `client_payload` to dispatch once the branch is claimed at `base`.
-    pub fn client_payload(&self, base: &Base) -> Result<Map<String, Value>, PayloadError> {
-        self.render(base.branch.as_str(), base.sha.as_str())
-    }
-
-    /// The `client_payload` on a base given by name (`preview`'s, which knows none).
+    /// The `client_payload` to dispatch once the branch is claimed at `base` (its name and
+    /// commit; `preview` gives placeholders, since it knows none).
     pub fn render(&self, base: &str, base_sha: &str) -> Result<Map<String, Value>, PayloadError> {
         let record = serde_json::from_str(self.record.get()).unwrap_or_default();
         let route = &self.route;
@@ -517,7 +512,7 @@ mod tests {
 
     use super::*;
     use crate::event::EventKind;
-    use crate::forge::Sha;
+    use crate::forge::{Base, Sha};
     use crate::identity::RefName;
 
     fn routes() -> Routes {
@@ -804,7 +799,9 @@ mod tests {
             branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
-        let payload = plan.client_payload(&base).unwrap();
+        let payload = plan
+            .render(base.branch.as_str(), base.sha.as_str())
+            .unwrap();
         assert_eq!(payload["id"], "9");
         assert_eq!(payload["branch"], "feedback/9-hi");
         assert_eq!(payload["base"], "main");
@@ -826,7 +823,9 @@ mod tests {
             branch: RefName::parse("main").unwrap(),
             sha: Sha::new("abc"),
         };
-        let payload = plan.client_payload(&base).unwrap();
+        let payload = plan
+            .render(base.branch.as_str(), base.sha.as_str())
+            .unwrap();
         assert_eq!(payload["text_truncated"], true);
         assert!(payload["text"].as_str().unwrap().len() < text.len());
     }

@@ -76,7 +76,7 @@ pub struct PayloadContext<'a> {
 /// Why a payload cannot be sent; the text is the 422 message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PayloadError {
-    #[error("the payload template failed{}: {detail}", at_line(*line))]
+    #[error("the payload template failed{}: {detail}", line.map(|l| format!(" at line {l}")).unwrap_or_default())]
     Render { line: Option<usize>, detail: String },
     #[error("the payload template did not render JSON ({0}): values print JSON-escaped, so write {{{{ text }}}}, not \"{{{{ text }}}}\"")]
     NotJson(String),
@@ -88,18 +88,11 @@ pub enum PayloadError {
     TooLarge(usize),
 }
 
-fn at_line(line: Option<usize>) -> String {
-    line.map(|l| format!(" at line {l}")).unwrap_or_default()
-}
-
 impl PayloadTemplate {
     /// The shipped default.
     pub fn builtin() -> PayloadTemplate {
-        let compiled = PayloadTemplate::compile(
-            BUILTIN_PAYLOAD.to_owned(),
-            "built-in payload.json.j2".into(),
-        )
-        .expect("the built-in payload template compiles");
+        let compiled = PayloadTemplate::from_text(BUILTIN_PAYLOAD, "built-in payload.json.j2")
+            .expect("the built-in payload template compiles");
         PayloadTemplate {
             body: Body::Builtin,
             ..compiled
@@ -117,21 +110,17 @@ impl PayloadTemplate {
     /// Compiles a template from its text (a file's, or one carried in the config itself,
     /// `payload_template_inline`); the message names `origin`, and the line of a syntax error.
     pub fn from_text(source: &str, origin: &str) -> anyhow::Result<PayloadTemplate> {
-        let compiled = PayloadTemplate::compile(source.to_owned(), origin.to_owned());
-        compiled.with_context(|| origin.to_owned())
-    }
-
-    fn compile(source: String, origin: String) -> Result<PayloadTemplate, PayloadError> {
         let mut env = Environment::new();
         // Every printed value is JSON-encoded, so row text cannot break out of its string.
         env.set_auto_escape_callback(|_| AutoEscape::Json);
         // A misspelt variable is an error, not an empty string.
         env.set_undefined_behavior(UndefinedBehavior::Strict);
-        env.add_template_owned(NAME, source).map_err(render_error)?;
-        let record_use = record_use(&env.get_template(NAME).map_err(render_error)?);
+        let compiled = (env.add_template_owned(NAME, source.to_owned()))
+            .and_then(|()| env.get_template(NAME).map(|template| record_use(&template)));
+        let record_use = (compiled.map_err(render_error)).with_context(|| origin.to_owned())?;
         Ok(PayloadTemplate {
             body: Body::Template(Box::new(env)),
-            origin,
+            origin: origin.to_owned(),
             record_use,
         })
     }
@@ -277,7 +266,7 @@ mod tests {
     #[test]
     fn the_builtin_payload_is_what_its_template_renders() {
         let record = Map::new();
-        let template = PayloadTemplate::compile(BUILTIN_PAYLOAD.to_owned(), "test".into()).unwrap();
+        let template = PayloadTemplate::from_text(BUILTIN_PAYLOAD, "test").unwrap();
         assert!(matches!(template.body, Body::Template(_)));
         let builtin = PayloadTemplate::builtin();
         assert_eq!(builtin.record_use(), template.record_use());
@@ -314,7 +303,7 @@ mod tests {
 
     #[test]
     fn a_misspelt_variable_names_the_line() {
-        let t = PayloadTemplate::compile("{\n \"a\": {{ idd }}\n}".into(), "t".into()).unwrap();
+        let t = PayloadTemplate::from_text("{\n \"a\": {{ idd }}\n}", "t").unwrap();
         let record = Map::new();
         let err = t.render(&context(&record, None)).unwrap_err();
         assert!(
@@ -326,7 +315,7 @@ mod tests {
 
     #[test]
     fn quoting_a_value_by_hand_is_explained() {
-        let t = PayloadTemplate::compile("{\"text\": \"{{ text }}\"}".into(), "t".into()).unwrap();
+        let t = PayloadTemplate::from_text("{\"text\": \"{{ text }}\"}", "t").unwrap();
         let record = Map::new();
         let err = t.render(&context(&record, Some("hi"))).unwrap_err();
         assert!(matches!(err, PayloadError::NotJson(_)), "{err:?}");
@@ -335,7 +324,7 @@ mod tests {
     #[test]
     fn more_than_ten_keys_are_refused() {
         let body: Vec<String> = (0..11).map(|i| format!("\"k{i}\": {i}")).collect();
-        let t = PayloadTemplate::compile(format!("{{{}}}", body.join(",")), "t".into()).unwrap();
+        let t = PayloadTemplate::from_text(&format!("{{{}}}", body.join(",")), "t").unwrap();
         let record = Map::new();
         assert_eq!(
             t.render(&context(&record, None)).unwrap_err(),
@@ -345,7 +334,7 @@ mod tests {
 
     #[test]
     fn an_array_is_not_a_payload() {
-        let t = PayloadTemplate::compile("[1]".into(), "t".into()).unwrap();
+        let t = PayloadTemplate::from_text("[1]", "t").unwrap();
         let record = Map::new();
         assert_eq!(
             t.render(&context(&record, None)).unwrap_err(),
@@ -355,7 +344,7 @@ mod tests {
 
     #[test]
     fn the_whole_dispatch_body_stays_under_64000_bytes() {
-        let t = PayloadTemplate::compile("{\"r\": {{ record.big }}}".into(), "t".into()).unwrap();
+        let t = PayloadTemplate::from_text("{\"r\": {{ record.big }}}", "t").unwrap();
         let body_with = |n: usize| {
             let mut record = Map::new();
             record.insert("big".into(), Value::String("x".repeat(n)));
@@ -397,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_template_reads_only_the_columns_it_names() {
-        let compile = |source: &str| PayloadTemplate::compile(source.into(), "t".into()).unwrap();
+        let compile = |source: &str| PayloadTemplate::from_text(source, "t").unwrap();
         assert_eq!(
             PayloadTemplate::builtin().record_use(),
             &RecordUse::Columns(BTreeSet::new())

@@ -73,20 +73,6 @@ impl Known {
         }
     }
 
-    /// Whether a run of the work workflow (queued, running or finished) names `branch`.
-    fn ran(&self, prefix: &BranchPrefix, branch: &BranchName) -> bool {
-        prefix
-            .tail(branch.as_str())
-            .is_some_and(|tail| self.runs.contains_key(tail))
-    }
-
-    /// Every branch of row `id`.
-    fn branches_of<'a>(&'a self, id: &'a RowId) -> Vec<&'a Branch> {
-        of_row(&self.branches, id)
-            .map(|(_, branch)| branch)
-            .collect()
-    }
-
     /// The pull requests from a branch of row `id`, with their head's tail.
     fn pulls_of<'a>(&'a self, id: &'a RowId) -> impl Iterator<Item = (&'a str, &'a PullRequest)> {
         let row = self.pulls.range((id.as_str().to_owned(), 0)..);
@@ -163,13 +149,14 @@ impl Known {
         let read = forge.base(&plan.route.repo);
         let base = self.base.get_or_try_init(|| read).await;
         let base = base.context("reading the default branch")?;
+        // Whether a run of the work workflow (queued, running or finished) names the branch.
+        let tail = plan.route.branch_prefix.tail(plan.branch.as_str());
+        let ran = tail.is_some_and(|tail| self.runs.contains_key(tail));
         // A compare that fails (the branch deleted since the listing) fails this row only.
         Ok(match at_base(forge, &plan, base).await {
             // Not a lost dispatch but work that ran and pushed nothing: dispatching it again
             // would pay for the run again, and again at every sweep (SPEC §6).
-            Ok(true) if self.ran(&plan.route.branch_prefix, &plan.branch) => {
-                Verdict::AlreadyRan(plan.branch)
-            }
+            Ok(true) if ran => Verdict::AlreadyRan(plan.branch),
             Ok(true) => Verdict::DeadClaim {
                 claimed: Base {
                     branch: base.branch.clone(),
@@ -266,7 +253,8 @@ fn classify(known: &Known, route: &CompiledRoute, row: Row) -> Verdict {
         }
     };
     let pull = known.has_pull(&plan.id);
-    match known.branches_of(&plan.id).as_slice() {
+    let branches: Vec<&Branch> = of_row(&known.branches, &plan.id).map(|(_, b)| b).collect();
+    match branches.as_slice() {
         [] if pull => Verdict::MergedBefore,
         [] => Verdict::Run(plan),
         [only] if !pull && row.created_at < known.stale_before => {
@@ -276,7 +264,7 @@ fn classify(known: &Known, route: &CompiledRoute, row: Row) -> Verdict {
                     claimed_at: only.sha.clone(),
                     plan: plan.on_branch(branch),
                 },
-                // `branches_of` keeps only the row's own: unreachable, and harmless.
+                // `of_row` keeps only the row's own: unreachable, and harmless.
                 None => Verdict::Handled,
             }
         }

@@ -28,9 +28,7 @@ use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
 use crate::forge::Listing;
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
-use crate::pipeline::{
-    id_text, CompiledRoute, Outcome, Pipeline, Plan, Routes, Start, ALREADY_RAN,
-};
+use crate::pipeline::{id_text, CompiledRoute, Outcome, Pipeline, Routes, Start, ALREADY_RAN};
 use crate::reason::Reason;
 
 /// How a sweep runs.
@@ -190,16 +188,22 @@ pub async fn run(
         let swept = sweep_route(route, rows, pipeline, options, progress, &mut summary).await;
         if let Err(e) = &swept {
             summary.error = Some(format!("{e:#}"));
-            summary.reason = e
-                .chain()
-                .any(|cause| {
-                    matches!(cause.downcast_ref(), Some(Misfit::MissingColumn(_)))
-                        || matches!(
-                            cause.downcast_ref(),
-                            Some(db::Error::Table(Misfit::MissingColumn(_)))
-                        )
-                })
-                .then(|| Reason::MissingColumn.as_str());
+            // A route that does not fit its table: the adapter's one error says so.
+            let misfit = |cause: &(dyn std::error::Error + 'static)| {
+                let table = cause.downcast_ref();
+                matches!(table, Some(db::Error::Table(Misfit::MissingColumn(_))))
+            };
+            summary.reason = (e.chain().any(misfit)).then(|| Reason::MissingColumn.as_str());
+        }
+        // A scheduled sweep's rows left for being older than `sweep_from`.
+        if summary.before_sweep_from > 0 {
+            tracing::info!(
+                route = %summary.route,
+                rows = summary.before_sweep_from,
+                "the sweep left {} rows created before sweep_from; `rowbranch reconcile --since` \
+                 runs the table's past on purpose",
+                summary.before_sweep_from
+            );
         }
         if !options.states_only {
             pipeline.metrics().reconcile_run(if swept.is_ok() {
@@ -242,9 +246,15 @@ async fn sweep_route(
             .context("stale_claim_after too long")?;
     let (repo, prefix) = (&route.repo, &route.branch_prefix);
     // A gated route's scheduled sweep also takes, at any age, the rows that pass and have not
-    // started (an approval whose delivery was lost): read first, so that the listings reach
-    // back to the oldest of them.
-    let mut older = unstarted(rows, route, options, since);
+    // started (an approval whose delivery was lost): those created from a `sweep_from` before
+    // the window whose state says they never started (NULL, `waiting`, or a value rowbranch
+    // does not know). Read first, so that the listings reach back to the oldest of them.
+    // Without a status column nothing tells such a row from one long finished, and the window
+    // alone is read.
+    let wanted = options.scheduled && !options.states_only && route.run_when.is_some();
+    let from = route.sweep_from.filter(|from| wanted && *from < since);
+    let mut older = (from.zip(route.status_column.as_deref()))
+        .map(|(from, status)| rows.unstarted(route, status, from, since, options.page_size));
     let mut held = match &mut older {
         Some(pages) => pages.next_page().await?,
         None => Vec::new(),
@@ -256,19 +266,40 @@ async fn sweep_route(
         .context("listing branches")?;
     // The runs before the pull requests: a run seen completed had opened its pull request
     // (if any) before the pull requests were listed, so it is never taken for a failure.
-    // Every route's: the dead-claim rule reads them too.
-    let listed = listed_runs(pipeline, route, listed_since, summary).await?;
-    let pulls = match forge.pull_requests(repo, prefix, listed_since).await {
-        Ok(Listing::Found(pulls)) => pulls,
-        Ok(Listing::NotKept) => Vec::new(),
-        Ok(Listing::NotPermitted { needs }) => anyhow::bail!(
+    // Every route's: the dead-claim rule reads them too. Without the permission to read them
+    // (Actions: read) the sweep goes on, writing no `failed`, and says so.
+    let listed = forge.workflow_runs(repo, prefix, listed_since).await;
+    let listed = match listed.context("listing workflow runs")? {
+        Listing::Found(runs) => runs,
+        Listing::NotKept => Vec::new(),
+        Listing::NotPermitted { needs } => {
+            let warning = format!(
+                "GitHub does not let rowbranch list workflow runs (it needs {needs}): a claim \
+                 whose work ran and pushed nothing is taken for a dead claim and dispatched again, \
+                 and no row is marked failed; grant it (the App's Actions: read, or the job's \
+                 `actions: read`)"
+            );
+            tracing::warn!(route = %route.table_name(), "{warning}");
+            summary.warning.get_or_insert(warning);
+            Vec::new()
+        }
+    };
+    let pulls = forge.pull_requests(repo, prefix, listed_since).await;
+    let pulls = match pulls.context("listing pull requests")? {
+        Listing::Found(pulls) => pulls,
+        Listing::NotKept => Vec::new(),
+        Listing::NotPermitted { needs } => anyhow::bail!(
             "listing pull requests: GitHub does not let rowbranch list pull requests: it needs {needs}"
         ),
-        Err(e) => return Err(anyhow::Error::new(e).context("listing pull requests")),
     };
     let queue = match route.intake {
         Intake::Pgmq { .. } if !options.states_only => {
-            Some(QueueView::load(rows, route, &options.pgmq, since).await?)
+            let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
+            let pgmq = &options.pgmq;
+            let ids = queue::message_ids(rows.client(), &pgmq.queue, schema, table, id, since)
+                .await
+                .with_context(|| format!("reading the queue {} and its archive", pgmq.queue))?;
+            Some(QueueView::new(ids, pgmq)?)
         }
         _ => None,
     };
@@ -333,53 +364,29 @@ async fn sweep_route(
                 verdict => count(summary, verdict),
             }
         }
-        for verdict in runs(pipeline, to_run, options.concurrency).await {
+        // A row waits for room in the pipeline rather than fail for want of it: the sweep is
+        // what brings back the rows a full pipeline refused, and it has no sender to ask to
+        // come back.
+        let ran = stream::iter(to_run).map(|(plan, start)| async move {
+            let (id, branch) = (plan.id.to_string(), plan.branch.clone());
+            let again = matches!(start, Start::Redispatch(_));
+            let run = pipeline.submit_waiting(plan, start).await;
+            match run.outcome().await {
+                Ok(_) if again => Verdict::Redispatched(branch),
+                Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
+                // Handled meanwhile (a webhook, another sweep): counted as handled.
+                Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
+                Err(e) => Verdict::Failed(Failed {
+                    id,
+                    error: e.to_string(),
+                }),
+            }
+        });
+        let mut ran = ran.buffer_unordered(options.concurrency.max(1));
+        while let Some(verdict) = ran.next().await {
             count(summary, verdict);
         }
         progress(summary);
-    }
-}
-
-/// For a gated route's scheduled sweep, with a `status_column` and a `sweep_from` before the
-/// window: the rows created from `sweep_from` to the window that pass the gate and whose state
-/// says they never started (NULL, `waiting`, or a value rowbranch does not know). Without a
-/// status column nothing tells such a row from one long finished, and the window alone is read.
-fn unstarted<'a>(
-    rows: &'a Database,
-    route: &'a Route,
-    options: &SweepOptions,
-    since: chrono::DateTime<chrono::Utc>,
-) -> Option<RowPages<'a>> {
-    let wanted = options.scheduled && !options.states_only && route.run_when.is_some();
-    let from = route.sweep_from.filter(|from| wanted && *from < since)?;
-    let status = route.status_column.as_deref()?;
-    Some(rows.unstarted(route, status, from, since, options.page_size))
-}
-
-/// The route's runs since `since`, for the states of its rows. Without the permission to read
-/// them (Actions: read) the sweep goes on, writing no `failed`, and says so.
-async fn listed_runs(
-    pipeline: &Pipeline,
-    route: &Route,
-    since: chrono::DateTime<chrono::Utc>,
-    summary: &mut RouteSummary,
-) -> anyhow::Result<Vec<crate::forge::WorkflowRun>> {
-    let (repo, prefix) = (&route.repo, &route.branch_prefix);
-    let listed = pipeline.forge().workflow_runs(repo, prefix, since).await;
-    match listed.context("listing workflow runs")? {
-        Listing::Found(runs) => Ok(runs),
-        Listing::NotKept => Ok(Vec::new()),
-        Listing::NotPermitted { needs } => {
-            let warning = format!(
-                "GitHub does not let rowbranch list workflow runs (it needs {needs}): a claim \
-                 whose work ran and pushed nothing is taken for a dead claim and dispatched again, \
-                 and no row is marked failed; grant it (the App's Actions: read, or the job's \
-                 `actions: read`)"
-            );
-            tracing::warn!(route = %route.table_name(), "{warning}");
-            summary.warning.get_or_insert(warning);
-            Ok(Vec::new())
-        }
     }
 }
 
@@ -441,19 +448,6 @@ pub struct QueueView {
 }
 
 impl QueueView {
-    async fn load(
-        rows: &Database,
-        route: &Route,
-        pgmq: &PgmqSettings,
-        since: chrono::DateTime<chrono::Utc>,
-    ) -> anyhow::Result<QueueView> {
-        let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
-        let ids = queue::message_ids(rows.client(), &pgmq.queue, schema, table, id, since)
-            .await
-            .with_context(|| format!("reading the queue {} and its archive", pgmq.queue))?;
-        QueueView::new(ids, pgmq)
-    }
-
     /// From the ids with a message, each with whether one is still in the queue and when the
     /// last was archived, read just now.
     pub fn new(
@@ -496,36 +490,6 @@ impl QueueView {
     }
 }
 
-/// Runs the rows with neither branch nor pull request, and dispatches the dead claims again on
-/// their branches, a few at a time. A row waits for room in the pipeline rather than fail for
-/// want of it: the sweep is what brings back the rows a full pipeline refused, and it has no
-/// sender to ask to come back.
-async fn runs(
-    pipeline: &Arc<Pipeline>,
-    plans: Vec<(Plan, Start)>,
-    concurrency: usize,
-) -> Vec<Verdict> {
-    stream::iter(plans)
-        .map(|(plan, start)| async move {
-            let (id, branch) = (plan.id.to_string(), plan.branch.clone());
-            let again = matches!(start, Start::Redispatch(_));
-            let run = pipeline.submit_waiting(plan, start).await;
-            match run.outcome().await {
-                Ok(_) if again => Verdict::Redispatched(branch),
-                Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
-                // Handled meanwhile (a webhook, another sweep): counted as handled.
-                Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
-                Err(e) => Verdict::Failed(Failed {
-                    id,
-                    error: e.to_string(),
-                }),
-            }
-        })
-        .buffer_unordered(concurrency.max(1))
-        .collect()
-        .await
-}
-
 /// How long after start the first scheduled sweep runs.
 const FIRST_SWEEP_AFTER: Duration = Duration::from_secs(10);
 /// Rows the scheduled sweep reads at once: a page is held whole, rows and plans, beside what
@@ -552,19 +516,6 @@ pub fn say_unstarted(routes: &Routes) {
                 crate::config::sweep_from_now()
             );
         }
-    }
-}
-
-/// Logs a scheduled sweep's rows left for being older than `sweep_from`, when it left any.
-pub fn say_before_start(summary: &RouteSummary) {
-    if summary.before_sweep_from > 0 {
-        tracing::info!(
-            route = %summary.route,
-            rows = summary.before_sweep_from,
-            "the sweep left {} rows created before sweep_from; `rowbranch reconcile --since` \
-             runs the table's past on purpose",
-            summary.before_sweep_from
-        );
     }
 }
 
@@ -609,7 +560,6 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
                 dead_claims = s.dead_claims_redispatched, failed = s.failed,
                 before_sweep_from = s.before_sweep_from, states_written = s.states_written,
                 "scheduled sweep");
-            say_before_start(&s);
             for f in s.failures {
                 tracing::error!(id = %f.id, error = %f.error, "the sweep could not finish a row");
             }
@@ -649,34 +599,28 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
-        if !s.would_dispatch.is_empty() {
-            out += &format!("  would dispatch: {}\n", joined(&s.would_dispatch));
-        }
-        if !s.dead_claims.is_empty() {
-            let verb = if dry_run {
-                "would re-dispatch"
-            } else {
-                "re-dispatched"
-            };
-            out += &format!("  dead claims {verb}: {}\n", joined(&s.dead_claims));
-        }
-        if !s.already_ran.is_empty() {
-            out += &format!(
-                "  claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose): {}\n",
-                joined(&s.already_ran)
-            );
-        }
-        if s.in_queue > 0 {
-            out += &format!("  still in the queue (the consumer's): {}\n", s.in_queue);
-        }
-        if s.states_written > 0 {
-            out += &format!("  states written back: {}\n", s.states_written);
-        }
-        if !s.not_queued.is_empty() {
-            out += &format!(
-                "  no message in the queue or its archive (is the queue's trigger installed and enabled?): {}\n",
-                joined(&s.not_queued)
-            );
+        let dead = match dry_run {
+            true => "dead claims would re-dispatch",
+            false => "dead claims re-dispatched",
+        };
+        let count = |n: u64| if n > 0 { n.to_string() } else { String::new() };
+        // The lines under the route, each where it has something to say.
+        let lines = [
+            ("would dispatch", joined(&s.would_dispatch)),
+            (dead, joined(&s.dead_claims)),
+            (
+                "claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose)",
+                joined(&s.already_ran),
+            ),
+            ("still in the queue (the consumer's)", count(s.in_queue)),
+            ("states written back", count(s.states_written)),
+            (
+                "no message in the queue or its archive (is the queue's trigger installed and enabled?)",
+                joined(&s.not_queued),
+            ),
+        ];
+        for (what, said) in lines.iter().filter(|(_, said)| !said.is_empty()) {
+            out += &format!("  {what}: {said}\n");
         }
     }
     out
@@ -700,7 +644,59 @@ fn joined(items: &[impl std::fmt::Display]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::joined;
+    use serde_json::json;
+
+    use super::{joined, table, RouteSummary};
+    use crate::identity::{BranchName, BranchPrefix, RowId};
+
+    #[test]
+    fn the_table_says_under_a_route_only_what_it_has() {
+        let prefix = BranchPrefix::parse("feedback").unwrap();
+        let branch = |name: &str| BranchName::listed(&prefix, name).unwrap();
+        let summary = RouteSummary {
+            route: "public.feedbacks → acme/app".into(),
+            rows_seen: 5,
+            would_dispatch: vec![
+                RowId::parse(&json!(1)).unwrap(),
+                RowId::parse(&json!(2)).unwrap(),
+            ],
+            dead_claims: vec![branch("feedback/3-x")],
+            already_ran: vec![branch("feedback/4-x")],
+            in_queue: 3,
+            not_queued: vec!["9".into()],
+            ..RouteSummary::default()
+        };
+        let lines: Vec<String> = table(std::slice::from_ref(&summary), true)
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(
+            lines[2..],
+            [
+                "  would dispatch: 1, 2",
+                "  dead claims would re-dispatch: feedback/3-x",
+                "  claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose): feedback/4-x",
+                "  still in the queue (the consumer's): 3",
+                "  no message in the queue or its archive (is the queue's trigger installed and enabled?): 9",
+            ]
+        );
+        let done = RouteSummary {
+            would_dispatch: Vec::new(),
+            in_queue: 0,
+            states_written: 2,
+            ..summary
+        };
+        let text = table(&[done], false);
+        assert!(
+            text.contains("\n  dead claims re-dispatched: feedback/3-x\n"),
+            "{text}"
+        );
+        assert!(text.contains("\n  states written back: 2\n"), "{text}");
+        assert!(
+            !text.contains("would dispatch") && !text.contains("still in"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn a_summary_line_names_ten_ids_and_counts_the_rest() {

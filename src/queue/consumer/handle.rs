@@ -133,10 +133,7 @@ impl Consumer {
         }
         // The message and this copy of the plan are kept beside the run: they count too.
         let beside = message.body.capacity() + plan.held_bytes();
-        let Ok(submission) = self
-            .pipeline
-            .submit_beside(plan.clone(), Start::New, beside)
-        else {
+        let Ok(submission) = self.pipeline.submit(plan.clone(), Start::New, beside) else {
             return Fate::Retry(None);
         };
         let branch = match submission.run.await {
@@ -214,7 +211,7 @@ impl Consumer {
         }
         let base = forge.base(repo).await;
         let base = base.context("reading the default branch")?;
-        let submission = self.pipeline.submit(plan, Start::Redispatch(base))?;
+        let submission = self.pipeline.submit(plan, Start::Redispatch(base), 0)?;
         submission.run.await?;
         Ok(Fate::Redispatched)
     }
