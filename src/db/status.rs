@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::shape::Shape;
-use super::{query, quote_ident, Database, Result};
+use super::{query, quote_ident, Database, Link, Result};
 use crate::config::{Redacted, Route};
 use crate::metrics::{Metrics, StatusResult};
 
@@ -271,25 +271,15 @@ async fn write_all(
     metrics: Arc<Metrics>,
 ) {
     const STALLED: &str = "the database did not answer within 10 s";
-    let mut database: Option<Database> = None;
+    let link = Link::new(database_url, RECONNECT_AFTER, Arc::default());
     let mut shapes: HashMap<String, Shape> = HashMap::new();
-    let mut retry_at = tokio::time::Instant::now();
     while let Some(write) = receiver.recv().await {
         let table = write.route.table_name();
         let written: std::result::Result<StatusResult, String> = 'write: {
-            if database.as_ref().is_none_or(Database::is_closed) {
-                if tokio::time::Instant::now() < retry_at {
-                    break 'write Err("the database could not be reached".to_owned());
-                }
-                match Database::connect(database_url.expose()).await {
-                    Ok(connected) => database = Some(connected),
-                    Err(e) => {
-                        retry_at = tokio::time::Instant::now() + RECONNECT_AFTER;
-                        break 'write Err(e.describe());
-                    }
-                }
-            }
-            let db = database.as_ref().expect("connected above");
+            let db = match link.get().await {
+                Ok((db, _)) => db,
+                Err(e) => break 'write Err(e.describe()),
+            };
             if !shapes.contains_key(&table) {
                 let read = Shape::read(db.client(), &write.route, false);
                 match timeout(WRITE_TIMEOUT, read).await {
@@ -297,7 +287,7 @@ async fn write_all(
                     Ok(Err(e)) => break 'write Err(e.describe()),
                     // A connection that stopped answering (half-open): made again next time.
                     Err(_) => {
-                        database = None;
+                        link.forget().await;
                         break 'write Err(STALLED.to_owned());
                     }
                 };
@@ -309,7 +299,7 @@ async fn write_all(
                     e.describe()
                 }),
                 Err(_) => {
-                    database = None;
+                    link.forget().await;
                     Err(STALLED.to_owned())
                 }
             }
