@@ -144,8 +144,7 @@ impl Database {
             (None, Some(link)) => format!("{link} is distinct from $3::text"),
             (None, None) => unreachable!("no column to write"),
         };
-        let (id, id_type) = (&shape.id, &shape.id_type);
-        let row = format!("{id} = cast($1::text as {id_type})");
+        let row = shape.is_id();
         let sql = format!(
             "update {} set {} where {row} and {when}",
             shape.relation,
@@ -178,8 +177,9 @@ impl Database {
     pub async fn first_row_of(&self, route: &Route, ids: &[&str]) -> Result<Option<usize>> {
         let shape = Shape::read(&self.client, route, false).await?;
         let sql = format!(
-            "select 1 from {} where {} = cast($1::text as {}) limit 1",
-            shape.relation, shape.id, shape.id_type
+            "select 1 from {} where {} limit 1",
+            shape.relation,
+            shape.is_id()
         );
         for (at, id) in ids.iter().enumerate() {
             match query(&self.client, &sql, &[id]).await {
@@ -208,8 +208,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The one task that writes rows' states, and the way to it.
 pub struct StatusWriter {
-    sender: Mutex<Option<mpsc::Sender<StatusWrite>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// The way to the task, and the task: taken when it finishes.
+    running: Mutex<Option<(mpsc::Sender<StatusWrite>, JoinHandle<()>)>>,
     metrics: Arc<Metrics>,
 }
 
@@ -219,8 +219,7 @@ impl StatusWriter {
         let (sender, receiver) = mpsc::channel(WAITING_WRITES);
         let task = tokio::spawn(write_all(database_url, receiver, Arc::clone(&metrics)));
         StatusWriter {
-            sender: Mutex::new(Some(sender)),
-            task: Mutex::new(Some(task)),
+            running: Mutex::new(Some((sender, task))),
             metrics,
         }
     }
@@ -228,13 +227,8 @@ impl StatusWriter {
     /// Hands `write` to the writer, or counts and logs it as failed when the writer is full or
     /// has finished.
     pub fn send(&self, write: StatusWrite) {
-        let sender = self
-            .sender
-            .lock()
-            .expect("status sender lock poisoned")
-            .clone();
-        let refused = match sender {
-            Some(sender) => sender.try_send(write).err().map(|e| match e {
+        let refused = match &*self.running.lock().expect("status writer lock poisoned") {
+            Some((sender, _)) => sender.try_send(write).err().map(|e| match e {
                 mpsc::error::TrySendError::Full(w) => (w, "too many writes wait for the database"),
                 mpsc::error::TrySendError::Closed(w) => (w, "the writer has finished"),
             }),
@@ -248,12 +242,13 @@ impl StatusWriter {
     /// Lets the writes that wait finish; then the writer ends. Bounded by whoever awaits it
     /// (the shutdown's grace).
     pub async fn finish(&self) {
-        self.sender
+        let running = self
+            .running
             .lock()
-            .expect("status sender lock poisoned")
+            .expect("status writer lock poisoned")
             .take();
-        let task = self.task.lock().expect("status task lock poisoned").take();
-        if let Some(task) = task {
+        if let Some((sender, task)) = running {
+            drop(sender);
             let _ = task.await;
         }
     }
