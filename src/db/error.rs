@@ -26,6 +26,9 @@ pub enum Error {
         message: String,
         cause: tokio_postgres::Error,
     },
+    /// No connection, and none tried: the last attempt failed a moment ago ([`super::Link`]).
+    #[error("the database could not be reached")]
+    Unreached,
     /// A statement failed, as tokio-postgres tells it (the queue's statements).
     #[error(transparent)]
     Postgres(#[from] tokio_postgres::Error),
@@ -44,7 +47,7 @@ impl Error {
     fn postgres(&self) -> Option<&tokio_postgres::Error> {
         match self {
             Error::Query { cause, .. } | Error::Postgres(cause) => Some(cause),
-            Error::Url(_) | Error::Table(_) | Error::Row(_) => None,
+            Error::Url(_) | Error::Table(_) | Error::Row(_) | Error::Unreached => None,
         }
     }
 

@@ -22,11 +22,15 @@ pub mod status;
 mod visibility;
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use tokio::time::Instant;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
+use crate::config::Redacted;
 use connect::ConnectSettings;
 pub use connect::{unchecked, Unchecked};
 pub use error::{describe, Error, Result};
@@ -95,6 +99,75 @@ impl Reachability {
             .lock()
             .expect("reachability lock poisoned")
             .clone()
+    }
+}
+
+/// One connection to DATABASE_URL, made when first wanted and made again once it has ended or
+/// been forgotten; locked while connecting, so that two callers never open two. After a failed
+/// attempt, none is made for `backoff`: meanwhile callers fail at once.
+pub struct Link {
+    url: Redacted,
+    backoff: Duration,
+    /// Told how each attempt went, and when the connection ends.
+    reachability: Arc<Reachability>,
+    held: tokio::sync::Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    database: Option<Arc<Database>>,
+    /// Connections opened so far: any after the first is a reconnection.
+    opened: usize,
+    /// After a failed attempt: when the next may be made.
+    retry_at: Option<Instant>,
+}
+
+impl Link {
+    pub fn new(url: Redacted, backoff: Duration, reachability: Arc<Reachability>) -> Link {
+        let held = tokio::sync::Mutex::default();
+        Link {
+            url,
+            backoff,
+            reachability,
+            held,
+        }
+    }
+
+    /// The connection, made when there is none (or it ended), and whether it was just made
+    /// again after an earlier one.
+    pub async fn get(&self) -> Result<(Arc<Database>, bool)> {
+        let mut held = self.held.lock().await;
+        if let Some(database) = held.database.as_ref().filter(|d| !d.is_closed()) {
+            return Ok((Arc::clone(database), false));
+        }
+        held.database = None;
+        if held.retry_at.is_some_and(|at| Instant::now() < at) {
+            return Err(Error::Unreached);
+        }
+        let connected = Database::connect(self.url.expose()).await;
+        let reached = connected.as_ref().map(drop);
+        self.reachability
+            .set(reached.map_err(|e| Unreachable(e.to_string())));
+        held.retry_at = connected.is_err().then(|| Instant::now() + self.backoff);
+        let database = Arc::new(connected?);
+        held.database = Some(Arc::clone(&database));
+        held.opened += 1;
+        Ok((database, held.opened > 1))
+    }
+
+    /// Forgets the connection (it stopped answering): the next call makes another.
+    pub async fn forget(&self) {
+        self.held.lock().await.database = None;
+    }
+
+    /// After a failed statement: forgets the connection if the connection is what failed.
+    pub async fn failed(&self, e: &Error) {
+        let mut held = self.held.lock().await;
+        if held.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
+            held.database = None;
+            let ended = format!("the database connection ended: {e}");
+            self.reachability.set(Err(Unreachable(ended)));
+        }
     }
 }
 

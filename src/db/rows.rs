@@ -98,10 +98,7 @@ impl Database {
     /// and when the row's created column is NULL.
     pub async fn by_id(&self, route: &Route, id: &str) -> Result<Option<Row>> {
         let shape = Shape::read(&self.client, route, true).await?;
-        let sql = shape.select(&format!(
-            "where r.{} = cast($1::text as {}) limit 2",
-            shape.id, shape.id_type
-        ));
+        let sql = shape.select(&format!("where {} limit 2", shape.is_id()));
         let found = super::query(&self.client, &sql, &[&id]).await;
         let found = found.map_err(|cause| {
             if !data_error(&cause) {

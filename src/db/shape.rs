@@ -136,6 +136,11 @@ impl Shape {
         )
     }
 
+    /// The row whose id is `$1`: the id bound as text, cast to the id column's own type.
+    pub(super) fn is_id(&self) -> String {
+        format!("{} = cast($1::text as {})", self.id, self.id_type)
+    }
+
     /// A result row of [`Shape::select`].
     pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Decoded> {
         let what = format!("could not read a row of table {}", self.name);
@@ -162,21 +167,17 @@ impl Shape {
     }
 }
 
-/// A name for a message: bare when it needs no quoting, quoted otherwise.
-fn ident_for_message(name: &str) -> String {
-    let plain = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_owned()
-    } else {
-        quote_ident(name)
-    }
-}
-
+/// `schema.table` for a message: each name bare when it needs no quoting, quoted otherwise.
 fn table_for_message(schema: &str, table: &str) -> String {
-    format!("{}.{}", ident_for_message(schema), ident_for_message(table))
+    let shown = |name: &str| {
+        let plain = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+            && (name.chars()).all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        match plain {
+            true => name.to_owned(),
+            false => quote_ident(name),
+        }
+    };
+    format!("{}.{}", shown(schema), shown(table))
 }
 
 /// The first `max` names, then `…` when there are more.

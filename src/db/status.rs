@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio::time::timeout;
 
 use super::shape::Shape;
-use super::{query, quote_ident, Database, Result};
+use super::{query, quote_ident, Database, Link, Result};
 use crate::config::{Redacted, Route};
 use crate::metrics::{Metrics, StatusResult};
 
@@ -144,8 +144,7 @@ impl Database {
             (None, Some(link)) => format!("{link} is distinct from $3::text"),
             (None, None) => unreachable!("no column to write"),
         };
-        let (id, id_type) = (&shape.id, &shape.id_type);
-        let row = format!("{id} = cast($1::text as {id_type})");
+        let row = shape.is_id();
         let sql = format!(
             "update {} set {} where {row} and {when}",
             shape.relation,
@@ -178,8 +177,9 @@ impl Database {
     pub async fn first_row_of(&self, route: &Route, ids: &[&str]) -> Result<Option<usize>> {
         let shape = Shape::read(&self.client, route, false).await?;
         let sql = format!(
-            "select 1 from {} where {} = cast($1::text as {}) limit 1",
-            shape.relation, shape.id, shape.id_type
+            "select 1 from {} where {} limit 1",
+            shape.relation,
+            shape.is_id()
         );
         for (at, id) in ids.iter().enumerate() {
             match query(&self.client, &sql, &[id]).await {
@@ -208,8 +208,8 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The one task that writes rows' states, and the way to it.
 pub struct StatusWriter {
-    sender: Mutex<Option<mpsc::Sender<StatusWrite>>>,
-    task: Mutex<Option<JoinHandle<()>>>,
+    /// The way to the task, and the task: taken when it finishes.
+    running: Mutex<Option<(mpsc::Sender<StatusWrite>, JoinHandle<()>)>>,
     metrics: Arc<Metrics>,
 }
 
@@ -219,8 +219,7 @@ impl StatusWriter {
         let (sender, receiver) = mpsc::channel(WAITING_WRITES);
         let task = tokio::spawn(write_all(database_url, receiver, Arc::clone(&metrics)));
         StatusWriter {
-            sender: Mutex::new(Some(sender)),
-            task: Mutex::new(Some(task)),
+            running: Mutex::new(Some((sender, task))),
             metrics,
         }
     }
@@ -228,13 +227,8 @@ impl StatusWriter {
     /// Hands `write` to the writer, or counts and logs it as failed when the writer is full or
     /// has finished.
     pub fn send(&self, write: StatusWrite) {
-        let sender = self
-            .sender
-            .lock()
-            .expect("status sender lock poisoned")
-            .clone();
-        let refused = match sender {
-            Some(sender) => sender.try_send(write).err().map(|e| match e {
+        let refused = match &*self.running.lock().expect("status writer lock poisoned") {
+            Some((sender, _)) => sender.try_send(write).err().map(|e| match e {
                 mpsc::error::TrySendError::Full(w) => (w, "too many writes wait for the database"),
                 mpsc::error::TrySendError::Closed(w) => (w, "the writer has finished"),
             }),
@@ -248,12 +242,13 @@ impl StatusWriter {
     /// Lets the writes that wait finish; then the writer ends. Bounded by whoever awaits it
     /// (the shutdown's grace).
     pub async fn finish(&self) {
-        self.sender
+        let running = self
+            .running
             .lock()
-            .expect("status sender lock poisoned")
+            .expect("status writer lock poisoned")
             .take();
-        let task = self.task.lock().expect("status task lock poisoned").take();
-        if let Some(task) = task {
+        if let Some((sender, task)) = running {
+            drop(sender);
             let _ = task.await;
         }
     }
@@ -271,25 +266,15 @@ async fn write_all(
     metrics: Arc<Metrics>,
 ) {
     const STALLED: &str = "the database did not answer within 10 s";
-    let mut database: Option<Database> = None;
+    let link = Link::new(database_url, RECONNECT_AFTER, Arc::default());
     let mut shapes: HashMap<String, Shape> = HashMap::new();
-    let mut retry_at = tokio::time::Instant::now();
     while let Some(write) = receiver.recv().await {
         let table = write.route.table_name();
         let written: std::result::Result<StatusResult, String> = 'write: {
-            if database.as_ref().is_none_or(Database::is_closed) {
-                if tokio::time::Instant::now() < retry_at {
-                    break 'write Err("the database could not be reached".to_owned());
-                }
-                match Database::connect(database_url.expose()).await {
-                    Ok(connected) => database = Some(connected),
-                    Err(e) => {
-                        retry_at = tokio::time::Instant::now() + RECONNECT_AFTER;
-                        break 'write Err(e.describe());
-                    }
-                }
-            }
-            let db = database.as_ref().expect("connected above");
+            let db = match link.get().await {
+                Ok((db, _)) => db,
+                Err(e) => break 'write Err(e.describe()),
+            };
             if !shapes.contains_key(&table) {
                 let read = Shape::read(db.client(), &write.route, false);
                 match timeout(WRITE_TIMEOUT, read).await {
@@ -297,7 +282,7 @@ async fn write_all(
                     Ok(Err(e)) => break 'write Err(e.describe()),
                     // A connection that stopped answering (half-open): made again next time.
                     Err(_) => {
-                        database = None;
+                        link.forget().await;
                         break 'write Err(STALLED.to_owned());
                     }
                 };
@@ -309,7 +294,7 @@ async fn write_all(
                     e.describe()
                 }),
                 Err(_) => {
-                    database = None;
+                    link.forget().await;
                     Err(STALLED.to_owned())
                 }
             }

@@ -233,7 +233,7 @@ impl Consumer {
             Ok(db) => match self.statement(&db, message, read_ct, fate).await {
                 Ok(made) => return Some(made),
                 Err(e) => {
-                    self.failed(&e).await;
+                    self.link.failed(&e).await;
                     if !e.transient() {
                         tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
                             error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");

@@ -22,7 +22,7 @@ use super::settle::Fate;
 use crate::config::{PgmqSettings, Redacted};
 use crate::db::queue::{self, Message};
 use crate::db::status::RowState;
-use crate::db::{self, Database, Reachability, Unreachable};
+use crate::db::{self, Database, Link, Reachability};
 use crate::identity::QueueName;
 use crate::metrics::NO_ROUTE;
 use crate::pipeline::{Ignored, Pipeline, Routes};
@@ -67,10 +67,8 @@ pub struct Consumer {
     routes: Arc<Routes>,
     pipeline: Arc<Pipeline>,
     shutdown: Shutdown,
-    reachability: Arc<Reachability>,
-    /// The one connection, made again when it ends; locked while connecting, so that two
-    /// callers never open two.
-    link: tokio::sync::Mutex<Link>,
+    /// The one connection, made again when it ends.
+    link: Link,
     /// Woken when a connection is made anew (by a renewal, say): the read loop, waiting out
     /// its backoff, makes the kept settles at once.
     reconnected: tokio::sync::Notify,
@@ -84,14 +82,6 @@ pub struct Consumer {
     progress: Progress,
 }
 
-/// The database connection, if there is one.
-#[derive(Default)]
-struct Link {
-    database: Option<Arc<Database>>,
-    /// Connections opened so far: any after the first is a reconnection.
-    opened: usize,
-}
-
 impl Consumer {
     pub fn new(
         settings: ConsumerSettings,
@@ -101,12 +91,12 @@ impl Consumer {
         reachability: Arc<Reachability>,
     ) -> Arc<Consumer> {
         Arc::new(Consumer {
+            // The read loop backs off by itself.
+            link: Link::new(settings.url.clone(), Duration::ZERO, reachability),
             settings,
             routes,
             pipeline,
             shutdown,
-            reachability,
-            link: tokio::sync::Mutex::default(),
             reconnected: tokio::sync::Notify::new(),
             holds: Holds::new(FIRST_GUESS_BYTES),
             handlers: TaskTracker::new(),
@@ -136,22 +126,8 @@ impl Consumer {
 
     /// The connection, made when there is none (or it ended).
     async fn db(&self) -> db::Result<Arc<Database>> {
-        let mut link = self.link.lock().await;
-        if let Some(database) = link.database.as_ref().filter(|d| !d.is_closed()) {
-            return Ok(Arc::clone(database));
-        }
-        link.database = None;
-        let connected = Database::connect(self.settings.url.expose()).await;
-        self.reachability.set(
-            connected
-                .as_ref()
-                .map(drop)
-                .map_err(|e| Unreachable(e.to_string())),
-        );
-        let database = Arc::new(connected?);
-        link.database = Some(Arc::clone(&database));
-        link.opened += 1;
-        if link.opened > 1 {
+        let (database, again) = self.link.get().await?;
+        if again {
             self.reconnected.notify_waiters();
             tracing::info!(
                 queue = self.queue().as_str(),
@@ -159,17 +135,6 @@ impl Consumer {
             );
         }
         Ok(database)
-    }
-
-    /// Forgets the connection after a failed statement, if the connection is what failed.
-    async fn failed(&self, e: &db::Error) {
-        let mut link = self.link.lock().await;
-        if link.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
-            link.database = None;
-            self.reachability.set(Err(Unreachable(format!(
-                "the database connection ended: {e}"
-            ))));
-        }
     }
 
     /// Reads and runs the queue until the shutdown begins; then stops reading, lets the runs
@@ -263,7 +228,7 @@ impl Consumer {
         let read = read.await;
         if let Err(e) = &read {
             // A failed statement, unlike a failed connection, may leave a connection behind.
-            self.failed(e).await;
+            self.link.failed(e).await;
         }
         read
     }
@@ -419,7 +384,7 @@ impl Consumer {
                 Ok(renewed) => renewal.answered(&renewed),
                 Err(e) => {
                     drop(renewal);
-                    self.failed(&e).await;
+                    self.link.failed(&e).await;
                 }
             }
         }
