@@ -406,14 +406,13 @@ impl Forge for GithubForge {
             })
             .await;
         match claimed {
-            Ok(claim) => Ok(claim),
             // Given up after an answer was lost: if the branch is there it may be ours, and at
             // least once beats at most once.
             Err((error, true)) => match self.branch_sha(repo, branch.as_str()).await {
                 Ok(Some(_)) => Ok(Claim::Ambiguous),
                 _ => Err(error),
             },
-            Err((error, false)) => Err(error),
+            other => other.map_err(|(error, _)| error),
         }
     }
 
