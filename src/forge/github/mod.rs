@@ -241,12 +241,10 @@ impl GithubForge {
                     });
                     let mut page = match page.await? {
                         Ok(page) => page,
-                        Err(refusal) => {
-                            return match missing_permission(&refusal) {
-                                Some(needs) => Ok(Listing::NotPermitted { needs }),
-                                None => Err(self.refused(repo, &refusal, Turn::Read)),
-                            }
-                        }
+                        Err(refusal) => match missing_permission(&refusal) {
+                            Some(needs) => return Ok(Listing::NotPermitted { needs }),
+                            None => return Err(self.refused(repo, &refusal, Turn::Read)),
+                        },
                     };
                     let link = page.next.as_ref().and_then(|uri| uri.path_and_query());
                     let link = link.map(|pq| pq.as_str().to_owned());
