@@ -226,21 +226,15 @@ impl Pending {
     /// Whether the body makes a signature valid. When none does, the refusal is that of the
     /// first credential in [`CARRIERS`]' order.
     pub fn verify(&self, secrets: &WebhookSecrets, body: &[u8]) -> Result<(), AuthError> {
-        let mut refusal = None;
-        for judged in &self.0 {
-            let outcome = match judged {
-                Ok(None) => Ok(()),
-                Ok(Some(signature)) => secrets.check_signature(signature, body),
-                Err(error) => Err(error.clone()),
-            };
-            match outcome {
-                Ok(()) => return Ok(()),
-                Err(error) => {
-                    refusal.get_or_insert(error);
-                }
-            }
-        }
-        Err(refusal.unwrap_or(AuthError::NoCredentials))
+        let outcomes = self.0.iter().map(|judged| match judged {
+            Ok(None) => Ok(()),
+            Ok(Some(signature)) => secrets.check_signature(signature, body),
+            Err(error) => Err(error.clone()),
+        });
+        // Valid when any is, else refused as the first was.
+        let verdict =
+            outcomes.reduce(|first, next| first.or_else(|refusal| next.map_err(|_| refusal)));
+        verdict.unwrap_or(Err(AuthError::NoCredentials))
     }
 }
 
@@ -357,7 +351,9 @@ impl WebhookSecrets {
             .filter_map(|&(scheme, name, alias)| {
                 let value = header(headers, name, alias)?;
                 Some(value.and_then(|value| {
-                    self.accepts(scheme)?;
+                    if !self.accept.contains(&scheme) {
+                        return Err(AuthError::NotAccepted(scheme));
+                    }
                     match scheme {
                         Scheme::Bearer => self.judge_bearer(value),
                         Scheme::HubSignature => {
@@ -399,14 +395,6 @@ impl WebhookSecrets {
             Head::Valid => Ok(()),
             Head::Refused(error) => Err(error),
             Head::NeedsBody(pending) => pending.verify(self, body),
-        }
-    }
-
-    fn accepts(&self, scheme: Scheme) -> Result<(), AuthError> {
-        if self.accept.contains(&scheme) {
-            Ok(())
-        } else {
-            Err(AuthError::NotAccepted(scheme))
         }
     }
 
@@ -496,14 +484,10 @@ impl Secret {
                 chars,
             });
         }
-        let whsec_key = match text.strip_prefix(WHSEC_PREFIX) {
-            None => None,
-            Some(encoded) => Some(
-                BASE64
-                    .decode(encoded)
-                    .map_err(|_| SecretError::InvalidWhsecBase64 { position, count })?,
-            ),
-        };
+        let whsec_key = (text.strip_prefix(WHSEC_PREFIX))
+            .map(|encoded| BASE64.decode(encoded))
+            .transpose()
+            .map_err(|_| SecretError::InvalidWhsecBase64 { position, count })?;
         Ok(Secret {
             text: text.to_owned(),
             whsec_key,

@@ -380,22 +380,19 @@ impl Credentials {
     /// (https://docs.github.com/rest/apps/apps#get-a-repository-installation-for-the-authenticated-app)
     pub async fn installation_of(&self, repo: &RepoName) -> Attempt<InstallationFound> {
         let path = &format!("/repos/{repo}/installation");
-        match self
-            .run(|gh| async move { gh.get(path, None::<&()>).await })
+        let found = self.run(|gh| async move { gh.get(path, None::<&()>).await });
+        found
             .await?
-        {
-            Ok(found) => Ok(found),
-            Err(refusal) => match refusal.status_code.as_u16() {
-                404 => Err(Setback::refused(format!(
+            .map_err(|refusal| match refusal.status_code.as_u16() {
+                404 => Setback::refused(format!(
                     "the App is not installed on {repo}: install it on that repository"
-                ))),
-                401 => Err(Setback::refused(format!(
+                )),
+                401 => Setback::refused(format!(
                     "GitHub refused the App's credentials ({}): check app_id and the private key",
                     said(&refusal)
-                ))),
-                _ => Err(unexpected(&refusal)),
-            },
-        }
+                )),
+                _ => unexpected(&refusal),
+            })
     }
 }
 

@@ -204,13 +204,8 @@ impl GithubForge {
     ) -> Result<Vec<Branch>, ForgeError> {
         let under = id.map(RowId::to_string).unwrap_or_default();
         let path = &format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{under}");
-        let refs: Vec<GitRef> = self
-            .read(
-                what,
-                repo,
-                |gh| async move { gh.get(path, None::<&()>).await },
-            )
-            .await?;
+        let listed = |gh: Octocrab| async move { gh.get::<Vec<GitRef>, _, ()>(path, None).await };
+        let refs = self.read(what, repo, listed).await?;
         let branch = |r: GitRef| {
             let name = BranchName::listed(prefix, r.name.strip_prefix("refs/heads/")?)?;
             // `{prefix}/4` matches `{prefix}/42` too.
@@ -246,12 +241,10 @@ impl GithubForge {
                     });
                     let mut page = match page.await? {
                         Ok(page) => page,
-                        Err(refusal) => {
-                            return match missing_permission(&refusal) {
-                                Some(needs) => Ok(Listing::NotPermitted { needs }),
-                                None => Err(self.refused(repo, &refusal, Turn::Read)),
-                            }
-                        }
+                        Err(refusal) => match missing_permission(&refusal) {
+                            Some(needs) => return Ok(Listing::NotPermitted { needs }),
+                            None => return Err(self.refused(repo, &refusal, Turn::Read)),
+                        },
                     };
                     let link = page.next.as_ref().and_then(|uri| uri.path_and_query());
                     let link = link.map(|pq| pq.as_str().to_owned());
@@ -319,11 +312,9 @@ impl Forge for GithubForge {
     ) -> Result<bool, ForgeError> {
         let owner_label = &format!("{}:{branch}", repo.owner());
         let path = &format!("/repos/{repo}/pulls?state=all&head={owner_label}&per_page=100");
-        let pulls: Vec<PullListed> = self
-            .read("looking up pull requests", repo, |gh| async move {
-                gh.get(path, None::<&()>).await
-            })
-            .await?;
+        let listed =
+            |gh: Octocrab| async move { gh.get::<Vec<PullListed>, _, ()>(path, None).await };
+        let pulls = self.read("looking up pull requests", repo, listed).await?;
         Ok(pulls.iter().any(|p| {
             p.head.ref_field == branch.as_str()
                 && (p.head.label.as_deref()).is_none_or(|l| l.eq_ignore_ascii_case(owner_label))
@@ -336,21 +327,16 @@ impl Forge for GithubForge {
         let slot = Arc::clone(self.bases.lock().await.entry(repo.clone()).or_default());
         // Held across the read: the rows of a burst wait for one read of the head, not one each.
         let mut slot = slot.lock().await;
-        if let Some((base, _, head_read)) = &*slot {
-            if head_read.elapsed() < self.head_ttl {
-                return Ok(base.clone());
-            }
+        if let Some((base, ..)) = slot.as_ref().filter(|c| c.2.elapsed() < self.head_ttl) {
+            return Ok(base.clone());
         }
         let known = slot.as_ref().filter(|c| c.1.elapsed() < DEFAULT_BRANCH_TTL);
         let (branch, branch_read) = match known.map(|c| (c.0.branch.clone(), c.1)) {
             Some(known) => known,
             None => {
                 let path = &format!("/repos/{repo}");
-                let found: Value =
-                    (self.read("reading the default branch", repo, |gh| async move {
-                        gh.get(path, None::<&()>).await
-                    }))
-                    .await?;
+                let read = |gh: Octocrab| async move { gh.get::<Value, _, ()>(path, None).await };
+                let found = self.read("reading the default branch", repo, read).await?;
                 let name = found["default_branch"].as_str().unwrap_or_default();
                 let branch = RefName::parse(name).map_err(|e| {
                     ForgeError::refused(format!("the default branch of {repo}: {e}"))
@@ -418,14 +404,13 @@ impl Forge for GithubForge {
             })
             .await;
         match claimed {
-            Ok(claim) => Ok(claim),
             // Given up after an answer was lost: if the branch is there it may be ours, and at
             // least once beats at most once.
             Err((error, true)) => match self.branch_sha(repo, branch.as_str()).await {
                 Ok(Some(_)) => Ok(Claim::Ambiguous),
                 _ => Err(error),
             },
-            Err((error, false)) => Err(error),
+            other => other.map_err(|(error, _)| error),
         }
     }
 

@@ -123,16 +123,15 @@ impl Bucket {
             {
                 self.sent.pop_front();
             }
-            let hourly_wait = if self.sent.len() >= pace.hourly_max as usize {
-                self.sent
-                    .front()
-                    .map(|t| (*t + HOUR).saturating_duration_since(now))
-            } else {
-                None
-            };
+            // At the cap, the oldest write of the hour must leave it first.
+            let oldest =
+                (self.sent.front()).filter(|_| self.sent.len() >= pace.hourly_max as usize);
+            let hourly_wait = oldest.map_or(Duration::ZERO, |t| {
+                (*t + HOUR).saturating_duration_since(now)
+            });
             let ahead = pace.interval * pace.burst.saturating_sub(1);
             let token_wait = self.due.saturating_duration_since(now + ahead);
-            match hourly_wait.unwrap_or_default().max(token_wait) {
+            match hourly_wait.max(token_wait) {
                 wait if !wait.is_zero() => tokio::time::sleep(wait).await,
                 _ => return self.count_write(pace),
             }

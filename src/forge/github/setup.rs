@@ -66,18 +66,15 @@ pub async fn app_info(forge: &GithubForge) -> Result<AppInfo, ForgeError> {
 /// The App's webhook, as `GET /app/hook/config` gives it: where GitHub sends the App's events
 /// and how. GitHub masks the secret (`********`), and says nothing of whether the webhook is
 /// active.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct AppHook {
     /// Empty for an App made without a webhook.
-    #[serde(default)]
     pub url: String,
     /// `json` or `form`.
-    #[serde(default)]
     pub content_type: String,
-    #[serde(default)]
     secret: Option<String>,
     /// `"1"` when GitHub does not check the certificate of `url`'s host.
-    #[serde(default)]
     insecure_ssl: Option<Value>,
 }
 
