@@ -32,7 +32,7 @@ use super::status::{quoted, OncePerMinute};
 use super::App;
 use crate::config::{Config, Route};
 use crate::db::status::{RowState, StatusWrite};
-use crate::db::Database;
+use crate::db::Link;
 use crate::identity::{redo_rank, BranchName, RowId};
 use crate::metrics::NO_ROUTE;
 use crate::reason::Reason;
@@ -55,9 +55,9 @@ const RUN_TITLE: &str = "rowbranch: ";
 pub(super) struct Hook {
     /// `GITHUB_WEBHOOK_SECRET`, under `X-Hub-Signature-256` alone; the endpoint is off without.
     secrets: Option<WebhookSecrets>,
-    /// One connection to the routes' database, opened at the first event that needs it (and
-    /// again after it fails): events come a few per row, one at a time is plenty.
-    database: tokio::sync::Mutex<Option<Database>>,
+    /// One connection to the routes' database (with `DATABASE_URL`), opened at the first event
+    /// that needs it (and again after it fails): events come a few per row, one is plenty.
+    database: Option<Link>,
     /// Lines that anyone who reaches the port can cause, at most one a minute each.
     quiet: OncePerMinute<Reason>,
 }
@@ -67,7 +67,8 @@ impl Hook {
         let secret = config.forge.github_webhook_secret();
         Hook {
             secrets: secret.map(|s| WebhookSecrets::github(s.expose())),
-            database: tokio::sync::Mutex::default(),
+            database: (config.database_url.clone())
+                .map(|url| Link::new(url, Duration::ZERO, Arc::default())),
             quiet: OncePerMinute::default(),
         }
     }
@@ -517,32 +518,31 @@ fn candidate_ids(tail: &str) -> Vec<RowId> {
 /// The row of `route`'s table that the tail names: the longest of its [`candidate_ids`] that a
 /// row has (of `abc` and `abc-def`, both rows, `abc-def-x` is taken for `abc-def`'s: SPEC §4).
 async fn which_row(app: &App, route: &Route, tail: &str) -> Result<Option<RowId>, String> {
-    let Some(url) = &app.config.database_url else {
+    let Some(link) = &app.hook.database else {
         return Err("DATABASE_URL is not set: the row cannot be found".to_owned());
     };
     let candidates = candidate_ids(tail);
     let texts: Vec<&str> = candidates.iter().map(RowId::as_str).collect();
-    // On the hook's connection, opened when there is none (or it ended) and dropped after an
-    // error, so that the next event opens a fresh one.
-    let lookup = async {
-        let mut held = app.hook.database.lock().await;
-        let database = match held.take() {
-            Some(database) if !database.is_closed() => database,
-            _ => (Database::connect(url.expose()).await).map_err(|e| format!("{e:#}"))?,
-        };
-        let found = database.first_row_of(route, &texts).await;
-        let found = found.map_err(|e| format!("{e:#}"))?;
-        *held = Some(database);
-        Ok(found)
+    let stalled = || {
+        let secs = LOOKUP_TIMEOUT.as_secs();
+        format!("the database did not answer within {secs} s")
     };
-    match tokio::time::timeout(LOOKUP_TIMEOUT, lookup).await {
-        Ok(Ok(found)) => Ok(found.map(|at: usize| candidates[at].clone())),
-        Ok(Err(why)) => Err(why),
-        Err(_) => Err(format!(
-            "the database did not answer within {} s",
-            LOOKUP_TIMEOUT.as_secs()
-        )),
+    // The connection and the statement share one budget. The connection is dropped after an
+    // error or a silence, so that the next event opens a fresh one.
+    let deadline = tokio::time::Instant::now() + LOOKUP_TIMEOUT;
+    let connected = tokio::time::timeout_at(deadline, link.get()).await;
+    let (database, _) = connected
+        .map_err(|_| stalled())?
+        .map_err(|e| format!("{e:#}"))?;
+    let query = database.first_row_of(route, &texts);
+    let found = match tokio::time::timeout_at(deadline, query).await {
+        Ok(found) => found.map_err(|e| format!("{e:#}")),
+        Err(_) => Err(stalled()),
+    };
+    if found.is_err() {
+        link.forget().await;
     }
+    Ok(found?.map(|at| candidates[at].clone()))
 }
 
 /// 503: the database or GitHub could not answer; a later event or the sweep writes the state.
