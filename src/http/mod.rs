@@ -337,11 +337,11 @@ async fn read_verified(
         )
     };
     let pending = match door.secrets {
-        Some(secrets) => match secrets.judge_head(headers, SystemTime::now()) {
-            auth::Head::Refused(why) => return Err(unauthorized(why.kind())),
-            auth::Head::Valid => None,
-            auth::Head::NeedsBody(pending) => Some((secrets, pending)),
-        },
+        Some(secrets) => {
+            let head = secrets.judge_head(headers, SystemTime::now());
+            let pending = head.map_err(|why| unauthorized(why.kind()))?;
+            pending.map(|pending| (secrets, pending))
+        }
         None if door.open => None,
         None => return Err(unauthorized("missing")),
     };

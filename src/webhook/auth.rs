@@ -186,23 +186,10 @@ impl AuthError {
     }
 }
 
-/// What a request's headers alone say of its credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Head {
-    /// A credential is valid whatever the body: a bearer token that matches.
-    Valid,
-    /// Every credential the request carries is wrong whatever its body (or it carries none):
-    /// it is refused unread.
-    Refused(AuthError),
-    /// A signature is well formed and fresh, and none is valid yet: only the body can tell,
-    /// so it is read and then [`Pending::verify`] decides, on what the headers decided.
-    NeedsBody(Pending),
-}
-
 /// The credentials of a request as its headers judged them, for its body to finish, in the
 /// order of [`WebhookSecrets::verify`]: each a refusal already made, or a well-formed, fresh
 /// signature for the body to decide.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Pending(Vec<Judged>);
 
 /// One credential of a request, judged as far as its headers allow: valid whatever the body
@@ -211,7 +198,7 @@ type Judged = Result<Option<Signature>, AuthError>;
 
 /// A signature read from its headers, for the body to decide: one scheme's HMAC-SHA256 of
 /// `signed` and then the body, which is one of `candidates` when a secret made it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 struct Signature {
     /// `StandardWebhooks`, keyed by the `whsec_` keys, or `HubSignature`, by every secret's text.
     scheme: Scheme,
@@ -343,9 +330,17 @@ impl WebhookSecrets {
     }
 
     /// What the headers alone say: whether the request can be refused, or taken, before its
-    /// body is read. Nothing is judged here that the body could change; what is left for the
-    /// body is in [`Head::NeedsBody`], so the credentials are judged once.
-    pub fn judge_head(&self, headers: &HeaderMap, now: SystemTime) -> Head {
+    /// body is read. `Ok(None)`: a credential is valid whatever the body (a bearer token that
+    /// matches). `Err`: every credential the request carries is wrong whatever its body (or it
+    /// carries none), and it is refused unread. `Ok(Some(..))`: a signature is well formed and
+    /// fresh, and none is valid yet; only the body can tell, so it is read and then
+    /// [`Pending::verify`] decides, on what the headers decided. Nothing is judged here that
+    /// the body could change, so the credentials are judged once.
+    pub fn judge_head(
+        &self,
+        headers: &HeaderMap,
+        now: SystemTime,
+    ) -> Result<Option<Pending>, AuthError> {
         let judged: Vec<Judged> = CARRIERS
             .iter()
             .filter_map(|&(scheme, name, alias)| {
@@ -373,13 +368,13 @@ impl WebhookSecrets {
             })
             .collect();
         if judged.contains(&Ok(None)) {
-            return Head::Valid;
+            return Ok(None);
         }
         if judged.iter().any(|j| matches!(j, Ok(Some(_)))) {
-            return Head::NeedsBody(Pending(judged));
+            return Ok(Some(Pending(judged)));
         }
         let refusal = judged.into_iter().find_map(Result::err);
-        Head::Refused(refusal.unwrap_or(AuthError::NoCredentials))
+        Err(refusal.unwrap_or(AuthError::NoCredentials))
     }
 
     /// Checks a request's credentials against every secret, with its body: the headers'
@@ -391,10 +386,9 @@ impl WebhookSecrets {
         body: &[u8],
         now: SystemTime,
     ) -> Result<(), AuthError> {
-        match self.judge_head(headers, now) {
-            Head::Valid => Ok(()),
-            Head::Refused(error) => Err(error),
-            Head::NeedsBody(pending) => pending.verify(self, body),
+        match self.judge_head(headers, now)? {
+            None => Ok(()),
+            Some(pending) => pending.verify(self, body),
         }
     }
 
