@@ -11,7 +11,7 @@
 //! ([`WebhookSecrets::judge_head`]): a bearer token, the form and freshness of a signature, a
 //! scheme that is not accepted. A request may carry several credentials and one valid is
 //! enough, so its body is read whenever a well-formed signature is among them, and only then
-//! does [`WebhookSecrets::verify`] give the last word.
+//! does [`Pending::verify`] give the last word. Only the first value of each header is read.
 
 use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -115,9 +115,6 @@ pub enum SecretError {
         var = ENV_VAR
     )]
     InvalidWhsecBase64 { position: usize, count: usize },
-    /// Only from [`standard_webhooks_signature`]: verification simply skips such secrets.
-    #[error("a Standard Webhooks signature needs a secret that starts with whsec_")]
-    NotWhsec,
 }
 
 /// Why a request was refused. The log names only its [`kind`](AuthError::kind), and the
@@ -187,7 +184,7 @@ impl AuthError {
 }
 
 /// The credentials of a request as its headers judged them, for its body to finish, in the
-/// order of [`WebhookSecrets::verify`]: each a refusal already made, or a well-formed, fresh
+/// order of [`CARRIERS`]: each a refusal already made, or a well-formed, fresh
 /// signature for the body to decide.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Pending(Vec<Judged>);
@@ -375,21 +372,6 @@ impl WebhookSecrets {
         }
         let refusal = judged.into_iter().find_map(Result::err);
         Err(refusal.unwrap_or(AuthError::NoCredentials))
-    }
-
-    /// Checks a request's credentials against every secret, with its body: the headers'
-    /// judgement, then the body's. Accepts if any secret accepts any credential the request
-    /// carries under an accepted scheme. Only the first value of each header is read.
-    pub fn verify(
-        &self,
-        headers: &HeaderMap,
-        body: &[u8],
-        now: SystemTime,
-    ) -> Result<(), AuthError> {
-        match self.judge_head(headers, now)? {
-            None => Ok(()),
-            Some(pending) => pending.verify(self, body),
-        }
     }
 
     /// `Authorization: Bearer <secret>`, wholly judged from the header. The scheme is matched
@@ -598,23 +580,6 @@ fn signed_mac(key: &[u8], signed: &[u8], body: &[u8]) -> HmacSha256 {
 pub fn hub_signature_256(secret: &str, body: &[u8]) -> String {
     let mac = signed_mac(strip_display_version(secret).as_bytes(), b"", body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
-/// One `webhook-signature` entry, `v1,<base64>`, for a Standard Webhooks request.
-///
-/// `secret` is a `whsec_` secret, optionally with Supabase's `v1,` in front, and must pass the
-/// same checks as in [`WebhookSecrets::parse`] (errors name it "secret 1 of 1").
-pub fn standard_webhooks_signature(
-    secret: &str,
-    id: &str,
-    timestamp: i64,
-    body: &[u8],
-) -> Result<String, SecretError> {
-    let key = Secret::parse(secret, 1, 1)?
-        .whsec_key
-        .ok_or(SecretError::NotWhsec)?;
-    let mac = signed_mac(&key, format!("{id}.{timestamp}.").as_bytes(), body);
-    Ok(format!("v1,{}", BASE64.encode(mac.finalize().into_bytes())))
 }
 
 /// A fresh signing secret, for `init`'s Vault trigger: a Standard Webhooks secret, `whsec_` and

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
-use rowbranch::webhook::auth::{hub_signature_256, standard_webhooks_signature};
+use rowbranch::webhook::auth::hub_signature_256;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 use crate::support::child::{self, Served};
 use crate::support::http::{insert, reply, Reply};
 use crate::support::random::{random_secret, random_whsec};
+use crate::support::sign::standard_webhooks_signature;
 
 /// How soon a refusal that needs no body must be answered, and its connection closed.
 const REFUSED_WITHIN: Duration = Duration::from_secs(2);
@@ -96,8 +97,7 @@ async fn post_signed(served: &Served, secret: &str, prefix: &str, id: u64) -> Re
     let body = insert(json!(id), "Signed row").to_string();
     let msg_id = format!("msg_{id}");
     let timestamp = now();
-    let signature =
-        standard_webhooks_signature(secret, &msg_id, timestamp, body.as_bytes()).unwrap();
+    let signature = standard_webhooks_signature(secret, &msg_id, timestamp, body.as_bytes());
     let timestamp = timestamp.to_string();
     let names = ["id", "timestamp", "signature"].map(|part| format!("{prefix}-{part}"));
     post(

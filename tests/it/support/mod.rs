@@ -14,6 +14,7 @@ pub mod queue;
 pub mod random;
 pub mod server;
 pub mod setup;
+pub mod sign;
 pub mod supabase;
 pub mod tools;
 pub mod wait;
