@@ -276,11 +276,6 @@ impl WebhookSecrets {
         }
     }
 
-    /// The schemes a delivery may use.
-    pub fn accepted(&self) -> &[Scheme] {
-        &self.accept
-    }
-
     /// Whether some secret can authenticate a delivery under `scheme`: a bearer token needs a
     /// secret that is not a `whsec_` signing key, a Standard Webhooks signature one that is,
     /// and `X-Hub-Signature-256` any.

@@ -221,7 +221,6 @@ fn the_written_config_parses_and_routes_the_table_to_the_repository() {
 #[test]
 fn the_written_setup_takes_only_signed_deliveries() {
     use crate::support::sign::{standard_webhooks_signature, verify};
-    use rowbranch::webhook::auth::Scheme;
     let (_dir, setup, _) = into_new_folder(init);
     let secrets = secret(&setup);
     let (signing, bearer) = secrets.split_once(' ').unwrap();
@@ -233,7 +232,7 @@ fn the_written_setup_takes_only_signed_deliveries() {
     let env = |key: &str| (key == "ROWBRANCH_WEBHOOK_SECRET").then(|| secrets.clone());
     let config = Config::load(&setup.join("rowbranch.toml"), &env).unwrap();
     let configured = config.webhook.secrets.expect("the secrets");
-    assert_eq!(configured.accepted(), [Scheme::StandardWebhooks]);
+    assert_eq!(configured.accept_list(), r#"["standard-webhooks"]"#);
     let now = std::time::SystemTime::now();
     let unix = now.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let header = |pairs: &[(&'static str, String)]| {
