@@ -234,12 +234,6 @@ impl WebhookSecrets {
         if raw_secrets.is_empty() {
             return Err(SecretError::Empty);
         }
-        WebhookSecrets::from_list(&raw_secrets)
-    }
-
-    /// Builds from secrets already split apart. Kept private: the variable is the only source,
-    /// but tests need it for GitHub's example secret, which contains spaces.
-    fn from_list(raw_secrets: &[&str]) -> Result<WebhookSecrets, SecretError> {
         let count = raw_secrets.len();
         let secrets = raw_secrets
             .iter()

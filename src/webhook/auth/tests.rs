@@ -25,9 +25,13 @@ struct HubVector {
 }
 
 impl HubVector {
-    /// GitHub's example secret contains spaces, so it cannot go through `parse`.
+    /// GitHub's example secret contains spaces, so it cannot go through `parse`: it is taken
+    /// whole, under every scheme.
     fn configured(&self) -> WebhookSecrets {
-        WebhookSecrets::from_list(&[self.secret.as_str()]).expect("a valid secret")
+        WebhookSecrets {
+            secrets: vec![Secret::parse(&self.secret, 1, 1).expect("a valid secret")],
+            accept: Scheme::ALL.to_vec(),
+        }
     }
 }
 
