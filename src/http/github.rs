@@ -506,9 +506,9 @@ async fn write(app: &App, route: &Arc<Route>, said: Said) -> Answer {
 /// then each part before a `-`. An integer id is the first part; a UUID holds four `-` itself,
 /// so only the table can say which is a row's.
 fn candidate_ids(tail: &str) -> Vec<RowId> {
-    let cuts = tail.match_indices('-').map(|(at, _)| &tail[..at]);
+    let cuts = tail.rmatch_indices('-').map(|(at, _)| &tail[..at]);
     let mut ids: Vec<RowId> = std::iter::once(tail)
-        .chain(cuts.collect::<Vec<_>>().into_iter().rev())
+        .chain(cuts)
         .filter_map(|text| RowId::parse(&json!(text)).ok())
         .collect();
     ids.dedup();
