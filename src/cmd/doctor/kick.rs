@@ -55,9 +55,10 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Check
 
 /// Whether Vault holds the kick's secret, asked by name.
 async fn vault_secret(client: &Client) -> Check {
-    let vault = "select pg_catalog.to_regclass('vault.secrets') is not null";
-    if value(client, vault, &[]).await.ok().flatten() != Some(true) {
-        return Check::advise(
+    let found = "select exists (select 1 from vault.secrets where name = $1::text)";
+    let missing = [SqlState::UNDEFINED_TABLE, SqlState::INVALID_SCHEMA_NAME];
+    match value(client, found, &[&KICK_SECRET]).await {
+        Err(e) if e.code().is_some_and(|code| missing.contains(code)) => Check::advise(
             format!(
                 "this database has no vault.secrets, so the kick's secret {KICK_SECRET} cannot \
                  be checked"
@@ -65,10 +66,7 @@ async fn vault_secret(client: &Client) -> Check {
             "the kick reads its token from Supabase Vault: on Supabase, Vault is there \
              (Integrations → Vault); then run supabase-kick.sql, which says how to store the \
              token",
-        );
-    }
-    let found = "select exists (select 1 from vault.secrets where name = $1::text)";
-    match value(client, found, &[&KICK_SECRET]).await {
+        ),
         Ok(Some(true)) => Check::pass(format!(
             "Vault holds the kick's token (secret {KICK_SECRET}; its value not read)"
         )),
