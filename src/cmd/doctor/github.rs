@@ -30,12 +30,12 @@ pub(super) async fn checks(
     out: &mut Checks,
 ) -> Result<(), Check> {
     let token = settings.token().map(|token| token.variable());
-    match (&settings.auth, token) {
-        (GithubAuth::App { app_id, key }, _) => app_created(*app_id, key, &config.source)?,
-        (GithubAuth::Token(_), Some(variable)) => out.push(Check::pass(format!(
-            "GitHub token from {variable} ([github] token_env): no App to check"
+    match &settings.auth {
+        GithubAuth::App { app_id, key } => app_created(*app_id, key, &config.source)?,
+        GithubAuth::Token(token) => out.push(Check::pass(format!(
+            "GitHub token from {} ([github] token_env): no App to check",
+            token.variable()
         ))),
-        (GithubAuth::Token(_), None) => return Ok(()),
     }
     let forge = GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()));
     let forge = forge.map_err(|e| match e {

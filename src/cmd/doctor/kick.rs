@@ -19,19 +19,16 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Check
     let mut kicked = false;
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         let table = quote_relation(&route.schema, &route.table);
-        let enabled = match triggers(client, route).await {
-            Ok(found) => found.iter().find(|t| t.name == trigger).map(|t| t.enabled),
-            Err(check) => {
-                out.push(check);
-                continue;
-            }
-        };
-        let Some(enabled) = enabled else {
+        let found = triggers(client, route).await.unwrap_or_else(|unreadable| {
+            out.push(unreadable);
+            Vec::new()
+        });
+        let Some(kick) = found.iter().find(|t| t.name == trigger) else {
             continue;
         };
         kicked = true;
         let (what, name) = (format!("{table}: trigger {trigger}"), quote_ident(&trigger));
-        out.push(match enabled {
+        out.push(match kick.enabled {
             true => Check::pass(format!(
                 "{what} asks GitHub to run the drain as rows arrive"
             )),

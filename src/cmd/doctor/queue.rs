@@ -490,9 +490,8 @@ pub(super) async fn missing_rights(
     role: Option<&str>,
     wanted: &[(&str, &str, &str)],
 ) -> Result<Vec<MissingRight>, Check> {
-    let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
-    let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
-    let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
+    let (kinds, objects, privileges): (Vec<&str>, Vec<&str>, Vec<&str>) =
+        wanted.iter().copied().collect();
     let rows = query(client, MISSING, &[&kinds, &objects, &privileges, &role]).await;
     let who = role.unwrap_or("DATABASE_URL's role");
     let rows = rows.map_err(|e| unreadable(format!("the rights of {who}"), &e))?;
