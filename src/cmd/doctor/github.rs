@@ -30,12 +30,12 @@ pub(super) async fn checks(
     out: &mut Checks,
 ) -> Result<(), Check> {
     let token = settings.token().map(|token| token.variable());
-    match (&settings.auth, token) {
-        (GithubAuth::App { app_id, key }, _) => app_created(*app_id, key, &config.source)?,
-        (GithubAuth::Token(_), Some(variable)) => out.push(Check::pass(format!(
-            "GitHub token from {variable} ([github] token_env): no App to check"
+    match &settings.auth {
+        GithubAuth::App { app_id, key } => app_created(*app_id, key, &config.source)?,
+        GithubAuth::Token(token) => out.push(Check::pass(format!(
+            "GitHub token from {} ([github] token_env): no App to check",
+            token.variable()
         ))),
-        (GithubAuth::Token(_), None) => return Ok(()),
     }
     let forge = GithubForge::new(settings, Shutdown::new(), Arc::new(Metrics::new()));
     let forge = forge.map_err(|e| match e {
@@ -447,8 +447,8 @@ struct Limit {
     of: fn(&ClaudeStep) -> &Bound,
     /// The route's value.
     most: fn(&Route) -> u32,
-    /// Where it goes, for the fix: `{value}` and `{job}` are filled in.
-    fix: &'static str,
+    /// Where to put the route's value in a job, for the fix.
+    fix: fn(u32, &str) -> String,
 }
 
 const TURNS: Limit = Limit {
@@ -458,7 +458,9 @@ const TURNS: Limit = Limit {
     unbounded: "claude-code-action then lets Claude take as many turns as it likes",
     of: |step| &step.max_turns,
     most: |route| route.max_turns,
-    fix: "put `--max-turns {value}` in the claude_args of that step (job {job})",
+    fix: |value, job| {
+        format!("put `--max-turns {value}` in the claude_args of that step (job {job})")
+    },
 };
 
 const MINUTES: Limit = Limit {
@@ -468,7 +470,7 @@ const MINUTES: Limit = Limit {
     unbounded: "GitHub then lets the job run for 360 minutes",
     of: |step| &step.job_timeout_minutes,
     most: |route| route.work_timeout_minutes,
-    fix: "set `timeout-minutes: {value}` on job {job}",
+    fix: |value, job| format!("set `timeout-minutes: {value}` on job {job}"),
 };
 
 /// Whether every claude-code-action step of the workflow is bounded by `limit` at most as
@@ -484,10 +486,7 @@ fn bound_check(
     let Limit {
         setting, key, unit, ..
     } = limit;
-    let fix = |job: &str| {
-        let fix = limit.fix.replace("{value}", &most.to_string());
-        format!("{} and commit it to {branch}", fix.replace("{job}", job))
-    };
+    let fix = |job: &str| format!("{} and commit it to {branch}", (limit.fix)(most, job));
     let mut largest = 0;
     for step in steps {
         let job = &step.job;

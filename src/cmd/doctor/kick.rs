@@ -19,19 +19,16 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Check
     let mut kicked = false;
     for route in config.routes.iter().filter(|r| r.reads_the_queue()) {
         let table = quote_relation(&route.schema, &route.table);
-        let enabled = match triggers(client, route).await {
-            Ok(found) => found.iter().find(|t| t.name == trigger).map(|t| t.enabled),
-            Err(check) => {
-                out.push(check);
-                continue;
-            }
-        };
-        let Some(enabled) = enabled else {
+        let found = triggers(client, route).await.unwrap_or_else(|unreadable| {
+            out.push(unreadable);
+            Vec::new()
+        });
+        let Some(kick) = found.iter().find(|t| t.name == trigger) else {
             continue;
         };
         kicked = true;
         let (what, name) = (format!("{table}: trigger {trigger}"), quote_ident(&trigger));
-        out.push(match enabled {
+        out.push(match kick.enabled {
             true => Check::pass(format!(
                 "{what} asks GitHub to run the drain as rows arrive"
             )),
@@ -55,9 +52,10 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Check
 
 /// Whether Vault holds the kick's secret, asked by name.
 async fn vault_secret(client: &Client) -> Check {
-    let vault = "select pg_catalog.to_regclass('vault.secrets') is not null";
-    if value(client, vault, &[]).await.ok().flatten() != Some(true) {
-        return Check::advise(
+    let found = "select exists (select 1 from vault.secrets where name = $1::text)";
+    let missing = [SqlState::UNDEFINED_TABLE, SqlState::INVALID_SCHEMA_NAME];
+    match value(client, found, &[&KICK_SECRET]).await {
+        Err(e) if e.code().is_some_and(|code| missing.contains(code)) => Check::advise(
             format!(
                 "this database has no vault.secrets, so the kick's secret {KICK_SECRET} cannot \
                  be checked"
@@ -65,10 +63,7 @@ async fn vault_secret(client: &Client) -> Check {
             "the kick reads its token from Supabase Vault: on Supabase, Vault is there \
              (Integrations → Vault); then run supabase-kick.sql, which says how to store the \
              token",
-        );
-    }
-    let found = "select exists (select 1 from vault.secrets where name = $1::text)";
-    match value(client, found, &[&KICK_SECRET]).await {
+        ),
         Ok(Some(true)) => Check::pass(format!(
             "Vault holds the kick's token (secret {KICK_SECRET}; its value not read)"
         )),

@@ -104,8 +104,12 @@ impl Check {
 
     /// Passed, with advice: something only an optional feature needs is missing.
     fn advise(what: impl Into<String>, fix: impl Into<String>) -> Check {
-        let failed = Check::fail(what, fix);
-        Check { ok: true, ..failed }
+        Check::fail(what, fix).advice()
+    }
+
+    /// This failure as advice: it passes, its fix shown.
+    fn advice(self) -> Check {
+        Check { ok: true, ..self }
     }
 
     fn fail(what: impl Into<String>, fix: impl Into<String>) -> Check {

@@ -22,6 +22,14 @@ const TRIGGER_PREFIX: &str = "rowbranch_queue_";
 pub(super) const CATALOG_FIX: &str =
     "give DATABASE_URL's role access to the catalog (every role has it by default)";
 
+/// A failed check: `what` cannot be read from the catalog, and why.
+pub(super) fn unreadable(what: impl std::fmt::Display, e: &tokio_postgres::Error) -> Check {
+    Check::fail(
+        format!("{what} cannot be read: {}", describe(e)),
+        CATALOG_FIX,
+    )
+}
+
 /// What the setup SQL's fix says, once.
 const RUN_SETUP: &str =
     "run supabase-queue.sql (written by `rowbranch init --intake pgmq`) in the SQL editor as postgres";
@@ -178,13 +186,8 @@ pub(super) struct Trigger {
 /// rowbranch, which supabase-queue.sql gives nobody (nor rowbranch's own role).
 pub(super) async fn triggers(client: &Client, route: &Route) -> Result<Vec<Trigger>, Check> {
     let found = query(client, TRIGGERS, &[&route.schema, &route.table]).await;
-    let found = found.map_err(|e| {
-        let table = quote_relation(&route.schema, &route.table);
-        Check::fail(
-            format!("{table}: its triggers cannot be read: {}", describe(&e)),
-            CATALOG_FIX,
-        )
-    })?;
+    let table = quote_relation(&route.schema, &route.table);
+    let found = found.map_err(|e| unreadable(format!("{table}: its triggers"), &e))?;
     Ok(found
         .iter()
         .map(|row| Trigger {
@@ -412,10 +415,7 @@ async fn not_exposed(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) {
                 ),
             )
         }
-        Err(e) => Check::fail(
-            format!("the queues' grants cannot be read: {}", describe(&e)),
-            "check that DATABASE_URL's role can read the catalog",
-        ),
+        Err(e) => unreadable("the queues' grants", &e),
     });
 }
 
@@ -490,17 +490,11 @@ pub(super) async fn missing_rights(
     role: Option<&str>,
     wanted: &[(&str, &str, &str)],
 ) -> Result<Vec<MissingRight>, Check> {
-    let kinds: Vec<&str> = wanted.iter().map(|w| w.0).collect();
-    let objects: Vec<&str> = wanted.iter().map(|w| w.1).collect();
-    let privileges: Vec<&str> = wanted.iter().map(|w| w.2).collect();
+    let (kinds, objects, privileges): (Vec<&str>, Vec<&str>, Vec<&str>) =
+        wanted.iter().copied().collect();
     let rows = query(client, MISSING, &[&kinds, &objects, &privileges, &role]).await;
     let who = role.unwrap_or("DATABASE_URL's role");
-    let rows = rows.map_err(|e| {
-        Check::fail(
-            format!("the rights of {who} cannot be read: {}", describe(&e)),
-            "run doctor with a DATABASE_URL whose role can read the catalog",
-        )
-    })?;
+    let rows = rows.map_err(|e| unreadable(format!("the rights of {who}"), &e))?;
     Ok(rows
         .iter()
         .map(|r| MissingRight {

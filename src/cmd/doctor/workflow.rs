@@ -182,22 +182,21 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
 /// `types`, or every type when it lists none.
 pub fn listens_for(workflow: &str, event_type: &str) -> bool {
     let docs = YamlLoader::load_from_str(workflow).unwrap_or_default();
-    match docs.first().map_or(&Yaml::BadValue, |doc| &doc["on"]) {
-        Yaml::String(s) => s == "repository_dispatch",
-        Yaml::Array(items) => items
-            .iter()
-            .any(|i| i.as_str() == Some("repository_dispatch")),
-        Yaml::Hash(events) => match events.get(&Yaml::String("repository_dispatch".into())) {
-            None => false,
-            Some(Yaml::Null) => true,
-            Some(spec) => match &spec["types"] {
-                Yaml::BadValue | Yaml::Null => true,
-                Yaml::String(t) => t == event_type,
-                Yaml::Array(types) => types.iter().any(|t| t.as_str() == Some(event_type)),
-                _ => false,
-            },
-        },
-        _ => false,
+    let on = docs.first().map_or(&Yaml::BadValue, |doc| &doc["on"]);
+    /// A string or a list of them, as a list.
+    fn listed(value: &Yaml) -> Vec<&str> {
+        match value {
+            Yaml::Array(items) => items.iter().filter_map(Yaml::as_str).collect(),
+            other => other.as_str().into_iter().collect(),
+        }
+    }
+    match &on["repository_dispatch"] {
+        Yaml::BadValue => listed(on).contains(&"repository_dispatch"),
+        Yaml::Null => true,
+        spec => {
+            matches!(spec["types"], Yaml::BadValue | Yaml::Null)
+                || listed(&spec["types"]).contains(&event_type)
+        }
     }
 }
 

@@ -8,10 +8,10 @@
 //!
 //! Where neither role exists (plain PostgreSQL, no Data API) there is nothing to check.
 
-use super::queue::{AS_OWNER, CATALOG_FIX};
+use super::queue::{unreadable, AS_OWNER};
 use super::{Check, Checks};
 use crate::config::Route;
-use crate::db::{describe, query, quote_ident, quote_relation, Database};
+use crate::db::{query, quote_ident, quote_relation, Database};
 
 /// The Data API's roles as Supabase names them: who may write what the world sends.
 const STRANGERS: [&str; 2] = ["anon", "authenticated"];
@@ -79,14 +79,10 @@ pub(super) async fn checks(rows: &Database, route: &Route, out: &mut Checks) {
                 out.extend(ungated(route, &writes));
             }
         }
-        Err(e) => out.push(Check::advise(
-            format!(
-                "{}: who else may write it cannot be read: {}",
-                route.table_name(),
-                describe(&e)
-            ),
-            CATALOG_FIX,
-        )),
+        Err(e) => {
+            let what = format!("{}: who else may write it", route.table_name());
+            out.push(unreadable(what, &e).advice())
+        }
     }
     out.extend(own_writes(rows, route).await);
 }
@@ -138,12 +134,22 @@ fn owner_only_check(route: &Route, columns: &[(&str, &str)], writes: &[RoleWrite
     // leaves it in place.
     let public = may_write(writes, "public", &names).map(|_| "public");
     let holders: Vec<&str> = open.iter().map(|(role, _)| *role).chain(public).collect();
-    // Those who may insert the text column now get it back, and no one else.
+    // The SQL, runnable as it stands, identifiers quoted: the revoke, then the text column back
+    // to those who may insert it now, and no one else.
+    let relation = quote_relation(&route.schema, &route.table);
+    let mut sql = format!(
+        "revoke insert, update on {relation} from {};",
+        holders.join(", ")
+    );
     let text = (route.text_column.as_deref()).filter(|text| !names.contains(text));
     let inserters: Vec<&str> = (open.iter())
         .map(|(role, _)| *role)
         .filter(|role| text.is_some_and(|text| may_write(writes, role, &[text]).is_some()))
         .collect();
+    if let Some(text) = text.filter(|_| !inserters.is_empty()) {
+        let (text, to) = (quote_ident(text), inserters.join(", "));
+        sql.push_str(&format!("\ngrant insert ({text}) on {relation} to {to};"));
+    }
     Check::fail(
         format!(
             "{table}: {}; only the table's owner may write {named}: whoever holds the \
@@ -158,23 +164,10 @@ fn owner_only_check(route: &Route, columns: &[(&str, &str)], writes: &[RoleWrite
             "a grant on the whole table makes a revoke of one column do nothing, so take \
              INSERT and UPDATE on the table back and give back the route's text column; give \
              back the same way every other column your app's users write, never {} (a right \
-             they hold through another role is revoked from that role); {AS_OWNER}\n{}",
+             they hold through another role is revoked from that role); {AS_OWNER}\n{sql}",
             names.join(", "),
-            revoke_and_grant(route, &holders, text.map(|text| (text, &inserters[..])))
         ),
     )
-}
-
-/// The SQL that leaves `from` no INSERT or UPDATE on the route's table, then gives `to` back
-/// INSERT on `column` alone: runnable as it stands, identifiers quoted.
-fn revoke_and_grant(route: &Route, from: &[&str], grant: Option<(&str, &[&str])>) -> String {
-    let table = quote_relation(&route.schema, &route.table);
-    let mut sql = format!("revoke insert, update on {table} from {};", from.join(", "));
-    if let Some((column, to)) = grant.filter(|(_, to)| !to.is_empty()) {
-        let (column, to) = (quote_ident(column), to.join(", "));
-        sql.push_str(&format!("\ngrant insert ({column}) on {table} to {to};"));
-    }
-    sql
 }
 
 /// Whether `role` may insert rows into the table: INSERT on any column will do.
@@ -253,9 +246,8 @@ async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
     let row = match found {
         Ok(found) => found.into_iter().next()?,
         Err(e) => {
-            let what = "whether DATABASE_URL's role may write the row's state cannot be read";
-            let what = format!("{table}: {what}: {}", describe(&e));
-            return Some(Check::advise(what, CATALOG_FIX));
+            let what = format!("{table}: whether DATABASE_URL's role may write the row's state");
+            return Some(unreadable(what, &e).advice());
         }
     };
     let (role, lacking, bound, policy): (String, Vec<String>, bool, bool) =
