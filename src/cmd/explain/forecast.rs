@@ -62,7 +62,10 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
         "claim {branch} and dispatch `{}`{why}; redo asks first unless given --yes",
         route.event_type
     );
-    Forecast::new("would_dispatch", says).on(branch)
+    Forecast {
+        branch: Some(branch.to_string()),
+        ..Forecast::new("would_dispatch", says)
+    }
 }
 
 /// `reconcile`: the sweep's own decision on the row's branches, pull requests and queue
@@ -185,13 +188,11 @@ pub(super) async fn reconcile(
         _ => return Forecast::new("unknown", "unknown: the sweep settles a row so only by acting on it"),
     };
     let mut forecast = Forecast::new(verdict.label().as_str(), says);
-    match &verdict {
-        Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } => {
-            forecast = forecast.on(&plan.branch)
-        }
-        Verdict::AlreadyRan(branch) => forecast = forecast.on(branch),
-        _ => {}
-    }
+    forecast.branch = match &verdict {
+        Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } => Some(plan.branch.to_string()),
+        Verdict::AlreadyRan(branch) => Some(branch.to_string()),
+        _ => None,
+    };
     if known.queue.is_some_and(|q| !q.not_queued.is_empty()) {
         forecast.says += "; it has no message in the queue or its archive (is the queue's trigger installed and enabled?)";
     }

@@ -74,10 +74,9 @@ pub struct RowSection {
 impl RowSection {
     /// A row that was not found, and why.
     pub fn not(status: &'static str, detail: String) -> RowSection {
-        let detail = Some(detail);
         RowSection {
             status,
-            detail,
+            detail: Some(detail),
             ..RowSection::default()
         }
     }
@@ -121,6 +120,9 @@ pub struct ForgeSection {
     pub branches: Vec<BranchView>,
     pub pull_requests: Part<PullRequest>,
     pub runs: Part<WorkflowRun>,
+    /// Every read that failed, in words: `detail` is the first.
+    #[serde(skip)]
+    pub errors: Vec<String>,
 }
 
 fn text<S: Serializer>(sha: &Sha, to: S) -> Result<S::Ok, S::Error> {
@@ -200,17 +202,11 @@ pub struct Forecast {
 
 impl Forecast {
     pub fn new(verdict: &'static str, says: impl Into<String>) -> Forecast {
-        let says = says.into();
         Forecast {
             verdict,
-            says,
+            says: says.into(),
             ..Forecast::default()
         }
-    }
-
-    pub fn on(mut self, branch: impl ToString) -> Forecast {
-        self.branch = Some(branch.to_string());
-        self
     }
 }
 
