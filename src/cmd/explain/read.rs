@@ -239,15 +239,13 @@ pub(super) async fn queue(
         });
         return section;
     };
-    let (schema, table, id_column) = (&route.schema, &route.table, &route.id_column);
-    let client = rows.client();
     let read = queue::row_messages(
-        client,
+        rows.client(),
         &pgmq.queue,
         &pgmq.dead_letter,
-        schema,
-        table,
-        id_column,
+        &route.schema,
+        &route.table,
+        &route.id_column,
         &id,
     );
     match read.await {
