@@ -302,9 +302,7 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let previous = PreviousRun::read(dir)?;
     let mut ctx = context(args, &previous)?;
     let names = ctx.outputs();
-    let existing: Vec<&str> = names
-        .iter()
-        .copied()
+    let existing: Vec<&str> = (names.iter().copied())
         .filter(|name| dir.join(name).exists())
         .collect();
     if !args.force && !existing.is_empty() {

@@ -140,10 +140,7 @@ pub(super) async fn reconcile(
         stale_before,
     );
     known.base = OnceCell::new_with(report.forge.base.clone());
-    let base = known
-        .base
-        .get()
-        .map_or("its base".to_owned(), |b| b.branch.to_string());
+    let base = (known.base.get()).map_or("its base".to_owned(), |b| b.branch.to_string());
 
     let verdict = match known.decide(forge, compiled, row.clone()).await {
         Ok(verdict) => verdict,

@@ -46,9 +46,7 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     } else {
         print!("{}", report::render(&report, Utc::now()));
     }
-    let sources: Vec<String> = report
-        .first_errors()
-        .iter()
+    let sources: Vec<String> = (report.first_errors().iter())
         .map(|u| format!("the {}", u.source))
         .collect();
     if report.row.status == "misfit" {

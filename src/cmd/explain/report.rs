@@ -238,10 +238,7 @@ impl Lines {
                 });
                 self.line(label, &format!("no {what} of the row{since}"));
             }
-            "ok" => part
-                .items
-                .iter()
-                .for_each(|item| self.line(label, &show(item))),
+            "ok" => (part.items.iter()).for_each(|item| self.line(label, &show(item))),
             _ => self.line(label, part.detail.as_deref().unwrap_or(part.status)),
         }
     }
@@ -289,13 +286,12 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
     out.0.push('\n');
 
     let forge = &report.forge;
-    let base = forge
-        .base
-        .as_ref()
-        .map_or("its base", |b| b.branch.as_str());
-    let heading = match &forge.base {
-        Some(b) => format!(", default branch {} at {}", b.branch, b.sha.short()),
-        None => String::new(),
+    let (base, heading) = match &forge.base {
+        Some(b) => (
+            b.branch.as_str(),
+            format!(", default branch {} at {}", b.branch, b.sha.short()),
+        ),
+        None => ("its base", String::new()),
     };
     out.line("forge", &format!("{}: {}{heading}", forge.kind, route.repo));
     if let Some(detail) = &forge.detail {
@@ -368,11 +364,8 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
 
 /// Where a message of the row is, and what became of it.
 fn message(m: &RowMessage, now: DateTime<Utc>) -> String {
-    let reads = format!(
-        "read {} time{}",
-        m.read_ct,
-        plural(m.read_ct.unsigned_abs().into())
-    );
+    let reads = m.read_ct;
+    let reads = format!("read {reads} time{}", plural(reads.unsigned_abs().into()));
     let sent = when(m.enqueued_at, now);
     match m.place {
         "queue" => {
