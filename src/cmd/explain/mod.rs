@@ -49,19 +49,18 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     let sources: Vec<String> = (report.first_errors().iter())
         .map(|u| format!("the {}", u.source))
         .collect();
-    if report.row.status == "misfit" {
-        return Err(Failure::Runtime(anyhow!(
+    let failed = match (report.row.status, sources.is_empty()) {
+        ("misfit", _) => anyhow!(
             "the route does not fit its table: {}",
             report.row.detail.as_deref().unwrap_or_default()
-        )));
-    }
-    if sources.is_empty() {
-        return Ok(());
-    }
-    Err(Failure::Runtime(anyhow!(
-        "could not reach {}; what they could not tell is left out",
-        sources.join(", ")
-    )))
+        ),
+        (_, true) => return Ok(()),
+        _ => anyhow!(
+            "could not reach {}; what they could not tell is left out",
+            sources.join(", ")
+        ),
+    };
+    Err(Failure::Runtime(failed))
 }
 
 /// Everything the sources say of row `id` of the route, and what the commands would do.

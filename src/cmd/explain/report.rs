@@ -125,13 +125,9 @@ pub struct ForgeSection {
     pub errors: Vec<String>,
 }
 
-fn text<S: Serializer>(sha: &Sha, to: S) -> Result<S::Ok, S::Error> {
-    to.collect_str(sha)
-}
-
 /// The default branch as `{branch, sha}`.
 fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S::Error> {
-    let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha.to_string()});
+    let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha});
     base.as_ref().map(view).serialize(to)
 }
 
@@ -140,7 +136,6 @@ fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S:
 pub struct BranchView {
     pub name: BranchName,
     /// The commit it points at: the claimed commit while the branch is at its base.
-    #[serde(serialize_with = "text")]
     pub sha: Sha,
     /// Commits the branch has that the default branch has not (GitHub's compare); `null` when
     /// the compare failed.
