@@ -83,15 +83,14 @@ pub(super) async fn reconcile(
     };
     let route = &compiled.route;
     // The sweep reads only rows that pass the gate.
-    if let Some(gate) = route.run_when.as_ref() {
-        if !gate.passes(row.record.get(&gate.column)) {
-            let holds =
-                (row.record.get(&gate.column)).map_or("no such column".into(), |v| v.to_string());
-            let says = format!(
-                "nothing: the row is held at the gate (run_when is {gate}, the row holds {holds}); the sweep leaves it, and the UPDATE that makes it pass runs it"
-            );
-            return Forecast::new("not_ready", says);
-        }
+    let held = (route.run_when.as_ref()).filter(|gate| !gate.passes(row.record.get(&gate.column)));
+    if let Some(gate) = held {
+        let holds =
+            (row.record.get(&gate.column)).map_or("no such column".into(), |v| v.to_string());
+        let says = format!(
+            "nothing: the row is held at the gate (run_when is {gate}, the row holds {holds}); the sweep leaves it, and the UPDATE that makes it pass runs it"
+        );
+        return Forecast::new("not_ready", says);
     }
     let pulls = &report.forge.pull_requests;
     if !matches!(pulls.status, "ok" | "not_kept") {

@@ -127,26 +127,23 @@ pub(super) async fn forge(
     let base = base
         .map_err(|e| errors.push(labelled("reading the default branch", &e)))
         .ok();
-    match branches {
-        Ok(branches) => {
-            for Branch { name, sha } in branches {
-                let ahead_by = match &base {
-                    Some(base) => (forge.ahead_by(repo, base, &name).await)
-                        .map_err(|e| {
-                            let what = format!("comparing {name} with {}", base.branch);
-                            errors.push(labelled(&what, &e));
-                        })
-                        .ok(),
-                    None => None,
-                };
-                section.branches.push(BranchView {
-                    name,
-                    sha,
-                    ahead_by,
-                });
-            }
-        }
-        Err(e) => errors.push(labelled("listing the row's branches", &e)),
+    let branches = (branches.map_err(|e| errors.push(labelled("listing the row's branches", &e))))
+        .unwrap_or_default();
+    for Branch { name, sha } in branches {
+        let ahead_by = match &base {
+            Some(base) => (forge.ahead_by(repo, base, &name).await)
+                .map_err(|e| {
+                    let what = format!("comparing {name} with {}", base.branch);
+                    errors.push(labelled(&what, &e));
+                })
+                .ok(),
+            None => None,
+        };
+        section.branches.push(BranchView {
+            name,
+            sha,
+            ahead_by,
+        });
     }
     section.base = base;
     if let Some(first) = section.errors.first() {
