@@ -302,9 +302,7 @@ async fn write_setup(args: &InitArgs) -> Result<(), Failure> {
     let previous = PreviousRun::read(dir)?;
     let mut ctx = context(args, &previous)?;
     let names = ctx.outputs();
-    let existing: Vec<&str> = names
-        .iter()
-        .copied()
+    let existing: Vec<&str> = (names.iter().copied())
         .filter(|name| dir.join(name).exists())
         .collect();
     if !args.force && !existing.is_empty() {
@@ -541,7 +539,7 @@ fn is_app_slug(slug: &str) -> bool {
 /// what may be deployed from it: the App GitHub created, the triggers installed in Supabase and
 /// the server started with the secrets, the sweep that started at `sweep_from`. A re-run starts
 /// from these, so that what it writes goes on matching what runs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct PreviousRun {
     /// `[github] app_id` once `--manifest-code` set it; never the placeholder.
     app_id: Option<u64>,
@@ -562,56 +560,51 @@ struct PreviousRun {
 impl PreviousRun {
     fn read(dir: &Path) -> Result<Self, Failure> {
         let text = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
-        let mut previous = PreviousRun {
-            has_secrets: PRIVATE.iter().any(|name| dir.join(name).exists()),
-            ..PreviousRun::default()
-        };
-        if let Some(config) = text("rowbranch.toml") {
-            // Its app_id is the one thing no re-run can make again: never written over blindly.
-            let doc: toml_edit::DocumentMut = config.parse().map_err(|e| {
-                usage(format!(
-                    "{} is not TOML ({e}): fix it, or move it away to start afresh",
-                    dir.join("rowbranch.toml").display()
-                ))
-            })?;
-            let app_id = doc.get("github").and_then(|github| github.get("app_id"));
-            previous.app_id = (app_id.and_then(|id| id.as_integer()))
-                .and_then(|id| u64::try_from(id).ok())
-                .filter(|id| *id != PLACEHOLDER_APP_ID);
-            let route = (doc.get("routes").and_then(|r| r.as_array_of_tables()))
-                .and_then(|routes| routes.get(0));
-            previous.sweep_from = route
-                .and_then(|route| route.get("sweep_from")?.as_str())
-                .map(str::to_owned);
-        }
-        if previous.app_id.is_some() {
-            let workflow = text("workflow.yml").and_then(|text| claude_steps(&text));
-            previous.app_slug = (workflow.unwrap_or_default().first())
-                .and_then(|step| step.allowed_bots.strip_suffix("[bot]").map(str::to_owned))
-                .filter(|slug| is_app_slug(slug));
-        }
+        // Its app_id is the one thing no re-run can make again: never written over blindly.
+        let config = text("rowbranch.toml").map(|config| config.parse::<toml_edit::DocumentMut>());
+        let config = config.transpose().map_err(|e| {
+            usage(format!(
+                "{} is not TOML ({e}): fix it, or move it away to start afresh",
+                dir.join("rowbranch.toml").display()
+            ))
+        })?;
+        let app_id = (config.as_ref())
+            .and_then(|doc| doc.get("github")?.get("app_id")?.as_integer())
+            .and_then(|id| u64::try_from(id).ok())
+            .filter(|id| *id != PLACEHOLDER_APP_ID);
+        let route =
+            (config.as_ref()).and_then(|doc| doc.get("routes")?.as_array_of_tables()?.get(0));
+        let sweep_from =
+            route.and_then(|route| Some(route.get("sweep_from")?.as_str()?.to_owned()));
+        let workflow = app_id.and_then(|_| claude_steps(&text("workflow.yml")?));
+        let app_slug = (workflow.unwrap_or_default().first())
+            .and_then(|step| step.allowed_bots.strip_suffix("[bot]").map(str::to_owned))
+            .filter(|slug| is_app_slug(slug));
         let env = text(ENV_FILE).unwrap_or_default();
         let secrets = env.lines().find_map(|line| {
-            let value = line
-                .strip_prefix("ROWBRANCH_WEBHOOK_SECRET=")?
-                .trim_matches('"');
+            let value = line.strip_prefix("ROWBRANCH_WEBHOOK_SECRET=")?;
             // More than the two is a rotation under way: which pair the triggers use is not
             // known here, so none is taken (and the re-run refuses rather than drop the rest).
-            if value.split_whitespace().count() != 2 {
-                return None;
-            }
-            let signing = value.split_whitespace().find(|s| s.starts_with("whsec_"))?;
-            let bearer = value
+            let (signing, bearer): (Vec<&str>, Vec<&str>) = (value.trim_matches('"'))
                 .split_whitespace()
-                .find(|s| !s.starts_with("whsec_"))?;
-            Some((signing.to_owned(), bearer.to_owned()))
+                .partition(|s| s.starts_with("whsec_"));
+            match (&signing[..], &bearer[..]) {
+                ([signing], [bearer]) => Some((signing.to_string(), bearer.to_string())),
+                _ => None,
+            }
         });
-        previous.secrets = secrets;
-        previous.hook_secret = env.lines().find_map(|line| {
+        let hook_secret = env.lines().find_map(|line| {
             let value = line.strip_prefix(HOOK_SECRET_LINE)?;
             Some(value.strip_prefix('"')?.strip_suffix('"')?.to_owned())
         });
-        Ok(previous)
+        Ok(PreviousRun {
+            app_id,
+            app_slug,
+            sweep_from,
+            secrets,
+            has_secrets: PRIVATE.iter().any(|name| dir.join(name).exists()),
+            hook_secret,
+        })
     }
 }
 

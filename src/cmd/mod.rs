@@ -75,25 +75,18 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
-impl From<ConfigError> for Failure {
-    fn from(e: ConfigError) -> Failure {
-        Failure::Usage(e.into())
-    }
+/// The config's faults: a config that does not load, a route that does not compile, a forge
+/// that cannot be opened (a key, a path, a URL).
+macro_rules! usage_from {
+    ($($error:ty),*) => {$(
+        impl From<$error> for Failure {
+            fn from(e: $error) -> Failure {
+                Failure::Usage(e.into())
+            }
+        }
+    )*};
 }
-
-/// A route that does not compile is the config's fault.
-impl From<RouteError> for Failure {
-    fn from(e: RouteError) -> Failure {
-        Failure::Usage(e.into())
-    }
-}
-
-/// So is a forge that cannot be opened: a key, a path, a URL.
-impl From<OpenError> for Failure {
-    fn from(e: OpenError) -> Failure {
-        Failure::Usage(e.into())
-    }
-}
+usage_from!(ConfigError, RouteError, OpenError);
 
 impl From<StartupError> for Failure {
     /// What the config names or lacks is usage; what the machine refuses (a port, the

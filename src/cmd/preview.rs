@@ -40,16 +40,12 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
             return Ok(());
         }
     };
-    let plan = compiled.plan_json(&event.record).map_err(|e| {
-        refused(
-            if e.reason() == Reason::Malformed {
-                400
-            } else {
-                422
-            },
-            e.to_string(),
-        )
-    })?;
+    let plan = compiled
+        .plan_json(&event.record)
+        .map_err(|e| match e.reason() {
+            Reason::Malformed => refused(400, e.to_string()),
+            _ => refused(422, e.to_string()),
+        })?;
     let payload = plan
         .render(
             "<default branch>",
@@ -57,10 +53,7 @@ pub async fn run(args: PreviewArgs) -> Result<(), Failure> {
         )
         .map_err(|e| refused(422, e.to_string()))?;
     let route = &plan.route;
-    println!(
-        "route:       {}.{} -> {}",
-        route.schema, route.table, route.repo
-    );
+    println!("route:       {} -> {}", route.table_name(), route.repo);
     println!("id:          {}", plan.id);
     println!("branch:      {}", plan.branch);
     println!("event_type:  {}", route.event_type);

@@ -13,12 +13,12 @@ pub async fn run(command: QueueCommand) -> Result<(), Failure> {
     let config = Config::load(&args.config.config, &process_env)?;
     let rows = super::database(&config, "the queue is in the database it names")?.await?;
     let (queue, dead_letter) = (&config.pgmq.queue, &config.pgmq.dead_letter);
-    let only = if args.all { None } else { args.id };
-    let moved = (queue::redrive(rows.client(), queue, dead_letter, only).await)
+    // `--all` and `--id` exclude each other: without an id, every dead letter.
+    let moved = (queue::redrive(rows.client(), queue, dead_letter, args.id).await)
         .with_context(|| format!("moving dead letters from {dead_letter} to {queue}"))?;
     let s = if moved == 1 { "" } else { "s" };
     println!("moved {moved} dead letter{s} from {dead_letter} back to {queue}");
-    match only {
+    match args.id {
         Some(id) if moved == 0 => Err(anyhow!("{dead_letter} has no message with id {id}").into()),
         _ => Ok(()),
     }

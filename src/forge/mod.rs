@@ -18,7 +18,7 @@ use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// A commit id as the forge names it (40 hex digits on GitHub and in git).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 pub struct Sha(String);
 

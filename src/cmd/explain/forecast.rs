@@ -62,7 +62,10 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
         "claim {branch} and dispatch `{}`{why}; redo asks first unless given --yes",
         route.event_type
     );
-    Forecast::new("would_dispatch", says).on(branch)
+    Forecast {
+        branch: Some(branch.to_string()),
+        ..Forecast::new("would_dispatch", says)
+    }
 }
 
 /// `reconcile`: the sweep's own decision on the row's branches, pull requests and queue
@@ -80,15 +83,14 @@ pub(super) async fn reconcile(
     };
     let route = &compiled.route;
     // The sweep reads only rows that pass the gate.
-    if let Some(gate) = route.run_when.as_ref() {
-        if !gate.passes(row.record.get(&gate.column)) {
-            let holds =
-                (row.record.get(&gate.column)).map_or("no such column".into(), |v| v.to_string());
-            let says = format!(
-                "nothing: the row is held at the gate (run_when is {gate}, the row holds {holds}); the sweep leaves it, and the UPDATE that makes it pass runs it"
-            );
-            return Forecast::new("not_ready", says);
-        }
+    let held = (route.run_when.as_ref()).filter(|gate| !gate.passes(row.record.get(&gate.column)));
+    if let Some(gate) = held {
+        let holds =
+            (row.record.get(&gate.column)).map_or("no such column".into(), |v| v.to_string());
+        let says = format!(
+            "nothing: the row is held at the gate (run_when is {gate}, the row holds {holds}); the sweep leaves it, and the UPDATE that makes it pass runs it"
+        );
+        return Forecast::new("not_ready", says);
     }
     let pulls = &report.forge.pull_requests;
     if !matches!(pulls.status, "ok" | "not_kept") {
@@ -137,10 +139,7 @@ pub(super) async fn reconcile(
         stale_before,
     );
     known.base = OnceCell::new_with(report.forge.base.clone());
-    let base = known
-        .base
-        .get()
-        .map_or("its base".to_owned(), |b| b.branch.to_string());
+    let base = (known.base.get()).map_or("its base".to_owned(), |b| b.branch.to_string());
 
     let verdict = match known.decide(forge, compiled, row.clone()).await {
         Ok(verdict) => verdict,
@@ -185,13 +184,11 @@ pub(super) async fn reconcile(
         _ => return Forecast::new("unknown", "unknown: the sweep settles a row so only by acting on it"),
     };
     let mut forecast = Forecast::new(verdict.label().as_str(), says);
-    match &verdict {
-        Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } => {
-            forecast = forecast.on(&plan.branch)
-        }
-        Verdict::AlreadyRan(branch) => forecast = forecast.on(branch),
-        _ => {}
-    }
+    forecast.branch = match &verdict {
+        Verdict::Run(plan) | Verdict::DeadClaim { plan, .. } => Some(plan.branch.to_string()),
+        Verdict::AlreadyRan(branch) => Some(branch.to_string()),
+        _ => None,
+    };
     if known.queue.is_some_and(|q| !q.not_queued.is_empty()) {
         forecast.says += "; it has no message in the queue or its archive (is the queue's trigger installed and enabled?)";
     }

@@ -46,24 +46,21 @@ pub async fn run(args: ExplainArgs) -> Result<(), Failure> {
     } else {
         print!("{}", report::render(&report, Utc::now()));
     }
-    let sources: Vec<String> = report
-        .first_errors()
-        .iter()
+    let sources: Vec<String> = (report.first_errors().iter())
         .map(|u| format!("the {}", u.source))
         .collect();
-    if report.row.status == "misfit" {
-        return Err(Failure::Runtime(anyhow!(
+    let failed = match (report.row.status, sources.is_empty()) {
+        ("misfit", _) => anyhow!(
             "the route does not fit its table: {}",
             report.row.detail.as_deref().unwrap_or_default()
-        )));
-    }
-    if sources.is_empty() {
-        return Ok(());
-    }
-    Err(Failure::Runtime(anyhow!(
-        "could not reach {}; what they could not tell is left out",
-        sources.join(", ")
-    )))
+        ),
+        (_, true) => return Ok(()),
+        _ => anyhow!(
+            "could not reach {}; what they could not tell is left out",
+            sources.join(", ")
+        ),
+    };
+    Err(Failure::Runtime(failed))
 }
 
 /// Everything the sources say of row `id` of the route, and what the commands would do.
@@ -75,34 +72,32 @@ pub async fn explain(
 ) -> Report {
     let route = &compiled.route;
     let now = Utc::now();
-    let mut unreachable = Vec::new();
     let (database, row) = read::row(config, route, id).await;
-    if let ("unreachable", Some(error)) = (row.status, &row.detail) {
-        unreachable.push(SourceError {
-            source: "database",
-            error: error.clone(),
-        });
-    }
     let identity = identity(compiled, &row, id);
     let since = match row.created_at {
         Some(created_at) => created_at - CLOCK_SLACK,
         None => now - chrono::Duration::from_std(config.reconcile.window).unwrap_or_default(),
     };
-    let forge_section = read::forge(
-        config,
-        route,
-        forge,
-        identity.id.as_ref(),
-        since,
-        &mut unreachable,
-    )
-    .await;
+    let forge_section = read::forge(config, route, forge, identity.id.as_ref(), since).await;
     let queue = match route.intake {
-        Intake::Pgmq { .. } => {
-            Some(read::queue(config, route, database.as_ref(), &row, &mut unreachable).await)
-        }
+        Intake::Pgmq { .. } => Some(read::queue(config, route, database.as_ref(), &row).await),
         Intake::Webhook => None,
     };
+    // Each source's failures, in the order they were read.
+    let failed =
+        |status: &str, detail: &Option<String>| detail.clone().filter(|_| status == "unreachable");
+    let (pulls, runs) = (&forge_section.pull_requests, &forge_section.runs);
+    let database = failed(row.status, &row.detail).map(|e| ("database", e));
+    let forge_errors = (failed(pulls.status, &pulls.detail).into_iter())
+        .chain(failed(runs.status, &runs.detail))
+        .chain(forge_section.errors.iter().cloned())
+        .map(|e| ("forge", e));
+    let queue_error = (queue.iter())
+        .filter_map(|q| failed(q.status, &q.detail))
+        .map(|e| ("queue", e));
+    let unreachable = (database.into_iter().chain(forge_errors).chain(queue_error))
+        .map(|(source, error)| SourceError { source, error })
+        .collect();
     let mut report = Report {
         version: 1,
         id: id.to_owned(),
@@ -134,12 +129,9 @@ pub async fn explain(
 impl Report {
     /// The first error of each source that could not be reached: the sections say the rest.
     fn first_errors(&self) -> Vec<&SourceError> {
-        let mut first: Vec<&SourceError> = Vec::new();
-        for u in &self.unreachable {
-            if !first.iter().any(|f| f.source == u.source) {
-                first.push(u);
-            }
-        }
+        let mut first: Vec<&SourceError> = self.unreachable.iter().collect();
+        // `explain` lists each source's errors together.
+        first.dedup_by_key(|u| u.source);
         first
     }
 }

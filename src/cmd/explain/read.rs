@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 
-use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection, SourceError};
+use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
 use crate::forge::{Branch, Forge, ForgeError, Listing};
@@ -30,12 +30,10 @@ pub(super) async fn row(
         return (None, RowSection::not("not_read", why.to_owned()));
     };
     let connect = tokio::time::timeout(CONNECT_TIMEOUT, Database::connect(url.expose()));
-    let rows = match connect.await {
-        Ok(Ok(rows)) => Ok(rows),
-        Ok(Err(e)) => Err(anyhow!(e)),
-        Err(_) => Err(anyhow!("no answer within {} s", CONNECT_TIMEOUT.as_secs())),
-    };
-    let rows = match rows {
+    let connected = (connect.await)
+        .map_err(|_| anyhow!("no answer within {} s", CONNECT_TIMEOUT.as_secs()))
+        .and_then(|rows| Ok(rows?));
+    let rows = match connected {
         Ok(rows) => rows,
         Err(e) => {
             let error = format!("connecting to DATABASE_URL: {e:#}");
@@ -96,7 +94,6 @@ pub(super) async fn forge(
     forge: &dyn Forge,
     id: Option<&RowId>,
     since: DateTime<Utc>,
-    unreachable: &mut Vec<SourceError>,
 ) -> ForgeSection {
     let kind = match config.forge {
         ForgeSettings::Github(_) => "github",
@@ -111,6 +108,7 @@ pub(super) async fn forge(
         branches: Vec::new(),
         pull_requests: Part::skipped(why),
         runs: Part::skipped(why),
+        errors: Vec::new(),
     };
     let Some(id) = id else {
         return section;
@@ -122,53 +120,41 @@ pub(super) async fn forge(
         forge.row_pull_requests(repo, prefix, id, since),
         forge.row_workflow_runs(repo, prefix, id, since),
     );
-    let mut errors = Vec::new();
+    let errors = &mut section.errors;
     (section.status, section.detail) = ("ok", None);
-    section.pull_requests = part(pulls, since, "pull requests", unreachable);
-    section.runs = part(runs, since, "workflow runs", unreachable);
+    section.pull_requests = part(pulls, since, "pull requests");
+    section.runs = part(runs, since, "workflow runs");
     let base = base
         .map_err(|e| errors.push(labelled("reading the default branch", &e)))
         .ok();
-    match branches {
-        Ok(branches) => {
-            for Branch { name, sha } in branches {
-                let ahead_by = match &base {
-                    Some(base) => (forge.ahead_by(repo, base, &name).await)
-                        .map_err(|e| {
-                            let what = format!("comparing {name} with {}", base.branch);
-                            errors.push(labelled(&what, &e));
-                        })
-                        .ok(),
-                    None => None,
-                };
-                section.branches.push(BranchView {
-                    name,
-                    sha,
-                    ahead_by,
-                });
-            }
-        }
-        Err(e) => errors.push(labelled("listing the row's branches", &e)),
+    let branches = (branches.map_err(|e| errors.push(labelled("listing the row's branches", &e))))
+        .unwrap_or_default();
+    for Branch { name, sha } in branches {
+        let ahead_by = match &base {
+            Some(base) => (forge.ahead_by(repo, base, &name).await)
+                .map_err(|e| {
+                    let what = format!("comparing {name} with {}", base.branch);
+                    errors.push(labelled(&what, &e));
+                })
+                .ok(),
+            None => None,
+        };
+        section.branches.push(BranchView {
+            name,
+            sha,
+            ahead_by,
+        });
     }
     section.base = base;
-    if let Some(first) = errors.first() {
+    if let Some(first) = section.errors.first() {
         section.status = "unreachable";
         section.detail = Some(first.clone());
     }
-    unreachable.extend(errors.into_iter().map(|error| SourceError {
-        source: "forge",
-        error,
-    }));
     section
 }
 
 /// A listing as the report shows it; a failure counts the forge as unreachable.
-fn part<T>(
-    listed: Result<Listing<T>, ForgeError>,
-    since: DateTime<Utc>,
-    what: &str,
-    unreachable: &mut Vec<SourceError>,
-) -> Part<T> {
+fn part<T>(listed: Result<Listing<T>, ForgeError>, since: DateTime<Utc>, what: &str) -> Part<T> {
     let (status, detail, items) = match listed {
         Ok(Listing::Found(items)) => ("ok", None, items),
         Ok(Listing::NotKept) => (
@@ -185,10 +171,6 @@ fn part<T>(
         }
         Err(e) => {
             let error = labelled(&format!("listing {what}"), &e);
-            unreachable.push(SourceError {
-                source: "forge",
-                error: error.clone(),
-            });
             ("unreachable", Some(error), vec![])
         }
     };
@@ -233,7 +215,6 @@ pub(super) async fn queue(
     route: &Route,
     rows: Option<&Database>,
     row: &RowSection,
-    unreachable: &mut Vec<SourceError>,
 ) -> QueueSection {
     let pgmq = &config.pgmq;
     let mut section = QueueSection {
@@ -255,15 +236,13 @@ pub(super) async fn queue(
         });
         return section;
     };
-    let (schema, table, id_column) = (&route.schema, &route.table, &route.id_column);
-    let client = rows.client();
     let read = queue::row_messages(
-        client,
+        rows.client(),
         &pgmq.queue,
         &pgmq.dead_letter,
-        schema,
-        table,
-        id_column,
+        &route.schema,
+        &route.table,
+        &route.id_column,
         &id,
     );
     match read.await {
@@ -274,11 +253,7 @@ pub(super) async fn queue(
         Err(e) => {
             let error = format!("reading the queue {}: {}", pgmq.queue, e.describe());
             section.status = "unreachable";
-            section.detail = Some(error.clone());
-            unreachable.push(SourceError {
-                source: "queue",
-                error,
-            });
+            section.detail = Some(error);
         }
     }
     section

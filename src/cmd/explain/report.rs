@@ -74,10 +74,9 @@ pub struct RowSection {
 impl RowSection {
     /// A row that was not found, and why.
     pub fn not(status: &'static str, detail: String) -> RowSection {
-        let detail = Some(detail);
         RowSection {
             status,
-            detail,
+            detail: Some(detail),
             ..RowSection::default()
         }
     }
@@ -121,15 +120,14 @@ pub struct ForgeSection {
     pub branches: Vec<BranchView>,
     pub pull_requests: Part<PullRequest>,
     pub runs: Part<WorkflowRun>,
-}
-
-fn text<S: Serializer>(sha: &Sha, to: S) -> Result<S::Ok, S::Error> {
-    to.collect_str(sha)
+    /// Every read that failed, in words: `detail` is the first.
+    #[serde(skip)]
+    pub errors: Vec<String>,
 }
 
 /// The default branch as `{branch, sha}`.
 fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S::Error> {
-    let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha.to_string()});
+    let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha});
     base.as_ref().map(view).serialize(to)
 }
 
@@ -138,7 +136,6 @@ fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S:
 pub struct BranchView {
     pub name: BranchName,
     /// The commit it points at: the claimed commit while the branch is at its base.
-    #[serde(serialize_with = "text")]
     pub sha: Sha,
     /// Commits the branch has that the default branch has not (GitHub's compare); `null` when
     /// the compare failed.
@@ -200,17 +197,11 @@ pub struct Forecast {
 
 impl Forecast {
     pub fn new(verdict: &'static str, says: impl Into<String>) -> Forecast {
-        let says = says.into();
         Forecast {
             verdict,
-            says,
+            says: says.into(),
             ..Forecast::default()
         }
-    }
-
-    pub fn on(mut self, branch: impl ToString) -> Forecast {
-        self.branch = Some(branch.to_string());
-        self
     }
 }
 
@@ -242,10 +233,7 @@ impl Lines {
                 });
                 self.line(label, &format!("no {what} of the row{since}"));
             }
-            "ok" => part
-                .items
-                .iter()
-                .for_each(|item| self.line(label, &show(item))),
+            "ok" => (part.items.iter()).for_each(|item| self.line(label, &show(item))),
             _ => self.line(label, part.detail.as_deref().unwrap_or(part.status)),
         }
     }
@@ -293,13 +281,12 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
     out.0.push('\n');
 
     let forge = &report.forge;
-    let base = forge
-        .base
-        .as_ref()
-        .map_or("its base", |b| b.branch.as_str());
-    let heading = match &forge.base {
-        Some(b) => format!(", default branch {} at {}", b.branch, b.sha.short()),
-        None => String::new(),
+    let (base, heading) = match &forge.base {
+        Some(b) => (
+            b.branch.as_str(),
+            format!(", default branch {} at {}", b.branch, b.sha.short()),
+        ),
+        None => ("its base", String::new()),
     };
     out.line("forge", &format!("{}: {}{heading}", forge.kind, route.repo));
     if let Some(detail) = &forge.detail {
@@ -372,11 +359,8 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
 
 /// Where a message of the row is, and what became of it.
 fn message(m: &RowMessage, now: DateTime<Utc>) -> String {
-    let reads = format!(
-        "read {} time{}",
-        m.read_ct,
-        plural(m.read_ct.unsigned_abs().into())
-    );
+    let reads = m.read_ct;
+    let reads = format!("read {reads} time{}", plural(reads.unsigned_abs().into()));
     let sent = when(m.enqueued_at, now);
     match m.place {
         "queue" => {

@@ -188,9 +188,7 @@ fn toml_string(value: String) -> String {
 
 /// Renders the setup file `name` (one of [`FILES`]).
 pub fn render(name: &str, ctx: &SetupContext) -> anyhow::Result<String> {
-    let (_, source) = FILES
-        .iter()
-        .find(|(file, _)| *file == name)
+    let (_, source) = (FILES.iter().find(|(file, _)| *file == name))
         .ok_or_else(|| anyhow!("no setup template named {name}"))?;
     if name.ends_with(".j2") {
         // The payload template is rendered per row, by the server: it is written as it is.
