@@ -620,20 +620,19 @@ fn run_when(raw: RawRunWhen) -> Result<RunWhen, ConfigError> {
         !column.is_empty(),
         "run_when's column is empty: name the column the gate reads, {example}"
     );
-    let equals = match raw.equals {
-        toml::Value::String(s) => serde_json::Value::from(s),
-        toml::Value::Boolean(b) => serde_json::Value::from(b),
-        toml::Value::Integer(n) => serde_json::Value::from(n),
-        toml::Value::Float(x) if x.is_finite() => serde_json::Value::from(x),
-        other => {
-            return Err(invalid!(
-                "run_when's equals is {} {other}: give a string, a boolean or a number, the value \
-                 the column holds once a row may run, {example}",
-                other.type_str()
-            ))
+    // A float that is not finite becomes JSON's null; a date, an array or a table is not a
+    // scalar.
+    match serde_json::to_value(&raw.equals) {
+        Ok(equals) if equals.is_string() || equals.is_boolean() || equals.is_number() => {
+            Ok(RunWhen { column, equals })
         }
-    };
-    Ok(RunWhen { column, equals })
+        _ => Err(invalid!(
+            "run_when's equals is {} {}: give a string, a boolean or a number, the value the \
+             column holds once a row may run, {example}",
+            raw.equals.type_str(),
+            raw.equals
+        )),
+    }
 }
 
 /// `sweep_from`'s value for "from now on", as `init` writes it and messages suggest it.
@@ -676,16 +675,16 @@ fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
              credentials (never on a public address)"
         ));
     }
+    #[cfg(unix)]
     warn_if_key_exposed(&config.forge);
-    if let Some(secrets) = &config.webhook.secrets {
-        if webhooks && !secrets.can_authenticate_any() {
-            tracing::warn!(
-                "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}: every \
-                 delivery will be refused (\"bearer\" takes a secret that does not start with \
-                 whsec_, \"standard-webhooks\" one that does)",
-                secrets.accept_list()
-            );
-        }
+    let secrets = config.webhook.secrets.as_ref();
+    if let Some(secrets) = secrets.filter(|s| webhooks && !s.can_authenticate_any()) {
+        tracing::warn!(
+            "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}: every \
+             delivery will be refused (\"bearer\" takes a secret that does not start with \
+             whsec_, \"standard-webhooks\" one that does)",
+            secrets.accept_list()
+        );
     }
     if let Some(page) = &config.status_page {
         status_page_password(page, insecure.public_status)?;
@@ -699,30 +698,25 @@ fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
 /// Says once, at start, when the App's private key file is open to group or others, as ssh says
 /// of a private key: whoever can read it can act as the App on every repository it is installed
 /// on. A key that cannot be read at all is the forge's error, not this warning.
+#[cfg(unix)]
 fn warn_if_key_exposed(forge: &ForgeSettings) {
-    #[cfg(unix)]
-    if let ForgeSettings::Github(GithubSettings {
-        auth:
-            GithubAuth::App {
-                key: PrivateKeySource::File(path),
-                ..
-            },
+    use std::os::unix::fs::PermissionsExt;
+    let Some(GithubAuth::App {
+        key: PrivateKeySource::File(path),
         ..
-    }) = forge
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(metadata) = std::fs::metadata(path) else {
-            return;
-        };
-        let mode = metadata.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                mode = %format!("{mode:04o}"),
-                fix = %format!("chmod 600 {}", path.display()),
-                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
-            );
-        }
+    }) = forge.github().map(|github| &github.auth)
+    else {
+        return;
+    };
+    // 0 for a file that cannot be read.
+    let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode() & 0o777);
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            path = %path.display(),
+            mode = %format!("{mode:04o}"),
+            fix = %format!("chmod 600 {}", path.display()),
+            "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
+        );
     }
 }
 
