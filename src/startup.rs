@@ -354,10 +354,7 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,
-        status_routes: match config.database_url {
-            Some(_) => tables(&Route::writes_back),
-            None => Vec::new(),
-        },
+        status_routes: tables(&|r| config.database_url.is_some() && r.writes_back()),
         github_hook: (serves && github).then(|| config.forge.github_webhook_secret().is_some()),
     }
 }
