@@ -296,16 +296,13 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         "{setting} is not the name of an environment variable: use letters, digits and _, \
          e.g. token_env = \"GITHUB_TOKEN\""
     );
+    let variables = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY].map(|v| (v, env.get(v).is_some()));
     let app: Vec<&str> = [
         ("[github] app_id", raw.app_id.is_some()),
         ("[github] private_key_path", raw.private_key_path.is_some()),
-        (GITHUB_APP_ID, env.get(GITHUB_APP_ID).is_some()),
-        (
-            GITHUB_APP_PRIVATE_KEY,
-            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
-        ),
     ]
     .into_iter()
+    .chain(variables)
     .filter_map(|(name, set)| set.then_some(name))
     .collect();
     ensure!(
