@@ -3,7 +3,6 @@
 //! environment's, and the ones `serve` adds; a refusal names its key (or its variable) and says
 //! how to fix it, and the first refusal, in the file's order, is the one reported.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -440,12 +439,11 @@ fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError
         !raw.is_empty(),
         "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
     );
-    let mut seen = HashSet::new();
-    let mut routes = Vec::with_capacity(raw.len());
+    let mut routes: Vec<Arc<Route>> = Vec::with_capacity(raw.len());
     for (number, raw) in (1..).zip(raw) {
         let route = route(raw, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
         ensure!(
-            seen.insert((route.schema.clone(), route.table.clone())),
+            !(routes.iter()).any(|r| (&r.schema, &r.table) == (&route.schema, &route.table)),
             "[[routes]] number {number}: table {} has a route already; one table takes one route",
             route.table_name()
         );
