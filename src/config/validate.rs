@@ -487,29 +487,23 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         "events is empty: the route would take nothing; use [\"INSERT\"]"
     );
     let intake = match (raw.intake.as_str(), raw.max_rows_per_hour) {
-        ("webhook", None) => Intake::Webhook,
-        ("webhook", Some(_)) => {
-            return Err(invalid!(
-                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
-                 turned away is lost until a sweep, which would have to keep the same bound \
-                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
-                 over the bound wait, or remove max_rows_per_hour"
-            ))
-        }
-        ("pgmq", Some(0)) => {
-            return Err(invalid!(
-                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
-                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
-            ))
-        }
-        ("pgmq", max_rows_per_hour) => Intake::Pgmq { max_rows_per_hour },
-        (other, _) => {
-            return Err(invalid!(
-                "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
-                 Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
-            ))
-        }
-    };
+        ("webhook", None) => Ok(Intake::Webhook),
+        ("webhook", Some(_)) => Err(invalid!(
+            "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
+             turned away is lost until a sweep, which would have to keep the same bound past \
+             its window; read the rows from the queue (intake = \"pgmq\"), where rows over the \
+             bound wait, or remove max_rows_per_hour"
+        )),
+        ("pgmq", Some(0)) => Err(invalid!(
+            "max_rows_per_hour = 0 would start no row at all: give the most rows an hour may \
+             start, e.g. max_rows_per_hour = 60, or remove it for no bound"
+        )),
+        ("pgmq", max_rows_per_hour) => Ok(Intake::Pgmq { max_rows_per_hour }),
+        (other, _) => Err(invalid!(
+            "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
+             Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
+        )),
+    }?;
     ensure!(
         raw.max_turns > 0,
         "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
@@ -523,16 +517,14 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
          anyway)"
     );
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
-        (Some(_), Some(_)) => {
-            return Err(invalid!(
-                "payload_template and payload_template_inline are both set: keep the file, or \
-                 the template's text, not both"
-            ))
-        }
-        (Some(file), None) => Some(PayloadTemplateSource::File(dir.join(file))),
-        (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
-        (None, None) => None,
-    };
+        (Some(_), Some(_)) => Err(invalid!(
+            "payload_template and payload_template_inline are both set: keep the file, or the \
+             template's text, not both"
+        )),
+        (Some(file), None) => Ok(Some(PayloadTemplateSource::File(dir.join(file)))),
+        (None, Some(text)) => Ok(Some(PayloadTemplateSource::Inline(text))),
+        (None, None) => Ok(None),
+    }?;
     let sweep_from = raw.sweep_from.map(|from| {
         let instant = chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
             invalid!(
