@@ -43,7 +43,16 @@ fn main() -> ExitCode {
             logs.json().event_format(lines).init()
         }
     }
-    let runtime = match runtime() {
+    // One worker thread unless `TOKIO_WORKER_THREADS` (tokio's own variable) asks for more.
+    // rowbranch waits on GitHub and the database, not on its CPU: a new row costs a fraction of
+    // a millisecond, and GitHub takes about 40 new rows a minute. A second worker would only
+    // add the cost of handing tasks between threads and waking them, about a third of a new
+    // row's CPU (README's Performance).
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
+        runtime.worker_threads(1);
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "could not start the async runtime");
@@ -110,19 +119,6 @@ where
 /// the empty string (https://no-color.org).
 fn colours(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
     terminal && no_color.is_none_or(|value| value.is_empty())
-}
-
-/// The async runtime: one worker thread unless `TOKIO_WORKER_THREADS` (tokio's own variable)
-/// asks for more. rowbranch waits on GitHub and the database, not on its CPU: a new row costs a
-/// fraction of a millisecond, and GitHub takes about 40 new rows a minute. A second worker
-/// would only add the cost of handing tasks between threads and waking them, about a third of
-/// a new row's CPU (README's Performance).
-fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        builder.worker_threads(1);
-    }
-    builder.enable_all().build()
 }
 
 #[cfg(test)]

@@ -183,22 +183,19 @@ impl Application {
         });
         let scope = metrics_scope(&config, listener.is_some(), consumer.is_some(), github);
         shared.metrics.start_at_zero(&scope);
-        let server = match listener {
-            Some((listener, warm_up)) => Some(Server {
-                listener,
-                app: App::new(
-                    Arc::clone(&config),
-                    Arc::clone(&routes),
-                    Arc::clone(&pipeline),
-                    Arc::clone(&shared.metrics),
-                    shared.shutdown.clone(),
-                    database,
-                    env.insecure_no_auth,
-                ),
-                warm_up,
-            }),
-            None => None,
-        };
+        let server = listener.map(|(listener, warm_up)| Server {
+            listener,
+            app: App::new(
+                Arc::clone(&config),
+                Arc::clone(&routes),
+                Arc::clone(&pipeline),
+                Arc::clone(&shared.metrics),
+                shared.shutdown.clone(),
+                database,
+                env.insecure_no_auth,
+            ),
+            warm_up,
+        });
         Ok(Application {
             config,
             routes,
@@ -357,10 +354,7 @@ fn metrics_scope(config: &Config, serves: bool, consumer: bool, github: bool) ->
         consumer,
         sweep: serves && config.reconcile.every.is_some() && config.database_url.is_some(),
         github,
-        status_routes: match config.database_url {
-            Some(_) => tables(&Route::writes_back),
-            None => Vec::new(),
-        },
+        status_routes: tables(&|r| config.database_url.is_some() && r.writes_back()),
         github_hook: (serves && github).then(|| config.forge.github_webhook_secret().is_some()),
     }
 }
@@ -432,11 +426,10 @@ pub fn window_rows(config: &Config) -> usize {
     };
     let window = config.pgmq.visibility_timeout;
     let pace = &github.pace;
-    let paced = if pace.interval.is_zero() {
-        u64::MAX
-    } else {
-        (window.as_millis() / pace.interval.as_millis().max(1)) as u64
-    };
+    // The interval is whole milliseconds (`write_interval_ms`): none at 0.
+    let paced = (window.as_millis())
+        .checked_div(pace.interval.as_millis())
+        .map_or(u64::MAX, |writes| writes as u64);
     let writes = paced
         .saturating_add(u64::from(pace.burst))
         .min(u64::from(pace.hourly_max));

@@ -139,17 +139,16 @@ fn origins(env: &Overlay, config: &Config) -> Vec<(&'static str, &'static str, &
 /// each one the config's own text (`own`) leaves out `# default`; and so on in its tables.
 fn mark(table: &mut Table, own: &toml::Table, name: &str, env: &[(&str, &str, &str)]) {
     let empty = toml::Table::new();
-    let own_table = |key: &str| {
-        own.get(key)
-            .and_then(toml::Value::as_table)
-            .unwrap_or(&empty)
-    };
     for (key, item) in table.iter_mut() {
         let key = key.get();
+        let own = own.get(key);
         match item {
-            Item::Table(inner) => mark(inner, own_table(key), key, env),
+            Item::Table(inner) => {
+                let own = own.and_then(toml::Value::as_table);
+                mark(inner, own.unwrap_or(&empty), key, env);
+            }
             Item::ArrayOfTables(array) => {
-                let own = own.get(key).and_then(toml::Value::as_array);
+                let own = own.and_then(toml::Value::as_array);
                 for (i, inner) in array.iter_mut().enumerate() {
                     let own = own.and_then(|own| own.get(i)?.as_table());
                     mark(inner, own.unwrap_or(&empty), key, env);
@@ -159,7 +158,7 @@ fn mark(table: &mut Table, own: &toml::Table, name: &str, env: &[(&str, &str, &s
                 let variable = env.iter().find(|(_, t, k)| *t == name && *k == key);
                 let origin = match variable {
                     Some((variable, ..)) => format!("env {variable}"),
-                    None if own.contains_key(key) => continue,
+                    None if own.is_some() => continue,
                     None => "default".to_owned(),
                 };
                 value.decor_mut().set_suffix(format!("  # {origin}"));

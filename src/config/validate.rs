@@ -3,7 +3,6 @@
 //! environment's, and the ones `serve` adds; a refusal names its key (or its variable) and says
 //! how to fix it, and the first refusal, in the file's order, is the one reported.
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -296,16 +295,13 @@ fn token(variable: &str, raw: &RawGithub, env: &Overlay) -> Result<AccessToken, 
         "{setting} is not the name of an environment variable: use letters, digits and _, \
          e.g. token_env = \"GITHUB_TOKEN\""
     );
+    let variables = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY].map(|v| (v, env.get(v).is_some()));
     let app: Vec<&str> = [
         ("[github] app_id", raw.app_id.is_some()),
         ("[github] private_key_path", raw.private_key_path.is_some()),
-        (GITHUB_APP_ID, env.get(GITHUB_APP_ID).is_some()),
-        (
-            GITHUB_APP_PRIVATE_KEY,
-            env.get(GITHUB_APP_PRIVATE_KEY).is_some(),
-        ),
     ]
     .into_iter()
+    .chain(variables)
     .filter_map(|(name, set)| set.then_some(name))
     .collect();
     ensure!(
@@ -443,12 +439,11 @@ fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError
         !raw.is_empty(),
         "no [[routes]]: add one that names the table and the repository, e.g.\n\n[[routes]]\ntable = \"feedbacks\"\nrepo = \"owner/name\"\nbranch_prefix = \"feedback\"\nevent_type = \"feedback\""
     );
-    let mut seen = HashSet::new();
-    let mut routes = Vec::with_capacity(raw.len());
+    let mut routes: Vec<Arc<Route>> = Vec::with_capacity(raw.len());
     for (number, raw) in (1..).zip(raw) {
         let route = route(raw, dir).map_err(|e| e.within(format!("[[routes]] number {number}")))?;
         ensure!(
-            seen.insert((route.schema.clone(), route.table.clone())),
+            !(routes.iter()).any(|r| (&r.schema, &r.table) == (&route.schema, &route.table)),
             "[[routes]] number {number}: table {} has a route already; one table takes one route",
             route.table_name()
         );
@@ -492,29 +487,23 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         "events is empty: the route would take nothing; use [\"INSERT\"]"
     );
     let intake = match (raw.intake.as_str(), raw.max_rows_per_hour) {
-        ("webhook", None) => Intake::Webhook,
-        ("webhook", Some(_)) => {
-            return Err(invalid!(
-                "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
-                 turned away is lost until a sweep, which would have to keep the same bound \
-                 past its window; read the rows from the queue (intake = \"pgmq\"), where rows \
-                 over the bound wait, or remove max_rows_per_hour"
-            ))
-        }
-        ("pgmq", Some(0)) => {
-            return Err(invalid!(
-                "max_rows_per_hour = 0 would start no row at all: give the most rows an hour \
-                 may start, e.g. max_rows_per_hour = 60, or remove it for no bound"
-            ))
-        }
-        ("pgmq", max_rows_per_hour) => Intake::Pgmq { max_rows_per_hour },
-        (other, _) => {
-            return Err(invalid!(
-                "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
-                 Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
-            ))
-        }
-    };
+        ("webhook", None) => Ok(Intake::Webhook),
+        ("webhook", Some(_)) => Err(invalid!(
+            "max_rows_per_hour is set on a route with intake = \"webhook\": a webhook row \
+             turned away is lost until a sweep, which would have to keep the same bound past \
+             its window; read the rows from the queue (intake = \"pgmq\"), where rows over the \
+             bound wait, or remove max_rows_per_hour"
+        )),
+        ("pgmq", Some(0)) => Err(invalid!(
+            "max_rows_per_hour = 0 would start no row at all: give the most rows an hour may \
+             start, e.g. max_rows_per_hour = 60, or remove it for no bound"
+        )),
+        ("pgmq", max_rows_per_hour) => Ok(Intake::Pgmq { max_rows_per_hour }),
+        (other, _) => Err(invalid!(
+            "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
+             Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
+        )),
+    }?;
     ensure!(
         raw.max_turns > 0,
         "max_turns = 0 would let Claude take no turn at all: give the most turns one run \
@@ -528,16 +517,14 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
          anyway)"
     );
     let payload_template = match (raw.payload_template, raw.payload_template_inline) {
-        (Some(_), Some(_)) => {
-            return Err(invalid!(
-                "payload_template and payload_template_inline are both set: keep the file, or \
-                 the template's text, not both"
-            ))
-        }
-        (Some(file), None) => Some(PayloadTemplateSource::File(dir.join(file))),
-        (None, Some(text)) => Some(PayloadTemplateSource::Inline(text)),
-        (None, None) => None,
-    };
+        (Some(_), Some(_)) => Err(invalid!(
+            "payload_template and payload_template_inline are both set: keep the file, or the \
+             template's text, not both"
+        )),
+        (Some(file), None) => Ok(Some(PayloadTemplateSource::File(dir.join(file)))),
+        (None, Some(text)) => Ok(Some(PayloadTemplateSource::Inline(text))),
+        (None, None) => Ok(None),
+    }?;
     let sweep_from = raw.sweep_from.map(|from| {
         let instant = chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
             invalid!(
@@ -620,20 +607,19 @@ fn run_when(raw: RawRunWhen) -> Result<RunWhen, ConfigError> {
         !column.is_empty(),
         "run_when's column is empty: name the column the gate reads, {example}"
     );
-    let equals = match raw.equals {
-        toml::Value::String(s) => serde_json::Value::from(s),
-        toml::Value::Boolean(b) => serde_json::Value::from(b),
-        toml::Value::Integer(n) => serde_json::Value::from(n),
-        toml::Value::Float(x) if x.is_finite() => serde_json::Value::from(x),
-        other => {
-            return Err(invalid!(
-                "run_when's equals is {} {other}: give a string, a boolean or a number, the value \
-                 the column holds once a row may run, {example}",
-                other.type_str()
-            ))
+    // A float that is not finite becomes JSON's null; a date, an array or a table is not a
+    // scalar.
+    match serde_json::to_value(&raw.equals) {
+        Ok(equals) if equals.is_string() || equals.is_boolean() || equals.is_number() => {
+            Ok(RunWhen { column, equals })
         }
-    };
-    Ok(RunWhen { column, equals })
+        _ => Err(invalid!(
+            "run_when's equals is {} {}: give a string, a boolean or a number, the value the \
+             column holds once a row may run, {example}",
+            raw.equals.type_str(),
+            raw.equals
+        )),
+    }
 }
 
 /// `sweep_from`'s value for "from now on", as `init` writes it and messages suggest it.
@@ -676,16 +662,16 @@ fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
              credentials (never on a public address)"
         ));
     }
+    #[cfg(unix)]
     warn_if_key_exposed(&config.forge);
-    if let Some(secrets) = &config.webhook.secrets {
-        if webhooks && !secrets.can_authenticate_any() {
-            tracing::warn!(
-                "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}: every \
-                 delivery will be refused (\"bearer\" takes a secret that does not start with \
-                 whsec_, \"standard-webhooks\" one that does)",
-                secrets.accept_list()
-            );
-        }
+    let secrets = config.webhook.secrets.as_ref();
+    if let Some(secrets) = secrets.filter(|s| webhooks && !s.can_authenticate_any()) {
+        tracing::warn!(
+            "[webhook] accept = {} takes none of the secrets in {WEBHOOK_SECRET}: every \
+             delivery will be refused (\"bearer\" takes a secret that does not start with \
+             whsec_, \"standard-webhooks\" one that does)",
+            secrets.accept_list()
+        );
     }
     if let Some(page) = &config.status_page {
         status_page_password(page, insecure.public_status)?;
@@ -699,30 +685,25 @@ fn serve_rules(config: &Config, insecure: Insecure) -> Result<(), ConfigError> {
 /// Says once, at start, when the App's private key file is open to group or others, as ssh says
 /// of a private key: whoever can read it can act as the App on every repository it is installed
 /// on. A key that cannot be read at all is the forge's error, not this warning.
+#[cfg(unix)]
 fn warn_if_key_exposed(forge: &ForgeSettings) {
-    #[cfg(unix)]
-    if let ForgeSettings::Github(GithubSettings {
-        auth:
-            GithubAuth::App {
-                key: PrivateKeySource::File(path),
-                ..
-            },
+    use std::os::unix::fs::PermissionsExt;
+    let Some(GithubAuth::App {
+        key: PrivateKeySource::File(path),
         ..
-    }) = forge
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let Ok(metadata) = std::fs::metadata(path) else {
-            return;
-        };
-        let mode = metadata.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            tracing::warn!(
-                path = %path.display(),
-                mode = %format!("{mode:04o}"),
-                fix = %format!("chmod 600 {}", path.display()),
-                "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
-            );
-        }
+    }) = forge.github().map(|github| &github.auth)
+    else {
+        return;
+    };
+    // 0 for a file that cannot be read.
+    let mode = std::fs::metadata(path).map_or(0, |m| m.permissions().mode() & 0o777);
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            path = %path.display(),
+            mode = %format!("{mode:04o}"),
+            fix = %format!("chmod 600 {}", path.display()),
+            "the GitHub App private key file is accessible by group or others: whoever can read it can act as the App"
+        );
     }
 }
 

@@ -24,18 +24,14 @@ impl QueueName {
         let first_ok = chars
             .next()
             .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
-        if first_ok
-            && raw.len() <= MAX_LEN
-            && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        {
-            Ok(QueueName(raw.to_owned()))
-        } else {
-            Err(NameError(format!(
-                "`{}` is not a queue name: use 1 to 47 of a-z, 0-9 and _, not starting with a \
-                 digit",
-                excerpt(raw)
-            )))
-        }
+        ensure!(
+            first_ok
+                && raw.len() <= MAX_LEN
+                && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'),
+            "`{}` is not a queue name: use 1 to 47 of a-z, 0-9 and _, not starting with a digit",
+            excerpt(raw)
+        );
+        Ok(QueueName(raw.to_owned()))
     }
 
     /// `{self}_dead`, the dead-letter queue's name when none is given; refused when that is

@@ -18,31 +18,31 @@ pub struct ProcessCollector;
 impl Collector for ProcessCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         // Nothing where there is no `/proc/self/stat` to read (not Linux).
-        let Some(stat) = fs::read_to_string("/proc/self/stat")
+        let Some([utime, stime, start, rss]) = fs::read_to_string("/proc/self/stat")
             .ok()
-            .and_then(|text| Stat::parse(&text))
+            .and_then(|text| stat(&text))
         else {
             return Ok(());
         };
+        let mut encode = |name, help, metric: &dyn EncodeMetric| {
+            metric.encode(encoder.encode_descriptor(name, help, None, metric.metric_type())?)
+        };
         let ticks = rustix::param::clock_ticks_per_second() as f64;
-        let cpu = ConstCounter::new((stat.utime_ticks + stat.stime_ticks) as f64 / ticks);
-        cpu.encode(encoder.encode_descriptor(
+        encode(
             "process_cpu_seconds",
             "Total user and system CPU time spent in seconds.",
-            None,
-            cpu.metric_type(),
-        )?)?;
-        let page_size = rustix::param::page_size() as f64;
+            &ConstCounter::new((utime + stime) as f64 / ticks),
+        )?;
         let gauges = [
             (
                 "process_resident_memory_bytes",
                 "Resident memory size in bytes.",
-                Some(stat.rss_pages as f64 * page_size),
+                Some(rss as f64 * rustix::param::page_size() as f64),
             ),
             (
                 "process_start_time_seconds",
                 "Start time of the process since unix epoch in seconds.",
-                boot_time().map(|boot| boot + stat.start_ticks as f64 / ticks),
+                boot_time().map(|boot| boot + start as f64 / ticks),
             ),
             (
                 "process_open_fds",
@@ -62,44 +62,23 @@ impl Collector for ProcessCollector {
         ];
         for (name, help, value) in gauges {
             if let Some(value) = value {
-                let gauge = ConstGauge::new(value);
-                gauge.encode(encoder.encode_descriptor(
-                    name,
-                    help,
-                    None,
-                    gauge.metric_type(),
-                )?)?;
+                encode(name, help, &ConstGauge::new(value))?;
             }
         }
         Ok(())
     }
 }
 
-/// The fields of `/proc/self/stat` read here (proc_pid_stat(5)).
-#[derive(Debug, PartialEq)]
-struct Stat {
-    utime_ticks: u64,
-    stime_ticks: u64,
-    /// Since the machine booted.
-    start_ticks: u64,
-    rss_pages: u64,
-}
-
-impl Stat {
-    /// The second field is the command's name in parentheses, which may itself hold spaces and
-    /// parentheses: the fields are counted from after its last `)`, where the third begins.
-    fn parse(text: &str) -> Option<Stat> {
-        let (_, rest) = text.rsplit_once(')')?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // Field N of proc_pid_stat(5) is fields[N - 3].
-        let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
-        Some(Stat {
-            utime_ticks: field(14)?,
-            stime_ticks: field(15)?,
-            start_ticks: field(22)?,
-            rss_pages: field(24)?,
-        })
-    }
+/// The fields of `/proc/self/stat` read here (proc_pid_stat(5)), in ticks and pages: utime,
+/// stime, starttime (since the machine booted) and rss. The second field is the command's name
+/// in parentheses, which may itself hold spaces and parentheses: the fields are counted from
+/// after its last `)`, where the third begins.
+fn stat(text: &str) -> Option<[u64; 4]> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field N of proc_pid_stat(5) is fields[N - 3].
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    Some([field(14)?, field(15)?, field(22)?, field(24)?])
 }
 
 /// When the machine booted, in seconds since the epoch (`btime` of `/proc/stat`); read once.
@@ -125,16 +104,8 @@ mod tests {
         let text = "4242 (rb (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 7 3 0 0 20 0 9 0 \
                     12345 123456789 2048 18446744073709551615 1 1 0 0 0 0 0 4096 17475 0 0 0 \
                     17 1 0 0 0 0 0\n";
-        assert_eq!(
-            Stat::parse(text),
-            Some(Stat {
-                utime_ticks: 7,
-                stime_ticks: 3,
-                start_ticks: 12345,
-                rss_pages: 2048,
-            })
-        );
-        assert_eq!(Stat::parse("4242 (cut short) S 1 2"), None);
+        assert_eq!(stat(text), Some([7, 3, 12345, 2048]));
+        assert_eq!(stat("4242 (cut short) S 1 2"), None);
     }
 
     #[cfg(target_os = "linux")]
