@@ -29,11 +29,7 @@ fuzz_target!(|body: &[u8]| {
     };
     if let Ok(plan) = route.plan_json(&event.record) {
         assert!(plan.branch.as_str().starts_with("feedback/"));
-        let base = rowbranch::forge::Base {
-            branch: rowbranch::identity::RefName::parse("main").unwrap(),
-            sha: rowbranch::forge::Sha::new("0".repeat(40)),
-        };
         // Rendering may refuse (a payload too large), never panic.
-        let _ = plan.client_payload(&base);
+        let _ = plan.render("main", &"0".repeat(40));
     }
 });
