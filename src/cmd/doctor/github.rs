@@ -96,7 +96,15 @@ const HOOK_FIX: &str = "on the App's settings page (General → Webhook): tick A
 async fn hook_check(forge: &GithubForge, settings: &GithubSettings, config: &Config) -> Check {
     let writes_back = config.routes.iter().any(|route| route.writes_back());
     let hook = match github::app_hook(forge).await {
-        Ok(hook) => hook.filter(|hook| !hook.url.is_empty()),
+        Ok(Some(hook)) if !hook.url.is_empty() => hook,
+        Ok(_) if writes_back => {
+            return Check::advise(
+                "the App has no webhook: a row's state past dispatched (pr_open, merged, closed, \
+                 failed) comes from the sweep alone",
+                HOOK_FIX,
+            )
+        }
+        Ok(_) => return Check::pass("the App has no webhook (no route writes its rows' states)"),
         Err(e) => {
             return Check::advise(
                 format!(
@@ -106,16 +114,6 @@ async fn hook_check(forge: &GithubForge, settings: &GithubSettings, config: &Con
                 "see the message; the later states of a row come from the sweep meanwhile",
             )
         }
-    };
-    let Some(hook) = hook else {
-        return match writes_back {
-            true => Check::advise(
-                "the App has no webhook: a row's state past dispatched (pr_open, merged, closed, \
-                 failed) comes from the sweep alone",
-                HOOK_FIX,
-            ),
-            false => Check::pass("the App has no webhook (no route writes its rows' states)"),
-        };
     };
     let url = &hook.url;
     if !url.trim_end_matches('/').ends_with("/github") {
@@ -535,27 +533,24 @@ async fn drain_workflow_checks(
     }
     out.push(Check::pass(format!("{repo}: {path} is on {branch}")));
     out.push(match github::workflow_state(forge, repo, FILE).await {
+        Ok(Listing::Found(states)) if states.first().is_some_and(|s| s == "active") => Check::pass(
+            format!("{repo}: {FILE} is active: GitHub runs its schedule"),
+        ),
         Ok(Listing::Found(states)) if !states.is_empty() => {
-            let state = &states[0];
-            let what = match state.as_str() {
-                "active" => ": GitHub runs its schedule",
+            let why = match states[0].as_str() {
                 "disabled_inactivity" => {
                     ": GitHub disabled it after 60 days without activity in the repository, so \
                      neither its schedule nor a kick runs it, and rows wait in the queue"
                 }
                 _ => ", not active: GitHub does not run it, and rows wait in the queue",
             };
-            let what = format!("{repo}: {FILE} is {state}{what}");
-            match state == "active" {
-                true => Check::pass(what),
-                false => Check::fail(
-                    what,
-                    format!(
-                        "re-enable it: the Actions tab → the workflow → Enable workflow, or `gh \
-                         workflow enable {FILE}`"
-                    ),
+            Check::fail(
+                format!("{repo}: {FILE} is {}{why}", states[0]),
+                format!(
+                    "re-enable it: the Actions tab → the workflow → Enable workflow, or `gh \
+                     workflow enable {FILE}`"
                 ),
-            }
+            )
         }
         Ok(Listing::NotPermitted { needs }) => Check::fail(
             format!(

@@ -228,9 +228,7 @@ const OWN_WRITES: &str = "select quote_ident(current_user), \
 
 /// The check that rowbranch's own role may write the route's state back, for a route that does.
 async fn own_writes(rows: &Database, route: &Route) -> Option<Check> {
-    let columns: Vec<&str> = [&route.status_column, &route.pull_request_column]
-        .into_iter()
-        .flatten()
+    let columns: Vec<&str> = (route.status_column.iter().chain(&route.pull_request_column))
         .map(String::as_str)
         .collect();
     if columns.is_empty() {
