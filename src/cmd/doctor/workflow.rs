@@ -149,10 +149,7 @@ pub fn claude_steps(workflow: &str) -> Option<Vec<ClaudeStep>> {
     let jobs = docs.first()?["jobs"].as_hash()?;
     let mut found = Vec::new();
     for (name, job) in jobs {
-        let Some(steps) = job["steps"].as_vec() else {
-            continue;
-        };
-        for step in steps {
+        for step in job["steps"].as_vec().into_iter().flatten() {
             let uses = step["uses"].as_str().unwrap_or_default();
             let action = uses.split('@').next().unwrap_or_default();
             if !action.eq_ignore_ascii_case(CLAUDE_ACTION) {
