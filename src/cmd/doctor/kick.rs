@@ -40,14 +40,13 @@ pub(super) async fn checks(config: &Config, database: &Database, out: &mut Check
             ),
         });
     }
-    if !kicked {
-        out.push(Check::pass(format!(
+    out.push(match kicked {
+        true => vault_secret(client).await,
+        false => Check::pass(format!(
             "no kick (no trigger {trigger}): rows wait for the drain workflow's schedule \
              (`rowbranch init --host actions --kick` writes one)"
-        )));
-        return;
-    }
-    out.push(vault_secret(client).await);
+        )),
+    });
 }
 
 /// Whether Vault holds the kick's secret, asked by name.

@@ -60,8 +60,7 @@ fn owner_only(route: &Route) -> Vec<(&str, &'static str)> {
 /// strangers may insert into (none where neither of the Data API's roles exists); then whether
 /// DATABASE_URL's role may write the route's state back.
 pub(super) async fn checks(rows: &Database, route: &Route, out: &mut Checks) {
-    let found = query(rows.client(), WRITES, &[&route.schema, &route.table]).await;
-    match found {
+    match query(rows.client(), WRITES, &[&route.schema, &route.table]).await {
         Ok(found) => {
             let writes: Vec<RoleWrites> = (found.iter())
                 .map(|row| RoleWrites {
