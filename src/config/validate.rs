@@ -379,8 +379,8 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
     })
 }
 
-/// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.
-pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
+/// The `[pgmq]` settings.
+fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
     let queue_name = |key: &str, name: &str| {
         QueueName::parse(name).map_err(|_| {
             invalid!(
