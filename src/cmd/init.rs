@@ -273,10 +273,7 @@ fn context(args: &InitArgs, previous: &PreviousRun) -> Result<SetupContext, Fail
         bearer_secret,
         intake,
         host: args.host,
-        actions: match on_actions {
-            true => Some(actions::setup(args, &api_url(args))?),
-            false => None,
-        },
+        actions: (on_actions.then(|| actions::setup(args, &api_url(args)))).transpose()?,
         events: match args.run_when {
             Some(_) => vec!["INSERT".into(), "UPDATE".into()],
             None => vec!["INSERT".into()],

@@ -445,11 +445,3 @@ pub struct PgmqSettings {
     pub backoff_base: Duration,
     pub backoff_cap: Duration,
 }
-
-impl Default for PgmqSettings {
-    /// The settings of a file with no `[pgmq]`.
-    fn default() -> PgmqSettings {
-        super::validate::pgmq(super::file::RawPgmq::default())
-            .unwrap_or_else(|e| panic!("the [pgmq] defaults are refused: {}", e.0))
-    }
-}

@@ -83,8 +83,20 @@ pub(super) fn config(
         routes: routes(raw.routes, dir)?,
         database_url,
     };
-    if let Some(token) = config.forge.token() {
-        only_queue_routes(token, &config.routes)?;
+    // With a token, every route reads the queue: webhooks are the App's alone (a delivery is
+    // answered within the request, which `drain` does not serve).
+    let webhooks = (config.routes.iter().enumerate()).find(|(_, r)| r.takes_webhooks());
+    if let (Some(token), Some((i, route))) = (config.forge.token(), webhooks) {
+        return Err(invalid!(
+            "[github] token_env = \"{}\" and [[routes]] number {} ({}) takes webhooks (intake = \
+             \"webhook\", the default): with a token, rowbranch reads the queue (`rowbranch drain`, \
+             or `serve` with every route on intake = \"pgmq\"), and only the GitHub App takes \
+             webhooks. Set intake = \"pgmq\" on the route, or remove token_env and set the App's \
+             app_id and private key",
+            token.variable(),
+            i + 1,
+            route.table_name()
+        ));
     }
     if let Some(insecure) = serve {
         serve_rules(&config, insecure)?;
@@ -242,24 +254,6 @@ fn github_webhook_secret(env: &Overlay) -> Result<Option<Redacted>, ConfigError>
     Ok(Some(Redacted(secret.to_owned())))
 }
 
-/// With a token, every route reads the queue: webhooks are the App's alone (a delivery is
-/// answered within the request, which `drain` does not serve).
-fn only_queue_routes(token: &AccessToken, routes: &[Arc<Route>]) -> Result<(), ConfigError> {
-    let Some((i, route)) = routes.iter().enumerate().find(|(_, r)| r.takes_webhooks()) else {
-        return Ok(());
-    };
-    Err(invalid!(
-        "[github] token_env = \"{}\" and [[routes]] number {} ({}) takes webhooks (intake = \
-         \"webhook\", the default): with a token, rowbranch reads the queue (`rowbranch drain`, \
-         or `serve` with every route on intake = \"pgmq\"), and only the GitHub App takes \
-         webhooks. Set intake = \"pgmq\" on the route, or remove token_env and set the App's \
-         app_id and private key",
-        token.variable(),
-        i + 1,
-        route.table_name()
-    ))
-}
-
 /// The App's id and key: the variables win over the file.
 fn app(raw: &RawGithub, dir: &Path, env: &Overlay) -> Result<GithubAuth, ConfigError> {
     let app_id = match env.get(GITHUB_APP_ID) {
@@ -379,8 +373,8 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
     })
 }
 
-/// The `[pgmq]` settings; [`PgmqSettings::default`] is this of the file's defaults.
-pub(super) fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
+/// The `[pgmq]` settings.
+fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
     let queue_name = |key: &str, name: &str| {
         QueueName::parse(name).map_err(|_| {
             invalid!(

@@ -90,7 +90,7 @@ fn options() -> SweepOptions {
         dry_run: false,
         concurrency: 4,
         page_size: 3,
-        pgmq: rowbranch::config::PgmqSettings::default(),
+        pgmq: crate::support::child::default_pgmq(),
         scheduled: false,
         states_only: false,
     }

@@ -98,7 +98,7 @@ fn options() -> SweepOptions {
         dry_run: false,
         concurrency: 4,
         page_size: 4,
-        pgmq: rowbranch::config::PgmqSettings::default(),
+        pgmq: crate::support::child::default_pgmq(),
         scheduled: false,
         states_only: false,
     }

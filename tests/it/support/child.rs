@@ -303,6 +303,13 @@ impl Served {
     }
 }
 
+/// The `[pgmq]` settings of a config without that table: its defaults.
+pub fn default_pgmq() -> rowbranch::config::PgmqSettings {
+    let path = std::path::Path::new("rowbranch.toml");
+    let config = rowbranch::config::Config::parse(&local_config(""), path, &|_| None);
+    config.expect("the local config loads").pgmq
+}
+
 /// A local-forge config for `public.feedbacks`, listening on a free port, with `webhook`'s
 /// lines added to `[webhook]`.
 pub fn local_config(webhook: &str) -> String {
