@@ -43,9 +43,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let max_time = super::duration_flag("--max-time", &args.max_time, "4m or 90s")?;
     let config = Config::load(&args.config.config, &process_env)?;
     // Before a message is read: a route whose table is not there would dead-letter them all.
-    if let Some(url) = &config.database_url {
-        super::check_tables(&config, url.expose(), args.sweep).await?;
-    }
+    super::check_tables(&config, args.sweep).await?;
     // The grace is part of --max-time: at most half of it, so that a short run still reads.
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;

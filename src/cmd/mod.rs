@@ -163,10 +163,14 @@ const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
 /// mistyped, or another database — would dead-letter every message and miss every row, so they
 /// stop on that too (exit 1), naming the tables the schema has. A database that does not answer
 /// is logged at warn and they start: webhooks need none, and the queue's consumer waits for it.
-/// `sweeps`: whether a sweep reads the created column too.
-async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Failure> {
+/// `sweeps`: whether a sweep reads the created column too. Without `DATABASE_URL`, nothing to
+/// check.
+async fn check_tables(config: &Config, sweeps: bool) -> Result<(), Failure> {
+    let Some(url) = &config.database_url else {
+        return Ok(());
+    };
     let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
-        let rows = Database::connect(url).await?;
+        let rows = Database::connect(url.expose()).await?;
         let mut checked = Vec::new();
         for route in &config.routes {
             checked.push((route, rows.check_columns(route, sweeps).await));

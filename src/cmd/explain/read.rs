@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
+use crate::forge::github::first_set;
 use crate::forge::{Branch, Forge, ForgeError, Listing};
 use crate::identity::RowId;
 use crate::pipeline::id_text;
@@ -196,11 +197,8 @@ fn labelled(what: &str, e: &ForgeError) -> String {
 /// GitHub's `X-Accepted-GitHub-Permissions` (`actions=read`; alternatives after `;`) as its
 /// settings page names the first set: `Actions: read`.
 fn permission_words(needs: &str) -> String {
-    let first = needs.split(';').next().unwrap_or(needs);
-    let words: Vec<String> = first
-        .split(',')
-        .filter_map(|p| {
-            let (name, level) = p.trim().split_once('=')?;
+    let words: Vec<String> = first_set(needs)
+        .filter_map(|(name, level)| {
             let mut name = name.replace('_', " ");
             name.get_mut(..1)?.make_ascii_uppercase();
             Some(format!("{name}: {level}"))
