@@ -19,7 +19,6 @@ use crate::cli::DrainArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
 use crate::identity::QueueName;
-use crate::queue::budget::Spent;
 use crate::queue::consumer::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
 use crate::startup::{Application, Launch, Mode};
 use crate::sweep::{self, RouteSummary, SweepOptions};
@@ -98,7 +97,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // A consumer that is gone reads nothing more.
     let stop = tokio::select! {
         now = standing.wait_for(|standing| why(standing).is_some()) => {
-            now.ok().and_then(|standing| why(&standing)).unwrap_or(Stop::Drained)
+            now.ok().and_then(|standing| why(&standing)).unwrap_or(Stop::Idle(Idle::Drained))
         }
         () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
         () = signalled() => Stop::Signal,
@@ -106,8 +105,8 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // The sweep, when one is asked for and the queue is drained, within the same time; the
     // states alone also once the hourly budget is spent (they are reads and database writes).
     let (stop, swept) = match (stop, sweep) {
-        (stop @ (Stop::Drained | Stop::BudgetSpent(_)), Some((options, url)))
-            if matches!(stop, Stop::Drained) || options.states_only =>
+        (stop @ Stop::Idle(_), Some((options, url)))
+            if stop == Stop::Idle(Idle::Drained) || options.states_only =>
         {
             let run = async {
                 let db = Database::connect(url.expose()).await?;
@@ -180,14 +179,12 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
 }
 
 /// Why the reading stopped.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Stop {
-    /// The last read found nothing, and nothing is held.
-    Drained,
+    /// The last read found nothing and nothing is held, or an hourly budget is spent.
+    Idle(Idle),
     /// `--max-time` less the grace has passed.
     OutOfTime,
-    /// An hourly budget is spent.
-    BudgetSpent(Spent),
     /// GitHub (or the local forge) turned a row away past its retries.
     Forge(ForgeTrouble),
     /// The queue could not be read.
@@ -206,11 +203,7 @@ fn why(standing: &Standing) -> Option<Stop> {
             return Some(Stop::Database(db.clone()));
         }
     }
-    match &standing.idle {
-        Some(Idle::Drained) => Some(Stop::Drained),
-        Some(Idle::BudgetSpent(spent)) => Some(Stop::BudgetSpent(spent.clone())),
-        None => None,
-    }
+    standing.idle.clone().map(Stop::Idle)
 }
 
 impl Stop {
@@ -218,11 +211,11 @@ impl Stop {
     /// cleanly, 1 with the fix when it could not work.
     fn end(self, queue: &QueueName, swept: Option<&[RouteSummary]>) -> Result<(), Failure> {
         match self {
-            Stop::Drained => tracing::info!("the queue is drained"),
+            Stop::Idle(Idle::Drained) => tracing::info!("the queue is drained"),
             Stop::OutOfTime => {
                 tracing::info!("--max-time is reached: the rows left wait for the next run")
             }
-            Stop::BudgetSpent(spent) => tracing::info!(
+            Stop::Idle(Idle::BudgetSpent(spent)) => tracing::info!(
                 budget = %spent.setting,
                 frees_in_s = spent.frees_in.map(|d| d.as_secs()),
                 "the hourly budget is spent: the rows left wait for the next run"
