@@ -12,7 +12,7 @@ use super::report::{Forecast, Report};
 use crate::cmd::redo::free_branch;
 use crate::config::Config;
 use crate::db::Row;
-use crate::forge::{Branch, Forge};
+use crate::forge::Forge;
 use crate::identity::BranchName;
 use crate::pipeline::{id_text, CompiledRoute};
 use crate::sweep::{Known, QueueView, Verdict};
@@ -51,7 +51,7 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
     };
     let route = &compiled.route;
     let taken: Vec<BranchName> = (report.forge.branches.iter())
-        .map(|b| b.name.clone())
+        .map(|b| b.branch.name.clone())
         .collect();
     let branch = free_branch(&plan.branch, &taken);
     let why = match branch == plan.branch {
@@ -124,10 +124,7 @@ pub(super) async fn reconcile(
         }
     };
     let prefix = &route.branch_prefix;
-    let branches = report.forge.branches.iter().map(|b| Branch {
-        name: b.name.clone(),
-        sha: b.sha.clone(),
-    });
+    let branches = report.forge.branches.iter().map(|b| b.branch.clone());
     let stale_after = config.reconcile.stale_claim_after;
     let stale_before = now - since(stale_after);
     let mut known = Known::new(

@@ -11,7 +11,7 @@ use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
 use crate::forge::github::first_set;
-use crate::forge::{Branch, Forge, ForgeError, Listing};
+use crate::forge::{Forge, ForgeError, Listing};
 use crate::identity::RowId;
 use crate::pipeline::id_text;
 
@@ -130,21 +130,17 @@ pub(super) async fn forge(
         .ok();
     let branches = (branches.map_err(|e| errors.push(labelled("listing the row's branches", &e))))
         .unwrap_or_default();
-    for Branch { name, sha } in branches {
+    for branch in branches {
         let ahead_by = match &base {
-            Some(base) => (forge.ahead_by(repo, base, &name).await)
+            Some(base) => (forge.ahead_by(repo, base, &branch.name).await)
                 .map_err(|e| {
-                    let what = format!("comparing {name} with {}", base.branch);
+                    let what = format!("comparing {} with {}", branch.name, base.branch);
                     errors.push(labelled(&what, &e));
                 })
                 .ok(),
             None => None,
         };
-        section.branches.push(BranchView {
-            name,
-            sha,
-            ahead_by,
-        });
+        section.branches.push(BranchView { branch, ahead_by });
     }
     section.base = base;
     if let Some(first) = section.errors.first() {
