@@ -186,22 +186,20 @@ async fn check_tables(config: &Config, sweeps: bool) -> Result<(), Failure> {
     for (route, result) in checked.unwrap_or_default() {
         let Err(e) = result else { continue };
         let table = route.table_name();
-        match &e {
-            DbError::Table(Misfit::NoTable(_)) => {
-                return Err(Failure::Runtime(anyhow::Error::new(e).context(format!(
-                    "the route for {table} names a table DATABASE_URL's database does not have"
-                ))))
-            }
-            DbError::Table(_) => {
-                return Err(Failure::Usage(
-                    anyhow::Error::new(e)
-                        .context(format!("the route for {table} does not fit its table")),
-                ))
-            }
+        let (failure, what): (fn(anyhow::Error) -> Failure, _) = match &e {
+            DbError::Table(Misfit::NoTable(_)) => (
+                Failure::Runtime,
+                "names a table DATABASE_URL's database does not have",
+            ),
+            DbError::Table(_) => (Failure::Usage, "does not fit its table"),
             _ => {
-                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
+                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table");
+                continue;
             }
-        }
+        };
+        return Err(failure(
+            anyhow::Error::new(e).context(format!("the route for {table} {what}")),
+        ));
     }
     Ok(())
 }
