@@ -134,20 +134,16 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     shutdown.begin(grace);
     let _ = stop_run.send(());
     running.await.context("the drain's run failed")??;
+    // Nothing else may run in a drain-only setup: the archive's retention is kept here, unless
+    // the job is being cancelled. A database that did not answer is not asked again.
+    if !matches!(stop, Stop::Signal | Stop::Database(_)) {
+        let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
+    }
     let left = match stop {
-        // Not asked again: it did not answer.
         Stop::Database(_) => None,
-        _ => {
-            // Nothing else may run in a drain-only setup: the archive's retention is kept here,
-            // unless the job is being cancelled.
-            if !matches!(stop, Stop::Signal) {
-                let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
-            }
-            tokio::time::timeout(AFTERWARDS, consumer.depth())
-                .await
-                .ok()
-                .and_then(Result::ok)
-        }
+        _ => tokio::time::timeout(AFTERWARDS, consumer.depth())
+            .await
+            .ok(),
     };
     // The states alone are logged: standard output is the drain's line (and a sweep's table).
     // A route it could not finish (GitHub or the table not answering) is an error in the log,
@@ -172,7 +168,8 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         counts.dispatched,
         counts.duplicates,
         counts.dead_lettered,
-        left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+        left.and_then(Result::ok)
+            .map_or_else(|| "?".to_owned(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
     );
     stop.end(&queue, swept.as_deref().filter(|_| !states_only))

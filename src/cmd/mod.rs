@@ -51,6 +51,14 @@ impl Failure {
     }
 }
 
+/// The plural's `s`, for `n` of a thing.
+fn plural(n: u64) -> &'static str {
+    match n {
+        1 => "",
+        _ => "s",
+    }
+}
+
 /// A usage failure that says `message`.
 fn usage(message: impl std::fmt::Display) -> Failure {
     Failure::Usage(anyhow!(message.to_string()))

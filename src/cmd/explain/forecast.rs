@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::OnceCell;
 
-use super::plural;
 use super::report::{Forecast, Report};
+use crate::cmd::plural;
 use crate::cmd::redo::free_branch;
 use crate::config::Config;
 use crate::db::Row;

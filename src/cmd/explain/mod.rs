@@ -165,10 +165,3 @@ fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
         },
     }
 }
-
-fn plural(n: u64) -> &'static str {
-    match n {
-        1 => "",
-        _ => "s",
-    }
-}

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::plural;
+use crate::cmd::plural;
 use crate::db::queue::RowMessage;
 use crate::db::Row;
 use crate::forge::{Base, Branch, PullRequest, WorkflowRun};
