@@ -46,17 +46,18 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
     if let Err(forecast) = read(report, "redo") {
         return forecast;
     }
-    let Some(plan) = &report.identity.plan else {
+    // The row was read: its identity is the planner's.
+    let Some(planned) = &report.identity.branch else {
         return Forecast::new("cannot", "cannot: the row's id is not usable");
     };
     let route = &compiled.route;
     let taken: Vec<BranchName> = (report.forge.branches.iter())
         .map(|b| b.branch.name.clone())
         .collect();
-    let branch = free_branch(&plan.branch, &taken);
-    let why = match branch == plan.branch {
+    let branch = free_branch(planned, &taken);
+    let why = match &branch == planned {
         true => String::new(),
-        false => format!(" ({} is taken)", plan.branch),
+        false => format!(" ({planned} is taken)"),
     };
     let says = format!(
         "claim {branch} and dispatch `{}`{why}; redo asks first unless given --yes",

@@ -141,23 +141,22 @@ impl Report {
 fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
     let named = match &row.record {
         Some(record) => (compiled.plan_row(record))
-            .map(|plan| (plan.branch.clone(), plan.id.clone(), "row", Some(plan)))
+            .map(|plan| (plan.branch, plan.id, "row"))
             .map_err(|e| e.to_string()),
         None => {
             let value = row.typed_id.clone().unwrap_or(Value::String(id.to_owned()));
             let prefix = &compiled.route.branch_prefix;
             (RowId::parse(&value))
-                .map(|id| (BranchName::new(prefix, &id, None), id, "id", None))
+                .map(|id| (BranchName::new(prefix, &id, None), id, "id"))
                 .map_err(|e| e.to_string())
         }
     };
     match named {
-        Ok((branch, id, derived_from, plan)) => Identity {
+        Ok((branch, id, derived_from)) => Identity {
             id: Some(id),
-            branch: Some(branch.to_string()),
+            branch: Some(branch),
             derived_from: Some(derived_from),
             error: None,
-            plan,
         },
         Err(e) => Identity {
             error: Some(e),

@@ -13,8 +13,7 @@ use crate::cmd::plural;
 use crate::db::queue::RowMessage;
 use crate::db::Row;
 use crate::forge::{Base, Branch, PullRequest, WorkflowRun};
-use crate::identity::RowId;
-use crate::pipeline::Plan;
+use crate::identity::{BranchName, RowId};
 
 /// One row, end to end.
 #[derive(Debug, Serialize)]
@@ -95,14 +94,11 @@ impl RowSection {
 pub struct Identity {
     pub id: Option<RowId>,
     /// The branch the pipeline would claim for the row now.
-    pub branch: Option<String>,
+    pub branch: Option<BranchName>,
     /// `row` (its id and text), or `id` (the id alone, without the row: no slug).
     pub derived_from: Option<&'static str>,
     /// Why no branch can be named.
     pub error: Option<String>,
-    /// The planner's plan, when the row was read.
-    #[serde(skip)]
-    pub plan: Option<Plan>,
 }
 
 /// The forge's side: the row's branches, pull requests and workflow runs.
