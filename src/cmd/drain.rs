@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use crate::cli::DrainArgs;
@@ -75,10 +75,8 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let routes = Arc::clone(application.routes());
     let pipeline = Arc::clone(application.pipeline());
     // The run stops once the reading has, below; the shutdown begun first keeps its grace.
-    let (stop_run, run_stops) = oneshot::channel::<()>();
-    let running = tokio::spawn(application.run(async {
-        let _ = run_stops.await;
-    }));
+    let stop_run = CancellationToken::new();
+    let running = tokio::spawn(application.run(stop_run.clone().cancelled_owned()));
     let reading_ends = tokio::time::Instant::now() + reading;
     let signal_grace = grace.min(SIGNAL_GRACE);
     // At a signal the shutdown begins at once, with at most SIGNAL_GRACE.
@@ -132,7 +130,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         (stop, _) => (stop, None),
     };
     shutdown.begin(grace);
-    let _ = stop_run.send(());
+    stop_run.cancel();
     running.await.context("the drain's run failed")??;
     // Nothing else may run in a drain-only setup: the archive's retention is kept here, unless
     // the job is being cancelled. A database that did not answer is not asked again.
