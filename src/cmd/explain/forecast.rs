@@ -19,7 +19,10 @@ use crate::sweep::{Known, QueueView, Verdict};
 
 /// The row, or the forecast for want of it or of the forge.
 fn read(report: &Report, command: &str) -> Result<Row, Forecast> {
-    let (verdict, says) = match (report.row.row(), report.row.status, command) {
+    let row = &report.row;
+    let found = (row.record.clone().zip(row.created_at))
+        .map(|(record, created_at)| Row { record, created_at });
+    let (verdict, says) = match (found, row.status, command) {
         (Some(_), ..) if report.forge.status == "unreachable" => {
             ("unknown", "unknown: the forge could not be read")
         }
@@ -211,7 +214,7 @@ pub(super) async fn reconcile(
     forecast
 }
 
-fn since(d: Duration) -> chrono::Duration {
+pub(super) fn since(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_default()
 }
 

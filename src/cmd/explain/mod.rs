@@ -76,7 +76,7 @@ pub async fn explain(
     let identity = identity(compiled, &row, id);
     let since = match row.created_at {
         Some(created_at) => created_at - CLOCK_SLACK,
-        None => now - chrono::Duration::from_std(config.reconcile.window).unwrap_or_default(),
+        None => now - forecast::since(config.reconcile.window),
     };
     let forge_section = read::forge(config, route, forge, identity.id.as_ref(), since).await;
     let queue = match route.intake {

@@ -11,7 +11,6 @@ use serde_json::{Map, Value};
 
 use crate::cmd::plural;
 use crate::db::queue::RowMessage;
-use crate::db::Row;
 use crate::forge::{Base, Branch, PullRequest, WorkflowRun};
 use crate::identity::{BranchName, RowId};
 
@@ -78,14 +77,6 @@ impl RowSection {
             detail: Some(detail),
             ..RowSection::default()
         }
-    }
-
-    /// The row, when it was found.
-    pub fn row(&self) -> Option<Row> {
-        Some(Row {
-            record: self.record.clone()?,
-            created_at: self.created_at?,
-        })
     }
 }
 
