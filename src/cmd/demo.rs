@@ -15,6 +15,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use crate::config::Config;
@@ -101,10 +102,8 @@ pub async fn run() -> Result<(), Failure> {
         application.addr().expect("the demo listens")
     );
     println!("  server      {url}\n");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(application.run(async {
-        let _ = stopped.await;
-    }));
+    let stop = CancellationToken::new();
+    let server = tokio::spawn(application.run(stop.clone().cancelled_owned()));
 
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut surprises = 0;
@@ -113,7 +112,7 @@ pub async fn run() -> Result<(), Failure> {
         surprises += send_all(&client, &url, &secret, delivery).await?;
     }
 
-    let _ = stop.send(());
+    stop.cancel();
     server
         .await
         .context("the server task failed")?

@@ -12,14 +12,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context};
-use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
 
 use super::Failure;
 use crate::cli::DrainArgs;
 use crate::config::{process_env, Config};
 use crate::db::Database;
 use crate::identity::QueueName;
-use crate::queue::budget::Spent;
 use crate::queue::consumer::{DatabaseTrouble, ForgeTrouble, Idle, Standing};
 use crate::startup::{Application, Launch, Mode};
 use crate::sweep::{self, RouteSummary, SweepOptions};
@@ -43,9 +42,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let max_time = super::duration_flag("--max-time", &args.max_time, "4m or 90s")?;
     let config = Config::load(&args.config.config, &process_env)?;
     // Before a message is read: a route whose table is not there would dead-letter them all.
-    if let Some(url) = &config.database_url {
-        super::check_tables(&config, url.expose(), args.sweep).await?;
-    }
+    super::check_tables(&config, args.sweep).await?;
     // The grace is part of --max-time: at most half of it, so that a short run still reads.
     let grace = config.shutdown_grace.min(max_time / 2);
     let reading = max_time - grace;
@@ -78,10 +75,8 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     let routes = Arc::clone(application.routes());
     let pipeline = Arc::clone(application.pipeline());
     // The run stops once the reading has, below; the shutdown begun first keeps its grace.
-    let (stop_run, run_stops) = oneshot::channel::<()>();
-    let running = tokio::spawn(application.run(async {
-        let _ = run_stops.await;
-    }));
+    let stop_run = CancellationToken::new();
+    let running = tokio::spawn(application.run(stop_run.clone().cancelled_owned()));
     let reading_ends = tokio::time::Instant::now() + reading;
     let signal_grace = grace.min(SIGNAL_GRACE);
     // At a signal the shutdown begins at once, with at most SIGNAL_GRACE.
@@ -100,7 +95,7 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // A consumer that is gone reads nothing more.
     let stop = tokio::select! {
         now = standing.wait_for(|standing| why(standing).is_some()) => {
-            now.ok().and_then(|standing| why(&standing)).unwrap_or(Stop::Drained)
+            now.ok().and_then(|standing| why(&standing)).unwrap_or(Stop::Idle(Idle::Drained))
         }
         () = tokio::time::sleep_until(reading_ends) => Stop::OutOfTime,
         () = signalled() => Stop::Signal,
@@ -108,8 +103,8 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
     // The sweep, when one is asked for and the queue is drained, within the same time; the
     // states alone also once the hourly budget is spent (they are reads and database writes).
     let (stop, swept) = match (stop, sweep) {
-        (stop @ (Stop::Drained | Stop::BudgetSpent(_)), Some((options, url)))
-            if matches!(stop, Stop::Drained) || options.states_only =>
+        (stop @ Stop::Idle(_), Some((options, url)))
+            if stop == Stop::Idle(Idle::Drained) || options.states_only =>
         {
             let run = async {
                 let db = Database::connect(url.expose()).await?;
@@ -135,22 +130,18 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         (stop, _) => (stop, None),
     };
     shutdown.begin(grace);
-    let _ = stop_run.send(());
+    stop_run.cancel();
     running.await.context("the drain's run failed")??;
+    // Nothing else may run in a drain-only setup: the archive's retention is kept here, unless
+    // the job is being cancelled. A database that did not answer is not asked again.
+    if !matches!(stop, Stop::Signal | Stop::Database(_)) {
+        let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
+    }
     let left = match stop {
-        // Not asked again: it did not answer.
         Stop::Database(_) => None,
-        _ => {
-            // Nothing else may run in a drain-only setup: the archive's retention is kept here,
-            // unless the job is being cancelled.
-            if !matches!(stop, Stop::Signal) {
-                let _ = tokio::time::timeout(AFTERWARDS, consumer.forget_old()).await;
-            }
-            tokio::time::timeout(AFTERWARDS, consumer.depth())
-                .await
-                .ok()
-                .and_then(Result::ok)
-        }
+        _ => tokio::time::timeout(AFTERWARDS, consumer.depth())
+            .await
+            .ok(),
     };
     // The states alone are logged: standard output is the drain's line (and a sweep's table).
     // A route it could not finish (GitHub or the table not answering) is an error in the log,
@@ -175,21 +166,20 @@ pub async fn run(args: DrainArgs) -> Result<(), Failure> {
         counts.dispatched,
         counts.duplicates,
         counts.dead_lettered,
-        left.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+        left.and_then(Result::ok)
+            .map_or_else(|| "?".to_owned(), |n| n.to_string()),
         started.elapsed().as_secs_f64()
     );
     stop.end(&queue, swept.as_deref().filter(|_| !states_only))
 }
 
 /// Why the reading stopped.
-#[derive(Debug)]
+#[derive(Debug, PartialEq)]
 enum Stop {
-    /// The last read found nothing, and nothing is held.
-    Drained,
+    /// The last read found nothing and nothing is held, or an hourly budget is spent.
+    Idle(Idle),
     /// `--max-time` less the grace has passed.
     OutOfTime,
-    /// An hourly budget is spent.
-    BudgetSpent(Spent),
     /// GitHub (or the local forge) turned a row away past its retries.
     Forge(ForgeTrouble),
     /// The queue could not be read.
@@ -208,11 +198,7 @@ fn why(standing: &Standing) -> Option<Stop> {
             return Some(Stop::Database(db.clone()));
         }
     }
-    match &standing.idle {
-        Some(Idle::Drained) => Some(Stop::Drained),
-        Some(Idle::BudgetSpent(spent)) => Some(Stop::BudgetSpent(spent.clone())),
-        None => None,
-    }
+    standing.idle.clone().map(Stop::Idle)
 }
 
 impl Stop {
@@ -220,11 +206,11 @@ impl Stop {
     /// cleanly, 1 with the fix when it could not work.
     fn end(self, queue: &QueueName, swept: Option<&[RouteSummary]>) -> Result<(), Failure> {
         match self {
-            Stop::Drained => tracing::info!("the queue is drained"),
+            Stop::Idle(Idle::Drained) => tracing::info!("the queue is drained"),
             Stop::OutOfTime => {
                 tracing::info!("--max-time is reached: the rows left wait for the next run")
             }
-            Stop::BudgetSpent(spent) => tracing::info!(
+            Stop::Idle(Idle::BudgetSpent(spent)) => tracing::info!(
                 budget = %spent.setting,
                 frees_in_s = spent.frees_in.map(|d| d.as_secs()),
                 "the hourly budget is spent: the rows left wait for the next run"

@@ -60,9 +60,8 @@ fn health_uri(url: &str) -> Result<http::Uri, http::Error> {
     if uri.path() != "/" || uri.query().is_some() {
         return Ok(uri);
     }
-    let mut parts = uri.into_parts();
-    parts.path_and_query = Some(http::uri::PathAndQuery::from_static("/healthz"));
-    Ok(http::Uri::from_parts(parts)?)
+    // An absolute URI with no path writes its path as `/`.
+    Ok(format!("{uri}healthz").parse()?)
 }
 
 fn unhealthy(reason: String) -> Failure {

@@ -51,6 +51,14 @@ impl Failure {
     }
 }
 
+/// The plural's `s`, for `n` of a thing.
+fn plural(n: u64) -> &'static str {
+    match n {
+        1 => "",
+        _ => "s",
+    }
+}
+
 /// A usage failure that says `message`.
 fn usage(message: impl std::fmt::Display) -> Failure {
     Failure::Usage(anyhow!(message.to_string()))
@@ -163,10 +171,14 @@ const TABLE_CHECK_WITHIN: Duration = Duration::from_secs(10);
 /// mistyped, or another database — would dead-letter every message and miss every row, so they
 /// stop on that too (exit 1), naming the tables the schema has. A database that does not answer
 /// is logged at warn and they start: webhooks need none, and the queue's consumer waits for it.
-/// `sweeps`: whether a sweep reads the created column too.
-async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Failure> {
+/// `sweeps`: whether a sweep reads the created column too. Without `DATABASE_URL`, nothing to
+/// check.
+async fn check_tables(config: &Config, sweeps: bool) -> Result<(), Failure> {
+    let Some(url) = &config.database_url else {
+        return Ok(());
+    };
     let checked = tokio::time::timeout(TABLE_CHECK_WITHIN, async {
-        let rows = Database::connect(url).await?;
+        let rows = Database::connect(url.expose()).await?;
         let mut checked = Vec::new();
         for route in &config.routes {
             checked.push((route, rows.check_columns(route, sweeps).await));
@@ -182,22 +194,20 @@ async fn check_tables(config: &Config, url: &str, sweeps: bool) -> Result<(), Fa
     for (route, result) in checked.unwrap_or_default() {
         let Err(e) = result else { continue };
         let table = route.table_name();
-        match &e {
-            DbError::Table(Misfit::NoTable(_)) => {
-                return Err(Failure::Runtime(anyhow::Error::new(e).context(format!(
-                    "the route for {table} names a table DATABASE_URL's database does not have"
-                ))))
-            }
-            DbError::Table(_) => {
-                return Err(Failure::Usage(
-                    anyhow::Error::new(e)
-                        .context(format!("the route for {table} does not fit its table")),
-                ))
-            }
+        let (failure, what): (fn(anyhow::Error) -> Failure, _) = match &e {
+            DbError::Table(Misfit::NoTable(_)) => (
+                Failure::Runtime,
+                "names a table DATABASE_URL's database does not have",
+            ),
+            DbError::Table(_) => (Failure::Usage, "does not fit its table"),
             _ => {
-                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table")
+                tracing::warn!(route = %table, error = %format!("{e:#}"), "could not check the route against its table");
+                continue;
             }
-        }
+        };
+        return Err(failure(
+            anyhow::Error::new(e).context(format!("the route for {table} {what}")),
+        ));
     }
     Ok(())
 }

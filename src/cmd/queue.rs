@@ -16,7 +16,7 @@ pub async fn run(command: QueueCommand) -> Result<(), Failure> {
     // `--all` and `--id` exclude each other: without an id, every dead letter.
     let moved = (queue::redrive(rows.client(), queue, dead_letter, args.id).await)
         .with_context(|| format!("moving dead letters from {dead_letter} to {queue}"))?;
-    let s = if moved == 1 { "" } else { "s" };
+    let s = super::plural(moved);
     println!("moved {moved} dead letter{s} from {dead_letter} back to {queue}");
     match args.id {
         Some(id) if moved == 0 => Err(anyhow!("{dead_letter} has no message with id {id}").into()),

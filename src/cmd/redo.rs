@@ -22,18 +22,14 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .await
         .map_err(anyhow::Error::new)?
     else {
-        let missing = format!(
-            "{}.{} has no row with {} = {}",
-            route.schema, route.table, route.id_column, args.id
-        );
+        let (table, column) = (route.table_name(), &route.id_column);
         // Row level security may hide it: say so rather than that it is not there.
-        return Err(
-            match rows.visibility(route).await.ok().and_then(|v| v.unseen()) {
-                Some(why) => anyhow!("{missing} that DATABASE_URL's role can see: {why}"),
-                None => anyhow!("{missing}"),
-            }
-            .into(),
-        );
+        let unseen = rows.visibility(route).await.ok().and_then(|v| v.unseen());
+        let unseen = unseen.map_or(String::new(), |why| {
+            format!(" that DATABASE_URL's role can see: {why}")
+        });
+        let missing = anyhow!("{table} has no row with {column} = {}{unseen}", args.id);
+        return Err(missing.into());
     };
     let plan = compiled.plan_row(&row.record).context("planning the row")?;
     let (forge, shared) = super::forge(&config).await?;
@@ -42,10 +38,8 @@ pub async fn run(args: RedoArgs) -> Result<(), Failure> {
         .await
         .context("listing the row's branches")?;
     let branch = free_branch(&plan.branch, &taken);
-    println!(
-        "row {} of {}.{} → {} in {}",
-        plan.id, route.schema, route.table, branch, route.repo
-    );
+    let table = route.table_name();
+    println!("row {} of {table} → {branch} in {}", plan.id, route.repo);
     if !taken.is_empty() {
         let names: Vec<&str> = taken.iter().map(BranchName::as_str).collect();
         println!("  taken already: {}", names.join(", "));

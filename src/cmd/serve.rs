@@ -12,9 +12,7 @@ use crate::startup::{Application, Launch};
 pub async fn run(args: ServeArgs) -> Result<(), Failure> {
     let config = Config::load_for_serve(&args.config.config, &process_env, args.insecure)?;
     // What the config cannot say without the database: whether the routes fit their tables.
-    if let Some(url) = &config.database_url {
-        super::check_tables(&config, url.expose(), config.reconcile.every.is_some()).await?;
-    }
+    super::check_tables(&config, config.reconcile.every.is_some()).await?;
     let grace = config.shutdown_grace;
     let routes = config.routes.len();
     let webhooks = config.takes_webhooks();
@@ -67,24 +65,16 @@ pub(super) async fn first_signal<T>(code: i32, last: impl FnOnce() -> T + Send +
     });
 }
 
-/// Ctrl-C (SIGINT) or SIGTERM.
+/// Ctrl-C (SIGINT) or SIGTERM; a SIGTERM handler that cannot be set up leaves Ctrl-C alone.
 async fn signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    #[cfg(unix)]
+    let term = async { term.as_mut()?.recv().await };
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
+    let term = std::future::pending::<Option<()>>();
     tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
+        _ = tokio::signal::ctrl_c() => {},
+        Some(()) = term => {},
     }
 }

@@ -48,14 +48,14 @@ impl fmt::Display for Sha {
 }
 
 /// The branch a claim starts from: the repository's default branch and its head commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Base {
     pub branch: RefName,
     pub sha: Sha,
 }
 
 /// A branch under a route's prefix and the commit it points at, as a listing gives them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Branch {
     pub name: BranchName,
     pub sha: Sha,

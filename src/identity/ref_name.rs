@@ -7,7 +7,7 @@ use super::{excerpt, NameError};
 /// not empty, no part that starts with `.` or ends with `.lock`, no `..`, `@{`, `//`, no space,
 /// control character or any of `~^:?*[\`, and not starting with `-` or `/`, nor ending with `/`
 /// or `.`, nor `@` alone. (https://git-scm.com/docs/git-check-ref-format)
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize)]
 pub struct RefName(String);
 
 shown_as_text!(RefName);

@@ -7,19 +7,22 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::OnceCell;
 
-use super::plural;
 use super::report::{Forecast, Report};
+use crate::cmd::plural;
 use crate::cmd::redo::free_branch;
 use crate::config::Config;
 use crate::db::Row;
-use crate::forge::{Branch, Forge};
+use crate::forge::Forge;
 use crate::identity::BranchName;
 use crate::pipeline::{id_text, CompiledRoute};
 use crate::sweep::{Known, QueueView, Verdict};
 
 /// The row, or the forecast for want of it or of the forge.
 fn read(report: &Report, command: &str) -> Result<Row, Forecast> {
-    let (verdict, says) = match (report.row.row(), report.row.status, command) {
+    let row = &report.row;
+    let found = (row.record.clone().zip(row.created_at))
+        .map(|(record, created_at)| Row { record, created_at });
+    let (verdict, says) = match (found, row.status, command) {
         (Some(_), ..) if report.forge.status == "unreachable" => {
             ("unknown", "unknown: the forge could not be read")
         }
@@ -46,17 +49,18 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
     if let Err(forecast) = read(report, "redo") {
         return forecast;
     }
-    let Some(plan) = &report.identity.plan else {
+    // The row was read: its identity is the planner's.
+    let Some(planned) = &report.identity.branch else {
         return Forecast::new("cannot", "cannot: the row's id is not usable");
     };
     let route = &compiled.route;
     let taken: Vec<BranchName> = (report.forge.branches.iter())
-        .map(|b| b.name.clone())
+        .map(|b| b.branch.name.clone())
         .collect();
-    let branch = free_branch(&plan.branch, &taken);
-    let why = match branch == plan.branch {
+    let branch = free_branch(planned, &taken);
+    let why = match &branch == planned {
         true => String::new(),
-        false => format!(" ({} is taken)", plan.branch),
+        false => format!(" ({planned} is taken)"),
     };
     let says = format!(
         "claim {branch} and dispatch `{}`{why}; redo asks first unless given --yes",
@@ -124,10 +128,7 @@ pub(super) async fn reconcile(
         }
     };
     let prefix = &route.branch_prefix;
-    let branches = report.forge.branches.iter().map(|b| Branch {
-        name: b.name.clone(),
-        sha: b.sha.clone(),
-    });
+    let branches = report.forge.branches.iter().map(|b| b.branch.clone());
     let stale_after = config.reconcile.stale_claim_after;
     let stale_before = now - since(stale_after);
     let mut known = Known::new(
@@ -213,7 +214,7 @@ pub(super) async fn reconcile(
     forecast
 }
 
-fn since(d: Duration) -> chrono::Duration {
+pub(super) fn since(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or_default()
 }
 

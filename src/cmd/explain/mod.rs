@@ -76,7 +76,7 @@ pub async fn explain(
     let identity = identity(compiled, &row, id);
     let since = match row.created_at {
         Some(created_at) => created_at - CLOCK_SLACK,
-        None => now - chrono::Duration::from_std(config.reconcile.window).unwrap_or_default(),
+        None => now - forecast::since(config.reconcile.window),
     };
     let forge_section = read::forge(config, route, forge, identity.id.as_ref(), since).await;
     let queue = match route.intake {
@@ -141,34 +141,26 @@ impl Report {
 fn identity(compiled: &CompiledRoute, row: &RowSection, id: &str) -> Identity {
     let named = match &row.record {
         Some(record) => (compiled.plan_row(record))
-            .map(|plan| (plan.branch.clone(), plan.id.clone(), "row", Some(plan)))
+            .map(|plan| (plan.branch, plan.id, "row"))
             .map_err(|e| e.to_string()),
         None => {
             let value = row.typed_id.clone().unwrap_or(Value::String(id.to_owned()));
             let prefix = &compiled.route.branch_prefix;
             (RowId::parse(&value))
-                .map(|id| (BranchName::new(prefix, &id, None), id, "id", None))
+                .map(|id| (BranchName::new(prefix, &id, None), id, "id"))
                 .map_err(|e| e.to_string())
         }
     };
     match named {
-        Ok((branch, id, derived_from, plan)) => Identity {
+        Ok((branch, id, derived_from)) => Identity {
             id: Some(id),
-            branch: Some(branch.to_string()),
+            branch: Some(branch),
             derived_from: Some(derived_from),
             error: None,
-            plan,
         },
         Err(e) => Identity {
             error: Some(e),
             ..Identity::default()
         },
-    }
-}
-
-fn plural(n: u64) -> &'static str {
-    match n {
-        1 => "",
-        _ => "s",
     }
 }

@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection};
 use crate::config::{Config, ForgeSettings, Route};
 use crate::db::{queue, Database, Visibility};
-use crate::forge::{Branch, Forge, ForgeError, Listing};
+use crate::forge::github::first_set;
+use crate::forge::{Forge, ForgeError, Listing};
 use crate::identity::RowId;
 use crate::pipeline::id_text;
 
@@ -129,21 +130,17 @@ pub(super) async fn forge(
         .ok();
     let branches = (branches.map_err(|e| errors.push(labelled("listing the row's branches", &e))))
         .unwrap_or_default();
-    for Branch { name, sha } in branches {
+    for branch in branches {
         let ahead_by = match &base {
-            Some(base) => (forge.ahead_by(repo, base, &name).await)
+            Some(base) => (forge.ahead_by(repo, base, &branch.name).await)
                 .map_err(|e| {
-                    let what = format!("comparing {name} with {}", base.branch);
+                    let what = format!("comparing {} with {}", branch.name, base.branch);
                     errors.push(labelled(&what, &e));
                 })
                 .ok(),
             None => None,
         };
-        section.branches.push(BranchView {
-            name,
-            sha,
-            ahead_by,
-        });
+        section.branches.push(BranchView { branch, ahead_by });
     }
     section.base = base;
     if let Some(first) = section.errors.first() {
@@ -196,11 +193,8 @@ fn labelled(what: &str, e: &ForgeError) -> String {
 /// GitHub's `X-Accepted-GitHub-Permissions` (`actions=read`; alternatives after `;`) as its
 /// settings page names the first set: `Actions: read`.
 fn permission_words(needs: &str) -> String {
-    let first = needs.split(';').next().unwrap_or(needs);
-    let words: Vec<String> = first
-        .split(',')
-        .filter_map(|p| {
-            let (name, level) = p.trim().split_once('=')?;
+    let words: Vec<String> = first_set(needs)
+        .filter_map(|(name, level)| {
             let mut name = name.replace('_', " ");
             name.get_mut(..1)?.make_ascii_uppercase();
             Some(format!("{name}: {level}"))

@@ -6,15 +6,13 @@
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
-use serde::{Serialize, Serializer};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
-use super::plural;
+use crate::cmd::plural;
 use crate::db::queue::RowMessage;
-use crate::db::Row;
-use crate::forge::{Base, PullRequest, Sha, WorkflowRun};
+use crate::forge::{Base, Branch, PullRequest, WorkflowRun};
 use crate::identity::{BranchName, RowId};
-use crate::pipeline::Plan;
 
 /// One row, end to end.
 #[derive(Debug, Serialize)]
@@ -80,14 +78,6 @@ impl RowSection {
             ..RowSection::default()
         }
     }
-
-    /// The row, when it was found.
-    pub fn row(&self) -> Option<Row> {
-        Some(Row {
-            record: self.record.clone()?,
-            created_at: self.created_at?,
-        })
-    }
 }
 
 /// The row's identity and branch, as the planner derives them now.
@@ -95,14 +85,11 @@ impl RowSection {
 pub struct Identity {
     pub id: Option<RowId>,
     /// The branch the pipeline would claim for the row now.
-    pub branch: Option<String>,
+    pub branch: Option<BranchName>,
     /// `row` (its id and text), or `id` (the id alone, without the row: no slug).
     pub derived_from: Option<&'static str>,
     /// Why no branch can be named.
     pub error: Option<String>,
-    /// The planner's plan, when the row was read.
-    #[serde(skip)]
-    pub plan: Option<Plan>,
 }
 
 /// The forge's side: the row's branches, pull requests and workflow runs.
@@ -114,7 +101,6 @@ pub struct ForgeSection {
     pub status: &'static str,
     pub detail: Option<String>,
     /// The default branch and its head.
-    #[serde(serialize_with = "branch_and_sha")]
     pub base: Option<Base>,
     /// Every branch of the row (the id-prefix match of SPEC §4).
     pub branches: Vec<BranchView>,
@@ -125,18 +111,12 @@ pub struct ForgeSection {
     pub errors: Vec<String>,
 }
 
-/// The default branch as `{branch, sha}`.
-fn branch_and_sha<S: Serializer>(base: &Option<Base>, to: S) -> Result<S::Ok, S::Error> {
-    let view = |b: &Base| json!({"branch": b.branch.as_str(), "sha": b.sha});
-    base.as_ref().map(view).serialize(to)
-}
-
-/// One branch of the row.
+/// One branch of the row, and the commit it points at: the claimed commit while the branch is
+/// at its base.
 #[derive(Debug, Serialize)]
 pub struct BranchView {
-    pub name: BranchName,
-    /// The commit it points at: the claimed commit while the branch is at its base.
-    pub sha: Sha,
+    #[serde(flatten)]
+    pub branch: Branch,
     /// Commits the branch has that the default branch has not (GitHub's compare); `null` when
     /// the compare failed.
     pub ahead_by: Option<u64>,
@@ -302,7 +282,8 @@ pub fn render(report: &Report, now: DateTime<Utc>) -> String {
                 Some(n) => format!("{n} commit{} ahead of {base}", plural(n)),
                 None => "not compared".to_owned(),
             };
-            let line = format!("{} at {}: {state}", branch.name, branch.sha.short());
+            let Branch { name, sha } = &branch.branch;
+            let line = format!("{name} at {}: {state}", sha.short());
             out.line("  branch", &line);
         }
         out.listing("  pull", &forge.pull_requests, "pull requests", |p| {

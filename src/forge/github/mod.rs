@@ -691,7 +691,7 @@ impl Forge for GithubForge {
 /// The first set of permissions an `X-Accepted-GitHub-Permissions` value accepts
 /// (`pull_requests=write,contents=read; issues=write`: the sets are alternatives), as
 /// `(name, level)` pairs.
-fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
+pub(crate) fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
     let first = accepted.split(';').next().unwrap_or_default();
     first.split(',').filter_map(|pair| {
         let (name, level) = pair.trim().split_once('=')?;
