@@ -77,24 +77,20 @@ impl Database {
     }
 }
 
-/// Why the database could not be reached, as the last attempt found: the text `/readyz` shows.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unreachable(pub String);
-
-/// Whether the database could be reached, as the last attempt found; for `GET /readyz`.
+/// Whether the database could be reached, as the last attempt found, and if not why: the text
+/// `GET /readyz` shows.
 #[derive(Debug, Default)]
 pub struct Reachability {
-    last: std::sync::Mutex<Option<std::result::Result<(), Unreachable>>>,
+    last: std::sync::Mutex<Option<std::result::Result<(), String>>>,
 }
 
 impl Reachability {
-    pub fn set(&self, result: std::result::Result<(), Unreachable>) {
+    pub fn set(&self, result: std::result::Result<(), String>) {
         *self.last.lock().expect("reachability lock poisoned") = Some(result);
     }
 
     /// `None` before the first attempt.
-    pub fn last(&self) -> Option<std::result::Result<(), Unreachable>> {
+    pub fn last(&self) -> Option<std::result::Result<(), String>> {
         self.last
             .lock()
             .expect("reachability lock poisoned")
@@ -147,7 +143,7 @@ impl Link {
         let connected = Database::connect(self.url.expose()).await;
         let reached = connected.as_ref().map(drop);
         self.reachability
-            .set(reached.map_err(|e| Unreachable(e.to_string())));
+            .set(reached.map_err(ToString::to_string));
         held.retry_at = connected.is_err().then(|| Instant::now() + self.backoff);
         let database = Arc::new(connected?);
         held.database = Some(Arc::clone(&database));
@@ -166,7 +162,7 @@ impl Link {
         if held.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
             held.database = None;
             let ended = format!("the database connection ended: {e}");
-            self.reachability.set(Err(Unreachable(ended)));
+            self.reachability.set(Err(ended));
         }
     }
 }

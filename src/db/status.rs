@@ -273,13 +273,13 @@ async fn write_all(
         let written: std::result::Result<StatusResult, String> = 'write: {
             let db = match link.get().await {
                 Ok((db, _)) => db,
-                Err(e) => break 'write Err(e.describe()),
+                Err(e) => break 'write Err(e.to_string()),
             };
             if !shapes.contains_key(&table) {
                 let read = Shape::read(db.client(), &write.route, false);
                 match timeout(WRITE_TIMEOUT, read).await {
                     Ok(Ok(shape)) => shapes.insert(table.clone(), shape),
-                    Ok(Err(e)) => break 'write Err(e.describe()),
+                    Ok(Err(e)) => break 'write Err(e.to_string()),
                     // A connection that stopped answering (half-open): made again next time.
                     Err(_) => {
                         link.forget().await;
@@ -291,7 +291,7 @@ async fn write_all(
                 Ok(written) => written.map_err(|e| {
                     // The shape may be stale (a column renamed): read it again next time.
                     shapes.remove(&table);
-                    e.describe()
+                    e.to_string()
                 }),
                 Err(_) => {
                     link.forget().await;

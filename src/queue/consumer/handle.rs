@@ -236,7 +236,7 @@ impl Consumer {
                     self.link.failed(&e).await;
                     if !e.transient() {
                         tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
-                            error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
+                            error = %e, "a queue message's settle failed; it is read again when its lease lapses");
                         return Some(Fate::Later(self.settings.pgmq.visibility_timeout));
                     }
                 }

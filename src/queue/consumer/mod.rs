@@ -180,7 +180,7 @@ impl Consumer {
                     failures += 1;
                     let wait = reconnect_wait(failures);
                     self.progress.database_failed(DatabaseTrouble {
-                        message: error.describe(),
+                        message: error.to_string(),
                         code: error.code().map(|c| c.code().to_owned()),
                         attempts: failures,
                     });
