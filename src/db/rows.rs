@@ -124,7 +124,7 @@ impl Database {
                 )))
             }
         };
-        let (record, Some(created_at), ..) = shape.decode(row)? else {
+        let (record, Some(created_at)) = shape.decode(row)? else {
             return Err(Error::Row(format!(
                 "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
                 shape.name,
@@ -214,17 +214,15 @@ impl RowPages<'_> {
             .await
             .map_err(|e| shape.query_error(e))?;
         let mut page = Vec::with_capacity(found.len());
-        let mut last = None;
         for row in &found {
             // The WHERE clause leaves out NULL created values; a NULL here would be a bug.
-            let (record, Some(created_at), created, id) = shape.decode(row)? else {
+            let (record, Some(created_at)) = shape.decode(row)? else {
                 return Err(Error::Row("a row without a created value".to_owned()));
             };
-            last = Some((created, id));
             page.push(Row { record, created_at });
         }
-        self.cursor = match last {
-            Some((created, id)) if page.len() >= self.page_size => Cursor::After(created, id),
+        self.cursor = match found.last() {
+            Some(last) if page.len() >= self.page_size => Cursor::After(last.get(2), last.get(3)),
             _ => Cursor::Done,
         };
         Ok(page)
