@@ -142,8 +142,7 @@ impl Link {
         }
         let connected = Database::connect(self.url.expose()).await;
         let reached = connected.as_ref().map(drop);
-        self.reachability
-            .set(reached.map_err(ToString::to_string));
+        self.reachability.set(reached.map_err(ToString::to_string));
         held.retry_at = connected.is_err().then(|| Instant::now() + self.backoff);
         let database = Arc::new(connected?);
         held.database = Some(Arc::clone(&database));

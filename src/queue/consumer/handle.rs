@@ -295,11 +295,9 @@ impl Consumer {
 
 /// The dead letter: why, which message, and the message itself (its JSON as it came).
 fn letter(reason: Reason, message: &Message) -> String {
-    let original = match serde_json::from_str::<&RawValue>(&message.body) {
-        Ok(raw) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": raw}),
-        Err(_) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": message.body}),
-    };
-    original.to_string()
+    let original = serde_json::from_str::<&RawValue>(&message.body);
+    let original = original.map_or_else(|_| json!(message.body), |raw| json!(raw));
+    json!({"reason": reason.as_str(), "msg_id": message.id, "message": original}).to_string()
 }
 
 /// A wait in whole seconds, at least one: pgmq's visibility is set in seconds, and a backoff
