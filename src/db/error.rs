@@ -52,7 +52,7 @@ impl Error {
     fn postgres(&self) -> Option<&tokio_postgres::Error> {
         match self {
             Error::Query { cause, .. } => Some(cause),
-            Error::Url(_) | Error::Table(_) | Error::Row(_) | Error::Unreached => None,
+            _ => None,
         }
     }
 

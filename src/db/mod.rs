@@ -120,12 +120,11 @@ struct Held {
 
 impl Link {
     pub fn new(url: Redacted, backoff: Duration, reachability: Arc<Reachability>) -> Link {
-        let held = tokio::sync::Mutex::default();
         Link {
             url,
             backoff,
             reachability,
-            held,
+            held: tokio::sync::Mutex::default(),
         }
     }
 
