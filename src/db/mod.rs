@@ -70,11 +70,6 @@ impl Database {
     pub fn client(&self) -> &tokio_postgres::Client {
         &self.client
     }
-
-    /// Whether the connection has ended (the server went away, or closed it).
-    pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
-    }
 }
 
 /// Whether the database could be reached, as the last attempt found, and if not why: the text
@@ -132,7 +127,7 @@ impl Link {
     /// again after an earlier one.
     pub async fn get(&self) -> Result<(Arc<Database>, bool)> {
         let mut held = self.held.lock().await;
-        if let Some(database) = held.database.as_ref().filter(|d| !d.is_closed()) {
+        if let Some(database) = held.database.as_ref().filter(|d| !d.client.is_closed()) {
             return Ok((Arc::clone(database), false));
         }
         held.database = None;
@@ -157,7 +152,7 @@ impl Link {
     /// After a failed statement: forgets the connection if the connection is what failed.
     pub async fn failed(&self, e: &Error) {
         let mut held = self.held.lock().await;
-        if held.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
+        if held.database.as_ref().is_some_and(|d| d.client.is_closed()) || e.is_closed() {
             held.database = None;
             let ended = format!("the database connection ended: {e}");
             self.reachability.set(Err(ended));
