@@ -123,7 +123,7 @@ impl Database {
                 )))
             }
         };
-        let (record, Some(created_at)) = shape.decode(row)? else {
+        let Some(row) = shape.decode(row)? else {
             return Err(Error::Row(format!(
                 "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
                 shape.name,
@@ -134,7 +134,7 @@ impl Database {
                 id.replace('\'', "''")
             )));
         };
-        Ok(Some(Row { record, created_at }))
+        Ok(Some(row))
     }
 }
 
@@ -205,10 +205,10 @@ impl RowPages<'_> {
         let mut page = Vec::with_capacity(found.len());
         for row in &found {
             // The WHERE clause leaves out NULL created values; a NULL here would be a bug.
-            let (record, Some(created_at)) = shape.decode(row)? else {
+            let Some(row) = shape.decode(row)? else {
                 return Err(Error::Row("a row without a created value".to_owned()));
             };
-            page.push(Row { record, created_at });
+            page.push(row);
         }
         self.cursor = match found.last() {
             Some(last) if page.len() >= self.page_size => Some((last.get(2), Some(last.get(3)))),

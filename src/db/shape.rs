@@ -2,8 +2,8 @@
 //! [`visibility`](super::visibility) shares), the statements that read its rows and how a
 //! result row decodes; how names show in messages.
 
-use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use chrono::DateTime;
+use serde_json::Value;
 use tokio_postgres::types::Json;
 use tokio_postgres::Client;
 
@@ -134,12 +134,9 @@ impl Shape {
         format!("{} = cast($1::text as {})", self.id, self.id_type)
     }
 
-    /// A result row of [`Shape::select`]: the row as JSON, and when it was created (`None`:
-    /// NULL). The created value and the id as text, for a cursor, are its columns 2 and 3.
-    pub(super) fn decode(
-        &self,
-        row: &tokio_postgres::Row,
-    ) -> Result<(Map<String, Value>, Option<DateTime<Utc>>)> {
+    /// A result row of [`Shape::select`]: the row, `None` when its created value is NULL. The
+    /// created value and the id as text, for a cursor, are its columns 2 and 3.
+    pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Option<super::Row>> {
         let Value::Object(record) = row.get(0) else {
             return Err(Error::Row(format!(
                 "to_jsonb gave no object for a row of table {}",
@@ -147,7 +144,8 @@ impl Shape {
             )));
         };
         let micros: Option<i64> = row.get(1);
-        Ok((record, micros.and_then(DateTime::from_timestamp_micros)))
+        let created_at = micros.and_then(DateTime::from_timestamp_micros);
+        Ok(created_at.map(|created_at| super::Row { record, created_at }))
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
