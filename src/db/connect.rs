@@ -39,31 +39,25 @@ use super::{describe, Error, Result};
 #[derive(Debug, PartialEq, Eq)]
 pub(super) struct SslRule {
     name: &'static str,
-    /// Plain TCP, TLS when the server offers it, or TLS or nothing.
+    /// Plain TCP (then no certificate is checked), TLS when the server offers it, or TLS or
+    /// nothing.
     tls: SslMode,
-    chain: Chain,
+    /// Whether the server's certificate must chain to a trusted CA whether or not
+    /// `sslrootcert` names the CAs (otherwise only when it does).
+    verify: bool,
     /// Whether the certificate must also name the host connected to.
     host: bool,
-}
-
-/// Whether the server's certificate must chain to a trusted CA.
-#[derive(Debug, PartialEq, Eq)]
-enum Chain {
-    Never,
-    /// Only when `sslrootcert` names the CAs.
-    WithRootCert,
-    Always,
 }
 
 /// libpq's `sslmode`s: the one table of what each encrypts and checks.
 #[rustfmt::skip]
 const MODES: [SslRule; 6] = [
-    SslRule { name: "disable",     tls: SslMode::Disable, chain: Chain::Never,        host: false },
-    SslRule { name: "allow",       tls: SslMode::Prefer,  chain: Chain::WithRootCert, host: false },
-    SslRule { name: "prefer",      tls: SslMode::Prefer,  chain: Chain::WithRootCert, host: false },
-    SslRule { name: "require",     tls: SslMode::Require, chain: Chain::WithRootCert, host: false },
-    SslRule { name: "verify-ca",   tls: SslMode::Require, chain: Chain::Always,       host: false },
-    SslRule { name: "verify-full", tls: SslMode::Require, chain: Chain::Always,       host: true },
+    SslRule { name: "disable",     tls: SslMode::Disable, verify: false, host: false },
+    SslRule { name: "allow",       tls: SslMode::Prefer,  verify: false, host: false },
+    SslRule { name: "prefer",      tls: SslMode::Prefer,  verify: false, host: false },
+    SslRule { name: "require",     tls: SslMode::Require, verify: false, host: false },
+    SslRule { name: "verify-ca",   tls: SslMode::Require, verify: true,  host: false },
+    SslRule { name: "verify-full", tls: SslMode::Require, verify: true,  host: true },
 ];
 
 /// The CAs a certificate is checked against.
@@ -142,10 +136,10 @@ impl ConnectSettings {
                  sslmode=verify-full (which checks the host name too), not sslmode={name}"
             )));
         }
-        let roots = match (&mode.chain, roots) {
-            (Chain::Never, _) => None,
+        let roots = match (mode.tls, roots) {
+            (SslMode::Disable, _) => None,
             // libpq's default CA file, when it exists.
-            (Chain::Always, None) => Some(Roots::File(
+            (_, None) if mode.verify => Some(Roots::File(
                 home.map(|h| h.join(".postgresql").join("root.crt"))
                     .filter(|f| f.is_file())
                     .ok_or_else(|| Error::Url(format!(
@@ -175,16 +169,12 @@ impl ConnectSettings {
     /// The TLS connector: the CAs read, and the certificate checked as the mode says.
     pub(super) fn connector(&self) -> Result<MakeRustlsConnect> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let chain = match &self.roots {
-            None => None,
-            Some(roots) => Some(
-                WebPkiServerVerifier::builder_with_provider(root_store(roots)?, provider.clone())
-                    .build()
-                    .map_err(|e| {
-                        Error::Url(format!("DATABASE_URL: sslrootcert cannot be used: {e}"))
-                    })?,
-            ),
-        };
+        let chain = self.roots.as_ref().map(|roots| {
+            WebPkiServerVerifier::builder_with_provider(root_store(roots)?, provider.clone())
+                .build()
+                .map_err(|e| Error::Url(format!("DATABASE_URL: sslrootcert cannot be used: {e}")))
+        });
+        let chain = chain.transpose()?;
         let verifier = Arc::new(Verifier {
             chain,
             host: self.mode.host,

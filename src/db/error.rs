@@ -29,9 +29,14 @@ pub enum Error {
     /// No connection, and none tried: the last attempt failed a moment ago ([`super::Link`]).
     #[error("the database could not be reached")]
     Unreached,
-    /// A statement failed, as tokio-postgres tells it (the queue's statements).
-    #[error(transparent)]
-    Postgres(#[from] tokio_postgres::Error),
+}
+
+/// A statement failed (the queue's statements): the server's own words.
+impl From<tokio_postgres::Error> for Error {
+    fn from(cause: tokio_postgres::Error) -> Error {
+        let message = describe(&cause);
+        Error::Query { message, cause }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -46,8 +51,8 @@ impl Error {
     /// The tokio-postgres error under it, if a statement or the connection failed.
     fn postgres(&self) -> Option<&tokio_postgres::Error> {
         match self {
-            Error::Query { cause, .. } | Error::Postgres(cause) => Some(cause),
-            Error::Url(_) | Error::Table(_) | Error::Row(_) | Error::Unreached => None,
+            Error::Query { cause, .. } => Some(cause),
+            _ => None,
         }
     }
 
@@ -80,16 +85,6 @@ impl Error {
                 _ => true,
             })
     }
-
-    /// The error with the server's own words: for a failed statement its severity, message,
-    /// detail and hint (tokio-postgres's `Display` alone says only "db error"); otherwise the
-    /// message as it displays.
-    pub fn describe(&self) -> String {
-        match self {
-            Error::Postgres(e) => describe(e),
-            other => other.to_string(),
-        }
-    }
 }
 
 /// Whether a statement failed on its data (SQLSTATE class 22): a value given as text is no
@@ -98,7 +93,8 @@ pub(super) fn data_error(e: &tokio_postgres::Error) -> bool {
     e.code().is_some_and(|c| c.code().starts_with("22"))
 }
 
-/// A tokio-postgres error with its causes (its `Display` alone says only "db error").
+/// A tokio-postgres error with its causes (its `Display` alone says only "db error"): for a
+/// failed statement the server's severity, message, detail and hint.
 pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         let detail = db.detail().map(|d| format!(" ({d})")).unwrap_or_default();
@@ -141,7 +137,6 @@ mod tests {
             assert!(!e.transient(), "{e}");
             assert!(!e.is_closed(), "{e}");
             assert_eq!(e.code(), None, "{e}");
-            assert_eq!(e.describe(), e.to_string());
         }
     }
 }

@@ -70,31 +70,22 @@ impl Database {
     pub fn client(&self) -> &tokio_postgres::Client {
         &self.client
     }
-
-    /// Whether the connection has ended (the server went away, or closed it).
-    pub fn is_closed(&self) -> bool {
-        self.client.is_closed()
-    }
 }
 
-/// Why the database could not be reached, as the last attempt found: the text `/readyz` shows.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unreachable(pub String);
-
-/// Whether the database could be reached, as the last attempt found; for `GET /readyz`.
+/// Whether the database could be reached, as the last attempt found, and if not why: the text
+/// `GET /readyz` shows.
 #[derive(Debug, Default)]
 pub struct Reachability {
-    last: std::sync::Mutex<Option<std::result::Result<(), Unreachable>>>,
+    last: std::sync::Mutex<Option<std::result::Result<(), String>>>,
 }
 
 impl Reachability {
-    pub fn set(&self, result: std::result::Result<(), Unreachable>) {
+    pub fn set(&self, result: std::result::Result<(), String>) {
         *self.last.lock().expect("reachability lock poisoned") = Some(result);
     }
 
     /// `None` before the first attempt.
-    pub fn last(&self) -> Option<std::result::Result<(), Unreachable>> {
+    pub fn last(&self) -> Option<std::result::Result<(), String>> {
         self.last
             .lock()
             .expect("reachability lock poisoned")
@@ -124,12 +115,11 @@ struct Held {
 
 impl Link {
     pub fn new(url: Redacted, backoff: Duration, reachability: Arc<Reachability>) -> Link {
-        let held = tokio::sync::Mutex::default();
         Link {
             url,
             backoff,
             reachability,
-            held,
+            held: tokio::sync::Mutex::default(),
         }
     }
 
@@ -137,7 +127,7 @@ impl Link {
     /// again after an earlier one.
     pub async fn get(&self) -> Result<(Arc<Database>, bool)> {
         let mut held = self.held.lock().await;
-        if let Some(database) = held.database.as_ref().filter(|d| !d.is_closed()) {
+        if let Some(database) = held.database.as_ref().filter(|d| !d.client.is_closed()) {
             return Ok((Arc::clone(database), false));
         }
         held.database = None;
@@ -146,8 +136,7 @@ impl Link {
         }
         let connected = Database::connect(self.url.expose()).await;
         let reached = connected.as_ref().map(drop);
-        self.reachability
-            .set(reached.map_err(|e| Unreachable(e.to_string())));
+        self.reachability.set(reached.map_err(ToString::to_string));
         held.retry_at = connected.is_err().then(|| Instant::now() + self.backoff);
         let database = Arc::new(connected?);
         held.database = Some(Arc::clone(&database));
@@ -163,10 +152,10 @@ impl Link {
     /// After a failed statement: forgets the connection if the connection is what failed.
     pub async fn failed(&self, e: &Error) {
         let mut held = self.held.lock().await;
-        if held.database.as_ref().is_some_and(|d| d.is_closed()) || e.is_closed() {
+        if held.database.as_ref().is_some_and(|d| d.client.is_closed()) || e.is_closed() {
             held.database = None;
             let ended = format!("the database connection ended: {e}");
-            self.reachability.set(Err(Unreachable(ended)));
+            self.reachability.set(Err(ended));
         }
     }
 }

@@ -83,8 +83,9 @@ pub async fn renew(
 /// `pgmq.archive`: false when the message was not there (archived already, or deleted).
 pub async fn archive(client: &Client, queue: &QueueName, id: i64) -> Result<bool> {
     let sql = "select pgmq.archive($1::text, $2::bigint)";
-    let archived = value(client, sql, &[&queue.as_str(), &id]).await?;
-    Ok(archived.unwrap_or(false))
+    Ok(value(client, sql, &[&queue.as_str(), &id])
+        .await?
+        .unwrap_or(false))
 }
 
 const DEAD_LETTER: &str = "with gone as (select pgmq.archive($3::text, $4::bigint) as archived), \
@@ -142,10 +143,8 @@ pub async fn forget_archived(client: &Client, queue: &QueueName, retention_s: f6
     let sql = on(queue, FORGET);
     let mut total = 0;
     loop {
-        let gone: i64 = value(client, &sql, &[&retention_s, &FORGET_BATCH])
-            .await?
-            .unwrap_or(0);
-        let gone = gone.max(0) as u64;
+        let gone = value::<i64>(client, &sql, &[&retention_s, &FORGET_BATCH]).await?;
+        let gone = gone.unwrap_or(0).max(0) as u64;
         total += gone;
         if gone < FORGET_BATCH as u64 {
             return Ok(total);
@@ -257,9 +256,8 @@ pub async fn hour_use(client: &Client, queue: &QueueName, lease_s: i32) -> Resul
 /// How many messages the queue holds, visible or not: a plain count of its table, which reads
 /// none (`pgmq.read` would count a read and hide them).
 pub async fn depth(client: &Client, queue: &QueueName) -> Result<i64> {
-    Ok(value(client, &on(queue, "select count(*) from {q}"), &[])
-        .await?
-        .unwrap_or(0))
+    let sql = on(queue, "select count(*) from {q}");
+    Ok(value(client, &sql, &[]).await?.unwrap_or(0))
 }
 
 /// Where a row's message is, as `explain` shows it.

@@ -49,10 +49,9 @@ impl Database {
         RowPages {
             database: self,
             route,
-            since: since.to_rfc3339_opts(SecondsFormat::Micros, true),
             page_size: page_size.max(1),
             shape: None,
-            cursor: Cursor::First,
+            cursor: Some((since.to_rfc3339_opts(SecondsFormat::Micros, true), None)),
             unstarted: None,
         }
     }
@@ -124,7 +123,7 @@ impl Database {
                 )))
             }
         };
-        let (record, Some(created_at), ..) = shape.decode(row)? else {
+        let Some(row) = shape.decode(row)? else {
             return Err(Error::Row(format!(
                 "row {id} of table {} has no {} (NULL): set it, e.g. `update {} set {} = now() where {} = '{}'`",
                 shape.name,
@@ -135,7 +134,7 @@ impl Database {
                 id.replace('\'', "''")
             )));
         };
-        Ok(Some(Row { record, created_at }))
+        Ok(Some(row))
     }
 }
 
@@ -143,30 +142,23 @@ impl Database {
 pub struct RowPages<'a> {
     database: &'a Database,
     route: &'a Route,
-    /// The window's start, as text (RFC 3339).
-    since: String,
     page_size: usize,
     /// The table's shape, read for the first page.
     shape: Option<Shape>,
-    cursor: Cursor,
+    /// Where the next page starts, `None` when done: the window's start as text (RFC 3339),
+    /// or past the last row returned, its created value and its id, as text in their columns'
+    /// types.
+    cursor: Option<(String, Option<String>)>,
     /// For [`Database::unstarted`]: the quoted status column, and the end of the read as text.
     unstarted: Option<(String, String)>,
-}
-
-enum Cursor {
-    First,
-    /// After the last row returned: its created value and its id, as text in their columns'
-    /// types.
-    After(String, String),
-    Done,
 }
 
 impl RowPages<'_> {
     /// The next page; empty when done. After an error, calling it again retries the same page.
     pub async fn next_page(&mut self) -> Result<Vec<Row>> {
-        if matches!(self.cursor, Cursor::Done) {
+        let Some((from, id)) = &self.cursor else {
             return Ok(Vec::new());
-        }
+        };
         let shape = match &mut self.shape {
             Some(shape) => shape,
             empty => empty.insert(Shape::read(&self.database.client, self.route, true).await?),
@@ -178,12 +170,9 @@ impl RowPages<'_> {
         let order = format!("order by r.{c}, r.{i}");
         // A gated route's rows that pass, compared as JSON as the webhook's rows are (so `1`
         // is `1.0` and `"true"` is not `true`).
-        let (from, id) = match &self.cursor {
-            Cursor::After(created, id) => (created.clone(), Some(id.as_str())),
-            _ => (self.since.clone(), None),
-        };
+        let id = id.as_deref();
         let limit = i64::try_from(self.page_size).unwrap_or(i64::MAX);
-        let mut params: Vec<&dyn super::Arg> = vec![&from, &id, &limit];
+        let mut params: Vec<&dyn super::Arg> = vec![from, &id, &limit];
         let gate = match &shape.gate {
             Some((column, equals)) => {
                 params.push(equals);
@@ -214,18 +203,16 @@ impl RowPages<'_> {
             .await
             .map_err(|e| shape.query_error(e))?;
         let mut page = Vec::with_capacity(found.len());
-        let mut last = None;
         for row in &found {
             // The WHERE clause leaves out NULL created values; a NULL here would be a bug.
-            let (record, Some(created_at), created, id) = shape.decode(row)? else {
+            let Some(row) = shape.decode(row)? else {
                 return Err(Error::Row("a row without a created value".to_owned()));
             };
-            last = Some((created, id));
-            page.push(Row { record, created_at });
+            page.push(row);
         }
-        self.cursor = match last {
-            Some((created, id)) if page.len() >= self.page_size => Cursor::After(created, id),
-            _ => Cursor::Done,
+        self.cursor = match found.last() {
+            Some(last) if page.len() >= self.page_size => Some((last.get(2), Some(last.get(3)))),
+            _ => None,
         };
         Ok(page)
     }

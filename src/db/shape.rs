@@ -2,8 +2,8 @@
 //! [`visibility`](super::visibility) shares), the statements that read its rows and how a
 //! result row decodes; how names show in messages.
 
-use chrono::{DateTime, Utc};
-use serde_json::{Map, Value};
+use chrono::DateTime;
+use serde_json::Value;
 use tokio_postgres::types::Json;
 use tokio_postgres::Client;
 
@@ -89,10 +89,6 @@ pub(super) struct Shape {
     pub(super) gate: Option<(String, String)>,
 }
 
-/// A result row of [`Shape::select`]: the row as JSON, when it was created (`None`: NULL), and
-/// the created value and the id as text in their columns' own types, for a cursor.
-pub(super) type Decoded = (Map<String, Value>, Option<DateTime<Utc>>, String, String);
-
 impl Shape {
     /// Looks the route's table and columns up in the catalog: to read rows (`rows`), as
     /// [`Database::check_columns`](super::Database::check_columns) checks them, the created
@@ -100,13 +96,10 @@ impl Shape {
     /// columns written (checked to be there), whatever else the route names.
     pub(super) async fn read(client: &Client, route: &Route, rows: bool) -> Result<Shape> {
         let table = CatalogTable::read(client, route).await?;
-        let id = table.columns(route, rows)?;
-        let (created, created_type) = match rows {
-            true => table
-                .created(route)
-                .map(|c| (quote_ident(&c.name), c.type_sql.clone()))?,
-            false => Default::default(),
-        };
+        let (id, created) = table.columns(route, rows, rows)?;
+        let (created, created_type) = created
+            .map(|c| (quote_ident(&c.name), c.type_sql.clone()))
+            .unwrap_or_default();
         Ok(Shape {
             name: table.name.clone(),
             relation: quote_relation(&route.schema, &route.table),
@@ -141,24 +134,18 @@ impl Shape {
         format!("{} = cast($1::text as {})", self.id, self.id_type)
     }
 
-    /// A result row of [`Shape::select`].
-    pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Decoded> {
-        let what = format!("could not read a row of table {}", self.name);
-        let bad = |cause| Error::query(&what, cause);
-        let Value::Object(record) = row.try_get(0).map_err(bad)? else {
+    /// A result row of [`Shape::select`]: the row, `None` when its created value is NULL. The
+    /// created value and the id as text, for a cursor, are its columns 2 and 3.
+    pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Option<super::Row>> {
+        let Value::Object(record) = row.get(0) else {
             return Err(Error::Row(format!(
                 "to_jsonb gave no object for a row of table {}",
                 self.name
             )));
         };
-        let micros: Option<i64> = row.try_get(1).map_err(bad)?;
+        let micros: Option<i64> = row.get(1);
         let created_at = micros.and_then(DateTime::from_timestamp_micros);
-        Ok((
-            record,
-            created_at,
-            row.try_get(2).map_err(bad)?,
-            row.try_get(3).map_err(bad)?,
-        ))
+        Ok(created_at.map(|created_at| super::Row { record, created_at }))
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {
@@ -296,9 +283,15 @@ impl CatalogTable {
         }))
     }
 
-    /// The route's id column, checked with the others it names: for reading rows (`rows`) all
-    /// of them, otherwise the columns a write of a row's state writes.
-    fn columns(&self, route: &Route, rows: bool) -> Result<&Column, Misfit> {
+    /// The route's id column and, with `created`, its created column, of a time type; checked
+    /// with the others it names: for reading rows (`rows`) all of them, otherwise the columns a
+    /// write of a row's state writes.
+    fn columns(
+        &self,
+        route: &Route,
+        rows: bool,
+        created: bool,
+    ) -> Result<(&Column, Option<&Column>), Misfit> {
         let id = self.find(&route.id_column, "id_column")?;
         let gate = route.run_when.as_ref().map(|gate| gate.column.as_str());
         let named = [
@@ -312,22 +305,20 @@ impl CatalogTable {
                 self.find(column, key)?;
             }
         }
-        Ok(id)
-    }
-
-    /// The route's created column, of a time type.
-    fn created(&self, route: &Route) -> Result<&Column, Misfit> {
-        let created = self.find(&route.created_column, "created_column")?;
-        if TIME_TYPES.contains(&created.base_type) {
-            return Ok(created);
+        if !created {
+            return Ok((id, None));
         }
-        Err(Misfit::CreatedType(format!(
-            "column {} of table {} is of type {}: the route's `created_column` must be a \
-             `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` works too)",
-            quoted_for_message(&created.name),
-            self.name,
-            created.type_sql
-        )))
+        let created = self.find(&route.created_column, "created_column")?;
+        if !TIME_TYPES.contains(&created.base_type) {
+            return Err(Misfit::CreatedType(format!(
+                "column {} of table {} is of type {}: the route's `created_column` must be a \
+                 `timestamp with time zone` column (a `timestamp` is read as UTC; a `date` works too)",
+                quoted_for_message(&created.name),
+                self.name,
+                created.type_sql
+            )));
+        }
+        Ok((id, Some(created)))
     }
 }
 
@@ -338,10 +329,7 @@ impl super::Database {
     /// read.
     pub async fn check_columns(&self, route: &Route, created: bool) -> Result<()> {
         let table = CatalogTable::read(&self.client, route).await?;
-        table.columns(route, true)?;
-        if created {
-            table.created(route)?;
-        }
+        table.columns(route, true, created)?;
         Ok(())
     }
 }

@@ -260,46 +260,44 @@ fn failed(metrics: &Metrics, write: &StatusWrite, why: &str) {
         error = why, "the row's state was not written; the next event or sweep writes it");
 }
 
+/// `work`, within [`WRITE_TIMEOUT`]; its error as text. A connection that stopped answering
+/// (half-open) is forgotten: made again next time.
+async fn within<T>(
+    link: &Link,
+    work: impl std::future::Future<Output = Result<T>>,
+) -> std::result::Result<T, String> {
+    match timeout(WRITE_TIMEOUT, work).await {
+        Ok(done) => done.map_err(|e| e.to_string()),
+        Err(_) => {
+            link.forget().await;
+            Err("the database did not answer within 10 s".to_owned())
+        }
+    }
+}
+
 async fn write_all(
     database_url: Redacted,
     mut receiver: mpsc::Receiver<StatusWrite>,
     metrics: Arc<Metrics>,
 ) {
-    const STALLED: &str = "the database did not answer within 10 s";
     let link = Link::new(database_url, RECONNECT_AFTER, Arc::default());
     let mut shapes: HashMap<String, Shape> = HashMap::new();
     while let Some(write) = receiver.recv().await {
         let table = write.route.table_name();
-        let written: std::result::Result<StatusResult, String> = 'write: {
-            let db = match link.get().await {
-                Ok((db, _)) => db,
-                Err(e) => break 'write Err(e.describe()),
-            };
+        let written = async {
+            let (db, _) = link.get().await.map_err(|e| e.to_string())?;
             if !shapes.contains_key(&table) {
-                let read = Shape::read(db.client(), &write.route, false);
-                match timeout(WRITE_TIMEOUT, read).await {
-                    Ok(Ok(shape)) => shapes.insert(table.clone(), shape),
-                    Ok(Err(e)) => break 'write Err(e.describe()),
-                    // A connection that stopped answering (half-open): made again next time.
-                    Err(_) => {
-                        link.forget().await;
-                        break 'write Err(STALLED.to_owned());
-                    }
-                };
+                let shape = within(&link, Shape::read(db.client(), &write.route, false)).await?;
+                shapes.insert(table.clone(), shape);
             }
-            match timeout(WRITE_TIMEOUT, db.write_status(&shapes[&table], &write)).await {
-                Ok(written) => written.map_err(|e| {
-                    // The shape may be stale (a column renamed): read it again next time.
-                    shapes.remove(&table);
-                    e.describe()
-                }),
-                Err(_) => {
-                    link.forget().await;
-                    Err(STALLED.to_owned())
-                }
+            let written = within(&link, db.write_status(&shapes[&table], &write)).await;
+            if written.is_err() {
+                // The shape may be stale (a column renamed): read it again next time.
+                shapes.remove(&table);
             }
+            written
         };
-        let written = match written {
+        let written = match written.await {
             Ok(written) => written,
             Err(why) => {
                 failed(&metrics, &write, &why);

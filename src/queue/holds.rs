@@ -90,6 +90,7 @@ pub struct Holds {
     freed: Notify,
 }
 
+#[derive(Default)]
 struct Ledger {
     holds: HashMap<i64, Hold>,
     kept: Vec<Kept>,
@@ -103,10 +104,8 @@ impl Holds {
     pub fn new(first_guess_bytes: usize) -> Holds {
         Holds {
             ledger: Mutex::new(Ledger {
-                holds: HashMap::new(),
-                kept: Vec::new(),
-                next_token: 0,
                 average_bytes: first_guess_bytes,
+                ..Ledger::default()
             }),
             renewed: Notify::new(),
             freed: Notify::new(),

@@ -134,7 +134,7 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) ->
     let known = match queue::list(client).await {
         Ok(known) => known,
         Err(e) => {
-            let what = format!("pgmq.list_queues() fails: {}", e.describe());
+            let what = format!("pgmq.list_queues() fails: {e}");
             if e.code() != Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
                 let fix =
                     format!("install pgmq (on Supabase: Integrations, Queues), then {RUN_SETUP}");

@@ -245,7 +245,7 @@ pub(super) async fn queue(
             section.messages = messages;
         }
         Err(e) => {
-            let error = format!("reading the queue {}: {}", pgmq.queue, e.describe());
+            let error = format!("reading the queue {}: {e}", pgmq.queue);
             section.status = "unreachable";
             section.detail = Some(error);
         }

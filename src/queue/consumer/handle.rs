@@ -13,8 +13,8 @@ use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::Consumer;
+use crate::db;
 use crate::db::queue::{self, Message};
-use crate::db::{self, Database};
 use crate::forge::ForgeError;
 use crate::forge::Listing;
 use crate::identity::BranchName;
@@ -76,9 +76,7 @@ impl Consumer {
                 self.holds.keep(Kept { job, fate });
                 return;
             };
-            let again = self.holds.settled(msg_id, token, read_ct);
-            self.record(&job, read_ct, &fate);
-            if !again {
+            if !self.settled(&job, read_ct, &fate) {
                 return;
             }
         }
@@ -100,14 +98,16 @@ impl Consumer {
                 return;
             };
             // Never read again during the statement: the read loop, the one reader, makes it.
-            self.holds.settled(id, token, read_ct);
-            self.record(&settle.job, read_ct, &fate);
+            self.settled(&settle.job, read_ct, &fate);
         }
     }
 
-    /// The one count and log line of a message settled as `fate`.
-    fn record(&self, job: &Job, read_ct: i32, fate: &Fate) {
+    /// The hold's end after its settle's statement under read `read_ct`, and the one count and
+    /// log line of the message settled as `fate`; `true` when it was read again during the
+    /// statement, to be run again ([`Holds::settled`](crate::queue::holds::Holds::settled)).
+    fn settled(&self, job: &Job, read_ct: i32, fate: &Fate) -> bool {
         let (msg_id, route) = (job.message.id, job.route.as_str());
+        let again = self.holds.settled(msg_id, job.token, read_ct);
         let id = job.id.as_deref().unwrap_or_default();
         let result = fate.label();
         self.pipeline.metrics().pgmq_message(route, result);
@@ -123,6 +123,7 @@ impl Consumer {
                 "queue message")
             }
         }
+        again
     }
 
     /// Runs the row and says what its run means for the message: the run's own result, not a
@@ -216,90 +217,82 @@ impl Consumer {
         Ok(Fate::Redispatched)
     }
 
-    /// Settles the message as `fate`, decided on read `read_ct`: the fate as made. When the
-    /// connection is what failed, `None` for an archive or a dead letter, to be kept and made
-    /// again once the database is back; a retry or a release needs nothing more, since the
-    /// message's lease lapses by itself. Any other error (a privilege, a missing queue) is
-    /// logged with its SQLSTATE, and the message is read again when its lease lapses.
+    /// Settles the message as `fate`, decided on read `read_ct`: the fate as made, the same or
+    /// [`Fate::LeaseLost`]. The lease is checked and renewed first, in the same statement as a
+    /// renewal, so a message another reader holds now is left to it, whatever this run did;
+    /// then the archive or the dead letter. When the connection is what failed, `None` for an
+    /// archive or a dead letter, to be kept and made again once the database is back; a retry
+    /// or a release needs nothing more, since the message's lease lapses by itself. Any other
+    /// error (a privilege, a missing queue) is logged with its SQLSTATE, and the message is
+    /// read again when its lease lapses.
     async fn settle(&self, job: &Job, read_ct: i32, lost: bool, fate: &Fate) -> Option<Fate> {
         let (message, route) = (&job.message, &job.route);
         if *fate == Fate::LeaseLost {
             return Some(Fate::LeaseLost);
         }
-        match self.db().await {
+        let db = match self.db().await {
+            Ok(db) => db,
             // A lease found lost is another reader's to settle, whenever the database is back.
             Err(_) if lost => return Some(Fate::LeaseLost),
-            Err(_) => {}
-            Ok(db) => match self.statement(&db, message, read_ct, fate).await {
-                Ok(made) => return Some(made),
-                Err(e) => {
-                    self.link.failed(&e).await;
-                    if !e.transient() {
-                        tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
-                            error = %e.describe(), "a queue message's settle failed; it is read again when its lease lapses");
-                        return Some(Fate::Later(self.settings.pgmq.visibility_timeout));
-                    }
-                }
-            },
-        }
-        fate.lets_go().then(|| fate.clone())
-    }
-
-    /// `fate`'s statement under read `read_ct`: the lease checked and renewed first, in the
-    /// same statement as a renewal, so a message another reader holds now is left to it, whatever
-    /// this run did; then the archive or the dead letter. The fate as made: the same, or
-    /// [`Fate::LeaseLost`].
-    async fn statement(
-        &self,
-        db: &Database,
-        message: &Message,
-        read_ct: i32,
-        fate: &Fate,
-    ) -> db::Result<Fate> {
+            Err(_) => return fate.lets_go().then(|| fate.clone()),
+        };
         let client = db.client();
         let vt = match fate {
             Fate::Later(after) => whole_seconds(*after),
             Fate::Release => 0,
             _ => self.vt_seconds(),
         };
-        let held = [(message.id, read_ct)];
-        if queue::renew(client, self.queue(), &held, vt)
-            .await?
-            .is_empty()
-        {
-            return Ok(Fate::LeaseLost);
-        }
-        Ok(match fate {
-            // The renewal was the statement.
-            Fate::Later(_) | Fate::Release => fate.clone(),
-            Fate::DeadLetter { reason, .. } => {
-                let dead = &self.settings.pgmq.dead_letter;
-                let letter = letter(*reason, message);
-                match queue::dead_letter(client, self.queue(), dead, message.id, &letter).await? {
-                    Some(id) => Fate::DeadLetter {
-                        reason: *reason,
-                        letter_id: Some(id),
-                    },
-                    // Not there to archive, just after its lease was renewed: deleted by another.
-                    None => Fate::LeaseLost,
+        let made = async {
+            let held = [(message.id, read_ct)];
+            if queue::renew(client, self.queue(), &held, vt)
+                .await?
+                .is_empty()
+            {
+                return Ok(Fate::LeaseLost);
+            }
+            Ok::<_, db::Error>(match fate {
+                // The renewal was the statement.
+                Fate::Later(_) | Fate::Release => fate.clone(),
+                Fate::DeadLetter { reason, .. } => {
+                    let dead = &self.settings.pgmq.dead_letter;
+                    let letter = letter(*reason, message);
+                    match queue::dead_letter(client, self.queue(), dead, message.id, &letter)
+                        .await?
+                    {
+                        Some(id) => Fate::DeadLetter {
+                            reason: *reason,
+                            letter_id: Some(id),
+                        },
+                        // Not there to archive, just after its lease was renewed: deleted by another.
+                        None => Fate::LeaseLost,
+                    }
                 }
-            }
-            // An archive that finds the message gone was made already (its answer was lost).
-            _ => {
-                queue::archive(client, self.queue(), message.id).await?;
-                fate.clone()
-            }
-        })
+                // An archive that finds the message gone was made already (its answer was lost).
+                _ => {
+                    queue::archive(client, self.queue(), message.id).await?;
+                    fate.clone()
+                }
+            })
+        };
+        let e = match made.await {
+            Ok(made) => return Some(made),
+            Err(e) => e,
+        };
+        self.link.failed(&e).await;
+        if !e.transient() {
+            tracing::error!(msg_id = message.id, %route, code = e.code().map(|c| c.code()),
+                error = %e, "a queue message's settle failed; it is read again when its lease lapses");
+            return Some(Fate::Later(self.settings.pgmq.visibility_timeout));
+        }
+        fate.lets_go().then(|| fate.clone())
     }
 }
 
 /// The dead letter: why, which message, and the message itself (its JSON as it came).
 fn letter(reason: Reason, message: &Message) -> String {
-    let original = match serde_json::from_str::<&RawValue>(&message.body) {
-        Ok(raw) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": raw}),
-        Err(_) => json!({"reason": reason.as_str(), "msg_id": message.id, "message": message.body}),
-    };
-    original.to_string()
+    let original = serde_json::from_str::<&RawValue>(&message.body);
+    let original = original.map_or_else(|_| json!(message.body), |raw| json!(raw));
+    json!({"reason": reason.as_str(), "msg_id": message.id, "message": original}).to_string()
 }
 
 /// A wait in whole seconds, at least one: pgmq's visibility is set in seconds, and a backoff

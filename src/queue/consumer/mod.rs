@@ -153,13 +153,12 @@ impl Consumer {
                 continue;
             }
             match self.read(room).await {
-                Ok(read) => {
+                Ok((messages, mut left)) => {
                     if failures > 0 {
                         tracing::info!(queue = self.queue().as_str(), "reading the queue again");
                     }
                     failures = 0;
                     let nothing_held = self.holds.count() == 0;
-                    let (messages, mut left) = read;
                     let poll = self.settings.pgmq.poll_interval;
                     if let Some(spent) = left.spent() {
                         let wait = spent.frees_in.unwrap_or(poll).clamp(poll, SPENT_RECHECK);
@@ -180,7 +179,7 @@ impl Consumer {
                     failures += 1;
                     let wait = reconnect_wait(failures);
                     self.progress.database_failed(DatabaseTrouble {
-                        message: error.describe(),
+                        message: error.to_string(),
                         code: error.code().map(|c| c.code().to_owned()),
                         attempts: failures,
                     });
