@@ -125,8 +125,8 @@ impl GithubForge {
         let run = || installation.run(&request);
         match turn {
             Turn::Read => run().await.map_err(Setback::not_applied),
-            Turn::Claim => (installation.writes.first_write(run).await).map_err(Setback::Fail)?,
-            Turn::Owed => installation.writes.write(run).await,
+            _ => (installation.writes.write(turn == Turn::Claim, run).await)
+                .map_err(Setback::Fail)?,
         }
     }
 
@@ -197,7 +197,6 @@ impl GithubForge {
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
     async fn matching_refs(
         &self,
-        what: &str,
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: Option<&RowId>,
@@ -205,6 +204,10 @@ impl GithubForge {
         let under = id.map(RowId::to_string).unwrap_or_default();
         let path = &format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{under}");
         let listed = |gh: Octocrab| async move { gh.get::<Vec<GitRef>, _, ()>(path, None).await };
+        let what = match id {
+            Some(_) => "listing the row's branches",
+            None => "listing the prefix's branches",
+        };
         let refs = self.read(what, repo, listed).await?;
         let branch = |r: GitRef| {
             let name = BranchName::listed(prefix, r.name.strip_prefix("refs/heads/")?)?;
@@ -280,7 +283,7 @@ impl GithubForge {
                 fix: format!("it needs contents write on {repo}"),
             });
         };
-        let (settings, key) = (as_settings_name(&needs), as_workflow_key(&needs));
+        let (key, settings) = permission_names(&needs);
         Some(Denial {
             problem: format!(
                 "{who} cannot write {repo}: it lacks {needs} (GitHub's \
@@ -504,8 +507,7 @@ impl Forge for GithubForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let what = "listing the prefix's branches";
-        self.matching_refs(what, repo, prefix, None).await
+        self.matching_refs(repo, prefix, None).await
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
@@ -534,8 +536,7 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let what = "listing the row's branches";
-        self.matching_refs(what, repo, prefix, Some(id)).await
+        self.matching_refs(repo, prefix, Some(id)).await
     }
 
     /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
@@ -699,35 +700,29 @@ pub(crate) fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
     })
 }
 
-/// The permissions as a workflow's `permissions:` key writes them: `permissions: contents:
-/// write`, the names with `-` for `_` (`pull-requests`).
-fn as_workflow_key(accepted: &str) -> String {
-    let pairs: Vec<String> = first_set(accepted)
-        .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
-        .collect();
-    match pairs.as_slice() {
+/// The [`first_set`] of permissions as a workflow's `permissions:` key writes them
+/// (`permissions: contents: write`, the names with `-` for `_`) and as GitHub's settings pages
+/// name them (`Contents: read and write`).
+fn permission_names(accepted: &str) -> (String, String) {
+    let (mut keys, mut names) = (Vec::new(), Vec::new());
+    for (name, level) in first_set(accepted) {
+        keys.push(format!("{}: {level}", name.replace('_', "-")));
+        let mut words = name.replace('_', " ");
+        if let Some(first) = words.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        let level = match level {
+            "write" => "read and write",
+            "read" => "read-only",
+            other => other,
+        };
+        names.push(format!("{words}: {level}"));
+    }
+    let key = match keys.as_slice() {
         [one] => format!("`permissions: {one}`"),
         many => format!("`permissions:` with `{}`", many.join("`, `")),
-    }
-}
-
-/// The permissions as GitHub's settings pages name them: `Contents: read and write`.
-fn as_settings_name(accepted: &str) -> String {
-    let pairs: Vec<String> = first_set(accepted)
-        .map(|(name, level)| {
-            let mut words = name.replace('_', " ");
-            if let Some(first) = words.get_mut(0..1) {
-                first.make_ascii_uppercase();
-            }
-            let level = match level {
-                "write" => "read and write",
-                "read" => "read-only",
-                other => other,
-            };
-            format!("{words}: {level}")
-        })
-        .collect();
-    pairs.join(", ")
+    };
+    (key, names.join(", "))
 }
 
 #[cfg(test)]
@@ -736,21 +731,15 @@ mod tests {
 
     #[test]
     fn a_permission_reads_as_a_workflow_writes_it_and_as_the_settings_page_names_it() {
+        let (key, settings) = permission_names("contents=write");
+        assert_eq!(key, "`permissions: contents: write`");
+        assert_eq!(settings, "Contents: read and write");
+        let (key, _) = permission_names("pull_requests=write,contents=read; issues=write");
         assert_eq!(
-            as_workflow_key("contents=write"),
-            "`permissions: contents: write`"
-        );
-        assert_eq!(
-            as_workflow_key("pull_requests=write,contents=read; issues=write"),
+            key,
             "`permissions:` with `pull-requests: write`, `contents: read`"
         );
-        assert_eq!(
-            as_settings_name("contents=write"),
-            "Contents: read and write"
-        );
-        assert_eq!(
-            as_settings_name("pull_requests=read, actions=read"),
-            "Pull requests: read-only, Actions: read-only"
-        );
+        let (_, settings) = permission_names("pull_requests=read, actions=read");
+        assert_eq!(settings, "Pull requests: read-only, Actions: read-only");
     }
 }
