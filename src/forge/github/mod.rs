@@ -136,21 +136,21 @@ impl GithubForge {
     /// ambiguous: it changed nothing, so the claim that looks its ref up after a 422 stays a
     /// first claim, and a branch found taken later is another delivery's.
     fn refused(&self, repo: &RepoName, refusal: &GitHubError, turn: Turn) -> Setback {
-        let reach = match self.auth {
-            Auth::App(_) => "is the App installed on it?",
-            Auth::Token(_) => {
+        let reach = match self.auth.is_app() {
+            true => "is the App installed on it?",
+            false => {
                 "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
             }
         };
-        match (refusal.status_code.as_u16(), &self.auth) {
-            (404, _) => Setback::refused(format!(
+        match refusal.status_code.as_u16() {
+            404 => Setback::refused(format!(
                 "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
                 said(refusal)
             )),
-            (409, _) => Setback::refused(format!(
+            409 => Setback::refused(format!(
                 "{repo} is empty: push a first commit to its default branch"
             )),
-            (_, Auth::Token(_)) if turn != Turn::Read => match self.denied(repo, refusal) {
+            _ if !self.auth.is_app() && turn != Turn::Read => match self.denied(repo, refusal) {
                 Some(denial) => Setback::refused(denial.to_string()),
                 None => unexpected(refusal),
             },
@@ -266,7 +266,7 @@ impl GithubForge {
         if refusal.status_code.as_u16() != 403 {
             return None;
         }
-        let app = matches!(self.auth, Auth::App(_));
+        let app = self.auth.is_app();
         let who = if app { "the App" } else { "the token" };
         let Some(needs) = missing_permission(refusal) else {
             // A rate limit, said the way rate limits are: retried.
@@ -444,12 +444,12 @@ impl Forge for GithubForge {
                 }
                 match self.refused(repo, &refusal, Turn::Owed) {
                     Setback::Fail(ForgeError::Refused { message }) => {
-                        let message = match &self.auth {
-                            Auth::App(_) => {
+                        let message = match self.auth.is_app() {
+                            true => {
                                 format!("{message}: does the App have contents write on {repo}?")
                             }
                             // It says what the token lacks already.
-                            Auth::Token(_) => message,
+                            false => message,
                         };
                         Err(Setback::Fail(ForgeError::Unavailable {
                             message,
@@ -613,11 +613,11 @@ impl Forge for GithubForge {
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = &self.retry.host;
         // Asked with the credentials that are no repository's: the App's JWT, or the token.
-        let (path, what, own) = match &self.auth {
-            Auth::App(app) => ("/app", "GET /app", &app.jwt),
-            Auth::Token(token) => ("/rate_limit", "GET /rate_limit with the token", token),
+        let (path, what) = match self.auth.is_app() {
+            true => ("/app", "GET /app"),
+            false => ("/rate_limit", "GET /rate_limit with the token"),
         };
-        let asked = own.run(|gh| async move {
+        let asked = self.auth.own.run(|gh| async move {
             let answer = gh._get(path).await?;
             octocrab::map_github_error(answer).await.map(drop)
         });
