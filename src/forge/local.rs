@@ -100,12 +100,8 @@ impl LocalForge {
     /// with a message that names the path when it is not a git repository.
     pub async fn open(settings: &LocalSettings) -> Result<LocalForge, OpenError> {
         let path = &settings.path;
-        let dot_git = path.join(".git");
-        let git_dir = if dot_git.is_dir() {
-            dot_git
-        } else {
-            path.clone()
-        };
+        let dot_git = Some(path.join(".git")).filter(|dot_git| dot_git.is_dir());
+        let git_dir = dot_git.unwrap_or_else(|| path.clone());
         if git_ok(&git_dir, &["rev-parse", "--git-dir"]).await.is_err() {
             return Err(OpenError::NotARepository { path: path.clone() });
         }
@@ -116,11 +112,6 @@ impl LocalForge {
             on_dispatch: settings.on_dispatch.clone(),
             log_lock: Mutex::new(()),
         })
-    }
-
-    /// Where this forge logs its dispatches: `dispatches.jsonl` beside the repository.
-    pub fn dispatch_log(&self) -> &Path {
-        &self.dispatch_log
     }
 
     async fn ref_exists(&self, full_ref: &str) -> Result<bool, ForgeError> {

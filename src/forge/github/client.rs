@@ -403,13 +403,23 @@ struct MintedToken {
     expires_at: DateTime<Utc>,
 }
 
-/// Who rowbranch is to GitHub: the App, with its installations, or a token.
-pub enum Auth {
-    App(AppClient),
-    /// The one client of the token, for every repository: its writes keep one pace and its
-    /// requests one bound, as an installation's do (GitHub's limits for a `GITHUB_TOKEN` are
-    /// per repository, and a workflow's token reaches one).
-    Token(Arc<Credentials>),
+/// Who rowbranch is to GitHub — the App, with its installations, or a token — and the client
+/// of each repository it reaches.
+pub struct Auth {
+    /// The credentials that are no repository's: the App's JWT, or the token. The token's are
+    /// every repository's too: its writes keep one pace and its requests one bound, as an
+    /// installation's do (GitHub's limits for a `GITHUB_TOKEN` are per repository, and a
+    /// workflow's token reaches one).
+    pub own: Arc<Credentials>,
+    /// Makes an installation's pacer, which holds its request bound.
+    pacer: Box<dyn Fn() -> Arc<Pacer> + Send + Sync>,
+    /// The App's client per repository, its token narrowed to that repository, and when its
+    /// installation was looked up. Held across a lookup, so that a burst of rows looks it up
+    /// once.
+    repos: Mutex<HashMap<RepoName, (Instant, Arc<Credentials>)>>,
+    /// One pacer and one request bound per installation: GitHub's limits are per installation,
+    /// not per repository.
+    limits_of: std::sync::Mutex<HashMap<u64, Arc<Pacer>>>,
 }
 
 impl Auth {
@@ -430,8 +440,7 @@ impl Auth {
                 Arc::clone(&metrics),
             ))
         };
-        let (app_id, key) = match &settings.auth {
-            GithubAuth::App { app_id, key } => (*app_id, key),
+        let (bearer, current) = match &settings.auth {
             GithubAuth::Token(token) => {
                 let unusable = |cause: &str| {
                     OpenError::Github(format!("could not build the GitHub client: {cause}"))
@@ -440,81 +449,57 @@ impl Auth {
                     .map_err(|_| unusable("the token holds characters no HTTP header may carry"))?;
                 let client = (gh.user_access_token(token.expose().to_owned()))
                     .map_err(|_| unusable("octocrab took no token"))?;
-                return Ok(Auth::Token(Arc::new(Credentials {
-                    writes: pacer(),
-                    gh,
-                    bearer: Bearer::Given,
-                    current: Mutex::new(Some(Arc::new((client, DateTime::<Utc>::MAX_UTC)))),
-                })));
+                let never = DateTime::<Utc>::MAX_UTC;
+                (Bearer::Given, Some(Arc::new((client, never))))
+            }
+            GithubAuth::App { app_id, key } => {
+                let pem = match key {
+                    PrivateKeySource::Pem(pem) => pem.expose().to_owned(),
+                    PrivateKeySource::File(path) => {
+                        std::fs::read_to_string(path).map_err(|cause| {
+                            OpenError::Github(format!(
+                                "cannot read the GitHub App private key {}: {cause} (set \
+                                 [github] private_key_path, or GITHUB_APP_PRIVATE_KEY to the \
+                                 PEM text)",
+                                path.display()
+                            ))
+                        })?
+                    }
+                };
+                (Bearer::App(AppKey::new(*app_id, &pem)?), None)
             }
         };
-        let pem = match key {
-            PrivateKeySource::Pem(pem) => pem.expose().to_owned(),
-            PrivateKeySource::File(path) => std::fs::read_to_string(path).map_err(|cause| {
-                OpenError::Github(format!(
-                    "cannot read the GitHub App private key {}: {cause} (set [github] \
-                     private_key_path, or GITHUB_APP_PRIVATE_KEY to the PEM text)",
-                    path.display()
-                ))
-            })?,
-        };
-        let app = Credentials {
+        let own = Credentials {
             writes: pacer(),
             gh,
-            bearer: Bearer::App(AppKey::new(app_id, &pem)?),
-            current: Mutex::new(None),
+            bearer,
+            current: Mutex::new(current),
         };
-        Ok(Auth::App(AppClient {
-            jwt: Arc::new(app),
+        Ok(Auth {
+            own: Arc::new(own),
             pacer: Box::new(pacer),
-            repos: Mutex::new(HashMap::new()),
-            limits_of: std::sync::Mutex::new(HashMap::new()),
-        }))
+            repos: Mutex::default(),
+            limits_of: Default::default(),
+        })
     }
 
-    /// The client for `repo`, with a token ready: the installation that holds it, or the
-    /// token's.
+    /// Whether rowbranch is the App (and not a token).
+    pub fn is_app(&self) -> bool {
+        matches!(self.own.bearer, Bearer::App(_))
+    }
+
+    /// The client for `repo`, with a token ready: the token's, or the installation's that
+    /// holds it. Nothing here writes, so no setback is ambiguous.
     pub async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Credentials>> {
-        match self {
-            Auth::App(app) => app.installation(repo).await,
-            Auth::Token(token) => Ok(Arc::clone(token)),
+        if !self.is_app() {
+            return Ok(Arc::clone(&self.own));
         }
-    }
-}
-
-/// `GET /repos/{o}/{r}/installation`: the installation that holds the repository, and what
-/// it may do (octocrab's model names only seven permissions, not `pull_requests`).
-#[derive(Deserialize)]
-pub struct InstallationFound {
-    id: u64,
-    #[serde(default)]
-    pub permissions: BTreeMap<String, String>,
-}
-
-/// The App: its own requests and its installations.
-pub struct AppClient {
-    pub jwt: Arc<Credentials>,
-    /// Makes an installation's pacer, which holds its request bound.
-    pacer: Box<dyn Fn() -> Arc<Pacer> + Send + Sync>,
-    /// One client per repository, its token narrowed to that repository, and when its
-    /// installation was looked up. Held across a lookup, so that a burst of rows looks it up
-    /// once.
-    repos: Mutex<HashMap<RepoName, (Instant, Arc<Credentials>)>>,
-    /// One pacer and one request bound per installation: GitHub's limits are per installation,
-    /// not per repository.
-    limits_of: std::sync::Mutex<HashMap<u64, Arc<Pacer>>>,
-}
-
-impl AppClient {
-    /// The installation that holds `repo`, with a token ready. Nothing here writes, so no
-    /// setback is ambiguous.
-    async fn installation(&self, repo: &RepoName) -> Attempt<Arc<Credentials>> {
         let mut repos = self.repos.lock().await;
         let known = repos.get(repo).cloned();
         let installation = match known {
             Some((at, known)) if at.elapsed() < INSTALLATION_TTL => known,
             _ => {
-                let found = self.jwt.installation_of(repo).await;
+                let found = self.own.installation_of(repo).await;
                 let id = found.map_err(Setback::not_applied)?.id;
                 let installation = match known {
                     // The same installation: its token is still good.
@@ -525,10 +510,10 @@ impl AppClient {
                         let mut limits_of =
                             (self.limits_of.lock()).unwrap_or_else(|e| e.into_inner());
                         let shared = limits_of.entry(id).or_insert_with(&self.pacer);
-                        let (app, name) = (Arc::clone(&self.jwt), repo.name().to_owned());
+                        let (app, name) = (Arc::clone(&self.own), repo.name().to_owned());
                         Arc::new(Credentials {
                             writes: Arc::clone(shared),
-                            gh: self.jwt.gh.clone(),
+                            gh: self.own.gh.clone(),
                             bearer: Bearer::Installation { id, app, name },
                             current: Mutex::new(None),
                         })
@@ -548,6 +533,15 @@ impl AppClient {
         }
         Ok(installation)
     }
+}
+
+/// `GET /repos/{o}/{r}/installation`: the installation that holds the repository, and what
+/// it may do (octocrab's model names only seven permissions, not `pull_requests`).
+#[derive(Deserialize)]
+pub struct InstallationFound {
+    id: u64,
+    #[serde(default)]
+    pub permissions: BTreeMap<String, String>,
 }
 
 #[cfg(test)]

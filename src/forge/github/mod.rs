@@ -125,8 +125,8 @@ impl GithubForge {
         let run = || installation.run(&request);
         match turn {
             Turn::Read => run().await.map_err(Setback::not_applied),
-            Turn::Claim => (installation.writes.first_write(run).await).map_err(Setback::Fail)?,
-            Turn::Owed => installation.writes.write(run).await,
+            _ => (installation.writes.write(turn == Turn::Claim, run).await)
+                .map_err(Setback::Fail)?,
         }
     }
 
@@ -136,21 +136,21 @@ impl GithubForge {
     /// ambiguous: it changed nothing, so the claim that looks its ref up after a 422 stays a
     /// first claim, and a branch found taken later is another delivery's.
     fn refused(&self, repo: &RepoName, refusal: &GitHubError, turn: Turn) -> Setback {
-        let reach = match self.auth {
-            Auth::App(_) => "is the App installed on it?",
-            Auth::Token(_) => {
+        let reach = match self.auth.is_app() {
+            true => "is the App installed on it?",
+            false => {
                 "may the token see it? (a workflow's GITHUB_TOKEN sees its own repository alone)"
             }
         };
-        match (refusal.status_code.as_u16(), &self.auth) {
-            (404, _) => Setback::refused(format!(
+        match refusal.status_code.as_u16() {
+            404 => Setback::refused(format!(
                 "GitHub answered 404 for {repo} ({}): does the repository exist, and {reach}",
                 said(refusal)
             )),
-            (409, _) => Setback::refused(format!(
+            409 => Setback::refused(format!(
                 "{repo} is empty: push a first commit to its default branch"
             )),
-            (_, Auth::Token(_)) if turn != Turn::Read => match self.denied(repo, refusal) {
+            _ if !self.auth.is_app() && turn != Turn::Read => match self.denied(repo, refusal) {
                 Some(denial) => Setback::refused(denial.to_string()),
                 None => unexpected(refusal),
             },
@@ -197,7 +197,6 @@ impl GithubForge {
     /// (https://docs.github.com/rest/git/refs#list-matching-references)
     async fn matching_refs(
         &self,
-        what: &str,
         repo: &RepoName,
         prefix: &BranchPrefix,
         id: Option<&RowId>,
@@ -205,6 +204,10 @@ impl GithubForge {
         let under = id.map(RowId::to_string).unwrap_or_default();
         let path = &format!("/repos/{repo}/git/matching-refs/heads/{prefix}/{under}");
         let listed = |gh: Octocrab| async move { gh.get::<Vec<GitRef>, _, ()>(path, None).await };
+        let what = match id {
+            Some(_) => "listing the row's branches",
+            None => "listing the prefix's branches",
+        };
         let refs = self.read(what, repo, listed).await?;
         let branch = |r: GitRef| {
             let name = BranchName::listed(prefix, r.name.strip_prefix("refs/heads/")?)?;
@@ -263,7 +266,7 @@ impl GithubForge {
         if refusal.status_code.as_u16() != 403 {
             return None;
         }
-        let app = matches!(self.auth, Auth::App(_));
+        let app = self.auth.is_app();
         let who = if app { "the App" } else { "the token" };
         let Some(needs) = missing_permission(refusal) else {
             // A rate limit, said the way rate limits are: retried.
@@ -280,7 +283,7 @@ impl GithubForge {
                 fix: format!("it needs contents write on {repo}"),
             });
         };
-        let (settings, key) = (as_settings_name(&needs), as_workflow_key(&needs));
+        let (key, settings) = permission_names(&needs);
         Some(Denial {
             problem: format!(
                 "{who} cannot write {repo}: it lacks {needs} (GitHub's \
@@ -441,12 +444,12 @@ impl Forge for GithubForge {
                 }
                 match self.refused(repo, &refusal, Turn::Owed) {
                     Setback::Fail(ForgeError::Refused { message }) => {
-                        let message = match &self.auth {
-                            Auth::App(_) => {
+                        let message = match self.auth.is_app() {
+                            true => {
                                 format!("{message}: does the App have contents write on {repo}?")
                             }
                             // It says what the token lacks already.
-                            Auth::Token(_) => message,
+                            false => message,
                         };
                         Err(Setback::Fail(ForgeError::Unavailable {
                             message,
@@ -504,8 +507,7 @@ impl Forge for GithubForge {
         repo: &RepoName,
         prefix: &BranchPrefix,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let what = "listing the prefix's branches";
-        self.matching_refs(what, repo, prefix, None).await
+        self.matching_refs(repo, prefix, None).await
     }
 
     /// `GET /repos/{o}/{r}/compare/{base}...{branch}`: its `ahead_by`.
@@ -534,8 +536,7 @@ impl Forge for GithubForge {
         prefix: &BranchPrefix,
         id: &RowId,
     ) -> Result<Vec<Branch>, ForgeError> {
-        let what = "listing the row's branches";
-        self.matching_refs(what, repo, prefix, Some(id)).await
+        self.matching_refs(repo, prefix, Some(id)).await
     }
 
     /// `GET /repos/{o}/{r}/pulls?state=all&sort=created&direction=desc`, page by page until
@@ -612,11 +613,11 @@ impl Forge for GithubForge {
     async fn ready(&self) -> Result<(), ForgeError> {
         let host = &self.retry.host;
         // Asked with the credentials that are no repository's: the App's JWT, or the token.
-        let (path, what, own) = match &self.auth {
-            Auth::App(app) => ("/app", "GET /app", &app.jwt),
-            Auth::Token(token) => ("/rate_limit", "GET /rate_limit with the token", token),
+        let (path, what) = match self.auth.is_app() {
+            true => ("/app", "GET /app"),
+            false => ("/rate_limit", "GET /rate_limit with the token"),
         };
-        let asked = own.run(|gh| async move {
+        let asked = self.auth.own.run(|gh| async move {
             let answer = gh._get(path).await?;
             octocrab::map_github_error(answer).await.map(drop)
         });
@@ -699,35 +700,29 @@ pub(crate) fn first_set(accepted: &str) -> impl Iterator<Item = (&str, &str)> {
     })
 }
 
-/// The permissions as a workflow's `permissions:` key writes them: `permissions: contents:
-/// write`, the names with `-` for `_` (`pull-requests`).
-fn as_workflow_key(accepted: &str) -> String {
-    let pairs: Vec<String> = first_set(accepted)
-        .map(|(name, level)| format!("{}: {level}", name.replace('_', "-")))
-        .collect();
-    match pairs.as_slice() {
+/// The [`first_set`] of permissions as a workflow's `permissions:` key writes them
+/// (`permissions: contents: write`, the names with `-` for `_`) and as GitHub's settings pages
+/// name them (`Contents: read and write`).
+fn permission_names(accepted: &str) -> (String, String) {
+    let (mut keys, mut names) = (Vec::new(), Vec::new());
+    for (name, level) in first_set(accepted) {
+        keys.push(format!("{}: {level}", name.replace('_', "-")));
+        let mut words = name.replace('_', " ");
+        if let Some(first) = words.get_mut(0..1) {
+            first.make_ascii_uppercase();
+        }
+        let level = match level {
+            "write" => "read and write",
+            "read" => "read-only",
+            other => other,
+        };
+        names.push(format!("{words}: {level}"));
+    }
+    let key = match keys.as_slice() {
         [one] => format!("`permissions: {one}`"),
         many => format!("`permissions:` with `{}`", many.join("`, `")),
-    }
-}
-
-/// The permissions as GitHub's settings pages name them: `Contents: read and write`.
-fn as_settings_name(accepted: &str) -> String {
-    let pairs: Vec<String> = first_set(accepted)
-        .map(|(name, level)| {
-            let mut words = name.replace('_', " ");
-            if let Some(first) = words.get_mut(0..1) {
-                first.make_ascii_uppercase();
-            }
-            let level = match level {
-                "write" => "read and write",
-                "read" => "read-only",
-                other => other,
-            };
-            format!("{words}: {level}")
-        })
-        .collect();
-    pairs.join(", ")
+    };
+    (key, names.join(", "))
 }
 
 #[cfg(test)]
@@ -736,21 +731,15 @@ mod tests {
 
     #[test]
     fn a_permission_reads_as_a_workflow_writes_it_and_as_the_settings_page_names_it() {
+        let (key, settings) = permission_names("contents=write");
+        assert_eq!(key, "`permissions: contents: write`");
+        assert_eq!(settings, "Contents: read and write");
+        let (key, _) = permission_names("pull_requests=write,contents=read; issues=write");
         assert_eq!(
-            as_workflow_key("contents=write"),
-            "`permissions: contents: write`"
-        );
-        assert_eq!(
-            as_workflow_key("pull_requests=write,contents=read; issues=write"),
+            key,
             "`permissions:` with `pull-requests: write`, `contents: read`"
         );
-        assert_eq!(
-            as_settings_name("contents=write"),
-            "Contents: read and write"
-        );
-        assert_eq!(
-            as_settings_name("pull_requests=read, actions=read"),
-            "Pull requests: read-only, Actions: read-only"
-        );
+        let (_, settings) = permission_names("pull_requests=read, actions=read");
+        assert_eq!(settings, "Pull requests: read-only, Actions: read-only");
     }
 }

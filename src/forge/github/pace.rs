@@ -65,42 +65,40 @@ impl Pacer {
         }
     }
 
-    /// Runs a row's first write (its claim) when it is its turn. Once the shutdown has begun a
-    /// row that is still waiting gives up (`ShuttingDown`); one whose write went out is answered.
-    pub async fn first_write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> Result<T, ForgeError>
+    /// Runs a write when it is its turn, one at a time. A row's first write (`claim`) waits
+    /// behind at most one other new row, at the pace; once the shutdown has begun, one still
+    /// waiting gives up (`ShuttingDown`), and one whose write went out is answered. A write of a
+    /// row that holds a claim (its dispatch, or its release) goes ahead of rows still waiting to
+    /// claim and is never refused; once the shutdown has begun it skips the pace and the hourly
+    /// cap, though still one write at a time.
+    pub async fn write<T, Fut>(
+        &self,
+        claim: bool,
+        send: impl FnOnce() -> Fut,
+    ) -> Result<T, ForgeError>
     where
         Fut: Future<Output = T>,
     {
         let _queued = in_queue(&self.metrics);
         let waited = async {
-            let _first_in_line = self.new_rows.lock().await;
+            let _first_in_line = match claim {
+                true => Some(self.new_rows.lock().await),
+                false => None,
+            };
             let mut bucket = self.bucket.lock().await;
-            bucket.wait_for_turn(&self.pace).await;
+            tokio::select! {
+                biased;
+                () = self.shutdown.begun(), if !claim => bucket.count_write(&self.pace),
+                () = bucket.wait_for_turn(&self.pace) => {}
+            }
             bucket
         };
         let _turn = tokio::select! {
             biased;
-            () = self.shutdown.begun() => return Err(ForgeError::ShuttingDown),
+            () = self.shutdown.begun(), if claim => return Err(ForgeError::ShuttingDown),
             bucket = waited => bucket,
         };
         Ok(send().await)
-    }
-
-    /// Runs a write of a row that holds a claim (its dispatch, or its release) when it is its
-    /// turn, ahead of rows still waiting to claim. Never refused; once the shutdown has begun it
-    /// skips the pace and the hourly cap, though still one write at a time.
-    pub async fn write<T, Fut>(&self, send: impl FnOnce() -> Fut) -> T
-    where
-        Fut: Future<Output = T>,
-    {
-        let _queued = in_queue(&self.metrics);
-        let mut bucket = self.bucket.lock().await;
-        tokio::select! {
-            biased;
-            () = self.shutdown.begun() => bucket.count_write(&self.pace),
-            () = bucket.wait_for_turn(&self.pace) => {}
-        }
-        send().await
     }
 }
 
@@ -173,7 +171,12 @@ mod tests {
         let handles: Vec<_> = (0..n)
             .map(|_| {
                 let pacer = Arc::clone(&pacer);
-                tokio::spawn(async move { pacer.write(|| async { start.elapsed() }).await })
+                tokio::spawn(async move {
+                    pacer
+                        .write(false, || async { start.elapsed() })
+                        .await
+                        .unwrap()
+                })
             })
             .collect();
         let mut out = Vec::new();
@@ -207,16 +210,16 @@ mod tests {
             shutdown.clone(),
             Arc::new(Metrics::new()),
         ));
-        pacer.write(|| async {}).await;
-        pacer.write(|| async {}).await;
+        pacer.write(false, || async {}).await.unwrap();
+        pacer.write(false, || async {}).await.unwrap();
         // The hourly cap is spent: a claim and a claimed row's dispatch wait for an hour.
         let claim = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.first_write(|| async { "claimed" }).await })
+            tokio::spawn(async move { pacer.write(true, || async { "claimed" }).await })
         };
         let dispatch = {
             let pacer = Arc::clone(&pacer);
-            tokio::spawn(async move { pacer.write(|| async { "dispatched" }).await })
+            tokio::spawn(async move { pacer.write(false, || async { "dispatched" }).await })
         };
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert!(!claim.is_finished() && !dispatch.is_finished());
@@ -226,7 +229,7 @@ mod tests {
             claim.await.unwrap(),
             Err(ForgeError::ShuttingDown)
         ));
-        assert_eq!(dispatch.await.unwrap(), "dispatched");
+        assert_eq!(dispatch.await.unwrap().unwrap(), "dispatched");
         assert_eq!(
             begun.elapsed(),
             Duration::ZERO,
@@ -234,7 +237,7 @@ mod tests {
         );
         // After it began, a new claim gives up at once.
         assert!(matches!(
-            pacer.first_write(|| async {}).await,
+            pacer.write(true, || async {}).await,
             Err(ForgeError::ShuttingDown)
         ));
     }
@@ -248,16 +251,15 @@ mod tests {
             let (pacer, order) = (Arc::clone(&pacer), Arc::clone(&order));
             handles.push(tokio::spawn(async move {
                 let note = || async move { order.lock().unwrap().push(format!("claim {n}")) };
-                pacer.first_write(note).await.unwrap();
+                pacer.write(true, note).await.unwrap();
             }));
             tokio::task::yield_now().await;
         }
         let held = {
             let (pacer, order) = (Arc::clone(&pacer), Arc::clone(&order));
             tokio::spawn(async move {
-                pacer
-                    .write(|| async move { order.lock().unwrap().push("dispatch".to_owned()) })
-                    .await
+                let note = || async move { order.lock().unwrap().push("dispatch".to_owned()) };
+                pacer.write(false, note).await.unwrap()
             })
         };
         held.await.unwrap();
@@ -281,12 +283,13 @@ mod tests {
                 let (pacer, busy) = (Arc::clone(&pacer), Arc::clone(&busy));
                 tokio::spawn(async move {
                     pacer
-                        .write(|| async {
+                        .write(false, || async {
                             assert!(!busy.swap(true, std::sync::atomic::Ordering::SeqCst));
                             tokio::time::sleep(Duration::from_millis(10)).await;
                             busy.store(false, std::sync::atomic::Ordering::SeqCst);
                         })
                         .await
+                        .unwrap()
                 })
             })
             .collect();

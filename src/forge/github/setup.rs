@@ -10,7 +10,7 @@ use octocrab::{GitHubError, Octocrab};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::client::{call, encode_path, missing_permission, octocrab, said, Auth, Credentials};
+use super::client::{call, encode_path, missing_permission, octocrab, said, Credentials};
 use super::GithubForge;
 use crate::forge::{ForgeError, Listing};
 use crate::identity::{RefName, RepoName};
@@ -46,9 +46,9 @@ fn refused(what: &str, refusal: &GitHubError) -> ForgeError {
 
 /// The App, for the calls only an App makes; a refusal with a token.
 fn app(forge: &GithubForge) -> Result<&Credentials, ForgeError> {
-    match &forge.auth {
-        Auth::App(app) => Ok(&app.jwt),
-        Auth::Token(_) => Err(ForgeError::refused(
+    match forge.auth.is_app() {
+        true => Ok(&forge.auth.own),
+        false => Err(ForgeError::refused(
             "rowbranch authenticates with a token ([github] token_env): there is no App",
         )),
     }
