@@ -32,6 +32,7 @@ use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
@@ -40,7 +41,6 @@ use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
-use crate::shutdown::Shutdown;
 use crate::webhook::auth::{self, WebhookSecrets};
 use crate::webhook::payload;
 use login::Logins;
@@ -56,8 +56,6 @@ pub struct App {
     routes: Arc<Routes>,
     pipeline: Arc<Pipeline>,
     metrics: Arc<Metrics>,
-    /// Begun when `serve` stops accepting; the pipeline and the forge see the same one.
-    shutdown: Shutdown,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
     readiness: Readiness,
@@ -79,7 +77,6 @@ impl App {
         routes: Arc<Routes>,
         pipeline: Arc<Pipeline>,
         metrics: Arc<Metrics>,
-        shutdown: Shutdown,
         database: Arc<Reachability>,
         insecure_no_auth: bool,
     ) -> Arc<App> {
@@ -88,7 +85,6 @@ impl App {
             routes,
             pipeline,
             metrics,
-            shutdown,
             insecure_no_auth,
             readiness: Readiness::default(),
             decisions: Decisions::default(),
@@ -178,28 +174,16 @@ pub fn router(app: Arc<App>) -> Router {
 }
 
 /// Serves at most `connections.cap` connections at once until `stop` resolves; then stops
-/// accepting, closes idle connections, begins the shutdown and gives in-flight requests and
-/// runs `shutdown_grace` to finish. What is still running when the grace ends is logged by id,
-/// and left.
+/// accepting and closes idle connections, and returns the tasks of the connections still in a
+/// request, for the caller's shutdown grace.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
     connections: Connections,
     stop: impl Future<Output = ()> + Send + 'static,
-) {
+) -> TaskTracker {
     let router = router(Arc::clone(&app));
-    let connections = conn::serve(listener, router, &app.config.webhook, connections, stop).await;
-    app.shutdown.begin(app.config.shutdown_grace);
-    let deadline = app.shutdown.deadline().expect("the shutdown has begun");
-    let finished = tokio::time::timeout_at(deadline, async {
-        connections.wait().await;
-        app.pipeline.drain().await;
-    })
-    .await;
-    if finished.is_err() {
-        let left = app.pipeline.report_unfinished();
-        tracing::warn!(rows = left, "the shutdown grace ran out");
-    }
+    conn::serve(listener, router, &app.config.webhook, connections, stop).await
 }
 
 async fn healthz() -> Response {
