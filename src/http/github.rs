@@ -246,17 +246,15 @@ struct Said {
 /// The event's answer, from its name and its verified body, and the route its branch belongs
 /// to, once known.
 async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answer) {
-    let malformed = |e: serde_json::Error| {
-        let message = format!("not a {name} event as GitHub sends it: {e}");
-        Answer::refused(Reason::Malformed, message)
-    };
+    fn read<E: serde::de::DeserializeOwned>(name: &str, body: &[u8]) -> Result<E, Answer> {
+        serde_json::from_slice(body).map_err(|e| {
+            let message = format!("not a {name} event as GitHub sends it: {e}");
+            Answer::refused(Reason::Malformed, message)
+        })
+    }
     let said = match name {
-        "pull_request" => serde_json::from_slice(body)
-            .map_err(malformed)
-            .and_then(pull_request),
-        "workflow_run" => serde_json::from_slice(body)
-            .map_err(malformed)
-            .and_then(workflow_run),
+        "pull_request" => read(name, body).and_then(pull_request),
+        "workflow_run" => read(name, body).and_then(workflow_run),
         other => Err(Answer::ignored(
             Reason::Event,
             format!(
@@ -265,14 +263,11 @@ async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answ
             ),
         )),
     };
-    let found = said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said)));
-    match found {
-        Ok((route, said)) => {
-            let answer = write(app, &route, said).await;
-            (Some(route), answer)
-        }
-        Err(answer) => (None, answer),
-    }
+    let (route, said) = match said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said))) {
+        Ok(found) => found,
+        Err(answer) => return (None, answer),
+    };
+    (Some(Arc::clone(&route)), write(app, &route, said).await)
 }
 
 /// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.
