@@ -393,6 +393,16 @@ impl Metrics {
     /// with their first observation.
     pub fn start_at_zero(&self, scope: &Scope) {
         let (webhook, queue) = (&scope.webhook_routes, &scope.queue_routes);
+        // Without a webhook route the server answers no delivery (404), and counts none.
+        if !webhook.is_empty() {
+            let answers = (webhook.iter().map(|route| (route.as_str(), ROUTE_ANSWERS)))
+                .chain(queue.iter().map(|r| (r.as_str(), QUEUE_ROUTE_ANSWERS)))
+                .chain([(NO_ROUTE, UNROUTED_ANSWERS)]);
+            for (route, answers) in answers {
+                let label_sets = answers.iter().map(|&a| delivery_labels(route, a));
+                at_zero(&self.deliveries, label_sets);
+            }
+        }
         for route in webhook.iter().chain(queue) {
             let results = RunResult::ALL.iter().map(|r| r.as_str());
             at_zero(&self.runs, by_route(route, "result", results));
@@ -421,14 +431,6 @@ impl Metrics {
             let results = StatusResult::ALL.iter().map(|r| r.as_str());
             at_zero(&self.status_writes, by_route(route, "result", results));
         }
-        // Without a webhook route the server answers no delivery (404), and counts none.
-        let deliveries: Vec<(&str, &[AnswerLabels])> = match webhook.is_empty() {
-            true => Vec::new(),
-            false => (webhook.iter().map(|route| (route.as_str(), ROUTE_ANSWERS)))
-                .chain(queue.iter().map(|r| (r.as_str(), QUEUE_ROUTE_ANSWERS)))
-                .chain([(NO_ROUTE, UNROUTED_ANSWERS)])
-                .collect(),
-        };
         let events = match scope.github_hook {
             None => Vec::new(),
             Some(false) => vec![(NO_ROUTE, std::slice::from_ref(&GITHUB_EVENT_OFF))],
@@ -437,13 +439,9 @@ impl Metrics {
                 .chain([(NO_ROUTE, GITHUB_EVENT_ANSWERS)])
                 .collect(),
         };
-        for (family, answers) in [
-            (&self.deliveries, deliveries),
-            (&self.github_events, events),
-        ] {
-            for (route, answers) in answers {
-                at_zero(family, answers.iter().map(|&a| delivery_labels(route, a)));
-            }
+        for (route, answers) in events {
+            let label_sets = answers.iter().map(|&a| delivery_labels(route, a));
+            at_zero(&self.github_events, label_sets);
         }
         if scope.consumer {
             for route in queue {
