@@ -20,7 +20,7 @@ use crate::config::{Config, ForgeSettings, Route};
 use crate::db::status::StatusWriter;
 use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
-use crate::http::{self, App, Connections};
+use crate::http::{self, App};
 use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
@@ -292,12 +292,12 @@ impl Application {
     ) -> Result<(), StartupError> {
         // The open-files limit (`None`: unlimited), which may lower the connection cap.
         let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        let connections = (self.server.as_ref())
-            .map(|_| Connections::new(&self.config, open_files))
+        let cap = (self.server.as_ref())
+            .map(|_| http::connection_cap(&self.config, open_files))
             .transpose()?;
         let consumer = self.consumer.map(|consumer| tokio::spawn(consumer.run()));
-        let connections = match self.server.zip(connections) {
-            Some((server, connections)) => {
+        let connections = match self.server.zip(cap) {
+            Some((server, cap)) => {
                 // Beside the server: the scheduled sweep, and the first look at each route's
                 // repository (in the background, so that the port answers at once even when
                 // GitHub is slow or down). They stop first, so that they start no run once the
@@ -314,7 +314,7 @@ impl Application {
                     shutdown.await;
                     jobs.iter().for_each(AbortHandle::abort);
                 };
-                Some(http::serve(server.listener, server.app, connections, stop).await)
+                Some(http::serve(server.listener, server.app, cap, stop).await)
             }
             None => {
                 shutdown.await;

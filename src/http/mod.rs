@@ -15,7 +15,7 @@ mod status;
 mod unverified;
 
 pub use answer::{Answer, RowRef};
-pub use listen::{listen, Connections, ListenError};
+pub use listen::{connection_cap, listen, ListenError};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -173,17 +173,17 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Serves at most `connections.cap` connections at once until `stop` resolves; then stops
+/// Serves at most `cap` connections at once until `stop` resolves; then stops
 /// accepting and closes idle connections, and returns the tasks of the connections still in a
 /// request, for the caller's shutdown grace.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
-    connections: Connections,
+    cap: usize,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> TaskTracker {
     let router = router(Arc::clone(&app));
-    conn::serve(listener, router, &app.config.webhook, connections, stop).await
+    conn::serve(listener, router, &app.config.webhook, cap, stop).await
 }
 
 async fn healthz() -> Response {
