@@ -45,7 +45,7 @@ use crate::webhook::auth::{self, WebhookSecrets};
 use crate::webhook::payload;
 use login::Logins;
 use ready::Readiness;
-use status::{delivery_id, Decision, Decisions, Refusals};
+use status::{delivery_id, Decision, Decisions, OncePerMinute};
 use tracing::{field, Instrument, Span};
 use unverified::{Unread, Unverified, UNVERIFIED_BYTES};
 
@@ -60,7 +60,9 @@ pub struct App {
     insecure_no_auth: bool,
     readiness: Readiness,
     decisions: Decisions,
-    refusals: Refusals,
+    /// The deliveries refused before their row is known, logged at most once a minute.
+    refusals: OncePerMinute<(Reason, Option<&'static str>)>,
+    unknown_paths: OncePerMinute<()>,
     /// Wrong status page passwords, counted to slow a guesser down.
     logins: Logins,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
@@ -88,7 +90,8 @@ impl App {
             insecure_no_auth,
             readiness: Readiness::default(),
             decisions: Decisions::default(),
-            refusals: Refusals::default(),
+            refusals: OncePerMinute::default(),
+            unknown_paths: OncePerMinute::default(),
             unverified,
             logins: Logins::default(),
             database,
