@@ -349,14 +349,10 @@ fn workflow_run(event: WorkflowRunEvent) -> Result<Said, Answer> {
 fn route_of<'a>(app: &'a App, said: &Said) -> Result<&'a Arc<Route>, Answer> {
     // GitHub's names are the same whatever their case.
     let names = |route: &Arc<Route>, repo: &str| route.repo.to_string().eq_ignore_ascii_case(repo);
-    let routes = &app.config.routes;
-    let theirs: Vec<&Arc<Route>> = match &said.head {
-        Some(head) => routes.iter().filter(|r| names(r, head)).collect(),
-        None => Vec::new(),
-    };
-    if theirs.is_empty() {
-        let head =
-            (said.head.as_deref()).map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
+    let (routes, head) = (&app.config.routes, said.head.as_deref());
+    let theirs = routes.iter().filter(|r| head.is_some_and(|h| names(r, h)));
+    if theirs.clone().next().is_none() {
+        let head = head.map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
         return Err(match routes.iter().any(|r| names(r, &said.base)) {
             true => Answer::ignored(
                 Reason::Fork,
@@ -371,14 +367,11 @@ fn route_of<'a>(app: &'a App, said: &Said) -> Result<&'a Arc<Route>, Answer> {
         });
     }
     // The longest prefix that owns the branch: `bot/feedback` before `bot`.
+    let owns = |route: &&Arc<Route>| {
+        (route.branch_prefix.tail(&said.branch)).is_some_and(|t| !t.is_empty())
+    };
     let owner = theirs
-        .into_iter()
-        .filter(|route| {
-            route
-                .branch_prefix
-                .tail(&said.branch)
-                .is_some_and(|t| !t.is_empty())
-        })
+        .filter(owns)
         .max_by_key(|route| route.branch_prefix.as_str().len());
     let Some(route) = owner else {
         return Err(Answer::ignored(
