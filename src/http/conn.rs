@@ -61,8 +61,8 @@ fn lifetime(settings: &WebhookSettings) -> (Duration, Duration) {
     )
 }
 
-/// Serves at most `cap` connections at once until `stop`; then asks every open one to close (idle ones close at once,
-/// in-flight requests finish) and returns their tasks, to wait for.
+/// Serves at most `cap` connections at once until `stop`; then asks every open one to close
+/// (idle ones close at once, in-flight requests finish) and returns their tasks, to wait for.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
