@@ -47,11 +47,13 @@ pub enum Answer {
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
     /// Not done, for `reason`, which gives the status ([`Answer::status`]); `retry_after` for
-    /// a 503, which is safe to retry.
+    /// a 503, which is safe to retry; `kind` for a 401, why the credentials were refused
+    /// (`missing`, `wrong_secret`, ...), which the log and the status page name, never the body.
     Refused {
         reason: Reason,
         message: String,
         retry_after: Option<Duration>,
+        kind: Option<&'static str>,
     },
 }
 
@@ -62,6 +64,7 @@ impl Answer {
             reason,
             message: message.into(),
             retry_after: None,
+            kind: None,
         }
     }
 
@@ -90,6 +93,7 @@ impl Answer {
             reason,
             message,
             retry_after: Some(retry_after),
+            kind: None,
         }
     }
 

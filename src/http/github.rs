@@ -105,9 +105,7 @@ pub(super) async fn github(State(app): State<Arc<App>>, request: Request) -> Res
             "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
              App's webhook secret (docs/operating.md, \"The App's events\")",
         )),
-        Some(_) => super::read_verified(&parts.headers, body, &app, door)
-            .await
-            .map_err(|(reason, message, _)| Answer::refused(reason, message)),
+        Some(_) => super::read_verified(&parts.headers, body, &app, door).await,
     };
     let decided = tokio::spawn(async move {
         let (route, answer) = match read {

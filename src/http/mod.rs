@@ -221,26 +221,21 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
             let decided = tokio::spawn(decide(app, start, event).instrument(span));
             decided.await.unwrap_or_else(|_| Answer::internal())
         }
-        Err((answer, kind)) => {
-            let decision = Decision {
-                kind,
-                ..Decision::default()
-            };
-            span.in_scope(|| app.record(decision, &answer, start.elapsed()));
+        Err(answer) => {
+            span.in_scope(|| app.record(Decision::default(), &answer, start.elapsed()));
             answer
         }
     };
     answer.response(false)
 }
 
-/// A delivery as its extractor read it: the typed event, or the answer it was refused with
-/// and, for a 401, why its credentials were refused (`missing`, `wrong_secret`, ...).
+/// A delivery as its extractor read it: the typed event, or the answer it was refused with.
 struct Delivered {
     /// The delivery's span: its `webhook-id` (or one made up here) from the start, and its
     /// route, table, id and column as they become known.
     span: Span,
     start: Instant,
-    event: Result<RowEvent, (Answer, Option<&'static str>)>,
+    event: Result<RowEvent, Answer>,
 }
 
 impl FromRequest<Arc<App>> for Delivered {
@@ -270,10 +265,8 @@ impl FromRequest<Arc<App>> for Delivered {
             too_large: format!("the body is larger than max_body_bytes ({max} bytes)"),
         };
         let malformed = |e: payload::ShapeError| Answer::refused(Reason::Malformed, e.to_string());
-        let event = match read_verified(&parts.headers, body, app, door).await {
-            Ok(bytes) => payload::parse(&bytes).map_err(|e| (malformed(e), None)),
-            Err((reason, message, kind)) => Err((Answer::refused(reason, message), kind)),
-        };
+        let read = read_verified(&parts.headers, body, app, door).await;
+        let event = read.and_then(|bytes| payload::parse(&bytes).map_err(malformed));
         Ok(Delivered { span, start, event })
     }
 }
@@ -291,10 +284,6 @@ struct Door<'a> {
     too_large: String,
 }
 
-/// A refusal before the body is parsed: its reason, its message and, for a 401, why the
-/// credentials were refused (`missing`, `wrong_secret`, ...).
-type Refused = (Reason, String, Option<&'static str>);
-
 /// SPEC §3's order, for both doors: the content type, the declared size and the credentials as
 /// far as the headers can tell — from the headers alone, so that credentials the body cannot
 /// make right are refused unread — then the body, within `read_timeout_ms` and the door's
@@ -305,23 +294,22 @@ async fn read_verified(
     body: Body,
     app: &App,
     door: Door<'_>,
-) -> Result<Bytes, Refused> {
+) -> Result<Bytes, Answer> {
     let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let mime = value(header::CONTENT_TYPE).and_then(|v| v.split(';').next());
     if !mime.is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json")) {
-        return Err((Reason::ContentType, door.content_type.to_owned(), None));
+        return Err(Answer::refused(Reason::ContentType, door.content_type));
     }
     // A body its `Content-Length` says is too long is refused before a byte of it is read.
     let declared = value(header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > door.max as u64) {
-        return Err((Reason::TooLarge, door.too_large, None));
+        return Err(Answer::refused(Reason::TooLarge, door.too_large));
     }
-    let unauthorized = |kind| {
-        (
-            Reason::Unauthorized,
-            door.unauthorized.to_owned(),
-            Some(kind),
-        )
+    let unauthorized = |kind| Answer::Refused {
+        reason: Reason::Unauthorized,
+        message: door.unauthorized.to_owned(),
+        retry_after: None,
+        kind: Some(kind),
     };
     let pending = match door.secrets {
         Some(secrets) => {
@@ -344,10 +332,10 @@ async fn read_verified(
         }
     };
     let timeout = app.config.webhook.read_timeout;
-    let refused = |reason, message: &str| Err((reason, message.to_owned(), None));
+    let refused = |reason, message: &str| Err(Answer::refused(reason, message));
     let bytes = match tokio::time::timeout(timeout, read).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(Unread::TooLarge)) => return Err((Reason::TooLarge, door.too_large, None)),
+        Ok(Err(Unread::TooLarge)) => return Err(Answer::refused(Reason::TooLarge, door.too_large)),
         Ok(Err(Unread::Broken)) => {
             return refused(Reason::Malformed, "the body was cut off before its end")
         }

@@ -85,6 +85,9 @@ impl Decision {
             self.branch = Some(row.branch.to_string());
             self.repo = Some(row.repo.to_string());
         }
+        if let Answer::Refused { kind, .. } = answer {
+            self.kind = *kind;
+        }
         self.http_status = answer.status().as_u16();
         self.outcome = answer.outcome();
         self.reason = answer.reason().map_or("", Reason::as_str);
