@@ -242,6 +242,7 @@ impl FromRequest<Arc<App>> for Delivered {
     /// A refusal is an answer like any other, counted and logged by the handler.
     type Rejection = Infallible;
 
+    #[allow(clippy::result_large_err)]
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Infallible> {
         let start = Instant::now();
         let (parts, body) = request.into_parts();
@@ -289,6 +290,8 @@ struct Door<'a> {
 /// make right are refused unread — then the body, within `read_timeout_ms` and the door's
 /// size, and the signature the headers left to it. The credentials are judged once: what the
 /// head decided, the body check uses.
+// A refusal is one per request, moved a few times: its size costs nothing.
+#[allow(clippy::result_large_err)]
 async fn read_verified(
     headers: &HeaderMap,
     body: Body,
