@@ -20,7 +20,7 @@ use crate::config::{Config, ForgeSettings, Route};
 use crate::db::status::StatusWriter;
 use crate::db::Reachability;
 use crate::forge::{self, Denial, Forge, ForgeError, OpenError, WriteAccess};
-use crate::http::{self, App, Connections};
+use crate::http::{self, App};
 use crate::identity::RepoName;
 use crate::metrics::{self, Metrics};
 use crate::pipeline::{Admission, Pipeline, RouteError, Routes};
@@ -190,7 +190,6 @@ impl Application {
                 Arc::clone(&routes),
                 Arc::clone(&pipeline),
                 Arc::clone(&shared.metrics),
-                shared.shutdown.clone(),
                 database,
                 env.insecure_no_auth,
             ),
@@ -293,12 +292,12 @@ impl Application {
     ) -> Result<(), StartupError> {
         // The open-files limit (`None`: unlimited), which may lower the connection cap.
         let open_files = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
-        let connections = (self.server.as_ref())
-            .map(|_| Connections::new(&self.config, open_files))
+        let cap = (self.server.as_ref())
+            .map(|_| http::connection_cap(&self.config, open_files))
             .transpose()?;
         let consumer = self.consumer.map(|consumer| tokio::spawn(consumer.run()));
-        match self.server.zip(connections) {
-            Some((server, connections)) => {
+        let connections = match self.server.zip(cap) {
+            Some((server, cap)) => {
                 // Beside the server: the scheduled sweep, and the first look at each route's
                 // repository (in the background, so that the port answers at once even when
                 // GitHub is slow or down). They stop first, so that they start no run once the
@@ -315,26 +314,29 @@ impl Application {
                     shutdown.await;
                     jobs.iter().for_each(AbortHandle::abort);
                 };
-                http::serve(server.listener, server.app, connections, stop).await;
+                Some(http::serve(server.listener, server.app, cap, stop).await)
             }
             None => {
                 shutdown.await;
-                // The shutdown begins unless it has (its deadline stays); what is still running
-                // at its end is logged by id, and left, as `http::serve` does.
-                self.shutdown.begin(self.config.shutdown_grace);
-                let deadline = self.shutdown.deadline().expect("the shutdown has begun");
-                let drained = tokio::time::timeout_at(deadline, self.pipeline.drain()).await;
-                if drained.is_err() {
-                    let left = self.pipeline.report_unfinished();
-                    tracing::warn!(rows = left, "the shutdown grace ran out");
-                }
+                None
             }
+        };
+        // The shutdown begins unless it has (its deadline stays): the requests in flight and the
+        // runs get the grace; what is still running at its end is logged by id, and left.
+        self.shutdown.begin(self.config.shutdown_grace);
+        let deadline = self.shutdown.deadline().expect("the shutdown has begun");
+        let finished = tokio::time::timeout_at(deadline, async {
+            if let Some(connections) = connections {
+                connections.wait().await;
+            }
+            self.pipeline.drain().await;
+        })
+        .await;
+        if finished.is_err() {
+            let left = self.pipeline.report_unfinished();
+            tracing::warn!(rows = left, "the shutdown grace ran out");
         }
         if let Some(consumer) = consumer {
-            let deadline = self
-                .shutdown
-                .deadline()
-                .unwrap_or_else(tokio::time::Instant::now);
             let _ = tokio::time::timeout_at(deadline + Duration::from_secs(1), consumer).await;
         }
         Ok(())

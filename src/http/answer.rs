@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
@@ -47,11 +47,13 @@ pub enum Answer {
     /// Still working when `respond_within_ms` ran out.
     Accepted(RowRef, Duration),
     /// Not done, for `reason`, which gives the status ([`Answer::status`]); `retry_after` for
-    /// a 503, which is safe to retry.
+    /// a 503, which is safe to retry; `kind` for a 401, why the credentials were refused
+    /// (`missing`, `wrong_secret`, ...), which the log and the status page name, never the body.
     Refused {
         reason: Reason,
         message: String,
         retry_after: Option<Duration>,
+        kind: Option<&'static str>,
     },
 }
 
@@ -62,6 +64,7 @@ impl Answer {
             reason,
             message: message.into(),
             retry_after: None,
+            kind: None,
         }
     }
 
@@ -78,21 +81,19 @@ impl Answer {
     /// `queue_bytes_full` or `abandoned`.
     pub fn unavailable(reason: Reason, message: &str, retry_after: Duration) -> Answer {
         let secs = retry_after.as_secs().max(1);
-        let message = if reason == Reason::QueueBytesFull {
-            format!(
-                "the rows waiting hold as much memory as they may ({message}); nothing is \
-                 claimed; retry after {secs} s"
-            )
-        } else {
-            format!(
-                "the forge is unavailable ({message}); nothing is left claimed; retry after \
-                 {secs} s"
-            )
+        let (what, nothing) = match reason {
+            Reason::QueueBytesFull => (
+                "the rows waiting hold as much memory as they may",
+                "nothing is claimed",
+            ),
+            _ => ("the forge is unavailable", "nothing is left claimed"),
         };
+        let message = format!("{what} ({message}); {nothing}; retry after {secs} s");
         Answer::Refused {
             reason,
             message,
             retry_after: Some(retry_after),
+            kind: None,
         }
     }
 
@@ -239,12 +240,11 @@ impl Answer {
             body["branch"] = json!(row.branch.as_str());
             body["repo"] = json!(row.repo.to_string());
         }
+        let hidden = |reason: &Reason| {
+            !every_reason && !matches!(reason, Reason::MissingColumn | Reason::NoRoute)
+        };
         let reason = match &self {
-            Answer::Refused { reason, .. }
-                if !every_reason && !matches!(reason, Reason::MissingColumn | Reason::NoRoute) =>
-            {
-                None
-            }
+            Answer::Refused { reason, .. } if hidden(reason) => None,
             _ => self.reason(),
         };
         if let Some(reason) = reason {
@@ -257,18 +257,14 @@ impl Answer {
         {
             body["pull_request"] = json!(link);
         }
-        let mut response = (self.status(), Json(body)).into_response();
-        if let Answer::Refused {
-            retry_after: Some(retry_after),
-            ..
-        } = &self
-        {
-            let secs = retry_after.as_secs().max(1);
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
+        let retry_after = match &self {
+            Answer::Refused {
+                retry_after: Some(after),
+                ..
+            } => Some([(header::RETRY_AFTER, after.as_secs().max(1))]),
+            _ => None,
+        };
+        (self.status(), retry_after, Json(body)).into_response()
     }
 }
 

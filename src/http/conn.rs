@@ -41,7 +41,6 @@ use tokio_io_timeout::TimeoutStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Connections;
 use crate::config::WebhookSettings;
 
 /// hyper's buffers per connection, at most (its default is about 400 KiB): a request head
@@ -62,24 +61,16 @@ fn lifetime(settings: &WebhookSettings) -> (Duration, Duration) {
     )
 }
 
-/// Serves connections until `stop`; then asks every open one to close (idle ones close at once,
-/// in-flight requests finish) and returns their tasks, to wait for.
+/// Serves at most `cap` connections at once until `stop`; then asks every open one to close
+/// (idle ones close at once, in-flight requests finish) and returns their tasks, to wait for.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &WebhookSettings,
-    connections: Connections,
+    cap: usize,
     stop: impl Future<Output = ()>,
 ) -> TaskTracker {
-    tracing::info!(
-        connections = connections.cap,
-        max_connections = settings.max_connections,
-        open_files_limit = (connections.open_files_limit)
-            .map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
-        reserve = connections.reserve,
-        "serving at most this many connections at once"
-    );
-    let permits = Arc::new(Semaphore::new(connections.cap));
+    let permits = Arc::new(Semaphore::new(cap));
     let waiting = Arc::new(Waiting::default());
     let (close_all, tasks) = (CancellationToken::new(), TaskTracker::new());
     let mut builder = http1::Builder::new();

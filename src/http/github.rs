@@ -105,9 +105,7 @@ pub(super) async fn github(State(app): State<Arc<App>>, request: Request) -> Res
             "POST /github takes the GitHub App's events once GITHUB_WEBHOOK_SECRET is set to the \
              App's webhook secret (docs/operating.md, \"The App's events\")",
         )),
-        Some(_) => super::read_verified(&parts.headers, body, &app, door)
-            .await
-            .map_err(|(reason, message, _)| Answer::refused(reason, message)),
+        Some(_) => super::read_verified(&parts.headers, body, &app, door).await,
     };
     let decided = tokio::spawn(async move {
         let (route, answer) = match read {
@@ -246,17 +244,15 @@ struct Said {
 /// The event's answer, from its name and its verified body, and the route its branch belongs
 /// to, once known.
 async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answer) {
-    let malformed = |e: serde_json::Error| {
-        let message = format!("not a {name} event as GitHub sends it: {e}");
-        Answer::refused(Reason::Malformed, message)
-    };
+    fn read<E: serde::de::DeserializeOwned>(name: &str, body: &[u8]) -> Result<E, Answer> {
+        serde_json::from_slice(body).map_err(|e| {
+            let message = format!("not a {name} event as GitHub sends it: {e}");
+            Answer::refused(Reason::Malformed, message)
+        })
+    }
     let said = match name {
-        "pull_request" => serde_json::from_slice(body)
-            .map_err(malformed)
-            .and_then(pull_request),
-        "workflow_run" => serde_json::from_slice(body)
-            .map_err(malformed)
-            .and_then(workflow_run),
+        "pull_request" => read(name, body).and_then(pull_request),
+        "workflow_run" => read(name, body).and_then(workflow_run),
         other => Err(Answer::ignored(
             Reason::Event,
             format!(
@@ -265,14 +261,11 @@ async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answ
             ),
         )),
     };
-    let found = said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said)));
-    match found {
-        Ok((route, said)) => {
-            let answer = write(app, &route, said).await;
-            (Some(route), answer)
-        }
-        Err(answer) => (None, answer),
-    }
+    let (route, said) = match said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said))) {
+        Ok(found) => found,
+        Err(answer) => return (None, answer),
+    };
+    (Some(Arc::clone(&route)), write(app, &route, said).await)
 }
 
 /// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.
@@ -354,14 +347,10 @@ fn workflow_run(event: WorkflowRunEvent) -> Result<Said, Answer> {
 fn route_of<'a>(app: &'a App, said: &Said) -> Result<&'a Arc<Route>, Answer> {
     // GitHub's names are the same whatever their case.
     let names = |route: &Arc<Route>, repo: &str| route.repo.to_string().eq_ignore_ascii_case(repo);
-    let routes = &app.config.routes;
-    let theirs: Vec<&Arc<Route>> = match &said.head {
-        Some(head) => routes.iter().filter(|r| names(r, head)).collect(),
-        None => Vec::new(),
-    };
-    if theirs.is_empty() {
-        let head =
-            (said.head.as_deref()).map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
+    let (routes, head) = (&app.config.routes, said.head.as_deref());
+    let theirs = routes.iter().filter(|r| head.is_some_and(|h| names(r, h)));
+    if theirs.clone().next().is_none() {
+        let head = head.map_or("a deleted repository".to_owned(), |h| quoted(h, 140));
         return Err(match routes.iter().any(|r| names(r, &said.base)) {
             true => Answer::ignored(
                 Reason::Fork,
@@ -376,14 +365,11 @@ fn route_of<'a>(app: &'a App, said: &Said) -> Result<&'a Arc<Route>, Answer> {
         });
     }
     // The longest prefix that owns the branch: `bot/feedback` before `bot`.
+    let owns = |route: &&Arc<Route>| {
+        (route.branch_prefix.tail(&said.branch)).is_some_and(|t| !t.is_empty())
+    };
     let owner = theirs
-        .into_iter()
-        .filter(|route| {
-            route
-                .branch_prefix
-                .tail(&said.branch)
-                .is_some_and(|t| !t.is_empty())
-        })
+        .filter(owns)
         .max_by_key(|route| route.branch_prefix.as_str().len());
     let Some(route) = owner else {
         return Err(Answer::ignored(

@@ -52,37 +52,29 @@ pub enum ListenError {
     NoRoomForConnections { limit: u64, reserve: u64 },
 }
 
-/// How many connections to serve at once, and what that number was made from (for the log).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Connections {
-    /// Served at once, at most: `max_connections`, or the open-files limit less the reserve.
-    pub cap: usize,
-    /// The process's open-files limit; `None` when unlimited.
-    pub open_files_limit: Option<u64>,
-    /// File descriptors kept back from that limit for what is not a served connection.
-    pub reserve: u64,
-}
-
-impl Connections {
-    /// The cap for `config` under the open-files limit `open_files` (`None`: unlimited). An
-    /// error when the limit leaves no room beyond the reserve.
-    pub fn new(config: &Config, open_files: Option<u64>) -> Result<Connections, ListenError> {
-        let reserve = reserve(config);
-        let max = config.webhook.max_connections;
-        let cap = match open_files {
-            None => max,
-            Some(limit) => match usize::try_from(limit.saturating_sub(reserve)) {
-                Ok(0) => return Err(ListenError::NoRoomForConnections { limit, reserve }),
-                Ok(room) => max.min(room),
-                Err(_) => max,
-            },
-        };
-        Ok(Connections {
-            cap,
-            open_files_limit: open_files,
-            reserve,
-        })
-    }
+/// How many connections to serve at once for `config` under the open-files limit `open_files`
+/// (`None`: unlimited): `max_connections`, or the limit less the reserve when that is lower;
+/// logged with what it was made from. An error when the limit leaves no room beyond the
+/// reserve.
+pub fn connection_cap(config: &Config, open_files: Option<u64>) -> Result<usize, ListenError> {
+    let reserve = reserve(config);
+    let max = config.webhook.max_connections;
+    let cap = match open_files {
+        None => max,
+        Some(limit) => match usize::try_from(limit.saturating_sub(reserve)) {
+            Ok(0) => return Err(ListenError::NoRoomForConnections { limit, reserve }),
+            Ok(room) => max.min(room),
+            Err(_) => max,
+        },
+    };
+    tracing::info!(
+        connections = cap,
+        max_connections = max,
+        open_files_limit = open_files.map_or_else(|| "unlimited".to_owned(), |l| l.to_string()),
+        reserve,
+        "serving at most this many connections at once"
+    );
+    Ok(cap)
 }
 
 /// File descriptors kept back from the open-files limit for what is not a served connection:
@@ -249,7 +241,7 @@ mod tests {
         // The reserve of one GitHub installation is 64; of four accounts, 96.
         let one = config(&github(&["acme/app"], ""), &[]);
         let four = config(&github(&["acme/app", "globex/api", "initech/ops"], ""), &[]);
-        let cap = |config: &Config, limit| Connections::new(config, limit).map(|c| c.cap);
+        let cap = connection_cap;
         assert_eq!(cap(&one, None).unwrap(), 512);
         assert_eq!(cap(&one, Some(1 << 20)).unwrap(), 512);
         assert_eq!(cap(&one, Some(256)).unwrap(), 192);

@@ -15,7 +15,7 @@ mod status;
 mod unverified;
 
 pub use answer::{Answer, RowRef};
-pub use listen::{listen, Connections, ListenError};
+pub use listen::{connection_cap, listen, ListenError};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,6 +32,7 @@ use axum::{Json, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{Config, ForgeSettings};
 use crate::db::status::RowState;
@@ -40,12 +41,11 @@ use crate::event::RowEvent;
 use crate::metrics::{Metrics, CONTENT_TYPE};
 use crate::pipeline::{Ignored, Pipeline, Routes, Start};
 use crate::reason::Reason;
-use crate::shutdown::Shutdown;
 use crate::webhook::auth::{self, WebhookSecrets};
 use crate::webhook::payload;
 use login::Logins;
 use ready::Readiness;
-use status::{delivery_id, Decision, Decisions, Refusals};
+use status::{delivery_id, Decision, Decisions, OncePerMinute};
 use tracing::{field, Instrument, Span};
 use unverified::{Unread, Unverified, UNVERIFIED_BYTES};
 
@@ -56,13 +56,13 @@ pub struct App {
     routes: Arc<Routes>,
     pipeline: Arc<Pipeline>,
     metrics: Arc<Metrics>,
-    /// Begun when `serve` stops accepting; the pipeline and the forge see the same one.
-    shutdown: Shutdown,
     /// Set by `--insecure-no-auth`: accept deliveries without credentials when no secret is set.
     insecure_no_auth: bool,
     readiness: Readiness,
     decisions: Decisions,
-    refusals: Refusals,
+    /// The deliveries refused before their row is known, logged at most once a minute.
+    refusals: OncePerMinute<(Reason, Option<&'static str>)>,
+    unknown_paths: OncePerMinute<()>,
     /// Wrong status page passwords, counted to slow a guesser down.
     logins: Logins,
     /// Whether the queue's database answers, as the consumer last found (for `/readyz`).
@@ -79,7 +79,6 @@ impl App {
         routes: Arc<Routes>,
         pipeline: Arc<Pipeline>,
         metrics: Arc<Metrics>,
-        shutdown: Shutdown,
         database: Arc<Reachability>,
         insecure_no_auth: bool,
     ) -> Arc<App> {
@@ -88,11 +87,11 @@ impl App {
             routes,
             pipeline,
             metrics,
-            shutdown,
             insecure_no_auth,
             readiness: Readiness::default(),
             decisions: Decisions::default(),
-            refusals: Refusals::default(),
+            refusals: OncePerMinute::default(),
+            unknown_paths: OncePerMinute::default(),
             unverified,
             logins: Logins::default(),
             database,
@@ -177,29 +176,17 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-/// Serves at most `connections.cap` connections at once until `stop` resolves; then stops
-/// accepting, closes idle connections, begins the shutdown and gives in-flight requests and
-/// runs `shutdown_grace` to finish. What is still running when the grace ends is logged by id,
-/// and left.
+/// Serves at most `cap` connections at once until `stop` resolves; then stops
+/// accepting and closes idle connections, and returns the tasks of the connections still in a
+/// request, for the caller's shutdown grace.
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
-    connections: Connections,
+    cap: usize,
     stop: impl Future<Output = ()> + Send + 'static,
-) {
+) -> TaskTracker {
     let router = router(Arc::clone(&app));
-    let connections = conn::serve(listener, router, &app.config.webhook, connections, stop).await;
-    app.shutdown.begin(app.config.shutdown_grace);
-    let deadline = app.shutdown.deadline().expect("the shutdown has begun");
-    let finished = tokio::time::timeout_at(deadline, async {
-        connections.wait().await;
-        app.pipeline.drain().await;
-    })
-    .await;
-    if finished.is_err() {
-        let left = app.pipeline.report_unfinished();
-        tracing::warn!(rows = left, "the shutdown grace ran out");
-    }
+    conn::serve(listener, router, &app.config.webhook, cap, stop).await
 }
 
 async fn healthz() -> Response {
@@ -234,32 +221,28 @@ async fn webhook(State(app): State<Arc<App>>, delivery: Delivered) -> Response {
             let decided = tokio::spawn(decide(app, start, event).instrument(span));
             decided.await.unwrap_or_else(|_| Answer::internal())
         }
-        Err((answer, kind)) => {
-            let decision = Decision {
-                kind,
-                ..Decision::default()
-            };
-            span.in_scope(|| app.record(decision, &answer, start.elapsed()));
+        Err(answer) => {
+            span.in_scope(|| app.record(Decision::default(), &answer, start.elapsed()));
             answer
         }
     };
     answer.response(false)
 }
 
-/// A delivery as its extractor read it: the typed event, or the answer it was refused with
-/// and, for a 401, why its credentials were refused (`missing`, `wrong_secret`, ...).
+/// A delivery as its extractor read it: the typed event, or the answer it was refused with.
 struct Delivered {
     /// The delivery's span: its `webhook-id` (or one made up here) from the start, and its
     /// route, table, id and column as they become known.
     span: Span,
     start: Instant,
-    event: Result<RowEvent, (Answer, Option<&'static str>)>,
+    event: Result<RowEvent, Answer>,
 }
 
 impl FromRequest<Arc<App>> for Delivered {
     /// A refusal is an answer like any other, counted and logged by the handler.
     type Rejection = Infallible;
 
+    #[allow(clippy::result_large_err)]
     async fn from_request(request: Request, app: &Arc<App>) -> Result<Delivered, Infallible> {
         let start = Instant::now();
         let (parts, body) = request.into_parts();
@@ -283,10 +266,8 @@ impl FromRequest<Arc<App>> for Delivered {
             too_large: format!("the body is larger than max_body_bytes ({max} bytes)"),
         };
         let malformed = |e: payload::ShapeError| Answer::refused(Reason::Malformed, e.to_string());
-        let event = match read_verified(&parts.headers, body, app, door).await {
-            Ok(bytes) => payload::parse(&bytes).map_err(|e| (malformed(e), None)),
-            Err((reason, message, kind)) => Err((Answer::refused(reason, message), kind)),
-        };
+        let read = read_verified(&parts.headers, body, app, door).await;
+        let event = read.and_then(|bytes| payload::parse(&bytes).map_err(malformed));
         Ok(Delivered { span, start, event })
     }
 }
@@ -304,37 +285,34 @@ struct Door<'a> {
     too_large: String,
 }
 
-/// A refusal before the body is parsed: its reason, its message and, for a 401, why the
-/// credentials were refused (`missing`, `wrong_secret`, ...).
-type Refused = (Reason, String, Option<&'static str>);
-
 /// SPEC §3's order, for both doors: the content type, the declared size and the credentials as
 /// far as the headers can tell — from the headers alone, so that credentials the body cannot
 /// make right are refused unread — then the body, within `read_timeout_ms` and the door's
 /// size, and the signature the headers left to it. The credentials are judged once: what the
 /// head decided, the body check uses.
+// A refusal is one per request, moved a few times: its size costs nothing.
+#[allow(clippy::result_large_err)]
 async fn read_verified(
     headers: &HeaderMap,
     body: Body,
     app: &App,
     door: Door<'_>,
-) -> Result<Bytes, Refused> {
+) -> Result<Bytes, Answer> {
     let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
     let mime = value(header::CONTENT_TYPE).and_then(|v| v.split(';').next());
     if !mime.is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json")) {
-        return Err((Reason::ContentType, door.content_type.to_owned(), None));
+        return Err(Answer::refused(Reason::ContentType, door.content_type));
     }
     // A body its `Content-Length` says is too long is refused before a byte of it is read.
     let declared = value(header::CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > door.max as u64) {
-        return Err((Reason::TooLarge, door.too_large, None));
+        return Err(Answer::refused(Reason::TooLarge, door.too_large));
     }
-    let unauthorized = |kind| {
-        (
-            Reason::Unauthorized,
-            door.unauthorized.to_owned(),
-            Some(kind),
-        )
+    let unauthorized = |kind| Answer::Refused {
+        reason: Reason::Unauthorized,
+        message: door.unauthorized.to_owned(),
+        retry_after: None,
+        kind: Some(kind),
     };
     let pending = match door.secrets {
         Some(secrets) => {
@@ -357,10 +335,10 @@ async fn read_verified(
         }
     };
     let timeout = app.config.webhook.read_timeout;
-    let refused = |reason, message: &str| Err((reason, message.to_owned(), None));
+    let refused = |reason, message: &str| Err(Answer::refused(reason, message));
     let bytes = match tokio::time::timeout(timeout, read).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(Unread::TooLarge)) => return Err((Reason::TooLarge, door.too_large, None)),
+        Ok(Err(Unread::TooLarge)) => return Err(Answer::refused(Reason::TooLarge, door.too_large)),
         Ok(Err(Unread::Broken)) => {
             return refused(Reason::Malformed, "the body was cut off before its end")
         }

@@ -85,6 +85,9 @@ impl Decision {
             self.branch = Some(row.branch.to_string());
             self.repo = Some(row.repo.to_string());
         }
+        if let Answer::Refused { kind, .. } = answer {
+            self.kind = *kind;
+        }
         self.http_status = answer.status().as_u16();
         self.outcome = answer.outcome();
         self.reason = answer.reason().map_or("", Reason::as_str);
@@ -95,7 +98,7 @@ impl Decision {
 /// A delivery's line, in its span (which names the delivery, its route, table, id and column):
 /// at info for an answer of 2xx, at warn for one that asks to retry, at error for a row refused
 /// for good or a bug. Never the row's text. (A refusal before the row is known is
-/// [`Refusals`]' to log.)
+/// [`OncePerMinute::refused`] to log.)
 pub fn log(answer: &Answer, fix: Option<String>, took: Duration) {
     let branch = answer
         .row()
@@ -144,21 +147,14 @@ impl Decisions {
     }
 }
 
-/// Logs the deliveries refused before a row is known, at warn, at most once a
-/// [`REFUSAL_LOG_EVERY`] for each reason (for refused credentials, each kind), saying how many
+/// The deliveries refused before a row is known, keyed by the reason, and for a 401 the
+/// credential's kind: each logged at warn at most once a [`REFUSAL_LOG_EVERY`], saying how many
 /// went unlogged since. Never a header's value.
-#[derive(Default)]
-pub struct Refusals {
-    /// Keyed by the reason, and for a 401 the credential's kind.
-    logged: OncePerMinute<(Reason, Option<&'static str>)>,
-    unknown_paths: OncePerMinute<()>,
-}
-
-impl Refusals {
+impl OncePerMinute<(Reason, Option<&'static str>)> {
     /// A delivery refused for `reason` before its row was known, logged in its span (which
     /// names the delivery and, once read, its table).
     pub fn refused(&self, reason: Reason, kind: Option<&'static str>, answer: &Answer) {
-        let Some(quiet) = self.logged.due((reason, kind), Instant::now()) else {
+        let Some(quiet) = self.due((reason, kind), Instant::now()) else {
             return;
         };
         let what = match kind {
@@ -189,7 +185,7 @@ pub(super) async fn unknown_path(
     uri: Uri,
 ) -> Response {
     app.metrics.unknown_path();
-    if let Some(quiet) = app.refusals.unknown_paths.due((), Instant::now()) {
+    if let Some(quiet) = app.unknown_paths.due((), Instant::now()) {
         let path = quoted(uri.path(), PATH_LIMIT);
         tracing::warn!(
             %method,

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use serde_json::error::Category;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -26,15 +27,13 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
     let text = std::str::from_utf8(body)
         .map_err(|e| ShapeError(format!("the body is not valid JSON: it is not UTF-8 ({e})")))?;
     check_depth(text)?;
-    let whole: &RawValue = serde_json::from_str(text)
-        .map_err(|e| ShapeError(format!("the body is not valid JSON: {e}")))?;
-    if kind_of(whole) != "an object" {
-        return Err(ShapeError(format!(
+    // Valid JSON of another type than an object is a `Data` error.
+    let body: Fields = serde_json::from_str(text).map_err(|e| match e.classify() {
+        Category::Data => ShapeError(format!(
             "the body must be a JSON object of the form {EXAMPLE}"
-        )));
-    }
-    let body: Fields = serde_json::from_str(whole.get())
-        .map_err(|e| ShapeError(format!("the body is not valid JSON: {e}")))?;
+        )),
+        _ => ShapeError(format!("the body is not valid JSON: {e}")),
+    })?;
     let kind_text = name_field(&body, "type")?;
     let Some(kind) = EventKind::parse(&kind_text) else {
         return Err(ShapeError(format!(
