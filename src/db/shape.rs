@@ -136,14 +136,18 @@ impl Shape {
 
     /// A result row of [`Shape::select`]: the row, `None` when its created value is NULL. The
     /// created value and the id as text, for a cursor, are its columns 2 and 3.
+    /// A row serde_json cannot take (a number past f64's range, jsonb nested deeper than 128)
+    /// is an error naming the table, not a panic.
     pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Option<super::Row>> {
-        let Value::Object(record) = row.get(0) else {
+        let what = format!("could not read a row of table {}", self.name);
+        let bad = |cause| Error::query(&what, cause);
+        let Value::Object(record) = row.try_get(0).map_err(bad)? else {
             return Err(Error::Row(format!(
                 "to_jsonb gave no object for a row of table {}",
                 self.name
             )));
         };
-        let micros: Option<i64> = row.get(1);
+        let micros: Option<i64> = row.try_get(1).map_err(bad)?;
         let created_at = micros.and_then(DateTime::from_timestamp_micros);
         Ok(created_at.map(|created_at| super::Row { record, created_at }))
     }

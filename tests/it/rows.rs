@@ -410,6 +410,28 @@ async fn by_id_finds_a_row_as_the_webhook_would_carry_it() {
     );
 }
 
+/// A row serde_json cannot take (a number past f64's range, jsonb nested deeper than 128) is
+/// an error naming the table, for `by_id` and for the sweep's pages: never a panic.
+#[tokio::test]
+async fn a_row_json_cannot_read_is_an_error_naming_the_table() {
+    let (s, rows, route) = or_skip!(feedbacks_from("rows_unreadable_", feedbacks_table).await);
+    let t = s.table("feedbacks");
+    s.execute(&format!(
+        "insert into {t} (id, ratio, created_at) values (27, 1e400, now());
+         insert into {t} (id, meta, created_at)
+           values (28, (repeat('[', 200) || repeat(']', 200))::jsonb, now());"
+    ))
+    .await;
+    for id in ["27", "28"] {
+        let err = rows.by_id(&route, id).await.unwrap_err().to_string();
+        assert!(err.contains("could not read a row of table"), "{err}");
+        assert!(err.contains("feedbacks"), "{err}");
+    }
+    let mut pages = rows.since(&route, long_ago(), 100);
+    let err = pages.next_page().await.unwrap_err().to_string();
+    assert!(err.contains("could not read a row of table"), "{err}");
+}
+
 #[tokio::test]
 async fn a_timestamp_without_time_zone_is_read_as_utc() {
     let made = feedbacks_from("rows_naive_", |t| {
