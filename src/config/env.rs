@@ -11,7 +11,6 @@ use std::path::Path;
 
 use super::file::{RawConfig, RawRoute};
 use super::{ConfigError, ListenOrigin};
-use crate::identity::{BranchPrefix, EventType, RepoName};
 
 /// `HOST:PORT` to listen on; wins over `PORT` and the file's `listen`.
 pub const LISTEN: &str = "ROWBRANCH_LISTEN";
@@ -159,30 +158,12 @@ impl<'a> Overlay<'a> {
     }
 
     /// The file the route's variables stand in for: one `[[routes]]` table and `[pgmq] queue`,
-    /// every other key at its default. A bad value is named here by its variable, before the
-    /// route's own validation would name it by the file's key.
+    /// every other key at its default. Its values are validated as a file's are, and a bad one
+    /// is named by its variable ([`by_variable`]).
     pub fn file(&self) -> Result<RawConfig, ConfigError> {
         let repo = self
             .get(REPO)
             .ok_or_else(|| invalid!("{REPO} is not set"))?;
-        // The keys a file's route must name are defaulted here: a table, its branches and its
-        // dispatches all called after feedback.
-        let or = |name: &str, default: &str| self.get(name).unwrap_or(default).to_owned();
-        let branch_prefix = or(BRANCH_PREFIX, "feedback");
-        let event_type = or(EVENT_TYPE, "feedback");
-        RepoName::parse(repo).map_err(|e| invalid!("{REPO}=`{repo}`: {e}"))?;
-        BranchPrefix::parse(&branch_prefix)
-            .map_err(|e| invalid!("{BRANCH_PREFIX}=`{branch_prefix}`: {e}"))?;
-        EventType::parse(&event_type).map_err(|e| invalid!("{EVENT_TYPE}=`{event_type}`: {e}"))?;
-        if let Some(from) = self.get(SWEEP_FROM) {
-            chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
-                invalid!(
-                    "{SWEEP_FROM}=`{from}` is not an RFC 3339 instant ({e}): e.g. \
-                     {SWEEP_FROM}={}",
-                    super::sweep_from_now()
-                )
-            })?;
-        }
         if let Some(name) = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY]
             .into_iter()
             .find(|name| self.get(name).is_none())
@@ -193,15 +174,18 @@ impl<'a> Overlay<'a> {
                  ({GITHUB_APP_PRIVATE_KEY}, the PEM text) it needs"
             ));
         }
+        let or = |name: &str, default: &str| self.get(name).unwrap_or(default).to_owned();
         let defaults = RawRoute::default();
         let route = RawRoute {
+            // The keys a file's route must name are defaulted here: a table, its branches and
+            // its dispatches all called after feedback.
             table: Some(or(TABLE, "feedbacks")),
             schema: or(SCHEMA, &defaults.schema),
             repo: Some(repo.to_owned()),
             id_column: or(ID_COLUMN, &defaults.id_column),
             text_column: or(TEXT_COLUMN, &defaults.text_column),
-            branch_prefix: Some(branch_prefix),
-            event_type: Some(event_type),
+            branch_prefix: Some(or(BRANCH_PREFIX, "feedback")),
+            event_type: Some(or(EVENT_TYPE, "feedback")),
             intake: or(INTAKE, &defaults.intake),
             sweep_from: self.get(SWEEP_FROM).map(str::to_owned),
             ..defaults
@@ -210,6 +194,18 @@ impl<'a> Overlay<'a> {
         file.pgmq.queue = or(PGMQ_QUEUE, &file.pgmq.queue);
         file.routes.push(route);
         Ok(file)
+    }
+}
+
+/// A refusal of the route from the environment, named by the variable that set the key it is
+/// in, when it is in one (SPEC §2: an error in a value names its variable).
+pub(super) fn by_variable(problem: ConfigError) -> ConfigError {
+    match ROUTE
+        .iter()
+        .find(|(_, table, key)| problem.1 == Some((*table, *key)))
+    {
+        Some((variable, ..)) => problem.within(variable),
+        None => problem,
     }
 }
 

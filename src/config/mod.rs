@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 /// A [`ConfigError`] from `format!` arguments.
 macro_rules! invalid {
     ($($arg:tt)*) => {
-        $crate::config::ConfigError(format!($($arg)*))
+        $crate::config::ConfigError(format!($($arg)*), None)
     };
 }
 
@@ -63,15 +63,22 @@ use env::Overlay;
 pub const DEFAULT_PATH: &str = "rowbranch.toml";
 
 /// A configuration problem, worded for whoever writes the config: names the file, the key
-/// where it can, and how to fix it.
+/// where it can, and how to fix it. A problem in the value of a key the route from the
+/// environment can set carries that key, as `(table, key)` of [`env::ROUTE`], so that the
+/// route from the environment names the variable instead.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct ConfigError(String);
+pub struct ConfigError(String, Option<(&'static str, &'static str)>);
 
 impl ConfigError {
     /// This problem, inside `context`: `[[routes]] number 2: …`, or the file.
     fn within(self, context: impl fmt::Display) -> ConfigError {
-        ConfigError(format!("{context}: {}", self.0))
+        ConfigError(format!("{context}: {}", self.0), self.1)
+    }
+
+    /// This problem, in the value of `key` in `[table]` (`routes` for a route's own keys).
+    fn in_key(self, table: &'static str, key: &'static str) -> ConfigError {
+        ConfigError(self.0, Some((table, key)))
     }
 }
 
@@ -145,7 +152,7 @@ impl Source {
     fn raw(&self, overlay: &Overlay) -> Result<file::RawConfig, ConfigError> {
         match self {
             Source::Text { text, .. } => {
-                toml::from_str(text).map_err(|e| ConfigError(e.to_string().trim_end().to_owned()))
+                toml::from_str(text).map_err(|e| invalid!("{}", e.to_string().trim_end()))
             }
             Source::Environment => overlay.file(),
         }
@@ -166,7 +173,10 @@ impl Source {
         let (name, path) = self.names();
         self.raw(overlay)
             .and_then(|raw| validate::config(raw, overlay, path, serve))
-            .map_err(|e| e.within(name))
+            .map_err(|e| match self {
+                Source::Text { .. } => e.within(name),
+                Source::Environment => env::by_variable(e).within(name),
+            })
     }
 }
 

@@ -375,13 +375,14 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
 
 /// The `[pgmq]` settings.
 fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
-    let queue_name = |key: &str, name: &str| {
+    let queue_name = |key: &'static str, name: &str| {
         QueueName::parse(name).map_err(|_| {
             invalid!(
                 "[pgmq] {key} = \"{}\" is not a queue name rowbranch takes: use 1 to 47 of \
                  a-z, 0-9 and _, not starting with a digit (pgmq prefixes and lowercases it)",
                 excerpt(name)
             )
+            .in_key("pgmq", key)
         })
     };
     let queue = queue_name("queue", &raw.queue)?;
@@ -394,6 +395,7 @@ fn pgmq(raw: RawPgmq) -> Result<PgmqSettings, ConfigError> {
                 "[pgmq] queue = \"{queue}\" leaves no room for its dead-letter queue's default name \
                  (\"{queue}_dead\" is over 47 characters): set [pgmq] dead_letter, or use a shorter queue name"
             )
+            .in_key("pgmq", "queue")
         })?,
     };
     ensure!(
@@ -447,17 +449,19 @@ fn routes(raw: Vec<RawRoute>, dir: &Path) -> Result<Vec<Arc<Route>>, ConfigError
 }
 
 fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
-    let required = |value: Option<String>, key: &str, example: &str| {
-        value
-            .filter(|v| !v.trim().is_empty())
-            .ok_or_else(|| invalid!("`{key}` is missing: e.g. {key} = \"{example}\""))
+    let required = |value: Option<String>, key: &'static str, example: &str| {
+        value.filter(|v| !v.trim().is_empty()).ok_or_else(|| {
+            invalid!("`{key}` is missing: e.g. {key} = \"{example}\"").in_key("routes", key)
+        })
     };
     let table = required(raw.table, "table", "feedbacks")?;
     let repo = required(raw.repo, "repo", "owner/name")?;
-    let repo = RepoName::parse(&repo).map_err(|e| invalid!("repo: {e}"))?;
+    let repo =
+        RepoName::parse(&repo).map_err(|e| invalid!("repo: {e}").in_key("routes", "repo"))?;
     let prefix = required(raw.branch_prefix, "branch_prefix", "feedback")?;
-    let branch_prefix =
-        BranchPrefix::parse(&prefix).map_err(|e| invalid!("branch_prefix = \"{prefix}\": {e}"))?;
+    let branch_prefix = BranchPrefix::parse(&prefix).map_err(|e| {
+        invalid!("branch_prefix = \"{prefix}\": {e}").in_key("routes", "branch_prefix")
+    })?;
     ensure!(
         raw.slug_max_len <= 100,
         "slug_max_len = {} is too long: branch names stay readable (and within git's \
@@ -465,7 +469,8 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         raw.slug_max_len
     );
     let event_type = required(raw.event_type, "event_type", "feedback")?;
-    let event_type = EventType::parse(&event_type).map_err(|e| invalid!("event_type: {e}"))?;
+    let event_type = EventType::parse(&event_type)
+        .map_err(|e| invalid!("event_type: {e}").in_key("routes", "event_type"))?;
     let events = raw
         .events
         .iter()
@@ -496,7 +501,8 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         (other, _) => Err(invalid!(
             "intake = \"{other}\" is not an intake: use \"webhook\" (Supabase's Database \
              Webhooks, the default) or \"pgmq\" (a Supabase Queue the INSERT fills)"
-        )),
+        )
+        .in_key("routes", "intake")),
     }?;
     ensure!(
         raw.max_turns > 0,
@@ -520,14 +526,15 @@ fn route(raw: RawRoute, dir: &Path) -> Result<Route, ConfigError> {
         (None, None) => Ok(None),
     }?;
     let sweep_from = raw.sweep_from.map(|from| {
-        let instant = chrono::DateTime::parse_from_rfc3339(from.trim()).map_err(|e| {
+        let instant = chrono::DateTime::parse_from_rfc3339(from.trim());
+        instant.map(|instant| instant.to_utc()).map_err(|e| {
             invalid!(
                 "sweep_from = \"{from}\" is not an RFC 3339 instant ({e}): write the date, the \
                  time and the offset, quoted, e.g. sweep_from = \"{}\"",
                 sweep_from_now()
             )
-        });
-        instant.map(|instant| instant.to_utc())
+            .in_key("routes", "sweep_from")
+        })
     });
     let sweep_from = sweep_from.transpose()?;
     let run_when = raw.run_when.map(run_when).transpose()?;

@@ -125,6 +125,23 @@ fn a_bad_value_is_named_by_its_variable() {
 }
 
 #[test]
+fn the_intake_and_the_queue_are_named_by_their_variables_too() {
+    for (name, value, problem) in [
+        (INTAKE, "kafka", "intake = \"kafka\" is not an intake"),
+        (PGMQ_QUEUE, "Rows", "is not a queue name"),
+        (PGMQ_QUEUE, &"q".repeat(45), "set [pgmq] dead_letter"),
+        (TABLE, " ", "`table` is missing"),
+    ] {
+        let mut vars = least();
+        vars.insert(name, value.to_owned());
+        let err = build(&vars).unwrap_err().to_string();
+        let named = format!("the config from the environment: {name}: ");
+        assert!(err.starts_with(&named), "{name}: {err}");
+        assert!(err.contains(problem), "{name}: {err}");
+    }
+}
+
+#[test]
 fn a_missing_app_id_or_key_says_which_variable_to_set() {
     for name in ["GITHUB_APP_ID", "GITHUB_APP_PRIVATE_KEY"] {
         let mut vars = least();
