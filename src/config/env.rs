@@ -9,7 +9,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::file::{RawConfig, RawRoute};
+use serde_json::json;
+
+use super::file::RawConfig;
 use super::{ConfigError, ListenOrigin};
 
 /// `HOST:PORT` to listen on; wins over `PORT` and the file's `listen`.
@@ -158,52 +160,42 @@ impl<'a> Overlay<'a> {
     }
 
     /// The file the route's variables stand in for: one `[[routes]]` table and `[pgmq] queue`,
-    /// every other key at its default. Its values are validated as a file's are, and a bad one
-    /// is named by its variable ([`by_variable`]).
+    /// each key [`ROUTE`] pairs with a variable set to its value, every other key at its
+    /// default. Its values are validated as a file's are, and a bad one is named by its
+    /// variable ([`by_variable`]).
     pub fn file(&self) -> Result<RawConfig, ConfigError> {
-        let repo = self
-            .get(REPO)
-            .ok_or_else(|| invalid!("{REPO} is not set"))?;
-        if let Some(name) = [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY]
-            .into_iter()
-            .find(|name| self.get(name).is_none())
-        {
-            return Err(invalid!(
+        ensure!(self.get(REPO).is_some(), "{REPO} is not set");
+        for name in [GITHUB_APP_ID, GITHUB_APP_PRIVATE_KEY] {
+            ensure!(
+                self.get(name).is_some(),
                 "{name} is not set: a route from the environment goes to GitHub as a GitHub \
                  App, whose id ({GITHUB_APP_ID}, on the App's settings page) and private key \
                  ({GITHUB_APP_PRIVATE_KEY}, the PEM text) it needs"
-            ));
+            );
         }
-        let or = |name: &str, default: &str| self.get(name).unwrap_or(default).to_owned();
-        let defaults = RawRoute::default();
-        let route = RawRoute {
-            // The keys a file's route must name are defaulted here: a table, its branches and
-            // its dispatches all called after feedback.
-            table: Some(or(TABLE, "feedbacks")),
-            schema: or(SCHEMA, &defaults.schema),
-            repo: Some(repo.to_owned()),
-            id_column: or(ID_COLUMN, &defaults.id_column),
-            text_column: or(TEXT_COLUMN, &defaults.text_column),
-            branch_prefix: Some(or(BRANCH_PREFIX, "feedback")),
-            event_type: Some(or(EVENT_TYPE, "feedback")),
-            intake: or(INTAKE, &defaults.intake),
-            sweep_from: self.get(SWEEP_FROM).map(str::to_owned),
-            ..defaults
-        };
-        let mut file = RawConfig::default();
-        file.pgmq.queue = or(PGMQ_QUEUE, &file.pgmq.queue);
-        file.routes.push(route);
-        Ok(file)
+        // The keys a file's route must name are defaulted here: a table, its branches and its
+        // dispatches all called after feedback.
+        let route =
+            json!({ "table": "feedbacks", "branch_prefix": "feedback", "event_type": "feedback" });
+        let mut file = json!({ "routes": route, "pgmq": {} });
+        for (variable, table, key) in ROUTE {
+            if let Some(value) = self.get(variable) {
+                file[table][key] = value.into();
+            }
+        }
+        // The one route is the file's one `[[routes]]` table.
+        file["routes"] = json!([file["routes"].take()]);
+        serde_json::from_value(file).map_err(|e| invalid!("{e}"))
     }
 }
 
 /// A refusal of the route from the environment, named by the variable that set the key it is
 /// in, when it is in one (SPEC §2: an error in a value names its variable).
 pub(super) fn by_variable(problem: ConfigError) -> ConfigError {
-    match ROUTE
-        .iter()
-        .find(|(_, table, key)| problem.1 == Some((*table, *key)))
-    {
+    let setter = ROUTE
+        .into_iter()
+        .find(|&(_, table, key)| problem.1 == Some((table, key)));
+    match setter {
         Some((variable, ..)) => problem.within(variable),
         None => problem,
     }
