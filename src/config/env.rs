@@ -192,11 +192,14 @@ impl<'a> Overlay<'a> {
 /// A refusal of the route from the environment, named by the variable that set the key it is
 /// in, when it is in one (SPEC §2: an error in a value names its variable).
 pub(super) fn by_variable(problem: ConfigError) -> ConfigError {
+    let Some((table, key, bare)) = &problem.1 else {
+        return problem;
+    };
     let setter = ROUTE
         .into_iter()
-        .find(|&(_, table, key)| problem.1 == Some((table, key)));
+        .find(|&(_, t, k)| (t, k) == (*table, *key));
     match setter {
-        Some((variable, ..)) => problem.within(variable),
+        Some((variable, ..)) => invalid!("{variable}: {bare}"),
         None => problem,
     }
 }

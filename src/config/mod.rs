@@ -68,7 +68,7 @@ pub const DEFAULT_PATH: &str = "rowbranch.toml";
 /// route from the environment names the variable instead.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct ConfigError(String, Option<(&'static str, &'static str)>);
+pub struct ConfigError(String, Option<(&'static str, &'static str, String)>);
 
 impl ConfigError {
     /// This problem, inside `context`: `[[routes]] number 2: …`, or the file.
@@ -77,8 +77,11 @@ impl ConfigError {
     }
 
     /// This problem, in the value of `key` in `[table]` (`routes` for a route's own keys).
+    /// The problem's own words are kept beside, for the variable that set the key to stand in
+    /// front of them instead of the file's place (`[[routes]] number 1`).
     fn in_key(self, table: &'static str, key: &'static str) -> ConfigError {
-        ConfigError(self.0, Some((table, key)))
+        let bare = self.0.clone();
+        ConfigError(self.0, Some((table, key, bare)))
     }
 }
 
