@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::status::StatusWrite;
-use crate::db::{self, queue, Database, Misfit, Row, RowPages, Visibility};
+use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::Listing;
 use crate::identity::{BranchName, RowId};
 use crate::metrics::{RowVerdict, SweepResult};
@@ -306,17 +306,15 @@ async fn sweep_route(
     let mut known = Known::new(prefix, branches, pulls, &listed, queue, stale_before);
     drop(listed);
     let from = route.sweep_from.filter(|_| options.scheduled);
-    let mut pages: Vec<RowPages> = older.into_iter().collect();
-    pages.push(rows.since(route, since, options.page_size));
+    // The older rows first, then the window's; a pager done answers empty pages.
+    let mut newer = rows.since(route, since, options.page_size);
     loop {
-        let page = match (held.is_empty(), pages.first_mut()) {
-            (false, _) => std::mem::take(&mut held),
-            (true, Some(pager)) => pager.next_page().await?,
-            (true, None) => Vec::new(),
-        };
-        if page.is_empty() && pages.len() > 1 {
-            pages.remove(0);
-            continue;
+        let mut page = std::mem::take(&mut held);
+        if let (true, Some(older)) = (page.is_empty(), &mut older) {
+            page = older.next_page().await?;
+        }
+        if page.is_empty() {
+            page = newer.next_page().await?;
         }
         if page.is_empty() {
             if let Some(queue) = known.queue.filter(|q| !q.not_queued.is_empty()) {
@@ -569,15 +567,14 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
 
 /// The summary as a table, for a terminal.
 pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
+    let (runs_column, dead_line) = match dry_run {
+        true => ("would run", "dead claims would re-dispatch"),
+        false => ("dispatched", "dead claims re-dispatched"),
+    };
+    // The header in the rows' columns: 36, 8, 8, 8, 10, 11 and 7 wide.
     let mut out = format!(
-        "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
-        "route",
-        "rows",
-        "handled",
-        "merged",
-        if dry_run { "would run" } else { "dispatched" },
-        "dead claims",
-        "failed"
+        "{:<36}     rows  handled   merged {runs_column:>10} dead claims  failed\n",
+        "route"
     );
     for s in summaries {
         // Only a dry run would dispatch, and only a real one dispatches; a dead claim whose
@@ -599,15 +596,11 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         for f in &s.failures {
             out += &format!("  failed: row {}: {}\n", f.id, f.error);
         }
-        let dead = match dry_run {
-            true => "dead claims would re-dispatch",
-            false => "dead claims re-dispatched",
-        };
         let count = |n: u64| if n > 0 { n.to_string() } else { String::new() };
         // The lines under the route, each where it has something to say.
         let lines = [
             ("would dispatch", joined(&s.would_dispatch)),
-            (dead, joined(&s.dead_claims)),
+            (dead_line, joined(&s.dead_claims)),
             (
                 "claimed, their work ran and pushed nothing, not dispatched again (`rowbranch redo` runs one on purpose)",
                 joined(&s.already_ran),
@@ -686,7 +679,15 @@ mod tests {
             states_written: 2,
             ..summary
         };
+        let columns = |runs: &str| {
+            format!(
+                "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}",
+                "route", "rows", "handled", "merged", runs, "dead claims", "failed"
+            )
+        };
+        assert_eq!(lines[0], columns("would run"));
         let text = table(&[done], false);
+        assert!(text.starts_with(&(columns("dispatched") + "\n")), "{text}");
         assert!(
             text.contains("\n  dead claims re-dispatched: feedback/3-x\n"),
             "{text}"
