@@ -165,10 +165,10 @@ impl Known {
                 plan,
             },
             Ok(false) => Verdict::Handled,
-            Err(e) => Verdict::Failed(Failed {
-                id: plan.id.to_string(),
-                error: format!("comparing {} with {}: {e}", plan.branch, base.branch),
-            }),
+            Err(e) => {
+                let error = format!("comparing {} with {}: {e}", plan.branch, base.branch);
+                Verdict::failed(&plan.id, error)
+            }
         })
     }
 }
@@ -216,6 +216,12 @@ pub enum Verdict {
 }
 
 impl Verdict {
+    /// Row `id` failed, for the reason `error`.
+    pub fn failed(id: impl ToString, error: impl ToString) -> Verdict {
+        let (id, error) = (id.to_string(), error.to_string());
+        Verdict::Failed(Failed { id, error })
+    }
+
     /// Its name in `rowbranch_reconcile_rows_total{verdict}` and in `explain`'s forecast: a
     /// run is a row that would be dispatched until it is.
     pub fn label(&self) -> RowVerdict {
@@ -238,18 +244,12 @@ impl Verdict {
 /// Decides what `row` of `route` needs by the forge's listing alone. A row with several
 /// branches was redone on purpose, so none of them is taken for a lost claim.
 fn classify(known: &Known, route: &CompiledRoute, row: Row) -> Verdict {
-    let raw_id = row
-        .record
-        .get(&route.route.id_column)
-        .cloned()
-        .unwrap_or(Value::Null);
     let plan = match route.plan_row(&row.record) {
         Ok(plan) => plan,
+        // Named by the raw value of its id column, `null` when it has none.
         Err(e) => {
-            return Verdict::Failed(Failed {
-                id: raw_id.to_string(),
-                error: e.to_string(),
-            })
+            let raw_id = row.record.get(&route.route.id_column);
+            return Verdict::failed(raw_id.unwrap_or(&Value::Null), e);
         }
     };
     let pull = known.has_pull(&plan.id);

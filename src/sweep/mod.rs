@@ -27,7 +27,7 @@ use crate::db::status::StatusWrite;
 use crate::db::{self, queue, Database, Misfit, Row, Visibility};
 use crate::forge::Listing;
 use crate::identity::{BranchName, RowId};
-use crate::metrics::{RowVerdict, SweepResult};
+use crate::metrics::{Metrics, SweepResult};
 use crate::pipeline::{id_text, CompiledRoute, Outcome, Pipeline, Routes, Start, ALREADY_RAN};
 use crate::reason::Reason;
 
@@ -120,9 +120,9 @@ pub struct Failed {
 }
 
 impl RouteSummary {
-    /// Counts one row; its label in `rowbranch_reconcile_rows_total{verdict}`.
-    fn count(&mut self, verdict: Verdict) -> RowVerdict {
-        let label = verdict.label();
+    /// Counts one row, here and in `rowbranch_reconcile_rows_total{route,verdict}`.
+    fn count(&mut self, verdict: Verdict, metrics: &Metrics, table: &str) {
+        metrics.reconcile_row(table, verdict.label());
         self.rows_seen += 1;
         match verdict {
             Verdict::Handled => self.already_handled += 1,
@@ -146,11 +146,11 @@ impl RouteSummary {
             Verdict::InQueue => self.in_queue += 1,
             Verdict::BeforeSweepFrom => self.before_sweep_from += 1,
             Verdict::AlreadyRan(branch) => {
+                tracing::warn!(route = %table, %branch, "{ALREADY_RAN}");
                 self.already_handled += 1;
                 self.already_ran.push(branch);
             }
         }
-        label
     }
 
     /// Why the sweep of `summaries` counts as failed, if it does.
@@ -334,12 +334,7 @@ async fn sweep_route(
             progress(summary);
             continue;
         }
-        let table = route.table_name();
-        let count = |summary: &mut RouteSummary, verdict: Verdict| {
-            pipeline
-                .metrics()
-                .reconcile_row(&table, summary.count(verdict));
-        };
+        let (table, metrics) = (route.table_name(), pipeline.metrics());
         // With `--dry-run` a verdict is counted as it stands: a run is a row that would be
         // dispatched, a dead claim one that would be dispatched again.
         let mut to_run = Vec::new();
@@ -349,17 +344,13 @@ async fn sweep_route(
                 // The table's past: nobody asked for these rows to run. Claims already made
                 // (dead claims) are rowbranch's own and go on as before.
                 Verdict::Run(_) if from.is_some_and(|from| created < from) => {
-                    count(summary, Verdict::BeforeSweepFrom)
+                    summary.count(Verdict::BeforeSweepFrom, metrics, &table)
                 }
                 Verdict::Run(plan) if !options.dry_run => to_run.push((plan, Start::New)),
-                Verdict::AlreadyRan(branch) => {
-                    tracing::warn!(route = %table, %branch, "{ALREADY_RAN}");
-                    count(summary, Verdict::AlreadyRan(branch))
-                }
                 Verdict::DeadClaim { plan, claimed } if !options.dry_run => {
                     to_run.push((plan, Start::Redispatch(claimed)))
                 }
-                verdict => count(summary, verdict),
+                verdict => summary.count(verdict, metrics, &table),
             }
         }
         // A row waits for room in the pipeline rather than fail for want of it: the sweep is
@@ -374,15 +365,12 @@ async fn sweep_route(
                 Ok(Outcome::Dispatched { .. }) => Verdict::Dispatched,
                 // Handled meanwhile (a webhook, another sweep): counted as handled.
                 Ok(Outcome::Duplicate { .. }) => Verdict::Handled,
-                Err(e) => Verdict::Failed(Failed {
-                    id,
-                    error: e.to_string(),
-                }),
+                Err(e) => Verdict::failed(id, e),
             }
         });
         let mut ran = ran.buffer_unordered(options.concurrency.max(1));
         while let Some(verdict) = ran.next().await {
-            count(summary, verdict);
+            summary.count(verdict, metrics, &table);
         }
         progress(summary);
     }
