@@ -325,9 +325,10 @@ async fn sweep_route(
             return Ok(());
         }
         if !options.dry_run {
-            for row in &page {
-                summary.states_written += u64::from(write_shown(pipeline, &known, route, row));
-            }
+            let written = page
+                .iter()
+                .filter_map(|row| write_shown(pipeline, &known, route, row));
+            summary.states_written += written.count() as u64;
         }
         if options.states_only {
             summary.rows_seen += page.len() as u64;
@@ -377,18 +378,12 @@ async fn sweep_route(
 }
 
 /// Writes back the state `known` shows for `row`, when the row does not hold it already and
-/// would take it (the writer's rule, [`StatusWrite::changes`]); whether it sent a write.
-fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row) -> bool {
+/// would take it (the writer's rule, [`StatusWrite::changes`]); `Some` when it sent a write.
+fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row) -> Option<()> {
     let raw = row.record.get(&route.id_column);
-    let Some(raw) = raw.filter(|_| route.writes_back()) else {
-        return false;
-    };
-    let (Ok(id), Some(id_text)) = (RowId::parse(raw), id_text(raw)) else {
-        return false;
-    };
-    let Some((state, pull_request)) = known.shown(&id) else {
-        return false;
-    };
+    let raw = raw.filter(|_| route.writes_back())?;
+    let (id, id_text) = (RowId::parse(raw).ok()?, id_text(raw)?);
+    let (state, pull_request) = known.shown(&id)?;
     let write = StatusWrite {
         route: Arc::clone(route),
         id: id_text,
@@ -402,11 +397,8 @@ fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row
         let value = column.as_ref().and_then(|c| row.record.get(c));
         value.and_then(Value::as_str)
     };
-    if !write.changes(held(&route.status_column), held(&route.pull_request_column)) {
-        return false;
-    }
-    pipeline.write_state(write);
-    true
+    let changes = write.changes(held(&route.status_column), held(&route.pull_request_column));
+    changes.then(|| pipeline.write_state(write))
 }
 
 /// How long before the queue was read a row may have been created and still have committed
@@ -526,14 +518,13 @@ pub async fn every(config: Arc<Config>, routes: Arc<Routes>, pipeline: Arc<Pipel
     loop {
         tokio::time::sleep_until(next).await;
         next = tokio::time::Instant::now() + every;
-        let rows = match Database::connect(url.expose()).await {
-            Ok(rows) => rows,
+        let summaries = match Database::connect(url.expose()).await {
+            Ok(rows) => run(&routes, &rows, &pipeline, &options, &|_| {}).await,
             Err(e) => {
                 tracing::error!(error = e.to_string(), "the scheduled sweep failed");
                 continue;
             }
         };
-        let summaries = run(&routes, &rows, &pipeline, &options, &|_| {}).await;
         for s in summaries {
             if let Some(error) = &s.error {
                 tracing::error!(route = %s.route, %error, "the scheduled sweep stopped early");
