@@ -369,7 +369,6 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     // The code worked once and will not again: the key is written before anything else.
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write(&key_path, &app.pem, true)?;
-    let config = dir.join("rowbranch.toml");
     let slug = app.slug.as_deref().filter(|s| is_app_slug(s));
     println!(
         "created the GitHub App {} (id {}){}",
@@ -380,7 +379,7 @@ async fn finish_app(args: &InitArgs, code: &str) -> Result<(), Failure> {
     );
     println!("  wrote {} (readable by you only)", key_path.display());
     keep_hook_secret(dir, app.webhook_secret.as_deref())?;
-    set_app_id(&config, app.id)?;
+    set_app_id(&dir.join("rowbranch.toml"), app.id)?;
     match slug {
         Some(slug) => name_the_bot(&dir.join("workflow.yml"), slug)?,
         None => println!(
@@ -439,11 +438,7 @@ fn keep_hook_secret(dir: &Path, secret: Option<&str>) -> Result<(), Failure> {
         );
         return Ok(());
     }
-    let env = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display()))?,
-    };
+    let env = read_if_there(&path)?.unwrap_or_default();
     write(&path, &with_hook_secret(&env, secret), true)?;
     println!(
         "  wrote the App's webhook secret into {} as GITHUB_WEBHOOK_SECRET (readable by you only)",
@@ -457,16 +452,12 @@ fn keep_hook_secret(dir: &Path, secret: Option<&str>) -> Result<(), Failure> {
 /// run its bot starts otherwise.
 fn name_the_bot(path: &Path, slug: &str) -> Result<(), Failure> {
     let bot = bot_login(slug);
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            println!(
-                "  no {} to update: the workflow's allowed_bots must name {bot}",
-                path.display()
-            );
-            return Ok(());
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display()))?,
+    let Some(text) = read_if_there(path)? else {
+        println!(
+            "  no {} to update: the workflow's allowed_bots must name {bot}",
+            path.display()
+        );
+        return Ok(());
     };
     let steps = claude_steps(&text).unwrap_or_default();
     if !steps.is_empty() && steps.iter().all(|s| allows_bot(&s.allowed_bots, slug)) {
@@ -633,6 +624,16 @@ fn set_app_id(config: &Path, id: u64) -> Result<(), Failure> {
     write(config, &doc.to_string(), false)?;
     println!("  set app_id = {id} in {}", config.display());
     Ok(())
+}
+
+/// The text of `path`; `None` when there is no such file.
+fn read_if_there(path: &Path) -> anyhow::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        read => read
+            .map(Some)
+            .with_context(|| format!("cannot read {}", path.display())),
+    }
 }
 
 fn write(path: &Path, text: &str, private: bool) -> Result<(), Failure> {

@@ -137,10 +137,8 @@ impl Known {
         route: &CompiledRoute,
         mut row: Row,
     ) -> anyhow::Result<Verdict> {
-        if let Some(queue) = &mut self.queue {
-            if queue.in_queue(&route.route, &mut row) {
-                return Ok(Verdict::InQueue);
-            }
+        if (self.queue.as_mut()).is_some_and(|queue| queue.in_queue(&route.route, &mut row)) {
+            return Ok(Verdict::InQueue);
         }
         let (plan, claimed_at) = match classify(self, route, row) {
             Verdict::Suspect { plan, claimed_at } => (plan, claimed_at),

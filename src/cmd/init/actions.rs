@@ -271,15 +271,13 @@ fn install(args: &InitArgs) -> Result<Install, Failure> {
         )));
     };
     let url = https("--install-from-git", url)?;
-    let rev =
-        match args.rev.as_deref() {
-            Some(rev) => rev,
-            None if OWN_COMMIT == "unknown" => return Err(usage(
-                "--rev COMMIT is required: this rowbranch does not know the commit it was built \
-                 from (--version says unknown)",
-            )),
-            None => OWN_COMMIT,
-        };
+    if args.rev.is_none() && OWN_COMMIT == "unknown" {
+        return Err(usage(
+            "--rev COMMIT is required: this rowbranch does not know the commit it was built from \
+             (--version says unknown)",
+        ));
+    }
+    let rev = args.rev.as_deref().unwrap_or(OWN_COMMIT);
     if !(7..=40).contains(&rev.len()) || !rev.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(usage(format!(
             "--rev `{}` is not a commit id: 7 to 40 hexadecimal digits (a branch or tag could \

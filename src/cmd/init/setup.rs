@@ -224,14 +224,10 @@ fn fill(name: &str, source: &str, ctx: &SetupContext, more: Value) -> anyhow::Re
     env.set_keep_trailing_newline(true);
     // The engine escapes what it prints into the page and the manifest; elsewhere each value
     // is quoted where it is printed.
-    env.set_auto_escape_callback(|name| {
-        if name.ends_with(".html") {
-            AutoEscape::Html
-        } else if name.ends_with(".json") {
-            AutoEscape::Json
-        } else {
-            AutoEscape::None
-        }
+    env.set_auto_escape_callback(|name| match name.rsplit_once('.') {
+        Some((_, "html")) => AutoEscape::Html,
+        Some((_, "json")) => AutoEscape::Json,
+        _ => AutoEscape::None,
     });
     env.add_filter("toml", toml_string);
     env.add_template(name, source)
