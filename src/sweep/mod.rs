@@ -482,18 +482,16 @@ const NO_SWEEP_FROM: &str = "no sweep_from: the scheduled sweep leaves the route
 /// `sweep_from`, with the line that gives each one: from now on. A guessed start would either
 /// run the table's whole past or forget the rows inserted while rowbranch was down.
 pub fn say_unstarted(routes: &Routes) {
-    for route in routes.iter().map(|r| &r.route) {
-        if route.sweep_from.is_none() {
-            tracing::warn!(
-                route = %route.table_name(),
-                "no scheduled sweep for {}: the route has no sweep_from. Add to its [[routes]]: \
-                 sweep_from = \"{}\" (or set ROWBRANCH_SWEEP_FROM for a route from the \
-                 environment); rows created before it are never swept, `rowbranch reconcile \
-                 --since` runs those",
-                route.table_name(),
-                crate::config::sweep_from_now()
-            );
-        }
+    for route in (routes.iter().map(|r| &r.route)).filter(|r| r.sweep_from.is_none()) {
+        tracing::warn!(
+            route = %route.table_name(),
+            "no scheduled sweep for {}: the route has no sweep_from. Add to its [[routes]]: \
+             sweep_from = \"{}\" (or set ROWBRANCH_SWEEP_FROM for a route from the \
+             environment); rows created before it are never swept, `rowbranch reconcile \
+             --since` runs those",
+            route.table_name(),
+            crate::config::sweep_from_now()
+        );
     }
 }
 
