@@ -57,11 +57,8 @@ impl Every {
     /// minutes",
     /// https://docs.github.com/actions/writing-workflows/choosing-when-your-workflow-runs/events-that-trigger-workflows#schedule).
     pub fn parse(text: &str) -> Result<Every, String> {
-        let Ok(duration) = humantime::parse_duration(text.trim()) else {
-            return Err(format!(
-                "`{text}` is not a duration: write e.g. 15m, 1h or 6h"
-            ));
-        };
+        let duration = humantime::parse_duration(text.trim())
+            .map_err(|_| format!("`{text}` is not a duration: write e.g. 15m, 1h or 6h"))?;
         if duration.as_secs() < 5 * 60 {
             return Err(format!(
                 "`{text}` is shorter than GitHub's shortest schedule, 5 minutes; the kick \
