@@ -413,8 +413,9 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                     admit(&app, plan).await
                 }
                 Err(e) => {
-                    decision.id = e.row_id();
-                    decision.column = e.column().map(str::to_owned);
+                    if let Some((column, id)) = e.column_and_id() {
+                        (decision.column, decision.id) = (Some(column.to_owned()), id);
+                    }
                     // Only what is there: a text log still spaces a field recorded empty.
                     if let Some(id) = &decision.id {
                         span.record("id", id.as_str());
