@@ -41,11 +41,6 @@ impl QueueName {
     }
 }
 
-impl PartialEq<QueueName> for String {
-    fn eq(&self, other: &QueueName) -> bool {
-        *self == other.0
-    }
-}
 
 #[cfg(test)]
 mod tests {
