@@ -41,7 +41,6 @@ impl QueueName {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

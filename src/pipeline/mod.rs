@@ -317,11 +317,10 @@ impl Pipeline {
                 // Counted and unregistered however the run ends, so a run that panics does not
                 // stay "under way" forever, and is counted as `failed_internal`. Its entry's
                 // room goes with it: its place and its bytes are free again.
-                let pipeline = Arc::clone(&this);
-                let mut ended = guard(RunResult::FailedInternal, move |ended| {
-                    let metrics = &pipeline.metrics;
+                let mut ended = guard(RunResult::FailedInternal, |ended| {
+                    let metrics = &this.metrics;
                     metrics.run_ended(&route, ended, started.elapsed());
-                    if let Ok(mut runs) = pipeline.runs.lock() {
+                    if let Ok(mut runs) = this.runs.lock() {
                         runs.remove(&done_key);
                         metrics.runs_in_flight(runs.len());
                     }

@@ -391,7 +391,7 @@ impl CompiledRoute {
             }
             None => (None, false),
         };
-        let record = match self.payload.record_use() {
+        let record = match &self.payload.record_use {
             RecordUse::Whole => record.to_owned(),
             RecordUse::Columns(names) => {
                 let mut kept = Map::new();

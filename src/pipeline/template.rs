@@ -29,7 +29,7 @@ pub struct PayloadTemplate {
     body: Body,
     origin: String,
     /// Which of the row's columns it reads, so that a waiting row keeps only those.
-    record_use: RecordUse,
+    pub(super) record_use: RecordUse,
 }
 
 /// Which of the row's columns a template reads through `record`.
@@ -123,11 +123,6 @@ impl PayloadTemplate {
             origin: origin.to_owned(),
             record_use,
         })
-    }
-
-    /// Which of the row's columns this template reads.
-    pub fn record_use(&self) -> &RecordUse {
-        &self.record_use
     }
 
     /// Renders and checks the payload.
@@ -269,7 +264,7 @@ mod tests {
         let template = PayloadTemplate::from_text(BUILTIN_PAYLOAD, "test").unwrap();
         assert!(matches!(template.body, Body::Template(_)));
         let builtin = PayloadTemplate::builtin();
-        assert_eq!(builtin.record_use(), template.record_use());
+        assert_eq!(builtin.record_use, template.record_use);
         let long = "ü\"\\\u{2028}<>&".repeat(50);
         for text in [
             None,
@@ -388,14 +383,14 @@ mod tests {
     fn a_template_reads_only_the_columns_it_names() {
         let compile = |source: &str| PayloadTemplate::from_text(source, "t").unwrap();
         assert_eq!(
-            PayloadTemplate::builtin().record_use(),
-            &RecordUse::Columns(BTreeSet::new())
+            PayloadTemplate::builtin().record_use,
+            RecordUse::Columns(BTreeSet::new())
         );
         let named =
             compile(r#"{"t": {{ record.title }}, "o": {{ record.meta.owner }}, "i": {{ id }}}"#);
         assert_eq!(
-            named.record_use(),
-            &RecordUse::Columns(["meta".to_owned(), "title".to_owned()].into())
+            named.record_use,
+            RecordUse::Columns(["meta".to_owned(), "title".to_owned()].into())
         );
         for whole in [
             r#"{"r": {{ record }}}"#,
@@ -403,7 +398,7 @@ mod tests {
             r#"{% set r = record %}{"t": {{ r.title }}}"#,
             r#"{"n": {{ record | length }}}"#,
         ] {
-            assert_eq!(compile(whole).record_use(), &RecordUse::Whole, "{whole}");
+            assert_eq!(compile(whole).record_use, RecordUse::Whole, "{whole}");
         }
     }
 }
