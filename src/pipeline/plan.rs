@@ -371,7 +371,7 @@ impl CompiledRoute {
             source,
         })?;
         // Null or empty text gives no slug; a text column the row lacks is refused.
-        let text = match &route.text_column {
+        let mut text = match &route.text_column {
             Some(name) => match column(name)? {
                 Some(Value::String(text)) => Some(text),
                 Some(_) => None,
@@ -384,13 +384,7 @@ impl CompiledRoute {
             .as_deref()
             .and_then(|t| Slug::new(t, route.slug_max_len));
         let branch = BranchName::new(&route.branch_prefix, &id, slug.as_ref());
-        let (text, text_truncated) = match text {
-            Some(text) => {
-                let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
-                (Some(kept.to_owned()), cut)
-            }
-            None => (None, false),
-        };
+        let text_truncated = (text.as_mut()).is_some_and(|t| cut_text(t, MAX_TEXT_JSON_BYTES));
         let record = match &self.payload.record_use {
             RecordUse::Whole => record.to_owned(),
             RecordUse::Columns(names) => {

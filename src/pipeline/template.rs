@@ -207,9 +207,9 @@ fn render_error(e: minijinja::Error) -> PayloadError {
     }
 }
 
-/// Cuts `text` on a character boundary so that its JSON encoding fits in `budget` bytes.
-/// Returns the kept part and whether anything was cut.
-pub fn cut_text(text: &str, budget: usize) -> (&str, bool) {
+/// Cuts `text` on a character boundary so that its JSON encoding fits in `budget` bytes, and
+/// gives back the memory of the part cut. Returns whether anything was cut.
+pub fn cut_text(text: &mut String, budget: usize) -> bool {
     let mut used = 2; // the quotes
     for (at, ch) in text.char_indices() {
         used += match ch {
@@ -218,10 +218,12 @@ pub fn cut_text(text: &str, budget: usize) -> (&str, bool) {
             c => c.len_utf8(),
         };
         if used > budget {
-            return (&text[..at], true);
+            text.truncate(at);
+            text.shrink_to_fit();
+            return true;
         }
     }
-    (text, false)
+    false
 }
 
 #[cfg(test)]
@@ -362,21 +364,21 @@ mod tests {
 
     #[test]
     fn long_text_is_cut_on_a_character_boundary_within_budget() {
-        let text = "é\"ü\n".repeat(50_000);
-        let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
-        assert!(cut);
-        assert!(serde_json::to_string(kept).unwrap().len() <= MAX_TEXT_JSON_BYTES);
-        assert!(serde_json::to_string(kept).unwrap().len() > MAX_TEXT_JSON_BYTES - 8);
-        assert_eq!(cut_text("short", MAX_TEXT_JSON_BYTES), ("short", false));
+        let mut kept = "é\"ü\n".repeat(50_000);
+        assert!(cut_text(&mut kept, MAX_TEXT_JSON_BYTES));
+        assert!(serde_json::to_string(&kept).unwrap().len() <= MAX_TEXT_JSON_BYTES);
+        assert!(serde_json::to_string(&kept).unwrap().len() > MAX_TEXT_JSON_BYTES - 8);
+        let mut short = "short".to_owned();
+        assert!(!cut_text(&mut short, MAX_TEXT_JSON_BYTES));
+        assert_eq!(short, "short");
     }
 
     #[test]
     fn control_characters_count_as_their_escapes() {
-        let text = "\u{01}".repeat(10);
-        let (kept, cut) = cut_text(&text, 2 + 6 * 4);
-        assert!(cut);
+        let mut kept = "\u{01}".repeat(10);
+        assert!(cut_text(&mut kept, 2 + 6 * 4));
         assert_eq!(kept.len(), 4);
-        assert_eq!(serde_json::to_string(kept).unwrap().len(), 2 + 6 * 4);
+        assert_eq!(serde_json::to_string(&kept).unwrap().len(), 2 + 6 * 4);
     }
 
     #[test]
