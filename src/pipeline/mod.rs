@@ -211,7 +211,7 @@ impl Pipeline {
 
     /// What the rows admitted and not yet finished hold, in bytes, as counted at admission.
     pub fn held_bytes(&self) -> usize {
-        self.bound_bytes() - self.bytes.available_permits()
+        bound(self.admission.bytes) - self.bytes.available_permits()
     }
 
     /// How many more bytes rows may hold before `queue_bytes` refuses the next one.
@@ -219,13 +219,9 @@ impl Pipeline {
         self.bytes.available_permits()
     }
 
-    fn bound_bytes(&self) -> usize {
-        bound(self.admission.bytes)
-    }
-
     /// The permits a row of `bytes` takes: at most the whole bound.
     fn permits(&self, bytes: usize) -> u32 {
-        bytes.min(self.bound_bytes()) as u32
+        bytes.min(bound(self.admission.bytes)) as u32
     }
 
     /// Starts a run of `plan` as `start` says, or joins the one under way for the same row. A
