@@ -133,18 +133,10 @@ pub(super) async fn execute(
     };
     let base = match start {
         Start::Redispatch(base) => {
-            let sent = dispatch(
-                forge,
-                plan,
-                base,
-                claimed,
-                "dispatching a claimed row again",
-            )
-            .await;
+            let during = "dispatching a claimed row again";
+            let sent = (dispatch(forge, plan, base, claimed, during).await)
+                .inspect(|_| tracing::info!("dispatched a claimed row again"));
             set(claimed, None);
-            if sent.is_ok() {
-                tracing::info!("dispatched a claimed row again");
-            }
             return sent;
         }
         Start::Redo => read_base(forge.base(repo).await)?,
