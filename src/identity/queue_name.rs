@@ -38,6 +38,12 @@ impl QueueName {
     }
 }
 
+impl PartialEq<QueueName> for String {
+    fn eq(&self, other: &QueueName) -> bool {
+        *self == other.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

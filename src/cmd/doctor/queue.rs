@@ -152,19 +152,17 @@ async fn queues_exist(client: &Client, pgmq: &PgmqSettings, out: &mut Checks) ->
     };
     let mut all = true;
     for name in [&pgmq.queue, &pgmq.dead_letter] {
-        out.push(
-            match known.iter().find(|(known, _)| known == name.as_str()) {
-                Some((_, false)) => Check::pass(format!("queue {name} exists, logged")),
-                Some((_, true)) => Check::fail(
-                    format!("queue {name} is unlogged: a crash of the database empties it"),
-                    format!("once it is empty, drop it with pgmq's drop_queue, then {RUN_SETUP}"),
-                ),
-                None => {
-                    all = false;
-                    Check::fail(format!("queue {name} does not exist"), RUN_SETUP)
-                }
-            },
-        );
+        out.push(match known.iter().find(|(known, _)| known == name) {
+            Some((_, false)) => Check::pass(format!("queue {name} exists, logged")),
+            Some((_, true)) => Check::fail(
+                format!("queue {name} is unlogged: a crash of the database empties it"),
+                format!("once it is empty, drop it with pgmq's drop_queue, then {RUN_SETUP}"),
+            ),
+            None => {
+                all = false;
+                Check::fail(format!("queue {name} does not exist"), RUN_SETUP)
+            }
+        });
     }
     all
 }
@@ -221,12 +219,7 @@ async fn trigger(client: &Client, route: &Route, pgmq: &PgmqSettings, out: &mut 
     // One trigger, or with a gate (`run_when`) two: one for the INSERT, one for the UPDATE that
     // approves a row; together they fire on every event the route takes.
     let sending: Vec<&Trigger> = (found.iter())
-        .filter(|t| {
-            t.enqueues
-                && t.args
-                    .first()
-                    .is_some_and(|arg| *arg == pgmq.queue.as_str())
-        })
+        .filter(|t| t.enqueues && t.args.first().is_some_and(|arg| *arg == pgmq.queue))
         .collect();
     let Some(first) = sending.first() else {
         let what = format!("{what} is missing: its rows never reach the queue");
