@@ -413,9 +413,8 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                     admit(&app, plan).await
                 }
                 Err(e) => {
-                    if let Some((column, id)) = e.column_and_id() {
-                        (decision.column, decision.id) = (Some(column.to_owned()), id);
-                    }
+                    let (column, id) = e.column_and_id().unzip();
+                    (decision.column, decision.id) = (column.map(str::to_owned), id.flatten());
                     // Only what is there: a text log still spaces a field recorded empty.
                     if let Some(id) = &decision.id {
                         span.record("id", id.as_str());

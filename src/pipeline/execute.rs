@@ -148,10 +148,9 @@ pub(super) async fn execute(
                 forge.has_pull_request(repo, &plan.branch),
                 forge.base(repo),
             );
-            let mut branches =
+            let branches =
                 branches.map_err(|e| RunError::from_forge(e, "listing the row's branches"))?;
-            branches.sort();
-            if let Some(branch) = branches.into_iter().next() {
+            if let Some(branch) = branches.into_iter().min() {
                 return Ok(Outcome::Duplicate {
                     reason: Reason::BranchExists,
                     branch,
