@@ -413,8 +413,8 @@ async fn decide(app: Arc<App>, start: Instant, event: RowEvent) -> Answer {
                     admit(&app, plan).await
                 }
                 Err(e) => {
-                    decision.id = e.row_id();
-                    decision.column = e.column().map(str::to_owned);
+                    let (column, id) = e.column_and_id().unzip();
+                    (decision.column, decision.id) = (column.map(str::to_owned), id.flatten());
                     // Only what is there: a text log still spaces a field recorded empty.
                     if let Some(id) = &decision.id {
                         span.record("id", id.as_str());

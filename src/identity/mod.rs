@@ -137,46 +137,43 @@ impl RowId {
 /// then the rule it breaks, for its caller to say whose rule it is ("ids", "parts of a
 /// branch prefix").
 fn check_part(part: &str) -> Result<(), (String, &'static str)> {
-    if let Some(ch) = part.chars().find(|&ch| !is_name_char(ch)) {
-        let fault = format!("contains {}", describe_char(ch));
-        return Err((fault, "may contain only A-Z a-z 0-9 . _ -"));
+    let name_char = |ch: char| ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | '-');
+    if let Some(ch) = part.chars().find(|&ch| !name_char(ch)) {
+        // Named so that a user can see it, invisible ones included: escape_debug turns control
+        // and invisible characters into \u{...}.
+        let shown = match ch {
+            ' ' => "' ' (a space)".to_owned(),
+            '\t' => "a tab".to_owned(),
+            '\n' | '\r' => "a line break".to_owned(),
+            '/' => "'/' (a slash)".to_owned(),
+            _ => format!("'{}'", ch.escape_debug()),
+        };
+        return Err((format!("contains {shown}"), NAME_CHARS));
     }
-    if let Some(ch) = part.chars().next().filter(|&ch| ch == '.' || ch == '-') {
-        return Err((
-            format!("starts with '{ch}'"),
-            "may not start with '.' or '-'",
-        ));
-    }
-    let (fault, rule) = if part.contains("..") {
-        ("contains '..'", "may not contain two dots in a row")
-    } else if part.ends_with(".lock") {
+    let start = "may not start with '.' or '-'";
+    let rules = [
+        (part.starts_with('.'), "starts with '.'", start),
+        (part.starts_with('-'), "starts with '-'", start),
         (
+            part.contains(".."),
+            "contains '..'",
+            "may not contain two dots in a row",
+        ),
+        (
+            part.ends_with(".lock"),
             "ends with '.lock'",
             "may not end with '.lock' (git reserves it)",
-        )
-    } else if part.ends_with('.') {
-        ("ends with '.'", "may not end with '.'")
-    } else {
-        return Ok(());
-    };
-    Err((fault.to_owned(), rule))
-}
-
-fn is_name_char(ch: char) -> bool {
-    ch.is_ascii_alphanumeric() || matches!(ch, '.' | '_' | '-')
-}
-
-/// Names a character so that a user can see it, including invisible ones.
-fn describe_char(ch: char) -> String {
-    match ch {
-        ' ' => "' ' (a space)".to_owned(),
-        '\t' => "a tab".to_owned(),
-        '\n' | '\r' => "a line break".to_owned(),
-        '/' => "'/' (a slash)".to_owned(),
-        // escape_debug turns control and invisible characters into \u{...}.
-        _ => format!("'{}'", ch.escape_debug()),
+        ),
+        (part.ends_with('.'), "ends with '.'", "may not end with '.'"),
+    ];
+    match rules.into_iter().find(|(broken, ..)| *broken) {
+        Some((_, fault, rule)) => Err((fault.to_owned(), rule)),
+        None => Ok(()),
     }
 }
+
+/// The rule [`check_part`] gives for a character outside the set.
+const NAME_CHARS: &str = "may contain only A-Z a-z 0-9 . _ -";
 
 /// At most `QUOTE_LIMIT` characters of `text`, with `…` when cut: what an error message quotes
 /// of a value it refuses, so that its text does not grow with whatever was sent.
@@ -255,18 +252,15 @@ impl BranchPrefix {
             );
             // A bad character is reported against the whole prefix: that is what the user
             // typed, and the character may be what split it into parts.
-            if let Some(ch) = part.chars().find(|&ch| !is_name_char(ch)) {
-                return Err(NameError(format!(
-                    "the branch prefix {prefix:?} contains {}; branch prefixes may contain only \
-                     A-Z a-z 0-9 . _ - and '/' between parts",
-                    describe_char(ch)
-                )));
-            }
-            check_part(part).map_err(|(fault, rule)| {
-                let part = excerpt(part);
-                NameError(format!(
-                    "the branch prefix part {part:?} {fault}; parts of a branch prefix {rule}"
-                ))
+            check_part(part).map_err(|(fault, rule)| match rule {
+                NAME_CHARS => NameError(format!(
+                    "the branch prefix {prefix:?} {fault}; branch prefixes {NAME_CHARS} and '/' \
+                     between parts"
+                )),
+                _ => NameError(format!(
+                    "the branch prefix part {:?} {fault}; parts of a branch prefix {rule}",
+                    excerpt(part)
+                )),
             })?;
         }
         Ok(BranchPrefix(raw.to_owned()))

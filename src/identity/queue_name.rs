@@ -6,9 +6,6 @@ use super::{excerpt, NameError};
 /// PostgreSQL's 63-byte names.
 const MAX_LEN: usize = 47;
 
-/// The dead-letter queue's name when none is given: the queue's, then this.
-const DEAD_LETTER_SUFFIX: &str = "_dead";
-
 /// A pgmq queue's name that comes back as it went in: pgmq prefixes it (`q_`, `a_`),
 /// lowercases it and keeps table names within PostgreSQL's 63 bytes, so rowbranch takes 1 to
 /// 47 of `a-z`, `0-9` and `_`, not starting with a digit.
@@ -37,7 +34,7 @@ impl QueueName {
     /// `{self}_dead`, the dead-letter queue's name when none is given; refused when that is
     /// over 47 characters.
     pub fn default_dead_letter(&self) -> Result<QueueName, NameError> {
-        QueueName::parse(&format!("{self}{DEAD_LETTER_SUFFIX}"))
+        QueueName::parse(&format!("{self}_dead"))
     }
 }
 

@@ -133,18 +133,10 @@ pub(super) async fn execute(
     };
     let base = match start {
         Start::Redispatch(base) => {
-            let sent = dispatch(
-                forge,
-                plan,
-                base,
-                claimed,
-                "dispatching a claimed row again",
-            )
-            .await;
+            let during = "dispatching a claimed row again";
+            let sent = (dispatch(forge, plan, base, claimed, during).await)
+                .inspect(|_| tracing::info!("dispatched a claimed row again"));
             set(claimed, None);
-            if sent.is_ok() {
-                tracing::info!("dispatched a claimed row again");
-            }
             return sent;
         }
         Start::Redo => read_base(forge.base(repo).await)?,
@@ -156,10 +148,9 @@ pub(super) async fn execute(
                 forge.has_pull_request(repo, &plan.branch),
                 forge.base(repo),
             );
-            let mut branches =
+            let branches =
                 branches.map_err(|e| RunError::from_forge(e, "listing the row's branches"))?;
-            branches.sort();
-            if let Some(branch) = branches.into_iter().next() {
+            if let Some(branch) = branches.into_iter().min() {
                 return Ok(Outcome::Duplicate {
                     reason: Reason::BranchExists,
                     branch,

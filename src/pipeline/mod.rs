@@ -211,7 +211,7 @@ impl Pipeline {
 
     /// What the rows admitted and not yet finished hold, in bytes, as counted at admission.
     pub fn held_bytes(&self) -> usize {
-        self.bound_bytes() - self.bytes.available_permits()
+        bound(self.admission.bytes) - self.bytes.available_permits()
     }
 
     /// How many more bytes rows may hold before `queue_bytes` refuses the next one.
@@ -219,13 +219,9 @@ impl Pipeline {
         self.bytes.available_permits()
     }
 
-    fn bound_bytes(&self) -> usize {
-        bound(self.admission.bytes)
-    }
-
     /// The permits a row of `bytes` takes: at most the whole bound.
     fn permits(&self, bytes: usize) -> u32 {
-        bytes.min(self.bound_bytes()) as u32
+        bytes.min(bound(self.admission.bytes)) as u32
     }
 
     /// Starts a run of `plan` as `start` says, or joins the one under way for the same row. A
@@ -317,11 +313,10 @@ impl Pipeline {
                 // Counted and unregistered however the run ends, so a run that panics does not
                 // stay "under way" forever, and is counted as `failed_internal`. Its entry's
                 // room goes with it: its place and its bytes are free again.
-                let pipeline = Arc::clone(&this);
-                let mut ended = guard(RunResult::FailedInternal, move |ended| {
-                    let metrics = &pipeline.metrics;
+                let mut ended = guard(RunResult::FailedInternal, |ended| {
+                    let metrics = &this.metrics;
                     metrics.run_ended(&route, ended, started.elapsed());
-                    if let Ok(mut runs) = pipeline.runs.lock() {
+                    if let Ok(mut runs) = this.runs.lock() {
                         runs.remove(&done_key);
                         metrics.runs_in_flight(runs.len());
                     }

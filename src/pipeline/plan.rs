@@ -245,9 +245,8 @@ pub enum PlanError {
     /// does not have: a mistake in the config, which a redelivery cannot mend.
     #[error(
         "the row has no `{column}` column, which the route for {table} uses as its {use_}; the \
-         row's columns: {names}. Set {key} to one of them{or_none}",
+         row's columns: {columns}. Set {key} to one of them{or_none}",
         use_ = if *.key == "id_column" { "id" } else { "text" },
-        names = list_names(.columns),
         or_none = if *.key == "text_column" { " (or \"\" for no text)" } else { "" }
     )]
     MissingColumn {
@@ -256,8 +255,9 @@ pub enum PlanError {
         column: String,
         /// The route's key that names it: `id_column` or `text_column`.
         key: &'static str,
-        /// The record's columns, sorted.
-        columns: Vec<String>,
+        /// The record's columns, sorted, as the message lists them: at most [`LISTED_NAMES`],
+        /// each cut to a few dozen characters and with its control characters escaped.
+        columns: String,
         /// The row's id, when the id column was there to give it.
         id: Option<String>,
     },
@@ -290,12 +290,14 @@ impl PlanError {
         }
     }
 
-    /// The row's id as far as it is known: the id itself, or an excerpt of an unusable one as
-    /// it came.
-    pub fn row_id(&self) -> Option<String> {
+    /// The column at fault, when one is, and the row's id as far as it is known: the id itself,
+    /// or an excerpt of an unusable one as it came.
+    pub fn column_and_id(&self) -> Option<(&str, Option<String>)> {
         match self {
-            PlanError::MissingColumn { id, .. } => id.clone(),
-            PlanError::BadId { received, .. } => Some(received.clone()),
+            PlanError::MissingColumn { column, id, .. } => Some((column, id.clone())),
+            PlanError::BadId {
+                column, received, ..
+            } => Some((column, Some(received.clone()))),
             PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => None,
         }
     }
@@ -313,37 +315,10 @@ impl PlanError {
             _ => None,
         }
     }
-
-    /// The column at fault, when one is.
-    pub fn column(&self) -> Option<&str> {
-        match self {
-            PlanError::MissingColumn { column, .. } | PlanError::BadId { column, .. } => {
-                Some(column)
-            }
-            PlanError::NotAnObject { .. } | PlanError::NotJson { .. } => None,
-        }
-    }
 }
 
 /// How many of a record's column names a message lists.
 const LISTED_NAMES: usize = 20;
-
-/// Column names for a message: at most [`LISTED_NAMES`], each cut to a few dozen characters
-/// and with its control characters escaped.
-fn list_names(names: &[String]) -> String {
-    if names.is_empty() {
-        return "none".to_owned();
-    }
-    let mut listed: Vec<String> = names
-        .iter()
-        .take(LISTED_NAMES)
-        .map(|n| excerpt(&n.escape_debug().to_string()))
-        .collect();
-    if names.len() > LISTED_NAMES {
-        listed.push(format!("and {} more", names.len() - LISTED_NAMES));
-    }
-    listed.join(", ")
-}
 
 impl CompiledRoute {
     /// Plans a row: `record` is a JSON object (a webhook's or a queue message's, which the
@@ -368,13 +343,22 @@ impl CompiledRoute {
         let route = &self.route;
         // The route names a column its table lacks: the row has every column (SPEC §4).
         let missing = |name: &str, key, id: Option<&RowId>| {
-            let mut columns: Vec<String> = fields.keys().cloned().collect();
-            columns.sort_unstable();
+            let mut names: Vec<&String> = fields.keys().collect();
+            names.sort_unstable();
+            let mut columns: Vec<String> = (names.iter().take(LISTED_NAMES))
+                .map(|n| excerpt(&n.escape_debug().to_string()))
+                .collect();
+            if names.len() > LISTED_NAMES {
+                columns.push(format!("and {} more", names.len() - LISTED_NAMES));
+            }
             PlanError::MissingColumn {
                 table: route.table_name(),
                 column: name.to_owned(),
                 key,
-                columns,
+                columns: match columns.is_empty() {
+                    true => "none".to_owned(),
+                    false => columns.join(", "),
+                },
                 id: id.map(ToString::to_string),
             }
         };
@@ -387,7 +371,7 @@ impl CompiledRoute {
             source,
         })?;
         // Null or empty text gives no slug; a text column the row lacks is refused.
-        let text = match &route.text_column {
+        let mut text = match &route.text_column {
             Some(name) => match column(name)? {
                 Some(Value::String(text)) => Some(text),
                 Some(_) => None,
@@ -400,14 +384,8 @@ impl CompiledRoute {
             .as_deref()
             .and_then(|t| Slug::new(t, route.slug_max_len));
         let branch = BranchName::new(&route.branch_prefix, &id, slug.as_ref());
-        let (text, text_truncated) = match text {
-            Some(text) => {
-                let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
-                (Some(kept.to_owned()), cut)
-            }
-            None => (None, false),
-        };
-        let record = match self.payload.record_use() {
+        let text_truncated = (text.as_mut()).is_some_and(|t| cut_text(t, MAX_TEXT_JSON_BYTES));
+        let record = match &self.payload.record_use {
             RecordUse::Whole => record.to_owned(),
             RecordUse::Columns(names) => {
                 let mut kept = Map::new();
@@ -578,8 +556,7 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.reason(), Reason::MissingColumn);
-        assert_eq!(err.row_id().as_deref(), Some("7"));
-        assert_eq!(err.column(), Some("message"));
+        assert_eq!(err.column_and_id(), Some(("message", Some("7".to_owned()))));
         let text = err.to_string();
         for part in [
             "no `message` column",
@@ -603,7 +580,7 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.reason(), Reason::MissingColumn);
-        assert_eq!(err.row_id(), None);
+        assert_eq!(err.column_and_id(), Some(("id", None)));
         assert!(err.to_string().contains("no `id` column"), "{err}");
         assert!(err.to_string().contains("message, uid"), "{err}");
     }
@@ -656,10 +633,11 @@ mod tests {
         ))
         .unwrap_err();
         assert_eq!(err.reason(), Reason::BadId);
-        let received = err.row_id().unwrap();
+        let (column, received) = err.column_and_id().unwrap();
+        let received = received.unwrap();
         assert!(received.starts_with("\"a b"), "{received}");
         assert!(received.chars().count() <= 41, "{received}");
-        assert_eq!(err.column(), Some("id"));
+        assert_eq!(column, "id");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub struct PayloadTemplate {
     body: Body,
     origin: String,
     /// Which of the row's columns it reads, so that a waiting row keeps only those.
-    record_use: RecordUse,
+    pub(super) record_use: RecordUse,
 }
 
 /// Which of the row's columns a template reads through `record`.
@@ -125,11 +125,6 @@ impl PayloadTemplate {
         })
     }
 
-    /// Which of the row's columns this template reads.
-    pub fn record_use(&self) -> &RecordUse {
-        &self.record_use
-    }
-
     /// Renders and checks the payload.
     pub fn render(&self, ctx: &PayloadContext<'_>) -> Result<Map<String, Value>, PayloadError> {
         let value = match &self.body {
@@ -212,9 +207,9 @@ fn render_error(e: minijinja::Error) -> PayloadError {
     }
 }
 
-/// Cuts `text` on a character boundary so that its JSON encoding fits in `budget` bytes.
-/// Returns the kept part and whether anything was cut.
-pub fn cut_text(text: &str, budget: usize) -> (&str, bool) {
+/// Cuts `text` on a character boundary so that its JSON encoding fits in `budget` bytes, and
+/// gives back the memory of the part cut. Returns whether anything was cut.
+pub fn cut_text(text: &mut String, budget: usize) -> bool {
     let mut used = 2; // the quotes
     for (at, ch) in text.char_indices() {
         used += match ch {
@@ -223,10 +218,12 @@ pub fn cut_text(text: &str, budget: usize) -> (&str, bool) {
             c => c.len_utf8(),
         };
         if used > budget {
-            return (&text[..at], true);
+            text.truncate(at);
+            text.shrink_to_fit();
+            return true;
         }
     }
-    (text, false)
+    false
 }
 
 #[cfg(test)]
@@ -269,7 +266,7 @@ mod tests {
         let template = PayloadTemplate::from_text(BUILTIN_PAYLOAD, "test").unwrap();
         assert!(matches!(template.body, Body::Template(_)));
         let builtin = PayloadTemplate::builtin();
-        assert_eq!(builtin.record_use(), template.record_use());
+        assert_eq!(builtin.record_use, template.record_use);
         let long = "ü\"\\\u{2028}<>&".repeat(50);
         for text in [
             None,
@@ -367,35 +364,35 @@ mod tests {
 
     #[test]
     fn long_text_is_cut_on_a_character_boundary_within_budget() {
-        let text = "é\"ü\n".repeat(50_000);
-        let (kept, cut) = cut_text(&text, MAX_TEXT_JSON_BYTES);
-        assert!(cut);
-        assert!(serde_json::to_string(kept).unwrap().len() <= MAX_TEXT_JSON_BYTES);
-        assert!(serde_json::to_string(kept).unwrap().len() > MAX_TEXT_JSON_BYTES - 8);
-        assert_eq!(cut_text("short", MAX_TEXT_JSON_BYTES), ("short", false));
+        let mut kept = "é\"ü\n".repeat(50_000);
+        assert!(cut_text(&mut kept, MAX_TEXT_JSON_BYTES));
+        assert!(serde_json::to_string(&kept).unwrap().len() <= MAX_TEXT_JSON_BYTES);
+        assert!(serde_json::to_string(&kept).unwrap().len() > MAX_TEXT_JSON_BYTES - 8);
+        let mut short = "short".to_owned();
+        assert!(!cut_text(&mut short, MAX_TEXT_JSON_BYTES));
+        assert_eq!(short, "short");
     }
 
     #[test]
     fn control_characters_count_as_their_escapes() {
-        let text = "\u{01}".repeat(10);
-        let (kept, cut) = cut_text(&text, 2 + 6 * 4);
-        assert!(cut);
+        let mut kept = "\u{01}".repeat(10);
+        assert!(cut_text(&mut kept, 2 + 6 * 4));
         assert_eq!(kept.len(), 4);
-        assert_eq!(serde_json::to_string(kept).unwrap().len(), 2 + 6 * 4);
+        assert_eq!(serde_json::to_string(&kept).unwrap().len(), 2 + 6 * 4);
     }
 
     #[test]
     fn a_template_reads_only_the_columns_it_names() {
         let compile = |source: &str| PayloadTemplate::from_text(source, "t").unwrap();
         assert_eq!(
-            PayloadTemplate::builtin().record_use(),
-            &RecordUse::Columns(BTreeSet::new())
+            PayloadTemplate::builtin().record_use,
+            RecordUse::Columns(BTreeSet::new())
         );
         let named =
             compile(r#"{"t": {{ record.title }}, "o": {{ record.meta.owner }}, "i": {{ id }}}"#);
         assert_eq!(
-            named.record_use(),
-            &RecordUse::Columns(["meta".to_owned(), "title".to_owned()].into())
+            named.record_use,
+            RecordUse::Columns(["meta".to_owned(), "title".to_owned()].into())
         );
         for whole in [
             r#"{"r": {{ record }}}"#,
@@ -403,7 +400,7 @@ mod tests {
             r#"{% set r = record %}{"t": {{ r.title }}}"#,
             r#"{"n": {{ record | length }}}"#,
         ] {
-            assert_eq!(compile(whole).record_use(), &RecordUse::Whole, "{whole}");
+            assert_eq!(compile(whole).record_use, RecordUse::Whole, "{whole}");
         }
     }
 }

@@ -333,7 +333,7 @@ impl Consumer {
                 if let Some(id) = e.refused_id() {
                     self.pipeline.note(&compiled.route, id, RowState::Refused, false);
                 }
-                job.id = e.row_id();
+                job.id = e.column_and_id().and_then(|(_, id)| id);
                 Fate::dead(e.reason())
             }),
         };
