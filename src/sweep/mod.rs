@@ -548,10 +548,9 @@ pub fn table(summaries: &[RouteSummary], dry_run: bool) -> String {
         true => ("would run", "dead claims would re-dispatch"),
         false => ("dispatched", "dead claims re-dispatched"),
     };
-    // The header in the rows' columns: 36, 8, 8, 8, 10, 11 and 7 wide.
     let mut out = format!(
-        "{:<36}     rows  handled   merged {runs_column:>10} dead claims  failed\n",
-        "route"
+        "{:<36} {:>8} {:>8} {:>8} {:>10} {:>11} {:>7}\n",
+        "route", "rows", "handled", "merged", runs_column, "dead claims", "failed"
     );
     for s in summaries {
         // Only a dry run would dispatch, and only a real one dispatches; a dead claim whose
