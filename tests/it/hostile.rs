@@ -597,7 +597,8 @@ async fn sigterm_with_a_backlog_dispatches_every_claim_names_every_abandoned_row
 }
 
 /// Sends a real delivery of row `id` and checks it is answered within 40 s, dispatched (or
-/// accepted, to be dispatched).
+/// accepted, to be dispatched: then waits for its branch, which a loaded machine may take past
+/// `respond_within_ms` to make).
 async fn delivered_within_40_s(served: &Served, secret: &str, id: u64, text: &str) {
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(40))
@@ -618,4 +619,8 @@ async fn delivered_within_40_s(served: &Served, secret: &str, id: u64, text: &st
             || (status, body["outcome"].as_str()) == (202, Some("accepted")),
         "{status} {body}"
     );
+    eventually("the delivered row's branch", || async {
+        (!served.branches().await.is_empty()).then_some(())
+    })
+    .await;
 }
