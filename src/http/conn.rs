@@ -4,13 +4,15 @@
 //! so that a sender who is slow to send its headers — or idle between requests — is cut after
 //! `read_timeout_ms`. (`axum::serve` sets no timer, so hyper's header timeout would be off.)
 //!
-//! A full table makes room: the connections waiting for a request head (a new one, or one idle
-//! between requests) are kept in [`Waiting`] with when they began to wait, and a connection
-//! accepted when no permit is free takes the permit of the one that has waited longest, which
-//! is cut. A request under way — its body being read, its answer being decided or written — is
-//! never cut for room, so clients that never finish a request head cannot hold every slot,
-//! while one that sends slowly but sends keeps its own. Only when every connection is in a
-//! request does a new one wait for one to end (and the next ones in the listen backlog).
+//! A full table makes room: the connections waiting for a request head (a new one once a read
+//! has found nothing more to read, or one between requests) are kept in [`Waiting`] with when
+//! they began to wait, and a connection accepted when no permit is free takes the permit of
+//! the one that has waited longest, which is cut. One just accepted whose task has not yet
+//! read — its head may be there, unread — is not among them. A request under way — its body
+//! being read, its answer being decided or written — is never cut for room, so clients that
+//! never finish a request head cannot hold every slot, while one that sends slowly but sends
+//! keeps its own. Only when every connection is in a request does a new one wait for one to
+//! end (and the next ones in the listen backlog).
 //!
 //! Two more bounds cover what the header timeout does not see. A write that makes no progress
 //! for `read_timeout_ms` fails (a client that sends requests and never reads its answers would
@@ -23,7 +25,10 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -34,7 +39,8 @@ use hyper::service::{service_fn, Service};
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_io_timeout::TimeoutStream;
@@ -113,13 +119,17 @@ pub async fn serve(
         let slot = Slot::new(id, &waiting);
         let mut io = TimeoutStream::new(stream);
         io.set_write_timeout(Some(settings.read_timeout));
+        let io = Served {
+            io: Box::pin(io),
+            slot: Arc::clone(&slot),
+        };
         let (router, in_slot) = (TowerToHyperService::new(router.clone()), Arc::clone(&slot));
         // Out of `Waiting` from each request's head until hyper has taken the whole answer:
         // it drops the answer's body then (and serves one request at a time).
         let service = service_fn(move |request: Request<Incoming>| {
             // Out of `Waiting` until the hold goes, then waiting for the next head again.
-            in_slot.waiting.since().remove(&in_slot.id);
-            let in_request = scopeguard::guard(Arc::clone(&in_slot), |slot| slot.wait());
+            in_slot.begin_request();
+            let in_request = scopeguard::guard(Arc::clone(&in_slot), |slot| slot.end_request());
             let answer = router.call(request);
             async move {
                 // The hold goes with the answer's body: `map_err` only to tie it there, since
@@ -133,7 +143,7 @@ pub async fn serve(
                 }))
             }
         });
-        let connection = builder.serve_connection(TokioIo::new(Box::pin(io)), service);
+        let connection = builder.serve_connection(TokioIo::new(io), service);
         let stopped = close_all.clone();
         tasks.spawn(async move {
             let _permit: OwnedSemaphorePermit = permit;
@@ -169,19 +179,15 @@ pub async fn serve(
             }
             // The permit and the slot go when this task ends, after the connection.
         });
-        // The new connection's task runs next (a task spawned from a worker takes its next
-        // turn), and reads the head its sender has sent, before another is accepted: in a flood
-        // of accepts, a delivery's connection is in its request before it could be the one
-        // that has waited longest.
-        tokio::task::yield_now().await;
     }
     close_all.cancel();
     tasks.close();
     tasks
 }
 
-/// The connections waiting for a request head — new, or idle between requests — each with
-/// when it began to wait and what cuts it: the one that has waited longest makes room.
+/// The connections waiting for a request head — new, or idle between requests — that have read
+/// all that came, each with when it began to wait and what cuts it: the one that has waited
+/// longest makes room.
 #[derive(Default)]
 struct Waiting {
     since: Mutex<HashMap<u64, (Instant, CancellationToken)>>,
@@ -225,31 +231,49 @@ impl Waiting {
     }
 }
 
-/// A connection's slot among those [`Waiting`]: in it from its acceptance and between
-/// requests, out of it during each; out for good when the last hold on it goes.
+/// A connection's slot among those [`Waiting`]: in it from its first read that finds nothing
+/// and between requests, out of it during each; out for good when the last hold on it goes.
 struct Slot {
     id: u64,
     waiting: Arc<Waiting>,
+    /// Whether a request is under way: from its head until hyper has taken the whole answer.
+    in_request: AtomicBool,
     /// Cancelled when the connection is cut to make room.
     cut: CancellationToken,
 }
 
 impl Slot {
     fn new(id: u64, waiting: &Arc<Waiting>) -> Arc<Slot> {
-        let slot = Slot {
+        Arc::new(Slot {
             id,
             waiting: Arc::clone(waiting),
+            in_request: AtomicBool::new(false),
             cut: CancellationToken::new(),
-        };
-        slot.wait();
-        Arc::new(slot)
+        })
     }
 
-    /// The connection waits for a request head from now (unless it has been cut).
-    fn wait(&self) {
-        if !self.cut.is_cancelled() {
-            let entry = (Instant::now(), self.cut.clone());
-            self.waiting.since().insert(self.id, entry);
+    /// A request's head has come: out of [`Waiting`] until it has been answered.
+    fn begin_request(&self) {
+        self.in_request.store(true, Ordering::Relaxed);
+        self.waiting.since().remove(&self.id);
+    }
+
+    /// hyper has taken the whole answer: the connection waits for its next head from now.
+    fn end_request(&self) {
+        self.in_request.store(false, Ordering::Relaxed);
+        self.idle();
+    }
+
+    /// Unless a request is under way (or it has been cut), the connection waits for a head
+    /// from now, if it did not already.
+    fn idle(&self) {
+        if !self.in_request.load(Ordering::Relaxed) && !self.cut.is_cancelled() {
+            let cut = self.cut.clone();
+            let mut since = self.waiting.since();
+            since
+                .entry(self.id)
+                .or_insert_with(|| (Instant::now(), cut));
+            drop(since);
             self.waiting.began.notify_waiters();
         }
     }
@@ -258,6 +282,60 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.waiting.since().remove(&self.id);
+    }
+}
+
+/// A served connection's stream, which tells its [`Slot`] when a read finds nothing more to
+/// read: a new connection may be cut for room only from then. (Entered at its acceptance
+/// instead, a delivery could be cut with its head unread when, on a loaded machine, the accept
+/// loop runs again before the new connection's task.)
+struct Served {
+    io: Pin<Box<TimeoutStream<TcpStream>>>,
+    slot: Arc<Slot>,
+}
+
+impl AsyncRead for Served {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let read = this.io.as_mut().poll_read(cx, buf);
+        if read.is_pending() {
+            this.slot.idle();
+        }
+        read
+    }
+}
+
+impl AsyncWrite for Served {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        self.get_mut().io.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        self.get_mut().io.as_mut().poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.get_mut().io.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.get_mut().io.as_mut().poll_shutdown(cx)
     }
 }
 
@@ -281,6 +359,83 @@ mod tests {
         let (max_age, cut_at) = lifetime(settings);
         assert_eq!(max_age, Duration::from_secs(60));
         assert_eq!(cut_at - max_age, Duration::from_millis(30_800));
+    }
+
+    /// Whether `future` is still pending when polled once.
+    fn pending<F: Future + Unpin>(future: &mut F) -> bool {
+        let mut context = Context::from_waker(std::task::Waker::noop());
+        Pin::new(future).poll(&mut context).is_pending()
+    }
+
+    /// A connection's slot, with its permit given back once it is cut, as its task does.
+    async fn held(waiting: &Arc<Waiting>, permits: &Arc<Semaphore>) -> Arc<Slot> {
+        let permit = waiting.make_room(permits).await;
+        let slot = Slot::new(1, waiting);
+        let cut = slot.cut.clone();
+        tokio::spawn(async move {
+            cut.cancelled().await;
+            drop(permit);
+        });
+        slot
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_cut_for_room_only_once_it_has_read_all_that_came() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // Its sender has sent the start of a head before the connection is accepted.
+        let mut sender = tokio::net::TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        sender
+            .write_all(b"POST /webhook HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let (permits, waiting) = (Arc::new(Semaphore::new(1)), Arc::new(Waiting::default()));
+        let slot = held(&waiting, &permits).await;
+        let mut served = Served {
+            io: Box::pin(TimeoutStream::new(stream)),
+            slot: Arc::clone(&slot),
+        };
+        let newcomer = waiting.make_room(&permits);
+        tokio::pin!(newcomer);
+        // Its task has not read yet: a newcomer waits.
+        assert!(pending(&mut newcomer));
+        assert!(!slot.cut.is_cancelled());
+        // A read that finds the start of the head: it still waits.
+        let mut buf = [0u8; 64];
+        assert!(served.read(&mut buf).await.unwrap() > 0);
+        assert!(pending(&mut newcomer));
+        assert!(!slot.cut.is_cancelled());
+        // All that came is read and no more comes: the newcomer takes its place.
+        while tokio::time::timeout(Duration::from_millis(100), served.read(&mut buf))
+            .await
+            .is_ok()
+        {}
+        let _newcomers_permit = tokio::time::timeout(Duration::from_secs(10), newcomer)
+            .await
+            .expect("the newcomer was not given a place");
+        assert!(slot.cut.is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn a_connection_in_a_request_is_not_cut_for_room() {
+        let (permits, waiting) = (Arc::new(Semaphore::new(1)), Arc::new(Waiting::default()));
+        let slot = held(&waiting, &permits).await;
+        slot.idle();
+        slot.begin_request();
+        // A read that finds nothing more of the body does not make it wait for a head.
+        slot.idle();
+        let newcomer = waiting.make_room(&permits);
+        tokio::pin!(newcomer);
+        assert!(pending(&mut newcomer));
+        assert!(!slot.cut.is_cancelled());
+        // Answered: now it waits for its next head, and may be cut.
+        slot.end_request();
+        let _newcomers_permit = tokio::time::timeout(Duration::from_secs(10), newcomer)
+            .await
+            .expect("the newcomer was not given a place");
+        assert!(slot.cut.is_cancelled());
     }
 
     /// A server's end of a pipe whose writes fail once they make no progress for `timeout`,

@@ -107,6 +107,34 @@ async fn six_hundred_connections_that_never_finish_their_head_do_not_keep_a_deli
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_idle_after_a_request_make_room_for_a_delivery() {
+    let secret = random_secret();
+    let served = serve_at_the_cap(Path::new(env!("CARGO_BIN_EXE_rowbranch")), &secret).await;
+    // The whole table: each asks for `/healthz`, reads its answer, and keeps its connection.
+    let mut idle = Vec::with_capacity(CAP);
+    for _ in 0..CAP {
+        let mut stream = TcpStream::connect(served.addr).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"{\"status\":\"ok\"}") {
+            let mut buf = [0u8; 1024];
+            let read = stream.read(&mut buf).await.unwrap();
+            assert!(read > 0, "closed after one request");
+            answer.extend_from_slice(&buf[..read]);
+        }
+        idle.push(stream);
+    }
+    let request = delivery(&secret, json!(12), "Past the idle ones");
+    let status = status_within(served.addr, &request, Duration::from_secs(5)).await;
+    assert_eq!(status, Some(200), "no answer within 5 s");
+    assert_eq!(served.branches().await, ["feedback/12-past-the-idle-ones"]);
+    drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_request_that_keeps_sending_is_not_cut_to_make_room() {
     let secret = random_secret();
     let served = serve_at_the_cap(Path::new(env!("CARGO_BIN_EXE_rowbranch")), &secret).await;

@@ -619,8 +619,13 @@ async fn delivered_within_40_s(served: &Served, secret: &str, id: u64, text: &st
             || (status, body["outcome"].as_str()) == (202, Some("accepted")),
         "{status} {body}"
     );
+    let branch = format!("feedback/{id}-");
     eventually("the delivered row's branch", || async {
-        (!served.branches().await.is_empty()).then_some(())
+        let branches = served.branches().await;
+        branches
+            .iter()
+            .any(|b| b.starts_with(&branch))
+            .then_some(())
     })
     .await;
 }
