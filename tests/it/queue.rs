@@ -32,7 +32,7 @@ use crate::support::queue::{
     all_ids, local_config, payload_id, per_row, QueueDb, BLOCKING_DISPATCH,
 };
 use crate::support::random::random_secret;
-use crate::support::wait::{eventually_within, PATIENCE};
+use crate::support::wait::{eventually, eventually_within, PATIENCE};
 
 /// The sum of a counter's series whose labels include `label`, from `/metrics`.
 async fn metric(served: &Served, name: &str, label: &str) -> f64 {
@@ -1136,11 +1136,12 @@ async fn a_row_without_the_routes_text_column_is_dead_lettered_missing_column_an
     assert_eq!(letters.len(), 1, "{letters:?}");
     assert_eq!(letters[0].1["reason"], "missing_column", "{letters:?}");
     assert!(dispatches(&served.dispatch_log()).is_empty());
-    let log = served.log();
-    assert!(
-        log.contains("no `message` column") && log.contains("dead_letter_id"),
-        "{log}"
-    );
+    // Logged once the dead letter is written: a moment after it shows in the table.
+    eventually("the dead letter in the log", || async {
+        let log = served.log();
+        (log.contains("no `message` column") && log.contains("dead_letter_id")).then_some(())
+    })
+    .await;
     stop(served).await;
 
     // As it is, the route does not fit the table: serve does not start.
