@@ -267,15 +267,16 @@ impl Slot {
     /// Unless a request is under way (or it has been cut), the connection waits for a head
     /// from now, if it did not already.
     fn idle(&self) {
-        if !self.in_request.load(Ordering::Relaxed) && !self.cut.is_cancelled() {
-            let cut = self.cut.clone();
-            let mut since = self.waiting.since();
-            since
-                .entry(self.id)
-                .or_insert_with(|| (Instant::now(), cut));
-            drop(since);
-            self.waiting.began.notify_waiters();
+        if self.in_request.load(Ordering::Relaxed) || self.cut.is_cancelled() {
+            return;
         }
+        let mut since = self.waiting.since();
+        if since.contains_key(&self.id) {
+            return;
+        }
+        since.insert(self.id, (Instant::now(), self.cut.clone()));
+        drop(since);
+        self.waiting.began.notify_waiters();
     }
 }
 
