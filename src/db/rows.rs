@@ -211,7 +211,7 @@ impl RowPages<'_> {
             page.push(row);
         }
         self.cursor = match found.last() {
-            Some(last) if page.len() >= self.page_size => Some((last.get(2), Some(last.get(3)))),
+            Some(last) if page.len() >= self.page_size => Some(shape.cursor(last)?),
             _ => None,
         };
         Ok(page)

@@ -139,8 +139,7 @@ impl Shape {
     /// A row serde_json cannot take (a number past f64's range, jsonb nested deeper than 128)
     /// is an error naming the table, not a panic.
     pub(super) fn decode(&self, row: &tokio_postgres::Row) -> Result<Option<super::Row>> {
-        let what = format!("could not read a row of table {}", self.name);
-        let bad = |cause| Error::query(&what, cause);
+        let bad = |cause| self.unreadable(cause);
         let Value::Object(record) = row.try_get(0).map_err(bad)? else {
             return Err(Error::Row(format!(
                 "to_jsonb gave no object for a row of table {}",
@@ -150,6 +149,22 @@ impl Shape {
         let micros: Option<i64> = row.try_get(1).map_err(bad)?;
         let created_at = micros.and_then(DateTime::from_timestamp_micros);
         Ok(created_at.map(|created_at| super::Row { record, created_at }))
+    }
+
+    /// The cursor after a result row of [`Shape::select`]: its created value and its id as text.
+    pub(super) fn cursor(&self, row: &tokio_postgres::Row) -> Result<(String, Option<String>)> {
+        let bad = |cause| self.unreadable(cause);
+        Ok((
+            row.try_get(2).map_err(bad)?,
+            Some(row.try_get(3).map_err(bad)?),
+        ))
+    }
+
+    fn unreadable(&self, cause: tokio_postgres::Error) -> Error {
+        Error::query(
+            format!("could not read a row of table {}", self.name),
+            cause,
+        )
     }
 
     pub(super) fn query_error(&self, cause: tokio_postgres::Error) -> Error {

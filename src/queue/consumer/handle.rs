@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::Consumer;
@@ -288,11 +287,30 @@ impl Consumer {
     }
 }
 
-/// The dead letter: why, which message, and the message itself (its JSON as it came).
+/// The dead letter: why, which message, and the message itself — its JSON as it came, copied
+/// as text (never read into a `Value`: jsonb keeps numbers serde_json has none for), or the
+/// body as a JSON string when it is not JSON.
 fn letter(reason: Reason, message: &Message) -> String {
-    let original = serde_json::from_str::<&RawValue>(&message.body);
-    let original = original.map_or_else(|_| json!(message.body), |raw| json!(raw));
-    json!({"reason": reason.as_str(), "msg_id": message.id, "message": original}).to_string()
+    #[derive(serde::Serialize)]
+    struct Letter<'a, M> {
+        reason: &'a str,
+        msg_id: i64,
+        message: M,
+    }
+    let (reason, msg_id) = (reason.as_str(), message.id);
+    match serde_json::from_str::<&RawValue>(&message.body) {
+        Ok(raw) => serde_json::to_string(&Letter {
+            reason,
+            msg_id,
+            message: raw,
+        }),
+        Err(_) => serde_json::to_string(&Letter {
+            reason,
+            msg_id,
+            message: &message.body,
+        }),
+    }
+    .expect("text, a number and JSON text always serialize")
 }
 
 /// A wait in whole seconds, at least one: pgmq's visibility is set in seconds, and a backoff
@@ -343,6 +361,25 @@ mod tests {
         assert_eq!(letter["reason"], "bad_id");
         assert_eq!(letter["msg_id"], 7);
         assert_eq!(letter["message"]["record"]["id"], "a b");
+    }
+
+    #[test]
+    fn a_dead_letter_keeps_a_message_serde_json_cannot_read_as_it_came() {
+        // jsonb keeps a numeric of 1e400 whole; serde_json has no number for it.
+        let huge = format!("1{}", "0".repeat(400));
+        let body = format!(r#"{{"type":"INSERT","record":{{"id":{huge}}}}}"#);
+        let message = Message {
+            id: 8,
+            read_ct: 1,
+            enqueued_at: chrono::Utc::now(),
+            body: body.clone(),
+        };
+        let letter = letter(Reason::BadId, &message);
+        assert!(letter.contains(&format!(r#""message":{body}"#)), "{letter}");
+        assert!(
+            letter.starts_with(r#"{"reason":"bad_id","msg_id":8,"#),
+            "{letter}"
+        );
     }
 
     #[test]
