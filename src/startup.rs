@@ -278,8 +278,9 @@ impl Application {
     /// Runs until `shutdown` resolves, then shuts down within `shutdown_grace`.
     ///
     /// With the server: the consumer, the scheduled sweep and the first look beside it (see
-    /// [`Mode::Serve`]); at `shutdown` the jobs stop, and the server stops accepting and
-    /// finishes its requests and runs (see [`http::serve`]). An error, before anything starts,
+    /// [`Mode::Serve`]); at `shutdown` the jobs stop, the server stops accepting (see
+    /// [`http::serve`]), and its requests and runs finish within the grace, here. An error,
+    /// before anything starts,
     /// when the open-files limit leaves no room for connections.
     ///
     /// The consumer alone: at `shutdown` it stops reading, releases what it read and has not

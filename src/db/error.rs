@@ -19,8 +19,8 @@ pub enum Error {
     /// A row is not as the table's rules want it: its id not unique, its created value NULL.
     #[error("{0}")]
     Row(String),
-    /// A statement on the route's table failed, or the connection could not be made: the
-    /// message names the table or the server, the cause, and what to do.
+    /// A statement failed, or the connection could not be made: the message says what was being
+    /// done (on a route's table: the table, and what to do) and the server's own words.
     #[error("{message}")]
     Query {
         message: String,

@@ -120,7 +120,8 @@ pub struct Failed {
 }
 
 impl RouteSummary {
-    /// Counts one row, here and in `rowbranch_reconcile_rows_total{route,verdict}`.
+    /// Counts one row, here and in `rowbranch_reconcile_rows_total{route,verdict}`, and warns
+    /// of a row whose branch has already run.
     fn count(&mut self, verdict: Verdict, metrics: &Metrics, table: &str) {
         metrics.reconcile_row(table, verdict.label());
         self.rows_seen += 1;
