@@ -38,32 +38,21 @@ pub const CONFIG: &str = "ROWBRANCH_CONFIG";
 
 /// The variable whose presence (with no config file) selects the route from the environment.
 pub const REPO: &str = "ROWBRANCH_REPO";
-pub const TABLE: &str = "ROWBRANCH_TABLE";
-pub const SCHEMA: &str = "ROWBRANCH_SCHEMA";
-pub const ID_COLUMN: &str = "ROWBRANCH_ID_COLUMN";
-pub const TEXT_COLUMN: &str = "ROWBRANCH_TEXT_COLUMN";
-pub const BRANCH_PREFIX: &str = "ROWBRANCH_BRANCH_PREFIX";
-pub const EVENT_TYPE: &str = "ROWBRANCH_EVENT_TYPE";
-pub const INTAKE: &str = "ROWBRANCH_INTAKE";
-/// The `[pgmq]` `queue`; every other `[pgmq]` key keeps its default.
-pub const PGMQ_QUEUE: &str = "ROWBRANCH_PGMQ_QUEUE";
-/// The route's `sweep_from`.
-pub const SWEEP_FROM: &str = "ROWBRANCH_SWEEP_FROM";
 
 /// The variables of the route from the environment, in the order messages list them, each with
 /// the key of the file it stands for, as `(variable, table, key)`: the route's own, and the
-/// `[pgmq]` `queue`.
+/// `[pgmq]` `queue` (every other `[pgmq]` key keeps its default).
 pub const ROUTE: [(&str, &str, &str); 10] = [
     (REPO, "routes", "repo"),
-    (TABLE, "routes", "table"),
-    (SCHEMA, "routes", "schema"),
-    (ID_COLUMN, "routes", "id_column"),
-    (TEXT_COLUMN, "routes", "text_column"),
-    (BRANCH_PREFIX, "routes", "branch_prefix"),
-    (EVENT_TYPE, "routes", "event_type"),
-    (INTAKE, "routes", "intake"),
-    (PGMQ_QUEUE, "pgmq", "queue"),
-    (SWEEP_FROM, "routes", "sweep_from"),
+    ("ROWBRANCH_TABLE", "routes", "table"),
+    ("ROWBRANCH_SCHEMA", "routes", "schema"),
+    ("ROWBRANCH_ID_COLUMN", "routes", "id_column"),
+    ("ROWBRANCH_TEXT_COLUMN", "routes", "text_column"),
+    ("ROWBRANCH_BRANCH_PREFIX", "routes", "branch_prefix"),
+    ("ROWBRANCH_EVENT_TYPE", "routes", "event_type"),
+    ("ROWBRANCH_INTAKE", "routes", "intake"),
+    ("ROWBRANCH_PGMQ_QUEUE", "pgmq", "queue"),
+    ("ROWBRANCH_SWEEP_FROM", "routes", "sweep_from"),
 ];
 
 /// The variables the config reads besides the route's, in the order it reads them.

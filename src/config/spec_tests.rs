@@ -350,15 +350,15 @@ fn the_route_from_the_environment_has_the_rows_and_defaults_of_the_spec() {
             continue;
         }
         let resolved = match row.key.as_str() {
-            env::TABLE => route.table.clone(),
-            env::SCHEMA => route.schema.clone(),
-            env::ID_COLUMN => route.id_column.clone(),
-            env::TEXT_COLUMN => route.text_column.clone().unwrap_or_default(),
-            env::BRANCH_PREFIX => route.branch_prefix.to_string(),
-            env::EVENT_TYPE => route.event_type.to_string(),
-            env::INTAKE => route.intake.as_str().to_owned(),
-            env::PGMQ_QUEUE => config.pgmq.queue.to_string(),
-            env::SWEEP_FROM => {
+            "ROWBRANCH_TABLE" => route.table.clone(),
+            "ROWBRANCH_SCHEMA" => route.schema.clone(),
+            "ROWBRANCH_ID_COLUMN" => route.id_column.clone(),
+            "ROWBRANCH_TEXT_COLUMN" => route.text_column.clone().unwrap_or_default(),
+            "ROWBRANCH_BRANCH_PREFIX" => route.branch_prefix.to_string(),
+            "ROWBRANCH_EVENT_TYPE" => route.event_type.to_string(),
+            "ROWBRANCH_INTAKE" => route.intake.as_str().to_owned(),
+            "ROWBRANCH_PGMQ_QUEUE" => config.pgmq.queue.to_string(),
+            "ROWBRANCH_SWEEP_FROM" => {
                 assert_eq!(route.sweep_from, None, "{}", row.key);
                 continue;
             }

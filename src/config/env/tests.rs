@@ -127,10 +127,18 @@ fn a_bad_value_is_named_by_its_variable() {
 #[test]
 fn the_intake_and_the_queue_are_named_by_their_variables_too() {
     for (name, value, problem) in [
-        (INTAKE, "kafka", "intake = \"kafka\" is not an intake"),
-        (PGMQ_QUEUE, "Rows", "is not a queue name"),
-        (PGMQ_QUEUE, &"q".repeat(45), "set [pgmq] dead_letter"),
-        (TABLE, " ", "`table` is missing"),
+        (
+            "ROWBRANCH_INTAKE",
+            "kafka",
+            "intake = \"kafka\" is not an intake",
+        ),
+        ("ROWBRANCH_PGMQ_QUEUE", "Rows", "is not a queue name"),
+        (
+            "ROWBRANCH_PGMQ_QUEUE",
+            &"q".repeat(45),
+            "set [pgmq] dead_letter",
+        ),
+        ("ROWBRANCH_TABLE", " ", "`table` is missing"),
     ] {
         let mut vars = least();
         vars.insert(name, value.to_owned());

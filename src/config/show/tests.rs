@@ -197,8 +197,8 @@ fn secrets_are_never_printed_only_whether_they_are_set() {
 fn the_route_from_the_environment_prints_as_the_config_it_stands_for() {
     let env = vars(&[
         (env::REPO, "acme/app"),
-        (env::TABLE, "tickets"),
-        (env::TEXT_COLUMN, "body"),
+        ("ROWBRANCH_TABLE", "tickets"),
+        ("ROWBRANCH_TEXT_COLUMN", "body"),
         (env::GITHUB_APP_ID, "1"),
         (env::GITHUB_APP_PRIVATE_KEY, KEY),
     ]);
