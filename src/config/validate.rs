@@ -243,15 +243,13 @@ fn github_settings(
 /// than trimmed: it would make every signature wrong while looking right, and no secret GitHub
 /// makes has one.
 fn github_webhook_secret(env: &Overlay) -> Result<Option<Redacted>, ConfigError> {
-    let Some(secret) = env.get(GITHUB_WEBHOOK_SECRET) else {
-        return Ok(None);
-    };
+    let secret = env.get(GITHUB_WEBHOOK_SECRET);
     ensure!(
-        secret.trim() == secret,
+        secret.is_none_or(|secret| secret.trim() == secret),
         "{GITHUB_WEBHOOK_SECRET} begins or ends with a space or a line break: set it to the \
          secret alone, exactly as the App's settings page (Webhook secret) has it"
     );
-    Ok(Some(Redacted(secret.to_owned())))
+    Ok(secret.map(|secret| Redacted(secret.to_owned())))
 }
 
 /// The App's id and key: the variables win over the file.
