@@ -3,6 +3,7 @@
 //! environment's, and the ones `serve` adds; a refusal names its key (or its variable) and says
 //! how to fix it, and the first refusal, in the file's order, is the one reported.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -160,9 +161,10 @@ fn duration(key: &str, value: &str) -> Result<Duration, ConfigError> {
     Ok(d)
 }
 
-/// `value`, unless it is below 1: the `[github]` limits that would stop all work at zero.
-fn at_least_one<T: Ord + From<u8>>(key: &str, value: T) -> Result<T, ConfigError> {
-    ensure!(value >= T::from(1), "[github] {key} must be at least 1");
+/// `value`, unless it is below `least`: the limits under which no work, or no delivery, could
+/// be done.
+fn at_least<T: Ord + fmt::Display>(key: &str, value: T, least: T) -> Result<T, ConfigError> {
+    ensure!(value >= least, "{key} must be at least {least}");
     Ok(value)
 }
 
@@ -223,14 +225,15 @@ fn github_settings(
         auth,
         pace: PaceSettings {
             interval: Duration::from_millis(raw.write_interval_ms),
-            burst: at_least_one("write_burst", raw.write_burst)?,
-            hourly_max: at_least_one("write_hourly_max", hourly_max)?,
+            burst: at_least("[github] write_burst", raw.write_burst, 1)?,
+            hourly_max: at_least("[github] write_hourly_max", hourly_max, 1)?,
         },
-        queue_capacity: at_least_one("queue_capacity", raw.queue_capacity)?,
+        queue_capacity: at_least("[github] queue_capacity", raw.queue_capacity, 1)?,
         queue_bytes: raw.queue_bytes,
-        max_concurrent_requests: at_least_one(
-            "max_concurrent_requests",
+        max_concurrent_requests: at_least(
+            "[github] max_concurrent_requests",
             raw.max_concurrent_requests,
+            1,
         )?,
         retry_budget: Duration::from_millis(raw.retry_budget_ms),
         base_cache: Duration::from_millis(raw.base_cache_ms),
@@ -350,24 +353,17 @@ fn webhook(raw: RawWebhook, env: &Overlay) -> Result<WebhookSettings, ConfigErro
         .transpose()
         .map_err(|e| invalid!("{WEBHOOK_SECRET}: {e}"))?
         .map(|secrets| secrets.accepting(&accept));
-    ensure!(
-        raw.max_body_bytes >= 1024,
-        "[webhook] max_body_bytes must be at least 1024"
-    );
+    let max_body_bytes = at_least("[webhook] max_body_bytes", raw.max_body_bytes, 1024)?;
     ensure!(
         raw.read_timeout_ms >= 100,
         "[webhook] read_timeout_ms must be at least 100: a sender needs time to send"
     );
-    ensure!(
-        raw.max_connections > 0,
-        "[webhook] max_connections must be at least 1"
-    );
     Ok(WebhookSettings {
         secrets,
         respond_within: Duration::from_millis(raw.respond_within_ms),
-        max_body_bytes: raw.max_body_bytes,
+        max_body_bytes,
         read_timeout: Duration::from_millis(raw.read_timeout_ms),
-        max_connections: raw.max_connections,
+        max_connections: at_least("[webhook] max_connections", raw.max_connections, 1)?,
     })
 }
 
