@@ -458,8 +458,7 @@ pub(super) fn grants(missing: &[MissingRight]) -> String {
     let mut lines: Vec<(String, &str, Vec<String>)> = Vec::new();
     for m in missing {
         let on = match m.kind.as_str() {
-            "schema" => format!("schema {}", m.object),
-            "sequence" => format!("sequence {}", m.object),
+            "schema" | "sequence" => format!("{} {}", m.kind, m.object),
             // Every overload at once: their signatures differ between pgmq's versions.
             "functions" => "all functions in schema pgmq".to_owned(),
             _ => m.object.clone(),

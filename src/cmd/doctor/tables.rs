@@ -132,7 +132,7 @@ async fn row_security(rows: &Database, route: &Route) -> Option<Check> {
         ),
         Err(e) => Check::advise(
             format!("{table}: {e:#}"),
-            "give DATABASE_URL's role access to the catalog (every role has it by default): a role that row level security hides the rows from would see none",
+            format!("{CATALOG_FIX}: a role that row level security hides the rows from would see none"),
         ),
     })
 }
