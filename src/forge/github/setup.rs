@@ -10,7 +10,7 @@ use octocrab::{GitHubError, Octocrab};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::client::{call, encode_path, missing_permission, octocrab, said, Credentials};
+use super::client::{call, encode_path, missing_permission, octocrab, said, Credentials, Refusal};
 use super::GithubForge;
 use crate::forge::{ForgeError, Listing};
 use crate::identity::{RefName, RepoName};
@@ -42,6 +42,15 @@ impl std::fmt::Debug for AppInfo {
 fn refused(what: &str, refusal: &GitHubError) -> ForgeError {
     let status = refusal.status_code;
     ForgeError::refused(format!("{what} answered {status}: {}", said(refusal)))
+}
+
+/// GitHub's answer to `what`: the value, `None` for a 404, or its refusal.
+fn found<T>(what: &str, answer: Result<T, Refusal>) -> Result<Option<T>, ForgeError> {
+    match answer {
+        Ok(value) => Ok(Some(value)),
+        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
+        Err(refusal) => Err(refused(what, &refusal)),
+    }
 }
 
 /// The App, for the calls only an App makes; a refusal with a token.
@@ -95,12 +104,8 @@ impl AppHook {
 /// (https://docs.github.com/rest/apps/webhooks#get-a-webhook-configuration-for-an-app)
 pub async fn app_hook(forge: &GithubForge) -> Result<Option<AppHook>, ForgeError> {
     let path = "/app/hook/config";
-    let found = app(forge)?.run(|gh| async move { gh.get::<AppHook, _, ()>(path, None).await });
-    match found.await? {
-        Ok(hook) => Ok(Some(hook)),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
-        Err(refusal) => Err(refused("GET /app/hook/config", &refusal)),
-    }
+    let hook = app(forge)?.run(|gh| async move { gh.get::<AppHook, _, ()>(path, None).await });
+    found("GET /app/hook/config", hook.await?)
 }
 
 /// The permissions of the installation that holds `repo`, each one's name and level
@@ -130,10 +135,8 @@ pub async fn workflows(
             .await
     };
     let listed = installation.run(|gh| contents(gh, ".github/workflows".to_owned()));
-    let mut entries = match listed.await? {
-        Ok(entries) => entries,
-        Err(refusal) if refusal.status_code.as_u16() == 404 => return Ok(Vec::new()),
-        Err(refusal) => return Err(refused("listing .github/workflows", &refusal)),
+    let Some(mut entries) = found("listing .github/workflows", listed.await?)? else {
+        return Ok(Vec::new());
     };
     let mut files = Vec::new();
     for entry in entries.take_items() {
@@ -168,18 +171,14 @@ pub async fn workflow_state(
 ) -> Result<Listing<String>, ForgeError> {
     let installation = forge.auth.installation(repo).await?;
     let path = &format!("/repos/{repo}/actions/workflows/{}", encode_path(file));
-    let found = installation.run(|gh| async move { gh.get::<Value, _, ()>(path, None).await });
-    match found.await? {
-        Ok(found) => Ok(Listing::Found(vec![found["state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()])),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(Listing::Found(Vec::new())),
-        Err(refusal) => match missing_permission(&refusal) {
-            Some(needs) => Ok(Listing::NotPermitted { needs }),
-            None => Err(refused(&format!("GET {path}"), &refusal)),
-        },
+    let answer = installation.run(|gh| async move { gh.get::<Value, _, ()>(path, None).await });
+    let answer = answer.await?;
+    if let Some(needs) = answer.as_ref().err().and_then(|r| missing_permission(r)) {
+        return Ok(Listing::NotPermitted { needs });
     }
+    let workflow = found(&format!("GET {path}"), answer)?;
+    let state = workflow.map(|w| w["state"].as_str().unwrap_or_default().to_owned());
+    Ok(Listing::Found(state.into_iter().collect()))
 }
 
 /// A client without credentials, for the two calls `init` makes before the App exists.
@@ -193,11 +192,9 @@ fn anonymous(api_url: &str) -> Result<Octocrab, ForgeError> {
 /// (https://docs.github.com/rest/users/users#get-a-user)
 pub async fn account_type(api_url: &str, login: &str) -> Result<Option<String>, ForgeError> {
     let path = format!("/users/{}", encode_path(login));
-    match call(anonymous(api_url)?.get::<Value, _, ()>(&path, None)).await? {
-        Ok(account) => Ok(account["type"].as_str().map(str::to_owned)),
-        Err(refusal) if refusal.status_code.as_u16() == 404 => Ok(None),
-        Err(refusal) => Err(refused("GET /users/{username}", &refusal)),
-    }
+    let answer = call(anonymous(api_url)?.get::<Value, _, ()>(&path, None)).await?;
+    let account = found("GET /users/{username}", answer)?;
+    Ok(account.and_then(|account| account["type"].as_str().map(str::to_owned)))
 }
 
 /// Finishes "create an App from a manifest": trades the one-time `code` GitHub handed back
