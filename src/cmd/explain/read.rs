@@ -8,7 +8,7 @@ use anyhow::anyhow;
 use chrono::{DateTime, Utc};
 
 use super::report::{BranchView, ForgeSection, Part, QueueSection, RowSection};
-use crate::config::{Config, ForgeSettings, Route};
+use crate::config::{Config, Route};
 use crate::db::{queue, Database, Visibility};
 use crate::forge::github::first_set;
 use crate::forge::{Forge, ForgeError, Listing};
@@ -96,10 +96,7 @@ pub(super) async fn forge(
     id: Option<&RowId>,
     since: DateTime<Utc>,
 ) -> ForgeSection {
-    let kind = match config.forge {
-        ForgeSettings::Github(_) => "github",
-        ForgeSettings::Local(_) => "local",
-    };
+    let kind = config.forge.github().map_or("local", |_| "github");
     let why = "no branch can be named for this id";
     let mut section = ForgeSection {
         kind,
@@ -239,17 +236,13 @@ pub(super) async fn queue(
         &route.id_column,
         &id,
     );
-    match read.await {
-        Ok(messages) => {
-            section.status = "ok";
-            section.messages = messages;
-        }
+    (section.status, section.detail, section.messages) = match read.await {
+        Ok(messages) => ("ok", None, messages),
         Err(e) => {
             let error = format!("reading the queue {}: {e}", pgmq.queue);
-            section.status = "unreachable";
-            section.detail = Some(error);
+            ("unreachable", Some(error), Vec::new())
         }
-    }
+    };
     section
 }
 
