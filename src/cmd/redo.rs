@@ -1,7 +1,7 @@
 //! `rowbranch redo --table T --id ID`: run a row again on purpose, past "already handled": on
 //! its own branch if that is free, else on the next free `{branch}-redo-N`.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 use anyhow::{anyhow, Context};
 
@@ -98,7 +98,6 @@ fn confirm(question: &str) -> Result<bool, Failure> {
     std::io::stdout().flush().ok();
     let mut answer = String::new();
     std::io::stdin()
-        .lock()
         .read_line(&mut answer)
         .context("reading the answer")?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
