@@ -53,18 +53,15 @@ pub(super) fn redo(report: &Report, compiled: &CompiledRoute) -> Forecast {
     let Some(planned) = &report.identity.branch else {
         return Forecast::new("cannot", "cannot: the row's id is not usable");
     };
-    let route = &compiled.route;
     let taken: Vec<BranchName> = (report.forge.branches.iter())
         .map(|b| b.branch.name.clone())
         .collect();
     let branch = free_branch(planned, &taken);
-    let why = match &branch == planned {
-        true => String::new(),
-        false => format!(" ({planned} is taken)"),
-    };
+    let why = (&branch != planned).then(|| format!(" ({planned} is taken)"));
     let says = format!(
-        "claim {branch} and dispatch `{}`{why}; redo asks first unless given --yes",
-        route.event_type
+        "claim {branch} and dispatch `{}`{}; redo asks first unless given --yes",
+        compiled.route.event_type,
+        why.unwrap_or_default()
     );
     Forecast {
         branch: Some(branch.to_string()),
