@@ -20,7 +20,6 @@ use std::time::Duration;
 use anyhow::Context;
 use futures_util::stream::{self, StreamExt};
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::config::{Config, Intake, PgmqSettings, Route};
 use crate::db::status::StatusWrite;
@@ -394,10 +393,7 @@ fn write_shown(pipeline: &Pipeline, known: &Known, route: &Arc<Route>, row: &Row
         // GitHub's pull request as it is now: open after closed is a reopening.
         reopens: true,
     };
-    let held = |column: &Option<String>| {
-        let value = column.as_ref().and_then(|c| row.record.get(c));
-        value.and_then(Value::as_str)
-    };
+    let held = |column: &Option<String>| row.record.get(column.as_ref()?)?.as_str();
     let changes = write.changes(held(&route.status_column), held(&route.pull_request_column));
     changes.then(|| pipeline.write_state(write))
 }
