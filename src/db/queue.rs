@@ -10,6 +10,7 @@ use chrono::{DateTime, Utc};
 use tokio_postgres::Client;
 
 use super::{query, quote_ident, value, Result};
+use crate::config::{PgmqSettings, Route};
 use crate::identity::QueueName;
 
 /// A message as read: its id, how often it has been read (this read included), when it was
@@ -186,7 +187,7 @@ const MESSAGE_IDS: &str = "select id, bool_or(archived_at is null), max(archived
          and m.message ->> 'schema' = $2::text and m.message ->> 'table' = $3::text \
      ) as ids where id is not null group by id";
 
-/// The messages of `schema.table`, by row id (as text): those in the queue, visible or held
+/// The messages of the route's table, by row id (as text): those in the queue, visible or held
 /// (rows the sweep leaves to the consumer), and those archived since `since` — each id with
 /// whether it is queued and when its newest message was archived (when the row's work started,
 /// for the sweep). The archive is read by one range scan of its `archived_at` index, which
@@ -194,13 +195,12 @@ const MESSAGE_IDS: &str = "select id, bool_or(archived_at is null), max(archived
 pub async fn message_ids(
     client: &Client,
     queue: &QueueName,
-    schema: &str,
-    table_name: &str,
-    id_column: &str,
+    route: &Route,
     since: DateTime<Utc>,
 ) -> Result<Vec<(String, bool, Option<DateTime<Utc>>)>> {
     let sql = on(queue, MESSAGE_IDS);
-    let rows = query(client, &sql, &[&id_column, &schema, &table_name, &since]).await?;
+    let (schema, table_name, id_column) = (&route.schema, &route.table, &route.id_column);
+    let rows = query(client, &sql, &[id_column, schema, table_name, &since]).await?;
     Ok(rows
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -280,7 +280,7 @@ pub struct RowMessage {
     pub original_msg_id: Option<i64>,
 }
 
-/// The messages of row `id` (its id as text, as `->>` gives it) of `schema.table` in the
+/// The messages of row `id` (its id as text, as `->>` gives it) of the route's table in the
 /// queue, its archive, the dead-letter queue and that one's archive, oldest first. Plain
 /// SELECTs of the tables: nothing is read the way `pgmq.read` reads (which counts a read and
 /// hides the message), locked or changed. A table that does not exist (a queue never made) is
@@ -288,13 +288,12 @@ pub struct RowMessage {
 /// can afford once.
 pub async fn row_messages(
     client: &Client,
-    queue: &QueueName,
-    dead: &QueueName,
-    schema: &str,
-    table_name: &str,
-    id_column: &str,
+    pgmq: &PgmqSettings,
+    route: &Route,
     id: &str,
 ) -> Result<Vec<RowMessage>> {
+    let (queue, dead) = (&pgmq.queue, &pgmq.dead_letter);
+    let (schema, table_name, id_column) = (&route.schema, &route.table, &route.id_column);
     let mut found = Vec::new();
     for (place, kind, of) in [
         ("queue", 'q', queue),
@@ -327,7 +326,7 @@ pub async fn row_messages(
                and {event} -> 'record' ->> $3::text = $4::text \
              order by m.msg_id"
         );
-        let rows = query(client, &sql, &[&schema, &table_name, &id_column, &id]).await?;
+        let rows = query(client, &sql, &[schema, table_name, id_column, &id]).await?;
         found.extend(rows.iter().map(|r| RowMessage {
             place,
             msg_id: r.get(0),

@@ -294,9 +294,8 @@ async fn sweep_route(
     };
     let queue = match route.intake {
         Intake::Pgmq { .. } if !options.states_only => {
-            let (schema, table, id) = (&route.schema, &route.table, &route.id_column);
             let pgmq = &options.pgmq;
-            let ids = queue::message_ids(rows.client(), &pgmq.queue, schema, table, id, since)
+            let ids = queue::message_ids(rows.client(), &pgmq.queue, route, since)
                 .await
                 .with_context(|| format!("reading the queue {} and its archive", pgmq.queue))?;
             Some(QueueView::new(ids, pgmq)?)

@@ -227,15 +227,7 @@ pub(super) async fn queue(
         });
         return section;
     };
-    let read = queue::row_messages(
-        rows.client(),
-        &pgmq.queue,
-        &pgmq.dead_letter,
-        &route.schema,
-        &route.table,
-        &route.id_column,
-        &id,
-    );
+    let read = queue::row_messages(rows.client(), pgmq, route, &id);
     (section.status, section.detail, section.messages) = match read.await {
         Ok(messages) => ("ok", None, messages),
         Err(e) => {
