@@ -482,17 +482,17 @@ impl Metrics {
     }
 
     /// One webhook answer. `route` is the route's `schema.table`, or [`NO_ROUTE`].
-    pub fn delivery(&self, route: &str, status: u16, outcome: &'static str, reason: &'static str) {
-        let labels = delivery_labels(route, (status, outcome, reason));
+    pub fn delivery(&self, route: &str, answer: AnswerLabels) {
+        let labels = delivery_labels(route, answer);
         self.deliveries.get_or_create(&labels).inc();
-        self.add(format!("deliveries {outcome}"));
+        self.add(format!("deliveries {}", answer.1));
     }
 
     /// One answer of `POST /github`. `route` is the route's `schema.table`, or [`NO_ROUTE`].
-    pub fn github_event(&self, route: &str, (status, outcome, reason): AnswerLabels) {
-        let labels = delivery_labels(route, (status, outcome, reason));
+    pub fn github_event(&self, route: &str, answer: AnswerLabels) {
+        let labels = delivery_labels(route, answer);
         self.github_events.get_or_create(&labels).inc();
-        self.add(format!("GitHub events {outcome}"));
+        self.add(format!("GitHub events {}", answer.1));
     }
 
     fn add(&self, total: String) {
@@ -594,7 +594,7 @@ mod tests {
     #[test]
     fn each_series_renders_under_its_documented_name() {
         let m = Metrics::new();
-        m.delivery("public.feedbacks", 200, "dispatched", "");
+        m.delivery("public.feedbacks", (200, "dispatched", ""));
         m.run_ended(
             "public.feedbacks",
             RunResult::Dispatched,

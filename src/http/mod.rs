@@ -115,9 +115,7 @@ impl App {
         if !id_named {
             span.record("id", decision.id.as_deref().unwrap_or(""));
         }
-        let (status, outcome, reason) = answer.labels();
-        self.metrics
-            .delivery(&decision.route, status, outcome, reason);
+        self.metrics.delivery(&decision.route, answer.labels());
         // A refusal before the row is one of many alike, which anyone can send: its line is
         // kept to one a minute.
         match answer.reason() {

@@ -88,9 +88,7 @@ impl Decision {
         if let Answer::Refused { kind, .. } = answer {
             self.kind = *kind;
         }
-        self.http_status = answer.status().as_u16();
-        self.outcome = answer.outcome();
-        self.reason = answer.reason().map_or("", Reason::as_str);
+        (self.http_status, self.outcome, self.reason) = answer.labels();
         self
     }
 }
@@ -104,13 +102,14 @@ pub fn log(answer: &Answer, fix: Option<String>, took: Duration) {
         .row()
         .map_or(String::new(), |row| row.branch.to_string());
     let detail = (!answer.status().is_success()).then(|| quoted(&answer.message(), usize::MAX));
+    let (http_status, outcome, reason) = answer.labels();
     macro_rules! line {
         ($level:ident) => {
             tracing::$level!(
                 branch,
-                http_status = answer.status().as_u16(),
-                outcome = answer.outcome(),
-                reason = answer.reason().map_or("", Reason::as_str),
+                http_status,
+                outcome,
+                reason,
                 detail,
                 fix,
                 duration_ms = took.as_millis() as u64,
@@ -118,7 +117,7 @@ pub fn log(answer: &Answer, fix: Option<String>, took: Duration) {
             )
         };
     }
-    match (answer.status().as_u16(), answer.reason()) {
+    match (http_status, answer.reason()) {
         (200..=299, _) => line!(info),
         (503, _) | (_, Some(Reason::NoRoute)) => line!(warn),
         _ => line!(error),
