@@ -258,12 +258,10 @@ impl Answer {
             body["pull_request"] = json!(link);
         }
         let retry_after = match &self {
-            Answer::Refused {
-                retry_after: Some(after),
-                ..
-            } => Some([(header::RETRY_AFTER, after.as_secs().max(1))]),
+            Answer::Refused { retry_after, .. } => *retry_after,
             _ => None,
         };
+        let retry_after = retry_after.map(|after| [(header::RETRY_AFTER, after.as_secs().max(1))]);
         (self.status(), retry_after, Json(body)).into_response()
     }
 }

@@ -261,11 +261,10 @@ async fn decide(app: &App, name: &str, body: &[u8]) -> (Option<Arc<Route>>, Answ
             ),
         )),
     };
-    let (route, said) = match said.and_then(|said| Ok((Arc::clone(route_of(app, &said)?), said))) {
-        Ok(found) => found,
-        Err(answer) => return (None, answer),
-    };
-    (Some(Arc::clone(&route)), write(app, &route, said).await)
+    match said.and_then(|said| Ok((route_of(app, &said)?, said))) {
+        Ok((route, said)) => (Some(Arc::clone(route)), write(app, route, said).await),
+        Err(answer) => (None, answer),
+    }
 }
 
 /// opened and reopened: `pr_open`; closed: `merged` or `closed`; with the pull request's link.

@@ -36,17 +36,14 @@ impl Logins {
         if window.is_some_and(|(began, _)| now.duration_since(began) >= WINDOW) {
             *window = None;
         }
-        if let Some((began, failures)) = *window {
-            if failures >= MAX_FAILURES {
-                let secs = (WINDOW - now.duration_since(began)).as_secs_f64().ceil();
-                let secs = secs.max(1.0) as u64;
-                let message = format!(
-                    "too many wrong passwords for the status page within a minute: retry after \
-                     {secs} s"
-                );
-                let retry_after = [(header::RETRY_AFTER, secs.to_string())];
-                return Some((StatusCode::TOO_MANY_REQUESTS, retry_after, message).into_response());
-            }
+        if let Some((began, _)) = window.filter(|&(_, failures)| failures >= MAX_FAILURES) {
+            let secs = (WINDOW - now.duration_since(began)).as_secs_f64().ceil();
+            let secs = secs.max(1.0) as u64;
+            let message = format!(
+                "too many wrong passwords for the status page within a minute: retry after {secs} s"
+            );
+            let retry_after = [(header::RETRY_AFTER, secs.to_string())];
+            return Some((StatusCode::TOO_MANY_REQUESTS, retry_after, message).into_response());
         }
         if auth::basic_password_matches(headers, password) {
             return None;
