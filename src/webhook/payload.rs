@@ -49,30 +49,27 @@ pub fn parse(body: &[u8]) -> Result<RowEvent, ShapeError> {
     } else {
         ("record", "old_record")
     };
-    let record = match body.get(field) {
-        Some(raw) if kind_of(raw) == "an object" => (*raw).to_owned(),
+    // A field with what kind of JSON value it is.
+    let typed = |field| body.get(field).map(|&raw| (kind_of(raw), raw));
+    let record = match typed(field) {
+        Some(("an object", raw)) => raw.to_owned(),
         None => {
             return Err(ShapeError(format!(
                 "`{field}` is missing: a {kind} carries the row there"
             )))
         }
-        Some(raw) => {
+        Some((is, _)) => {
             return Err(ShapeError(format!(
-                "`{field}` is {}: a {kind} carries the row there as an object",
-                kind_of(raw)
+                "`{field}` is {is}: a {kind} carries the row there as an object"
             )))
         }
     };
-    let old_record = match body.get(other) {
-        None => None,
-        Some(raw) if kind_of(raw) == "null" => None,
-        Some(raw) if kind_of(raw) == "an object" => {
-            Some((*raw).to_owned()).filter(|_| kind == EventKind::Update)
-        }
-        Some(raw) => {
+    let old_record = match typed(other) {
+        None | Some(("null", _)) => None,
+        Some(("an object", raw)) => Some(raw.to_owned()).filter(|_| kind == EventKind::Update),
+        Some((is, _)) => {
             return Err(ShapeError(format!(
-                "`{other}` is {}: expected an object or null",
-                kind_of(raw)
+                "`{other}` is {is}: expected an object or null"
             )))
         }
     };
