@@ -31,13 +31,9 @@ pub(super) async fn home(
     let Some(page) = &app.config.status_page else {
         return super::not_found("no status page: set status_page = true to have one");
     };
-    if let Some(password) = &page.password {
-        if let Some(refused) = app
-            .logins
-            .refusal(&headers, password.expose(), Instant::now())
-        {
-            return refused;
-        }
+    let password = page.password.as_ref().map(|password| password.expose());
+    if let Some(refused) = password.and_then(|p| app.logins.refusal(&headers, p, Instant::now())) {
+        return refused;
     }
     let routes: Vec<String> = (app.config.routes.iter())
         .map(|r| format!("{} → {}", r.table_name(), r.repo))
