@@ -292,24 +292,18 @@ impl Consumer {
 /// body as a JSON string when it is not JSON.
 fn letter(reason: Reason, message: &Message) -> String {
     #[derive(serde::Serialize)]
-    struct Letter<'a, M> {
+    struct Letter<'a> {
         reason: &'a str,
         msg_id: i64,
-        message: M,
+        message: Box<RawValue>,
     }
-    let (reason, msg_id) = (reason.as_str(), message.id);
-    match serde_json::from_str::<&RawValue>(&message.body) {
-        Ok(raw) => serde_json::to_string(&Letter {
-            reason,
-            msg_id,
-            message: raw,
-        }),
-        Err(_) => serde_json::to_string(&Letter {
-            reason,
-            msg_id,
-            message: &message.body,
-        }),
-    }
+    let body = RawValue::from_string(message.body.clone())
+        .or_else(|_| serde_json::value::to_raw_value(&message.body));
+    serde_json::to_string(&Letter {
+        reason: reason.as_str(),
+        msg_id: message.id,
+        message: body.expect("text always serializes"),
+    })
     .expect("text, a number and JSON text always serialize")
 }
 
