@@ -71,16 +71,6 @@ pub struct Job {
     pub plan: Result<Plan, Fate>,
 }
 
-/// A settle the database did not take (the connection went): its hold stays, settling, and the
-/// read loop makes it again once the database is back, before its next read, and once more
-/// after the shutdown's grace — so its handler ends, and a shutdown in an outage does not wait
-/// the grace for it.
-#[derive(Debug)]
-pub struct Kept {
-    pub job: Job,
-    pub fate: Fate,
-}
-
 /// The holds, the kept settles, and what sizes the reads, behind one lock.
 pub struct Holds {
     ledger: Mutex<Ledger>,
@@ -93,7 +83,11 @@ pub struct Holds {
 #[derive(Default)]
 struct Ledger {
     holds: HashMap<i64, Hold>,
-    kept: Vec<Kept>,
+    /// The settles the database did not take (the connection went), each a job and its fate:
+    /// their holds stay, settling, and the read loop makes them again once the database is
+    /// back, before its next read, and once more after the shutdown's grace — so their
+    /// handlers end, and a shutdown in an outage does not wait the grace for them.
+    kept: Vec<(Job, Fate)>,
     next_token: u64,
     /// A running estimate of a message's size, for sizing reads by bytes.
     average_bytes: usize,
@@ -250,12 +244,12 @@ impl Holds {
     }
 
     /// Keeps a settle the database did not take, for the read loop to make once it is back.
-    pub fn keep(&self, kept: Kept) {
-        self.ledger().kept.push(kept);
+    pub fn keep(&self, job: Job, fate: Fate) {
+        self.ledger().kept.push((job, fate));
     }
 
     /// The settles kept, to be made now; one the database does not take again is kept again.
-    pub fn take_kept(&self) -> Vec<Kept> {
+    pub fn take_kept(&self) -> Vec<(Job, Fate)> {
         std::mem::take(&mut self.ledger().kept)
     }
 }
@@ -489,10 +483,7 @@ mod tests {
             id: Some("1".into()),
             plan: Err(Fate::Handled),
         };
-        holds.keep(Kept {
-            job,
-            fate: Fate::Handled,
-        });
+        holds.keep(job, Fate::Handled);
         assert_eq!(holds.count(), 1);
         assert!(holds.begin_renewal().leases.is_empty());
         assert_eq!(holds.take(&message(1, 2)), None);
@@ -502,7 +493,7 @@ mod tests {
         let kept = holds.take_kept();
         assert_eq!(kept.len(), 1);
         assert!(holds.take_kept().is_empty(), "made by one caller only");
-        assert!(!holds.settled(1, kept[0].job.token, 2));
+        assert!(!holds.settled(1, kept[0].0.token, 2));
         assert_eq!(holds.count(), 0);
     }
 

@@ -18,7 +18,7 @@ use crate::forge::ForgeError;
 use crate::forge::Listing;
 use crate::identity::BranchName;
 use crate::pipeline::{at_base, Outcome, Plan, RunError, Start, ALREADY_RAN};
-use crate::queue::holds::{Begin, Job, Kept};
+use crate::queue::holds::{Begin, Job};
 use crate::queue::settle::{backoff, Fate};
 use crate::reason::Reason;
 
@@ -72,7 +72,7 @@ impl Consumer {
             let Some(fate) = self.settle(&job, read_ct, lost, &fate).await else {
                 let id = job.id.as_deref().unwrap_or_default();
                 tracing::warn!(msg_id, route = %job.route, id, "a queue message's settle waits for the database");
-                self.holds.keep(Kept { job, fate });
+                self.holds.keep(job, fate);
                 return;
             };
             if !self.settled(&job, read_ct, &fate) {
@@ -86,18 +86,17 @@ impl Consumer {
     /// does not take one, it and the rest stay kept.
     pub(super) async fn settle_kept(&self) {
         let mut kept = self.holds.take_kept().into_iter();
-        while let Some(settle) = kept.next() {
-            let (id, token) = (settle.job.message.id, settle.job.token);
-            let Some((read_ct, _)) = self.holds.standing(id, token) else {
+        while let Some((job, fate)) = kept.next() {
+            let Some((read_ct, _)) = self.holds.standing(job.message.id, job.token) else {
                 continue;
             };
-            let Some(fate) = self.settle(&settle.job, read_ct, false, &settle.fate).await else {
-                self.holds.keep(settle);
-                kept.for_each(|settle| self.holds.keep(settle));
+            let Some(made) = self.settle(&job, read_ct, false, &fate).await else {
+                self.holds.keep(job, fate);
+                kept.for_each(|(job, fate)| self.holds.keep(job, fate));
                 return;
             };
             // Never read again during the statement: the read loop, the one reader, makes it.
-            self.settled(&settle.job, read_ct, &fate);
+            self.settled(&job, read_ct, &made);
         }
     }
 
