@@ -106,10 +106,12 @@ where
         }
         // `timestamp` and `level` first, as on every other line; the rest in the map's order.
         let head = ["timestamp", "level"].map(|key| fields.remove_entry(key));
-        let entries: Vec<String> = (head.into_iter().flatten().chain(fields))
-            .map(|(key, value)| format!("{}:{value}", serde_json::Value::String(key)))
-            .collect();
-        writeln!(writer, "{{{}}}", entries.join(","))
+        writer.write_char('{')?;
+        for (n, (key, value)) in head.into_iter().flatten().chain(fields).enumerate() {
+            let comma = if n == 0 { "" } else { "," };
+            write!(writer, "{comma}{}:{value}", serde_json::Value::String(key))?;
+        }
+        writeln!(writer, "}}")
     }
 }
 
