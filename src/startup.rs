@@ -280,8 +280,7 @@ impl Application {
     /// With the server: the consumer, the scheduled sweep and the first look beside it (see
     /// [`Mode::Serve`]); at `shutdown` the jobs stop, the server stops accepting (see
     /// [`http::serve`]), and its requests and runs finish within the grace, here. An error,
-    /// before anything starts,
-    /// when the open-files limit leaves no room for connections.
+    /// before anything starts, when the open-files limit leaves no room for connections.
     ///
     /// The consumer alone: at `shutdown` it stops reading, releases what it read and has not
     /// started (visible again at once), and the runs under way get the grace — or what is left
